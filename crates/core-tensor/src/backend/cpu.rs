@@ -1,0 +1,166 @@
+//! The CPU backend: buffers are `Vec`s, kernels use `gemm` for the matrix
+//! products and a private rayon pool for the rest.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use rayon::ThreadPool;
+
+use super::{Backend, Elem};
+use crate::error::check_len;
+use crate::{Error, Result};
+
+/// Host memory and `threads` worker threads.
+///
+/// With one thread nothing is spawned and every kernel runs inline, which is
+/// what a data-parallel rank pinned to one core wants.
+#[derive(Clone)]
+pub struct Cpu {
+    threads: usize,
+    pool: Option<Arc<ThreadPool>>,
+}
+
+impl fmt::Debug for Cpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cpu")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+impl Cpu {
+    /// A CPU backend with `threads` worker threads (at least one).
+    pub fn new(threads: usize) -> Result<Self> {
+        if threads == 0 {
+            return Err(Error::InvalidArgument {
+                op: "Cpu::new",
+                reason: "the number of threads must be at least 1".into(),
+            });
+        }
+        let pool = if threads == 1 {
+            None
+        } else {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("cpu-kernel-{i}"))
+                .build()
+                .map_err(|e| Error::ThreadPool {
+                    threads,
+                    reason: e.to_string(),
+                })?;
+            Some(Arc::new(pool))
+        };
+        Ok(Self { threads, pool })
+    }
+
+    /// The number of worker threads kernels may use.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The parallelism to hand to `gemm` from inside [`Cpu::run`].
+    pub(crate) fn gemm_parallelism(&self) -> gemm::Parallelism {
+        if self.threads == 1 {
+            gemm::Parallelism::None
+        } else {
+            gemm::Parallelism::Rayon(self.threads)
+        }
+    }
+
+    /// Runs `f` inside this backend's pool, so nested rayon work and `gemm`
+    /// stay on our threads and never spill onto rayon's global pool.
+    pub(crate) fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
+    }
+
+    /// Calls `f(chunk_index, chunk)` for `out` cut into `chunk_len` pieces, on
+    /// all threads. Each chunk is written by exactly one call, so results do
+    /// not depend on scheduling.
+    pub(crate) fn for_each_chunk(
+        &self,
+        out: &mut [f32],
+        chunk_len: usize,
+        f: impl Fn(usize, &mut [f32]) + Send + Sync,
+    ) {
+        use rayon::prelude::*;
+        if chunk_len == 0 {
+            return;
+        }
+        if self.pool.is_none() {
+            out.chunks_mut(chunk_len)
+                .enumerate()
+                .for_each(|(i, c)| f(i, c));
+        } else {
+            self.run(|| {
+                out.par_chunks_mut(chunk_len)
+                    .enumerate()
+                    .for_each(|(i, c)| f(i, c))
+            });
+        }
+    }
+}
+
+impl Backend for Cpu {
+    type Storage<T: Elem> = Vec<T>;
+
+    fn describe(&self) -> String {
+        let s = if self.threads == 1 { "" } else { "s" };
+        format!("cpu ({} thread{s})", self.threads)
+    }
+
+    fn zeros<T: Elem>(&self, len: usize) -> Result<Vec<T>> {
+        Ok(vec![T::default(); len])
+    }
+
+    fn upload<T: Elem>(&self, host: &[T]) -> Result<Vec<T>> {
+        Ok(host.to_vec())
+    }
+
+    fn len<T: Elem>(storage: &Vec<T>) -> usize {
+        storage.len()
+    }
+
+    fn read_range<T: Elem>(
+        &self,
+        storage: &Vec<T>,
+        range: Range<usize>,
+        host: &mut [T],
+    ) -> Result<()> {
+        let src = storage
+            .get(range.clone())
+            .ok_or_else(|| out_of_bounds("read_range", &range, storage.len()))?;
+        check_len("read_range", "host", host.len(), src.len())?;
+        host.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn write_range<T: Elem>(&self, host: &[T], storage: &mut Vec<T>, offset: usize) -> Result<()> {
+        let range = offset..offset + host.len();
+        let len = storage.len();
+        let dst = storage
+            .get_mut(range.clone())
+            .ok_or_else(|| out_of_bounds("write_range", &range, len))?;
+        dst.copy_from_slice(host);
+        Ok(())
+    }
+
+    fn fill<T: Elem>(&self, storage: &mut Vec<T>, value: T) -> Result<()> {
+        storage.fill(value);
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn out_of_bounds(op: &'static str, range: &Range<usize>, len: usize) -> Error {
+    Error::InvalidArgument {
+        op,
+        reason: format!("range {range:?} is outside a buffer of {len} elements"),
+    }
+}

@@ -1,0 +1,76 @@
+//! The device seam: a [`Backend`] owns buffers on one device and moves data
+//! between that device and the host. The kernels themselves are per-op traits
+//! in [`crate::ops`], implemented by every backend.
+
+mod cpu;
+
+pub use cpu::Cpu;
+
+use std::fmt::Debug;
+use std::ops::Range;
+
+use crate::Result;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for u8 {}
+    impl Sealed for u32 {}
+}
+
+/// Element types a device buffer may hold: `f32` for values, `u8` for the
+/// raw dataset (images and labels), `u32` for sample indices.
+pub trait Elem: Copy + Default + Debug + Send + Sync + 'static + sealed::Sealed {}
+impl Elem for f32 {}
+impl Elem for u8 {}
+impl Elem for u32 {}
+
+/// Memory on one device, and the copies between it and the host.
+///
+/// Architecture invariant: a backend never changes what a kernel computes,
+/// only where; every op has a CPU implementation that is the reference.
+pub trait Backend: Clone + Debug + Send + Sync + 'static {
+    /// An owned, fixed-length buffer of `T` on the device.
+    type Storage<T: Elem>: Debug + Send + Sync;
+
+    /// A one-line description for logs, e.g. `cpu (2 threads)`.
+    fn describe(&self) -> String;
+
+    /// A buffer of `len` zeros.
+    fn zeros<T: Elem>(&self, len: usize) -> Result<Self::Storage<T>>;
+
+    /// A new buffer holding a copy of `host`.
+    fn upload<T: Elem>(&self, host: &[T]) -> Result<Self::Storage<T>>;
+
+    /// The number of elements in `storage`.
+    fn len<T: Elem>(storage: &Self::Storage<T>) -> usize;
+
+    /// Copies `storage[range]` into `host` (whose length must match).
+    fn read_range<T: Elem>(
+        &self,
+        storage: &Self::Storage<T>,
+        range: Range<usize>,
+        host: &mut [T],
+    ) -> Result<()>;
+
+    /// Copies `host` into `storage[offset..offset + host.len()]`.
+    fn write_range<T: Elem>(
+        &self,
+        host: &[T],
+        storage: &mut Self::Storage<T>,
+        offset: usize,
+    ) -> Result<()>;
+
+    /// Sets every element of `storage` to `value`.
+    fn fill<T: Elem>(&self, storage: &mut Self::Storage<T>, value: T) -> Result<()>;
+
+    /// Waits until all work queued on the device has finished.
+    fn synchronize(&self) -> Result<()>;
+
+    /// The whole buffer, copied to the host.
+    fn download<T: Elem>(&self, storage: &Self::Storage<T>) -> Result<Vec<T>> {
+        let mut host = vec![T::default(); Self::len(storage)];
+        self.read_range(storage, 0..host.len(), &mut host)?;
+        Ok(host)
+    }
+}

@@ -1,0 +1,121 @@
+//! 2-D convolution, NCHW input, OIHW weight, per-channel bias, square kernel,
+//! stride and zero padding. Computed as im2col + GEMM.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use super::ParamAt;
+use crate::error::check_len;
+use crate::{Backend, Error, Result};
+
+/// The shape of one convolution call. `#[repr(C)]` so a device kernel can take
+/// it as its launch parameter, field for field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct Conv2dGeom {
+    pub batch: usize,
+    pub in_channels: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub out_channels: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub padding: usize,
+}
+
+impl Conv2dGeom {
+    pub fn out_h(&self) -> usize {
+        (self.in_h + 2 * self.padding - self.kernel) / self.stride + 1
+    }
+    pub fn out_w(&self) -> usize {
+        (self.in_w + 2 * self.padding - self.kernel) / self.stride + 1
+    }
+    /// Elements of one input image, `C·H·W`.
+    pub fn in_image_len(&self) -> usize {
+        self.in_channels * self.in_h * self.in_w
+    }
+    /// Elements of one output image, `O·OH·OW`.
+    pub fn out_image_len(&self) -> usize {
+        self.out_channels * self.out_h() * self.out_w()
+    }
+    /// Rows of the im2col matrix, `C·K·K` (the GEMM's inner dimension).
+    pub fn patch_len(&self) -> usize {
+        self.in_channels * self.kernel * self.kernel
+    }
+    pub fn weight_len(&self) -> usize {
+        self.out_channels * self.patch_len()
+    }
+
+    /// Rejects geometries no kernel can run.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: &str| {
+            Err(Error::InvalidArgument {
+                op: "conv2d",
+                reason: reason.into(),
+            })
+        };
+        if self.kernel == 0 || self.stride == 0 {
+            return bad("kernel size and stride must be at least 1");
+        }
+        if self.in_channels == 0 || self.out_channels == 0 {
+            return bad("channel counts must be at least 1");
+        }
+        if self.in_h + 2 * self.padding < self.kernel || self.in_w + 2 * self.padding < self.kernel
+        {
+            return bad("the kernel is larger than the padded input");
+        }
+        Ok(())
+    }
+
+    /// Validates the geometry and the lengths of every buffer of a call.
+    pub(crate) fn check<B: Backend>(
+        &self,
+        x: &B::Storage<f32>,
+        params: &B::Storage<f32>,
+        at: &ParamAt,
+        y_or_dy: &B::Storage<f32>,
+    ) -> Result<()> {
+        self.validate()?;
+        check_len("conv2d", "x", B::len(x), self.batch * self.in_image_len())?;
+        check_len(
+            "conv2d",
+            "y",
+            B::len(y_or_dy),
+            self.batch * self.out_image_len(),
+        )?;
+        at.check(
+            "conv2d",
+            self.weight_len(),
+            self.out_channels,
+            B::len(params),
+        )
+    }
+}
+
+/// Convolution kernels.
+pub trait Conv2dKernel: Backend {
+    /// `y = conv(x, W) + b`, with `W` and `b` read from `params` at `at`.
+    fn conv2d_fwd(
+        &self,
+        geom: &Conv2dGeom,
+        x: &Self::Storage<f32>,
+        params: &Self::Storage<f32>,
+        at: &ParamAt,
+        y: &mut Self::Storage<f32>,
+    ) -> Result<()>;
+
+    /// Writes `dW` and `db` into `grads` at `at`, and `dx` when asked for
+    /// (the first layer of a network has no use for its input gradient).
+    #[allow(clippy::too_many_arguments)]
+    fn conv2d_bwd(
+        &self,
+        geom: &Conv2dGeom,
+        x: &Self::Storage<f32>,
+        params: &Self::Storage<f32>,
+        at: &ParamAt,
+        dy: &Self::Storage<f32>,
+        grads: &mut Self::Storage<f32>,
+        dx: Option<&mut Self::Storage<f32>>,
+    ) -> Result<()>;
+}

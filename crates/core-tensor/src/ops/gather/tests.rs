@@ -1,0 +1,32 @@
+use super::*;
+use crate::testing::cpu;
+
+#[test]
+fn gathers_rows_by_index_and_scales_like_to_tensor() {
+    let images: Vec<u8> = vec![0, 255, 10, 20, 51, 102];
+    let labels: Vec<u8> = vec![4, 5, 6];
+    let indices: Vec<u32> = vec![9, 2, 0, 9];
+    let (mut x, mut y) = (vec![0.0; 4], vec![0; 2]);
+    cpu()
+        .gather_batch(&images, &labels, 2, &indices, 1..3, &mut x, &mut y)
+        .unwrap();
+    assert_eq!(x, vec![51.0 / 255.0, 102.0 / 255.0, 0.0, 1.0]);
+    assert_eq!(y, vec![6, 4]);
+}
+
+#[test]
+fn out_of_range_indices_are_errors() {
+    let (images, labels, indices) = (vec![0u8; 4], vec![0u8; 2], vec![0u32, 9]);
+    let (mut x, mut y) = (vec![0.0; 4], vec![0; 2]);
+    let err = cpu()
+        .gather_batch(&images, &labels, 2, &indices, 0..2, &mut x, &mut y)
+        .unwrap_err();
+    assert!(err.to_string().contains("sample index 9"), "{err}");
+    let err = cpu()
+        .gather_batch(&images, &labels, 2, &indices, 1..3, &mut x, &mut y)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("buffer `x`") || err.to_string().contains("positions"),
+        "{err}"
+    );
+}

@@ -1,0 +1,59 @@
+//! 2x2 max-pooling with stride 2 (odd trailing rows/columns are dropped, as
+//! in PyTorch). Backward routes each gradient to the window's argmax, found
+//! again from the input: the first maximum in row-major window order, NaN
+//! winning, exactly PyTorch's rule, so no index buffer is stored.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use crate::error::check_len;
+use crate::{Backend, Result};
+
+/// The input shape `[batch, channels, in_h, in_w]` of a pooling call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct PoolGeom {
+    pub batch: usize,
+    pub channels: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+}
+
+impl PoolGeom {
+    pub fn out_h(&self) -> usize {
+        self.in_h / 2
+    }
+    pub fn out_w(&self) -> usize {
+        self.in_w / 2
+    }
+    pub fn input_len(&self) -> usize {
+        self.batch * self.channels * self.in_h * self.in_w
+    }
+    pub fn output_len(&self) -> usize {
+        self.batch * self.channels * self.out_h() * self.out_w()
+    }
+
+    pub(crate) fn check<B: Backend>(&self, x: &B::Storage<f32>, y: &B::Storage<f32>) -> Result<()> {
+        check_len("maxpool2d", "x", B::len(x), self.input_len())?;
+        check_len("maxpool2d", "y", B::len(y), self.output_len())
+    }
+}
+
+/// Max-pooling kernels.
+pub trait MaxPool2dKernel: Backend {
+    fn maxpool2d_fwd(
+        &self,
+        geom: &PoolGeom,
+        x: &Self::Storage<f32>,
+        y: &mut Self::Storage<f32>,
+    ) -> Result<()>;
+    /// Overwrites `dx` with `dy` routed to each window's argmax in `x`.
+    fn maxpool2d_bwd(
+        &self,
+        geom: &PoolGeom,
+        x: &Self::Storage<f32>,
+        dy: &Self::Storage<f32>,
+        dx: &mut Self::Storage<f32>,
+    ) -> Result<()>;
+}

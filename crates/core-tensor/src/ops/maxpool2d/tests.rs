@@ -1,0 +1,83 @@
+use super::*;
+use crate::testing::{check_grad, cpu, dot, uniform};
+
+const G: PoolGeom = PoolGeom {
+    batch: 2,
+    channels: 3,
+    in_h: 5,
+    in_w: 4,
+};
+
+#[test]
+fn forward_takes_window_maxima_and_drops_the_odd_row() {
+    let g = PoolGeom {
+        batch: 1,
+        channels: 1,
+        in_h: 3,
+        in_w: 4,
+    };
+    #[rustfmt::skip]
+    let x = vec![
+        1.0, 2.0, 0.0, -1.0,
+        4.0, 3.0, -5.0, -2.0,
+        9.0, 9.0, 9.0, 9.0,
+    ];
+    let mut y = vec![0.0; 2];
+    cpu().maxpool2d_fwd(&g, &x, &mut y).unwrap();
+    assert_eq!(y, vec![4.0, 0.0]);
+}
+
+#[test]
+fn backward_routes_to_the_first_maximum_or_nan() {
+    let g = PoolGeom {
+        batch: 1,
+        channels: 2,
+        in_h: 2,
+        in_w: 2,
+    };
+    let x = vec![
+        3.0,
+        3.0,
+        1.0,
+        3.0,
+        /* second plane */ 1.0,
+        f32::NAN,
+        2.0,
+        7.0,
+    ];
+    let mut dx = vec![0.0; 8];
+    cpu()
+        .maxpool2d_bwd(&g, &x, &vec![10.0, 20.0], &mut dx)
+        .unwrap();
+    assert_eq!(dx, vec![10.0, 0.0, 0.0, 0.0, 0.0, 20.0, 0.0, 0.0]);
+}
+
+#[test]
+fn backward_passes_the_finite_difference_check() {
+    // Distinct values spaced wider than the probe step keep every argmax stable.
+    let mut x: Vec<f32> = (0..G.input_len())
+        .map(|i| (i * 37 % 120) as f32 * 0.05)
+        .collect();
+    x.iter_mut()
+        .zip(uniform(3, G.input_len(), 0.0, 0.001))
+        .for_each(|(v, n)| *v += n);
+    let r = uniform(4, G.output_len(), -1.0, 1.0);
+    let mut dx = vec![0.0; x.len()];
+    cpu().maxpool2d_bwd(&G, &x, &r, &mut dx).unwrap();
+    check_grad("maxpool", &x, &dx, |x| {
+        let mut y = vec![0.0; G.output_len()];
+        cpu().maxpool2d_fwd(&G, &x.to_vec(), &mut y).unwrap();
+        dot(&r, &y)
+    });
+}
+
+#[test]
+fn wrong_lengths_are_errors() {
+    let err = cpu()
+        .maxpool2d_fwd(&G, &vec![0.0; 3], &mut vec![0.0; G.output_len()])
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("buffer `x` has 3 elements"),
+        "{err}"
+    );
+}

@@ -1,0 +1,92 @@
+//! One folder per op: `mod.rs` holds the op's geometry and the kernel trait
+//! every backend implements, `cpu.rs` the CPU kernel, `tests.rs` its checks.
+//!
+//! All kernels overwrite their outputs (gradients included: there is no
+//! accumulation across calls to forget to zero), except the two metric
+//! accumulators `loss_sum` and `correct`, which add to what they hold.
+
+pub mod accuracy;
+pub mod adam;
+pub mod conv2d;
+pub mod cross_entropy;
+pub mod dropout;
+pub mod gather;
+pub mod linear;
+pub mod maxpool2d;
+pub mod relu;
+
+use std::ops::Range;
+
+pub use accuracy::AccuracyKernel;
+pub use adam::{AdamConfig, AdamKernel, AdamScalars};
+pub use conv2d::{Conv2dGeom, Conv2dKernel};
+pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
+pub use dropout::DropoutKernel;
+pub use gather::GatherKernel;
+pub use linear::{LinearGeom, LinearKernel};
+pub use maxpool2d::{MaxPool2dKernel, PoolGeom};
+pub use relu::ReluKernel;
+
+use crate::Backend;
+use crate::error::check_len;
+
+/// Every op: what a model needs from a device.
+pub trait Ops:
+    Backend
+    + AccuracyKernel
+    + AdamKernel
+    + Conv2dKernel
+    + CrossEntropyKernel
+    + DropoutKernel
+    + GatherKernel
+    + LinearKernel
+    + MaxPool2dKernel
+    + ReluKernel
+{
+}
+
+impl<B> Ops for B where
+    B: Backend
+        + AccuracyKernel
+        + AdamKernel
+        + Conv2dKernel
+        + CrossEntropyKernel
+        + DropoutKernel
+        + GatherKernel
+        + LinearKernel
+        + MaxPool2dKernel
+        + ReluKernel
+{
+}
+
+/// Where a layer's weight and bias sit in the flat parameter (and gradient)
+/// buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamAt {
+    pub weight: Range<usize>,
+    pub bias: Range<usize>,
+}
+
+impl ParamAt {
+    /// Checks that the ranges have the lengths the layer needs and fit in a
+    /// flat buffer of `flat_len` elements.
+    pub(crate) fn check(
+        &self,
+        op: &'static str,
+        weight_len: usize,
+        bias_len: usize,
+        flat_len: usize,
+    ) -> crate::Result<()> {
+        check_len(op, "weight", self.weight.len(), weight_len)?;
+        check_len(op, "bias", self.bias.len(), bias_len)?;
+        if self.weight.end > flat_len || self.bias.end > flat_len {
+            return Err(crate::Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "parameter ranges {self:?} exceed the flat buffer of {flat_len} elements"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
