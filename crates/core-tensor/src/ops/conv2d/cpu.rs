@@ -218,8 +218,14 @@ fn col2im(g: &Conv2dGeom, col: &[f32], dx: &mut [f32]) {
                         continue;
                     };
                     let dst = &mut plane[ih * g.in_w..(ih + 1) * g.in_w];
-                    for (ow, &v) in src.iter().enumerate().take(hi).skip(lo) {
-                        dst[ow * g.stride + kw - g.padding] += v;
+                    if g.stride == 1 {
+                        let first = lo + kw - g.padding;
+                        let dst = &mut dst[first..first + (hi - lo)];
+                        dst.iter_mut().zip(&src[lo..hi]).for_each(|(d, v)| *d += v);
+                    } else {
+                        for (ow, &v) in src.iter().enumerate().take(hi).skip(lo) {
+                            dst[ow * g.stride + kw - g.padding] += v;
+                        }
                     }
                 }
             }

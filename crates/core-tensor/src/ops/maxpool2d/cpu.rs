@@ -2,60 +2,62 @@ use super::{MaxPool2dKernel, PoolGeom};
 use crate::error::check_len;
 use crate::{Cpu, Result};
 
-/// The flat offsets (within one plane) of the four inputs of window `(oh, ow)`,
-/// in PyTorch's scan order.
-fn window(g: &PoolGeom, oh: usize, ow: usize) -> [usize; 4] {
-    let top = 2 * oh * g.in_w + 2 * ow;
-    [top, top + 1, top + g.in_w, top + g.in_w + 1]
+/// The pooled value of a window: its maximum, or NaN if any input is NaN
+/// (PyTorch's rule). Branch-free, so the loops over windows vectorize.
+#[inline]
+fn window_max(w: [f32; 4]) -> f32 {
+    let m = w[0].max(w[1]).max(w[2].max(w[3]));
+    if w.iter().any(|v| v.is_nan()) { f32::NAN } else { m }
 }
 
-/// The position in `offsets` of the first maximum (NaN counts as maximal).
-fn argmax(plane: &[f32], offsets: &[usize; 4]) -> usize {
-    let mut best = 0;
-    for i in 1..4 {
-        let (v, b) = (plane[offsets[i]], plane[offsets[best]]);
-        if !b.is_nan() && (v > b || v.is_nan()) {
-            best = i;
-        }
-    }
-    best
+/// The window position (0..4, row-major) the gradient goes to: the first
+/// input equal to the pooled value, which is exactly the first maximum of a
+/// strict `>` scan, as PyTorch picks it (or the first NaN).
+#[inline]
+fn window_argmax(w: [f32; 4]) -> usize {
+    let m = window_max(w);
+    w.iter().position(|&v| v == m || (m.is_nan() && v.is_nan())).unwrap_or(0)
 }
 
 impl MaxPool2dKernel for Cpu {
     fn maxpool2d_fwd(&self, g: &PoolGeom, x: &Vec<f32>, y: &mut Vec<f32>) -> Result<()> {
         g.check::<Self>(x, y)?;
         let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h() * g.out_w());
-        for (src, dst) in x.chunks(in_plane).zip(y.chunks_mut(out_plane)) {
-            for oh in 0..g.out_h() {
-                for ow in 0..g.out_w() {
-                    let offsets = window(g, oh, ow);
-                    dst[oh * g.out_w() + ow] = src[offsets[argmax(src, &offsets)]];
+        for (src, dst) in x.chunks_exact(in_plane).zip(y.chunks_exact_mut(out_plane)) {
+            // Pairs of input rows pool into one output row; an odd last row
+            // or column is dropped by `chunks_exact`.
+            for (pair, row) in src.chunks_exact(2 * g.in_w).zip(dst.chunks_exact_mut(g.out_w())) {
+                let (top, bottom) = pair.split_at(g.in_w);
+                let windows = top.chunks_exact(2).zip(bottom.chunks_exact(2));
+                for (out, (t, b)) in row.iter_mut().zip(windows) {
+                    *out = window_max([t[0], t[1], b[0], b[1]]);
                 }
             }
         }
         Ok(())
     }
 
-    fn maxpool2d_bwd(
-        &self,
-        g: &PoolGeom,
-        x: &Vec<f32>,
-        dy: &Vec<f32>,
-        dx: &mut Vec<f32>,
-    ) -> Result<()> {
+    fn maxpool2d_bwd(&self, g: &PoolGeom, x: &Vec<f32>, dy: &Vec<f32>, dx: &mut Vec<f32>) -> Result<()> {
         g.check::<Self>(x, dy)?;
         check_len("maxpool2d", "dx", dx.len(), x.len())?;
-        dx.fill(0.0);
+        if g.in_h % 2 == 1 || g.in_w % 2 == 1 {
+            // The dropped last row/column gets no gradient; nothing else
+            // below writes there.
+            dx.fill(0.0);
+        }
         let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h() * g.out_w());
-        let planes = x
-            .chunks(in_plane)
-            .zip(dy.chunks(out_plane))
-            .zip(dx.chunks_mut(in_plane));
+        let planes = x.chunks_exact(in_plane).zip(dy.chunks_exact(out_plane)).zip(dx.chunks_exact_mut(in_plane));
         for ((src, grad), dst) in planes {
-            for oh in 0..g.out_h() {
-                for ow in 0..g.out_w() {
-                    let offsets = window(g, oh, ow);
-                    dst[offsets[argmax(src, &offsets)]] = grad[oh * g.out_w() + ow];
+            let rows = src.chunks_exact(2 * g.in_w).zip(dst.chunks_exact_mut(2 * g.in_w));
+            for ((pair, dpair), grad_row) in rows.zip(grad.chunks_exact(g.out_w())) {
+                let (top, bottom) = pair.split_at(g.in_w);
+                let (dtop, dbottom) = dpair.split_at_mut(g.in_w);
+                let windows = top.chunks_exact(2).zip(bottom.chunks_exact(2));
+                let dwindows = dtop.chunks_exact_mut(2).zip(dbottom.chunks_exact_mut(2));
+                for ((&d, (t, b)), (dt, db)) in grad_row.iter().zip(windows).zip(dwindows) {
+                    let k = window_argmax([t[0], t[1], b[0], b[1]]);
+                    let pick = |i: usize| if i == k { d } else { 0.0 };
+                    (dt[0], dt[1], db[0], db[1]) = (pick(0), pick(1), pick(2), pick(3));
                 }
             }
         }
