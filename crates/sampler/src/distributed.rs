@@ -1,0 +1,111 @@
+//! The sampler itself: which indices one rank visits in one epoch.
+
+use crate::batches::Batches;
+use crate::config::{SamplerConfig, SamplerError};
+use crate::permutation::epoch_permutation;
+
+/// One rank's view of a data set of `len` items, following PyTorch's
+/// `DistributedSampler`:
+///
+/// 1. order `0..len`, shuffled by [`epoch_permutation`] when `shuffle` is on;
+/// 2. without `drop_last`, pad to `ceil(len / R) * R` by repeating the head of
+///    that order cyclically (so every rank takes the same number of steps and
+///    collective operations never wait on a rank that has run out); with
+///    `drop_last`, truncate to `floor(len / R) * R`;
+/// 3. rank `r` takes positions `r, r + R, r + 2R, ...` of the result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistributedSampler {
+    len: usize,
+    config: SamplerConfig,
+    epoch: u64,
+}
+
+impl DistributedSampler {
+    /// Validates `config` for a data set of `len` items; starts at epoch 0.
+    pub fn new(len: usize, config: SamplerConfig) -> Result<Self, SamplerError> {
+        if config.num_replicas == 0 {
+            return Err(SamplerError::ZeroReplicas);
+        }
+        if config.rank >= config.num_replicas {
+            return Err(SamplerError::RankOutOfRange {
+                rank: config.rank,
+                num_replicas: config.num_replicas,
+            });
+        }
+        Ok(Self {
+            len,
+            config,
+            epoch: 0,
+        })
+    }
+
+    /// Selects the epoch whose permutation [`Self::indices`] returns. As in
+    /// PyTorch, forgetting to call this makes every epoch use the same order.
+    pub fn set_epoch(&mut self, epoch: u64) {
+        self.epoch = epoch;
+    }
+
+    /// The epoch last passed to [`Self::set_epoch`] (0 initially).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The configuration this sampler was built with.
+    pub fn config(&self) -> &SamplerConfig {
+        &self.config
+    }
+
+    /// Size of the underlying data set.
+    pub fn dataset_len(&self) -> usize {
+        self.len
+    }
+
+    /// Number of indices this rank visits per epoch: `ceil(len / R)`, or
+    /// `floor(len / R)` with `drop_last`. Identical on every rank.
+    pub fn num_samples(&self) -> usize {
+        let replicas = self.config.num_replicas;
+        if self.config.drop_last {
+            self.len / replicas
+        } else {
+            self.len.div_ceil(replicas)
+        }
+    }
+
+    /// Number of indices visited by all ranks together per epoch.
+    pub fn total_size(&self) -> usize {
+        self.num_samples() * self.config.num_replicas
+    }
+
+    /// The indices this rank visits in the current epoch, in visiting order.
+    pub fn indices(&self) -> Vec<usize> {
+        let order = if self.config.shuffle {
+            epoch_permutation(self.len, self.config.seed, self.epoch)
+        } else {
+            (0..self.len).collect()
+        };
+        // Position `p` of the padded (or truncated) list is `order[p % len]`:
+        // the cyclic repetition PyTorch uses when padding exceeds `len`.
+        // `total_size() > 0` implies `len > 0`, so the modulo is defined.
+        (self.config.rank..self.total_size())
+            .step_by(self.config.num_replicas)
+            .map(|position| order[position % self.len])
+            .collect()
+    }
+
+    /// This rank's indices for the current epoch grouped into batches of
+    /// `batch_size`. The last batch is kept even when it is shorter, so no
+    /// sample of the shard is skipped; because every rank has the same
+    /// `num_samples()`, every rank still yields the same number of batches
+    /// of the same sizes.
+    pub fn batches(&self, batch_size: usize) -> Result<Batches, SamplerError> {
+        Batches::new(self.indices(), batch_size)
+    }
+
+    /// Number of batches [`Self::batches`] yields: `ceil(num_samples / batch_size)`.
+    pub fn num_batches(&self, batch_size: usize) -> Result<usize, SamplerError> {
+        if batch_size == 0 {
+            return Err(SamplerError::ZeroBatchSize);
+        }
+        Ok(self.num_samples().div_ceil(batch_size))
+    }
+}

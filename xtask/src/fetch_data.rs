@@ -1,0 +1,115 @@
+//! `cargo xtask fetch-data`: downloads FashionMNIST for machines without
+//! Debian's `dataset-fashion-mnist` package.
+//!
+//! Each file is verified against `fashion_mnist::FILES` (length and SHA-256
+//! of the decompressed content) before it appears under its final name, so
+//! an interrupted or corrupted download can never be mistaken for the data
+//! set by the trainer. Files already present and valid are not downloaded
+//! again, which makes the task safe to re-run.
+
+mod download;
+
+use anyhow::{Context, Result, bail};
+use fashion_mnist::{DataFile, FILES};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+/// The official mirror of the Fashion-MNIST authors.
+const DEFAULT_URL: &str = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/";
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Base URL the four .gz files are fetched from (plain http://).
+    #[arg(long, default_value = DEFAULT_URL)]
+    url: String,
+    /// Directory to put the files in, relative to the current directory; the
+    /// trainer looks in data/fashion-mnist/ when run from the workspace root.
+    #[arg(long, default_value = fashion_mnist::LOCAL_DIR, value_name = "DIR")]
+    dest: PathBuf,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let base = base_url(&args.url)?;
+    std::fs::create_dir_all(&args.dest).with_context(|| {
+        format!(
+            "cannot create destination directory {}",
+            args.dest.display()
+        )
+    })?;
+    let show_progress = std::io::stderr().is_terminal();
+    for file in &FILES {
+        fetch_one(file, &base, &args.dest, show_progress)?;
+    }
+    eprintln!("FashionMNIST is ready in {}", args.dest.display());
+    Ok(())
+}
+
+/// Makes sure `dest/<file.name>` holds the verified file, downloading it
+/// only if it is absent or invalid.
+fn fetch_one(file: &DataFile, base: &str, dest: &Path, show_progress: bool) -> Result<()> {
+    let target = dest.join(file.name);
+    match std::fs::read(&target) {
+        Ok(existing) => match file.verify_gz(&existing) {
+            Ok(()) => {
+                eprintln!("{}: already present and valid, skipped", file.name);
+                return Ok(());
+            }
+            Err(problem) => eprintln!(
+                "{}: present but invalid ({problem}), downloading again",
+                file.name
+            ),
+        },
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err).with_context(|| format!("cannot read {}", target.display())),
+    }
+
+    let url = format!("{base}{}", file.name);
+    let part = download::to_temp_file(&url, dest, file.name, show_progress)?;
+    let downloaded = std::fs::read(part.path())
+        .with_context(|| format!("cannot read back {}", part.path().display()))?;
+    file.verify_gz(&downloaded).with_context(|| {
+        format!(
+            "{} downloaded from {url} failed verification; nothing was saved",
+            file.name
+        )
+    })?;
+    // The temporary file lives in `dest`, so this is an atomic rename on the
+    // same file system: the final name only ever holds a verified file.
+    part.persist(&target)
+        .with_context(|| format!("cannot move the verified download to {}", target.display()))?;
+    eprintln!("{}: downloaded and verified", file.name);
+    Ok(())
+}
+
+/// Validates `url` and returns it with exactly one trailing slash, ready for
+/// a file name to be appended.
+fn base_url(url: &str) -> Result<String> {
+    if url.starts_with("https://") {
+        bail!(
+            "{url}: https is not supported (xtask is built without TLS to keep it small); use an http:// mirror"
+        );
+    }
+    if !url.starts_with("http://") {
+        bail!("{url}: the base URL must start with http://");
+    }
+    Ok(format!("{}/", url.trim_end_matches('/')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base_url;
+
+    #[test]
+    fn base_url_gets_one_trailing_slash() {
+        assert_eq!(base_url("http://mirror/x").unwrap(), "http://mirror/x/");
+        assert_eq!(base_url("http://mirror/x//").unwrap(), "http://mirror/x/");
+    }
+
+    #[test]
+    fn base_url_rejects_other_schemes() {
+        let https = base_url("https://mirror/").unwrap_err().to_string();
+        assert!(https.contains("https is not supported"), "{https}");
+        let ftp = base_url("ftp://mirror/").unwrap_err().to_string();
+        assert!(ftp.contains("must start with http://"), "{ftp}");
+    }
+}
