@@ -1,0 +1,30 @@
+//! Repository automation, run as `cargo xtask <task>` (see `.cargo/config.toml`).
+//!
+//! One file per task; this file only dispatches.
+
+mod fetch_data;
+mod slurm_submit;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Repository tasks for the data-parallel trainer")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Download the four FashionMNIST files into data/fashion-mnist/, verifying checksums.
+    FetchData(fetch_data::Args),
+    /// Render a SLURM batch script for the trainer and submit it with sbatch.
+    SlurmSubmit(slurm_submit::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().task {
+        Task::FetchData(args) => fetch_data::run(args),
+        Task::SlurmSubmit(args) => slurm_submit::run(args),
+    }
+}

@@ -1,0 +1,234 @@
+//! `cargo xtask slurm-submit`: builds the release trainer, renders a batch
+//! script for it, submits that with `sbatch`, and with `--wait` follows the
+//! job to its end. Everything the user typed is validated first.
+
+mod follow;
+mod render;
+mod validate;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  cargo xtask slurm-submit --nodes 2 --gpus-per-node 4 --partition gpu --time 02:00:00 -- --epochs 10
+  cargo xtask slurm-submit --tasks-per-node 2 --wait -- --device cpu --epochs 1
+  cargo xtask slurm-submit --gpus-per-node 8 --env NCCL_DEBUG=INFO --dry-run")]
+pub struct Args {
+    /// Nodes to allocate.
+    #[arg(long, default_value_t = 1)]
+    nodes: u32,
+    /// GPUs per node, with one rank per GPU (GPU jobs).
+    #[arg(long, value_name = "N")]
+    gpus_per_node: Option<u32>,
+    /// Ranks per node for a CPU-only job (default 1; pass `-- --device cpu` to the trainer).
+    #[arg(long, value_name = "N")]
+    tasks_per_node: Option<u32>,
+    /// CPU cores for each rank.
+    #[arg(long, value_name = "N")]
+    cpus_per_task: Option<u32>,
+    /// Partition (queue), or a comma-separated list of them [default: the cluster's default].
+    #[arg(long)]
+    partition: Option<String>,
+    /// Wall-clock limit: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS [default: the partition's].
+    #[arg(long)]
+    time: Option<String>,
+    /// Account to charge [default: your default account].
+    #[arg(long)]
+    account: Option<String>,
+    /// Job name, shown by squeue and used in the log file name.
+    #[arg(long, default_value = "fmnist-ddp")]
+    job_name: String,
+    /// Where the script and the log (NAME-JOBID.out) go; relative to the workspace root.
+    #[arg(long, default_value = "logs", value_name = "DIR")]
+    output_dir: PathBuf,
+    /// Exported to every rank (repeatable), e.g. --env NCCL_DEBUG=INFO.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// Print the batch script; build and submit nothing.
+    #[arg(long, conflicts_with = "wait")]
+    dry_run: bool,
+    /// Follow the job: stream its log and exit with its outcome (0 only when COMPLETED).
+    #[arg(long)]
+    wait: bool,
+    /// With --wait: cancel the job if it is still queued after this many seconds.
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    pending_timeout: u64,
+    /// Submit the trainer as already built instead of running `cargo build --release -p trainer`.
+    #[arg(long)]
+    no_build: bool,
+    /// Run this program under srun instead of the trainer (a wrapper script, a profiler, another
+    /// build); nothing is built.
+    #[arg(long, value_name = "PATH")]
+    program: Option<PathBuf>,
+    /// Arguments for the trainer, after `--`.
+    #[arg(last = true, value_name = "TRAINER_ARGS")]
+    trainer_args: Vec<String>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let job = validate::job(&args)?;
+    let root = workspace_root();
+    // `Path::join` keeps an absolute --output-dir as it is.
+    let output_dir = std::path::absolute(root.join(&args.output_dir))
+        .with_context(|| format!("resolving --output-dir {}", args.output_dir.display()))?;
+    let output_dir_text = validate::sbatch_path(&output_dir, "--output-dir")?;
+    let workdir = validate::sbatch_path(&root, "the workspace root")?;
+    let sbatch = if args.dry_run {
+        None
+    } else {
+        Some(find_on_path("sbatch").with_context(no_sbatch_help)?)
+    };
+    let program = match &args.program {
+        Some(program) => existing_program(program)?,
+        None => trainer(&root, !(args.no_build || args.dry_run), !args.dry_run)?,
+    };
+    let paths = render::Paths {
+        workdir,
+        output_dir: output_dir_text,
+        program: &program,
+    };
+    let script = render::script(&job, &paths, &args.trainer_args);
+    let Some(sbatch) = sbatch else {
+        print!("{script}");
+        return Ok(());
+    };
+
+    // SLURM cannot create the log's directory, and a job whose --output
+    // directory is missing fails without writing anything anywhere.
+    std::fs::create_dir_all(&output_dir)
+        .with_context(|| format!("creating the output directory {}", output_dir.display()))?;
+    // Named after the job id once sbatch has assigned one.
+    let draft = output_dir.join(format!(
+        "{}-submitting-{}.sbatch",
+        job.name,
+        std::process::id()
+    ));
+    std::fs::write(&draft, &script)
+        .with_context(|| format!("writing the batch script {}", draft.display()))?;
+    // With --wait the job is submitted held, so that follow::release can
+    // clear a stale log before the job can write its own.
+    let job_id = submit(&sbatch, &draft, args.wait)?;
+    let log = render::log_path(&output_dir, &job.name, &job_id);
+    if args.wait {
+        follow::release(&job_id, &log)?;
+    }
+    let kept = output_dir.join(format!("{}-{job_id}.sbatch", job.name));
+    std::fs::rename(&draft, &kept)
+        .with_context(|| format!("renaming {} to {}", draft.display(), kept.display()))?;
+    println!("script: {}", kept.display());
+    println!("job: {job_id}");
+    println!("log: {}", log.display());
+    if args.wait {
+        follow::follow(&job_id, &log, Duration::from_secs(args.pending_timeout))?;
+    } else {
+        println!("watch: squeue -j {job_id}   cancel: scancel {job_id}");
+    }
+    Ok(())
+}
+
+/// xtask lives one directory below the workspace root.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_owned)
+}
+
+fn find_on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+fn no_sbatch_help() -> String {
+    "`sbatch` is not on PATH. slurm-submit must run where the SLURM client tools are installed, \
+     usually a cluster's login node. To submit from another machine, install them (Debian/Ubuntu: \
+     `apt-get install slurm-client`) and point SLURM_CONF at the cluster's slurm.conf; to try the \
+     workflow on this machine, see slurm/local-cluster.sh. --dry-run shows the script without sbatch."
+        .to_owned()
+}
+
+fn existing_program(program: &Path) -> Result<PathBuf> {
+    let absolute = std::path::absolute(program)
+        .with_context(|| format!("resolving --program {}", program.display()))?;
+    if !absolute.is_file() {
+        bail!("--program {}: no such file", absolute.display());
+    }
+    Ok(absolute)
+}
+
+/// The release trainer's path, built first when `build` is set.
+fn trainer(root: &Path, build: bool, must_exist: bool) -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    if build {
+        eprintln!("slurm-submit: building the trainer (cargo build --release -p trainer)");
+        let status = Command::new(&cargo)
+            .args(["build", "--release", "-p", "trainer"])
+            .current_dir(root)
+            .status()
+            .context("running `cargo build --release -p trainer`")?;
+        if !status.success() {
+            bail!(
+                "`cargo build --release -p trainer` failed ({status}); fix the build or pass --program"
+            );
+        }
+    }
+    let path = target_dir(&cargo, root)?.join("release").join("trainer");
+    if must_exist && !path.is_file() {
+        bail!(
+            "no trainer at {}; build it with `cargo build --release -p trainer` or drop --no-build",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Asks cargo, which accounts for CARGO_TARGET_DIR and `build.target-dir`.
+fn target_dir(cargo: &OsStr, root: &Path) -> Result<PathBuf> {
+    let out = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(root)
+        .output()
+        .context("running `cargo metadata`")?;
+    if !out.status.success() {
+        bail!(
+            "`cargo metadata` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("parsing `cargo metadata` output")?;
+    let dir = metadata["target_directory"]
+        .as_str()
+        .context("`cargo metadata` output has no target_directory")?;
+    Ok(PathBuf::from(dir))
+}
+
+/// Submits the script, held if `hold`; returns the job id.
+fn submit(sbatch: &Path, script: &Path, hold: bool) -> Result<String> {
+    let out = Command::new(sbatch)
+        .arg("--parsable")
+        .args(hold.then_some("--hold"))
+        .arg(script)
+        .output()
+        .with_context(|| format!("running {}", sbatch.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "sbatch rejected the job: {} (script kept at {})",
+            String::from_utf8_lossy(&out.stderr).trim(),
+            script.display()
+        );
+    }
+    // --parsable prints "jobid" or, on federated clusters, "jobid;cluster".
+    let job_id = stdout.trim().split(';').next().unwrap_or_default();
+    if job_id.is_empty() || !job_id.bytes().all(|b| b.is_ascii_digit()) {
+        bail!("unexpected output from `sbatch --parsable`: {stdout:?}");
+    }
+    Ok(job_id.to_owned())
+}

@@ -1,0 +1,286 @@
+//! Fills `job.sbatch.in` with a validated [`Job`].
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::validate::{Job, Ranks};
+
+const TEMPLATE: &str = include_str!("job.sbatch.in");
+
+/// Where the job runs and writes, already checked with `validate::sbatch_path`.
+pub struct Paths<'a> {
+    /// The job's working directory: the workspace root.
+    pub workdir: &'a str,
+    pub output_dir: &'a str,
+    /// What `srun` starts on every rank.
+    pub program: &'a Path,
+}
+
+/// The log file SLURM writes for `job_id` (the script's `--output` with `%j` filled in).
+pub fn log_path(output_dir: &Path, job_name: &str, job_id: &str) -> PathBuf {
+    output_dir.join(format!("{job_name}-{job_id}.out"))
+}
+
+pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
+    let mut directives = vec![
+        format!("--job-name={}", job.name),
+        format!("--nodes={}", job.nodes),
+        format!("--ntasks-per-node={}", job.ranks.per_node()),
+    ];
+    if let Ranks::Gpus(gpus) = job.ranks {
+        directives.push(format!("--gpus-per-node={gpus}"));
+    }
+    if let Some(cpus) = job.cpus_per_task {
+        directives.push(format!("--cpus-per-task={cpus}"));
+    }
+    for (flag, value) in [
+        ("partition", &job.partition),
+        ("account", &job.account),
+        ("time", &job.time),
+    ] {
+        if let Some(value) = value {
+            directives.push(format!("--{flag}={value}"));
+        }
+    }
+    // The workspace root as working directory makes relative trainer paths
+    // (such as the default data directory) mean what they mean for `cargo run`.
+    directives.push(format!("--chdir={}", paths.workdir));
+    // stdout and stderr of the batch script and of every rank share one file.
+    directives.push(format!("--output={}/{}-%j.out", paths.output_dir, job.name));
+    let directives: String = directives
+        .iter()
+        .map(|d| format!("#SBATCH {d}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+
+    let mut exports = String::new();
+    if !job.env.is_empty() {
+        exports.push_str("# From --env; srun passes the environment on to every rank.\n");
+    }
+    for (key, value) in &job.env {
+        // Writing to a String cannot fail.
+        let _ = writeln!(exports, "export {key}={}", shell_quote(value));
+    }
+
+    let mut srun = String::new();
+    // srun does not inherit the batch job's --cpus-per-task since SLURM
+    // 22.05, so each rank would otherwise get a single core.
+    if let Some(cpus) = job.cpus_per_task {
+        let _ = write!(srun, "--cpus-per-task={cpus} ");
+    }
+    srun.push_str(&shell_quote(&paths.program.to_string_lossy()));
+    for arg in program_args {
+        srun.push(' ');
+        srun.push_str(&shell_quote(arg));
+    }
+
+    fill(
+        TEMPLATE,
+        &[
+            ("directives", &directives),
+            ("exports", &exports),
+            ("srun_command", &srun),
+        ],
+    )
+}
+
+/// Replaces each `{{key}}` in one pass, so that a value which happens to
+/// contain a placeholder (an --env value, say) is never expanded itself.
+fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len() + 1024);
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let known = after.find("}}").and_then(|end| {
+            let (_, value) = values.iter().find(|(key, _)| *key == &after[..end])?;
+            Some((end, value))
+        });
+        match known {
+            Some((end, value)) => {
+                out.push_str(value);
+                rest = &after[end + 2..];
+            }
+            None => {
+                out.push_str("{{");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Quotes `word` for bash unless it is made only of characters that bash
+/// never interprets, which keeps the common case readable.
+fn shell_quote(word: &str) -> Cow<'_, str> {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:=,+@%".contains(c));
+    if plain {
+        Cow::Borrowed(word)
+    } else {
+        Cow::Owned(format!("'{}'", word.replace('\'', r"'\''")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use super::*;
+
+    fn golden(name: &str, rendered: &str) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name);
+        // UPDATE_GOLDEN=1 rewrites the files after an intended template change;
+        // review the diff before committing it.
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, rendered).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "reading {}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+                path.display()
+            )
+        });
+        assert_eq!(
+            rendered,
+            expected,
+            "rendered script differs from {}",
+            path.display()
+        );
+        let check = Command::new("bash").arg("-n").arg(&path).output().unwrap();
+        assert!(
+            check.status.success(),
+            "bash -n {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
+
+    fn job(nodes: u32, ranks: Ranks) -> Job {
+        Job {
+            name: "fmnist-ddp".into(),
+            nodes,
+            ranks,
+            cpus_per_task: None,
+            partition: None,
+            account: None,
+            time: None,
+            env: vec![],
+        }
+    }
+
+    fn paths(program: &str) -> Paths<'_> {
+        Paths {
+            workdir: "/home/me/ddp",
+            output_dir: "/home/me/ddp/logs",
+            program: Path::new(program),
+        }
+    }
+
+    const TRAINER: &str = "/home/me/ddp/target/release/trainer";
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn renders_a_minimal_cpu_job() {
+        let script = script(
+            &job(1, Ranks::Tasks(2)),
+            &paths(TRAINER),
+            &args(&["--device", "cpu"]),
+        );
+        golden("cpu-single-node.sbatch", &script);
+    }
+
+    #[test]
+    fn renders_a_multi_node_gpu_job_with_every_option() {
+        let mut job = job(4, Ranks::Gpus(8));
+        job.name = "big-run".into();
+        job.cpus_per_task = Some(12);
+        job.partition = Some("gpu,gpu-long".into());
+        job.account = Some("proj42".into());
+        job.time = Some("1-12:00:00".into());
+        job.env = vec![
+            ("NCCL_DEBUG".into(), "INFO".into()),
+            ("NCCL_SOCKET_IFNAME".into(), "^lo,docker".into()),
+        ];
+        let script = script(
+            &job,
+            &paths(TRAINER),
+            &args(&["--epochs", "10", "--batch-size", "256"]),
+        );
+        golden("gpu-multi-node.sbatch", &script);
+    }
+
+    #[test]
+    fn quotes_what_bash_would_interpret() {
+        let mut job = job(1, Ranks::Tasks(1));
+        job.env = vec![("NOTE".into(), "it's $HOME; `x`".into())];
+        let script = script(
+            &job,
+            &paths("/opt/my tools/trainer"),
+            &args(&["--data-dir", "/data/fashion mnist", "", "*"]),
+        );
+        golden("quoting.sbatch", &script);
+    }
+
+    #[test]
+    fn quoted_words_survive_bash() {
+        let words = [
+            "plain",
+            "",
+            "two words",
+            "it's",
+            "$HOME",
+            "`id`",
+            "a\\b",
+            "*",
+            "~",
+            "x\ny",
+            "--k=v",
+        ];
+        for word in words {
+            let out = Command::new("bash")
+                .arg("-c")
+                .arg(format!("printf '%s' {}", shell_quote(word)))
+                .output()
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                word,
+                "quoted as {}",
+                shell_quote(word)
+            );
+        }
+    }
+
+    #[test]
+    fn placeholders_inside_values_stay_literal() {
+        let mut job = job(1, Ranks::Tasks(1));
+        job.env = vec![("X".into(), "{{srun_command}}".into())];
+        let rendered = script(&job, &paths(TRAINER), &args(&["{{exports}}"]));
+        assert!(
+            rendered.contains("export X='{{srun_command}}'\n"),
+            "{rendered}"
+        );
+        assert!(rendered.ends_with("trainer '{{exports}}'\n"), "{rendered}");
+        assert!(!rendered.contains("{{directives}}"));
+    }
+
+    #[test]
+    fn log_path_matches_the_output_directive() {
+        let rendered = script(&job(1, Ranks::Tasks(1)), &paths(TRAINER), &[]);
+        assert!(rendered.contains("#SBATCH --output=/home/me/ddp/logs/fmnist-ddp-%j.out\n"));
+        assert_eq!(
+            log_path(Path::new("/home/me/ddp/logs"), "fmnist-ddp", "4242"),
+            Path::new("/home/me/ddp/logs/fmnist-ddp-4242.out")
+        );
+    }
+}
