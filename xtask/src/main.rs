@@ -2,6 +2,7 @@
 //!
 //! One file per task; this file only dispatches.
 
+mod device_bundle;
 mod fetch_data;
 mod slurm_submit;
 
@@ -20,11 +21,14 @@ enum Task {
     FetchData(fetch_data::Args),
     /// Render a SLURM batch script for the trainer and submit it with sbatch.
     SlurmSubmit(slurm_submit::Args),
+    /// Build the trainer and the GPU tests into device-bundle/, with a run.sh for a GPU machine.
+    DeviceBundle(device_bundle::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::FetchData(args) => fetch_data::run(args),
         Task::SlurmSubmit(args) => slurm_submit::run(args),
+        Task::DeviceBundle(args) => device_bundle::run(args),
     }
 }

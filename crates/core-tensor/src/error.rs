@@ -17,6 +17,39 @@ pub enum Error {
     /// The CPU backend's thread pool could not be created.
     #[error("could not start {threads} CPU worker threads: {reason}")]
     ThreadPool { threads: usize, reason: String },
+    /// A CUDA library is not installed or not on the loader's search path.
+    #[error("{library} could not be loaded: it comes with {provider}; {hint}")]
+    CudaLibraryMissing {
+        library: &'static str,
+        provider: &'static str,
+        hint: &'static str,
+    },
+    /// The requested GPU does not exist.
+    #[error("CUDA device {ordinal} requested, but {count} device(s) are visible")]
+    NoCudaDevice { ordinal: usize, count: usize },
+    /// A CUDA driver call failed (launches included; a kernel that faults
+    /// surfaces at the next synchronization).
+    #[error("CUDA driver: {0}")]
+    CudaDriver(#[from] cudarc::driver::DriverError),
+    /// An NVRTC call failed.
+    #[error("NVRTC: {0}")]
+    Nvrtc(#[from] cudarc::nvrtc::result::NvrtcError),
+    /// A kernel could not be queued (bad launch configuration or arguments).
+    #[error("launching CUDA kernel `{kernel}`: {source}")]
+    KernelLaunch {
+        kernel: &'static str,
+        source: cudarc::driver::DriverError,
+    },
+    /// A kernel module could not be compiled or loaded.
+    #[error("CUDA kernels `{module}`: {reason}")]
+    KernelBuild {
+        module: &'static str,
+        reason: String,
+    },
+    /// A CUDA kernel found invalid input (reported at the next
+    /// synchronization, since kernels run asynchronously).
+    #[error("a CUDA kernel found invalid input: {0}")]
+    KernelFault(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

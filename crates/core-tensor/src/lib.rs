@@ -1,8 +1,8 @@
 //! Kernels for training the FashionMNIST CNN, behind one device-agnostic seam.
 //!
-//! * [`Backend`] owns memory on a device (host RAM for [`Cpu`]); every op is a
-//!   small trait in [`ops`] that each backend implements, so the model code is
-//!   written once and runs on any device.
+//! * [`Backend`] owns memory on a device (host RAM for [`Cpu`], GPU memory
+//!   for [`Cuda`]); every op is a small trait in [`ops`] that each backend
+//!   implements, so the model code is written once and runs on any device.
 //! * Ops work on flat buffers plus an explicit geometry (`Conv2dGeom`, ...).
 //!   Parameters live in one contiguous buffer described by a [`FlatLayout`];
 //!   layers address their weights by range, so gradients land in one flat
@@ -19,7 +19,7 @@ pub mod rng;
 #[cfg(test)]
 mod testing;
 
-pub use backend::{Backend, Cpu, Elem};
+pub use backend::{Backend, Cpu, Cuda, Elem, cuda_available};
 pub use error::{Error, Result};
 pub use flat::{FlatLayout, ParamSpec, ParamView};
 pub use ops::Ops;

@@ -3,8 +3,10 @@
 //! in [`crate::ops`], implemented by every backend.
 
 mod cpu;
+pub mod cuda;
 
 pub use cpu::Cpu;
+pub use cuda::{Cuda, cuda_available};
 
 use std::fmt::Debug;
 use std::ops::Range;
@@ -19,8 +21,20 @@ mod sealed {
 }
 
 /// Element types a device buffer may hold: `f32` for values, `u8` for the
-/// raw dataset (images and labels), `u32` for sample indices.
-pub trait Elem: Copy + Default + Debug + Send + Sync + 'static + sealed::Sealed {}
+/// raw dataset (images and labels), `u32` for sample indices. The cudarc
+/// bounds let the CUDA backend allocate and copy them.
+pub trait Elem:
+    Copy
+    + Default
+    + Debug
+    + Send
+    + Sync
+    + 'static
+    + sealed::Sealed
+    + cudarc::driver::DeviceRepr
+    + cudarc::driver::ValidAsZeroBits
+{
+}
 impl Elem for f32 {}
 impl Elem for u8 {}
 impl Elem for u32 {}

@@ -10,6 +10,7 @@
 //! and handed to every backend as the same f32 scalars.
 
 mod cpu;
+mod cuda;
 #[cfg(test)]
 mod tests;
 

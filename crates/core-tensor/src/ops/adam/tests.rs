@@ -70,7 +70,7 @@ fn bad_hyper_parameters_are_rejected() {
     assert!(AdamConfig::default().validate().is_ok());
 }
 
-/// Recorded from PyTorch 2.11, `torch.optim.Adam([p], lr=1e-3)`, three steps:
+/// Recorded from PyTorch 2.15, `torch.optim.Adam([p], lr=1e-3)`, three steps:
 /// `p = seq(4, .5, .2)`; step t uses `p.grad = seq(4, .3*t, .7)` (t = 1..3).
 #[test]
 fn three_steps_match_pytorch() {

@@ -2,6 +2,7 @@
 //! stride and zero padding. Computed as im2col + GEMM.
 
 mod cpu;
+mod cuda;
 #[cfg(test)]
 mod tests;
 

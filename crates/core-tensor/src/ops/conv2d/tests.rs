@@ -195,7 +195,7 @@ fn wrong_lengths_and_geometries_are_errors() {
     );
 }
 
-/// Expected values recorded from PyTorch 2.11 (CPU):
+/// Expected values recorded from PyTorch 2.15 (CPU):
 /// ```python
 /// seq = lambda n, a, b: torch.tensor([math.sin(a*i+b) for i in range(n)])
 /// x = seq(40, .37, .1).reshape(1,2,5,4).requires_grad_()

@@ -3,6 +3,7 @@
 //! `dlogits = (softmax − onehot(label)) / batch`.
 
 mod cpu;
+mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -62,7 +62,7 @@ fn loss_sum_accumulates_and_bad_labels_are_errors() {
     assert!(err.to_string().contains("label 10"), "{err}");
 }
 
-/// Recorded from PyTorch 2.11:
+/// Recorded from PyTorch 2.15:
 /// `z = (3*seq(30, .9, .2)).reshape(3,10); F.cross_entropy(z, tensor([2,7,0]))`,
 /// the loss and `z.grad[0]` (seq as in the conv2d reference test).
 #[test]

@@ -5,6 +5,7 @@
 //! regenerates the identical mask from the seed.
 
 mod cpu;
+mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -3,6 +3,7 @@
 //! exactly as torchvision's `ToTensor` does (`x / 255`), labels alongside.
 
 mod cpu;
+mod cuda;
 #[cfg(test)]
 mod tests;
 

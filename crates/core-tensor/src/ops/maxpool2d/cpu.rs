@@ -7,7 +7,11 @@ use crate::{Cpu, Result};
 #[inline]
 fn window_max(w: [f32; 4]) -> f32 {
     let m = w[0].max(w[1]).max(w[2].max(w[3]));
-    if w.iter().any(|v| v.is_nan()) { f32::NAN } else { m }
+    if w.iter().any(|v| v.is_nan()) {
+        f32::NAN
+    } else {
+        m
+    }
 }
 
 /// The window position (0..4, row-major) the gradient goes to: the first
@@ -16,7 +20,9 @@ fn window_max(w: [f32; 4]) -> f32 {
 #[inline]
 fn window_argmax(w: [f32; 4]) -> usize {
     let m = window_max(w);
-    w.iter().position(|&v| v == m || (m.is_nan() && v.is_nan())).unwrap_or(0)
+    w.iter()
+        .position(|&v| v == m || (m.is_nan() && v.is_nan()))
+        .unwrap_or(0)
 }
 
 impl MaxPool2dKernel for Cpu {
@@ -26,7 +32,10 @@ impl MaxPool2dKernel for Cpu {
         for (src, dst) in x.chunks_exact(in_plane).zip(y.chunks_exact_mut(out_plane)) {
             // Pairs of input rows pool into one output row; an odd last row
             // or column is dropped by `chunks_exact`.
-            for (pair, row) in src.chunks_exact(2 * g.in_w).zip(dst.chunks_exact_mut(g.out_w())) {
+            for (pair, row) in src
+                .chunks_exact(2 * g.in_w)
+                .zip(dst.chunks_exact_mut(g.out_w()))
+            {
                 let (top, bottom) = pair.split_at(g.in_w);
                 let windows = top.chunks_exact(2).zip(bottom.chunks_exact(2));
                 for (out, (t, b)) in row.iter_mut().zip(windows) {
@@ -37,7 +46,13 @@ impl MaxPool2dKernel for Cpu {
         Ok(())
     }
 
-    fn maxpool2d_bwd(&self, g: &PoolGeom, x: &Vec<f32>, dy: &Vec<f32>, dx: &mut Vec<f32>) -> Result<()> {
+    fn maxpool2d_bwd(
+        &self,
+        g: &PoolGeom,
+        x: &Vec<f32>,
+        dy: &Vec<f32>,
+        dx: &mut Vec<f32>,
+    ) -> Result<()> {
         g.check::<Self>(x, dy)?;
         check_len("maxpool2d", "dx", dx.len(), x.len())?;
         if g.in_h % 2 == 1 || g.in_w % 2 == 1 {
@@ -46,9 +61,14 @@ impl MaxPool2dKernel for Cpu {
             dx.fill(0.0);
         }
         let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h() * g.out_w());
-        let planes = x.chunks_exact(in_plane).zip(dy.chunks_exact(out_plane)).zip(dx.chunks_exact_mut(in_plane));
+        let planes = x
+            .chunks_exact(in_plane)
+            .zip(dy.chunks_exact(out_plane))
+            .zip(dx.chunks_exact_mut(in_plane));
         for ((src, grad), dst) in planes {
-            let rows = src.chunks_exact(2 * g.in_w).zip(dst.chunks_exact_mut(2 * g.in_w));
+            let rows = src
+                .chunks_exact(2 * g.in_w)
+                .zip(dst.chunks_exact_mut(2 * g.in_w));
             for ((pair, dpair), grad_row) in rows.zip(grad.chunks_exact(g.out_w())) {
                 let (top, bottom) = pair.split_at(g.in_w);
                 let (dtop, dbottom) = dpair.split_at_mut(g.in_w);

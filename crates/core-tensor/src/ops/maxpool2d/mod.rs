@@ -4,6 +4,7 @@
 //! winning, exactly PyTorch's rule, so no index buffer is stored.
 
 mod cpu;
+mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -13,7 +13,9 @@ impl ReluKernel for Cpu {
     fn relu_bwd(&self, y: &Vec<f32>, dy: &mut Vec<f32>) -> Result<()> {
         check_len("relu_bwd", "dy", dy.len(), y.len())?;
         // A select rather than a branch, so the loop vectorizes.
-        dy.iter_mut().zip(y).for_each(|(d, &y)| *d = if y > 0.0 { *d } else { 0.0 });
+        dy.iter_mut()
+            .zip(y)
+            .for_each(|(d, &y)| *d = if y > 0.0 { *d } else { 0.0 });
         Ok(())
     }
 }

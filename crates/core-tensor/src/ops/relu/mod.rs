@@ -2,6 +2,7 @@
 //! (`y > 0` exactly when `x > 0`), so the input need not be kept.
 
 mod cpu;
+mod cuda;
 #[cfg(test)]
 mod tests;
 

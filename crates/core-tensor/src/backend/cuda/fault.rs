@@ -1,0 +1,41 @@
+//! The fault word: kernels that meet input the CPU kernels reject (a label
+//! not below the class count, a sample index past the dataset) cannot return
+//! an error, so they set a bit in a device word instead and write harmless
+//! values. [`super::Cuda`] reads the word whenever it synchronizes and turns
+//! set bits into [`crate::Error::KernelFault`]. The bit values are mirrored
+//! by `FAULT_*` in the `.cu` files.
+
+/// cross_entropy.cu `FAULT_LABEL`.
+const LABEL: u32 = 1;
+/// gather.cu `FAULT_INDEX`.
+const INDEX: u32 = 2;
+
+/// A sentence naming every fault in `bits`.
+pub(super) fn describe(bits: u32) -> String {
+    let mut what = Vec::new();
+    if bits & LABEL != 0 {
+        what.push("cross_entropy: a label is not below the number of classes");
+    }
+    if bits & INDEX != 0 {
+        what.push("gather_batch: a sample index is beyond the dataset");
+    }
+    if bits & !(LABEL | INDEX) != 0 {
+        what.push("unknown fault bits");
+    }
+    what.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bit_is_named() {
+        assert_eq!(
+            describe(LABEL | INDEX),
+            "cross_entropy: a label is not below the number of classes; \
+             gather_batch: a sample index is beyond the dataset"
+        );
+        assert_eq!(describe(8), "unknown fault bits");
+    }
+}

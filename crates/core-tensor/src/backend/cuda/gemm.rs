@@ -1,0 +1,204 @@
+//! The host side of the shared SGEMM tile (`sgemm.cuh`): its launch struct
+//! and the split-K plan.
+//!
+//! The plan is a function of the GEMM's shape alone, never of the device, so
+//! the order of every sum — and hence every result bit — is the same run to
+//! run and on every GPU.
+
+use cudarc::driver::LaunchConfig;
+
+use crate::{Error, Result};
+
+/// The tile shape; mirrors `GEMM_BM`, `GEMM_BN`, `GEMM_BK` and
+/// `GEMM_THREADS` in sgemm.cuh.
+const BM: usize = 64;
+const BN: usize = 64;
+const BK: usize = 16;
+const THREADS: u32 = 256;
+/// K is split until about this many blocks run: two waves on a 132-SM H100.
+/// Small outputs with a long K (a conv weight gradient sums over every pixel
+/// of the batch) would otherwise run on a handful of SMs.
+const TARGET_BLOCKS: usize = 264;
+/// The least k one split covers (16 tiles of BK), so that writing and
+/// re-reading the partial tiles stays cheap next to the arithmetic.
+const MIN_K_CHUNK: usize = 256;
+/// The grid's y (M tiles) and z (splits) limit.
+const MAX_GRID_YZ: usize = 65_535;
+
+/// The parameter struct of every GEMM kernel: the op's geometry plus the
+/// plan. Mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct GemmLaunch<G> {
+    pub geom: G,
+    pub k_chunk: u64,
+    pub splits: u64,
+}
+
+/// How one `M × N × K` product is cut into blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GemmPlan {
+    m: usize,
+    n: usize,
+    tiles_m: usize,
+    tiles_n: usize,
+    /// Blocks along K; 1 means the tile kernel stores the result directly.
+    splits: usize,
+    /// The k each split covers (a multiple of BK); the last may cover less.
+    k_chunk: usize,
+}
+
+impl GemmPlan {
+    /// The plan for a non-empty output (`m, n ≥ 1`).
+    pub(crate) fn new(op: &'static str, m: usize, n: usize, k: usize) -> Result<Self> {
+        let tiles_m = m.div_ceil(BM);
+        let tiles_n = n.div_ceil(BN);
+        let wanted = TARGET_BLOCKS.div_ceil(tiles_m * tiles_n);
+        let most = (k / MIN_K_CHUNK).max(1);
+        let k_chunk = k.div_ceil(wanted.min(most)).next_multiple_of(BK).max(BK);
+        let splits = k.div_ceil(k_chunk).max(1);
+        let plan = Self {
+            m,
+            n,
+            tiles_m,
+            tiles_n,
+            splits,
+            k_chunk,
+        };
+        // The kernels index in 32 bits, the workspace included.
+        let elements = m.checked_mul(n).and_then(|mn| mn.checked_mul(splits));
+        let fits = tiles_m <= MAX_GRID_YZ
+            && splits <= MAX_GRID_YZ
+            && tiles_n <= i32::MAX as usize
+            && k <= i32::MAX as usize
+            && elements.is_some_and(|e| e <= i32::MAX as usize);
+        if fits {
+            Ok(plan)
+        } else {
+            Err(Error::InvalidArgument {
+                op,
+                reason: format!("a {m}x{n}x{k} product exceeds the 32-bit indexing of the kernels"),
+            })
+        }
+    }
+
+    /// Whether K is split: then the `_partial` kernel fills a workspace of
+    /// [`Self::workspace_len`] and the `_reduce` kernel stores the result.
+    pub(crate) fn is_split(&self) -> bool {
+        self.splits > 1
+    }
+
+    pub(crate) fn workspace_len(&self) -> usize {
+        self.splits * self.m * self.n
+    }
+
+    /// The launch of the tile kernels: x walks N tiles, y M tiles, z splits.
+    pub(crate) fn tiles(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (self.tiles_n as u32, self.tiles_m as u32, self.splits as u32),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// The launch of the `_reduce` kernels: one thread per output element.
+    pub(crate) fn reduce(&self) -> LaunchConfig {
+        LaunchConfig {
+            // At most 2³¹/256 blocks: `new` bounds m·n by i32::MAX.
+            grid_dim: ((self.m * self.n).div_ceil(THREADS as usize) as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// The kernels' parameter struct for this plan.
+    pub(crate) fn args<G>(&self, geom: G) -> GemmLaunch<G> {
+        GemmLaunch {
+            geom,
+            k_chunk: self.k_chunk as u64,
+            splits: self.splits as u64,
+        }
+    }
+}
+
+/// Rejects buffers the kernels' 32-bit indices cannot address.
+pub(crate) fn check_i32(op: &'static str, lens: &[usize]) -> Result<()> {
+    match lens.iter().find(|&&len| len > i32::MAX as usize) {
+        None => Ok(()),
+        Some(len) => Err(Error::InvalidArgument {
+            op,
+            reason: format!("a buffer of {len} elements exceeds the kernels' 32-bit indexing"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn covers_k_exactly(plan: &GemmPlan, k: usize) {
+        assert_eq!(plan.k_chunk % BK, 0, "{plan:?}");
+        assert!(
+            plan.splits * plan.k_chunk >= k,
+            "{plan:?} misses part of k = {k}"
+        );
+        assert!(
+            k == 0 || (plan.splits - 1) * plan.k_chunk < k,
+            "{plan:?}: the last split of k = {k} is empty"
+        );
+    }
+
+    #[test]
+    fn a_long_k_behind_few_tiles_is_split() {
+        // conv2's weight gradient at batch 64: 64 x 288 outputs, K = 64·24·24.
+        let k = 64 * 24 * 24;
+        let plan = GemmPlan::new("test", 64, 288, k).unwrap();
+        assert!(plan.is_split());
+        assert!(plan.k_chunk >= MIN_K_CHUNK);
+        let blocks = plan.tiles_m * plan.tiles_n * plan.splits;
+        assert!(
+            (TARGET_BLOCKS..2 * TARGET_BLOCKS).contains(&blocks),
+            "{plan:?}"
+        );
+        covers_k_exactly(&plan, k);
+        assert_eq!(plan.workspace_len(), plan.splits * 64 * 288);
+    }
+
+    #[test]
+    fn many_tiles_or_a_short_k_stay_whole() {
+        // conv2's forward pass at batch 64: 64 x 36864 outputs, K = 288.
+        let plan = GemmPlan::new("test", 64, 64 * 24 * 24, 288).unwrap();
+        assert!(!plan.is_split());
+        covers_k_exactly(&plan, 288);
+        // fc2: a single tile, but K = 128 is below one minimum chunk.
+        let plan = GemmPlan::new("test", 64, 10, 128).unwrap();
+        assert!(!plan.is_split());
+        covers_k_exactly(&plan, 128);
+    }
+
+    #[test]
+    fn empty_k_runs_one_split() {
+        let plan = GemmPlan::new("test", 3, 5, 0).unwrap();
+        assert_eq!((plan.splits, plan.k_chunk), (1, BK));
+        assert_eq!(plan.tiles().grid_dim, (1, 1, 1));
+    }
+
+    #[test]
+    fn the_plan_covers_k_for_every_shape() {
+        for m in [1, 63, 64, 65, 200] {
+            for n in [1, 64, 1000] {
+                for k in [1, 15, 16, 17, 255, 256, 257, 5000, 100_000] {
+                    covers_k_exactly(&GemmPlan::new("test", m, n, k).unwrap(), k);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn products_beyond_32_bit_indexing_are_refused() {
+        let err = GemmPlan::new("test", 1 << 16, 1 << 16, 16).unwrap_err();
+        assert!(err.to_string().contains("32-bit"), "{err}");
+        assert!(check_i32("test", &[1 << 31]).is_err());
+        assert!(check_i32("test", &[(1 << 31) - 1]).is_ok());
+    }
+}

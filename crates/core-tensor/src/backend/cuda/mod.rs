@@ -1,0 +1,250 @@
+//! The CUDA backend: buffers are cudarc `CudaSlice`s on one GPU, every op is a
+//! kernel from `src/ops/<op>/<op>.cu` queued on one stream.
+//!
+//! * Libraries are loaded at first use, never linked: a machine without the
+//!   NVIDIA driver (`libcuda.so`) or NVRTC (`libnvrtc.so`) gets a typed
+//!   [`Error`] naming the library, and [`cuda_available`] lets a caller pick
+//!   the CPU instead.
+//! * Kernels come from PTX that `nvcc` embedded at build time, when it was
+//!   there and the driver accepts it; else NVRTC compiles the embedded
+//!   sources for the GPU's exact architecture at [`Cuda::new`] (once per
+//!   process and architecture; see `modules.rs`).
+//! * Ops queue work without waiting; [`Backend::read_range`] and
+//!   [`Backend::synchronize`] wait, and report the asynchronous errors: a
+//!   faulting kernel, or invalid data a kernel found (see `fault.rs`).
+//! * All `unsafe` of the backend is in `launch.rs`.
+
+mod fault;
+pub(crate) mod gemm;
+mod kernels;
+pub(crate) mod launch;
+mod modules;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, PoisonError};
+
+pub use cudarc;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut};
+pub use kernels::{KernelModule, kernel_modules};
+pub use modules::{compile_cubin, compile_ptx, nvrtc_version};
+
+use super::{Backend, Elem};
+use crate::error::check_len;
+use crate::{Error, Result};
+
+/// The number of CUDA devices this process can use: `Ok(0)` when the driver
+/// is installed but sees no GPU, an error naming the library when the driver
+/// is missing. Never panics, so `--device auto` can fall back to the CPU.
+pub fn cuda_available() -> Result<usize> {
+    launch::require_driver()?;
+    if let Err(e) = cudarc::driver::result::init() {
+        return match e.0 {
+            cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
+            _ => Err(e.into()),
+        };
+    }
+    let count = cudarc::driver::result::device::get_count()?;
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// One GPU, one stream, and every kernel loaded on it.
+///
+/// Cloning is cheap and shares the stream, so work queued through any clone
+/// runs in program order.
+#[derive(Clone)]
+pub struct Cuda {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    ordinal: usize,
+    name: String,
+    compute_cap: (i32, i32),
+    kernels_from: String,
+    stream: Arc<CudaStream>,
+    functions: HashMap<&'static str, CudaFunction>,
+    /// Bits set by kernels that met invalid input, checked when syncing.
+    fault: Mutex<CudaSlice<u32>>,
+}
+
+impl fmt::Debug for Cuda {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cuda")
+            .field("ordinal", &self.inner.ordinal)
+            .field("name", &self.inner.name)
+            .finish()
+    }
+}
+
+impl Cuda {
+    /// Opens GPU `ordinal` (a data-parallel rank passes its local rank) and
+    /// loads every kernel on it.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let count = cuda_available()?;
+        if ordinal >= count {
+            return Err(Error::NoCudaDevice { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        let compute_cap = ctx.compute_capability()?;
+        let (functions, kernels_from) = modules::load_all(&ctx, compute_cap)?;
+        // One stream per rank. The context's default stream keeps cudarc out
+        // of its multi-stream mode, which would record events per launch.
+        let stream = ctx.default_stream();
+        let fault = Mutex::new(stream.alloc_zeros::<u32>(1)?);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                ordinal,
+                name: ctx.name()?,
+                compute_cap,
+                kernels_from,
+                stream,
+                functions,
+                fault,
+            }),
+        })
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// The stream every op of this backend runs on, for work that must be
+    /// ordered with it (e.g. a collective on the gradient buffer).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.inner.stream
+    }
+
+    /// A zeroed scratch buffer; freed in stream order when dropped, so it
+    /// may be dropped right after the kernels using it are queued.
+    pub(crate) fn scratch(&self, len: usize) -> Result<CudaSlice<f32>> {
+        Ok(self.inner.stream.alloc_zeros(len)?)
+    }
+
+    pub(crate) fn function(&self, name: &'static str) -> Result<&CudaFunction> {
+        self.inner
+            .functions
+            .get(name)
+            .ok_or_else(|| Error::KernelBuild {
+                module: "registry",
+                reason: format!("no kernel named `{name}` was loaded"),
+            })
+    }
+
+    /// Runs `f` with the fault word, for kernels that report invalid input.
+    pub(crate) fn with_fault<R>(&self, f: impl FnOnce(&mut CudaSlice<u32>) -> R) -> R {
+        // A panic elsewhere cannot leave the word half-written: it is only
+        // touched by queued kernels and `check_faults`.
+        let mut fault = self
+            .inner
+            .fault
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        f(&mut fault)
+    }
+
+    /// After a stream sync: turns fault bits into an error, clearing them.
+    fn check_faults(&self) -> Result<()> {
+        self.with_fault(|word| {
+            let mut bits = [0u32];
+            self.inner.stream.memcpy_dtoh(&*word, &mut bits[..])?;
+            if bits[0] == 0 {
+                return Ok(());
+            }
+            self.inner.stream.memset_zeros(word)?;
+            Err(Error::KernelFault(fault::describe(bits[0])))
+        })
+    }
+}
+
+impl Backend for Cuda {
+    type Storage<T: Elem> = CudaSlice<T>;
+
+    fn describe(&self) -> String {
+        let (major, minor) = self.inner.compute_cap;
+        format!(
+            "cuda:{} ({}, sm_{major}{minor}, kernels from {})",
+            self.inner.ordinal, self.inner.name, self.inner.kernels_from
+        )
+    }
+
+    fn zeros<T: Elem>(&self, len: usize) -> Result<CudaSlice<T>> {
+        Ok(self.inner.stream.alloc_zeros(len)?)
+    }
+
+    fn upload<T: Elem>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        Ok(self.inner.stream.clone_htod(host)?)
+    }
+
+    fn len<T: Elem>(storage: &CudaSlice<T>) -> usize {
+        storage.len()
+    }
+
+    fn read_range<T: Elem>(
+        &self,
+        storage: &CudaSlice<T>,
+        range: Range<usize>,
+        host: &mut [T],
+    ) -> Result<()> {
+        let src = view("read_range", storage, range)?;
+        check_len("read_range", "host", host.len(), src.len())?;
+        self.inner.stream.memcpy_dtoh(&src, host)?;
+        self.synchronize()
+    }
+
+    fn write_range<T: Elem>(
+        &self,
+        host: &[T],
+        storage: &mut CudaSlice<T>,
+        offset: usize,
+    ) -> Result<()> {
+        let range = offset..offset.saturating_add(host.len());
+        let mut dst = view_mut("write_range", storage, range)?;
+        // From pageable memory the copy is staged before this returns, so
+        // `host` may be reused at once.
+        self.inner.stream.memcpy_htod(host, &mut dst)?;
+        Ok(())
+    }
+
+    fn fill<T: Elem>(&self, storage: &mut CudaSlice<T>, value: T) -> Result<()> {
+        launch::fill(&self.inner.stream, storage, value)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.inner.stream.synchronize()?;
+        self.check_faults()
+    }
+}
+
+/// `storage[range]`, or an error where cudarc would panic.
+pub(crate) fn view<'a, T>(
+    op: &'static str,
+    storage: &'a CudaSlice<T>,
+    range: Range<usize>,
+) -> Result<CudaView<'a, T>> {
+    let len = storage.len();
+    storage
+        .try_slice(range.clone())
+        .ok_or_else(|| out_of_bounds(op, &range, len))
+}
+
+/// `&mut storage[range]`, or an error where cudarc would panic.
+pub(crate) fn view_mut<'a, T>(
+    op: &'static str,
+    storage: &'a mut CudaSlice<T>,
+    range: Range<usize>,
+) -> Result<CudaViewMut<'a, T>> {
+    let len = storage.len();
+    storage
+        .try_slice_mut(range.clone())
+        .ok_or_else(|| out_of_bounds(op, &range, len))
+}
+
+fn out_of_bounds(op: &'static str, range: &Range<usize>, len: usize) -> Error {
+    Error::InvalidArgument {
+        op,
+        reason: format!("range {range:?} is outside a buffer of {len} elements"),
+    }
+}

@@ -1,0 +1,151 @@
+//! Turning the embedded kernel modules into loaded functions, and the
+//! process-wide cache of what NVRTC compiled.
+//!
+//! Per module, the PTX that nvcc embedded at build time is tried first. PTX
+//! from a toolkit newer than the driver does not load, so when it fails, or
+//! when there is none, NVRTC compiles the source to a CUBIN for the GPU's
+//! exact `sm_XY`: machine code needs no JIT, and a CUBIN from a newer NVRTC
+//! of the same major version loads on an older driver. CUBINs are cached per
+//! (module, architecture), so each is compiled once per process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::thread;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+
+use super::kernels::{KernelModule, PTX_ARCH, kernel_modules};
+use super::launch::{self, Output};
+use crate::{Error, Result};
+
+/// CUBINs by module name and `sm` number.
+type CubinCache = HashMap<(&'static str, u32), Arc<[u8]>>;
+
+/// The CUBINs compiled in this process.
+static CUBINS: LazyLock<Mutex<CubinCache>> = LazyLock::new(Default::default);
+
+/// The loaded NVRTC's `(major, minor)` version, or an error naming the
+/// library when it is missing.
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    launch::nvrtc_version()
+}
+
+/// `module` compiled by NVRTC to PTX for `compute_<compute_cap>` (e.g. 90),
+/// with the options the runtime uses. For tools: assembling the PTX with
+/// `ptxas` reports registers and spills.
+pub fn compile_ptx(module: &KernelModule, compute_cap: u32) -> Result<String> {
+    let arch = format!("--gpu-architecture=compute_{compute_cap}");
+    let ptx = launch::nvrtc_compile(module.name, module.source, &[arch], Output::Ptx)?;
+    Ok(String::from_utf8_lossy(&ptx).into_owned())
+}
+
+/// `module` compiled by NVRTC to a CUBIN for `sm_<compute_cap>`, exactly as
+/// [`super::Cuda::new`] does when it has no loadable PTX.
+pub fn compile_cubin(module: &KernelModule, compute_cap: u32) -> Result<Vec<u8>> {
+    let arch = format!("--gpu-architecture=sm_{compute_cap}");
+    launch::nvrtc_compile(module.name, module.source, &[arch], Output::Cubin)
+}
+
+/// Loads every module on `ctx` (a GPU of compute capability `cap`) and
+/// returns its functions by name, plus a note on where the code came from.
+pub(super) fn load_all(
+    ctx: &Arc<CudaContext>,
+    (major, minor): (i32, i32),
+) -> Result<(HashMap<&'static str, CudaFunction>, String)> {
+    let sm = u32::try_from(major * 10 + minor).unwrap_or(0);
+    let mut loaded = Vec::new();
+    let mut need_nvrtc = Vec::new();
+    let mut ptx_failures = Vec::new();
+    for module in kernel_modules() {
+        match module.ptx.map(|ptx| ctx.load_module(Ptx::from_src(ptx))) {
+            Some(Ok(m)) => loaded.push((module, m)),
+            Some(Err(e)) => {
+                ptx_failures.push(format!("{}: {e}", module.name));
+                need_nvrtc.push(module);
+            }
+            None => need_nvrtc.push(module),
+        }
+    }
+    let mut origin = Vec::new();
+    if !loaded.is_empty() {
+        origin.push(format!("PTX for {} from nvcc", PTX_ARCH.unwrap_or("?")));
+    }
+    if !need_nvrtc.is_empty() {
+        let cubins = cubins(&need_nvrtc, sm).map_err(|e| {
+            if ptx_failures.is_empty() {
+                e
+            } else {
+                Error::KernelBuild {
+                    module: need_nvrtc[0].name,
+                    reason: format!(
+                        "the embedded PTX did not load ({}), and NVRTC could not stand in: {e}",
+                        ptx_failures.join("; ")
+                    ),
+                }
+            }
+        })?;
+        for (module, cubin) in need_nvrtc.into_iter().zip(cubins) {
+            loaded.push((module, ctx.load_module(Ptx::from_binary(cubin.to_vec()))?));
+        }
+        let (nv_major, nv_minor) = launch::nvrtc_version()?;
+        origin.push(format!("NVRTC {nv_major}.{nv_minor} for sm_{sm}"));
+    }
+    let mut functions = HashMap::new();
+    for (module, cuda_module) in &loaded {
+        for &name in module.functions {
+            let function = load_function(module, cuda_module, name)?;
+            functions.insert(name, function);
+        }
+    }
+    Ok((functions, origin.join(" + ")))
+}
+
+fn load_function(
+    module: &KernelModule,
+    cuda_module: &Arc<CudaModule>,
+    name: &str,
+) -> Result<CudaFunction> {
+    cuda_module
+        .load_function(name)
+        .map_err(|e| Error::KernelBuild {
+            module: module.name,
+            reason: format!("kernel `{name}`: {e}"),
+        })
+}
+
+/// The CUBINs of `modules` for `sm`, from the cache or compiled now (in
+/// parallel: NVRTC programs are independent).
+fn cubins(modules: &[&'static KernelModule], sm: u32) -> Result<Vec<Arc<[u8]>>> {
+    let cached = |module: &KernelModule| {
+        let cache = CUBINS.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.get(&(module.name, sm)).cloned()
+    };
+    let compiled: Vec<Result<Arc<[u8]>>> = thread::scope(|scope| {
+        let jobs: Vec<_> = modules
+            .iter()
+            .map(|&module| {
+                scope.spawn(move || match cached(module) {
+                    Some(cubin) => Ok(cubin),
+                    None => compile_cubin(module, sm).map(Arc::from),
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|job| {
+                job.join().unwrap_or_else(|_| {
+                    Err(Error::KernelBuild {
+                        module: "nvrtc",
+                        reason: "a compiler thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    let compiled: Vec<Arc<[u8]>> = compiled.into_iter().collect::<Result<_>>()?;
+    let mut cache = CUBINS.lock().unwrap_or_else(PoisonError::into_inner);
+    for (module, cubin) in modules.iter().zip(&compiled) {
+        cache.insert((module.name, sm), Arc::clone(cubin));
+    }
+    Ok(compiled)
+}

@@ -1,0 +1,36 @@
+use cudarc::driver::CudaSlice;
+
+use super::{AdamKernel, AdamScalars};
+use crate::backend::cuda::launch::blocks_for;
+use crate::error::check_len;
+use crate::{Cuda, Result};
+
+const THREADS: u32 = 256;
+
+impl AdamKernel for Cuda {
+    fn adam_step(
+        &self,
+        s: &AdamScalars,
+        params: &mut CudaSlice<f32>,
+        grads: &CudaSlice<f32>,
+        m: &mut CudaSlice<f32>,
+        v: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        for (name, len) in [("grads", grads.len()), ("m", m.len()), ("v", v.len())] {
+            check_len("adam", name, len, params.len())?;
+        }
+        if params.is_empty() {
+            return Ok(());
+        }
+        let cfg = blocks_for("adam", params.len(), THREADS)?;
+        let n = params.len() as u64;
+        self.kernel("adam_step_f32")?
+            .arg(params)
+            .arg(grads)
+            .arg(m)
+            .arg(v)
+            .arg(s)
+            .arg(&n)
+            .launch(cfg)
+    }
+}

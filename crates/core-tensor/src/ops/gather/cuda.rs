@@ -1,0 +1,66 @@
+use std::ops::Range;
+
+use cudarc::driver::CudaSlice;
+
+use super::GatherKernel;
+use crate::backend::cuda::launch::{GatherArgs, blocks_for};
+use crate::error::check_len;
+use crate::{Cuda, Error, Result};
+
+const THREADS: u32 = 256;
+
+impl GatherKernel for Cuda {
+    /// A sample index past the dataset (an error on the CPU) is reported by
+    /// the next synchronization as [`crate::Error::KernelFault`].
+    fn gather_batch(
+        &self,
+        images: &CudaSlice<u8>,
+        labels: &CudaSlice<u8>,
+        pixels: usize,
+        indices: &CudaSlice<u32>,
+        positions: Range<usize>,
+        x: &mut CudaSlice<f32>,
+        y: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        let batch = positions.len();
+        check_len("gather_batch", "x", x.len(), batch * pixels)?;
+        check_len("gather_batch", "y", y.len(), batch)?;
+        check_len(
+            "gather_batch",
+            "images",
+            images.len(),
+            labels.len() * pixels,
+        )?;
+        if positions.end > indices.len() {
+            return Err(Error::InvalidArgument {
+                op: "gather_batch",
+                reason: format!(
+                    "positions {positions:?} exceed the {} indices",
+                    indices.len()
+                ),
+            });
+        }
+        // As on the CPU, nothing is written when there are no pixels.
+        if x.is_empty() {
+            return Ok(());
+        }
+        let args = GatherArgs {
+            batch: batch as u64,
+            pixels: pixels as u64,
+            samples: labels.len() as u64,
+            first: positions.start as u64,
+        };
+        let cfg = blocks_for("gather_batch", x.len(), THREADS)?;
+        self.with_fault(|fault| {
+            self.kernel("gather_batch_u8_f32")?
+                .arg(images)
+                .arg(labels)
+                .arg(indices)
+                .arg(x)
+                .arg(y)
+                .arg(fault)
+                .arg(&args)
+                .launch(cfg)
+        })
+    }
+}

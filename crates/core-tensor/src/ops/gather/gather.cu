@@ -1,0 +1,30 @@
+// Batch assembly from the resident u8 dataset, one thread per output pixel:
+// x[b, j] = images[indices[first + b], j] / 255 (correctly rounded, as the
+// CPU's f32 division), and the thread of pixel 0 copies the label.
+
+// Mirrors `GatherArgs` in backend/cuda/launch.rs.
+struct GatherArgs {
+    unsigned long long batch, pixels, samples, first;
+};
+
+// Bit 1 of the backend's fault word (backend/cuda/fault.rs): a sample index
+// was not below the number of samples.
+#define FAULT_INDEX 2u
+
+extern "C" __global__ void gather_batch_u8_f32(const unsigned char* images,
+                                               const unsigned char* labels,
+                                               const unsigned int* indices, float* x,
+                                               unsigned char* y, unsigned int* fault,
+                                               GatherArgs a) {
+    const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= a.batch * a.pixels) return;
+    const unsigned long long b = i / a.pixels, j = i - b * a.pixels;
+    const unsigned long long sample = indices[a.first + b];
+    if (sample >= a.samples) {
+        if (j == 0) atomicOr(fault, FAULT_INDEX);
+        x[i] = 0.0f;
+        return;
+    }
+    x[i] = __fdiv_rn((float)images[sample * a.pixels + j], 255.0f);
+    if (j == 0) y[b] = labels[sample];
+}

@@ -1,0 +1,122 @@
+// Linear layer y = x·Wᵀ + b with PyTorch's [out, in] weight: three GEMMs on
+// the shared tile (sgemm.cuh) and a column sum for the bias gradient.
+//
+// Each GEMM has three entry points: `<name>_f32` computes whole tiles and
+// stores the result, `<name>_partial_f32` computes one K split into the
+// workspace, `<name>_reduce_f32` sums the splits in order and stores. The
+// host picks direct or split from the shape alone (backend/cuda/gemm.rs).
+
+#include "sgemm.cuh"
+
+// Mirrors `LinearGeom` (usize fields) field by field.
+struct LinearGeom {
+    unsigned long long batch, in_features, out_features;
+};
+
+// Mirrors `GemmLaunch<LinearGeom>` in backend/cuda/gemm.rs.
+struct LinearLaunch {
+    LinearGeom g;
+    unsigned long long k_chunk, splits;
+};
+
+// A row-major matrix read as (mn, k): element [mn · ld + k].
+struct RowsByK {
+    static const bool K_FAST = true;
+    const float* p;
+    int ld;
+    __device__ float operator()(int mn, int k) const { return p[mn * ld + k]; }
+};
+
+// A row-major matrix read transposed, as (mn, k): element [k · ld + mn].
+struct ColsByK {
+    static const bool K_FAST = false;
+    const float* p;
+    int ld;
+    __device__ float operator()(int mn, int k) const { return p[k * ld + mn]; }
+};
+
+// y[b, o] = acc + bias[o].
+struct BiasStore {
+    float* y;
+    const float* bias;
+    int ld;
+    __device__ void operator()(int m, int n, float v) const { y[m * ld + n] = v + bias[n]; }
+};
+
+// Forward: M = batch, N = out, K = in; A = x, B(k = i, n = o) = W[o, i].
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_fwd_f32(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) {
+    const int I = (int)p.g.in_features, O = (int)p.g.out_features;
+    float acc[4][4];
+    gemm_tile(RowsByK{x, I}, RowsByK{w, I}, (int)p.g.batch, O, I, (int)p.k_chunk, acc);
+    gemm_store(acc, (int)p.g.batch, O, BiasStore{y, bias, O});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_fwd_partial_f32(const float* x, const float* w, float* ws, LinearLaunch p) {
+    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
+    float acc[4][4];
+    gemm_tile(RowsByK{x, I}, RowsByK{w, I}, B, O, I, (int)p.k_chunk, acc);
+    gemm_store(acc, B, O, PartialStore{ws, B, O});
+}
+
+extern "C" __global__ void linear_fwd_reduce_f32(const float* ws, const float* bias, float* y,
+                                                 LinearLaunch p) {
+    const int O = (int)p.g.out_features;
+    gemm_reduce(ws, (int)p.g.batch, O, (int)p.splits, BiasStore{y, bias, O});
+}
+
+// Weight gradient: dW[o, i] = Σ_b dy[b, o] · x[b, i]; M = out, N = in, K = batch.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_weight_f32(const float* x, const float* dy, float* dw, LinearLaunch p) {
+    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
+    float acc[4][4];
+    gemm_tile(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, (int)p.k_chunk, acc);
+    gemm_store(acc, O, I, PlainStore{dw, I});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_weight_partial_f32(const float* x, const float* dy, float* ws, LinearLaunch p) {
+    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
+    float acc[4][4];
+    gemm_tile(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, (int)p.k_chunk, acc);
+    gemm_store(acc, O, I, PartialStore{ws, O, I});
+}
+
+extern "C" __global__ void linear_bwd_weight_reduce_f32(const float* ws, float* dw, LinearLaunch p) {
+    const int I = (int)p.g.in_features;
+    gemm_reduce(ws, (int)p.g.out_features, I, (int)p.splits, PlainStore{dw, I});
+}
+
+// Input gradient: dx[b, i] = Σ_o dy[b, o] · W[o, i]; M = batch, N = in, K = out.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_input_f32(const float* dy, const float* w, float* dx, LinearLaunch p) {
+    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
+    float acc[4][4];
+    gemm_tile(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, (int)p.k_chunk, acc);
+    gemm_store(acc, B, I, PlainStore{dx, I});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_input_partial_f32(const float* dy, const float* w, float* ws, LinearLaunch p) {
+    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
+    float acc[4][4];
+    gemm_tile(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, (int)p.k_chunk, acc);
+    gemm_store(acc, B, I, PartialStore{ws, B, I});
+}
+
+extern "C" __global__ void linear_bwd_input_reduce_f32(const float* ws, float* dx, LinearLaunch p) {
+    const int I = (int)p.g.in_features;
+    gemm_reduce(ws, (int)p.g.batch, I, (int)p.splits, PlainStore{dx, I});
+}
+
+// Bias gradient: db[o] = Σ_b dy[b, o], one thread per column summing the rows
+// in order (the CPU kernel's order, so the result is bit-identical to it).
+extern "C" __global__ void linear_bwd_bias_f32(const float* dy, float* db, LinearGeom g) {
+    const int o = blockIdx.x * blockDim.x + threadIdx.x;
+    const int B = (int)g.batch, O = (int)g.out_features;
+    if (o >= O) return;
+    float sum = 0.0f;
+    for (int b = 0; b < B; ++b) sum += dy[b * O + o];
+    db[o] = sum;
+}

@@ -1,0 +1,53 @@
+use cudarc::driver::CudaSlice;
+
+use super::{MaxPool2dKernel, PoolGeom};
+use crate::backend::cuda::gemm::check_i32;
+use crate::backend::cuda::launch::blocks_for;
+use crate::error::check_len;
+use crate::{Cuda, Result};
+
+const THREADS: u32 = 256;
+
+impl MaxPool2dKernel for Cuda {
+    fn maxpool2d_fwd(
+        &self,
+        g: &PoolGeom,
+        x: &CudaSlice<f32>,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        g.check::<Self>(x, y)?;
+        check_i32("maxpool2d", &[x.len()])?;
+        if y.is_empty() {
+            return Ok(());
+        }
+        let cfg = blocks_for("maxpool2d", y.len(), THREADS)?;
+        self.kernel("maxpool2d_fwd_f32")?
+            .arg(x)
+            .arg(y)
+            .arg(g)
+            .launch(cfg)
+    }
+
+    fn maxpool2d_bwd(
+        &self,
+        g: &PoolGeom,
+        x: &CudaSlice<f32>,
+        dy: &CudaSlice<f32>,
+        dx: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        g.check::<Self>(x, dy)?;
+        check_len("maxpool2d", "dx", dx.len(), x.len())?;
+        check_i32("maxpool2d", &[x.len()])?;
+        if dx.is_empty() {
+            return Ok(());
+        }
+        // One thread per input element: dx is overwritten completely.
+        let cfg = blocks_for("maxpool2d", dx.len(), THREADS)?;
+        self.kernel("maxpool2d_bwd_f32")?
+            .arg(x)
+            .arg(dy)
+            .arg(dx)
+            .arg(g)
+            .launch(cfg)
+    }
+}

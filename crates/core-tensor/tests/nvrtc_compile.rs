@@ -1,0 +1,250 @@
+//! Every CUDA kernel compiles, checked without a GPU: NVRTC compiles each
+//! module to PTX and to a CUBIN for sm_90 (the H100/H200 the trainer
+//! targets; `CUDA_COMPUTE_CAP`, e.g. 80 or 8.0, picks another), each kernel
+//! the backend launches must be in the PTX, and `ptxas -v` reports registers
+//! and spills per kernel (a spill fails).
+//!
+//! Needs libnvrtc (e.g. `pip install nvidia-cuda-nvrtc-cu12`) and ptxas (e.g.
+//! `pip install nvidia-cuda-nvcc-cu12`). NVRTC is found on LD_LIBRARY_PATH;
+//! failing that, in `$NVRTC_LIB_DIR` or the pip wheel of `$PYTHON` (default
+//! python3), and the test then re-runs itself with that folder on
+//! LD_LIBRARY_PATH (the loader reads it only at process start). ptxas is
+//! `$PTXAS`, else on PATH, else in the pip wheel, and must not be older than
+//! NVRTC. Without them the test says what it skipped; with REQUIRE_NVRTC=1
+//! it fails instead.
+
+use std::env;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use core_tensor::backend::cuda::{compile_cubin, compile_ptx, kernel_modules, nvrtc_version};
+
+/// Hopper, the H100 and H200: the architecture checked by default.
+const DEFAULT_SM: u32 = 90;
+/// Set in the re-run child, so that it cannot re-run itself again.
+const RERUN: &str = "CORE_TENSOR_NVRTC_RERUN";
+const TEST_NAME: &str = "every_kernel_compiles_with_nvrtc";
+
+#[test]
+fn every_kernel_compiles_with_nvrtc() {
+    let nvrtc = match nvrtc_version() {
+        Ok(version) => version,
+        Err(e) => return rerun_or_skip(&e.to_string()),
+    };
+    println!("NVRTC {}.{}", nvrtc.0, nvrtc.1);
+    let sm = target_sm();
+    let ptxas = usable_ptxas(nvrtc);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nvrtc-compile");
+    std::fs::create_dir_all(&dir).expect("create the PTX folder");
+    let mut table = Vec::new();
+    for module in kernel_modules() {
+        let ptx = compile_ptx(module, sm).unwrap_or_else(|e| panic!("{e}"));
+        for f in module.functions {
+            assert!(
+                ptx.contains(&format!(".entry {f}(")),
+                "{}: kernel `{f}` is not in the PTX",
+                module.name
+            );
+        }
+        let cubin = compile_cubin(module, sm).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            cubin.starts_with(b"\x7fELF"),
+            "{}: not a CUBIN",
+            module.name
+        );
+        if let Some(ptxas) = &ptxas {
+            let file = dir.join(format!("{}.ptx", module.name));
+            std::fs::write(&file, &ptx).expect("write the PTX");
+            table.extend(assemble(ptxas, &file, sm));
+        }
+    }
+    if ptxas.is_some() {
+        report(&table, sm);
+    }
+}
+
+/// Prints the per-kernel table and fails on spills.
+fn report(table: &[Report], sm: u32) {
+    println!("ptxas -v for sm_{sm}:");
+    println!(
+        "{:<34} {:>5} {:>8} {:>12} {:>11}",
+        "kernel", "regs", "smem B", "spill st B", "spill ld B"
+    );
+    for k in table {
+        println!(
+            "{:<34} {:>5} {:>8} {:>12} {:>11}",
+            k.name, k.registers, k.smem, k.spill_stores, k.spill_loads
+        );
+    }
+    let launched: usize = kernel_modules().iter().map(|m| m.functions.len()).sum();
+    assert_eq!(
+        table.len(),
+        launched,
+        "ptxas reported a different kernel count"
+    );
+    let spilling: Vec<_> = table
+        .iter()
+        .filter(|k| k.spill_stores + k.spill_loads > 0)
+        .collect();
+    assert!(spilling.is_empty(), "kernels spill registers: {spilling:?}");
+}
+
+/// A ptxas that can assemble this NVRTC's PTX (its release is not older:
+/// PTX from a newer toolkit is refused), else `None` after saying why.
+fn usable_ptxas(nvrtc: (i32, i32)) -> Option<PathBuf> {
+    let Some((ptxas, release)) = find_ptxas() else {
+        skip(
+            "ptxas not found (set PTXAS or pip install nvidia-cuda-nvcc-cu12): no register report",
+        );
+        return None;
+    };
+    if release < nvrtc {
+        skip(&format!(
+            "{} is release {}.{}, older than NVRTC {}.{}: no register report",
+            ptxas.display(),
+            release.0,
+            release.1,
+            nvrtc.0,
+            nvrtc.1
+        ));
+        return None;
+    }
+    Some(ptxas)
+}
+
+/// `CUDA_COMPUTE_CAP` (as `nvidia-smi` prints it, 9.0, or as 90), else sm_90.
+fn target_sm() -> u32 {
+    let raw = env::var("CUDA_COMPUTE_CAP").unwrap_or_default();
+    if raw.trim().is_empty() {
+        return DEFAULT_SM;
+    }
+    raw.trim()
+        .replace('.', "")
+        .parse()
+        .unwrap_or_else(|_| panic!("CUDA_COMPUTE_CAP={raw:?} is not a compute capability"))
+}
+
+/// What `ptxas -v` says about one kernel.
+#[derive(Debug, Default)]
+struct Report {
+    name: String,
+    registers: u32,
+    smem: u32,
+    spill_stores: u32,
+    spill_loads: u32,
+}
+
+/// Assembles `ptx` for `sm` and parses the per-kernel report.
+fn assemble(ptxas: &Path, ptx: &Path, sm: u32) -> Vec<Report> {
+    let out = Command::new(ptxas)
+        .args([format!("-arch=sm_{sm}").as_str(), "-v", "-o"])
+        .arg(ptx.with_extension("cubin"))
+        .arg(ptx)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", ptxas.display()));
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "ptxas failed on {}:\n{log}",
+        ptx.display()
+    );
+    let mut reports: Vec<Report> = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let name = rest.split('\'').next().unwrap_or_default().to_owned();
+            reports.push(Report {
+                name,
+                ..Report::default()
+            });
+        } else if let Some(r) = reports.last_mut() {
+            if line.contains("spill stores") {
+                r.spill_stores = number_before(line, "bytes spill stores");
+                r.spill_loads = number_before(line, "bytes spill loads");
+            } else if line.contains("Used") {
+                r.registers = number_before(line, "registers");
+                r.smem = number_before(line, "bytes smem");
+            }
+        }
+    }
+    reports
+}
+
+/// The integer right before `label` in `line` (0 when absent).
+fn number_before(line: &str, label: &str) -> u32 {
+    line.split(label)
+        .next()
+        .and_then(|head| head.split([' ', ',']).rfind(|w| !w.is_empty()))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Without NVRTC on the loader path: re-runs this test with the wheel's lib
+/// folder on LD_LIBRARY_PATH when there is one, else skips (or fails).
+fn rerun_or_skip(why: &str) {
+    if env::var_os(RERUN).is_none() {
+        if let Some(lib) = nvrtc_lib_dir() {
+            let mut path = OsString::from(&lib);
+            if let Some(old) = env::var_os("LD_LIBRARY_PATH") {
+                path.push(":");
+                path.push(old);
+            }
+            println!("re-running with LD_LIBRARY_PATH={}", lib.display());
+            let out = Command::new(env::current_exe().expect("test binary path"))
+                .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+                .env("LD_LIBRARY_PATH", path)
+                .env(RERUN, "1")
+                .output()
+                .expect("re-run the test binary");
+            println!("{}", String::from_utf8_lossy(&out.stdout));
+            eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "the re-run with NVRTC failed");
+            return;
+        }
+    }
+    skip(why);
+}
+
+fn skip(why: &str) {
+    if env::var("REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+        panic!("REQUIRE_NVRTC=1, but: {why}");
+    }
+    println!("skipped: {why}");
+}
+
+/// `$NVRTC_LIB_DIR`, else the lib folder of the `nvidia-cuda-nvrtc-cu12`
+/// wheel of `$PYTHON` (default python3).
+fn nvrtc_lib_dir() -> Option<PathBuf> {
+    env::var_os("NVRTC_LIB_DIR")
+        .map(PathBuf::from)
+        .or_else(|| wheel_dir("cuda_nvrtc").map(|d| d.join("lib")))
+        .filter(|d| d.is_dir())
+}
+
+/// `$PTXAS`, else `ptxas` on PATH, else the `nvidia-cuda-nvcc-cu12` wheel's,
+/// with its release (`ptxas --version`: "... release 12.9, V12.9.86").
+fn find_ptxas() -> Option<(PathBuf, (i32, i32))> {
+    let release = |p: &PathBuf| {
+        let out = Command::new(p).arg("--version").output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let version = text.split("release ").nth(1)?.split(',').next()?;
+        let (major, minor) = version.split_once('.')?;
+        Some((major.trim().parse().ok()?, minor.trim().parse().ok()?))
+    };
+    env::var_os("PTXAS")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([PathBuf::from("ptxas")])
+        .chain(wheel_dir("cuda_nvcc").map(|d| d.join("bin/ptxas")))
+        .find_map(|p| release(&p).map(|r| (p, r)))
+}
+
+/// The folder of the `nvidia.<package>` namespace package.
+fn wheel_dir(package: &str) -> Option<PathBuf> {
+    let python = env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    let script = format!("import nvidia.{package} as m; print(list(m.__path__)[0])");
+    let out = Command::new(python).args(["-c", &script]).output().ok()?;
+    out.status
+        .success()
+        .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}

@@ -1,0 +1,113 @@
+//! The devices the parity suite runs on, and its comparisons.
+
+use std::sync::OnceLock;
+
+use core_tensor::{Backend, Cpu, Cuda, Elem};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The reference every device is compared with: the one-thread CPU backend.
+pub fn reference() -> Cpu {
+    Cpu::new(1).expect("one CPU thread always starts")
+}
+
+/// A two-thread CPU backend: a second device present on every machine, so
+/// every test body runs (and can fail) even where there is no GPU.
+pub fn cpu2() -> Cpu {
+    Cpu::new(2).expect("two CPU threads start")
+}
+
+/// GPU 0, shared by the tests of this binary (one context, one compile);
+/// `None`, after saying so, when there is none — unless REQUIRE_GPU=1, which
+/// turns a missing GPU into a failure.
+pub fn gpu(test: &str) -> Option<Cuda> {
+    static GPU: OnceLock<Result<Cuda, String>> = OnceLock::new();
+    match GPU.get_or_init(|| Cuda::new(0).map_err(|e| e.to_string())) {
+        Ok(gpu) => Some(gpu.clone()),
+        Err(e) => skip_gpu(test, e),
+    }
+}
+
+/// A GPU backend of its own, for tests that trip the fault word (which a
+/// shared backend would report to whichever test synchronizes next).
+pub fn own_gpu(test: &str) -> Option<Cuda> {
+    match Cuda::new(0) {
+        Ok(gpu) => Some(gpu),
+        Err(e) => skip_gpu(test, &e.to_string()),
+    }
+}
+
+fn skip_gpu(test: &str, why: &str) -> Option<Cuda> {
+    assert!(
+        std::env::var("REQUIRE_GPU").map_or(true, |v| v != "1"),
+        "REQUIRE_GPU=1, but no usable GPU: {why}"
+    );
+    println!("{test}: CUDA skipped: {why}");
+    None
+}
+
+/// Runs a generic test body on every device under test.
+#[macro_export]
+macro_rules! on_each_device {
+    ($body:ident) => {{
+        $body(&support::cpu2());
+        if let Some(gpu) = support::gpu(stringify!($body)) {
+            $body(&gpu);
+        }
+    }};
+}
+
+/// `n` values uniform in `[lo, hi)`, reproducible from `seed`.
+pub fn uniform(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(lo..hi)).collect()
+}
+
+pub fn abs(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|x| x.abs()).collect()
+}
+
+pub fn up<B: Backend, T: Elem>(dev: &B, host: &[T]) -> B::Storage<T> {
+    dev.upload(host).expect("upload")
+}
+
+pub fn down<B: Backend, T: Elem>(dev: &B, storage: &B::Storage<T>) -> Vec<T> {
+    dev.download(storage).expect("download")
+}
+
+/// Bit-for-bit equality (NaN payloads and the sign of zero included): for
+/// ops whose every operation is one correctly rounded step on both devices.
+pub fn assert_same_bits(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.to_bits(), w.to_bits(), "{what}[{i}]: got {g}, want {w}");
+    }
+}
+
+/// For sums of products computed in a different order (tiled GEMMs, split
+/// K, tree reductions): any order of a `terms`-term f32 dot product is within
+/// γ·Σ|aᵢbᵢ| of the exact value, γ = terms·u/(1 − terms·u) with u = 2⁻²⁴, so
+/// two orders differ by at most twice that. `abs_sum` is Σ|aᵢbᵢ| per
+/// element, computed by the reference on the inputs' absolute values. A
+/// wrong index or a lost term is off by a whole term, orders above this.
+pub fn assert_within_sum_bound(
+    what: &str,
+    got: &[f32],
+    want: &[f32],
+    abs_sum: &[f32],
+    terms: usize,
+) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let u = f64::powi(2.0, -24);
+    let n = terms as f64;
+    let gamma = n * u / (1.0 - n * u);
+    for (i, ((&g, &w), &a)) in got.iter().zip(want).zip(abs_sum).enumerate() {
+        // 1.001 covers the rounding of `abs_sum` itself.
+        let tol = 2.0 * gamma * f64::from(a) * 1.001 + f64::from(f32::MIN_POSITIVE);
+        let err = (f64::from(g) - f64::from(w)).abs();
+        assert!(
+            err <= tol,
+            "{what}[{i}]: got {g}, want {w} (|Δ| = {err:e} > {tol:e} for {terms} terms)"
+        );
+    }
+}
