@@ -1,0 +1,50 @@
+//! The seam between the trainer and a transport.
+//!
+//! The trait speaks host (`&mut [f32]`) slices because the trainer keeps its
+//! parameters and gradients in host memory today. A NCCL transport will work
+//! on device buffers; it will get its own device-buffer trait next to this
+//! one (same collectives, device pointers instead of slices) rather than
+//! forcing host copies through this one, and will reuse [`crate::Rendezvous`]
+//! to pass its 128-byte unique id.
+
+use crate::error::CommError;
+
+/// How values from all ranks are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Element-wise sum over ranks.
+    Sum,
+    /// Element-wise sum over ranks, then multiplied by `1 / world_size`
+    /// (the same multiplication on every rank, so results stay bitwise
+    /// identical).
+    Avg,
+}
+
+/// Collective operations among the ranks of one job.
+///
+/// Every rank must call the same collectives in the same order with the same
+/// lengths (and the same `root`). All results are bitwise identical on every
+/// rank: the trainer relies on that to keep replicas in lockstep.
+///
+/// Object safe, so the trainer can hold a `Box<dyn Communicator>` and pick
+/// the transport at run time.
+pub trait Communicator: Send {
+    /// This process's rank, `0..world_size()`.
+    fn rank(&self) -> usize;
+
+    /// Number of ranks in the job.
+    fn world_size(&self) -> usize;
+
+    /// Reduces `buf` across all ranks, in place.
+    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError>;
+
+    /// Reduces `buf` across all ranks in f64, in place. Meant for small
+    /// metric vectors (loss sums, correct counts) that must add up exactly.
+    fn all_reduce_f64(&mut self, buf: &mut [f64], op: ReduceOp) -> Result<(), CommError>;
+
+    /// Overwrites `buf` on every rank with `buf` of rank `root`.
+    fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<(), CommError>;
+
+    /// Returns once every rank has entered the barrier.
+    fn barrier(&mut self) -> Result<(), CommError>;
+}

@@ -1,0 +1,141 @@
+//! Error types. Every failure a user, a launcher or the network can cause is
+//! one of these values: the messages name the rank, address and variable
+//! involved so that a multi-node job that fails says *which* rank to look at.
+
+use std::time::Duration;
+
+/// Why the rendezvous store (rank 0) refused a rank. The store also remembers
+/// the first refusal and hands it to every rank that asks afterwards, so a
+/// misconfigured job fails on all ranks with the same message instead of the
+/// healthy ranks waiting out their timeout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// A rank was started with a different `WORLD_SIZE` than rank 0.
+    #[error(
+        "WORLD_SIZE mismatch: rank {rank} was started with WORLD_SIZE={rank_world_size} but rank 0 \
+         (the rendezvous host) has WORLD_SIZE={master_world_size}; every rank must use the same WORLD_SIZE"
+    )]
+    WorldSizeMismatch {
+        rank: usize,
+        rank_world_size: usize,
+        master_world_size: usize,
+    },
+    /// Two processes registered with the same rank.
+    #[error(
+        "duplicate rank: two processes registered as rank {rank}; every process needs a distinct RANK"
+    )]
+    DuplicateRank { rank: usize },
+    /// A rank number outside `0..world_size`.
+    #[error("RANK={rank} is out of range for WORLD_SIZE={world_size} (ranks are 0..{world_size})")]
+    RankOutOfRange { rank: usize, world_size: usize },
+    /// A rank gave up waiting for these ranks; the rendezvous is over.
+    #[error("the rendezvous failed: rank(s) {missing:?} of {world_size} did not arrive in time")]
+    RanksMissing {
+        missing: Vec<usize>,
+        world_size: usize,
+    },
+}
+
+/// Errors of the `comm` crate.
+#[derive(Debug, thiserror::Error)]
+pub enum CommError {
+    /// The configuration cannot describe a job (e.g. `WORLD_SIZE=0`).
+    #[error("invalid communicator configuration: {0}")]
+    InvalidConfig(String),
+
+    /// A collective was called with arguments that cannot work on this
+    /// communicator (e.g. a broadcast root outside the world).
+    #[error("invalid argument to {op}: {reason}")]
+    InvalidArgument { op: &'static str, reason: String },
+
+    /// Rank 0 could not host the store because the port is taken.
+    #[error(
+        "MASTER_PORT {port} on {addr} is already in use (another job, or another process started as \
+         rank 0?); pick another with MASTER_PORT=..."
+    )]
+    PortInUse { addr: String, port: u16 },
+
+    /// The store or a rank refused this rank; see [`Rejection`].
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+
+    /// Not all ranks arrived before the timeout.
+    #[error(
+        "rendezvous at {master} timed out after {timeout:?}: rank(s) {missing:?} of {world_size} never arrived ({detail})"
+    )]
+    RendezvousTimeout {
+        master: String,
+        timeout: Duration,
+        missing: Vec<usize>,
+        world_size: usize,
+        detail: String,
+    },
+
+    /// A blocking store `get` did not see its key in time.
+    #[error(
+        "timed out after {timeout:?} waiting for key {key:?} in the rendezvous store at {master}"
+    )]
+    StoreTimeout {
+        master: String,
+        key: String,
+        timeout: Duration,
+    },
+
+    /// The store connection failed or carried something that is not the
+    /// store protocol.
+    #[error("rendezvous store at {master}: {detail}")]
+    Store { master: String, detail: String },
+
+    /// A neighbour closed or reset its connection: it crashed, was killed, or
+    /// gave up after its own error.
+    #[error("lost connection to rank {peer} ({addr}) during {op}: {detail}")]
+    PeerLost {
+        peer: usize,
+        addr: String,
+        op: &'static str,
+        detail: String,
+    },
+
+    /// A neighbour stayed silent (or did not drain its socket) for the whole
+    /// timeout: it hangs, or it is not calling the same collective.
+    #[error("timed out after {timeout:?} waiting for rank {peer} ({addr}) during {op}")]
+    PeerTimeout {
+        peer: usize,
+        addr: String,
+        op: &'static str,
+        timeout: Duration,
+    },
+
+    /// Neighbouring ranks called different collectives (or the same one with
+    /// different lengths); the programs have diverged.
+    #[error(
+        "collective mismatch with rank {peer}: this rank called {ours} but rank {peer} called {theirs}"
+    )]
+    CollectiveMismatch {
+        peer: usize,
+        ours: String,
+        theirs: String,
+    },
+
+    /// An earlier error left the ring in an unknown state; the communicator
+    /// refuses further collectives rather than exchanging garbage.
+    #[error("communicator unusable after an earlier failure: {0}")]
+    Broken(String),
+
+    /// Local socket setup failed (e.g. no free port for the data listener).
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CommError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        CommError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

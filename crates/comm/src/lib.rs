@@ -1,0 +1,35 @@
+//! Collective communication for data-parallel training.
+//!
+//! * [`Communicator`]: the collectives the trainer needs (all-reduce in f32
+//!   and f64, broadcast, barrier), with [`SingleProcess`] for world size 1
+//!   and [`TcpCommunicator`] for everything else.
+//! * [`Rendezvous`] / [`Store`]: rank 0 hosts a small key-value store that
+//!   the ranks use to find each other and to check that they agree on the
+//!   job (world size, distinct ranks).
+//! * [`LaunchEnv`]: what torchrun or SLURM told this process about the job.
+//!
+//! All blocking network steps are bounded by [`CommConfig::timeout`], and
+//! every failure is a [`CommError`] that names the rank involved.
+
+mod communicator;
+mod config;
+mod error;
+mod hostlist;
+mod launch_env;
+mod rendezvous;
+mod single_process;
+mod store;
+mod store_protocol;
+mod store_server;
+mod tcp;
+
+pub use communicator::{Communicator, ReduceOp};
+pub use config::{CommConfig, DEFAULT_TIMEOUT, SameHostTransport};
+pub use error::{CommError, Rejection};
+pub use hostlist::{HostlistError, expand_hostlist, first_host};
+pub use launch_env::{LaunchEnv, LaunchEnvError, LaunchSource, SLURM_PORT_BASE};
+pub use rendezvous::Rendezvous;
+pub use single_process::SingleProcess;
+pub use store::Store;
+pub use store_server::StoreServer;
+pub use tcp::TcpCommunicator;

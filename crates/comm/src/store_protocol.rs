@@ -1,0 +1,390 @@
+//! Wire format of the rendezvous store.
+//!
+//! Every message is one frame: a little-endian `u32` payload length, then the
+//! payload. Payloads start with a tag byte; integers are little-endian `u64`,
+//! byte strings are a `u32` length plus the bytes. Frames are bounded so a
+//! stray client (a port scanner, a curl) cannot make the store allocate
+//! without limit.
+
+use std::io::{self, Read, Write};
+use std::time::Duration;
+
+use crate::error::Rejection;
+
+/// Largest payload either side accepts. Values are addresses and ids of a few
+/// hundred bytes; 16 MiB leaves room without inviting abuse.
+pub(crate) const MAX_FRAME: usize = 16 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// First message of every connection: who is asking.
+    Hello {
+        rank: usize,
+        world_size: usize,
+    },
+    Set {
+        key: String,
+        value: Vec<u8>,
+    },
+    /// Answered with the value, or `NotFound` once `wait` has passed.
+    Get {
+        key: String,
+        wait: Duration,
+    },
+    /// Ends the rendezvous for everyone with this reason (unless an
+    /// earlier one is already recorded).
+    Poison(Rejection),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Response {
+    Ok,
+    Value(Vec<u8>),
+    NotFound,
+    Rejected(Rejection),
+}
+
+const HELLO: u8 = 1;
+const SET: u8 = 2;
+const GET: u8 = 3;
+const POISON: u8 = 4;
+
+const OK: u8 = 0;
+const VALUE: u8 = 1;
+const NOT_FOUND: u8 = 2;
+const REJECTED: u8 = 3;
+
+const WORLD_SIZE_MISMATCH: u8 = 0;
+const DUPLICATE_RANK: u8 = 1;
+const RANK_OUT_OF_RANGE: u8 = 2;
+const RANKS_MISSING: u8 = 3;
+
+fn invalid(what: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.into())
+}
+
+/// Writes one frame and flushes it.
+pub(crate) fn write_frame(mut w: impl Write, payload: &[u8]) -> io::Result<()> {
+    if payload.len() > MAX_FRAME {
+        return Err(invalid(format!(
+            "frame of {} bytes exceeds the {MAX_FRAME}-byte limit",
+            payload.len()
+        )));
+    }
+    let len =
+        u32::try_from(payload.len()).map_err(|_| invalid("frame length does not fit in u32"))?;
+    let mut frame = Vec::with_capacity(4 + payload.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(payload);
+    w.write_all(&frame)?;
+    w.flush()
+}
+
+/// Reads one frame's payload.
+pub(crate) fn read_frame(mut r: impl Read) -> io::Result<Vec<u8>> {
+    let mut len = [0_u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(invalid(format!(
+            "frame of {len} bytes exceeds the {MAX_FRAME}-byte limit (not a comm store client?)"
+        )));
+    }
+    let mut payload = vec![0_u8; len];
+    r.read_exact(&mut payload)?;
+    Ok(payload)
+}
+
+struct Encoder(Vec<u8>);
+
+impl Encoder {
+    fn new(tag: u8) -> Self {
+        Encoder(vec![tag])
+    }
+    fn u64(mut self, v: u64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn usize(self, v: usize) -> Self {
+        self.u64(v as u64)
+    }
+    fn bytes(mut self, b: &[u8]) -> Self {
+        // Frames are capped at MAX_FRAME, far below u32::MAX; write_frame
+        // rejects anything larger before it reaches the wire.
+        let len = u32::try_from(b.len()).unwrap_or(u32::MAX);
+        self.0.extend_from_slice(&len.to_le_bytes());
+        self.0.extend_from_slice(b);
+        self
+    }
+}
+
+struct Decoder<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Decoder<'a> {
+    fn new(payload: &'a [u8]) -> io::Result<(u8, Self)> {
+        match payload.split_first() {
+            Some((&tag, rest)) => Ok((tag, Decoder { rest })),
+            None => Err(invalid("empty message")),
+        }
+    }
+    fn take(&mut self, n: usize) -> io::Result<&'a [u8]> {
+        if self.rest.len() < n {
+            return Err(invalid("truncated message"));
+        }
+        let (head, rest) = self.rest.split_at(n);
+        self.rest = rest;
+        Ok(head)
+    }
+    fn u64(&mut self) -> io::Result<u64> {
+        let mut b = [0_u8; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(b))
+    }
+    fn usize(&mut self) -> io::Result<usize> {
+        usize::try_from(self.u64()?).map_err(|_| invalid("integer does not fit in usize"))
+    }
+    fn bytes(&mut self) -> io::Result<Vec<u8>> {
+        let mut b = [0_u8; 4];
+        b.copy_from_slice(self.take(4)?);
+        let len = u32::from_le_bytes(b) as usize;
+        Ok(self.take(len)?.to_vec())
+    }
+    fn string(&mut self) -> io::Result<String> {
+        String::from_utf8(self.bytes()?).map_err(|_| invalid("key is not UTF-8"))
+    }
+    fn finish<T>(self, value: T) -> io::Result<T> {
+        if self.rest.is_empty() {
+            Ok(value)
+        } else {
+            Err(invalid("trailing bytes after message"))
+        }
+    }
+}
+
+fn encode_rejection(e: Encoder, r: &Rejection) -> Encoder {
+    match r {
+        Rejection::WorldSizeMismatch {
+            rank,
+            rank_world_size,
+            master_world_size,
+        } => e
+            .u64(u64::from(WORLD_SIZE_MISMATCH))
+            .usize(*rank)
+            .usize(*rank_world_size)
+            .usize(*master_world_size),
+        Rejection::DuplicateRank { rank } => e.u64(u64::from(DUPLICATE_RANK)).usize(*rank),
+        Rejection::RankOutOfRange { rank, world_size } => e
+            .u64(u64::from(RANK_OUT_OF_RANGE))
+            .usize(*rank)
+            .usize(*world_size),
+        Rejection::RanksMissing {
+            missing,
+            world_size,
+        } => missing.iter().fold(
+            e.u64(u64::from(RANKS_MISSING))
+                .usize(*world_size)
+                .usize(missing.len()),
+            |e, &m| e.usize(m),
+        ),
+    }
+}
+
+fn decode_rejection(d: &mut Decoder<'_>) -> io::Result<Rejection> {
+    let kind = d.u64()?;
+    Ok(match u8::try_from(kind) {
+        Ok(WORLD_SIZE_MISMATCH) => Rejection::WorldSizeMismatch {
+            rank: d.usize()?,
+            rank_world_size: d.usize()?,
+            master_world_size: d.usize()?,
+        },
+        Ok(DUPLICATE_RANK) => Rejection::DuplicateRank { rank: d.usize()? },
+        Ok(RANK_OUT_OF_RANGE) => Rejection::RankOutOfRange {
+            rank: d.usize()?,
+            world_size: d.usize()?,
+        },
+        Ok(RANKS_MISSING) => {
+            let world_size = d.usize()?;
+            let count = d.usize()?;
+            // Each entry takes 8 bytes: a count the payload cannot hold is
+            // refused before allocating for it.
+            if count > d.rest.len() / 8 {
+                return Err(invalid("truncated message"));
+            }
+            let missing = (0..count).map(|_| d.usize()).collect::<io::Result<_>>()?;
+            Rejection::RanksMissing {
+                missing,
+                world_size,
+            }
+        }
+        _ => return Err(invalid(format!("unknown rejection kind {kind}"))),
+    })
+}
+
+impl Request {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        match self {
+            Request::Hello { rank, world_size } => {
+                Encoder::new(HELLO).usize(*rank).usize(*world_size).0
+            }
+            Request::Set { key, value } => Encoder::new(SET).bytes(key.as_bytes()).bytes(value).0,
+            Request::Get { key, wait } => {
+                // Rounded up: the store waits at least as long as asked.
+                let millis = u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+                Encoder::new(GET).bytes(key.as_bytes()).u64(millis).0
+            }
+            Request::Poison(r) => encode_rejection(Encoder::new(POISON), r).0,
+        }
+    }
+
+    pub(crate) fn decode(payload: &[u8]) -> io::Result<Self> {
+        let (tag, mut d) = Decoder::new(payload)?;
+        match tag {
+            HELLO => {
+                let rank = d.usize()?;
+                let world_size = d.usize()?;
+                d.finish(Request::Hello { rank, world_size })
+            }
+            SET => {
+                let key = d.string()?;
+                let value = d.bytes()?;
+                d.finish(Request::Set { key, value })
+            }
+            GET => {
+                let key = d.string()?;
+                let wait = Duration::from_millis(d.u64()?);
+                d.finish(Request::Get { key, wait })
+            }
+            POISON => {
+                let rejection = decode_rejection(&mut d)?;
+                d.finish(Request::Poison(rejection))
+            }
+            other => Err(invalid(format!("unknown request tag {other}"))),
+        }
+    }
+}
+
+impl Response {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        match self {
+            Response::Ok => Encoder::new(OK).0,
+            Response::Value(v) => Encoder::new(VALUE).bytes(v).0,
+            Response::NotFound => Encoder::new(NOT_FOUND).0,
+            Response::Rejected(r) => encode_rejection(Encoder::new(REJECTED), r).0,
+        }
+    }
+
+    pub(crate) fn decode(payload: &[u8]) -> io::Result<Self> {
+        let (tag, mut d) = Decoder::new(payload)?;
+        match tag {
+            OK => d.finish(Response::Ok),
+            VALUE => {
+                let v = d.bytes()?;
+                d.finish(Response::Value(v))
+            }
+            NOT_FOUND => d.finish(Response::NotFound),
+            REJECTED => {
+                let rejection = decode_rejection(&mut d)?;
+                d.finish(Response::Rejected(rejection))
+            }
+            other => Err(invalid(format!("unknown response tag {other}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip() {
+        let requests = [
+            Request::Hello {
+                rank: 3,
+                world_size: 8,
+            },
+            Request::Set {
+                key: "nccl/unique_id".into(),
+                value: (0..128).collect(),
+            },
+            Request::Set {
+                key: String::new(),
+                value: Vec::new(),
+            },
+            Request::Get {
+                key: "comm/addr/1".into(),
+                wait: Duration::from_millis(1500),
+            },
+            Request::Poison(Rejection::RanksMissing {
+                missing: vec![2],
+                world_size: 3,
+            }),
+        ];
+        for r in requests {
+            assert_eq!(Request::decode(&r.encode()).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn responses_round_trip() {
+        let responses = [
+            Response::Ok,
+            Response::NotFound,
+            Response::Value(b"10.0.0.2:4567".to_vec()),
+            Response::Rejected(Rejection::WorldSizeMismatch {
+                rank: 1,
+                rank_world_size: 3,
+                master_world_size: 2,
+            }),
+            Response::Rejected(Rejection::DuplicateRank { rank: 2 }),
+            Response::Rejected(Rejection::RanksMissing {
+                missing: vec![1, 3],
+                world_size: 4,
+            }),
+            Response::Rejected(Rejection::RankOutOfRange {
+                rank: 9,
+                world_size: 4,
+            }),
+        ];
+        for r in responses {
+            assert_eq!(Response::decode(&r.encode()).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn truncated_and_trailing_bytes_are_errors() {
+        let full = Request::Set {
+            key: "k".into(),
+            value: vec![1, 2, 3],
+        }
+        .encode();
+        for cut in 0..full.len() {
+            assert!(
+                Request::decode(&full[..cut]).is_err(),
+                "prefix of {cut} bytes decoded"
+            );
+        }
+        let mut long = full.clone();
+        long.push(0);
+        assert!(Request::decode(&long).is_err());
+    }
+
+    #[test]
+    fn frames_round_trip_and_oversized_frames_are_refused() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, b"hello").unwrap();
+        assert_eq!(read_frame(&wire[..]).unwrap(), b"hello");
+
+        let mut huge = Vec::new();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        let err = read_frame(&huge[..]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn http_request_is_not_mistaken_for_a_message() {
+        // "GET / HTTP/1.1" read as a length is ~1.3 GB: refused, not allocated.
+        assert!(read_frame(&b"GET / HTTP/1.1\r\n\r\n"[..]).is_err());
+    }
+}

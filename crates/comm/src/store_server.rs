@@ -1,0 +1,322 @@
+//! The rendezvous key-value store that rank 0 hosts.
+//!
+//! One thread accepts connections and one thread serves each connected rank
+//! (a job has few ranks, and a rank keeps its connection for its whole life).
+//! Besides `set`/`get`, the store checks that every rank agrees with rank 0
+//! on the world size and that no rank registers twice. The first such
+//! problem poisons the store: every later request, including `get`s already
+//! waiting, is answered with that rejection, so all ranks fail at once with
+//! the message that explains the misconfiguration.
+
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::{CommError, Rejection};
+use crate::store_protocol::{Request, Response, read_frame, write_frame};
+
+/// A running store. Dropping it stops the accept thread, disconnects all
+/// clients and joins their threads.
+#[derive(Debug)]
+pub struct StoreServer {
+    port: u16,
+    shared: Arc<Shared>,
+    accept_thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    world_size: usize,
+    write_timeout: Duration,
+    stop: AtomicBool,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    values: HashMap<String, Vec<u8>>,
+    registered: Vec<bool>,
+    rejection: Option<Rejection>,
+    /// Clients still connected. Dropping a poisoned store waits (briefly)
+    /// for them to leave, so that every rank hears why the job failed
+    /// rather than just that rank 0 went away.
+    live: usize,
+    /// Clones of the client sockets, to shut them down on drop.
+    connections: Vec<TcpStream>,
+    handlers: Vec<JoinHandle<()>>,
+}
+
+impl Shared {
+    /// The state stays consistent even if a handler thread panicked while
+    /// holding the lock (every update is a single insert), so poisoning is
+    /// ignored.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn reject(&self, state: &mut State, rejection: Rejection) -> Response {
+        let first = state.rejection.get_or_insert(rejection).clone();
+        self.changed.notify_all();
+        Response::Rejected(first)
+    }
+
+    fn hello(&self, rank: usize, world_size: usize) -> Response {
+        let mut state = self.lock();
+        if let Some(r) = &state.rejection {
+            return Response::Rejected(r.clone());
+        }
+        if world_size != self.world_size {
+            let rejection = Rejection::WorldSizeMismatch {
+                rank,
+                rank_world_size: world_size,
+                master_world_size: self.world_size,
+            };
+            return self.reject(&mut state, rejection);
+        }
+        if rank >= self.world_size {
+            let rejection = Rejection::RankOutOfRange {
+                rank,
+                world_size: self.world_size,
+            };
+            return self.reject(&mut state, rejection);
+        }
+        if state.registered[rank] {
+            return self.reject(&mut state, Rejection::DuplicateRank { rank });
+        }
+        state.registered[rank] = true;
+        Response::Ok
+    }
+
+    fn set(&self, key: String, value: Vec<u8>) -> Response {
+        let mut state = self.lock();
+        if let Some(r) = &state.rejection {
+            return Response::Rejected(r.clone());
+        }
+        state.values.insert(key, value);
+        self.changed.notify_all();
+        Response::Ok
+    }
+
+    fn poison(&self, rejection: Rejection) -> Response {
+        let mut state = self.lock();
+        self.reject(&mut state, rejection);
+        Response::Ok
+    }
+
+    fn client_left(&self) {
+        self.lock().live -= 1;
+        self.changed.notify_all();
+    }
+
+    fn get(&self, key: &str, wait: Duration) -> Response {
+        let deadline = Instant::now().checked_add(wait);
+        let mut state = self.lock();
+        loop {
+            if let Some(r) = &state.rejection {
+                return Response::Rejected(r.clone());
+            }
+            if let Some(v) = state.values.get(key) {
+                return Response::Value(v.clone());
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                return Response::NotFound;
+            }
+            // `None` means a wait too long to represent: wait in slices.
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => Duration::from_secs(3600),
+            };
+            if left.is_zero() {
+                return Response::NotFound;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+impl StoreServer {
+    /// Starts a store for a job of `world_size` ranks on `port` of every
+    /// interface (IPv6 as well when `master_addr` is an IPv6 literal).
+    /// `master_addr` is only used to phrase the error when the port is taken.
+    pub fn bind(
+        master_addr: &str,
+        port: u16,
+        world_size: usize,
+        timeout: Duration,
+    ) -> Result<Self, CommError> {
+        let unspecified = if master_addr
+            .trim_matches(['[', ']'])
+            .parse::<Ipv6Addr>()
+            .is_ok()
+        {
+            "::"
+        } else {
+            "0.0.0.0"
+        };
+        let listener = TcpListener::bind((unspecified, port)).map_err(|e| {
+            if e.kind() == ErrorKind::AddrInUse {
+                CommError::PortInUse {
+                    addr: master_addr.to_string(),
+                    port,
+                }
+            } else {
+                CommError::io(
+                    format!("rank 0 could not host the rendezvous store on port {port}"),
+                    e,
+                )
+            }
+        })?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| CommError::io("reading the store's port", e))?
+            .port();
+        let shared = Arc::new(Shared {
+            world_size,
+            write_timeout: timeout,
+            stop: AtomicBool::new(false),
+            state: Mutex::new(State {
+                registered: vec![false; world_size],
+                ..State::default()
+            }),
+            changed: Condvar::new(),
+        });
+        let accept_shared = Arc::clone(&shared);
+        let accept_thread = std::thread::Builder::new()
+            .name("comm-store-accept".into())
+            .spawn(move || accept_loop(&listener, &accept_shared))
+            .map_err(|e| CommError::io("starting the store thread", e))?;
+        Ok(StoreServer {
+            port,
+            shared,
+            accept_thread: Some(accept_thread),
+        })
+    }
+
+    /// The port the store listens on (useful when bound to port 0).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    for conn in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        // A failed accept (e.g. out of file descriptors) loses that one
+        // client, which then times out with a clear error; the store itself
+        // keeps serving the others.
+        let Ok(stream) = conn else { continue };
+        let Ok(control) = stream.try_clone() else {
+            continue;
+        };
+        let handler_shared = Arc::clone(shared);
+        shared.lock().live += 1;
+        let spawned = std::thread::Builder::new()
+            .name("comm-store-client".into())
+            .spawn(move || {
+                serve(stream, &handler_shared);
+                handler_shared.client_left();
+            });
+        match spawned {
+            Ok(handle) => {
+                let mut state = shared.lock();
+                state.connections.push(control);
+                state.handlers.push(handle);
+            }
+            Err(_) => shared.client_left(),
+        }
+    }
+}
+
+/// Serves one client until it disconnects, misbehaves or the store stops.
+fn serve(stream: TcpStream, shared: &Shared) {
+    if stream.set_nodelay(true).is_err()
+        || stream
+            .set_write_timeout(Some(shared.write_timeout))
+            .is_err()
+    {
+        return;
+    }
+    let mut said_hello = false;
+    while let Ok(payload) = read_frame(&stream) {
+        let Ok(request) = Request::decode(&payload) else {
+            return;
+        };
+        let response = match request {
+            Request::Hello { rank, world_size } if !said_hello => {
+                said_hello = true;
+                shared.hello(rank, world_size)
+            }
+            // A second hello, or anything before the first, is not a comm client.
+            Request::Hello { .. } => return,
+            _ if !said_hello => return,
+            Request::Set { key, value } => shared.set(key, value),
+            Request::Poison(rejection) => shared.poison(rejection),
+            Request::Get { key, wait } => shared.get(&key, wait),
+        };
+        if write_frame(&stream, &response.encode()).is_err() {
+            return;
+        }
+    }
+}
+
+/// How long dropping a poisoned store waits for clients to hear why.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Drop for StoreServer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.changed.notify_all();
+        // Wake the blocking accept with a connection of our own; if that
+        // fails the accept thread is left detached rather than hanging drop.
+        let wake = |ip: IpAddr| {
+            TcpStream::connect_timeout(&(ip, self.port).into(), Duration::from_secs(1))
+        };
+        let woke = wake(Ipv4Addr::LOCALHOST.into())
+            .or_else(|_| wake(Ipv6Addr::LOCALHOST.into()))
+            .is_ok();
+        if woke {
+            if let Some(t) = self.accept_thread.take() {
+                // A panic in the accept thread has nothing left to clean up.
+                let _ = t.join();
+            }
+        }
+        let (connections, handlers) = {
+            let deadline = Instant::now() + DRAIN_TIMEOUT;
+            let mut state = self.shared.lock();
+            while state.rejection.is_some() && state.live > 0 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                state = self
+                    .shared
+                    .changed
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            (
+                std::mem::take(&mut state.connections),
+                std::mem::take(&mut state.handlers),
+            )
+        };
+        for c in &connections {
+            // Already-closed sockets fail to shut down; nothing to do then.
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        for h in handlers {
+            let _ = h.join();
+        }
+    }
+}

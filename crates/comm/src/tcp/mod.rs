@@ -1,0 +1,17 @@
+//! The TCP transport: ring collectives between host buffers, over TCP
+//! between machines and Unix domain sockets within one.
+
+mod element;
+mod exchange;
+mod header;
+mod links;
+mod peer_address;
+mod ring_all_reduce;
+mod ring_broadcast;
+mod ring_setup;
+mod stream;
+mod tcp_communicator;
+#[cfg(target_os = "linux")]
+mod unix_socket;
+
+pub use tcp_communicator::TcpCommunicator;

@@ -1,0 +1,333 @@
+//! Forming the ring: every rank publishes the addresses of its data
+//! listeners in the store, collects everyone's, connects to its right
+//! neighbour and accepts its left one.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
+#[cfg(target_os = "linux")]
+use std::os::unix::net::UnixListener;
+use std::time::{Duration, Instant};
+
+use crate::config::SameHostTransport;
+use crate::error::{CommError, Rejection};
+use crate::rendezvous::{Rendezvous, endpoint};
+use crate::tcp::links::{Peer, RingLinks};
+use crate::tcp::peer_address::PeerAddress;
+#[cfg(target_os = "linux")]
+use crate::tcp::peer_address::UnixEndpoint;
+use crate::tcp::stream::Stream;
+#[cfg(target_os = "linux")]
+use crate::tcp::unix_socket;
+
+/// First bytes on every data connection, so a stray connection to a
+/// listener is recognised and dropped.
+const HANDSHAKE_MAGIC: [u8; 4] = *b"CMRG";
+const HANDSHAKE_BYTES: usize = 20;
+
+/// How often an idle accept loop checks its listeners and deadline.
+const ACCEPT_POLL: Duration = Duration::from_millis(2);
+const CONNECT_RETRY: Duration = Duration::from_millis(20);
+
+fn address_key(rank: usize) -> String {
+    format!("comm/tcp/addr/{rank}")
+}
+
+/// The listeners of this rank: always TCP, plus a Unix socket on Linux.
+struct Listeners {
+    tcp: TcpListener,
+    #[cfg(target_os = "linux")]
+    unix: Option<UnixListener>,
+}
+
+impl Listeners {
+    /// Binds the listeners and describes them for the store.
+    fn bind(rendezvous: &mut Rendezvous) -> Result<(Listeners, PeerAddress), CommError> {
+        let rank = rendezvous.config().rank;
+        let host = rendezvous.advertised_host()?;
+        let unspecified = match rendezvous.store().local_addr()?.ip() {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
+        let tcp = TcpListener::bind((unspecified, 0))
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| CommError::io(format!("rank {rank}: binding the data listener"), e))?;
+        let port = tcp
+            .local_addr()
+            .map_err(|e| CommError::io("reading the data listener's port", e))?
+            .port();
+        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+        let mut address = PeerAddress {
+            tcp: endpoint(&host, port),
+            unix: None,
+        };
+        #[cfg(target_os = "linux")]
+        let unix = match (rendezvous.config().same_host, unix_socket::machine_id()) {
+            (SameHostTransport::UnixSocket, Some(machine)) => {
+                unix_socket::bind(rank).map(|(listener, name)| {
+                    address.unix = Some(UnixEndpoint { machine, name });
+                    listener
+                })
+            }
+            _ => None,
+        };
+        Ok((
+            Listeners {
+                tcp,
+                #[cfg(target_os = "linux")]
+                unix,
+            },
+            address,
+        ))
+    }
+
+    /// One pending connection from any listener, if there is one.
+    fn try_accept(&self) -> io::Result<Option<Stream>> {
+        match self.tcp.accept() {
+            Ok((s, _)) => return Ok(Some(Stream::Tcp(s))),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        #[cfg(target_os = "linux")]
+        if let Some(unix) = &self.unix {
+            match unix.accept() {
+                Ok((s, _)) => return Ok(Some(Stream::Unix(s))),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Builds the ring links of this rank; `deadline` bounds the whole setup.
+pub(crate) fn connect_ring(
+    rendezvous: &mut Rendezvous,
+    deadline: Instant,
+) -> Result<RingLinks, CommError> {
+    let config = rendezvous.config().clone();
+    let (rank, world) = (config.rank, config.world_size);
+    let (listeners, mine) = Listeners::bind(rendezvous)?;
+    rendezvous
+        .store()
+        .set(&address_key(rank), mine.encode().as_bytes())?;
+
+    let addresses = gather_addresses(rendezvous, deadline)?;
+    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
+    let missing = |peer: usize, detail: String| CommError::RendezvousTimeout {
+        master: config.master_endpoint(),
+        timeout: config.timeout,
+        missing: vec![peer],
+        world_size: world,
+        detail,
+    };
+
+    // Connect first, accept second: connects complete from the listen
+    // backlog, so no rank waits on another's accept.
+    let use_unix = config.same_host == SameHostTransport::UnixSocket;
+    let to_right = connect(&mine, &addresses[right], use_unix, deadline).map_err(|e| {
+        missing(
+            right,
+            format!(
+                "could not connect to rank {right} at {}: {e}",
+                addresses[right].tcp
+            ),
+        )
+    })?;
+    let mut hello = Vec::with_capacity(HANDSHAKE_BYTES);
+    hello.extend_from_slice(&HANDSHAKE_MAGIC);
+    hello.extend_from_slice(&(rank as u64).to_le_bytes());
+    hello.extend_from_slice(&(world as u64).to_le_bytes());
+    to_right
+        .blocking(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1)),
+        )
+        .and_then(|()| (&to_right).write_all(&hello))
+        .map_err(|e| {
+            missing(
+                right,
+                format!(
+                    "rank {right} at {} dropped the connection: {e}",
+                    addresses[right].tcp
+                ),
+            )
+        })?;
+    let from_left = accept_from(&listeners, left, world, deadline).map_err(|e| {
+        missing(
+            left,
+            format!(
+                "rank {left} ({}) did not open its data connection to rank {rank}: {e}",
+                addresses[left].tcp
+            ),
+        )
+    })?;
+
+    to_right
+        .non_blocking()
+        .and_then(|()| from_left.non_blocking())
+        .map_err(|e| CommError::io("configuring the ring connections", e))?;
+    let peer = |rank: usize, stream: &Stream| Peer {
+        rank,
+        addr: format!("{} via {}", addresses[rank].tcp, stream.kind()),
+    };
+    Ok(RingLinks {
+        rank,
+        world_size: world,
+        right: peer(right, &to_right),
+        to_right,
+        left: peer(left, &from_left),
+        from_left,
+        timeout: config.timeout,
+    })
+}
+
+/// Waits for every rank's address. On timeout it names all ranks still
+/// absent, and tells the store, so that every other waiting rank fails at
+/// once with the same list instead of at its own (slightly later) deadline.
+fn gather_addresses(
+    rendezvous: &mut Rendezvous,
+    deadline: Instant,
+) -> Result<Vec<PeerAddress>, CommError> {
+    let config = rendezvous.config().clone();
+    let store = rendezvous.store();
+    let gathered = (|| {
+        let mut addresses = Vec::with_capacity(config.world_size);
+        for r in 0..config.world_size {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let Some(value) = store.wait_for(&address_key(r), wait)? else {
+                let mut missing = vec![r];
+                for later in r + 1..config.world_size {
+                    if store
+                        .wait_for(&address_key(later), Duration::ZERO)?
+                        .is_none()
+                    {
+                        missing.push(later);
+                    }
+                }
+                let reason = Rejection::RanksMissing {
+                    missing,
+                    world_size: config.world_size,
+                };
+                // Best effort: a store that is gone cannot spread the news,
+                // and this rank's own error says it all.
+                let _ = store.poison(reason.clone());
+                return Err(reason.into());
+            };
+            let address = std::str::from_utf8(&value)
+                .ok()
+                .and_then(PeerAddress::decode)
+                .ok_or_else(|| CommError::Store {
+                    master: config.master_endpoint(),
+                    detail: format!("rank {r} published an address this rank cannot read"),
+                })?;
+            addresses.push(address);
+        }
+        Ok(addresses)
+    })();
+    // Whether this rank or another one gave up first, report the timeout.
+    gathered.map_err(|e| match e {
+        CommError::Rejected(Rejection::RanksMissing { missing, .. }) => {
+            CommError::RendezvousTimeout {
+                master: config.master_endpoint(),
+                timeout: config.timeout,
+                missing,
+                world_size: config.world_size,
+                detail: "they did not register with the store; were they started, with the same MASTER_ADDR and MASTER_PORT?"
+                    .to_string(),
+            }
+        }
+        other => other,
+    })
+}
+
+/// Connects to `peer`: over its Unix socket when it runs on this machine
+/// (and that works), else over TCP, retrying refused attempts until
+/// `deadline`.
+fn connect(
+    mine: &PeerAddress,
+    peer: &PeerAddress,
+    use_unix: bool,
+    deadline: Instant,
+) -> io::Result<Stream> {
+    #[cfg(target_os = "linux")]
+    if let (true, Some(UnixEndpoint { machine, name }), Some(own)) =
+        (use_unix, &peer.unix, &mine.unix)
+    {
+        if *machine == own.machine {
+            if let Ok(s) = unix_socket::connect(name) {
+                return Ok(Stream::Unix(s));
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (mine, use_unix);
+    loop {
+        let mut last = io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} resolves to no address", peer.tcp),
+        );
+        for target in peer.tcp.to_socket_addrs()? {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+            }
+            match TcpStream::connect_timeout(&target, left) {
+                Ok(s) => return Ok(Stream::Tcp(s)),
+                Err(e) => last = e,
+            }
+        }
+        if Instant::now() + CONNECT_RETRY >= deadline {
+            return Err(last);
+        }
+        std::thread::sleep(CONNECT_RETRY);
+    }
+}
+
+/// Accepts connections until one presents a valid handshake from rank
+/// `expected`; anything else is dropped.
+fn accept_from(
+    listeners: &Listeners,
+    expected: usize,
+    world: usize,
+    deadline: Instant,
+) -> io::Result<Stream> {
+    loop {
+        match listeners.try_accept()? {
+            Some(stream) => {
+                if let Ok(true) = check_handshake(&stream, expected, world, deadline) {
+                    return Ok(stream);
+                }
+            }
+            None => {
+                if Instant::now() >= deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no connection before the deadline",
+                    ));
+                }
+                std::thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+}
+
+fn check_handshake(
+    stream: &Stream,
+    expected: usize,
+    world: usize,
+    deadline: Instant,
+) -> io::Result<bool> {
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    stream.blocking(left)?;
+    let mut hello = [0_u8; HANDSHAKE_BYTES];
+    (&*stream).read_exact(&mut hello)?;
+    let word = |at: usize| {
+        let mut w = [0_u8; 8];
+        w.copy_from_slice(&hello[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    Ok(hello[..4] == HANDSHAKE_MAGIC && word(4) == expected as u64 && word(12) == world as u64)
+}

@@ -1,0 +1,172 @@
+//! The rendezvous store on its own: values, waiting, and the checks it
+//! applies to registering ranks.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use comm::{CommError, Rejection, Store, StoreServer};
+use common::{config, free_port};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn server(world_size: usize) -> StoreServer {
+    StoreServer::bind("127.0.0.1", 0, world_size, TIMEOUT).unwrap()
+}
+
+#[test]
+fn values_set_by_one_rank_are_seen_by_another() {
+    let server = server(2);
+    let mut a = Store::connect(&config(0, 2, server.port(), TIMEOUT)).unwrap();
+    let mut b = Store::connect(&config(1, 2, server.port(), TIMEOUT)).unwrap();
+    let id: Vec<u8> = (0..128).collect();
+    a.set("nccl/unique_id", &id).unwrap();
+    assert_eq!(b.get("nccl/unique_id").unwrap(), id);
+    a.set("nccl/unique_id", b"replaced").unwrap();
+    assert_eq!(b.get("nccl/unique_id").unwrap(), b"replaced");
+    assert_eq!(b.wait_for("never/set", Duration::ZERO).unwrap(), None);
+}
+
+#[test]
+fn get_waits_for_a_value_set_later() {
+    let server = server(2);
+    let port = server.port();
+    let mut reader = Store::connect(&config(1, 2, port, TIMEOUT)).unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut writer = Store::connect(&config(0, 2, port, TIMEOUT)).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        writer.set("late", b"value").unwrap();
+        // Keep the connection (and registration) until the reader is done.
+        writer
+    });
+    assert_eq!(reader.get("late").unwrap(), b"value");
+    drop(writer.join().unwrap());
+}
+
+#[test]
+fn get_of_a_missing_key_times_out_naming_the_key() {
+    let server = server(1);
+    let short = Duration::from_millis(200);
+    let mut store = Store::connect(&config(0, 1, server.port(), short)).unwrap();
+    let start = Instant::now();
+    let err = store.get("absent").unwrap_err();
+    assert!(start.elapsed() >= short, "returned before the timeout");
+    assert!(start.elapsed() < common::HANG_TIMEOUT);
+    assert!(
+        matches!(&err, CommError::StoreTimeout { key, .. } if key == "absent"),
+        "{err}"
+    );
+    assert_eq!(
+        store.wait_for("absent", Duration::from_millis(50)).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn world_size_mismatch_is_refused_and_poisons_the_store() {
+    let server = server(2);
+    let mut rank0 = Store::connect(&config(0, 2, server.port(), TIMEOUT)).unwrap();
+    let err = Store::connect(&config(1, 3, server.port(), TIMEOUT)).unwrap_err();
+    let expected = Rejection::WorldSizeMismatch {
+        rank: 1,
+        rank_world_size: 3,
+        master_world_size: 2,
+    };
+    assert!(
+        matches!(&err, CommError::Rejected(r) if *r == expected),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("WORLD_SIZE=3") && text.contains("WORLD_SIZE=2"),
+        "{text}"
+    );
+    // Rank 0, waiting for the others, learns the same reason at once.
+    let start = Instant::now();
+    let err = rank0.get("comm/tcp/addr/1").unwrap_err();
+    assert!(start.elapsed() < TIMEOUT, "rank 0 waited for its timeout");
+    assert!(
+        matches!(&err, CommError::Rejected(r) if *r == expected),
+        "{err}"
+    );
+}
+
+#[test]
+fn duplicate_rank_is_refused() {
+    let server = server(3);
+    let _first = Store::connect(&config(2, 3, server.port(), TIMEOUT)).unwrap();
+    let err = Store::connect(&config(2, 3, server.port(), TIMEOUT)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CommError::Rejected(Rejection::DuplicateRank { rank: 2 })
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn second_store_on_a_taken_port_says_port_in_use() {
+    let first = server(2);
+    let err = StoreServer::bind("127.0.0.1", first.port(), 2, TIMEOUT).unwrap_err();
+    assert!(
+        matches!(&err, CommError::PortInUse { port, .. } if *port == first.port()),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "MASTER_PORT {} on 127.0.0.1 is already in use",
+            first.port()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("MASTER_PORT=..."), "{text}");
+}
+
+#[test]
+fn unreachable_store_fails_after_the_timeout_naming_rank_0() {
+    let port = free_port();
+    let short = Duration::from_millis(300);
+    let start = Instant::now();
+    let err = Store::connect(&config(1, 2, port, short)).unwrap_err();
+    assert!(start.elapsed() >= short);
+    assert!(start.elapsed() < common::HANG_TIMEOUT);
+    assert!(
+        matches!(&err, CommError::RendezvousTimeout { missing, .. } if *missing == [0]),
+        "{err}"
+    );
+}
+
+#[test]
+fn garbage_from_a_stray_client_does_not_stop_the_store() {
+    use std::io::Write;
+    let server = server(1);
+    let mut stray = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    stray
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut store = Store::connect(&config(0, 1, server.port(), TIMEOUT)).unwrap();
+    store.set("k", b"v").unwrap();
+    assert_eq!(store.get("k").unwrap(), b"v");
+}
+
+#[test]
+fn a_connected_communicator_shares_its_store_for_other_transports() {
+    use comm::Communicator;
+    // What a NCCL transport will do: rank 0 publishes its 128-byte unique
+    // id through the job's store, the others read it.
+    let id: Vec<u8> = (0..128).map(|i| (i * 7 % 256) as u8).collect();
+    let seen = common::run_job(3, |mut comm| {
+        let rank = comm.rank();
+        let store = comm.store().expect("a multi-rank job has a store");
+        if rank == 0 {
+            store.set("nccl/unique_id", &id).unwrap();
+        }
+        let got = store.get("nccl/unique_id").unwrap();
+        // Rank 0 must keep the store up until everyone has read.
+        comm.barrier().unwrap();
+        got
+    });
+    assert_eq!(seen, vec![id; 3]);
+}
