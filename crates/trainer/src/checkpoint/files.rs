@@ -1,0 +1,209 @@
+//! One safetensors file of f32 tensors: written with its checksum, read back
+//! with every check, so a bad file is a one-line error, never garbage.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use anyhow::{Context, anyhow, bail};
+use core_tensor::FlatLayout;
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+
+use super::digest::{self, TensorBytes};
+
+/// A tensor to write.
+pub(super) struct Named<'a> {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub values: &'a [f32],
+}
+
+/// Serializes `tensors` with `metadata` plus its checksum; returns the
+/// file's bytes and the checksum.
+pub(super) fn encode(
+    tensors: &[Named<'_>],
+    mut metadata: HashMap<String, String>,
+) -> anyhow::Result<(Vec<u8>, String)> {
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|t| t.values.iter().flat_map(|v| v.to_le_bytes()).collect())
+        .collect();
+    let covered: BTreeMap<&str, TensorBytes<'_>> = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|(t, data)| {
+            (
+                t.name.as_str(),
+                TensorBytes {
+                    shape: &t.shape,
+                    data,
+                },
+            )
+        })
+        .collect();
+    let sum = digest::compute(
+        &metadata
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect(),
+        &covered,
+    );
+    metadata.insert(digest::KEY.to_string(), sum.clone());
+    let views = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|(t, data)| {
+            Ok((
+                t.name.as_str(),
+                TensorView::new(Dtype::F32, t.shape.clone(), data)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
+    Ok((safetensors::serialize(views, Some(metadata))?, sum))
+}
+
+/// Whether a file must carry a checksum: ours always do; PyTorch's never.
+#[derive(Clone, Copy)]
+pub(super) enum Checksum {
+    Required,
+    IfPresent,
+}
+
+/// A parsed file whose checksum (if any) matched.
+pub(super) struct Parsed<'a> {
+    file: SafeTensors<'a>,
+    pub metadata: HashMap<String, String>,
+}
+
+/// Parses a whole file and verifies its checksum.
+pub(super) fn parse(bytes: &[u8], checksum: Checksum) -> anyhow::Result<Parsed<'_>> {
+    let incomplete =
+        |e| anyhow!("not a complete safetensors file ({e}): truncated, or not a checkpoint");
+    // `SafeTensors` hides its metadata, so the (small) header is parsed twice.
+    let (_, header) = SafeTensors::read_metadata(bytes).map_err(incomplete)?;
+    let file = SafeTensors::deserialize(bytes).map_err(incomplete)?;
+    let metadata = header.metadata().clone().unwrap_or_default();
+    match (metadata.get(digest::KEY), checksum) {
+        (None, Checksum::Required) => {
+            bail!("no checksum in its metadata: not written by this trainer")
+        }
+        (None, Checksum::IfPresent) => {}
+        (Some(stored), _) => {
+            let views: Vec<(String, TensorView<'_>)> = file.tensors();
+            let covered = views
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.as_str(),
+                        TensorBytes {
+                            shape: v.shape(),
+                            data: v.data(),
+                        },
+                    )
+                })
+                .collect();
+            let computed = digest::compute(
+                &metadata
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect(),
+                &covered,
+            );
+            if *stored != computed {
+                let short = |h: &str| h.chars().take(12).collect::<String>();
+                bail!(
+                    "checksum mismatch: the contents are corrupted (stored {}..., computed {}...)",
+                    short(stored),
+                    short(&computed)
+                );
+            }
+        }
+    }
+    Ok(Parsed { file, metadata })
+}
+
+impl Parsed<'_> {
+    /// The tensors `expected` (name, shape), in that order: exactly those,
+    /// all f32, each of its shape.
+    pub fn tensors(&self, expected: &[(String, Vec<usize>)]) -> anyhow::Result<Vec<Vec<f32>>> {
+        if let Some(extra) = self
+            .file
+            .names()
+            .into_iter()
+            .find(|n| !expected.iter().any(|(e, _)| e == n))
+        {
+            let names: Vec<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
+            let listing = match names.len() {
+                0..=8 => names.join(", "),
+                n => format!("{n} tensors: {}, ...", names[..3].join(", ")),
+            };
+            bail!("unexpected tensor `{extra}`; expected {listing}");
+        }
+        expected
+            .iter()
+            .map(|(name, shape)| {
+                let view = self
+                    .file
+                    .tensor(name)
+                    .map_err(|_| anyhow!("tensor `{name}` is missing"))?;
+                if view.dtype() != Dtype::F32 {
+                    bail!("`{name}` is {:?}; expected F32", view.dtype());
+                }
+                if view.shape() != shape.as_slice() {
+                    bail!(
+                        "`{name}` has shape {:?}; this model needs {shape:?}",
+                        view.shape()
+                    );
+                }
+                Ok(view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect())
+            })
+            .collect()
+    }
+}
+
+/// The model's parameters as safetensors tensors: `state_dict` names, shapes.
+pub(super) fn param_specs(layout: &FlatLayout, prefix: &str) -> Vec<(String, Vec<usize>)> {
+    layout
+        .views()
+        .iter()
+        .map(|v| (format!("{prefix}{}", v.spec.name), v.spec.shape.clone()))
+        .collect()
+}
+
+/// Splits a flat buffer into named tensors to write.
+pub(super) fn unflatten<'a>(layout: &FlatLayout, prefix: &str, flat: &'a [f32]) -> Vec<Named<'a>> {
+    layout
+        .views()
+        .iter()
+        .map(|v| Named {
+            name: format!("{prefix}{}", v.spec.name),
+            shape: v.spec.shape.clone(),
+            values: &flat[v.range.clone()],
+        })
+        .collect()
+}
+
+/// Weights from a safetensors file with PyTorch's `state_dict` names (from
+/// `safetensors.torch.save_file(model.state_dict(), path)` or a checkpoint's
+/// `model.safetensors`), for a fresh start from them.
+pub fn load_weights(path: &Path, layout: &FlatLayout) -> anyhow::Result<Vec<f32>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let read = || -> anyhow::Result<Vec<f32>> {
+        let params = parse(&bytes, Checksum::IfPresent)?
+            .tensors(&param_specs(layout, ""))?
+            .concat();
+        if let Some(view) = layout
+            .views()
+            .iter()
+            .find(|v| params[v.range.clone()].iter().any(|p| !p.is_finite()))
+        {
+            bail!("`{}` holds non-finite values", view.spec.name);
+        }
+        Ok(params)
+    };
+    read().with_context(|| path.display().to_string())
+}

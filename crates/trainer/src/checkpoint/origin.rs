@@ -1,0 +1,212 @@
+//! Where a run starts, and how every rank comes to start from the same
+//! place: rank 0 decides (it alone reads files, which other hosts may not
+//! see) and broadcasts the whole starting state. A fresh optimizer is just
+//! zero moments at step 0, so every start travels the same way.
+
+use anyhow::{Context, anyhow, bail};
+
+use super::{Position, TrainingState};
+use crate::ddp::CommThread;
+
+/// Rank 0's choice of where training starts.
+pub enum Origin {
+    /// Seeded initialization.
+    Fresh,
+    /// Given weights (`--init-from`), with a fresh optimizer.
+    Weights(Vec<f32>),
+    /// A checkpoint: weights, optimizer and position.
+    Resume(Box<TrainingState>),
+}
+
+/// What one rank starts from: the same on every rank except for its own
+/// share of the current epoch's running metrics.
+pub struct Start {
+    pub params: Vec<f32>,
+    pub exp_avg: Vec<f32>,
+    pub exp_avg_sq: Vec<f32>,
+    pub optimizer_step: u64,
+    pub position: Position,
+    pub epoch_loss_sum: f32,
+    pub epoch_correct: f32,
+    /// Rank 0's training time so far in the epoch.
+    pub epoch_train_seconds: f64,
+}
+
+/// Turns rank 0's `origin` into every rank's [`Start`]: directly for a lone
+/// rank, by broadcast otherwise. Other ranks pass [`Origin::Fresh`], which
+/// the broadcast overwrites. `init` draws the seeded initial parameters
+/// (`param_count` of them); `seed` and `batch_size` are this rank's,
+/// checked against rank 0's.
+pub fn agree(
+    origin: Origin,
+    comm: Option<&mut CommThread>,
+    init: impl FnOnce() -> Vec<f32>,
+    param_count: usize,
+    seed: u64,
+    batch_size: usize,
+) -> anyhow::Result<Start> {
+    let (rank, world_size) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
+    let mut state = Shared::new(origin, init, world_size)?;
+    // Every rank must broadcast buffers of the same lengths.
+    for (what, len) in [
+        ("parameters", state.params.len()),
+        ("exp_avg", state.exp_avg.len()),
+        ("exp_avg_sq", state.exp_avg_sq.len()),
+    ] {
+        if len != param_count {
+            bail!("the starting {what} hold {len} values; this model has {param_count}");
+        }
+    }
+    if let Some(comm) = comm {
+        state.broadcast(comm, seed, batch_size)?;
+    }
+    Ok(state.start(rank))
+}
+
+/// The state as it travels: every rank's share of the epoch metrics.
+struct Shared {
+    position: Position,
+    optimizer_step: u64,
+    params: Vec<f32>,
+    exp_avg: Vec<f32>,
+    exp_avg_sq: Vec<f32>,
+    /// Loss sums of ranks `0..world_size`, then their correct counts.
+    epoch_metrics: Vec<f32>,
+    epoch_train_seconds: f64,
+}
+
+impl Shared {
+    fn new(
+        origin: Origin,
+        init: impl FnOnce() -> Vec<f32>,
+        world_size: usize,
+    ) -> anyhow::Result<Self> {
+        let fresh = |params: Vec<f32>| Self {
+            position: Position::START,
+            optimizer_step: 0,
+            exp_avg: vec![0.0; params.len()],
+            exp_avg_sq: vec![0.0; params.len()],
+            params,
+            epoch_metrics: vec![0.0; 2 * world_size],
+            epoch_train_seconds: 0.0,
+        };
+        Ok(match origin {
+            Origin::Fresh => fresh(init()),
+            Origin::Weights(params) => fresh(params),
+            Origin::Resume(state) => {
+                // At an epoch boundary the metrics are zero whatever the
+                // world size was; mid-epoch it must not have changed.
+                let epoch_metrics = if state.position.step == 0 {
+                    vec![0.0; 2 * world_size]
+                } else if state.epoch_loss_sum.len() == world_size
+                    && state.epoch_correct.len() == world_size
+                {
+                    [state.epoch_loss_sum, state.epoch_correct].concat()
+                } else {
+                    bail!(
+                        "the checkpoint holds epoch metrics for {} ranks, not {world_size}",
+                        state.epoch_loss_sum.len()
+                    );
+                };
+                Self {
+                    position: state.position,
+                    optimizer_step: state.optimizer_step,
+                    params: state.params,
+                    exp_avg: state.exp_avg,
+                    exp_avg_sq: state.exp_avg_sq,
+                    epoch_metrics,
+                    epoch_train_seconds: state.epoch_train_seconds,
+                }
+            }
+        })
+    }
+
+    /// Overwrites this rank's copy with rank 0's.
+    fn broadcast(
+        &mut self,
+        comm: &mut CommThread,
+        seed: u64,
+        batch_size: usize,
+    ) -> anyhow::Result<()> {
+        let rank = comm.rank();
+        let mut header = encode(&[
+            self.position.epoch,
+            self.position.step,
+            self.optimizer_step,
+            seed,
+            batch_size as u64,
+        ]);
+        comm.broadcast(&mut header, 0)
+            .context("receiving rank 0's starting point")?;
+        let [epoch, step, optimizer_step, root_seed, root_batch] = decode(&header)?;
+        if (root_seed, root_batch) != (seed, batch_size as u64) {
+            bail!(
+                "rank {rank} has --seed {seed} --batch-size {batch_size} but rank 0 has --seed {root_seed} --batch-size {root_batch}: every rank needs the same flags"
+            );
+        }
+        (self.position, self.optimizer_step) = (Position { epoch, step }, optimizer_step);
+        for (buf, what) in [
+            (&mut self.params, "parameters"),
+            (&mut self.exp_avg, "Adam moments"),
+            (&mut self.exp_avg_sq, "Adam moments"),
+            (&mut self.epoch_metrics, "epoch metrics"),
+        ] {
+            comm.broadcast(buf, 0)
+                .with_context(|| format!("receiving rank 0's {what}"))?;
+        }
+        Ok(())
+    }
+
+    fn start(self, rank: usize) -> Start {
+        let world_size = self.epoch_metrics.len() / 2;
+        Start {
+            epoch_loss_sum: self.epoch_metrics[rank],
+            epoch_correct: self.epoch_metrics[world_size + rank],
+            params: self.params,
+            exp_avg: self.exp_avg,
+            exp_avg_sq: self.exp_avg_sq,
+            optimizer_step: self.optimizer_step,
+            position: self.position,
+            epoch_train_seconds: self.epoch_train_seconds,
+        }
+    }
+}
+
+/// Each integer as four 16-bit pieces, which f32 holds exactly, so that the
+/// f32 broadcast carries them bit for bit.
+fn encode(values: &[u64]) -> Vec<f32> {
+    values
+        .iter()
+        .flat_map(|v| (0..4).map(move |i| ((v >> (16 * i)) & 0xffff) as f32))
+        .collect()
+}
+
+fn decode<const N: usize>(buf: &[f32]) -> anyhow::Result<[u64; N]> {
+    let garbled = || anyhow!("rank 0's starting point arrived garbled");
+    if buf.len() != 4 * N {
+        return Err(garbled());
+    }
+    let mut values = [0u64; N];
+    for (value, pieces) in values.iter_mut().zip(buf.chunks_exact(4)) {
+        for (i, &x) in pieces.iter().enumerate() {
+            if x.fract() != 0.0 || !(0.0..65536.0).contains(&x) {
+                return Err(garbled());
+            }
+            *value |= (x as u64) << (16 * i);
+        }
+    }
+    Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_survive_the_f32_encoding_bit_for_bit() {
+        let values = [0, 1, 65_535, 65_536, u64::from(u32::MAX) + 7, u64::MAX];
+        assert_eq!(decode::<6>(&encode(&values)).unwrap(), values);
+        assert!(decode::<1>(&[0.5, 0.0, 0.0, 0.0]).is_err());
+        assert!(decode::<2>(&encode(&[1])).is_err());
+    }
+}

@@ -1,0 +1,226 @@
+//! The training state a checkpoint holds, and its two files.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::str::FromStr;
+
+use anyhow::{Context, anyhow, bail};
+use core_tensor::FlatLayout;
+
+use super::Position;
+use super::files::{self, Checksum, Named};
+use crate::model::DropoutRates;
+
+pub const MODEL_FILE: &str = "model.safetensors";
+pub const STATE_FILE: &str = "state.safetensors";
+/// Bumped when the files change meaning; older builds then refuse them.
+const FORMAT_VERSION: u32 = 1;
+const EXP_AVG: &str = "exp_avg.";
+const EXP_AVG_SQ: &str = "exp_avg_sq.";
+const LOSS_SUM: &str = "epoch_loss_sum";
+const CORRECT: &str = "epoch_correct";
+
+/// The settings a run trains with that a checkpoint records.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub seed: u64,
+    pub world_size: usize,
+    /// Samples per step on each rank.
+    pub batch_size: usize,
+    pub lr: f64,
+    pub dropout: DropoutRates,
+}
+
+/// Everything needed to continue training exactly where it stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainingState {
+    pub position: Position,
+    /// Adam updates done (its bias correction depends on it).
+    pub optimizer_step: u64,
+    pub params: Vec<f32>,
+    /// Adam's first and second moments, laid out like `params`.
+    pub exp_avg: Vec<f32>,
+    pub exp_avg_sq: Vec<f32>,
+    /// Each rank's running loss sum and correct count in the current epoch
+    /// (zero at an epoch boundary), so the epoch's numbers come out the same.
+    pub epoch_loss_sum: Vec<f32>,
+    pub epoch_correct: Vec<f32>,
+    /// Rank 0's training time so far in the current epoch.
+    pub epoch_train_seconds: f64,
+    pub settings: Settings,
+}
+
+impl TrainingState {
+    /// The name and contents of each file, model first.
+    pub(super) fn encode(
+        &self,
+        layout: &FlatLayout,
+    ) -> anyhow::Result<[(&'static str, Vec<u8>); 2]> {
+        if let Some(bad) = self.first_non_finite(layout) {
+            bail!("refusing to write non-finite values ({bad})");
+        }
+        let model_meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+        let (model, model_sum) =
+            files::encode(&files::unflatten(layout, "", &self.params), model_meta)?;
+        let s = &self.settings;
+        let meta: HashMap<String, String> = [
+            ("format_version", FORMAT_VERSION.to_string()),
+            ("epoch", self.position.epoch.to_string()),
+            ("step_in_epoch", self.position.step.to_string()),
+            ("optimizer_step", self.optimizer_step.to_string()),
+            ("seed", s.seed.to_string()),
+            ("world_size", s.world_size.to_string()),
+            ("batch_size", s.batch_size.to_string()),
+            ("lr", s.lr.to_string()),
+            (
+                "dropout",
+                format!("{},{}", s.dropout.pool, s.dropout.hidden),
+            ),
+            ("epoch_train_seconds", self.epoch_train_seconds.to_string()),
+            ("model_sha256", model_sum),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let mut tensors = files::unflatten(layout, EXP_AVG, &self.exp_avg);
+        tensors.extend(files::unflatten(layout, EXP_AVG_SQ, &self.exp_avg_sq));
+        for (name, values) in [
+            (LOSS_SUM, &self.epoch_loss_sum),
+            (CORRECT, &self.epoch_correct),
+        ] {
+            tensors.push(Named {
+                name: name.to_string(),
+                shape: vec![values.len()],
+                values,
+            });
+        }
+        let (state, _) = files::encode(&tensors, meta)?;
+        Ok([(MODEL_FILE, model), (STATE_FILE, state)])
+    }
+
+    /// Names the first tensor holding a NaN or an infinity, if any.
+    fn first_non_finite(&self, layout: &FlatLayout) -> Option<String> {
+        let flat = [
+            ("", &self.params),
+            (EXP_AVG, &self.exp_avg),
+            (EXP_AVG_SQ, &self.exp_avg_sq),
+        ];
+        for (prefix, values) in flat {
+            if let Some(v) = layout
+                .views()
+                .iter()
+                .find(|v| values[v.range.clone()].iter().any(|x| !x.is_finite()))
+            {
+                return Some(format!("{prefix}{}", v.spec.name));
+            }
+        }
+        [
+            (LOSS_SUM, &self.epoch_loss_sum),
+            (CORRECT, &self.epoch_correct),
+        ]
+        .into_iter()
+        .find(|(_, values)| values.iter().any(|x| !x.is_finite()))
+        .map(|(name, _)| name.to_string())
+    }
+}
+
+/// Reads and validates the checkpoint directory `dir`.
+pub fn load(dir: &Path, layout: &FlatLayout) -> anyhow::Result<TrainingState> {
+    if !dir.is_dir() {
+        bail!(
+            "not a checkpoint directory (one holds {MODEL_FILE} and {STATE_FILE}); for weights alone use --init-from"
+        );
+    }
+    if !dir.join(MODEL_FILE).exists() && !dir.join(STATE_FILE).exists() {
+        bail!(
+            "no {MODEL_FILE} or {STATE_FILE} here; for the newest checkpoint in a directory use --checkpoint-dir DIR --resume auto"
+        );
+    }
+    let read =
+        |name: &str| std::fs::read(dir.join(name)).with_context(|| format!("reading {name}"));
+    let (model_bytes, state_bytes) = (read(MODEL_FILE)?, read(STATE_FILE)?);
+    let model = files::parse(&model_bytes, Checksum::Required).context(MODEL_FILE)?;
+    let params = model
+        .tensors(&files::param_specs(layout, ""))
+        .context(MODEL_FILE)?
+        .concat();
+    let state = files::parse(&state_bytes, Checksum::Required).context(STATE_FILE)?;
+    let meta = Meta(&state.metadata);
+    let version: u32 = meta.get("format_version")?;
+    if version != FORMAT_VERSION {
+        bail!("{STATE_FILE}: format version {version}; this build reads version {FORMAT_VERSION}");
+    }
+    let settings = meta.settings()?;
+    if model.metadata.get("sha256") != state.metadata.get("model_sha256") {
+        bail!("{MODEL_FILE} is not the one {STATE_FILE} was written with (their checksums differ)");
+    }
+    let position = Position {
+        epoch: meta.get("epoch")?,
+        step: meta.get("step_in_epoch")?,
+    };
+    if position.epoch == 0 {
+        bail!("{STATE_FILE}: epoch 0 (epochs count from 1)");
+    }
+    if let Some(named) = dir
+        .file_name()
+        .and_then(|n| Position::from_dir_name(&n.to_string_lossy()))
+        && named != position
+    {
+        bail!("the directory's name says {named}, but {STATE_FILE} says {position}");
+    }
+    let mut specs = files::param_specs(layout, EXP_AVG);
+    specs.extend(files::param_specs(layout, EXP_AVG_SQ));
+    specs.extend([LOSS_SUM, CORRECT].map(|n| (n.to_string(), vec![settings.world_size])));
+    let mut tensors = state.tensors(&specs).context(STATE_FILE)?.into_iter();
+    let count = layout.views().len();
+    let mut take = |n: usize| tensors.by_ref().take(n).collect::<Vec<_>>().concat();
+    let (exp_avg, exp_avg_sq, epoch_loss_sum, epoch_correct) =
+        (take(count), take(count), take(1), take(1));
+    Ok(TrainingState {
+        position,
+        optimizer_step: meta.get("optimizer_step")?,
+        params,
+        exp_avg,
+        exp_avg_sq,
+        epoch_loss_sum,
+        epoch_correct,
+        epoch_train_seconds: meta.get("epoch_train_seconds")?,
+        settings,
+    })
+}
+
+/// Typed access to a state file's metadata.
+struct Meta<'a>(&'a HashMap<String, String>);
+
+impl Meta<'_> {
+    fn get<T: FromStr>(&self, key: &str) -> anyhow::Result<T> {
+        let value = self
+            .0
+            .get(key)
+            .ok_or_else(|| anyhow!("{STATE_FILE}: metadata has no `{key}`"))?;
+        value
+            .parse()
+            .map_err(|_| anyhow!("{STATE_FILE}: metadata `{key}` = {value:?} is not valid"))
+    }
+
+    fn settings(&self) -> anyhow::Result<Settings> {
+        let dropout: String = self.get("dropout")?;
+        let (pool, hidden) = dropout
+            .split_once(',')
+            .and_then(|(p, h)| Some((p.parse().ok()?, h.parse().ok()?)))
+            .ok_or_else(|| {
+                anyhow!("{STATE_FILE}: metadata `dropout` = {dropout:?} is not valid")
+            })?;
+        let settings = Settings {
+            seed: self.get("seed")?,
+            world_size: self.get("world_size")?,
+            batch_size: self.get("batch_size")?,
+            lr: self.get("lr")?,
+            dropout: DropoutRates { pool, hidden },
+        };
+        if settings.world_size == 0 || settings.batch_size == 0 {
+            bail!("{STATE_FILE}: world size and batch size must be at least 1");
+        }
+        Ok(settings)
+    }
+}

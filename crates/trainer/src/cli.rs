@@ -1,0 +1,246 @@
+//! Command-line flags.
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use clap::{Parser, ValueEnum};
+
+use crate::checkpoint::resume::ResumeFrom;
+
+const AFTER_HELP: &str = "\
+HOW RANKS START (first match wins):
+  1. torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+     MASTER_ADDR and MASTER_PORT are set -> this process is that rank.
+  2. SLURM (under srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and
+     SLURM_JOB_NODELIST are set -> rank, world size and local rank come from
+     them; the master is the first host of the node list; the port is
+     MASTER_PORT, or 20000 + SLURM_JOB_ID % 10000.
+  3. Neither: --world-size N > 1 (or --max-restarts) makes this process a
+     launcher that starts N workers on this machine on a free port, prefixes
+     their output with the rank, and stops them all if one fails (or, with
+     --max-restarts M, restarts them all from the newest checkpoint, up to M
+     times).
+
+CHECKPOINTS: with --checkpoint-dir DIR, rank 0 writes DIR/ckpt-eEEEE-sSSSSSS/
+(epoch E with S of its steps done) after every epoch and every
+--checkpoint-every N optimizer steps: model.safetensors (PyTorch state_dict
+names; torch's model.load_state_dict(safetensors.torch.load_file(..)) loads it)
+and state.safetensors (Adam moments, position, settings, checksums).
+--resume auto continues from the newest valid one, exactly where it stopped.
+
+DATA: --data-dir, else data/fashion-mnist/, else /usr/share/datasets/fashion-mnist/
+(Debian/Ubuntu: apt-get install dataset-fashion-mnist; elsewhere: cargo xtask fetch-data).";
+
+/// Which device trains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeviceChoice {
+    /// A GPU when one is usable, the CPU otherwise (saying so).
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// Data-parallel training of the FashionMNIST CNN.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "trainer", version, about, after_help = AFTER_HELP, allow_negative_numbers = true)]
+pub struct Cli {
+    /// Ranks to launch on this machine (ignored when the environment already
+    /// names this process's rank, which must then agree).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub world_size: Option<u32>,
+
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub epochs: u32,
+
+    /// Samples per step on each rank.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub batch_size: u32,
+
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 1e-3, value_parser = positive_finite)]
+    pub lr: f64,
+
+    /// Seed for the initial weights, the shuffling and dropout.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Directory holding the four FashionMNIST .gz files.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Stop each epoch after this many steps (for quick runs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_steps: Option<u32>,
+
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+
+    /// CPU threads per rank [default: cores on this machine / ranks on it].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub threads: Option<u32>,
+
+    /// Write one JSON line per epoch to this file (rank 0 only).
+    #[arg(long, value_name = "PATH")]
+    pub metrics: Option<PathBuf>,
+
+    /// Gradient bucket size in MiB for the all-reduce (the first bucket is
+    /// at most 1 MiB, as in PyTorch DDP).
+    #[arg(long, default_value_t = 25.0, value_parser = positive_finite)]
+    pub bucket_mb: f64,
+
+    /// Seconds a rank waits for its peers (rendezvous, each collective)
+    /// before failing.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = positive_finite)]
+    pub timeout: f64,
+
+    /// Disable both dropout layers (for checking data-parallel equivalence).
+    #[arg(long)]
+    pub no_dropout: bool,
+
+    /// Write checkpoints into this directory (rank 0), after every epoch.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+
+    /// Also checkpoint every N optimizer steps (needs --checkpoint-dir).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub checkpoint_every: Option<u64>,
+
+    /// Checkpoints to keep in --checkpoint-dir; older ones are deleted.
+    #[arg(long, value_name = "K", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep: u32,
+
+    /// Continue from a checkpoint directory, or `auto`: the newest valid one
+    /// in --checkpoint-dir (none there yet: start fresh).
+    #[arg(long, value_name = "PATH|auto", value_parser = ResumeFrom::parse)]
+    pub resume: Option<ResumeFrom>,
+
+    /// Start from the weights in a safetensors file with PyTorch's
+    /// state_dict names (fresh optimizer). With --resume auto: only when
+    /// there is no checkpoint to resume from.
+    #[arg(long, value_name = "FILE")]
+    pub init_from: Option<PathBuf>,
+
+    /// Local launcher: when a worker fails, stop all and restart them from
+    /// the newest checkpoint, up to N times (needs --checkpoint-dir).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_restarts: u32,
+}
+
+impl Cli {
+    /// The rules between flags that clap does not express in one line.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let has_dir = self.checkpoint_dir.is_some();
+        if self.checkpoint_every.is_some() && !has_dir {
+            bail!("--checkpoint-every needs --checkpoint-dir");
+        }
+        if self.max_restarts > 0 && !has_dir {
+            bail!(
+                "--max-restarts needs --checkpoint-dir: restarts continue from the newest checkpoint there"
+            );
+        }
+        match &self.resume {
+            Some(ResumeFrom::Auto) if !has_dir => bail!("--resume auto needs --checkpoint-dir"),
+            Some(ResumeFrom::Path(_)) if self.init_from.is_some() => {
+                bail!(
+                    "--resume PATH and --init-from both say where to start: give one (--init-from goes with --resume auto)"
+                )
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn positive_finite(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("must be a positive finite number, got {s}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, String> {
+        Cli::try_parse_from(std::iter::once("trainer").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_the_reference_settings() {
+        let cli = parse(&[]).unwrap();
+        assert_eq!(
+            (cli.epochs, cli.batch_size, cli.lr, cli.seed),
+            (5, 64, 1e-3, 0)
+        );
+        assert_eq!(cli.device, DeviceChoice::Auto);
+        assert_eq!(cli.bucket_mb, 25.0);
+        assert_eq!(
+            (cli.checkpoint_dir, cli.keep, cli.max_restarts, cli.resume),
+            (None, 3, 0, None)
+        );
+    }
+
+    #[test]
+    fn checkpoint_flags_that_need_a_directory_say_so() {
+        for (args, needle) in [
+            (
+                &["--checkpoint-every", "5"][..],
+                "--checkpoint-every needs --checkpoint-dir",
+            ),
+            (
+                &["--max-restarts", "1"],
+                "--max-restarts needs --checkpoint-dir",
+            ),
+            (
+                &["--resume", "auto"],
+                "--resume auto needs --checkpoint-dir",
+            ),
+            (
+                &["--resume", "x", "--init-from", "w.safetensors"],
+                "give one",
+            ),
+        ] {
+            let err = parse(args).unwrap().validate().unwrap_err().to_string();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+        let ok = parse(&[
+            "--checkpoint-dir",
+            "d",
+            "--resume",
+            "auto",
+            "--init-from",
+            "w.safetensors",
+            "--max-restarts",
+            "2",
+        ])
+        .unwrap();
+        ok.validate().unwrap();
+        assert_eq!(ok.resume, Some(ResumeFrom::Auto));
+        assert_eq!(
+            parse(&["--resume", "d/ckpt-e0002-s000000"]).unwrap().resume,
+            Some(ResumeFrom::Path("d/ckpt-e0002-s000000".into()))
+        );
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_the_flag_named() {
+        for (args, flag) in [
+            (&["--batch-size", "0"][..], "--batch-size"),
+            (&["--epochs", "0"], "--epochs"),
+            (&["--lr", "-1"], "--lr"),
+            (&["--lr", "NaN"], "--lr"),
+            (&["--lr", "inf"], "--lr"),
+            (&["--device", "tpu"], "--device"),
+            (&["--keep", "0"], "--keep"),
+            (&["--checkpoint-every", "0"], "--checkpoint-every"),
+            (&["--resume", ""], "--resume"),
+        ] {
+            let err = parse(args).unwrap_err();
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! The trainer: one binary that is either a worker (one rank of a job) or,
+//! asked for several ranks or restarts with no launcher around, the launcher
+//! of its own workers. See `ARCHITECTURE.md` for the map.
+
+pub mod checkpoint;
+pub mod cli;
+pub mod data;
+pub mod ddp;
+pub mod launcher;
+pub mod metrics;
+pub mod model;
+pub mod train;
+pub mod worker;
+
+use anyhow::bail;
+use comm::LaunchEnv;
+
+use crate::cli::Cli;
+
+/// Runs what the flags and the environment ask for.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    cli.validate()?;
+    match LaunchEnv::from_process_env()? {
+        Some(env) => {
+            if let Some(n) = cli.world_size.filter(|&n| n as usize != env.world_size) {
+                bail!(
+                    "--world-size {n} disagrees with the launcher's world size {} (from the environment)",
+                    env.world_size
+                );
+            }
+            if cli.max_restarts > 0 {
+                bail!(
+                    "--max-restarts is for this binary's own launcher; under torchrun or srun, restart there (torchrun --max-restarts, srun --requeue) with --resume auto"
+                );
+            }
+            worker::run(&cli, Some(&env))
+        }
+        None => match (cli.world_size.unwrap_or(1), cli.max_restarts) {
+            (1, 0) => worker::run(&cli, None),
+            (n, _) => launcher::launch(&cli, n as usize),
+        },
+    }
+}

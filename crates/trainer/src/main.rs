@@ -1,0 +1,32 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+use trainer::cli::Cli;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // clap's first line names the flag and the problem; the rest is
+            // a usage reminder that buries it.
+            let text = e.render().to_string();
+            eprintln!(
+                "{} (see --help)",
+                text.lines().next().unwrap_or("invalid arguments")
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match trainer::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! How an epoch is reported: the console line and the metrics file.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::train::EpochReport;
+
+/// The epoch line, in the spirit of the reference script.
+pub fn epoch_line(r: &EpochReport) -> String {
+    format!(
+        "Epoch {:02}/{:02} | loss {:.4} | acc {:.4} | test_acc {:.4} | time {:.1}s | {:.0} img/s",
+        r.epoch,
+        r.epochs,
+        r.loss,
+        r.accuracy,
+        r.test_accuracy,
+        r.train_seconds,
+        r.images_per_second
+    )
+}
+
+/// One JSON object per epoch, one per line.
+#[derive(Serialize)]
+struct Row<'a> {
+    epoch: usize,
+    loss: f64,
+    acc: f64,
+    test_acc: f64,
+    time_s: f64,
+    img_per_s: f64,
+    steps: usize,
+    images: u64,
+    world_size: usize,
+    device: &'a str,
+}
+
+/// A JSON-lines metrics file, flushed after every epoch so that a run that
+/// dies keeps the epochs it finished.
+pub struct MetricsFile {
+    path: PathBuf,
+    out: BufWriter<File>,
+    world_size: usize,
+    device: String,
+}
+
+impl MetricsFile {
+    pub fn create(path: &Path, world_size: usize, device: String) -> anyhow::Result<Self> {
+        Self::open(path, false, world_size, device)
+    }
+
+    /// Opens an existing file to add rows to (a resumed run), or creates it.
+    pub fn append_to(path: &Path, world_size: usize, device: String) -> anyhow::Result<Self> {
+        Self::open(path, true, world_size, device)
+    }
+
+    fn open(path: &Path, append: bool, world_size: usize, device: String) -> anyhow::Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let file = File::options()
+            .write(true)
+            .create(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)
+            .with_context(|| format!("opening the metrics file {}", path.display()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            out: BufWriter::new(file),
+            world_size,
+            device,
+        })
+    }
+
+    pub fn append(&mut self, r: &EpochReport) -> anyhow::Result<()> {
+        let row = Row {
+            epoch: r.epoch,
+            loss: r.loss,
+            acc: r.accuracy,
+            test_acc: r.test_accuracy,
+            time_s: r.train_seconds,
+            img_per_s: r.images_per_second,
+            steps: r.steps,
+            images: r.images,
+            world_size: self.world_size,
+            device: &self.device,
+        };
+        let write = |out: &mut BufWriter<File>| -> std::io::Result<()> {
+            serde_json::to_writer(&mut *out, &row)?;
+            out.write_all(b"\n")?;
+            out.flush()
+        };
+        write(&mut self.out).with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> EpochReport {
+        EpochReport {
+            epoch: 1,
+            epochs: 5,
+            loss: 0.51234,
+            accuracy: 0.81234,
+            test_accuracy: 0.874,
+            train_seconds: 45.94,
+            images_per_second: 1306.2,
+            steps: 938,
+            images: 60000,
+        }
+    }
+
+    #[test]
+    fn epoch_line_has_the_reference_layout() {
+        assert_eq!(
+            epoch_line(&report()),
+            "Epoch 01/05 | loss 0.5123 | acc 0.8123 | test_acc 0.8740 | time 45.9s | 1306 img/s"
+        );
+    }
+
+    #[test]
+    fn metrics_file_has_one_json_object_per_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/metrics.jsonl");
+        let mut file = MetricsFile::create(&path, 2, "cpu".into()).unwrap();
+        file.append(&report()).unwrap();
+        file.append(&EpochReport {
+            epoch: 2,
+            ..report()
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let rows: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1]["epoch"], 2);
+        assert_eq!(rows[0]["world_size"], 2);
+        assert_eq!(rows[0]["test_acc"], 0.874);
+    }
+}

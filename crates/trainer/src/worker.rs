@@ -1,0 +1,240 @@
+//! One rank from start to finish: data, device, communicator, epochs.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use comm::{CommConfig, Communicator, LaunchEnv, LaunchSource, TcpCommunicator};
+use core_tensor::ops::AdamConfig;
+use core_tensor::{Backend, Cpu};
+use fashion_mnist::FashionMnist;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::checkpoint::origin::Origin;
+use crate::checkpoint::resume::{self, Request};
+use crate::checkpoint::{CheckpointDir, Checkpoints};
+use crate::cli::{Cli, DeviceChoice};
+use crate::ddp::CommThread;
+use crate::metrics::{MetricsFile, epoch_line};
+use crate::model::{CnnMnist, DropoutRates};
+use crate::train::{Progress, Silent, TrainConfig, Trainer};
+
+/// This process's place in the job.
+#[derive(Clone, Debug)]
+pub struct RankInfo {
+    pub rank: usize,
+    pub world_size: usize,
+    /// Ranks sharing this machine (they share its cores).
+    pub local_world_size: usize,
+}
+
+/// Trains as one rank: `launch` is `None` for a single-process run.
+pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<()> {
+    let info = launch.map_or(
+        RankInfo {
+            rank: 0,
+            world_size: 1,
+            local_world_size: 1,
+        },
+        |env| RankInfo {
+            rank: env.rank,
+            world_size: env.world_size,
+            local_world_size: env.local_world_size.max(1),
+        },
+    );
+    let rank = info.rank;
+    let data_dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
+    let data = FashionMnist::load(&data_dir)?;
+    let backend = cpu_backend(cli, &info)?;
+    let comm = match launch {
+        Some(env) if env.world_size > 1 => Some(connect(cli, env)?),
+        _ => None,
+    };
+    let cfg = TrainConfig {
+        epochs: cli.epochs as usize,
+        batch_size: cli.batch_size as usize,
+        adam: AdamConfig {
+            lr: cli.lr,
+            ..AdamConfig::default()
+        },
+        seed: cli.seed,
+        max_steps: cli.max_steps.map(|s| s as usize),
+        dropout: if cli.no_dropout {
+            DropoutRates::OFF
+        } else {
+            DropoutRates::REFERENCE
+        },
+        bucket_mb: cli.bucket_mb,
+    };
+    let device = backend.describe();
+    let lead = rank == 0;
+    let checkpoint_dir = cli
+        .checkpoint_dir
+        .as_ref()
+        .map(|dir| CheckpointDir::new(dir, cli.keep as usize));
+    // Rank 0 alone reads checkpoints (other hosts may not see them) and
+    // sends what it found to the others.
+    let origin = if lead {
+        choose_origin(cli, checkpoint_dir.as_ref(), &cfg, info.world_size)?
+    } else {
+        Origin::Fresh
+    };
+    let resumed = matches!(origin, Origin::Resume(_));
+    let mut trainer = Trainer::with_origin(backend, &data, cfg, comm, origin)
+        .with_context(|| format!("rank {rank}: setting up"))?;
+    if let Some(dir) = checkpoint_dir {
+        trainer.set_checkpoints(Checkpoints {
+            dir,
+            every: cli.checkpoint_every,
+        });
+    }
+    if lead {
+        eprintln!(
+            "training on {device}, world size {}, data from {}",
+            info.world_size,
+            data_dir.display()
+        );
+        if trainer.first_epoch() > cli.epochs as usize {
+            eprintln!(
+                "note: the checkpoint is past epoch {}: nothing left to train (raise --epochs to go on)",
+                cli.epochs
+            );
+        }
+    }
+    let mut metrics = match (&cli.metrics, lead) {
+        // A resumed run adds to the rows of the epochs before it.
+        (Some(path), true) if resumed => {
+            Some(MetricsFile::append_to(path, info.world_size, device)?)
+        }
+        (Some(path), true) => Some(MetricsFile::create(path, info.world_size, device)?),
+        _ => None,
+    };
+    let mut progress: Box<dyn Progress> = if lead && std::io::stderr().is_terminal() {
+        Box::new(Bar::default())
+    } else {
+        Box::new(Silent)
+    };
+    trainer.run(progress.as_mut(), &mut |report| {
+        if lead {
+            println!("{}", epoch_line(report));
+            if let Some(m) = &mut metrics {
+                m.append(report)?;
+            }
+        }
+        Ok(())
+    })?;
+    if lead {
+        println!(
+            "training finished: {} epoch(s), world size {}",
+            cli.epochs, info.world_size
+        );
+    }
+    Ok(())
+}
+
+/// Rank 0's decision of where training starts (see [`resume::choose`]),
+/// after clearing what interrupted saves left in the checkpoint directory.
+fn choose_origin(
+    cli: &Cli,
+    dir: Option<&CheckpointDir>,
+    cfg: &TrainConfig,
+    world_size: usize,
+) -> anyhow::Result<Origin> {
+    let choose = || -> anyhow::Result<Origin> {
+        if let Some(dir) = dir {
+            for leftover in dir.prepare()? {
+                eprintln!(
+                    "note: removed {}, left over from an interrupted save",
+                    leftover.display()
+                );
+            }
+        }
+        let request = Request {
+            resume: cli.resume.as_ref(),
+            init_from: cli.init_from.as_deref(),
+            dir,
+        };
+        resume::choose(
+            &request,
+            &cfg.settings(world_size),
+            CnnMnist::new(cfg.dropout).layout(),
+        )
+    };
+    choose().context("rank 0")
+}
+
+/// The CPU backend, with `--threads` or a fair share of this machine's cores.
+fn cpu_backend(cli: &Cli, info: &RankInfo) -> anyhow::Result<Cpu> {
+    match cli.device {
+        DeviceChoice::Cuda => {
+            bail!("--device cuda: this build has no CUDA backend yet; use --device cpu (or auto)")
+        }
+        DeviceChoice::Auto if info.rank == 0 => {
+            eprintln!("note: no CUDA backend in this build; training on the CPU")
+        }
+        DeviceChoice::Auto | DeviceChoice::Cpu => {}
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cli
+        .threads
+        .map_or((cores / info.local_world_size).max(1), |t| t as usize);
+    Ok(Cpu::new(threads)?)
+}
+
+/// Joins the job's TCP ring and moves the communicator onto its own thread.
+fn connect(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<CommThread> {
+    let config =
+        CommConfig::from_launch_env(env).with_timeout(Duration::from_secs_f64(cli.timeout));
+    let comm = TcpCommunicator::connect(&config).with_context(|| {
+        format!(
+            "rank {} joining the job at {}",
+            env.rank,
+            config.master_endpoint()
+        )
+    })?;
+    let via = match env.source {
+        LaunchSource::Torchrun => "torchrun-style environment",
+        LaunchSource::Slurm => "slurm",
+    };
+    eprintln!(
+        "rank {}/{} joined (host {}, master {}, via {via})",
+        comm.rank(),
+        comm.world_size(),
+        hostname(),
+        config.master_endpoint()
+    );
+    CommThread::spawn(Box::new(comm))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The progress bar rank 0 draws while an epoch runs, on a terminal only.
+#[derive(Default)]
+struct Bar(Option<ProgressBar>);
+
+impl Progress for Bar {
+    fn start_epoch(&mut self, epoch: usize, steps: usize) {
+        let bar = ProgressBar::new(steps as u64);
+        if let Ok(style) = ProgressStyle::with_template(
+            "epoch {msg} [{bar:30}] {pos}/{len} steps, {per_sec}, eta {eta}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(epoch.to_string());
+        self.0 = Some(bar);
+    }
+    fn step(&mut self) {
+        if let Some(bar) = &self.0 {
+            bar.inc(1);
+        }
+    }
+    fn finish_epoch(&mut self) {
+        if let Some(bar) = self.0.take() {
+            bar.finish_and_clear();
+        }
+    }
+}

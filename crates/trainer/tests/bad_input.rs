@@ -1,0 +1,98 @@
+//! Every user mistake ends in one clear line on stderr and a non-zero exit,
+//! never a panic.
+
+mod common;
+
+use std::io::Write;
+
+use common::{data_arg, dataset, dataset_copy, run, stderr, trainer};
+use fashion_mnist::{TRAIN_IMAGES, TRAIN_LABELS, synth};
+
+/// Asserts a failed run that printed exactly one line containing `needle`.
+fn assert_one_line_error(args: &[&str], data: Option<&std::path::Path>, needle: &str) {
+    let mut cmd = trainer();
+    cmd.args(args).args(["--epochs", "1", "--max-steps", "1"]);
+    if let Some(dir) = data {
+        cmd.args(data_arg(dir));
+    }
+    let out = run(&mut cmd);
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("note:")).collect();
+    assert!(!out.status.success(), "{args:?} succeeded; stderr: {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got: {err}");
+    assert!(
+        lines[0].contains(needle),
+        "{args:?}: `{needle}` not in: {err}"
+    );
+}
+
+#[test]
+fn bad_flag_values_are_one_line_errors() {
+    for (flag, value) in [
+        ("--batch-size", "0"),
+        ("--epochs", "0"),
+        ("--lr", "-1"),
+        ("--lr", "NaN"),
+        ("--threads", "0"),
+    ] {
+        assert_one_line_error(&[flag, value], None, flag);
+    }
+}
+
+#[test]
+fn a_missing_dataset_names_the_place_and_both_fixes() {
+    let empty = tempfile::tempdir().unwrap();
+    let mut cmd = trainer();
+    let out = run(cmd.args(["--epochs", "1"]).args(data_arg(empty.path())));
+    let err = stderr(&out);
+    assert!(!out.status.success() && !err.contains("panicked"), "{err}");
+    assert!(err.contains(&empty.path().display().to_string()), "{err}");
+    assert!(
+        err.contains("apt-get install dataset-fashion-mnist"),
+        "{err}"
+    );
+    assert!(err.contains("data/fashion-mnist"), "{err}");
+}
+
+#[test]
+fn a_truncated_gz_is_named() {
+    let dir = dataset_copy();
+    let path = dir.path().join(TRAIN_IMAGES);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    assert_one_line_error(&[], Some(dir.path()), TRAIN_IMAGES);
+}
+
+#[test]
+fn a_wrong_magic_number_is_named() {
+    let dir = dataset_copy();
+    let mut content = synth::labels_idx(60_000);
+    content[..4].copy_from_slice(&2051u32.to_be_bytes());
+    synth::write_gz(&dir.path().join(TRAIN_LABELS), &content).unwrap();
+    assert_one_line_error(&[], Some(dir.path()), "magic number 2051");
+}
+
+#[test]
+fn a_label_out_of_range_is_named() {
+    let dir = dataset_copy();
+    let mut content = synth::labels_idx(60_000);
+    *content.last_mut().unwrap() = 10;
+    synth::write_gz(&dir.path().join(TRAIN_LABELS), &content).unwrap();
+    assert_one_line_error(&[], Some(dir.path()), TRAIN_LABELS);
+}
+
+#[test]
+fn a_file_that_is_not_gzip_is_named() {
+    let dir = dataset_copy();
+    std::fs::File::create(dir.path().join(TRAIN_LABELS))
+        .unwrap()
+        .write_all(b"<html>not found</html>")
+        .unwrap();
+    assert_one_line_error(&[], Some(dir.path()), TRAIN_LABELS);
+}
+
+#[test]
+fn cuda_without_a_cuda_build_is_a_clear_error() {
+    assert_one_line_error(&["--device", "cuda"], Some(dataset()), "--device cuda");
+}

@@ -1,0 +1,68 @@
+//! Shared fixtures for the trainer's end-to-end tests: a synthetic data set
+//! of the real sizes, written once per test binary, and a way to run the
+//! binary and read what it said.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use fashion_mnist::{Layout, synth};
+
+/// A valid synthetic FashionMNIST (60,000 + 10,000 images) in a temp dir
+/// that lives as long as the test binary.
+pub fn dataset() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        synth::write_dataset(dir.path(), Layout::FASHION_MNIST)
+            .expect("writing the synthetic data set");
+        dir
+    })
+    .path()
+}
+
+/// A private copy of [`dataset`] to damage.
+pub fn dataset_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for entry in std::fs::read_dir(dataset()).expect("listing the data set") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).expect("copying");
+    }
+    dir
+}
+
+pub fn trainer() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainer"));
+    // Never inherit a launcher's identity from the test environment.
+    for var in [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (var, _) in std::env::vars().filter(|(k, _)| k.starts_with("SLURM_")) {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("running the trainer")
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn data_arg(dir: &Path) -> [PathBuf; 2] {
+    [PathBuf::from("--data-dir"), dir.to_path_buf()]
+}

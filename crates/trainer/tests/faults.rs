@@ -1,0 +1,194 @@
+//! A data-parallel job fails fast and says why: a dead rank, a rank that
+//! never comes, a taken port, an inconsistent job. Never a hang or a panic.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{data_arg, dataset, stderr, trainer};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A worker started as `rank` of `world` by hand, as torchrun would.
+fn worker(rank: usize, world: usize, port: u16) -> Command {
+    let mut cmd = trainer();
+    cmd.env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("LOCAL_WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .args([
+            "--epochs",
+            "1",
+            "--max-steps",
+            "2",
+            "--threads",
+            "1",
+            "--timeout",
+            "3",
+        ])
+        .args(data_arg(dataset()));
+    cmd
+}
+
+/// Waits for `child` at most `limit`, killing it if it is still running.
+fn wait_within(mut child: Child, limit: Duration) -> (std::process::ExitStatus, String) {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            return (status, err);
+        }
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            panic!("still running after {limit:?}: a hang");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn spawn(cmd: &mut Command) -> Child {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_rank_that_never_arrives_fails_the_rendezvous_after_the_timeout() {
+    let (status, err) = wait_within(
+        spawn(&mut worker(0, 2, free_port())),
+        Duration::from_secs(30),
+    );
+    assert!(!status.success());
+    assert!(
+        err.contains("never arrived") && err.contains("[1]"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_master_port_in_use_is_a_clear_error() {
+    let taken = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (status, err) = wait_within(spawn(&mut worker(0, 2, port)), Duration::from_secs(30));
+    assert!(!status.success());
+    assert!(
+        err.contains(&format!("MASTER_PORT {port}")) && err.contains("already in use"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_rank_outside_the_world_is_a_clear_error() {
+    let out = worker(2, 2, free_port()).output().unwrap();
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("RANK=\"2\" is invalid: must be less than WORLD_SIZE=2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ranks_disagreeing_on_the_world_size_both_fail() {
+    let port = free_port();
+    let first = spawn(&mut worker(0, 2, port));
+    let second = spawn(&mut worker(1, 3, port));
+    for (status, err) in [
+        wait_within(first, Duration::from_secs(30)),
+        wait_within(second, Duration::from_secs(30)),
+    ] {
+        assert!(!status.success());
+        assert!(err.contains("WORLD_SIZE mismatch"), "{err}");
+    }
+}
+
+#[test]
+fn a_killed_worker_stops_the_whole_launch_with_the_lost_rank_named() {
+    let mut launcher = trainer()
+        .args([
+            "--world-size",
+            "2",
+            "--epochs",
+            "1",
+            "--threads",
+            "1",
+            "--timeout",
+            "10",
+        ])
+        .args(data_arg(dataset()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = mpsc::channel();
+    let reader = BufReader::new(launcher.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        reader
+            .lines()
+            .map_while(Result::ok)
+            .for_each(|l| drop(lines_tx.send(l)))
+    });
+    let mut seen = Vec::new();
+    let mut pid = None;
+    // Wait until rank 1 has joined the ring, i.e. training is under way.
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("[rank 1] rank 1/2 joined"))
+    {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("rank 1 never joined");
+        if let Some(rest) = line.strip_prefix("launcher: started rank 1 (pid ") {
+            pid = rest.split(')').next().map(str::to_string);
+        }
+        seen.push(line);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = pid.expect("the launcher names each worker's pid");
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let killed_at = Instant::now();
+    let status = loop {
+        if let Some(status) = launcher.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(30),
+            "launcher still running: a hang"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    seen.extend(lines.try_iter());
+    let err = seen.join("\n");
+    assert!(!status.success(), "{err}");
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        killed_at.elapsed()
+    );
+    assert!(
+        err.contains("[rank 0] error:") && err.contains("lost connection to rank 1"),
+        "{err}"
+    );
+    assert!(err.contains("rank 1 failed (signal: 9"), "{err}");
+}

@@ -1,0 +1,131 @@
+//! `--max-restarts`: a worker killed mid-run makes the launcher stop the
+//! job and start it again from the newest checkpoint, and the job ends
+//! exactly where an undisturbed one does: the same final checkpoint, bit
+//! for bit, and the same epoch numbers.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{data_arg, dataset, run, stderr, trainer};
+use trainer::checkpoint::store::PAUSE_ENV;
+use trainer::checkpoint::{Position, TrainingState, load};
+use trainer::model::{CnnMnist, DropoutRates};
+
+/// Two ranks, 8 steps, checkpoints after steps 2, 4 and 6 and at the end.
+fn job(dir: &Path, metrics: &Path) -> Command {
+    let mut cmd = trainer();
+    cmd.args([
+        "--world-size",
+        "2",
+        "--epochs",
+        "1",
+        "--max-steps",
+        "8",
+        "--threads",
+        "1",
+        "--timeout",
+        "10",
+    ])
+    .args(["--checkpoint-every", "2", "--checkpoint-dir"])
+    .arg(dir)
+    .arg("--metrics")
+    .arg(metrics)
+    .args(data_arg(dataset()));
+    cmd
+}
+
+fn final_state(dir: &Path) -> TrainingState {
+    let end = dir.join(Position { epoch: 2, step: 0 }.dir_name());
+    load(&end, CnnMnist::new(DropoutRates::REFERENCE).layout()).unwrap()
+}
+
+fn losses(metrics: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(metrics).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].to_string())
+        .collect()
+}
+
+#[test]
+fn a_killed_worker_is_restarted_from_the_newest_checkpoint_and_the_result_is_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (calm, hit) = (tmp.path().join("calm"), tmp.path().join("hit"));
+    let out = run(&mut job(&calm, &tmp.path().join("calm.jsonl")));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Every save pauses a second, so that the run is still going when the
+    // test, having seen the first checkpoint, kills rank 1.
+    let mut launcher = job(&hit, &tmp.path().join("hit.jsonl"))
+        .args(["--max-restarts", "1"])
+        .env(PAUSE_ENV, "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = mpsc::channel();
+    let reader = BufReader::new(launcher.stderr.take().unwrap());
+    let relay = std::thread::spawn(move || {
+        reader
+            .lines()
+            .map_while(Result::ok)
+            .for_each(|l| drop(lines_tx.send(l)))
+    });
+    let mut log = Vec::new();
+    let pid = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the launcher names rank 1's pid");
+        let pid = line
+            .strip_prefix("launcher: started rank 1 (pid ")
+            .and_then(|r| r.split(')').next())
+            .map(str::to_string);
+        log.push(line);
+        if let Some(pid) = pid {
+            break pid;
+        }
+    };
+    let first = hit.join(Position { epoch: 1, step: 2 }.dir_name());
+    let start = Instant::now();
+    while !first.is_dir() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no first checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = launcher.wait().unwrap();
+    relay.join().unwrap();
+    log.extend(lines.try_iter());
+    let log = log.join("\n");
+
+    assert!(status.success(), "{log}");
+    assert!(log.contains("launcher: rank 1 failed (signal: 9"), "{log}");
+    assert!(
+        log.contains("; restart 1 of 1 from checkpoint ") && log.contains("[rank 0] resuming from"),
+        "{log}"
+    );
+    let (want, got) = (final_state(&calm), final_state(&hit));
+    assert_eq!(got.optimizer_step, 8);
+    assert!(
+        got == want,
+        "the restarted job ended with a different final checkpoint\n{log}"
+    );
+    // The epoch's numbers are the undisturbed ones, reported once.
+    assert_eq!(
+        losses(&tmp.path().join("hit.jsonl")),
+        losses(&tmp.path().join("calm.jsonl")),
+        "{log}"
+    );
+}

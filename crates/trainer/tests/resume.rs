@@ -1,0 +1,223 @@
+//! A resumed run is the uninterrupted run: stopped mid-epoch or between
+//! epochs, on one rank or two, and resumed from its newest checkpoint, it
+//! ends with bitwise the same parameters and Adam state, and reports the
+//! same epoch numbers (CPU, same seed and world size, dropout on).
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+
+use comm::{CommConfig, TcpCommunicator};
+use core_tensor::Cpu;
+use core_tensor::ops::AdamConfig;
+use fashion_mnist::{FashionMnist, Layout, synth};
+use trainer::checkpoint::origin::Origin;
+use trainer::checkpoint::{CheckpointDir, Checkpoints, Position, TrainingState, load};
+use trainer::ddp::CommThread;
+use trainer::model::{CnnMnist, DropoutRates};
+use trainer::train::{EpochReport, Silent, TrainConfig, Trainer};
+
+const EPOCHS: usize = 2;
+const STEPS: usize = 5;
+const BATCH: usize = 16;
+/// Checkpoints after optimizer steps 3 (epoch 1, step 3), 6 and 9, and
+/// after each epoch.
+const EVERY: u64 = 3;
+const KEEP: usize = 10;
+const END: Position = Position {
+    epoch: EPOCHS as u64 + 1,
+    step: 0,
+};
+
+fn data() -> FashionMnist {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout {
+        train_len: 2 * BATCH * STEPS + 37,
+        test_len: 50,
+    };
+    synth::write_dataset(dir.path(), layout).unwrap();
+    FashionMnist::load_with(dir.path(), layout).unwrap()
+}
+
+fn config(epochs: usize) -> TrainConfig {
+    TrainConfig {
+        epochs,
+        batch_size: BATCH,
+        adam: AdamConfig::default(),
+        seed: 9,
+        max_steps: Some(STEPS),
+        dropout: DropoutRates::REFERENCE,
+        bucket_mb: 0.05,
+    }
+}
+
+/// What one run does.
+#[derive(Clone, Copy)]
+enum Plan {
+    /// All epochs.
+    Whole,
+    /// Only the first epoch (stopped between epochs).
+    FirstEpoch,
+    /// Stops (as a kill would) after this many steps of epoch 1.
+    StopAfter(usize),
+    /// Continues from the newest checkpoint, which must be at this position.
+    Resume(Position),
+}
+
+/// Runs `world` ranks (as threads) of one run; returns rank 0's epoch reports.
+fn run(world: usize, data: &FashionMnist, dir: &Path, plan: Plan) -> Vec<EpochReport> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::thread::scope(|s| {
+        let ranks: Vec<_> = (0..world)
+            .map(|rank| {
+                s.spawn(move || {
+                    let comm = (world > 1).then(|| {
+                        let cfg = CommConfig::new(rank, world, "127.0.0.1", port)
+                            .with_timeout(Duration::from_secs(20));
+                        CommThread::spawn(Box::new(TcpCommunicator::connect(&cfg).unwrap()))
+                            .unwrap()
+                    });
+                    run_rank(rank, comm, data, dir, plan)
+                })
+            })
+            .collect();
+        ranks.into_iter().map(|r| r.join().unwrap()).next().unwrap()
+    })
+}
+
+fn run_rank(
+    rank: usize,
+    comm: Option<CommThread>,
+    data: &FashionMnist,
+    dir: &Path,
+    plan: Plan,
+) -> Vec<EpochReport> {
+    let checkpoints = CheckpointDir::new(dir, KEEP);
+    let origin = match plan {
+        Plan::Resume(expected) if rank == 0 => {
+            let layout = CnnMnist::new(DropoutRates::REFERENCE).layout().clone();
+            let (_, state) = checkpoints
+                .newest_valid(&layout)
+                .unwrap()
+                .found
+                .expect("a checkpoint to resume from");
+            assert_eq!(
+                state.position, expected,
+                "resumed from the wrong checkpoint"
+            );
+            Origin::Resume(Box::new(state))
+        }
+        _ => Origin::Fresh,
+    };
+    let epochs = if matches!(plan, Plan::FirstEpoch) {
+        1
+    } else {
+        EPOCHS
+    };
+    let mut trainer =
+        Trainer::with_origin(Cpu::new(1).unwrap(), data, config(epochs), comm, origin).unwrap();
+    trainer.set_checkpoints(Checkpoints {
+        dir: checkpoints,
+        every: Some(EVERY),
+    });
+    let mut reports = Vec::new();
+    if let Plan::StopAfter(steps) = plan {
+        let mut done = 0;
+        let stopped = trainer.train_epoch(1, &mut Silent, &mut |_| {
+            done += 1;
+            if done == steps {
+                Err(anyhow::anyhow!("interrupted"))
+            } else {
+                Ok(())
+            }
+        });
+        assert!(stopped.is_err_and(|e| e.to_string() == "interrupted"));
+    } else {
+        trainer
+            .run(&mut Silent, &mut |r| {
+                reports.push(r.clone());
+                Ok(())
+            })
+            .unwrap();
+    }
+    reports
+}
+
+/// The numbers of an epoch that do not depend on timing (compared with
+/// `==`, which for these finite floats means bit for bit).
+fn numbers(r: &EpochReport) -> (usize, f64, f64, f64, usize, u64) {
+    (
+        r.epoch,
+        r.loss,
+        r.accuracy,
+        r.test_accuracy,
+        r.steps,
+        r.images,
+    )
+}
+
+fn final_state(dir: &Path) -> TrainingState {
+    load(
+        &dir.join(END.dir_name()),
+        CnnMnist::new(DropoutRates::REFERENCE).layout(),
+    )
+    .unwrap()
+}
+
+/// Interrupts a run with `stop`, resumes it, and compares with a run
+/// that was never interrupted.
+fn check(world: usize, stop: Plan, resume_at: Position) {
+    let data = data();
+    let (whole, parts) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let expected = run(world, &data, whole.path(), Plan::Whole);
+    let mut reports = run(world, &data, parts.path(), stop);
+    reports.extend(run(world, &data, parts.path(), Plan::Resume(resume_at)));
+
+    assert_eq!(
+        reports.iter().map(numbers).collect::<Vec<_>>(),
+        expected.iter().map(numbers).collect::<Vec<_>>()
+    );
+    let (want, got) = (final_state(whole.path()), final_state(parts.path()));
+    assert_eq!(got.optimizer_step, (EPOCHS * STEPS) as u64);
+    for (name, a, b) in [
+        ("parameters", &got.params, &want.params),
+        ("exp_avg", &got.exp_avg, &want.exp_avg),
+        ("exp_avg_sq", &got.exp_avg_sq, &want.exp_avg_sq),
+    ] {
+        let differ = a
+            .iter()
+            .zip(b)
+            .filter(|(x, y)| x.to_bits() != y.to_bits())
+            .count();
+        assert!(
+            differ == 0 && a.len() == b.len(),
+            "{name}: {differ} of {} values differ from the uninterrupted run",
+            b.len()
+        );
+    }
+    assert_eq!(got, want, "the final checkpoints differ");
+}
+
+#[test]
+fn one_rank_resumed_mid_epoch_ends_bitwise_equal() {
+    check(1, Plan::StopAfter(4), Position { epoch: 1, step: 3 });
+}
+
+#[test]
+fn one_rank_resumed_between_epochs_ends_bitwise_equal() {
+    check(1, Plan::FirstEpoch, Position { epoch: 2, step: 0 });
+}
+
+#[test]
+fn two_ranks_resumed_mid_epoch_end_bitwise_equal() {
+    check(2, Plan::StopAfter(4), Position { epoch: 1, step: 3 });
+}
+
+#[test]
+fn two_ranks_resumed_between_epochs_end_bitwise_equal() {
+    check(2, Plan::FirstEpoch, Position { epoch: 2, step: 0 });
+}
