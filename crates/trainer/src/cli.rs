@@ -34,9 +34,11 @@ DATA: --data-dir, else data/fashion-mnist/, else /usr/share/datasets/fashion-mni
 /// Which device trains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum DeviceChoice {
-    /// A GPU when one is usable, the CPU otherwise (saying so).
+    /// A GPU when one is usable, the CPU otherwise (saying why).
     Auto,
+    /// The CPU, with `--threads` threads.
     Cpu,
+    /// The GPU of this rank's LOCAL_RANK; an error when there is none.
     Cuda,
 }
 

@@ -3,10 +3,10 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use comm::{CommConfig, Communicator, LaunchEnv, LaunchSource, TcpCommunicator};
 use core_tensor::ops::AdamConfig;
-use core_tensor::{Backend, Cpu};
+use core_tensor::{Cpu, Cuda, Ops};
 use fashion_mnist::FashionMnist;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -23,6 +23,8 @@ use crate::train::{Progress, Silent, TrainConfig, Trainer};
 #[derive(Clone, Debug)]
 pub struct RankInfo {
     pub rank: usize,
+    /// Rank among the processes on this machine: picks the GPU.
+    pub local_rank: usize,
     pub world_size: usize,
     /// Ranks sharing this machine (they share its cores).
     pub local_world_size: usize,
@@ -33,23 +35,60 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<()> {
     let info = launch.map_or(
         RankInfo {
             rank: 0,
+            local_rank: 0,
             world_size: 1,
             local_world_size: 1,
         },
         |env| RankInfo {
             rank: env.rank,
+            local_rank: env.local_rank,
             world_size: env.world_size,
             local_world_size: env.local_world_size.max(1),
         },
     );
-    let rank = info.rank;
     let data_dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
     let data = FashionMnist::load(&data_dir)?;
-    let backend = cpu_backend(cli, &info)?;
+    // The device comes before the rendezvous: a rank without its GPU fails
+    // here, alone and at once, instead of after its peers' timeout.
+    let device = choose_device(cli, &info)?;
     let comm = match launch {
         Some(env) if env.world_size > 1 => Some(connect(cli, env)?),
         _ => None,
     };
+    let job = Job {
+        cli,
+        info: &info,
+        data: &data,
+        data_dir: &data_dir,
+    };
+    match device {
+        Device::Cpu(cpu) => train_on(cpu, &job, comm),
+        Device::Cuda(gpu) => train_on(gpu, &job, comm),
+    }
+}
+
+/// What every rank trains on, whatever its device.
+struct Job<'a> {
+    cli: &'a Cli,
+    info: &'a RankInfo,
+    data: &'a FashionMnist,
+    data_dir: &'a std::path::Path,
+}
+
+/// The device a rank trains on.
+enum Device {
+    Cpu(Cpu),
+    Cuda(Cuda),
+}
+
+fn train_on<B: Ops>(backend: B, job: &Job<'_>, comm: Option<CommThread>) -> anyhow::Result<()> {
+    let Job {
+        cli,
+        info,
+        data,
+        data_dir,
+    } = *job;
+    let rank = info.rank;
     let cfg = TrainConfig {
         epochs: cli.epochs as usize,
         batch_size: cli.batch_size as usize,
@@ -80,7 +119,7 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<()> {
         Origin::Fresh
     };
     let resumed = matches!(origin, Origin::Resume(_));
-    let mut trainer = Trainer::with_origin(backend, &data, cfg, comm, origin)
+    let mut trainer = Trainer::with_origin(backend, data, cfg, comm, origin)
         .with_context(|| format!("rank {rank}: setting up"))?;
     if let Some(dir) = checkpoint_dir {
         trainer.set_checkpoints(Checkpoints {
@@ -163,17 +202,39 @@ fn choose_origin(
     choose().context("rank 0")
 }
 
+/// The device `--device` asks for: `cuda` insists on the GPU of this rank's
+/// local rank (wrapping around when ranks outnumber GPUs), `auto` takes it
+/// when one is usable and otherwise says why it trains on the CPU.
+fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device> {
+    let gpu = || -> anyhow::Result<Cuda> {
+        let count = core_tensor::cuda_available()?;
+        let ordinal = if count == 0 {
+            info.local_rank
+        } else {
+            info.local_rank % count
+        };
+        Ok(Cuda::new(ordinal)?)
+    };
+    match cli.device {
+        DeviceChoice::Cpu => Ok(Device::Cpu(cpu_backend(cli, info)?)),
+        DeviceChoice::Cuda => gpu()
+            .map(Device::Cuda)
+            .with_context(|| format!("rank {}: --device cuda", info.rank)),
+        DeviceChoice::Auto => match gpu() {
+            Ok(gpu) => Ok(Device::Cuda(gpu)),
+            Err(why) => {
+                eprintln!(
+                    "note: rank {}: no usable GPU ({why:#}); training on the CPU",
+                    info.rank
+                );
+                Ok(Device::Cpu(cpu_backend(cli, info)?))
+            }
+        },
+    }
+}
+
 /// The CPU backend, with `--threads` or a fair share of this machine's cores.
 fn cpu_backend(cli: &Cli, info: &RankInfo) -> anyhow::Result<Cpu> {
-    match cli.device {
-        DeviceChoice::Cuda => {
-            bail!("--device cuda: this build has no CUDA backend yet; use --device cpu (or auto)")
-        }
-        DeviceChoice::Auto if info.rank == 0 => {
-            eprintln!("note: no CUDA backend in this build; training on the CPU")
-        }
-        DeviceChoice::Auto | DeviceChoice::Cpu => {}
-    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = cli
         .threads

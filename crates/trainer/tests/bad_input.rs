@@ -92,7 +92,34 @@ fn a_file_that_is_not_gzip_is_named() {
     assert_one_line_error(&[], Some(dir.path()), TRAIN_LABELS);
 }
 
+/// Whether this machine has a usable GPU (then the no-GPU paths cannot be
+/// exercised, and the tests below say so).
+fn gpu_present() -> bool {
+    matches!(core_tensor::cuda_available(), Ok(n) if n > 0)
+}
+
 #[test]
-fn cuda_without_a_cuda_build_is_a_clear_error() {
+fn cuda_without_a_gpu_is_a_clear_error() {
+    if gpu_present() {
+        eprintln!("skipped: a GPU is present, so --device cuda does not fail here");
+        return;
+    }
     assert_one_line_error(&["--device", "cuda"], Some(dataset()), "--device cuda");
+}
+
+#[test]
+fn auto_without_a_gpu_trains_on_the_cpu_and_says_why() {
+    if gpu_present() {
+        eprintln!("skipped: a GPU is present, so --device auto picks it");
+        return;
+    }
+    let out = run(trainer()
+        .args(["--device", "auto", "--epochs", "1", "--max-steps", "1"])
+        .args(data_arg(dataset())));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("no usable GPU (") && err.contains("training on the CPU"),
+        "{err}"
+    );
 }
