@@ -2,10 +2,12 @@
 //! learned: with dropout off, 2 ranks × batch 32 follow 1 rank × batch 64 on
 //! the same samples, and the two ranks stay bitwise identical every step.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
+mod common;
+
 use comm::{CommConfig, TcpCommunicator};
+use common::free_port;
 use core_tensor::Cpu;
 use core_tensor::ops::AdamConfig;
 use fashion_mnist::{FashionMnist, Layout, synth};
@@ -49,14 +51,6 @@ fn run(data: &FashionMnist, cfg: TrainConfig, comm: Option<CommThread>) -> Vec<V
         })
         .unwrap();
     history
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

@@ -3,21 +3,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{data_arg, dataset, stderr, trainer};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::{data_arg, dataset, free_port, launcher_pid, stderr, stderr_lines, trainer};
 
 /// A worker started as `rank` of `world` by hand, as torchrun would.
 fn worker(rank: usize, world: usize, port: u16) -> Command {
@@ -135,14 +125,7 @@ fn a_killed_worker_stops_the_whole_launch_with_the_lost_rank_named() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (lines_tx, lines) = mpsc::channel();
-    let reader = BufReader::new(launcher.stderr.take().unwrap());
-    std::thread::spawn(move || {
-        reader
-            .lines()
-            .map_while(Result::ok)
-            .for_each(|l| drop(lines_tx.send(l)))
-    });
+    let (lines, _relay) = stderr_lines(&mut launcher);
     let mut seen = Vec::new();
     let mut pid = None;
     // Wait until rank 1 has joined the ring, i.e. training is under way.
@@ -153,8 +136,8 @@ fn a_killed_worker_stops_the_whole_launch_with_the_lost_rank_named() {
         let line = lines
             .recv_timeout(Duration::from_secs(60))
             .expect("rank 1 never joined");
-        if let Some(rest) = line.strip_prefix("launcher: started rank 1 (pid ") {
-            pid = rest.split(')').next().map(str::to_string);
+        if let Some(found) = launcher_pid(&line, 1) {
+            pid = Some(found);
         }
         seen.push(line);
     }

@@ -5,13 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{data_arg, dataset, run, stderr, trainer};
+use common::{data_arg, dataset, launcher_pid, run, stderr, stderr_lines, trainer};
 use trainer::checkpoint::store::PAUSE_ENV;
 use trainer::checkpoint::{Position, TrainingState, load};
 use trainer::model::{CnnMnist, DropoutRates};
@@ -67,23 +65,13 @@ fn a_killed_worker_is_restarted_from_the_newest_checkpoint_and_the_result_is_unc
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (lines_tx, lines) = mpsc::channel();
-    let reader = BufReader::new(launcher.stderr.take().unwrap());
-    let relay = std::thread::spawn(move || {
-        reader
-            .lines()
-            .map_while(Result::ok)
-            .for_each(|l| drop(lines_tx.send(l)))
-    });
+    let (lines, relay) = stderr_lines(&mut launcher);
     let mut log = Vec::new();
     let pid = loop {
         let line = lines
             .recv_timeout(Duration::from_secs(60))
             .expect("the launcher names rank 1's pid");
-        let pid = line
-            .strip_prefix("launcher: started rank 1 (pid ")
-            .and_then(|r| r.split(')').next())
-            .map(str::to_string);
+        let pid = launcher_pid(&line, 1);
         log.push(line);
         if let Some(pid) = pid {
             break pid;

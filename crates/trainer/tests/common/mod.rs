@@ -3,9 +3,12 @@
 //! binary and read what it said.
 #![allow(dead_code)] // each test binary uses its own subset
 
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::OnceLock;
+use std::sync::mpsc::{Receiver, channel};
 
 use fashion_mnist::{Layout, synth};
 
@@ -65,4 +68,34 @@ pub fn stdout(out: &Output) -> String {
 
 pub fn data_arg(dir: &Path) -> [PathBuf; 2] {
     [PathBuf::from("--data-dir"), dir.to_path_buf()]
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The lines `child` writes to stderr (which must be piped), as they come,
+/// from a thread that ends with the stream.
+pub fn stderr_lines(child: &mut Child) -> (Receiver<String>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = channel();
+    let reader = BufReader::new(child.stderr.take().expect("stderr is piped"));
+    let relay = std::thread::spawn(move || {
+        reader
+            .lines()
+            .map_while(Result::ok)
+            .for_each(|l| drop(tx.send(l)))
+    });
+    (rx, relay)
+}
+
+/// The pid the launcher announced for `rank`, if `line` is that announcement.
+pub fn launcher_pid(line: &str, rank: usize) -> Option<String> {
+    line.strip_prefix(&format!("launcher: started rank {rank} (pid "))
+        .and_then(|r| r.split(')').next())
+        .map(str::to_string)
 }
