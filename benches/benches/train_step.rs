@@ -65,7 +65,10 @@ fn main() -> Result<()> {
         Trainer::new(Cpu::new(args.threads)?, &data, cfg, None).context("building the trainer")?;
     let mut stamps = Vec::with_capacity(args.warmup + args.steps + 1);
     stamps.push(Instant::now());
-    trainer.train_epoch(1, &mut Silent, &mut |_| Ok(stamps.push(Instant::now())))?;
+    trainer.train_epoch(1, &mut Silent, &mut |_| {
+        stamps.push(Instant::now());
+        Ok(())
+    })?;
     let mut step_secs: Vec<f64> = stamps
         .windows(2)
         .skip(args.warmup)
