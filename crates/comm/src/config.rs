@@ -11,10 +11,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How two neighbouring ranks on the same machine connect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SameHostTransport {
-    /// A Unix domain socket: on Linux it moves data several times faster
-    /// than TCP over loopback (no TCP/IP processing), which is what makes
-    /// single-machine multi-process training pay off. Used only where it
-    /// works (same kernel and network namespace); otherwise TCP.
+    /// A Unix domain socket (Linux): no TCP/IP processing per byte, which
+    /// made 2-rank all-reduces of 1-64 MiB on a two-core VM some 10-25%
+    /// faster than TCP over loopback. Used only where it works (same kernel
+    /// and network namespace); otherwise TCP.
     #[default]
     UnixSocket,
     /// Always TCP, even on one machine (for comparisons and tests).

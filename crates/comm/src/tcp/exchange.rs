@@ -13,6 +13,7 @@
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind, Read, Write};
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
@@ -24,6 +25,13 @@ use crate::tcp::links::{Fault, RingLinks};
 /// enough that the next ring step starts early and a segment's reduction
 /// runs in cache.
 pub(crate) const SEGMENT_BYTES: usize = 256 << 10;
+
+/// How long a rank keeps polling without sleeping when neither socket is
+/// ready. Waking a sleeping process costs tens of microseconds on a VM, far
+/// more than a small collective's transfer: spinning briefly cut a 2-rank
+/// 4 KiB all-reduce from ~60 to ~9 µs and lifted 1 MiB from ~3.8 to ~5 GB/s
+/// on a two-core VM. A longer wait (a slower peer) still ends up asleep.
+pub(crate) const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
 
 /// What to do with a segment once it has arrived from the left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,6 +293,20 @@ fn wait(links: &RingLinks, want_write: bool, want_read: bool) -> Result<(), Faul
         tv_sec: i64::MAX,
         tv_nsec: 0,
     });
+    if !links.spin.is_zero() {
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let start = Instant::now();
+        while start.elapsed() < links.spin {
+            // An error here shows up again in the blocking poll below.
+            if poll(fds, Some(&now)).is_ok_and(|ready| ready > 0) {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+    }
     loop {
         match poll(fds, Some(&timeout)) {
             Ok(0) => {

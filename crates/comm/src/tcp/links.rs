@@ -28,6 +28,10 @@ pub(crate) struct RingLinks {
     pub(crate) left: Peer,
     /// Longest a collective waits without any progress.
     pub(crate) timeout: Duration,
+    /// How long to poll without sleeping before blocking; zero when the
+    /// machine has fewer cores than local ranks (spinning would steal the
+    /// core a peer needs).
+    pub(crate) spin: Duration,
 }
 
 /// What went wrong inside one collective, before it is attributed to a

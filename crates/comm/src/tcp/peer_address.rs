@@ -1,51 +1,71 @@
-//! What a rank publishes in the store about its data listeners: a TCP
-//! endpoint that works from anywhere and, on Linux, a Unix socket name that
-//! works from the same machine.
+//! What a rank publishes in the store about itself: a TCP endpoint that
+//! works from anywhere, the identity of its machine, and (on Linux) a Unix
+//! socket name that works from the same machine.
 //!
-//! Text format, one field per line: `tcp HOST:PORT` and optionally
-//! `unix MACHINE_ID NAME`.
+//! Text format, one field per line: `tcp HOST:PORT`, and optionally
+//! `machine BOOT_ID` and `unix NAME`.
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PeerAddress {
     pub(crate) tcp: String,
-    pub(crate) unix: Option<UnixEndpoint>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct UnixEndpoint {
-    /// Kernel boot id of the rank's machine.
-    pub(crate) machine: String,
-    /// Abstract socket name.
-    pub(crate) name: String,
+    /// Kernel boot id of the rank's machine, where known.
+    pub(crate) machine: Option<String>,
+    /// Abstract Unix socket name of the rank's listener.
+    pub(crate) unix: Option<String>,
 }
 
 impl PeerAddress {
     pub(crate) fn encode(&self) -> String {
         let mut out = format!("tcp {}\n", self.tcp);
+        if let Some(m) = &self.machine {
+            out.push_str(&format!("machine {m}\n"));
+        }
         if let Some(u) = &self.unix {
-            out.push_str(&format!("unix {} {}\n", u.machine, u.name));
+            out.push_str(&format!("unix {u}\n"));
         }
         out
     }
 
     pub(crate) fn decode(text: &str) -> Option<PeerAddress> {
-        let mut tcp = None;
-        let mut unix = None;
+        let mut address = PeerAddress {
+            tcp: String::new(),
+            machine: None,
+            unix: None,
+        };
         for line in text.lines() {
-            let mut fields = line.split(' ');
-            match (fields.next(), fields.next(), fields.next(), fields.next()) {
-                (Some("tcp"), Some(addr), None, None) => tcp = Some(addr.to_string()),
-                (Some("unix"), Some(machine), Some(name), None) => {
-                    unix = Some(UnixEndpoint {
-                        machine: machine.to_string(),
-                        name: name.to_string(),
-                    });
-                }
+            let (key, value) = line.split_once(' ')?;
+            if value.is_empty() || value.contains(' ') {
+                return None;
+            }
+            match key {
+                "tcp" => address.tcp = value.to_string(),
+                "machine" => address.machine = Some(value.to_string()),
+                "unix" => address.unix = Some(value.to_string()),
                 _ => return None,
             }
         }
-        Some(PeerAddress { tcp: tcp?, unix })
+        (!address.tcp.is_empty()).then_some(address)
     }
+
+    /// Whether `other` runs on the same machine as this rank.
+    pub(crate) fn same_machine(&self, other: &PeerAddress) -> bool {
+        self.machine.is_some() && self.machine == other.machine
+    }
+}
+
+/// Identifies the running kernel: equal on two ranks iff they run on the
+/// same (virtual) machine since its last boot.
+#[cfg(target_os = "linux")]
+pub(crate) fn machine_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty() && !id.contains(char::is_whitespace)).then(|| id.to_string())
+}
+
+/// Elsewhere ranks cannot tell whether they share a machine.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn machine_id() -> Option<String> {
+    None
 }
 
 #[cfg(test)]
@@ -54,24 +74,32 @@ mod tests {
 
     #[test]
     fn addresses_round_trip() {
-        let both = PeerAddress {
+        let full = PeerAddress {
             tcp: "10.0.0.2:4567".into(),
-            unix: Some(UnixEndpoint {
-                machine: "9be938dc-966a".into(),
-                name: "comm-ring/12/1/77".into(),
-            }),
+            machine: Some("9be938dc-966a".into()),
+            unix: Some("comm-ring/12/1/77".into()),
         };
-        assert_eq!(PeerAddress::decode(&both.encode()), Some(both));
+        assert_eq!(PeerAddress::decode(&full.encode()), Some(full));
         let tcp_only = PeerAddress {
             tcp: "[::1]:80".into(),
+            machine: None,
             unix: None,
         };
         assert_eq!(PeerAddress::decode(&tcp_only.encode()), Some(tcp_only));
     }
 
     #[test]
-    fn text_without_a_tcp_endpoint_is_rejected() {
-        assert_eq!(PeerAddress::decode("unix m n\n"), None);
+    fn text_without_a_tcp_endpoint_or_with_unknown_fields_is_rejected() {
+        assert_eq!(PeerAddress::decode("unix n\n"), None);
         assert_eq!(PeerAddress::decode("10.0.0.2:4567"), None);
+        assert_eq!(PeerAddress::decode("tcp a:1\ncolour blue\n"), None);
+    }
+
+    #[test]
+    fn unknown_machines_are_never_the_same() {
+        let a = PeerAddress::decode("tcp a:1\n").unwrap();
+        assert!(!a.same_machine(&a.clone()));
+        let b = PeerAddress::decode("tcp a:1\nmachine m\n").unwrap();
+        assert!(b.same_machine(&PeerAddress::decode("tcp b:2\nmachine m\n").unwrap()));
     }
 }

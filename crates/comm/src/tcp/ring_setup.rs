@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 use crate::config::SameHostTransport;
 use crate::error::{CommError, Rejection};
 use crate::rendezvous::{Rendezvous, endpoint};
+use crate::tcp::exchange::SPIN_BEFORE_SLEEP;
 use crate::tcp::links::{Peer, RingLinks};
-use crate::tcp::peer_address::PeerAddress;
-#[cfg(target_os = "linux")]
-use crate::tcp::peer_address::UnixEndpoint;
+use crate::tcp::peer_address::{PeerAddress, machine_id};
 use crate::tcp::stream::Stream;
 #[cfg(target_os = "linux")]
 use crate::tcp::unix_socket;
@@ -58,13 +57,14 @@ impl Listeners {
         #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
         let mut address = PeerAddress {
             tcp: endpoint(&host, port),
+            machine: machine_id(),
             unix: None,
         };
         #[cfg(target_os = "linux")]
-        let unix = match (rendezvous.config().same_host, unix_socket::machine_id()) {
-            (SameHostTransport::UnixSocket, Some(machine)) => {
+        let unix = match (rendezvous.config().same_host, &address.machine) {
+            (SameHostTransport::UnixSocket, Some(_)) => {
                 unix_socket::bind(rank).map(|(listener, name)| {
-                    address.unix = Some(UnixEndpoint { machine, name });
+                    address.unix = Some(name);
                     listener
                 })
             }
@@ -171,9 +171,18 @@ pub(crate) fn connect_ring(
         rank,
         addr: format!("{} via {}", addresses[rank].tcp, stream.kind()),
     };
+    // Busy-waiting only pays while every rank on this machine has a core.
+    let local_ranks = addresses.iter().filter(|a| mine.same_machine(a)).count();
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let spin = if local_ranks > 0 && local_ranks <= cores {
+        SPIN_BEFORE_SLEEP
+    } else {
+        Duration::ZERO
+    };
     Ok(RingLinks {
         rank,
         world_size: world,
+        spin,
         right: peer(right, &to_right),
         to_right,
         left: peer(left, &from_left),
@@ -251,13 +260,9 @@ fn connect(
     deadline: Instant,
 ) -> io::Result<Stream> {
     #[cfg(target_os = "linux")]
-    if let (true, Some(UnixEndpoint { machine, name }), Some(own)) =
-        (use_unix, &peer.unix, &mine.unix)
-    {
-        if *machine == own.machine {
-            if let Ok(s) = unix_socket::connect(name) {
-                return Ok(Stream::Unix(s));
-            }
+    if let (true, true, Some(name)) = (use_unix, mine.same_machine(peer), &peer.unix) {
+        if let Ok(s) = unix_socket::connect(name) {
+            return Ok(Stream::Unix(s));
         }
     }
     #[cfg(not(target_os = "linux"))]

@@ -9,6 +9,13 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+/// Send buffer of a Unix socket link. The default (~200 KiB) makes the
+/// ranks take turns in small steps; 1 MiB let a 2-rank 64 MiB all-reduce on
+/// a two-core VM reach ~3.0 GB/s bus bandwidth instead of ~1.9. (TCP sizes
+/// its buffers itself, and pinning them measured no better.)
+#[cfg(target_os = "linux")]
+const UNIX_BUFFER_BYTES: usize = 1 << 20;
+
 #[derive(Debug)]
 pub(crate) enum Stream {
     Tcp(TcpStream),
@@ -44,7 +51,11 @@ impl Stream {
                 s.set_nonblocking(true)
             }
             #[cfg(target_os = "linux")]
-            Stream::Unix(s) => s.set_nonblocking(true),
+            Stream::Unix(s) => {
+                // Best effort: the kernel caps the size at net.core.wmem_max.
+                let _ = rustix::net::sockopt::set_socket_send_buffer_size(s, UNIX_BUFFER_BYTES);
+                s.set_nonblocking(true)
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! Listeners live in the abstract namespace: nothing is created on disk, so
 //! a killed rank leaves no file behind, and the name is only reachable from
 //! the same network namespace. Whether two ranks share a machine is judged
-//! by the kernel boot id; a false "same" (e.g. containers of one host in
+//! by the kernel boot id (see `peer_address::machine_id`); a false "same" (e.g. containers of one host in
 //! different network namespaces) only makes the connect fail, and the ring
 //! then uses TCP.
 
@@ -11,14 +11,6 @@ use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Identifies the running kernel: equal on two ranks iff they run on the
-/// same (virtual) machine since its last boot.
-pub(crate) fn machine_id() -> Option<String> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let id = id.trim();
-    (!id.is_empty() && !id.contains(char::is_whitespace)).then(|| id.to_string())
-}
 
 /// A non-blocking listener under a fresh abstract name; `None` if binding
 /// fails (the ring then offers TCP only).
