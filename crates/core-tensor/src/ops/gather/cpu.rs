@@ -1,7 +1,6 @@
 use std::ops::Range;
 
 use super::GatherKernel;
-use crate::error::check_len;
 use crate::{Cpu, Error, Result};
 
 impl GatherKernel for Cpu {
@@ -15,24 +14,8 @@ impl GatherKernel for Cpu {
         x: &mut Vec<f32>,
         y: &mut Vec<u8>,
     ) -> Result<()> {
-        let batch = positions.len();
-        check_len("gather_batch", "x", x.len(), batch * pixels)?;
-        check_len("gather_batch", "y", y.len(), batch)?;
-        check_len(
-            "gather_batch",
-            "images",
-            images.len(),
-            labels.len() * pixels,
-        )?;
-        let chosen = indices
-            .get(positions.clone())
-            .ok_or_else(|| Error::InvalidArgument {
-                op: "gather_batch",
-                reason: format!(
-                    "positions {positions:?} exceed the {} indices",
-                    indices.len()
-                ),
-            })?;
+        super::check::<Self>(images, labels, pixels, indices, &positions, x, y)?;
+        let chosen = &indices[positions];
         for ((&index, row), label) in chosen
             .iter()
             .zip(x.chunks_mut(pixels.max(1)))

@@ -4,8 +4,7 @@ use cudarc::driver::CudaSlice;
 
 use super::GatherKernel;
 use crate::backend::cuda::launch::{GatherArgs, blocks_for};
-use crate::error::check_len;
-use crate::{Cuda, Error, Result};
+use crate::{Cuda, Result};
 
 const THREADS: u32 = 256;
 
@@ -22,24 +21,8 @@ impl GatherKernel for Cuda {
         x: &mut CudaSlice<f32>,
         y: &mut CudaSlice<u8>,
     ) -> Result<()> {
+        super::check::<Self>(images, labels, pixels, indices, &positions, x, y)?;
         let batch = positions.len();
-        check_len("gather_batch", "x", x.len(), batch * pixels)?;
-        check_len("gather_batch", "y", y.len(), batch)?;
-        check_len(
-            "gather_batch",
-            "images",
-            images.len(),
-            labels.len() * pixels,
-        )?;
-        if positions.end > indices.len() {
-            return Err(Error::InvalidArgument {
-                op: "gather_batch",
-                reason: format!(
-                    "positions {positions:?} exceed the {} indices",
-                    indices.len()
-                ),
-            });
-        }
         // As on the CPU, nothing is written when there are no pixels.
         if x.is_empty() {
             return Ok(());

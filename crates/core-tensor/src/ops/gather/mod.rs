@@ -9,7 +9,40 @@ mod tests;
 
 use std::ops::Range;
 
-use crate::{Backend, Result};
+use crate::error::check_len;
+use crate::{Backend, Error, Result};
+
+/// Validates the buffers of a gather of `positions` from `indices`, for
+/// every backend alike.
+pub(crate) fn check<B: Backend>(
+    images: &B::Storage<u8>,
+    labels: &B::Storage<u8>,
+    pixels: usize,
+    indices: &B::Storage<u32>,
+    positions: &Range<usize>,
+    x: &B::Storage<f32>,
+    y: &B::Storage<u8>,
+) -> Result<()> {
+    let batch = positions.len();
+    check_len("gather_batch", "x", B::len(x), batch * pixels)?;
+    check_len("gather_batch", "y", B::len(y), batch)?;
+    check_len(
+        "gather_batch",
+        "images",
+        B::len(images),
+        B::len(labels) * pixels,
+    )?;
+    if positions.start > positions.end || positions.end > B::len(indices) {
+        return Err(Error::InvalidArgument {
+            op: "gather_batch",
+            reason: format!(
+                "positions {positions:?} exceed the {} indices",
+                B::len(indices)
+            ),
+        });
+    }
+    Ok(())
+}
 
 /// Batch-gathering kernels.
 pub trait GatherKernel: Backend {
