@@ -8,41 +8,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use comm::{CommError, Communicator, ReduceOp, SameHostTransport, TcpCommunicator};
-use common::{TRANSPORTS, config, free_port};
-
-type Body<'a, T> = Box<dyn FnOnce(TcpCommunicator) -> T + Send + 'a>;
+use common::{Body, TRANSPORTS, run_ranks_over};
 
 /// Starts a job whose ranks each run their own closure.
 fn run_ranks<T: Send>(timeout: Duration, bodies: Vec<Body<'_, T>>) -> Vec<T> {
     run_ranks_over(SameHostTransport::default(), timeout, bodies)
-}
-
-fn run_ranks_over<T: Send>(
-    transport: SameHostTransport,
-    timeout: Duration,
-    bodies: Vec<Body<'_, T>>,
-) -> Vec<T> {
-    let port = free_port();
-    let world = bodies.len();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = bodies
-            .into_iter()
-            .enumerate()
-            .map(|(rank, body)| {
-                scope.spawn(move || {
-                    let comm = TcpCommunicator::connect(
-                        &config(rank, world, port, timeout).with_same_host(transport),
-                    )
-                    .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-                    body(comm)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    })
 }
 
 type Outcome = Option<(CommError, Duration)>;

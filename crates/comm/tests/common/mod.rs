@@ -47,14 +47,32 @@ where
     T: Send,
     F: Fn(TcpCommunicator) -> T + Sync,
 {
+    let body = &body;
+    let bodies = (0..world_size)
+        .map(|_| Box::new(body) as Body<'_, T>)
+        .collect();
+    run_ranks_over(transport, HANG_TIMEOUT, bodies)
+}
+
+/// One rank's part of a job.
+pub type Body<'a, T> = Box<dyn FnOnce(TcpCommunicator) -> T + Send + 'a>;
+
+/// Runs a job whose rank `r` runs `bodies[r]`, each on its own thread, with
+/// the given link and timeout; returns the results in rank order.
+pub fn run_ranks_over<T: Send>(
+    transport: SameHostTransport,
+    timeout: Duration,
+    bodies: Vec<Body<'_, T>>,
+) -> Vec<T> {
     let port = free_port();
+    let world = bodies.len();
     std::thread::scope(|scope| {
-        let body = &body;
-        let handles: Vec<_> = (0..world_size)
-            .map(|rank| {
+        let handles: Vec<_> = bodies
+            .into_iter()
+            .enumerate()
+            .map(|(rank, body)| {
                 scope.spawn(move || {
-                    let config =
-                        config(rank, world_size, port, HANG_TIMEOUT).with_same_host(transport);
+                    let config = config(rank, world, port, timeout).with_same_host(transport);
                     let comm = TcpCommunicator::connect(&config)
                         .unwrap_or_else(|e| panic!("rank {rank} failed to connect: {e}"));
                     body(comm)
