@@ -11,32 +11,14 @@ standard way, for the Rust side to load with --init-from's loader.
 """
 
 import sys
+from pathlib import Path
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-
-class CNN_MNIST(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = self.dropout2(x)
-        return self.fc2(x)
+# The model definition is shared with the PyTorch benchmark.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benches" / "pytorch"))
+from cnn_mnist import CNN_MNIST  # noqa: E402
 
 
 def main(work):
