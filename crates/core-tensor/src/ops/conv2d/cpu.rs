@@ -50,11 +50,7 @@ impl Conv2dKernel for Cpu {
         grads: &mut Vec<f32>,
         dx: Option<&mut Vec<f32>>,
     ) -> Result<()> {
-        g.check::<Self>(x, params, at, dy)?;
-        at.check("conv2d", g.weight_len(), g.out_channels, grads.len())?;
-        if let Some(dx) = &dx {
-            crate::error::check_len("conv2d", "dx", dx.len(), x.len())?;
-        }
+        g.check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         let w = &params[at.weight.clone()];
         let (wlen, blen) = (g.weight_len(), g.out_channels);
         let groups = self.threads().min(g.batch).max(1);

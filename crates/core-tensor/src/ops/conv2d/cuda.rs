@@ -2,11 +2,10 @@ use cudarc::driver::{CudaSlice, CudaView, LaunchConfig};
 
 use super::{Conv2dGeom, Conv2dKernel};
 use crate::Cuda;
+use crate::Result;
 use crate::backend::cuda::gemm::{GemmPlan, check_i32};
 use crate::backend::cuda::{view, view_mut};
-use crate::error::check_len;
 use crate::ops::ParamAt;
-use crate::{Backend, Result};
 
 /// Threads of `conv2d_bwd_bias_f32` (REDUCE_THREADS in reduce.cuh).
 const BIAS_THREADS: u32 = 256;
@@ -65,11 +64,7 @@ impl Conv2dKernel for Cuda {
         grads: &mut CudaSlice<f32>,
         dx: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
-        g.check::<Self>(x, params, at, dy)?;
-        at.check("conv2d", g.weight_len(), g.out_channels, Self::len(grads))?;
-        if let Some(dx) = &dx {
-            check_len("conv2d", "dx", dx.len(), x.len())?;
-        }
+        g.check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         check_i32("conv2d", &[x.len(), dy.len(), g.weight_len()])?;
         self.conv2d_bwd_weight(g, x, dy, grads, at)?;
         let mut db = view_mut("conv2d", grads, at.bias.clone())?;

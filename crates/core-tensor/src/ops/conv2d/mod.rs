@@ -92,6 +92,30 @@ impl Conv2dGeom {
             B::len(params),
         )
     }
+
+    /// [`Self::check`] for a backward call, plus the gradient buffer and
+    /// the optional input gradient.
+    pub(crate) fn check_bwd<B: Backend>(
+        &self,
+        x: &B::Storage<f32>,
+        params: &B::Storage<f32>,
+        at: &ParamAt,
+        dy: &B::Storage<f32>,
+        grads: &B::Storage<f32>,
+        dx: Option<&B::Storage<f32>>,
+    ) -> Result<()> {
+        self.check::<B>(x, params, at, dy)?;
+        at.check(
+            "conv2d",
+            self.weight_len(),
+            self.out_channels,
+            B::len(grads),
+        )?;
+        match dx {
+            Some(dx) => check_len("conv2d", "dx", B::len(dx), B::len(x)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Convolution kernels.

@@ -1,5 +1,4 @@
 use super::{LinearGeom, LinearKernel};
-use crate::error::check_len;
 use crate::gemm::{MatMut, MatRef, matmul};
 use crate::ops::ParamAt;
 use crate::{Cpu, Result};
@@ -39,13 +38,7 @@ impl LinearKernel for Cpu {
         grads: &mut Vec<f32>,
         dx: Option<&mut Vec<f32>>,
     ) -> Result<()> {
-        g.check::<Self>(x, params, at, dy)?;
-        at.check(
-            "linear",
-            g.in_features * g.out_features,
-            g.out_features,
-            grads.len(),
-        )?;
+        g.check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         let dy_mat = MatRef::row_major(dy, g.batch, g.out_features);
         let db = &mut grads[at.bias.clone()];
         db.fill(0.0);
@@ -62,7 +55,6 @@ impl LinearKernel for Cpu {
             )
         });
         if let Some(dx) = dx {
-            check_len("linear", "dx", dx.len(), x.len())?;
             let w = MatRef::row_major(&params[at.weight.clone()], g.out_features, g.in_features);
             self.run(|| {
                 matmul(

@@ -4,9 +4,8 @@ use super::{LinearGeom, LinearKernel};
 use crate::backend::cuda::gemm::{GemmPlan, check_i32};
 use crate::backend::cuda::launch::blocks_for;
 use crate::backend::cuda::{view, view_mut};
-use crate::error::check_len;
 use crate::ops::ParamAt;
-use crate::{Backend, Cuda, Result};
+use crate::{Cuda, Result};
 
 /// Threads per block of `linear_bwd_bias_f32` (one per output feature).
 const BIAS_THREADS: u32 = 256;
@@ -64,16 +63,7 @@ impl LinearKernel for Cuda {
         grads: &mut CudaSlice<f32>,
         dx: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
-        g.check::<Self>(x, params, at, dy)?;
-        at.check(
-            "linear",
-            g.in_features * g.out_features,
-            g.out_features,
-            Self::len(grads),
-        )?;
-        if let Some(dx) = &dx {
-            check_len("linear", "dx", dx.len(), x.len())?;
-        }
+        g.check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         check_i32("linear", &[x.len(), dy.len(), at.weight.len()])?;
         if !at.weight.is_empty() {
             self.linear_bwd_weight(g, x, dy, grads, at)?;

@@ -40,6 +40,30 @@ impl LinearGeom {
             B::len(params),
         )
     }
+
+    /// [`Self::check`] for a backward call, plus the gradient buffer and
+    /// the optional input gradient.
+    pub(crate) fn check_bwd<B: Backend>(
+        &self,
+        x: &B::Storage<f32>,
+        params: &B::Storage<f32>,
+        at: &ParamAt,
+        dy: &B::Storage<f32>,
+        grads: &B::Storage<f32>,
+        dx: Option<&B::Storage<f32>>,
+    ) -> Result<()> {
+        self.check::<B>(x, params, at, dy)?;
+        at.check(
+            "linear",
+            self.in_features * self.out_features,
+            self.out_features,
+            B::len(grads),
+        )?;
+        match dx {
+            Some(dx) => check_len("linear", "dx", B::len(dx), B::len(x)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Linear-layer kernels.
