@@ -122,6 +122,41 @@ pub enum CommError {
     #[error("communicator unusable after an earlier failure: {0}")]
     Broken(String),
 
+    /// `libnccl.so` could not be loaded; the search report says where NCCL
+    /// was looked for, what was found and how to make it loadable.
+    #[error("{0}")]
+    NcclMissing(crate::nccl::NcclSearch),
+
+    /// An NCCL call or collective failed; `code` and `detail` are NCCL's
+    /// own words (`ncclGetErrorString`, `ncclGetLastError`).
+    #[error("rank {rank}: NCCL {op} failed: {code}{}", if detail.is_empty() { String::new() } else { format!(" ({detail})") })]
+    Nccl {
+        rank: usize,
+        op: String,
+        code: String,
+        detail: String,
+    },
+
+    /// An NCCL collective did not complete in time; the communicator was
+    /// aborted.
+    #[error(
+        "rank {rank}: NCCL {op} did not complete within {timeout:?} (a peer died, hangs, or called \
+         another collective); the communicator was aborted"
+    )]
+    NcclTimeout {
+        rank: usize,
+        op: String,
+        timeout: Duration,
+    },
+
+    /// A CUDA call around the NCCL collectives (streams, events) failed.
+    #[error("rank {rank}: CUDA error during NCCL {op}: {detail}")]
+    Cuda {
+        rank: usize,
+        op: String,
+        detail: String,
+    },
+
     /// Local socket setup failed (e.g. no free port for the data listener).
     #[error("{context}: {source}")]
     Io {

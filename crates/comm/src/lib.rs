@@ -6,6 +6,8 @@
 //! * [`Rendezvous`] / [`Store`]: rank 0 hosts a small key-value store that
 //!   the ranks use to find each other and to check that they agree on the
 //!   job (world size, distinct ranks).
+//! * [`nccl`]: the same collectives on GPU buffers through NCCL, for one
+//!   process per GPU.
 //! * [`LaunchEnv`]: what torchrun or SLURM told this process about the job.
 //!
 //! All blocking network steps are bounded by [`CommConfig::timeout`], and
@@ -16,6 +18,7 @@ mod config;
 mod error;
 mod hostlist;
 mod launch_env;
+pub mod nccl;
 mod rendezvous;
 mod single_process;
 mod store;

@@ -1,0 +1,318 @@
+//! [`NcclCommunicator`]: collectives on device buffers, one process per GPU.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::nccl::sys::ncclRedOp_t;
+
+use super::ffi::{self, CallError, Progress, RawComm};
+use super::library::{SearchRoots, search};
+use super::unique_id::exchange_unique_id;
+use super::watchdog::{self, Failure, InFlight, Shared};
+use crate::communicator::ReduceOp;
+use crate::error::CommError;
+use crate::store::Store;
+
+/// Pause between looks at a non-blocking NCCL call or a queued collective
+/// the caller waits for.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Fails with the search report unless `libnccl.so` can be loaded; returns
+/// the library's version.
+pub fn require_nccl() -> Result<(u32, u32, u32), CommError> {
+    if !ffi::library_present() {
+        return Err(CommError::NcclMissing(search(&SearchRoots::from_env())));
+    }
+    ffi::version().map_err(|e| CommError::Nccl {
+        rank: 0,
+        op: "ncclGetVersion".into(),
+        code: e.code,
+        detail: e.detail,
+    })
+}
+
+/// One rank's NCCL communicator, bound to the communication stream it was
+/// created with: every collective is queued on that stream and returns at
+/// once (the caller orders it against its compute stream with events).
+///
+/// A watchdog thread aborts the communicator when a collective takes longer
+/// than the timeout or NCCL reports an asynchronous error; the next call
+/// then returns that error, naming this rank and the collective.
+pub struct NcclCommunicator {
+    rank: usize,
+    world_size: usize,
+    stream: Arc<CudaStream>,
+    shared: Arc<Shared>,
+    watchdog: Option<JoinHandle<()>>,
+    /// One element for [`NcclCommunicator::barrier`].
+    token: Mutex<CudaSlice<f32>>,
+}
+
+impl std::fmt::Debug for NcclCommunicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclCommunicator")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .finish()
+    }
+}
+
+impl NcclCommunicator {
+    /// Creates this rank's communicator on `stream`'s GPU. Rank 0 makes the
+    /// unique id and publishes it in `store`, the others read it there
+    /// (`store` may be `None` only at world size 1). Initialisation and a
+    /// first barrier must finish within `timeout`, which also bounds every
+    /// later collective.
+    pub fn connect(
+        stream: Arc<CudaStream>,
+        rank: usize,
+        world_size: usize,
+        store: Option<&mut Store>,
+        timeout: Duration,
+    ) -> Result<Self, CommError> {
+        if rank >= world_size {
+            return Err(CommError::InvalidConfig(format!(
+                "rank {rank} is out of range for world size {world_size}"
+            )));
+        }
+        require_nccl()?;
+        let make_id = || ffi::unique_id().map_err(|e| nccl_error(rank, "ncclGetUniqueId", e));
+        let id = match store {
+            Some(store) => exchange_unique_id(store, rank, "gradients", make_id)?,
+            None if world_size == 1 => make_id()?,
+            None => {
+                return Err(CommError::InvalidConfig(
+                    "a NCCL communicator of several ranks needs the rendezvous store".into(),
+                ));
+            }
+        };
+        let ctx = stream.context().clone();
+        // NCCL binds the communicator to the calling thread's current device.
+        ctx.bind_to_thread()
+            .map_err(|e| cuda_error(rank, "selecting the GPU", e))?;
+        let op = "ncclCommInitRankConfig";
+        let raw = RawComm::init(world_size, &id, rank).map_err(|e| nccl_error(rank, op, e))?;
+        let deadline = Instant::now() + timeout;
+        if let Err(failure) = settle(&raw, op, deadline, timeout) {
+            raw.abort();
+            return Err(failure.to_error(rank));
+        }
+        let shared = Arc::new(Shared::new(rank, timeout, raw));
+        let watchdog = watchdog::spawn(shared.clone(), ctx)
+            .map_err(|e| CommError::io("starting the NCCL watchdog thread", e))?;
+        let token = stream
+            .alloc_zeros(1)
+            .map_err(|e| cuda_error(rank, "allocating the barrier token", e))?;
+        let comm = NcclCommunicator {
+            rank,
+            world_size,
+            stream,
+            shared,
+            watchdog: Some(watchdog),
+            token: Mutex::new(token),
+        };
+        comm.barrier()?;
+        Ok(comm)
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// The stream every collective is queued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Queues an in-place all-reduce of `buf` on the communication stream;
+    /// `what` names it in errors (e.g. "all-reduce of gradient bucket 2").
+    /// The caller makes the stream wait for whatever wrote `buf`, keeps
+    /// `buf` alive and untouched until the stream has passed the
+    /// collective, and makes its readers wait for the stream.
+    pub fn all_reduce_in_place(
+        &self,
+        buf: &mut impl DevicePtrMut<f32>,
+        op: ReduceOp,
+        what: &str,
+    ) -> Result<(), CommError> {
+        let nccl_op = match op {
+            ReduceOp::Sum => ncclRedOp_t::ncclSum,
+            ReduceOp::Avg => ncclRedOp_t::ncclAvg,
+        };
+        let count = buf.len();
+        let (ptr, _record) = buf.device_ptr_mut(&self.stream);
+        self.enqueue(what, |comm| {
+            // SAFETY: `ptr` addresses `count` f32 of a live device buffer on
+            // this stream's GPU; the caller keeps it alive and unshared
+            // until the stream has completed the collective (see above).
+            unsafe { comm.all_reduce_f32(ptr, count, nccl_op, &self.stream) }
+        })
+    }
+
+    /// Queues an in-place broadcast of rank `root`'s `buf` to every rank,
+    /// with the same obligations as [`NcclCommunicator::all_reduce_in_place`].
+    pub fn broadcast_in_place(
+        &self,
+        buf: &mut impl DevicePtrMut<f32>,
+        root: usize,
+        what: &str,
+    ) -> Result<(), CommError> {
+        if root >= self.world_size {
+            return Err(CommError::InvalidArgument {
+                op: "broadcast",
+                reason: format!(
+                    "root {root} is not a rank of a world of {}",
+                    self.world_size
+                ),
+            });
+        }
+        let count = buf.len();
+        let (ptr, _record) = buf.device_ptr_mut(&self.stream);
+        self.enqueue(what, |comm| {
+            // SAFETY: as in `all_reduce_in_place`.
+            unsafe { comm.broadcast_f32(ptr, count, root, &self.stream) }
+        })
+    }
+
+    /// Returns once every rank has reached the barrier and every collective
+    /// queued before it has completed here.
+    pub fn barrier(&self) -> Result<(), CommError> {
+        {
+            let mut token = self.token.lock().unwrap_or_else(PoisonError::into_inner);
+            self.all_reduce_in_place(&mut *token, ReduceOp::Sum, "barrier")?;
+        }
+        self.wait()
+    }
+
+    /// Blocks until every queued collective has completed (or failed).
+    pub fn wait(&self) -> Result<(), CommError> {
+        loop {
+            self.check()?;
+            match self.shared.idle() {
+                Ok(true) => return Ok(()),
+                Ok(false) => std::thread::sleep(SPIN),
+                Err(failure) => return Err(self.shared.fail_and_report(failure)),
+            }
+        }
+    }
+
+    /// The failure the watchdog found, if any; cheap, for every step.
+    pub fn check(&self) -> Result<(), CommError> {
+        match self.shared.take_failure() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs one NCCL call that queues a collective, waits (bounded) for a
+    /// non-blocking call to finish queuing, and hands the collective to the
+    /// watchdog.
+    fn enqueue(
+        &self,
+        what: &str,
+        call: impl FnOnce(&RawComm) -> Result<Progress, CallError>,
+    ) -> Result<(), CommError> {
+        self.check()?;
+        let deadline = Instant::now() + self.shared.timeout;
+        let queued = self
+            .shared
+            .with_comm(|comm| {
+                call(comm)
+                    .map_err(|error| Failure::Nccl {
+                        op: what.to_string(),
+                        error,
+                    })
+                    .and_then(|_| settle(comm, what, deadline, self.shared.timeout))
+            })
+            .unwrap_or_else(|| {
+                Err(Failure::Nccl {
+                    op: what.to_string(),
+                    error: CallError {
+                        code: "aborted".into(),
+                        detail: "the communicator was aborted after an earlier failure".into(),
+                        remote: false,
+                    },
+                })
+            });
+        let recorded = queued.and_then(|()| {
+            self.stream.record_event(None).map_err(|e| Failure::Cuda {
+                op: what.to_string(),
+                detail: e.to_string(),
+            })
+        });
+        match recorded {
+            Ok(done) => {
+                self.shared.push(InFlight {
+                    done,
+                    op: what.to_string(),
+                    since: Instant::now(),
+                });
+                Ok(())
+            }
+            Err(failure) => Err(self.shared.fail_and_report(failure)),
+        }
+    }
+}
+
+impl Drop for NcclCommunicator {
+    /// Lets queued collectives finish (bounded by the timeout), stops the
+    /// watchdog, and frees the communicator.
+    fn drop(&mut self) {
+        let deadline = Instant::now() + self.shared.timeout;
+        while matches!(self.shared.idle(), Ok(false)) && Instant::now() < deadline {
+            std::thread::sleep(SPIN);
+        }
+        self.shared.stop();
+        if let Some(watchdog) = self.watchdog.take() {
+            let _ = watchdog.join();
+        }
+        // Aborting an idle communicator only frees it; a busy one (a peer
+        // hung at shutdown) is stopped rather than waited for.
+        self.shared.close();
+    }
+}
+
+/// Waits until a non-blocking call on `comm` has finished, or fails at
+/// `deadline`.
+fn settle(comm: &RawComm, op: &str, deadline: Instant, timeout: Duration) -> Result<(), Failure> {
+    loop {
+        match comm.async_error() {
+            Ok(Progress::Done) => return Ok(()),
+            Ok(Progress::InProgress) if Instant::now() < deadline => std::thread::sleep(SPIN),
+            Ok(Progress::InProgress) => {
+                return Err(Failure::Timeout {
+                    op: op.to_string(),
+                    timeout,
+                });
+            }
+            Err(error) => {
+                return Err(Failure::Nccl {
+                    op: op.to_string(),
+                    error,
+                });
+            }
+        }
+    }
+}
+
+fn nccl_error(rank: usize, op: &str, e: CallError) -> CommError {
+    Failure::Nccl {
+        op: op.to_string(),
+        error: e,
+    }
+    .to_error(rank)
+}
+
+fn cuda_error(rank: usize, op: &str, e: cudarc::driver::DriverError) -> CommError {
+    CommError::Cuda {
+        rank,
+        op: op.to_string(),
+        detail: e.to_string(),
+    }
+}

@@ -1,0 +1,27 @@
+//! NCCL collectives on device buffers (through `cudarc::nccl`), for one
+//! process per GPU.
+//!
+//! * [`NcclCommunicator`]: rank 0 makes the unique id and passes it through
+//!   the rendezvous [`Store`](crate::Store); every rank creates its
+//!   communicator on its own GPU. In-place all-reduce and broadcast are
+//!   queued on the communication stream the caller provides; a watchdog
+//!   aborts the communicator (`ncclCommAbort`) when a collective outlives
+//!   the timeout or NCCL reports an asynchronous error.
+//! * [`require_nccl`]: `libnccl.so` is loaded at first use; when it is
+//!   missing the error is a [`NcclSearch`] report of where NCCL was looked
+//!   for and how to make what was found loadable, never cudarc's panic.
+//! * `ffi.rs` holds every `unsafe` of the crate.
+//!
+//! NCCL's own environment variables (`NCCL_DEBUG`, `NCCL_SOCKET_IFNAME`,
+//! `NCCL_IB_HCA`, ...) are read by the library itself and pass through
+//! untouched.
+
+mod communicator;
+mod ffi;
+mod library;
+mod unique_id;
+mod watchdog;
+
+pub use communicator::{NcclCommunicator, require_nccl};
+pub use library::{NcclSearch, SearchRoots, SearchedDir, search};
+pub use unique_id::{UNIQUE_ID_BYTES, exchange_unique_id};

@@ -1,0 +1,216 @@
+//! The watchdog: a thread that watches every queued NCCL collective and the
+//! communicator's asynchronous error state, and aborts the communicator when
+//! a collective outlives the timeout or NCCL reports a failure (a peer died,
+//! the network broke). The abort makes the hung kernels return, so the
+//! training thread, whatever it waits on, wakes up and reports the failure
+//! on its next call (`Shared::take_failure`).
+//!
+//! Should the training thread still not report it within another timeout
+//! (it is stuck somewhere the abort cannot reach), the watchdog prints the
+//! error and ends the process: a rank must fail, never hang. PyTorch's NCCL
+//! watchdog does the same.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaContext, CudaEvent};
+
+use super::ffi::{CallError, RawComm};
+use crate::error::CommError;
+
+/// How often the watchdog looks.
+const POLL: Duration = Duration::from_millis(1);
+
+/// A queued collective: its completion event and when it was queued.
+pub(crate) struct InFlight {
+    pub done: CudaEvent,
+    pub op: String,
+    pub since: Instant,
+}
+
+/// Why the communicator is no longer usable.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    /// A collective did not complete within the timeout.
+    Timeout { op: String, timeout: Duration },
+    /// NCCL reported an error, synchronously or asynchronously.
+    Nccl { op: String, error: CallError },
+    /// A CUDA call around the collectives (events) failed.
+    Cuda { op: String, detail: String },
+}
+
+impl Failure {
+    pub(crate) fn to_error(&self, rank: usize) -> CommError {
+        match self.clone() {
+            Failure::Timeout { op, timeout } => CommError::NcclTimeout { rank, op, timeout },
+            Failure::Nccl { op, error } => CommError::Nccl {
+                rank,
+                op,
+                code: error.code,
+                detail: if error.remote {
+                    format!("a peer failed or left the job; {}", error.detail)
+                } else {
+                    error.detail
+                },
+            },
+            Failure::Cuda { op, detail } => CommError::Cuda { rank, op, detail },
+        }
+    }
+}
+
+/// State shared by the communicator and its watchdog.
+pub(crate) struct Shared {
+    pub rank: usize,
+    pub timeout: Duration,
+    /// `None` once aborted.
+    comm: Mutex<Option<RawComm>>,
+    inflight: Mutex<VecDeque<InFlight>>,
+    failure: Mutex<Option<Failure>>,
+    reported: AtomicBool,
+    stop: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the data consistent, so a panic in one
+    // (there are none by design) must not wedge the others.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    pub(crate) fn new(rank: usize, timeout: Duration, comm: RawComm) -> Self {
+        Shared {
+            rank,
+            timeout,
+            comm: Mutex::new(Some(comm)),
+            inflight: Mutex::new(VecDeque::new()),
+            failure: Mutex::new(None),
+            reported: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Runs `f` on the live communicator; `None` once it was aborted.
+    pub(crate) fn with_comm<R>(&self, f: impl FnOnce(&RawComm) -> R) -> Option<R> {
+        lock(&self.comm).as_ref().map(f)
+    }
+
+    pub(crate) fn push(&self, inflight: InFlight) {
+        lock(&self.inflight).push_back(inflight);
+    }
+
+    /// Whether every queued collective has completed (retiring those that
+    /// have).
+    pub(crate) fn idle(&self) -> Result<bool, Failure> {
+        let mut queue = lock(&self.inflight);
+        while let Some(front) = queue.front() {
+            match front.done.try_is_complete() {
+                Ok(true) => {
+                    queue.pop_front();
+                }
+                Ok(false) => return Ok(false),
+                Err(e) => {
+                    return Err(Failure::Cuda {
+                        op: front.op.clone(),
+                        detail: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Records the first failure and aborts the communicator.
+    pub(crate) fn fail(&self, failure: Failure) {
+        lock(&self.failure).get_or_insert(failure);
+        self.close();
+    }
+
+    /// [`Shared::fail`], returning the first failure as the caller's error.
+    pub(crate) fn fail_and_report(&self, failure: Failure) -> CommError {
+        let first = lock(&self.failure).get_or_insert(failure).clone();
+        self.close();
+        self.reported.store(true, Ordering::Release);
+        first.to_error(self.rank)
+    }
+
+    /// Aborts the communicator (which frees it); later calls find none.
+    pub(crate) fn close(&self) {
+        if let Some(comm) = lock(&self.comm).take() {
+            comm.abort();
+        }
+    }
+
+    /// The failure, if any, as the error the caller reports; once taken,
+    /// the watchdog knows the failure reached the training thread.
+    pub(crate) fn take_failure(&self) -> Option<CommError> {
+        let failure = lock(&self.failure).clone()?;
+        self.reported.store(true, Ordering::Release);
+        Some(failure.to_error(self.rank))
+    }
+
+    /// One look: retire finished collectives, then abort on an overdue one
+    /// or an asynchronous NCCL error.
+    fn inspect(&self) {
+        if let Err(failure) = self.idle() {
+            return self.fail(failure);
+        }
+        let overdue = lock(&self.inflight)
+            .front()
+            .filter(|f| f.since.elapsed() > self.timeout)
+            .map(|f| f.op.clone());
+        if let Some(op) = overdue {
+            return self.fail(Failure::Timeout {
+                op,
+                timeout: self.timeout,
+            });
+        }
+        if let Some(Err(error)) = self.with_comm(RawComm::async_error) {
+            let op = lock(&self.inflight)
+                .front()
+                .map_or_else(|| "the communicator".to_string(), |f| f.op.clone());
+            self.fail(Failure::Nccl { op, error });
+        }
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Starts the watchdog of `shared` on a thread bound to `ctx`.
+pub(crate) fn spawn(shared: Arc<Shared>, ctx: Arc<CudaContext>) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("nccl-watchdog-rank{}", shared.rank))
+        .spawn(move || {
+            if let Err(e) = ctx.bind_to_thread() {
+                shared.fail(Failure::Cuda {
+                    op: "starting the NCCL watchdog".into(),
+                    detail: e.to_string(),
+                });
+            }
+            let mut failed_at = None;
+            while !shared.stop.load(Ordering::Acquire) {
+                std::thread::sleep(POLL);
+                if failed_at.is_none() {
+                    shared.inspect();
+                    if lock(&shared.failure).is_some() {
+                        failed_at = Some(Instant::now());
+                    }
+                    continue;
+                }
+                let unreported = !shared.reported.load(Ordering::Acquire);
+                if unreported && failed_at.is_some_and(|t: Instant| t.elapsed() > shared.timeout) {
+                    if let Some(error) = shared.take_failure() {
+                        eprintln!(
+                            "error: {error}; the training thread did not return after the abort, \
+                             so the process exits"
+                        );
+                    }
+                    std::process::exit(1);
+                }
+            }
+        })
+}
