@@ -42,6 +42,19 @@ pub enum DeviceChoice {
     Cuda,
 }
 
+/// How gradients travel between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    /// NCCL when every rank trains on a GPU of its own (and can load
+    /// libnccl), the TCP transport otherwise (saying why).
+    Auto,
+    /// NCCL on the GPUs; an error when a rank has no GPU of its own.
+    Nccl,
+    /// The TCP/Unix-socket ring, for CPU and GPU ranks alike (GPU ranks
+    /// stage gradients through host memory; several ranks may share a GPU).
+    Tcp,
+}
+
 /// Data-parallel training of the FashionMNIST CNN.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "trainer", version, about, after_help = AFTER_HELP, allow_negative_numbers = true)]
@@ -77,6 +90,10 @@ pub struct Cli {
 
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
+
+    /// Gradient transport between ranks.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
 
     /// CPU threads per rank [default: cores on this machine / ranks on it].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -136,6 +153,11 @@ impl Cli {
         if self.checkpoint_every.is_some() && !has_dir {
             bail!("--checkpoint-every needs --checkpoint-dir");
         }
+        if self.device == DeviceChoice::Cpu && self.backend == BackendChoice::Nccl {
+            bail!(
+                "--backend nccl moves gradients between GPUs; with --device cpu use --backend tcp (or auto)"
+            );
+        }
         if self.max_restarts > 0 && !has_dir {
             bail!(
                 "--max-restarts needs --checkpoint-dir: restarts continue from the newest checkpoint there"
@@ -179,6 +201,7 @@ mod tests {
             (5, 64, 1e-3, 0)
         );
         assert_eq!(cli.device, DeviceChoice::Auto);
+        assert_eq!(cli.backend, BackendChoice::Auto);
         assert_eq!(cli.bucket_mb, 25.0);
         assert_eq!(
             (cli.checkpoint_dir, cli.keep, cli.max_restarts, cli.resume),
@@ -229,6 +252,20 @@ mod tests {
     }
 
     #[test]
+    fn nccl_with_the_cpu_is_refused_before_anything_starts() {
+        let err = parse(&["--device", "cpu", "--backend", "nccl"])
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--backend tcp"), "{err}");
+        for backend in ["auto", "tcp", "nccl"] {
+            let cli = parse(&["--device", "cuda", "--backend", backend]).unwrap();
+            cli.validate().unwrap();
+        }
+    }
+
+    #[test]
     fn bad_values_are_rejected_with_the_flag_named() {
         for (args, flag) in [
             (&["--batch-size", "0"][..], "--batch-size"),
@@ -240,6 +277,7 @@ mod tests {
             (&["--keep", "0"], "--keep"),
             (&["--checkpoint-every", "0"], "--checkpoint-every"),
             (&["--resume", ""], "--resume"),
+            (&["--backend", "mpi"], "--backend"),
         ] {
             let err = parse(args).unwrap_err();
             assert!(err.contains(flag), "{args:?}: {err}");

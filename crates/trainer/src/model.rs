@@ -61,9 +61,16 @@ pub struct CnnMnist {
 
 /// Receives, during backward, the news that every gradient from `offset` to
 /// the end of the flat buffer is final: the hook for overlapping gradient
-/// communication with the rest of the backward pass.
+/// communication with the rest of the backward pass. The hook may rewrite
+/// those final gradients (an in-place all-reduce does); backward only writes
+/// below `offset` afterwards.
 pub trait GradsReady<B: Ops> {
-    fn ready(&mut self, backend: &B, grads: &B::Storage<f32>, offset: usize) -> anyhow::Result<()>;
+    fn ready(
+        &mut self,
+        backend: &B,
+        grads: &mut B::Storage<f32>,
+        offset: usize,
+    ) -> anyhow::Result<()>;
 }
 
 impl CnnMnist {

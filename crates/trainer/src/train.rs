@@ -13,7 +13,7 @@ use sampler::{DistributedSampler, SamplerConfig};
 use crate::checkpoint::origin::{self, Origin};
 use crate::checkpoint::{Checkpoints, Position, Settings, TrainingState};
 use crate::data::{DeviceSplit, to_device_indices};
-use crate::ddp::{CommThread, GradientAverager};
+use crate::ddp::{CommThread, DeviceAverager, HostAverager};
 use crate::model::{Activations, CLASSES, CnnMnist, DropoutRates, GradsReady, Mode};
 
 /// What the loop needs to know, shared by every rank.
@@ -81,9 +81,19 @@ impl Progress for Silent {
 /// The hook used when there is nothing to synchronise (one rank).
 struct LocalOnly;
 impl<B: Ops> GradsReady<B> for LocalOnly {
-    fn ready(&mut self, _: &B, _: &B::Storage<f32>, _: usize) -> anyhow::Result<()> {
+    fn ready(&mut self, _: &B, _: &mut B::Storage<f32>, _: usize) -> anyhow::Result<()> {
         Ok(())
     }
+}
+
+/// How gradients are averaged over the ranks.
+enum GradPath<B: Ops> {
+    /// One rank: nothing to average.
+    Local,
+    /// Through the host communicator.
+    Host(HostAverager),
+    /// On the device (NCCL).
+    Device(Box<dyn DeviceAverager<B>>),
 }
 
 /// A point inside an epoch to continue from (a mid-epoch checkpoint).
@@ -97,6 +107,12 @@ struct ResumePoint {
 
 /// One rank's replica and optimizer state.
 pub struct Trainer<B: Ops> {
+    /// First, so it is dropped first: a device averager makes the compute
+    /// stream wait for its collectives before the gradients are freed.
+    grad_path: GradPath<B>,
+    /// The host communicator (metrics, the starting state, and gradients
+    /// on the host path); `None` for one rank.
+    comm: Option<CommThread>,
     backend: B,
     model: CnnMnist,
     cfg: TrainConfig,
@@ -108,7 +124,6 @@ pub struct Trainer<B: Ops> {
     adam_v: B::Storage<f32>,
     /// Adam updates done so far.
     step: u64,
-    averager: Option<GradientAverager>,
     train: DeviceSplit<B>,
     test: DeviceSplit<B>,
     /// Buffers per batch size (the full batch, the last partial one, eval).
@@ -160,7 +175,10 @@ impl<B: Ops> Trainer<B> {
             cfg.batch_size,
         )
         .with_context(|| format!("rank {rank}: agreeing on the starting point"))?;
-        let averager = comm.map(|comm| GradientAverager::new(comm, model.layout(), cfg.bucket_mb));
+        let grad_path = match &comm {
+            Some(_) => GradPath::Host(HostAverager::new(model.layout(), cfg.bucket_mb)),
+            None => GradPath::Local,
+        };
         let n = model.layout().len();
         let resume_at = (start.position.step > 0).then_some(ResumePoint {
             step: start.position.step as usize,
@@ -183,7 +201,8 @@ impl<B: Ops> Trainer<B> {
             activations: HashMap::new(),
             loss_sum: backend.zeros(1)?,
             correct: backend.zeros(1)?,
-            averager,
+            grad_path,
+            comm,
             backend,
             model,
             cfg,
@@ -203,6 +222,12 @@ impl<B: Ops> Trainer<B> {
     /// The epoch this replica starts (or resumes) in.
     pub fn first_epoch(&self) -> usize {
         self.first_epoch
+    }
+
+    /// Averages gradients with `averager` on the device instead of through
+    /// the host communicator (which still carries metrics).
+    pub fn average_on_device(&mut self, averager: Box<dyn DeviceAverager<B>>) {
+        self.grad_path = GradPath::Device(averager);
     }
 
     /// Turns on checkpoints (on every rank: mid-epoch ones are collective).
@@ -374,26 +399,24 @@ impl<B: Ops> Trainer<B> {
             &mut act.dlogits,
             &mut self.loss_sum,
         )?;
-        match &mut self.averager {
-            Some(averager) => {
-                self.model.backward(
-                    b,
-                    &mut act,
-                    &self.params,
-                    &mut self.grads,
-                    dropout_seed,
-                    averager,
-                )?;
-                averager.finish(b, &mut self.grads)?;
+        let (model, params, grads) = (&self.model, &self.params, &mut self.grads);
+        match &mut self.grad_path {
+            GradPath::Local => {
+                model.backward(b, &mut act, params, grads, dropout_seed, &mut LocalOnly)?;
             }
-            None => self.model.backward(
-                b,
-                &mut act,
-                &self.params,
-                &mut self.grads,
-                dropout_seed,
-                &mut LocalOnly,
-            )?,
+            GradPath::Host(averager) => {
+                let comm = self
+                    .comm
+                    .as_mut()
+                    .context("the host gradient path needs a communicator")?;
+                let mut hook = averager.hook(comm);
+                model.backward(b, &mut act, params, grads, dropout_seed, &mut hook)?;
+                averager.finish(comm, b, grads)?;
+            }
+            GradPath::Device(averager) => {
+                model.backward(b, &mut act, params, grads, dropout_seed, averager.as_mut())?;
+                averager.finish(b)?;
+            }
         }
         self.activations.insert((n, true), act);
         self.check_finite()?;
@@ -531,11 +554,8 @@ impl<B: Ops> Trainer<B> {
     }
 
     fn sum_over_ranks(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
-        match &mut self.averager {
-            Some(averager) => averager
-                .comm()
-                .sum_f64(values)
-                .context("reducing epoch metrics"),
+        match &mut self.comm {
+            Some(comm) => comm.sum_f64(values).context("reducing epoch metrics"),
             None => Ok(values),
         }
     }

@@ -3,18 +3,20 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{Context, anyhow};
+use comm::nccl::{NcclCommunicator, require_nccl};
 use comm::{CommConfig, Communicator, LaunchEnv, LaunchSource, TcpCommunicator};
 use core_tensor::ops::AdamConfig;
-use core_tensor::{Cpu, Cuda, Ops};
+use core_tensor::{Backend, Cpu, Cuda, Ops};
 use fashion_mnist::FashionMnist;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::checkpoint::origin::Origin;
 use crate::checkpoint::resume::{self, Request};
 use crate::checkpoint::{CheckpointDir, Checkpoints};
-use crate::cli::{Cli, DeviceChoice};
-use crate::ddp::CommThread;
+use crate::cli::{BackendChoice, Cli, DeviceChoice};
+use crate::ddp::transport::{self, RankDevice, Transport};
+use crate::ddp::{CommThread, DeviceAverager, NcclAverager, plan_buckets};
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::{CnnMnist, DropoutRates};
 use crate::train::{Progress, Silent, TrainConfig, Trainer};
@@ -51,19 +53,44 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<()> {
     // The device comes before the rendezvous: a rank without its GPU fails
     // here, alone and at once, instead of after its peers' timeout.
     let device = choose_device(cli, &info)?;
-    let comm = match launch {
+    let mut tcp = match launch {
         Some(env) if env.world_size > 1 => Some(connect(cli, env)?),
         _ => None,
     };
+    let transport = choose_transport(cli, &info, &device, tcp.as_mut())?;
+    let nccl = match (&device, transport) {
+        (Device::Cuda(gpu), Some(Transport::Nccl)) => {
+            Some(connect_nccl(cli, &info, gpu, tcp.as_mut())?)
+        }
+        _ => None,
+    };
+    let comm = tcp.map(|t| CommThread::spawn(Box::new(t))).transpose()?;
     let job = Job {
         cli,
         info: &info,
         data: &data,
         data_dir: &data_dir,
+        gradients: match transport {
+            None => "",
+            Some(Transport::Tcp) => ", gradients over the TCP ring",
+            Some(Transport::Nccl) => ", gradients over NCCL",
+        },
     };
     match device {
-        Device::Cpu(cpu) => train_on(cpu, &job, comm),
-        Device::Cuda(gpu) => train_on(gpu, &job, comm),
+        Device::Cpu(cpu) => train_on(cpu, &job, comm, None),
+        Device::Cuda(gpu) => {
+            let averager = match nccl {
+                Some(nccl) => {
+                    let layout = CnnMnist::new(DropoutRates::OFF).layout().clone();
+                    let buckets = plan_buckets(&layout, cli.bucket_mb);
+                    let averager: Box<dyn DeviceAverager<Cuda>> =
+                        Box::new(NcclAverager::new(nccl, &gpu, buckets)?);
+                    Some(averager)
+                }
+                None => None,
+            };
+            train_on(gpu, &job, comm, averager)
+        }
     }
 }
 
@@ -73,6 +100,8 @@ struct Job<'a> {
     info: &'a RankInfo,
     data: &'a FashionMnist,
     data_dir: &'a std::path::Path,
+    /// How gradients travel, for the start-up line.
+    gradients: &'static str,
 }
 
 /// The device a rank trains on.
@@ -81,12 +110,18 @@ enum Device {
     Cuda(Cuda),
 }
 
-fn train_on<B: Ops>(backend: B, job: &Job<'_>, comm: Option<CommThread>) -> anyhow::Result<()> {
+fn train_on<B: Ops>(
+    backend: B,
+    job: &Job<'_>,
+    comm: Option<CommThread>,
+    device_averager: Option<Box<dyn DeviceAverager<B>>>,
+) -> anyhow::Result<()> {
     let Job {
         cli,
         info,
         data,
         data_dir,
+        gradients,
     } = *job;
     let rank = info.rank;
     let cfg = TrainConfig {
@@ -121,6 +156,9 @@ fn train_on<B: Ops>(backend: B, job: &Job<'_>, comm: Option<CommThread>) -> anyh
     let resumed = matches!(origin, Origin::Resume(_));
     let mut trainer = Trainer::with_origin(backend, data, cfg, comm, origin)
         .with_context(|| format!("rank {rank}: setting up"))?;
+    if let Some(averager) = device_averager {
+        trainer.average_on_device(averager);
+    }
     if let Some(dir) = checkpoint_dir {
         trainer.set_checkpoints(Checkpoints {
             dir,
@@ -129,7 +167,7 @@ fn train_on<B: Ops>(backend: B, job: &Job<'_>, comm: Option<CommThread>) -> anyh
     }
     if lead {
         eprintln!(
-            "training on {device}, world size {}, data from {}",
+            "training on {device}, world size {}{gradients}, data from {}",
             info.world_size,
             data_dir.display()
         );
@@ -233,6 +271,79 @@ fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device> {
     }
 }
 
+/// The gradient transport every rank agrees on (`--backend`), or `None`
+/// for a single rank that needs none. Each rank states its device; the
+/// statements travel over the TCP ring, so all ranks apply one rule to the
+/// same facts.
+fn choose_transport(
+    cli: &Cli,
+    info: &RankInfo,
+    device: &Device,
+    tcp: Option<&mut TcpCommunicator>,
+) -> anyhow::Result<Option<Transport>> {
+    if tcp.is_none() && cli.backend != BackendChoice::Nccl {
+        return Ok(None);
+    }
+    let rank = info.rank;
+    // A GPU rank that may use NCCL checks the library itself, keeping the
+    // search report for its own error.
+    let (mine, missing_nccl) = match device {
+        Device::Cpu(_) => (RankDevice::default(), None),
+        Device::Cuda(gpu) => {
+            let uuid = gpu
+                .uuid()
+                .with_context(|| format!("rank {rank}: reading the GPU's UUID"))?;
+            let missing = match cli.backend {
+                BackendChoice::Tcp => None,
+                _ => require_nccl().err(),
+            };
+            let device = RankDevice {
+                gpu: Some(uuid),
+                nccl_loadable: missing.is_none() && cli.backend != BackendChoice::Tcp,
+            };
+            (device, missing)
+        }
+    };
+    let ranks = match tcp {
+        Some(tcp) => transport::exchange(tcp, &mine)
+            .with_context(|| format!("rank {rank}: agreeing on the gradient transport"))?,
+        None => vec![mine],
+    };
+    match transport::choose(cli.backend, &ranks) {
+        Ok(decision) => {
+            if let (Some(note), 0) = (&decision.note, rank) {
+                eprintln!("note: {note}");
+            }
+            Ok(Some(decision.transport))
+        }
+        Err(why) => Err(match missing_nccl {
+            Some(report) => anyhow!(report).context(format!("rank {rank}: --backend nccl")),
+            None => anyhow!("rank {rank}: {why}"),
+        }),
+    }
+}
+
+/// This rank's NCCL communicator, on a side stream of its GPU; rank 0's
+/// unique id travels through the TCP ring's store.
+fn connect_nccl(
+    cli: &Cli,
+    info: &RankInfo,
+    gpu: &Cuda,
+    tcp: Option<&mut TcpCommunicator>,
+) -> anyhow::Result<NcclCommunicator> {
+    let rank = info.rank;
+    let context = || {
+        format!(
+            "rank {rank}: creating the NCCL communicator on {}",
+            gpu.describe()
+        )
+    };
+    let stream = gpu.side_stream().with_context(context)?;
+    let store = tcp.and_then(TcpCommunicator::store);
+    let timeout = Duration::from_secs_f64(cli.timeout);
+    NcclCommunicator::connect(stream, rank, info.world_size, store, timeout).with_context(context)
+}
+
 /// The CPU backend, with `--threads` or a fair share of this machine's cores.
 fn cpu_backend(cli: &Cli, info: &RankInfo) -> anyhow::Result<Cpu> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -242,8 +353,8 @@ fn cpu_backend(cli: &Cli, info: &RankInfo) -> anyhow::Result<Cpu> {
     Ok(Cpu::new(threads)?)
 }
 
-/// Joins the job's TCP ring and moves the communicator onto its own thread.
-fn connect(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<CommThread> {
+/// Joins the job's TCP ring.
+fn connect(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
     let config =
         CommConfig::from_launch_env(env).with_timeout(Duration::from_secs_f64(cli.timeout));
     let comm = TcpCommunicator::connect(&config).with_context(|| {
@@ -264,7 +375,7 @@ fn connect(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<CommThread> {
         hostname(),
         config.master_endpoint()
     );
-    CommThread::spawn(Box::new(comm))
+    Ok(comm)
 }
 
 fn hostname() -> String {

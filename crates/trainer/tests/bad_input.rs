@@ -123,3 +123,25 @@ fn auto_without_a_gpu_trains_on_the_cpu_and_says_why() {
         "{err}"
     );
 }
+
+#[test]
+fn nccl_with_the_cpu_device_is_refused_as_a_flag_mistake() {
+    assert_one_line_error(
+        &["--device", "cpu", "--backend", "nccl"],
+        Some(dataset()),
+        "with --device cpu use --backend tcp",
+    );
+}
+
+#[test]
+fn nccl_without_a_gpu_is_a_clear_error_naming_the_cpu_rank() {
+    if gpu_present() {
+        eprintln!("skipped: a GPU is present, so --backend nccl may work here");
+        return;
+    }
+    assert_one_line_error(
+        &["--backend", "nccl"],
+        Some(dataset()),
+        "--backend nccl needs every rank on a GPU of its own with libnccl, but rank(s) [0] train on the CPU",
+    );
+}

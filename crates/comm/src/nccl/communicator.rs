@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::sys::ncclRedOp_t;
 
 use super::ffi::{self, CallError, Progress, RawComm};
@@ -141,17 +141,40 @@ impl NcclCommunicator {
         op: ReduceOp,
         what: &str,
     ) -> Result<(), CommError> {
-        let nccl_op = match op {
-            ReduceOp::Sum => ncclRedOp_t::ncclSum,
-            ReduceOp::Avg => ncclRedOp_t::ncclAvg,
-        };
         let count = buf.len();
         let (ptr, _record) = buf.device_ptr_mut(&self.stream);
         self.enqueue(what, |comm| {
             // SAFETY: `ptr` addresses `count` f32 of a live device buffer on
             // this stream's GPU; the caller keeps it alive and unshared
             // until the stream has completed the collective (see above).
-            unsafe { comm.all_reduce_f32(ptr, count, nccl_op, &self.stream) }
+            unsafe { comm.all_reduce_f32(ptr, ptr, count, nccl_op(op), &self.stream) }
+        })
+    }
+
+    /// Queues an all-reduce of `send` into `recv` (of the same length),
+    /// leaving `send` as it was; obligations as for
+    /// [`NcclCommunicator::all_reduce_in_place`], for both buffers.
+    pub fn all_reduce(
+        &self,
+        send: &impl DevicePtr<f32>,
+        recv: &mut impl DevicePtrMut<f32>,
+        op: ReduceOp,
+        what: &str,
+    ) -> Result<(), CommError> {
+        let count = send.len();
+        if recv.len() != count {
+            return Err(CommError::InvalidArgument {
+                op: "all_reduce",
+                reason: format!("send holds {count} elements but recv {}", recv.len()),
+            });
+        }
+        let (src, _record_src) = send.device_ptr(&self.stream);
+        let (dst, _record_dst) = recv.device_ptr_mut(&self.stream);
+        self.enqueue(what, |comm| {
+            // SAFETY: both address `count` f32 of live device buffers on this
+            // stream's GPU (distinct borrows, so disjoint), kept alive and
+            // unshared by the caller until the collective completes.
+            unsafe { comm.all_reduce_f32(src, dst, count, nccl_op(op), &self.stream) }
         })
     }
 
@@ -298,6 +321,13 @@ fn settle(comm: &RawComm, op: &str, deadline: Instant, timeout: Duration) -> Res
                 });
             }
         }
+    }
+}
+
+fn nccl_op(op: ReduceOp) -> ncclRedOp_t {
+    match op {
+        ReduceOp::Sum => ncclRedOp_t::ncclSum,
+        ReduceOp::Avg => ncclRedOp_t::ncclAvg,
     }
 }
 

@@ -149,26 +149,28 @@ impl RawComm {
         check(state, Some(self))
     }
 
-    /// Queues an in-place all-reduce of `count` `f32`s at `ptr` on `stream`.
+    /// Queues an all-reduce of `count` `f32`s from `send` into `recv` (the
+    /// same address for in place) on `stream`.
     ///
     /// # Safety
-    /// `ptr` must address `count` `f32`s of device memory on the stream's
-    /// device that stay allocated, and that no other stream touches, until
-    /// the all-reduce has completed on `stream`.
+    /// `send` and `recv` must each address `count` `f32`s of device memory
+    /// on the stream's device (the same range or disjoint ones) that stay
+    /// allocated, and that no other stream touches, until the all-reduce has
+    /// completed on `stream`.
     pub(crate) unsafe fn all_reduce_f32(
         &self,
-        ptr: CUdeviceptr,
+        send: CUdeviceptr,
+        recv: CUdeviceptr,
         count: usize,
         op: sys::ncclRedOp_t,
         stream: &CudaStream,
     ) -> Result<Progress, CallError> {
-        let buf = ptr as *mut std::ffi::c_void;
-        // SAFETY: the caller guarantees the buffer; in-place (send = recv)
-        // is allowed by NCCL; the stream belongs to this rank's device.
+        // SAFETY: the caller guarantees the buffers; NCCL allows send =
+        // recv; the stream belongs to this rank's device.
         let result = unsafe {
             sys::ncclAllReduce(
-                buf,
-                buf,
+                send as *const std::ffi::c_void,
+                recv as *mut std::ffi::c_void,
                 count,
                 sys::ncclDataType_t::ncclFloat32,
                 op,

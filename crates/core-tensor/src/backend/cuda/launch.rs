@@ -8,7 +8,8 @@ use std::ffi::{CStr, CString, c_char};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{
-    CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg,
+    CudaContext, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, LaunchArgs, LaunchConfig,
+    PushKernelArg,
 };
 use cudarc::nvrtc;
 
@@ -179,6 +180,22 @@ pub(crate) fn fill<T: Elem>(
 enum Pattern {
     Word(u32),
     Byte(u8),
+}
+
+/// Turns off cudarc's per-buffer event tracking on `ctx`; called before
+/// anything is allocated on it. Tracking would record and wait on events
+/// around every kernel argument once a second stream exists, a few
+/// microseconds per launch for nothing: this backend orders its own work by
+/// queuing it all on one stream.
+pub(crate) fn untracked_streams(ctx: &CudaContext) {
+    // SAFETY: cudarc's obligations when tracking is off are about buffers
+    // used on more than one stream. The backend uses one stream; the only
+    // other is `Cuda::side_stream`, whose users order it against the
+    // backend's stream with events (the trainer's NCCL averager: the side
+    // stream waits for backward before each collective, the compute stream
+    // waits for the collectives before anything reads the gradients, and
+    // the gradient buffer outlives both).
+    unsafe { ctx.disable_event_tracking() }
 }
 
 /// An error naming `libcuda.so` unless the NVIDIA driver library loads.

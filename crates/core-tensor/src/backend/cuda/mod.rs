@@ -87,10 +87,10 @@ impl Cuda {
             return Err(Error::NoCudaDevice { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal)?;
+        launch::untracked_streams(&ctx);
         let compute_cap = ctx.compute_capability()?;
         let (functions, kernels_from) = modules::load_all(&ctx, compute_cap)?;
-        // One stream per rank. The context's default stream keeps cudarc out
-        // of its multi-stream mode, which would record events per launch.
+        // One stream for all of this backend's work (see `untracked_streams`).
         let stream = ctx.default_stream();
         let fault = Mutex::new(stream.alloc_zeros::<u32>(1)?);
         Ok(Self {
@@ -115,6 +115,20 @@ impl Cuda {
     /// ordered with it (e.g. a collective on the gradient buffer).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.inner.stream
+    }
+
+    /// The GPU's UUID: two ranks with the same one drive the same GPU, even
+    /// when `CUDA_VISIBLE_DEVICES` numbers it differently for each.
+    pub fn uuid(&self) -> Result<[u8; 16]> {
+        let uuid = self.inner.stream.context().uuid()?;
+        Ok(uuid.bytes.map(|b| b as u8))
+    }
+
+    /// A new stream on this GPU for work that overlaps the backend's (the
+    /// NCCL collectives). Nothing orders it against [`Cuda::stream`]: its
+    /// user records events on one and makes the other wait for them.
+    pub fn side_stream(&self) -> Result<Arc<CudaStream>> {
+        Ok(self.inner.stream.context().new_stream()?)
     }
 
     /// A zeroed scratch buffer; freed in stream order when dropped, so it
