@@ -22,7 +22,8 @@ mod support;
 
 use core_tensor::ops::{
     AccuracyKernel, AdamConfig, AdamKernel, ClassGeom, Conv2dGeom, CrossEntropyKernel,
-    DropoutKernel, GatherKernel, LinearGeom, MaxPool2dKernel, ParamAt, PoolGeom, ReluKernel,
+    DropoutKernel, GUARD_CLEAR, GatherKernel, LinearGeom, MaxPool2dKernel, ParamAt, PoolGeom,
+    ReluKernel,
 };
 use core_tensor::{Cuda, Error, Ops, cuda_available};
 use support::{abs, assert_same_bits, assert_within_sum_bound, down, reference, uniform, up};
@@ -421,12 +422,15 @@ fn adam_matches<B: Ops>(dev: &B) {
     let (mut m_d, mut v_d) = (dev.zeros(n).unwrap(), dev.zeros(n).unwrap());
     let (mut p, mut m, mut v) = (start.clone(), vec![0.0f32; n], vec![0.0f32; n]);
     let cpu = reference();
+    let clear = GUARD_CLEAR.to_vec();
+    let clear_d = dev.upload(&clear).unwrap();
     for step in 1..=5 {
         let grads = uniform(800 + step, n, -1.0, 1.0);
         let s = cfg.scalars(step);
-        dev.adam_step(&s, &mut p_d, &up(dev, &grads), &mut m_d, &mut v_d)
+        dev.adam_step(&s, &mut p_d, &up(dev, &grads), &mut m_d, &mut v_d, &clear_d)
             .unwrap();
-        cpu.adam_step(&s, &mut p, &grads, &mut m, &mut v).unwrap();
+        cpu.adam_step(&s, &mut p, &grads, &mut m, &mut v, &clear)
+            .unwrap();
         let what = format!("{} adam step {step}", dev.describe());
         assert_same_bits(&format!("{what} params"), &down(dev, &p_d), &p);
         assert_same_bits(&format!("{what} m"), &down(dev, &m_d), &m);
@@ -436,6 +440,64 @@ fn adam_matches<B: Ops>(dev: &B) {
         p.iter().zip(&start).all(|(a, b)| a != b),
         "every parameter moved"
     );
+    // A tripped guard leaves everything as it was, on every device.
+    let tripped = dev.upload(&[5u32, 0]).unwrap();
+    let before = down(dev, &p_d);
+    let grads = up(dev, &uniform(900, n, -1.0, 1.0));
+    dev.adam_step(
+        &cfg.scalars(6),
+        &mut p_d,
+        &grads,
+        &mut m_d,
+        &mut v_d,
+        &tripped,
+    )
+    .unwrap();
+    assert_same_bits("params after a tripped guard", &down(dev, &p_d), &before);
+}
+
+/// The guard on each device equals the CPU's: the first bad step, and the
+/// smallest bad index whatever order the GPU's threads run in.
+fn guard_finite_matches<B: Ops>(dev: &B) {
+    let n = 300_001;
+    let mut values = uniform(850, n, -1.0, 1.0);
+    let mut guard = dev.upload(&GUARD_CLEAR).unwrap();
+    let loss = dev.upload(&[1.0f32]).unwrap();
+    dev.guard_finite(1, &loss, &up(dev, &values), &mut guard)
+        .unwrap();
+    assert_eq!(down_u32(dev, &guard), GUARD_CLEAR.to_vec(), "all finite");
+    for (i, bad) in [
+        (n - 1, f32::NAN),
+        (200_000, f32::INFINITY),
+        (70_001, f32::NAN),
+    ] {
+        values[i] = bad;
+    }
+    dev.guard_finite(2, &loss, &up(dev, &values), &mut guard)
+        .unwrap();
+    assert_eq!(down_u32(dev, &guard), vec![2, 70_001], "{}", dev.describe());
+    values[5] = f32::NAN;
+    dev.guard_finite(3, &loss, &up(dev, &values), &mut guard)
+        .unwrap();
+    assert_eq!(
+        down_u32(dev, &guard),
+        vec![2, 70_001],
+        "the first step is kept"
+    );
+    let mut fresh = dev.upload(&GUARD_CLEAR).unwrap();
+    let bad_loss = dev.upload(&[f32::NAN]).unwrap();
+    dev.guard_finite(9, &bad_loss, &up(dev, &[0.0; 3]), &mut fresh)
+        .unwrap();
+    assert_eq!(down_u32(dev, &fresh), vec![9, u32::MAX], "the loss alone");
+}
+
+fn down_u32<B: Ops>(dev: &B, buf: &B::Storage<u32>) -> Vec<u32> {
+    dev.download(buf).unwrap()
+}
+
+#[test]
+fn guard_finite() {
+    on_each_device!(guard_finite_matches);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use core_tensor::ops::{AdamConfig, ClassGeom};
+use core_tensor::ops::{AdamConfig, ClassGeom, GUARD_CLEAR, GUARD_LEN, GuardState};
 use core_tensor::{Ops, rng};
 use fashion_mnist::FashionMnist;
 use sampler::{DistributedSampler, SamplerConfig};
@@ -42,6 +42,10 @@ impl TrainConfig {
         }
     }
 }
+
+/// On a device whose reads synchronise, the guard is read every this many
+/// steps (and at every epoch end and checkpoint).
+const GUARD_READ_EVERY: u64 = 100;
 
 /// Batch size of the (dropout-free) test-set pass; only memory depends on it.
 const EVAL_BATCH: usize = 256;
@@ -135,8 +139,8 @@ pub struct Trainer<B: Ops> {
     first_epoch: usize,
     resume_at: Option<ResumePoint>,
     checkpoints: Option<Checkpoints>,
-    /// Host copy of the gradients for the finiteness check, reused.
-    grads_host: Vec<f32>,
+    /// The finiteness guard in front of Adam (`ops::finite`).
+    guard: B::Storage<u32>,
 }
 
 impl<B: Ops> Trainer<B> {
@@ -176,7 +180,7 @@ impl<B: Ops> Trainer<B> {
         )
         .with_context(|| format!("rank {rank}: agreeing on the starting point"))?;
         let grad_path = match &comm {
-            Some(_) => GradPath::Host(HostAverager::new(model.layout(), cfg.bucket_mb)),
+            Some(_) => GradPath::Host(HostAverager::new(&backend, model.layout(), cfg.bucket_mb)?),
             None => GradPath::Local,
         };
         let n = model.layout().len();
@@ -195,7 +199,7 @@ impl<B: Ops> Trainer<B> {
             first_epoch: start.position.epoch as usize,
             resume_at,
             checkpoints: None,
-            grads_host: vec![0.0; n],
+            guard: backend.upload(&GUARD_CLEAR)?,
             train: DeviceSplit::upload(&backend, &data.train, "training")?,
             test: DeviceSplit::upload(&backend, &data.test, "test")?,
             activations: HashMap::new(),
@@ -346,6 +350,8 @@ impl<B: Ops> Trainer<B> {
             }
             after_step(self)?;
         }
+        self.check_guard()
+            .with_context(|| format!("rank {}: end of epoch {epoch}", self.rank))?;
         let local = [
             self.download_scalar(&self.loss_sum)?,
             self.download_scalar(&self.correct)?,
@@ -419,8 +425,9 @@ impl<B: Ops> Trainer<B> {
             }
         }
         self.activations.insert((n, true), act);
-        self.check_finite()?;
         self.step += 1;
+        let step = u32::try_from(self.step).unwrap_or(u32::MAX);
+        b.guard_finite(step, &self.loss_sum, &self.grads, &mut self.guard)?;
         let scalars = self.cfg.adam.scalars(self.step);
         self.backend.adam_step(
             &scalars,
@@ -428,49 +435,52 @@ impl<B: Ops> Trainer<B> {
             &self.grads,
             &mut self.adam_m,
             &mut self.adam_v,
+            &self.guard,
         )?;
+        // On a GPU reading the guard waits for the device: only now and then.
+        if B::IN_HOST_MEMORY || self.step % GUARD_READ_EVERY == 0 {
+            self.check_guard()?;
+        }
         Ok(())
     }
 
-    /// Stops before a non-finite loss or gradient reaches the parameters,
-    /// and so any checkpoint. The loss is the epoch's running sum: it turns
-    /// non-finite at the first bad step and stays so. With several ranks
-    /// the gradients are already averaged, so every rank stops here.
-    fn check_finite(&mut self) -> anyhow::Result<()> {
-        let loss = self.download_scalar(&self.loss_sum)?;
-        if !loss.is_finite() {
-            bail!("non-finite loss ({loss}); stopped before applying this step");
-        }
-        let len = self.grads_host.len();
+    /// Stops once the guard saw a non-finite loss or gradient. The guard
+    /// skips the Adam update of that step and every later one on the
+    /// device, so the parameters (and any checkpoint) stay those from before
+    /// it; this only reports it, naming the step and the parameter. The
+    /// loss is the epoch's running sum: non-finite from the first bad step
+    /// on. With several ranks the gradients are already averaged, so every
+    /// rank stops at the same step.
+    fn check_guard(&self) -> anyhow::Result<()> {
+        let mut words = [0u32; GUARD_LEN];
         self.backend
-            .read_range(&self.grads, 0..len, &mut self.grads_host)?;
-        // A branch-free fold the compiler vectorizes; the search only runs
-        // to name the culprit.
-        if self
-            .grads_host
-            .iter()
-            .fold(false, |bad, g| bad | !g.is_finite())
-        {
-            let views = self.model.layout().views();
-            let name = views
-                .iter()
-                .find(|v| {
-                    self.grads_host[v.range.clone()]
-                        .iter()
-                        .any(|g| !g.is_finite())
-                })
-                .map(|v| &v.spec.name);
-            bail!(
-                "non-finite gradient in {}; stopped before applying this step",
-                name.map_or("?", |n| n.as_str())
-            );
+            .read_range(&self.guard, 0..GUARD_LEN, &mut words)?;
+        let GuardState::Tripped { step, index } = GuardState::from_words(words) else {
+            return Ok(());
+        };
+        let what = match index {
+            Some(i) => {
+                let views = self.model.layout().views();
+                let name = views.iter().find(|v| v.range.contains(&i));
+                format!("gradient in {}", name.map_or("?", |v| v.spec.name.as_str()))
+            }
+            None => "loss".to_string(),
+        };
+        if u64::from(step) == self.step {
+            bail!("non-finite {what}; stopped before applying this step");
         }
-        Ok(())
+        bail!(
+            "non-finite {what} at optimizer step {step} (noticed at step {}); that update and \
+             every one after it were skipped, so the parameters are those from before it",
+            self.step
+        );
     }
 
     /// Checkpoints at `position`. Every rank calls it (mid-epoch, the
     /// ranks' running metrics are gathered); rank 0 writes.
     fn save_checkpoint(&mut self, position: Position, train_seconds: f64) -> anyhow::Result<()> {
+        self.check_guard()
+            .with_context(|| format!("rank {}: before checkpointing at {position}", self.rank))?;
         let (epoch_loss_sum, epoch_correct) = if position.step == 0 {
             (vec![0.0; self.world_size], vec![0.0; self.world_size])
         } else {

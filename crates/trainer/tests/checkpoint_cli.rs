@@ -123,7 +123,7 @@ fn a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint() {
         err.lines()
             .last()
             .unwrap()
-            .starts_with("error: rank 0: epoch 1, step 2: non-finite loss"),
+            .starts_with("error: rank 0: epoch 1, step 2: non-finite "),
         "{err}"
     );
     let listed: Vec<Position> = CheckpointDir::new(&dir, 3)

@@ -106,6 +106,8 @@ impl Cpu {
 
 impl Backend for Cpu {
     type Storage<T: Elem> = Vec<T>;
+    type Staging = Vec<f32>;
+    const IN_HOST_MEMORY: bool = true;
 
     fn describe(&self) -> String {
         let s = if self.threads == 1 { "" } else { "s" };
@@ -122,6 +124,10 @@ impl Backend for Cpu {
 
     fn len<T: Elem>(storage: &Vec<T>) -> usize {
         storage.len()
+    }
+
+    fn staging(&self, len: usize) -> Result<Vec<f32>> {
+        Ok(vec![0.0; len])
     }
 
     fn read_range<T: Elem>(

@@ -9,7 +9,7 @@ pub use cpu::Cpu;
 pub use cuda::{Cuda, cuda_available};
 
 use std::fmt::Debug;
-use std::ops::Range;
+use std::ops::{DerefMut, Range};
 
 use crate::Result;
 
@@ -47,6 +47,18 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// An owned, fixed-length buffer of `T` on the device.
     type Storage<T: Elem>: Debug + Send + Sync;
 
+    /// Host memory for staging `f32` copies to and from the device, e.g. for
+    /// a host-side collective: page-locked on a GPU (DMA straight from and
+    /// into it, about twice as fast as pageable memory), a `Vec` on the CPU.
+    type Staging: DerefMut<Target = [f32]> + Send + 'static;
+
+    /// A zeroed staging buffer of `len` elements.
+    fn staging(&self, len: usize) -> Result<Self::Staging>;
+
+    /// Whether buffers live in host memory, so that reading a few values
+    /// back costs no synchronisation with a device.
+    const IN_HOST_MEMORY: bool;
+
     /// A one-line description for logs, e.g. `cpu (2 threads)`.
     fn describe(&self) -> String;
 
@@ -67,7 +79,8 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
         host: &mut [T],
     ) -> Result<()>;
 
-    /// Copies `host` into `storage[offset..offset + host.len()]`.
+    /// Copies `host` into `storage[offset..offset + host.len()]`; `host` may
+    /// be reused as soon as this returns.
     fn write_range<T: Elem>(
         &self,
         host: &[T],

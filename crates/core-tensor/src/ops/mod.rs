@@ -10,6 +10,7 @@ pub mod adam;
 pub mod conv2d;
 pub mod cross_entropy;
 pub mod dropout;
+pub mod finite;
 pub mod gather;
 pub mod linear;
 pub mod maxpool2d;
@@ -22,6 +23,7 @@ pub use adam::{AdamConfig, AdamKernel, AdamScalars};
 pub use conv2d::{Conv2dGeom, Conv2dKernel};
 pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
 pub use dropout::DropoutKernel;
+pub use finite::{FiniteKernel, GUARD_CLEAR, GUARD_LEN, GuardState};
 pub use gather::GatherKernel;
 pub use linear::{LinearGeom, LinearKernel};
 pub use maxpool2d::{MaxPool2dKernel, PoolGeom};
@@ -38,6 +40,7 @@ pub trait Ops:
     + Conv2dKernel
     + CrossEntropyKernel
     + DropoutKernel
+    + FiniteKernel
     + GatherKernel
     + LinearKernel
     + MaxPool2dKernel
@@ -52,6 +55,7 @@ impl<B> Ops for B where
         + Conv2dKernel
         + CrossEntropyKernel
         + DropoutKernel
+        + FiniteKernel
         + GatherKernel
         + LinearKernel
         + MaxPool2dKernel

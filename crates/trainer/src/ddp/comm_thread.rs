@@ -1,21 +1,28 @@
 //! [`CommThread`]: the host communicator on its own thread, so collectives
 //! run while the training thread computes.
 
+use std::ops::DerefMut;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
 use anyhow::{Context, anyhow};
 use comm::{CommError, Communicator, ReduceOp};
 
+/// A host buffer of gradients in flight to the communication thread and
+/// back: a backend's staging buffer (page-locked for a GPU), type-erased so
+/// the thread serves every backend.
+pub(super) type Staged = Box<dyn DerefMut<Target = [f32]> + Send>;
+
 /// A collective for the communication thread, carrying its buffer.
 pub(super) enum Request {
-    AverageF32(Vec<f32>),
+    AverageF32(Staged),
     SumF64(Vec<f64>),
     Broadcast(Vec<f32>, usize),
 }
 
 enum Reply {
     F32(Vec<f32>),
+    Staged(Staged),
     F64(Vec<f64>),
 }
 
@@ -43,7 +50,7 @@ impl CommThread {
                     let reply = match request {
                         Request::AverageF32(mut buf) => comm
                             .all_reduce(&mut buf, ReduceOp::Avg)
-                            .map(|()| Reply::F32(buf)),
+                            .map(|()| Reply::Staged(buf)),
                         Request::SumF64(mut buf) => comm
                             .all_reduce_f64(&mut buf, ReduceOp::Sum)
                             .map(|()| Reply::F64(buf)),
@@ -111,10 +118,18 @@ impl CommThread {
         reply.with_context(|| format!("rank {} of {}", self.rank, self.world_size))
     }
 
-    pub(super) fn next_f32(&mut self) -> anyhow::Result<Vec<f32>> {
+    fn next_f32(&mut self) -> anyhow::Result<Vec<f32>> {
         match self.next_reply()? {
             Reply::F32(v) => Ok(v),
-            Reply::F64(_) => unreachable!("replies come back in request order"),
+            _ => Err(out_of_order()),
+        }
+    }
+
+    /// The next reply, which must be an averaged [`Staged`] buffer.
+    pub(super) fn next_staged(&mut self) -> anyhow::Result<Staged> {
+        match self.next_reply()? {
+            Reply::Staged(v) => Ok(v),
+            _ => Err(out_of_order()),
         }
     }
 
@@ -130,9 +145,15 @@ impl CommThread {
         self.submit(Request::SumF64(values))?;
         match self.next_reply()? {
             Reply::F64(v) => Ok(v),
-            Reply::F32(_) => unreachable!("replies come back in request order"),
+            _ => Err(out_of_order()),
         }
     }
+}
+
+/// Replies come back in request order and every caller takes the reply of
+/// its own request, so a reply of another kind is a bug here.
+fn out_of_order() -> anyhow::Error {
+    anyhow!("internal error: the communication thread's replies are out of order")
 }
 
 impl Drop for CommThread {

@@ -8,7 +8,7 @@ use anyhow::anyhow;
 use core_tensor::{FlatLayout, Ops};
 
 use super::buckets::plan_buckets;
-use super::comm_thread::{CommThread, Request};
+use super::comm_thread::{CommThread, Request, Staged};
 use crate::model::GradsReady;
 
 /// The bucket plan and the host staging buffers, reused every step. The
@@ -16,20 +16,24 @@ use crate::model::GradsReady;
 /// also uses it for metrics.
 pub struct HostAverager {
     buckets: Vec<Range<usize>>,
-    /// One staging buffer per bucket.
-    staging: Vec<Vec<f32>>,
+    /// One staging buffer per bucket (the backend's: page-locked on a GPU);
+    /// `None` while it travels to the communication thread and back.
+    staging: Vec<Option<Staged>>,
     launched: usize,
 }
 
 impl HostAverager {
-    pub fn new(layout: &FlatLayout, bucket_mb: f64) -> Self {
+    pub fn new<B: Ops>(backend: &B, layout: &FlatLayout, bucket_mb: f64) -> anyhow::Result<Self> {
         let buckets = plan_buckets(layout, bucket_mb);
-        let staging = buckets.iter().map(|b| vec![0.0; b.len()]).collect();
-        Self {
+        let staging = buckets
+            .iter()
+            .map(|b| Ok(Some(Box::new(backend.staging(b.len())?) as Staged)))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self {
             buckets,
             staging,
             launched: 0,
-        }
+        })
     }
 
     /// The [`GradsReady`] hook of one backward pass.
@@ -55,9 +59,9 @@ impl HostAverager {
             ));
         }
         for i in 0..self.buckets.len() {
-            let averaged = comm.next_f32()?;
+            let averaged = comm.next_staged()?;
             backend.write_range(&averaged, grads, self.buckets[i].start)?;
-            self.staging[i] = averaged;
+            self.staging[i] = Some(averaged);
         }
         self.launched = 0;
         Ok(())
@@ -79,7 +83,9 @@ impl<B: Ops> GradsReady<B> for HostHook<'_> {
     ) -> anyhow::Result<()> {
         let avg = &mut *self.averager;
         while let Some(bucket) = avg.buckets.get(avg.launched).filter(|b| b.start >= offset) {
-            let mut staging = std::mem::take(&mut avg.staging[avg.launched]);
+            let mut staging = avg.staging[avg.launched]
+                .take()
+                .ok_or_else(|| anyhow!("gradient bucket {} is still in flight", avg.launched))?;
             backend.read_range(grads, bucket.clone(), &mut staging)?;
             self.comm.submit(Request::AverageF32(staging))?;
             avg.launched += 1;

@@ -23,7 +23,7 @@ pub struct KernelModule {
     pub functions: &'static [&'static str],
 }
 
-static MODULES: [KernelModule; 9] = [
+static MODULES: [KernelModule; 10] = [
     KernelModule {
         name: "accuracy",
         source: ptx::ACCURACY_SRC,
@@ -64,6 +64,12 @@ static MODULES: [KernelModule; 9] = [
         source: ptx::DROPOUT_SRC,
         ptx: ptx::DROPOUT_PTX,
         functions: &["dropout_fwd_f32", "dropout_bwd_f32"],
+    },
+    KernelModule {
+        name: "finite",
+        source: ptx::FINITE_SRC,
+        ptx: ptx::FINITE_PTX,
+        functions: &["guard_finite_f32"],
     },
     KernelModule {
         name: "gather",

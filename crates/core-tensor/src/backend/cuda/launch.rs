@@ -198,6 +198,32 @@ pub(crate) fn untracked_streams(ctx: &CudaContext) {
     unsafe { ctx.disable_event_tracking() }
 }
 
+/// Page-locks `data` for every context (`CU_MEMHOSTREGISTER_PORTABLE`);
+/// `false` when the driver refuses (the buffer stays usable, pageable).
+/// The calling thread must have a current context.
+pub(crate) fn lock_pages(data: &mut [f32]) -> bool {
+    // SAFETY: the range is a live allocation of `size_of_val(data)` bytes;
+    // the caller (`PinnedVec`) never reallocates it while locked and
+    // unlocks it before freeing it.
+    let result = unsafe {
+        cudarc::driver::sys::cuMemHostRegister_v2(
+            data.as_mut_ptr().cast(),
+            size_of_val(data),
+            cudarc::driver::sys::CU_MEMHOSTREGISTER_PORTABLE,
+        )
+    };
+    result == cudarc::driver::sys::CUresult::CUDA_SUCCESS
+}
+
+/// Undoes [`lock_pages`] for the same range.
+pub(crate) fn unlock_pages(data: &mut [f32]) {
+    // SAFETY: `data` starts where a successful `lock_pages` call locked it;
+    // no copy into or out of it is queued (every copy through it is
+    // synchronous, see `read_range` and `write_range`). The result is
+    // ignored: the memory is freed right after either way.
+    let _ = unsafe { cudarc::driver::sys::cuMemHostUnregister(data.as_mut_ptr().cast()) };
+}
+
 /// An error naming `libcuda.so` unless the NVIDIA driver library loads.
 /// cudarc panics when it first needs a missing library, so every entry
 /// point checks here first.

@@ -19,6 +19,7 @@ pub(crate) mod gemm;
 mod kernels;
 pub(crate) mod launch;
 mod modules;
+mod pinned;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -29,6 +30,7 @@ pub use cudarc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut};
 pub use kernels::{KernelModule, kernel_modules};
 pub use modules::{compile_cubin, compile_ptx, nvrtc_version};
+pub use pinned::PinnedVec;
 
 use super::{Backend, Elem};
 use crate::error::check_len;
@@ -175,6 +177,12 @@ impl Cuda {
 
 impl Backend for Cuda {
     type Storage<T: Elem> = CudaSlice<T>;
+    type Staging = PinnedVec;
+    const IN_HOST_MEMORY: bool = false;
+
+    fn staging(&self, len: usize) -> Result<PinnedVec> {
+        Ok(PinnedVec::zeros(self.inner.stream.context(), len))
+    }
 
     fn describe(&self) -> String {
         let (major, minor) = self.inner.compute_cap;
@@ -216,9 +224,10 @@ impl Backend for Cuda {
     ) -> Result<()> {
         let range = offset..offset.saturating_add(host.len());
         let mut dst = view_mut("write_range", storage, range)?;
-        // From pageable memory the copy is staged before this returns, so
-        // `host` may be reused at once.
         self.inner.stream.memcpy_htod(host, &mut dst)?;
+        // From page-locked memory (a `PinnedVec`) the copy is asynchronous;
+        // wait for it, so `host` may be reused at once whatever it is.
+        self.inner.stream.synchronize()?;
         Ok(())
     }
 

@@ -8,10 +8,13 @@ struct AdamScalars {
     float beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, bias_correction2_sqrt, eps;
 };
 
+// `guard[0] != 0`: a non-finite loss or gradient was seen (finite.cu); the
+// step is skipped, so the parameters stay those before it.
 extern "C" __global__ void adam_step_f32(float* params, const float* grads, float* m, float* v,
-                                         AdamScalars s, unsigned long long n) {
+                                         const unsigned int* guard, AdamScalars s,
+                                         unsigned long long n) {
     const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+    if (i >= n || guard[0] != 0u) return;
     const float g = grads[i];
     // m += (1 - β1)·(g - m)
     const float mi = __fadd_rn(m[i], __fmul_rn(s.one_minus_beta1, __fsub_rn(g, m[i])));

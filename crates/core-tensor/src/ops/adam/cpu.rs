@@ -2,6 +2,7 @@ use rayon::prelude::*;
 
 use super::{AdamKernel, AdamScalars};
 use crate::error::check_len;
+use crate::ops::GUARD_LEN;
 use crate::{Cpu, Result};
 
 /// One element of the update; the CUDA kernel mirrors this line for line.
@@ -21,9 +22,14 @@ impl AdamKernel for Cpu {
         grads: &Vec<f32>,
         m: &mut Vec<f32>,
         v: &mut Vec<f32>,
+        guard: &Vec<u32>,
     ) -> Result<()> {
         for (name, len) in [("grads", grads.len()), ("m", m.len()), ("v", v.len())] {
             check_len("adam", name, len, params.len())?;
+        }
+        check_len("adam", "guard", guard.len(), GUARD_LEN)?;
+        if guard[0] != 0 {
+            return Ok(());
         }
         // Element-wise, so splitting across threads cannot change a bit.
         if self.threads() == 1 {

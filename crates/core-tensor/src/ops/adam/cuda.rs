@@ -3,6 +3,7 @@ use cudarc::driver::CudaSlice;
 use super::{AdamKernel, AdamScalars};
 use crate::backend::cuda::launch::blocks_for;
 use crate::error::check_len;
+use crate::ops::GUARD_LEN;
 use crate::{Cuda, Result};
 
 const THREADS: u32 = 256;
@@ -15,10 +16,12 @@ impl AdamKernel for Cuda {
         grads: &CudaSlice<f32>,
         m: &mut CudaSlice<f32>,
         v: &mut CudaSlice<f32>,
+        guard: &CudaSlice<u32>,
     ) -> Result<()> {
         for (name, len) in [("grads", grads.len()), ("m", m.len()), ("v", v.len())] {
             check_len("adam", name, len, params.len())?;
         }
+        check_len("adam", "guard", guard.len(), GUARD_LEN)?;
         if params.is_empty() {
             return Ok(());
         }
@@ -29,6 +32,7 @@ impl AdamKernel for Cuda {
             .arg(grads)
             .arg(m)
             .arg(v)
+            .arg(guard)
             .arg(s)
             .arg(&n)
             .launch(cfg)

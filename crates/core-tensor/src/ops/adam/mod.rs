@@ -89,7 +89,8 @@ impl AdamConfig {
 
 /// The fused optimizer step.
 pub trait AdamKernel: Backend {
-    /// Updates `params`, `m` and `v` in place from `grads`.
+    /// Updates `params`, `m` and `v` in place from `grads`, unless `guard`
+    /// (see [`crate::ops::finite`]) says a non-finite value was seen.
     fn adam_step(
         &self,
         scalars: &AdamScalars,
@@ -97,5 +98,6 @@ pub trait AdamKernel: Backend {
         grads: &Self::Storage<f32>,
         m: &mut Self::Storage<f32>,
         v: &mut Self::Storage<f32>,
+        guard: &Self::Storage<u32>,
     ) -> Result<()>;
 }

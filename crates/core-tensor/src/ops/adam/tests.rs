@@ -1,6 +1,28 @@
 use super::*;
 use crate::Cpu;
+use crate::ops::GUARD_CLEAR;
 use crate::testing::cpu;
+
+fn clear() -> Vec<u32> {
+    GUARD_CLEAR.to_vec()
+}
+
+#[test]
+fn a_tripped_guard_skips_the_update() {
+    let (mut p, mut m, mut v) = (vec![1.0f32, 2.0], vec![0.1f32; 2], vec![0.2f32; 2]);
+    let tripped = vec![3, 1];
+    cpu()
+        .adam_step(
+            &AdamConfig::default().scalars(4),
+            &mut p,
+            &vec![f32::NAN, 0.5],
+            &mut m,
+            &mut v,
+            &tripped,
+        )
+        .unwrap();
+    assert_eq!((p, m, v), (vec![1.0, 2.0], vec![0.1; 2], vec![0.2; 2]));
+}
 
 /// Two steps on one parameter, worked by hand from the formulas in `mod.rs`:
 /// p = 1, g = 0.5 then g = -0.25, lr = 0.1.
@@ -12,13 +34,27 @@ fn two_steps_match_hand_computation() {
     };
     let (mut p, mut m, mut v) = (vec![1.0f32], vec![0.0f32], vec![0.0f32]);
     cpu()
-        .adam_step(&cfg.scalars(1), &mut p, &vec![0.5], &mut m, &mut v)
+        .adam_step(
+            &cfg.scalars(1),
+            &mut p,
+            &vec![0.5],
+            &mut m,
+            &mut v,
+            &clear(),
+        )
         .unwrap();
     // m = 0.05, v = 0.00025, m̂ = 0.5, v̂ = 0.25 → p = 1 − 0.1·0.5/(0.5 + 1e-8)
     assert!((m[0] - 0.05).abs() < 1e-9 && (v[0] - 0.00025).abs() < 1e-10);
     assert!((p[0] - 0.9).abs() < 1e-6, "p after step 1 = {}", p[0]);
     cpu()
-        .adam_step(&cfg.scalars(2), &mut p, &vec![-0.25], &mut m, &mut v)
+        .adam_step(
+            &cfg.scalars(2),
+            &mut p,
+            &vec![-0.25],
+            &mut m,
+            &mut v,
+            &clear(),
+        )
         .unwrap();
     let m2 = 0.9 * 0.05 + 0.1 * -0.25; // 0.02
     let v2 = 0.999 * 0.00025 + 0.001 * 0.0625; // 0.00031225
@@ -46,6 +82,7 @@ fn threads_do_not_change_a_bit() {
                 &grads,
                 &mut m,
                 &mut v,
+                &clear(),
             )
             .unwrap();
         }
@@ -86,6 +123,7 @@ fn three_steps_match_pytorch() {
                 &g,
                 &mut m,
                 &mut v,
+                &clear(),
             )
             .unwrap();
     }
