@@ -1,11 +1,8 @@
 //! The seam between the trainer and a transport.
 //!
-//! The trait speaks host (`&mut [f32]`) slices because the trainer keeps its
-//! parameters and gradients in host memory today. A NCCL transport will work
-//! on device buffers; it will get its own device-buffer trait next to this
-//! one (same collectives, device pointers instead of slices) rather than
-//! forcing host copies through this one, and will reuse [`crate::Rendezvous`]
-//! to pass its 128-byte unique id.
+//! The trait speaks host (`&mut [f32]`) slices. Collectives on device
+//! buffers are [`crate::nccl::NcclCommunicator`]'s: asynchronous, queued on
+//! a CUDA stream, which a blocking host-slice trait cannot express.
 
 use crate::error::CommError;
 
