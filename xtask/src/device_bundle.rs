@@ -7,6 +7,7 @@
 //!   bin/trainer            release build
 //!   tests/<name>           core-tensor's GPU test executables (release)
 //!   benches/<name>         the bench executables (release)
+//!   pytorch/*.py           benches/pytorch: the same measurements in PyTorch
 //!   data/fashion-mnist/    the four .gz files (the folder is git-ignored)
 //!   build-info.txt         the commit and toolchain it was built from
 //! ```
@@ -22,6 +23,9 @@ use fashion_mnist::FILES;
 
 /// The core-tensor integration tests that exercise a GPU (or NVRTC).
 const GPU_TESTS: [&str; 2] = ["cuda_parity", "nvrtc_compile"];
+
+/// The trainer's integration test that exercises NCCL on a GPU.
+const TRAINER_GPU_TEST: &str = "nccl_gpu";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -45,11 +49,27 @@ pub fn run(args: Args) -> Result<()> {
         test_args.extend(["--test", test]);
     }
     copy_all(&artifacts(&test_args)?, "tests", &args.out)?;
+    let trainer_test = [
+        "test",
+        "--release",
+        "--no-run",
+        "-p",
+        "trainer",
+        "--test",
+        TRAINER_GPU_TEST,
+    ];
+    // Cargo also reports the trainer binary the test runs; the bundle has it.
+    let nccl_test: Vec<_> = artifacts(&trainer_test)?
+        .into_iter()
+        .filter(|a| a.name == TRAINER_GPU_TEST)
+        .collect();
+    copy_all(&nccl_test, "tests", &args.out)?;
     copy_all(
         &artifacts(&["bench", "--no-run", "-p", "benches"])?,
         "benches",
         &args.out,
     )?;
+    copy_pytorch(&args.out.join("pytorch"))?;
     let data_out = args.out.join("data/fashion-mnist");
     std::fs::create_dir_all(&data_out)?;
     for file in &FILES {
@@ -89,11 +109,29 @@ struct Artifact {
 }
 
 /// Runs `cargo <args> --message-format=json` and collects the executables.
+///
+/// Built without symbols or debug info, in a target folder of their own (so
+/// ordinary release builds are not redone): stripped, the executables are a
+/// tenth of their size, and the bundle with the data stays under the 64 MiB
+/// a device session can carry.
 fn artifacts(args: &[&str]) -> Result<Vec<Artifact>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("device-bundle");
     eprintln!("cargo {}", args.join(" "));
     let out = Command::new(cargo)
+        .current_dir(&root)
         .args(args)
+        .arg("--target-dir")
+        .arg(&target)
+        .envs(["RELEASE", "BENCH"].iter().flat_map(|profile| {
+            [
+                (format!("CARGO_PROFILE_{profile}_STRIP"), "symbols"),
+                (format!("CARGO_PROFILE_{profile}_DEBUG"), "false"),
+            ]
+        }))
         .arg("--message-format=json-render-diagnostics")
         .stderr(Stdio::inherit())
         .output()
@@ -131,6 +169,28 @@ fn copy_all(artifacts: &[Artifact], sub: &str, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Copies the PyTorch comparison scripts, `benches/pytorch/*.py`, into `dir`.
+fn copy_pytorch(dir: &Path) -> Result<()> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/pytorch");
+    std::fs::create_dir_all(dir)?;
+    let mut copied = 0;
+    for entry in std::fs::read_dir(&src).with_context(|| format!("reading {}", src.display()))? {
+        let path = entry?.path();
+        let Some(name) = path.file_name() else {
+            continue;
+        };
+        if path.extension().is_some_and(|ext| ext == "py") {
+            std::fs::copy(&path, dir.join(name))
+                .with_context(|| format!("copying {}", path.display()))?;
+            copied += 1;
+        }
+    }
+    if copied == 0 {
+        bail!("no PyTorch scripts in {}", src.display());
+    }
+    Ok(())
+}
+
 /// The commit (marked when the tree had changes) and the toolchain.
 fn build_info() -> String {
     let run = |cmd: &str, args: &[&str]| {
@@ -164,28 +224,46 @@ fn make_executable(_: &Path) -> Result<()> {
 /// The script run on the GPU machine.
 const RUN_SH: &str = r#"#!/usr/bin/env bash
 # The CUDA checks of this device bundle (built by `cargo xtask device-bundle`,
-# see docs/gpu.md). Usage: ./run.sh [--data-dir DIR] [--epochs N]
+# see docs/gpu.md). Usage:
+#   ./run.sh [--data-dir DIR] [--epochs N] [--budget SECS] [--only REGEX] [--logs DIR]
 #
 # Needs the NVIDIA driver, and NVRTC from a CUDA toolkit or a pip wheel (a
-# PyTorch venv has one: run with that python on PATH or PYTHON=.../python).
+# PyTorch venv has one: run with that python on PATH or PYTHON=.../python);
+# with a PyTorch that sees the GPU it also times PyTorch on the same model.
+# Each step gets at most 600 s and all steps together --budget seconds
+# (default 900): a step is stopped when the budget runs out, and skipped
+# when less than 30 s of it is left.
+# --only runs just the steps whose names match the (bash) regex.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 data_dir="$here/data/fashion-mnist"
 epochs=5
+budget=900
+only=
+logs="$here/logs"
 while [ $# -gt 0 ]; do
   case "$1" in
     --data-dir) data_dir=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
-    *) echo "usage: $0 [--data-dir DIR] [--epochs N]" >&2; exit 2 ;;
+    --budget) budget=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    --logs) logs=$2; shift 2 ;;
+    *) echo "usage: $0 [--data-dir DIR] [--epochs N] [--budget SECS] [--only REGEX] [--logs DIR]" >&2; exit 2 ;;
   esac
 done
-logs="$here/logs"
+deadline=$((SECONDS + budget))
 links="$here/lib"
 mkdir -p "$logs" "$links"
 python=${PYTHON:-python3}
+# PyTorch runs with the caller's library path: it brings its own NCCL and NVRTC.
+orig_ld=${LD_LIBRARY_PATH-}
 summary=()
 failed=0
-row() { summary+=("$(printf '%-16s %-7s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && failed=1; }
+row() { summary+=("$(printf '%-22s %-7s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && failed=1; }
+# Whether --only selects step $1.
+selected() { [ -z "$only" ] || [[ $1 =~ $only ]]; }
+# A row for step $1 that cannot run here, for reason $2.
+skip() { if selected "$1"; then row "$1" skipped "$2"; fi; }
 
 # The first file matching the glob $1 under the site-packages of $python.
 in_wheels() {
@@ -236,40 +314,137 @@ if link libnvrtc.so "$(in_system libnvrtc.so)" "$(in_wheels 'libnvrtc.so.[0-9]*'
 else
   row libnvrtc FAIL "not found: install a CUDA toolkit or pip install nvidia-cuda-nvrtc-cu12"
 fi
+have_nccl=0
 if link libnccl.so "$(in_system libnccl.so)" "$(in_wheels 'libnccl.so.2')"; then
   row libnccl ok "$linked"
+  have_nccl=1
 else
-  row libnccl missing "only multi-GPU runs need it (pip install nvidia-nccl-cu13)"
+  row libnccl missing "the NCCL steps need it (pip install nvidia-nccl-cu13)"
 fi
 ptxas=$(command -v ptxas || in_wheels ptxas)
 [ -n "$ptxas" ] && export PTXAS=$ptxas
 
-# Runs "$@" with its output in $logs/$name.log; a row with the last line
-# matching $pattern (else the last line).
+# Runs "$@" (if --only selects $name and the budget allows) with its output
+# in $logs/$name.log; a row with the last line matching $pattern (else the
+# last line), blanks squeezed.
 step() {
   local name=$1 pattern=$2; shift 2
-  local start=$SECONDS
+  selected "$name" || return 0
+  local start=$SECONDS limit=$((deadline - SECONDS))
+  if [ "$limit" -lt 30 ]; then
+    row "$name" skipped "out of time (--budget $budget)"
+    return 0
+  fi
+  [ "$limit" -gt 600 ] && limit=600
   echo "== $name: $*"
-  "$@" 2>&1 | tee "$logs/$name.log"
+  timeout -k 10 "$limit" "$@" 2>&1 | tee "$logs/$name.log"
   local status=${PIPESTATUS[0]}
   local detail
   detail=$(grep -E "$pattern" "$logs/$name.log" | tail -n 1)
   [ -n "$detail" ] || detail=$(grep -v '^[[:space:]]*$' "$logs/$name.log" | tail -n 1)
-  detail="$(echo "$detail" | cut -c1-100) ($((SECONDS - start)) s)"
-  if [ "$status" -eq 0 ]; then row "$name" ok "$detail"; else row "$name" FAIL "exit $status: $detail"; fi
+  [ -n "$detail" ] || detail="no output"
+  detail="$(printf '%s\n' "$detail" | tr -s '[:blank:]' ' ' | sed 's/^ //' | cut -c1-100) ($((SECONDS - start)) s)"
+  case $status in
+    0) row "$name" ok "$detail" ;;
+    124 | 137) row "$name" FAIL "timed out after $limit s: $detail" ;;
+    *) row "$name" FAIL "exit $status: $detail" ;;
+  esac
 }
+# The nccl-tests table row of the largest size.
+largest='^ *[0-9]+ +[0-9]+ +float '
 
 step nvrtc_compile 'test result|skipped' "$here/tests/nvrtc_compile" --nocapture
 step cuda_parity 'test result' env REQUIRE_GPU=1 "$here/tests/cuda_parity"
-step train 'Epoch' "$here/bin/trainer" --device cuda --epochs "$epochs" \
-  --data-dir "$data_dir" --metrics "$logs/metrics.jsonl"
-for bench in "$here"/benches/*; do
-  [ -x "$bench" ] && step "bench_$(basename "$bench")" '.' timeout 600 "$bench"
-done
+# NCCL at world size 1, a peer that never joins, page-locked staging, and
+# `--backend auto` with two ranks on one GPU (the trainer from this bundle).
+if [ "$have_nccl" = 1 ]; then
+  step nccl_gpu 'test result' env REQUIRE_GPU=1 REQUIRE_NCCL=1 TRAINER_BIN="$here/bin/trainer" \
+    "$here/tests/nccl_gpu" --test-threads 1
+else
+  step nccl_gpu 'test result' env REQUIRE_GPU=1 TRAINER_BIN="$here/bin/trainer" \
+    "$here/tests/nccl_gpu" --test-threads 1
+fi
+
+# Training: one GPU over no transport, over NCCL, two ranks sharing it over
+# the TCP ring, and large batches.
+trainer=("$here/bin/trainer" --device cuda --data-dir "$data_dir")
+step train 'Epoch' "${trainer[@]}" --epochs "$epochs" --metrics "$logs/metrics.jsonl"
+if [ "$have_nccl" = 1 ]; then
+  step train_nccl 'Epoch' "${trainer[@]}" --backend nccl --epochs "$epochs" \
+    --metrics "$logs/train_nccl.jsonl"
+else
+  skip train_nccl "no libnccl"
+fi
+step train_tcp_ws2 'Epoch' "${trainer[@]}" --world-size 2 --backend tcp --epochs "$epochs" \
+  --metrics "$logs/train_tcp_ws2.jsonl"
+step train_b512 'Epoch' "${trainer[@]}" --batch-size 512 --epochs 1 \
+  --metrics "$logs/train_b512.jsonl"
+
+# PyTorch on the same model and data, and its all-reduce.
+if [ -n "$orig_ld" ]; then
+  torch_env=(env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="$orig_ld")
+else
+  torch_env=(env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1)
+fi
+if "${torch_env[@]}" "$python" -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+  throughput=("${torch_env[@]}" "$python" "$here/pytorch/train_throughput.py" --device cuda
+    --data-dir "$data_dir")
+  step torch_ref_b64 'img/s' "${throughput[@]}" --mode reference --batch-size 64
+  step torch_ref_b512 'img/s' "${throughput[@]}" --mode reference --batch-size 512
+  step torch_gpu_b64 'img/s' "${throughput[@]}" --mode on-device --batch-size 64
+  step torch_gpu_b512 'img/s' "${throughput[@]}" --mode on-device --batch-size 512
+  step torch_allreduce "$largest" "${torch_env[@]}" "$python" "$here/pytorch/allreduce_nccl.py" \
+    --min-bytes 8 --max-bytes 268435456
+else
+  for name in torch_ref_b64 torch_ref_b512 torch_gpu_b64 torch_gpu_b512 torch_allreduce; do
+    if selected "$name"; then
+      row torch skipped "no torch that sees a GPU in $python (set PYTHON=.../python)"
+      break
+    fi
+  done
+fi
+
+# The benches (train_step is the CPU backend, one thread).
+step bench_train_step '.' "$here/benches/train_step"
+step bench_allreduce_unix "$largest" "$here/benches/allreduce" --ranks 2 --max-bytes 67108864
+if [ "$have_nccl" = 1 ]; then
+  step bench_allreduce_nccl "$largest" "$here/benches/allreduce" --transport nccl --ranks 1
+else
+  skip bench_allreduce_nccl "no libnccl"
+fi
 
 echo
 echo "== summary ($(head -n 1 "$here/build-info.txt"); logs in $logs)"
-printf '%-16s %-7s %s\n' step result detail
+printf '%-22s %-7s %s\n' step result detail
 printf '%s\n' "${summary[@]}"
 exit "$failed"
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::RUN_SH;
+    use std::process::Command;
+
+    /// `bash -n` accepts run.sh, and so does shellcheck where installed.
+    #[test]
+    fn run_sh_parses() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("run.sh");
+        std::fs::write(&script, RUN_SH).unwrap();
+        let bash = Command::new("bash").arg("-n").arg(&script).output();
+        let bash = bash.expect("running bash");
+        assert!(
+            bash.status.success(),
+            "bash -n run.sh: {}",
+            String::from_utf8_lossy(&bash.stderr)
+        );
+        match Command::new("shellcheck").arg(&script).output() {
+            Ok(check) => assert!(
+                check.status.success(),
+                "shellcheck run.sh:\n{}",
+                String::from_utf8_lossy(&check.stdout)
+            ),
+            Err(_) => eprintln!("shellcheck not installed; skipped"),
+        }
+    }
+}

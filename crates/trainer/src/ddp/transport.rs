@@ -199,6 +199,36 @@ mod tests {
     }
 
     #[test]
+    fn every_rank_learns_every_ranks_device_and_chooses_alike() {
+        use comm::{CommConfig, TcpCommunicator};
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let devices = [gpu(7), CPU, gpu(7)];
+        let seen: Vec<_> = std::thread::scope(|s| {
+            let ranks: Vec<_> = (0..devices.len())
+                .map(|rank| {
+                    let mine = devices[rank].clone();
+                    s.spawn(move || {
+                        let config = CommConfig::new(rank, 3, "127.0.0.1", port)
+                            .with_timeout(std::time::Duration::from_secs(20));
+                        let mut comm = TcpCommunicator::connect(&config).unwrap();
+                        exchange(&mut comm, &mine).unwrap()
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        for got in &seen {
+            assert_eq!(got, &devices.to_vec());
+            let auto = choose(BackendChoice::Auto, got).unwrap();
+            assert_eq!(auto.transport, Transport::Tcp);
+            assert!(auto.note.unwrap().contains("rank(s) [1] train on the CPU"));
+        }
+    }
+
+    #[test]
     fn a_rank_device_survives_the_exchange_encoding() {
         let mut uuid = [0u8; 16];
         uuid.iter_mut()

@@ -35,8 +35,12 @@ pub fn dataset_copy() -> tempfile::TempDir {
     dir
 }
 
+/// The trainer binary: cargo's, or `TRAINER_BIN` where the test executable
+/// runs away from its build tree (the device bundle).
 pub fn trainer() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainer"));
+    let bin =
+        std::env::var_os("TRAINER_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_trainer").into());
+    let mut cmd = Command::new(bin);
     // Never inherit a launcher's identity from the test environment.
     for var in [
         "RANK",
