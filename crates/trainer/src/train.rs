@@ -451,10 +451,17 @@ impl<B: Ops> Trainer<B> {
     /// loss is the epoch's running sum: non-finite from the first bad step
     /// on. With several ranks the gradients are already averaged, so every
     /// rank stops at the same step.
+    ///
+    /// Reading the guard waits for the device, so every collective queued
+    /// before has completed or been aborted by then: a failed one is
+    /// reported first (the gradients it left are not to be trusted).
     fn check_guard(&self) -> anyhow::Result<()> {
         let mut words = [0u32; GUARD_LEN];
         self.backend
             .read_range(&self.guard, 0..GUARD_LEN, &mut words)?;
+        if let GradPath::Device(averager) = &self.grad_path {
+            averager.check()?;
+        }
         let GuardState::Tripped { step, index } = GuardState::from_words(words) else {
             return Ok(());
         };

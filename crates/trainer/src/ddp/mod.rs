@@ -37,4 +37,8 @@ pub trait DeviceAverager<B: Ops>: GradsReady<B> {
     /// Orders the optimizer after every bucket's collective; reports a
     /// failed collective.
     fn finish(&mut self, backend: &B) -> anyhow::Result<()>;
+
+    /// Reports a collective that failed since the last look. After a
+    /// device synchronisation this covers every step queued before it.
+    fn check(&self) -> anyhow::Result<()>;
 }

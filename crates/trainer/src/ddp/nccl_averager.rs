@@ -101,6 +101,10 @@ impl DeviceAverager<Cuda> for NcclAverager {
         self.reduced.record(self.nccl.stream())?;
         self.compute.wait(&self.reduced)?;
         // Reports what the watchdog found since the last step.
+        self.check()
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
         Ok(self.nccl.check()?)
     }
 }
