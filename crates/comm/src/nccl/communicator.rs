@@ -99,12 +99,18 @@ impl NcclCommunicator {
             raw.abort();
             return Err(failure.to_error(rank));
         }
+        let token = match stream.alloc_zeros(1) {
+            Ok(token) => token,
+            Err(e) => {
+                raw.abort();
+                return Err(cuda_error(rank, "allocating the barrier token", e));
+            }
+        };
         let shared = Arc::new(Shared::new(rank, timeout, raw));
-        let watchdog = watchdog::spawn(shared.clone(), ctx)
-            .map_err(|e| CommError::io("starting the NCCL watchdog thread", e))?;
-        let token = stream
-            .alloc_zeros(1)
-            .map_err(|e| cuda_error(rank, "allocating the barrier token", e))?;
+        let watchdog = watchdog::spawn(shared.clone(), ctx).map_err(|e| {
+            shared.close();
+            CommError::io("starting the NCCL watchdog thread", e)
+        })?;
         let comm = NcclCommunicator {
             rank,
             world_size,
@@ -218,7 +224,9 @@ impl NcclCommunicator {
         loop {
             self.check()?;
             match self.shared.idle() {
-                Ok(true) => return Ok(()),
+                // Collectives also "complete" when an abort stops them; the
+                // watchdog records why before it aborts, so look again.
+                Ok(true) => return self.check(),
                 Ok(false) => std::thread::sleep(SPIN),
                 Err(failure) => return Err(self.shared.fail_and_report(failure)),
             }
