@@ -5,9 +5,9 @@
 //! the order of every sum — and hence every result bit — is the same run to
 //! run and on every GPU.
 
-use cudarc::driver::LaunchConfig;
+use cudarc::driver::{CudaView, CudaViewMut, DeviceRepr, LaunchConfig};
 
-use crate::{Error, Result};
+use crate::{Cuda, Error, Result};
 
 /// The tile shape; mirrors `GEMM_BM`, `GEMM_BN`, `GEMM_BK` and
 /// `GEMM_THREADS` in sgemm.cuh.
@@ -117,6 +117,62 @@ impl GemmPlan {
             geom,
             k_chunk: self.k_chunk as u64,
             splits: self.splits as u64,
+        }
+    }
+}
+
+/// The kernels of one GEMM-based op direction, named as in its .cu file:
+/// the tile kernel that stores the result, and the split-K pair. Their
+/// arguments come in one order: whole `(a, b, [bias], out, args)`, partial
+/// `(a, b, workspace, args)`, reduce `(workspace, [bias], out, args)`.
+pub(crate) struct GemmKernels {
+    pub whole: &'static str,
+    pub partial: &'static str,
+    pub reduce: &'static str,
+}
+
+/// The operands of one GEMM launch.
+pub(crate) struct GemmOperands<'v, 'a> {
+    pub a: &'v CudaView<'a, f32>,
+    pub b: &'v CudaView<'a, f32>,
+    /// Added to every output row by the kernels that take a bias.
+    pub bias: Option<&'v CudaView<'a, f32>>,
+}
+
+impl Cuda {
+    /// Computes `out` from `ops` by `plan`: one tile kernel, or for a split
+    /// K the partial kernel into a scratch workspace and the reduce kernel
+    /// into `out`.
+    pub(crate) fn gemm<G: DeviceRepr>(
+        &self,
+        kernels: &GemmKernels,
+        plan: &GemmPlan,
+        geom: G,
+        ops: &GemmOperands<'_, '_>,
+        out: &mut CudaViewMut<'_, f32>,
+    ) -> Result<()> {
+        let args = plan.args(geom);
+        if plan.is_split() {
+            let mut ws = self.scratch(plan.workspace_len())?;
+            self.kernel(kernels.partial)?
+                .arg(ops.a)
+                .arg(ops.b)
+                .arg(&mut ws)
+                .arg(&args)
+                .launch(plan.tiles())?;
+            let mut reduce = self.kernel(kernels.reduce)?;
+            reduce.arg(&ws);
+            if let Some(bias) = ops.bias {
+                reduce.arg(bias);
+            }
+            reduce.arg(out).arg(&args).launch(plan.reduce())
+        } else {
+            let mut whole = self.kernel(kernels.whole)?;
+            whole.arg(ops.a).arg(ops.b);
+            if let Some(bias) = ops.bias {
+                whole.arg(bias);
+            }
+            whole.arg(out).arg(&args).launch(plan.tiles())
         }
     }
 }

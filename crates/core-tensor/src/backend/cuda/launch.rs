@@ -96,8 +96,8 @@ impl<'a> KernelCall<'a> {
     /// Queues the kernel; a bad configuration or argument list is reported
     /// here, a fault while it runs at the next synchronization.
     pub(crate) fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
-        // SAFETY: the callers are the op modules (`src/ops/<op>/cuda.rs`),
-        // and each upholds the contract that makes a launch sound:
+        // SAFETY: the callers are the op modules (`src/ops/<op>/cuda.rs`)
+        // and the GEMM launcher they share (`gemm.rs`), and each upholds the contract that makes a launch sound:
         // * the arguments are pushed in the order and with the types of the
         //   kernel's C signature in the op's .cu file (buffers as device
         //   slices or views of the element type the kernel reads, parameter

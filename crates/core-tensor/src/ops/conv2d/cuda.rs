@@ -3,12 +3,28 @@ use cudarc::driver::{CudaSlice, CudaView, LaunchConfig};
 use super::{Conv2dGeom, Conv2dKernel};
 use crate::Cuda;
 use crate::Result;
-use crate::backend::cuda::gemm::{GemmPlan, check_i32};
+use crate::backend::cuda::gemm::{GemmKernels, GemmOperands, GemmPlan, check_i32};
 use crate::backend::cuda::{view, view_mut};
 use crate::ops::ParamAt;
 
 /// Threads of `conv2d_bwd_bias_f32` (REDUCE_THREADS in reduce.cuh).
 const BIAS_THREADS: u32 = 256;
+
+const FWD: GemmKernels = GemmKernels {
+    whole: "conv2d_fwd_f32",
+    partial: "conv2d_fwd_partial_f32",
+    reduce: "conv2d_fwd_reduce_f32",
+};
+const BWD_WEIGHT: GemmKernels = GemmKernels {
+    whole: "conv2d_bwd_weight_f32",
+    partial: "conv2d_bwd_weight_partial_f32",
+    reduce: "conv2d_bwd_weight_reduce_f32",
+};
+const BWD_INPUT: GemmKernels = GemmKernels {
+    whole: "conv2d_bwd_input_f32",
+    partial: "conv2d_bwd_input_partial_f32",
+    reduce: "conv2d_bwd_input_reduce_f32",
+};
 
 impl Conv2dKernel for Cuda {
     fn conv2d_fwd(
@@ -26,32 +42,14 @@ impl Conv2dKernel for Cuda {
         }
         let pixels = g.batch * g.out_h() * g.out_w();
         let plan = GemmPlan::new("conv2d", g.out_channels, pixels, g.patch_len())?;
-        let args = plan.args(*g);
         let w = view("conv2d", params, at.weight.clone())?;
         let b = view("conv2d", params, at.bias.clone())?;
-        if plan.is_split() {
-            let mut ws = self.scratch(plan.workspace_len())?;
-            self.kernel("conv2d_fwd_partial_f32")?
-                .arg(x)
-                .arg(&w)
-                .arg(&mut ws)
-                .arg(&args)
-                .launch(plan.tiles())?;
-            self.kernel("conv2d_fwd_reduce_f32")?
-                .arg(&ws)
-                .arg(&b)
-                .arg(y)
-                .arg(&args)
-                .launch(plan.reduce())
-        } else {
-            self.kernel("conv2d_fwd_f32")?
-                .arg(x)
-                .arg(&w)
-                .arg(&b)
-                .arg(y)
-                .arg(&args)
-                .launch(plan.tiles())
-        }
+        let ops = GemmOperands {
+            a: &x.as_view(),
+            b: &w,
+            bias: Some(&b),
+        };
+        self.gemm(&FWD, &plan, *g, &ops, &mut y.as_view_mut())
     }
 
     fn conv2d_bwd(
@@ -101,29 +99,13 @@ impl Cuda {
     ) -> Result<()> {
         let pixels = g.batch * g.out_h() * g.out_w();
         let plan = GemmPlan::new("conv2d", g.out_channels, g.patch_len(), pixels)?;
-        let args = plan.args(*g);
         let mut dw = view_mut("conv2d", grads, at.weight.clone())?;
-        if plan.is_split() {
-            let mut ws = self.scratch(plan.workspace_len())?;
-            self.kernel("conv2d_bwd_weight_partial_f32")?
-                .arg(x)
-                .arg(dy)
-                .arg(&mut ws)
-                .arg(&args)
-                .launch(plan.tiles())?;
-            self.kernel("conv2d_bwd_weight_reduce_f32")?
-                .arg(&ws)
-                .arg(&mut dw)
-                .arg(&args)
-                .launch(plan.reduce())
-        } else {
-            self.kernel("conv2d_bwd_weight_f32")?
-                .arg(x)
-                .arg(dy)
-                .arg(&mut dw)
-                .arg(&args)
-                .launch(plan.tiles())
-        }
+        let ops = GemmOperands {
+            a: &x.as_view(),
+            b: &dy.as_view(),
+            bias: None,
+        };
+        self.gemm(&BWD_WEIGHT, &plan, *g, &ops, &mut dw)
     }
 
     /// dx = Wᵀ · taps(dy): M = C, N = every input pixel of the batch,
@@ -138,27 +120,11 @@ impl Cuda {
         let pixels = g.batch * g.in_h * g.in_w;
         let taps = g.out_channels * g.kernel * g.kernel;
         let plan = GemmPlan::new("conv2d", g.in_channels, pixels, taps)?;
-        let args = plan.args(*g);
-        if plan.is_split() {
-            let mut ws = self.scratch(plan.workspace_len())?;
-            self.kernel("conv2d_bwd_input_partial_f32")?
-                .arg(dy)
-                .arg(w)
-                .arg(&mut ws)
-                .arg(&args)
-                .launch(plan.tiles())?;
-            self.kernel("conv2d_bwd_input_reduce_f32")?
-                .arg(&ws)
-                .arg(dx)
-                .arg(&args)
-                .launch(plan.reduce())
-        } else {
-            self.kernel("conv2d_bwd_input_f32")?
-                .arg(dy)
-                .arg(w)
-                .arg(dx)
-                .arg(&args)
-                .launch(plan.tiles())
-        }
+        let ops = GemmOperands {
+            a: &dy.as_view(),
+            b: w,
+            bias: None,
+        };
+        self.gemm(&BWD_INPUT, &plan, *g, &ops, &mut dx.as_view_mut())
     }
 }

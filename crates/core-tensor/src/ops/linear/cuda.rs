@@ -1,7 +1,7 @@
 use cudarc::driver::{CudaSlice, CudaView};
 
 use super::{LinearGeom, LinearKernel};
-use crate::backend::cuda::gemm::{GemmPlan, check_i32};
+use crate::backend::cuda::gemm::{GemmKernels, GemmOperands, GemmPlan, check_i32};
 use crate::backend::cuda::launch::blocks_for;
 use crate::backend::cuda::{view, view_mut};
 use crate::ops::ParamAt;
@@ -9,6 +9,22 @@ use crate::{Cuda, Result};
 
 /// Threads per block of `linear_bwd_bias_f32` (one per output feature).
 const BIAS_THREADS: u32 = 256;
+
+const FWD: GemmKernels = GemmKernels {
+    whole: "linear_fwd_f32",
+    partial: "linear_fwd_partial_f32",
+    reduce: "linear_fwd_reduce_f32",
+};
+const BWD_WEIGHT: GemmKernels = GemmKernels {
+    whole: "linear_bwd_weight_f32",
+    partial: "linear_bwd_weight_partial_f32",
+    reduce: "linear_bwd_weight_reduce_f32",
+};
+const BWD_INPUT: GemmKernels = GemmKernels {
+    whole: "linear_bwd_input_f32",
+    partial: "linear_bwd_input_partial_f32",
+    reduce: "linear_bwd_input_reduce_f32",
+};
 
 impl LinearKernel for Cuda {
     fn linear_fwd(
@@ -25,32 +41,14 @@ impl LinearKernel for Cuda {
             return Ok(());
         }
         let plan = GemmPlan::new("linear", g.batch, g.out_features, g.in_features)?;
-        let args = plan.args(*g);
         let w = view("linear", params, at.weight.clone())?;
         let b = view("linear", params, at.bias.clone())?;
-        if plan.is_split() {
-            let mut ws = self.scratch(plan.workspace_len())?;
-            self.kernel("linear_fwd_partial_f32")?
-                .arg(x)
-                .arg(&w)
-                .arg(&mut ws)
-                .arg(&args)
-                .launch(plan.tiles())?;
-            self.kernel("linear_fwd_reduce_f32")?
-                .arg(&ws)
-                .arg(&b)
-                .arg(y)
-                .arg(&args)
-                .launch(plan.reduce())
-        } else {
-            self.kernel("linear_fwd_f32")?
-                .arg(x)
-                .arg(&w)
-                .arg(&b)
-                .arg(y)
-                .arg(&args)
-                .launch(plan.tiles())
-        }
+        let ops = GemmOperands {
+            a: &x.as_view(),
+            b: &w,
+            bias: Some(&b),
+        };
+        self.gemm(&FWD, &plan, *g, &ops, &mut y.as_view_mut())
     }
 
     fn linear_bwd(
@@ -97,29 +95,13 @@ impl Cuda {
         at: &ParamAt,
     ) -> Result<()> {
         let plan = GemmPlan::new("linear", g.out_features, g.in_features, g.batch)?;
-        let args = plan.args(*g);
         let mut dw = view_mut("linear", grads, at.weight.clone())?;
-        if plan.is_split() {
-            let mut ws = self.scratch(plan.workspace_len())?;
-            self.kernel("linear_bwd_weight_partial_f32")?
-                .arg(x)
-                .arg(dy)
-                .arg(&mut ws)
-                .arg(&args)
-                .launch(plan.tiles())?;
-            self.kernel("linear_bwd_weight_reduce_f32")?
-                .arg(&ws)
-                .arg(&mut dw)
-                .arg(&args)
-                .launch(plan.reduce())
-        } else {
-            self.kernel("linear_bwd_weight_f32")?
-                .arg(x)
-                .arg(dy)
-                .arg(&mut dw)
-                .arg(&args)
-                .launch(plan.tiles())
-        }
+        let ops = GemmOperands {
+            a: &x.as_view(),
+            b: &dy.as_view(),
+            bias: None,
+        };
+        self.gemm(&BWD_WEIGHT, &plan, *g, &ops, &mut dw)
     }
 
     /// dx = dy · W: M = batch, N = in, K = out.
@@ -131,27 +113,11 @@ impl Cuda {
         dx: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let plan = GemmPlan::new("linear", g.batch, g.in_features, g.out_features)?;
-        let args = plan.args(*g);
-        if plan.is_split() {
-            let mut ws = self.scratch(plan.workspace_len())?;
-            self.kernel("linear_bwd_input_partial_f32")?
-                .arg(dy)
-                .arg(w)
-                .arg(&mut ws)
-                .arg(&args)
-                .launch(plan.tiles())?;
-            self.kernel("linear_bwd_input_reduce_f32")?
-                .arg(&ws)
-                .arg(dx)
-                .arg(&args)
-                .launch(plan.reduce())
-        } else {
-            self.kernel("linear_bwd_input_f32")?
-                .arg(dy)
-                .arg(w)
-                .arg(dx)
-                .arg(&args)
-                .launch(plan.tiles())
-        }
+        let ops = GemmOperands {
+            a: &dy.as_view(),
+            b: w,
+            bias: None,
+        };
+        self.gemm(&BWD_INPUT, &plan, *g, &ops, &mut dx.as_view_mut())
     }
 }
