@@ -2,6 +2,7 @@
 
 use std::ops::Range;
 
+use anyhow::bail;
 use core_tensor::FlatLayout;
 
 const FIRST_BUCKET_BYTES: usize = 1 << 20;
@@ -32,6 +33,49 @@ pub fn plan_buckets(layout: &FlatLayout, bucket_mb: f64) -> Vec<Range<usize>> {
     buckets
 }
 
+/// The buckets of a step in launch order, and how many were launched:
+/// what both averagers track while backward reports progress.
+pub struct BucketQueue {
+    buckets: Vec<Range<usize>>,
+    launched: usize,
+}
+
+impl BucketQueue {
+    pub fn new(buckets: Vec<Range<usize>>) -> Self {
+        Self {
+            buckets,
+            launched: 0,
+        }
+    }
+
+    pub fn buckets(&self) -> &[Range<usize>] {
+        &self.buckets
+    }
+
+    /// The next bucket (index and range) that is final once backward has
+    /// written every gradient from `offset` on, now counted as launched.
+    pub fn next_ready(&mut self, offset: usize) -> Option<(usize, Range<usize>)> {
+        let bucket = self.buckets.get(self.launched)?;
+        if bucket.start < offset {
+            return None;
+        }
+        self.launched += 1;
+        Some((self.launched - 1, bucket.clone()))
+    }
+
+    /// Ends the step; an error unless backward launched every bucket.
+    pub fn end_step(&mut self) -> anyhow::Result<()> {
+        let launched = std::mem::take(&mut self.launched);
+        if launched != self.buckets.len() {
+            bail!(
+                "backward reported {launched} of {} gradient buckets",
+                self.buckets.len()
+            );
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +95,21 @@ mod tests {
         assert_eq!(tiny.first().unwrap().end, layout.len());
         assert_eq!(tiny.last().unwrap().start, 0);
         assert!(tiny.windows(2).all(|w| w[0].start == w[1].end));
+    }
+
+    #[test]
+    fn the_queue_launches_buckets_as_backward_reaches_them() {
+        let mut queue = BucketQueue::new(vec![80..100, 30..80, 0..30]);
+        assert_eq!(queue.next_ready(90), None, "bucket 0 is not final yet");
+        assert_eq!(queue.next_ready(50), Some((0, 80..100)));
+        assert_eq!(queue.next_ready(50), None);
+        let err = queue.end_step().unwrap_err();
+        assert!(err.to_string().contains("1 of 3"), "{err}");
+        // A new step starts from the first bucket again.
+        assert_eq!(queue.next_ready(0), Some((0, 80..100)));
+        assert_eq!(queue.next_ready(0), Some((1, 30..80)));
+        assert_eq!(queue.next_ready(0), Some((2, 0..30)));
+        assert_eq!(queue.next_ready(0), None);
+        queue.end_step().unwrap();
     }
 }

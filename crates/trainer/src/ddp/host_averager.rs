@@ -2,12 +2,10 @@
 //! to host memory as soon as backward has written it and all-reduced on the
 //! communication thread while backward goes on, then copied back.
 
-use std::ops::Range;
-
 use anyhow::anyhow;
 use core_tensor::{FlatLayout, Ops};
 
-use super::buckets::plan_buckets;
+use super::buckets::{BucketQueue, plan_buckets};
 use super::comm_thread::{CommThread, Request, Staged};
 use crate::model::GradsReady;
 
@@ -15,11 +13,10 @@ use crate::model::GradsReady;
 /// communicator is lent per step ([`HostAverager::hook`]), as the trainer
 /// also uses it for metrics.
 pub struct HostAverager {
-    buckets: Vec<Range<usize>>,
+    queue: BucketQueue,
     /// One staging buffer per bucket (the backend's: page-locked on a GPU);
     /// `None` while it travels to the communication thread and back.
     staging: Vec<Option<Staged>>,
-    launched: usize,
 }
 
 impl HostAverager {
@@ -30,9 +27,8 @@ impl HostAverager {
             .map(|b| Ok(Some(Box::new(backend.staging(b.len())?) as Staged)))
             .collect::<anyhow::Result<_>>()?;
         Ok(Self {
-            buckets,
+            queue: BucketQueue::new(buckets),
             staging,
-            launched: 0,
         })
     }
 
@@ -51,19 +47,12 @@ impl HostAverager {
         backend: &B,
         grads: &mut B::Storage<f32>,
     ) -> anyhow::Result<()> {
-        if self.launched != self.buckets.len() {
-            return Err(anyhow!(
-                "backward reported {} of {} gradient buckets",
-                self.launched,
-                self.buckets.len()
-            ));
-        }
-        for i in 0..self.buckets.len() {
+        self.queue.end_step()?;
+        for (i, bucket) in self.queue.buckets().iter().enumerate() {
             let averaged = comm.next_staged()?;
-            backend.write_range(&averaged, grads, self.buckets[i].start)?;
+            backend.write_range(&averaged, grads, bucket.start)?;
             self.staging[i] = Some(averaged);
         }
-        self.launched = 0;
         Ok(())
     }
 }
@@ -82,13 +71,12 @@ impl<B: Ops> GradsReady<B> for HostHook<'_> {
         offset: usize,
     ) -> anyhow::Result<()> {
         let avg = &mut *self.averager;
-        while let Some(bucket) = avg.buckets.get(avg.launched).filter(|b| b.start >= offset) {
-            let mut staging = avg.staging[avg.launched]
+        while let Some((i, bucket)) = avg.queue.next_ready(offset) {
+            let mut staging = avg.staging[i]
                 .take()
-                .ok_or_else(|| anyhow!("gradient bucket {} is still in flight", avg.launched))?;
-            backend.read_range(grads, bucket.clone(), &mut staging)?;
+                .ok_or_else(|| anyhow!("gradient bucket {i} is still in flight"))?;
+            backend.read_range(grads, bucket, &mut staging)?;
             self.comm.submit(Request::AverageF32(staging))?;
-            avg.launched += 1;
         }
         Ok(())
     }

@@ -19,15 +19,15 @@ use core_tensor::Cuda;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 
 use super::DeviceAverager;
+use super::buckets::BucketQueue;
 use crate::model::GradsReady;
 
 pub struct NcclAverager {
     nccl: NcclCommunicator,
     compute: Arc<CudaStream>,
-    buckets: Vec<Range<usize>>,
+    queue: BucketQueue,
     /// What each bucket's collective is called in errors.
     names: Vec<String>,
-    launched: usize,
     /// Recorded on the compute stream once a bucket's gradients are written.
     written: CudaEvent,
     /// Recorded on the communication stream after the last bucket.
@@ -59,9 +59,8 @@ impl NcclAverager {
             reduced: ctx.new_event(None).context("creating a CUDA event")?,
             nccl,
             compute,
-            buckets,
+            queue: BucketQueue::new(buckets),
             names,
-            launched: 0,
         })
     }
 }
@@ -69,11 +68,7 @@ impl NcclAverager {
 impl GradsReady<Cuda> for NcclAverager {
     fn ready(&mut self, _: &Cuda, grads: &mut CudaSlice<f32>, offset: usize) -> anyhow::Result<()> {
         let comm_stream = self.nccl.stream();
-        while let Some(bucket) = self
-            .buckets
-            .get(self.launched)
-            .filter(|b| b.start >= offset)
-        {
+        while let Some((i, bucket)) = self.queue.next_ready(offset) {
             self.written.record(&self.compute)?;
             comm_stream.wait(&self.written)?;
             let len = grads.len();
@@ -81,8 +76,7 @@ impl GradsReady<Cuda> for NcclAverager {
                 anyhow!("gradient bucket {bucket:?} lies outside the {len}-element buffer")
             })?;
             self.nccl
-                .all_reduce_in_place(&mut view, ReduceOp::Avg, &self.names[self.launched])?;
-            self.launched += 1;
+                .all_reduce_in_place(&mut view, ReduceOp::Avg, &self.names[i])?;
         }
         Ok(())
     }
@@ -90,14 +84,7 @@ impl GradsReady<Cuda> for NcclAverager {
 
 impl DeviceAverager<Cuda> for NcclAverager {
     fn finish(&mut self, _: &Cuda) -> anyhow::Result<()> {
-        if self.launched != self.buckets.len() {
-            return Err(anyhow!(
-                "backward reported {} of {} gradient buckets",
-                self.launched,
-                self.buckets.len()
-            ));
-        }
-        self.launched = 0;
+        self.queue.end_step()?;
         self.reduced.record(self.nccl.stream())?;
         self.compute.wait(&self.reduced)?;
         // Reports what the watchdog found since the last step.
