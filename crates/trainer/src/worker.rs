@@ -81,8 +81,8 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<()> {
         Device::Cuda(gpu) => {
             let averager = match nccl {
                 Some(nccl) => {
-                    let layout = CnnMnist::new(DropoutRates::OFF).layout().clone();
-                    let buckets = plan_buckets(&layout, cli.bucket_mb);
+                    let buckets =
+                        plan_buckets(CnnMnist::new(DropoutRates::OFF).layout(), cli.bucket_mb);
                     let averager: Box<dyn DeviceAverager<Cuda>> =
                         Box::new(NcclAverager::new(nccl, &gpu, buckets)?);
                     Some(averager)
