@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use core_tensor::backend::cuda::{compile_cubin, compile_ptx, kernel_modules, nvrtc_version};
+use cuda_emu::{nvrtc_lib_dir, wheel_dir};
 
 /// Hopper, the H100 and H200: the architecture checked by default.
 const DEFAULT_SM: u32 = 90;
@@ -212,15 +213,6 @@ fn skip(why: &str) {
     println!("skipped: {why}");
 }
 
-/// `$NVRTC_LIB_DIR`, else the lib folder of the `nvidia-cuda-nvrtc-cu12`
-/// wheel of `$PYTHON` (default python3).
-fn nvrtc_lib_dir() -> Option<PathBuf> {
-    env::var_os("NVRTC_LIB_DIR")
-        .map(PathBuf::from)
-        .or_else(|| wheel_dir("cuda_nvrtc").map(|d| d.join("lib")))
-        .filter(|d| d.is_dir())
-}
-
 /// `$PTXAS`, else `ptxas` on PATH, else the `nvidia-cuda-nvcc-cu12` wheel's,
 /// with its release (`ptxas --version`: "... release 12.9, V12.9.86").
 fn find_ptxas() -> Option<(PathBuf, (i32, i32))> {
@@ -237,14 +229,4 @@ fn find_ptxas() -> Option<(PathBuf, (i32, i32))> {
         .chain([PathBuf::from("ptxas")])
         .chain(wheel_dir("cuda_nvcc").map(|d| d.join("bin/ptxas")))
         .find_map(|p| release(&p).map(|r| (p, r)))
-}
-
-/// The folder of the `nvidia.<package>` namespace package.
-fn wheel_dir(package: &str) -> Option<PathBuf> {
-    let python = env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-    let script = format!("import nvidia.{package} as m; print(list(m.__path__)[0])");
-    let out = Command::new(python).args(["-c", &script]).output().ok()?;
-    out.status
-        .success()
-        .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }

@@ -1,0 +1,281 @@
+//! A CPU stand-in for the CUDA driver, so that the CUDA backend — its launch
+//! code, its kernels and everything above them — runs and is tested on a
+//! machine without a GPU.
+//!
+//! [`Emulator::build`] compiles the kernel sources as ordinary C++ (with
+//! `cpp/emu_kernel.h` supplying `threadIdx`, `__syncthreads`, the atomics
+//! and intrinsics) together with `cpp/runtime.cpp`, which implements the
+//! driver API calls cudarc makes, into a `libcuda.so`. A process started
+//! with that folder first on `LD_LIBRARY_PATH` ([`Emulator::library_path`])
+//! loads it instead of the NVIDIA driver and sees one GPU, "cuda-emu", of
+//! compute capability 9.0.
+//!
+//! What it checks and what it cannot:
+//! * Kernel arithmetic and indexing run as written, every block and thread,
+//!   barriers included (threads are fibers; a block's threads interleave at
+//!   each `__syncthreads`). Results match the GPU's up to the rounding of
+//!   libm's `expf`/`logf` against CUDA's.
+//! * Argument lists: each kernel is called through its own C signature with
+//!   the launch's `kernelParams`, so a wrong count or order of arguments
+//!   gives wrong numbers, a bad launch configuration the driver's error.
+//! * Memory: every allocation ends at an unmapped page, so a kernel that
+//!   runs past the end of a buffer faults, and the process ends naming the
+//!   kernel, block and thread. Copies and memsets must stay inside one
+//!   allocation.
+//! * Not: timing, races between streams (work runs when queued, in host
+//!   order), warp-level behaviour, or NCCL, which needs the real driver.
+
+use std::collections::hash_map::DefaultHasher;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::{env, fs, thread};
+
+mod wheels;
+
+pub use wheels::{nvrtc_lib_dir, wheel_dir};
+
+/// The CUDA C++ support header every kernel module is compiled with.
+const KERNEL_HEADER: &str = include_str!("../cpp/emu_kernel.h");
+/// The driver API and the block scheduler.
+const RUNTIME: &str = include_str!("../cpp/runtime.cpp");
+/// Compiler flags: C++20 for the kernels' templates; no fused multiply-add
+/// the source did not ask for (the `_rn` intrinsics must round each step);
+/// and no strict aliasing, which the kernels' `float4` reads break.
+const CXX_FLAGS: &[&str] = &[
+    "-std=c++20",
+    "-O2",
+    "-fPIC",
+    "-ffp-contract=off",
+    "-fno-strict-aliasing",
+    "-Wall",
+    "-Wno-unknown-pragmas",
+    "-Wno-unused-function",
+    "-Wno-unused-variable",
+];
+
+/// One CUDA C++ source compiled as a unit, and the kernels it defines.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSource<'a> {
+    /// A C++ identifier naming the module, e.g. `conv2d`.
+    pub name: &'a str,
+    /// Self-contained CUDA C++ (no `#include` of other CUDA files).
+    pub source: &'a str,
+    /// Its `extern "C" __global__` functions that launches may name.
+    pub functions: &'a [&'a str],
+}
+
+/// Why the emulator could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(
+        "no C++ compiler: running `{compiler}` failed ({source}); install g++ (Debian: \
+         apt-get install g++) or name one in CXX"
+    )]
+    NoCompiler {
+        compiler: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("`{command}` failed:\n{log}")]
+    Compile { command: String, log: String },
+}
+
+/// A built emulator: a folder holding `libcuda.so`.
+#[derive(Clone, Debug)]
+pub struct Emulator {
+    dir: PathBuf,
+}
+
+impl Emulator {
+    /// Builds the emulator with `modules` into `out` (created if needed),
+    /// or reuses the one already there when nothing it is made of changed
+    /// (one set of modules per folder). Uses `$CXX`, else `c++`.
+    pub fn build(modules: &[KernelSource], out: &Path) -> Result<Self, BuildError> {
+        let compiler = env::var("CXX").unwrap_or_else(|_| "c++".to_owned());
+        let units = translation_units(modules);
+        let fingerprint = fingerprint(&compiler, &units);
+        let stamp = out.join("fingerprint");
+        let emulator = Self {
+            dir: out.to_path_buf(),
+        };
+        if fs::read_to_string(&stamp).is_ok_and(|s| s == fingerprint)
+            && emulator.library().is_file()
+        {
+            return Ok(emulator);
+        }
+        // Built in a folder of this process's own, then moved into place with
+        // one rename: test processes may build the same emulator at once.
+        let work = out.join(format!("build-{}", std::process::id()));
+        create_dir(&work)?;
+        write(&work.join("emu_kernel.h"), KERNEL_HEADER)?;
+        let objects = compile_all(&compiler, &work, &units)?;
+        let built = work.join("libcuda.so");
+        run(Command::new(&compiler)
+            .args(["-shared", "-o"])
+            .arg(&built)
+            .args(&objects)
+            .arg("-lpthread"))
+        .map_err(|e| e.for_compiler(&compiler))?;
+        rename(&built, &emulator.library())?;
+        let _ = fs::remove_dir_all(&work);
+        let soname = out.join("libcuda.so.1");
+        match std::os::unix::fs::symlink("libcuda.so", &soname) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(BuildError::Io {
+                    path: soname,
+                    source: e,
+                });
+            }
+            _ => {}
+        }
+        write(&stamp, &fingerprint)?;
+        Ok(emulator)
+    }
+
+    /// The folder holding `libcuda.so` (and its `libcuda.so.1` link).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `LD_LIBRARY_PATH` for a process that should load the emulator: its
+    /// folder, then NVRTC's wheel when there is one ([`nvrtc_lib_dir`]),
+    /// then the current value.
+    pub fn library_path(&self) -> OsString {
+        let mut dirs = vec![self.dir.clone()];
+        dirs.extend(nvrtc_lib_dir());
+        if let Some(old) = env::var_os("LD_LIBRARY_PATH") {
+            dirs.extend(env::split_paths(&old));
+        }
+        env::join_paths(dirs).unwrap_or_default()
+    }
+
+    fn library(&self) -> PathBuf {
+        self.dir.join("libcuda.so")
+    }
+}
+
+/// `(file name, C++ text)` of every translation unit: the runtime, and one
+/// per kernel module that wraps its source in a namespace of its own (the
+/// modules repeat helper names) and registers its kernels.
+fn translation_units(modules: &[KernelSource]) -> Vec<(String, String)> {
+    let mut units = vec![("runtime.cpp".to_owned(), RUNTIME.to_owned())];
+    for module in modules {
+        let ns = format!("emu_{}", module.name);
+        let mut text = format!(
+            "#include \"emu_kernel.h\"\nnamespace {ns} {{\n#line 1 \"{}.cu\"\n{}\n}}\n",
+            module.name, module.source
+        );
+        text.push_str("static const cuda_emu::Kernel kernels[] = {\n");
+        for f in module.functions {
+            writeln!(text, "    {{\"{f}\", cuda_emu::entry<&{ns}::{f}>}},").expect("to a String");
+        }
+        text.push_str(
+            "};\nstatic cuda_emu::Registrar registrar(kernels, sizeof kernels / sizeof kernels[0]);\n",
+        );
+        units.push((format!("{}.cpp", module.name), text));
+    }
+    units
+}
+
+fn fingerprint(compiler: &str, units: &[(String, String)]) -> String {
+    let mut hasher = DefaultHasher::new();
+    (compiler, CXX_FLAGS, KERNEL_HEADER, units).hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+/// Compiles every unit at once, one compiler process each; the objects.
+fn compile_all(
+    compiler: &str,
+    src: &Path,
+    units: &[(String, String)],
+) -> Result<Vec<PathBuf>, BuildError> {
+    let mut jobs = Vec::new();
+    for (name, text) in units {
+        let cpp = src.join(name);
+        write(&cpp, text)?;
+        jobs.push((cpp.with_extension("o"), cpp));
+    }
+    thread::scope(|scope| {
+        let running: Vec<_> = jobs
+            .iter()
+            .map(|(object, cpp)| {
+                scope.spawn(move || {
+                    run(Command::new(compiler)
+                        .args(CXX_FLAGS)
+                        .arg("-c")
+                        .arg(cpp)
+                        .arg("-o")
+                        .arg(object))
+                })
+            })
+            .collect();
+        for job in running {
+            job.join()
+                .expect("a compiler thread panicked")
+                .map_err(|e| e.for_compiler(compiler))?;
+        }
+        Ok(())
+    })?;
+    Ok(jobs.into_iter().map(|(object, _)| object).collect())
+}
+
+/// Runs `command`; `Err(Spawn)` when it could not start, `Err(Failed)` with
+/// its output when it failed.
+fn run(command: &mut Command) -> Result<(), RunError> {
+    let out = command.output().map_err(RunError::Spawn)?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(RunError::Failed {
+        command: format!("{command:?}"),
+        log: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+enum RunError {
+    Spawn(io::Error),
+    Failed { command: String, log: String },
+}
+
+impl RunError {
+    fn for_compiler(self, compiler: &str) -> BuildError {
+        match self {
+            Self::Spawn(source) => BuildError::NoCompiler {
+                compiler: compiler.to_owned(),
+                source,
+            },
+            Self::Failed { command, log } => BuildError::Compile { command, log },
+        }
+    }
+}
+
+fn create_dir(path: &Path) -> Result<(), BuildError> {
+    fs::create_dir_all(path).map_err(|source| BuildError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn write(path: &Path, text: &str) -> Result<(), BuildError> {
+    fs::write(path, text).map_err(|source| BuildError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn rename(from: &Path, to: &Path) -> Result<(), BuildError> {
+    fs::rename(from, to).map_err(|source| BuildError::Io {
+        path: to.to_path_buf(),
+        source,
+    })
+}
