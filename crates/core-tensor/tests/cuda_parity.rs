@@ -25,7 +25,7 @@ use core_tensor::ops::{
     DropoutKernel, GUARD_CLEAR, GatherKernel, LinearGeom, MaxPool2dKernel, ParamAt, PoolGeom,
     ReluKernel,
 };
-use core_tensor::{Cuda, Error, Ops, cuda_available};
+use core_tensor::{Backend, Cuda, Error, Ops, cuda_available};
 use support::{abs, assert_same_bits, assert_within_sum_bound, down, reference, uniform, up};
 
 /// Conv parameters packed as [W | b] in one flat buffer, with an offset so
@@ -585,6 +585,9 @@ fn invalid_input() {
     invalid_input_is_an_error(&support::cpu2());
     if let Some(gpu) = support::own_gpu("invalid_input") {
         invalid_input_is_an_error(&gpu);
+        // The driver cannot allocate zero bytes: a typed error, not its code.
+        let err = gpu.zeros::<f32>(0).unwrap_err();
+        assert!(err.to_string().contains("at least one element"), "{err}");
     }
 }
 

@@ -8,6 +8,7 @@
 //! Parameters are one flat buffer laid out exactly as PyTorch's
 //! `state_dict()` (names, shapes, order), so checkpoints map one to one.
 
+use anyhow::Context as _;
 use core_tensor::ops::{Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
 use rand::rngs::StdRng;
@@ -255,48 +256,52 @@ impl CnnMnist {
     ) -> anyhow::Result<()> {
         let n = act.batch;
         let (s1, s2) = Self::dropout_seeds(dropout_seed);
+        let g = act
+            .grads
+            .as_mut()
+            .context("backward needs activations built with gradients")?;
         b.linear_bwd(
             &Self::fc2_geom(n),
             &act.hidden,
             params,
             &self.fc2,
-            &act.dlogits,
+            &g.dlogits,
             grads,
-            Some(&mut act.dhidden),
+            Some(&mut g.dhidden),
         )?;
         hook.ready(b, grads, self.fc2.weight.start)?;
-        b.dropout_bwd(self.dropout.hidden, s2, &mut act.dhidden)?;
-        b.relu_bwd(&act.hidden, &mut act.dhidden)?;
+        b.dropout_bwd(self.dropout.hidden, s2, &mut g.dhidden)?;
+        b.relu_bwd(&act.hidden, &mut g.dhidden)?;
         b.linear_bwd(
             &Self::fc1_geom(n),
             &act.pooled,
             params,
             &self.fc1,
-            &act.dhidden,
+            &g.dhidden,
             grads,
-            Some(&mut act.dpooled),
+            Some(&mut g.dpooled),
         )?;
         hook.ready(b, grads, self.fc1.weight.start)?;
-        b.dropout_bwd(self.dropout.pool, s1, &mut act.dpooled)?;
-        b.maxpool2d_bwd(&Self::pool_geom(n), &act.a2, &act.dpooled, &mut act.da2)?;
-        b.relu_bwd(&act.a2, &mut act.da2)?;
+        b.dropout_bwd(self.dropout.pool, s1, &mut g.dpooled)?;
+        b.maxpool2d_bwd(&Self::pool_geom(n), &act.a2, &g.dpooled, &mut g.da2)?;
+        b.relu_bwd(&act.a2, &mut g.da2)?;
         b.conv2d_bwd(
             &Self::conv2_geom(n),
             &act.a1,
             params,
             &self.conv2,
-            &act.da2,
+            &g.da2,
             grads,
-            Some(&mut act.da1),
+            Some(&mut g.da1),
         )?;
         hook.ready(b, grads, self.conv2.weight.start)?;
-        b.relu_bwd(&act.a1, &mut act.da1)?;
+        b.relu_bwd(&act.a1, &mut g.da1)?;
         b.conv2d_bwd(
             &Self::conv1_geom(n),
             &act.x,
             params,
             &self.conv1,
-            &act.da1,
+            &g.da1,
             grads,
             None,
         )?;
@@ -316,6 +321,15 @@ pub struct Activations<B: Ops> {
     pooled: B::Storage<f32>,
     hidden: B::Storage<f32>,
     pub logits: B::Storage<f32>,
+    /// What backward needs; `None` for evaluation, which allocates none of
+    /// it (a GPU cannot allocate an empty buffer anyway).
+    pub grads: Option<ActivationGrads<B>>,
+}
+
+/// The gradient of every activation, for backward.
+#[derive(Debug)]
+pub struct ActivationGrads<B: Ops> {
+    /// Written by the loss, read by [`CnnMnist::backward`].
     pub dlogits: B::Storage<f32>,
     dhidden: B::Storage<f32>,
     dpooled: B::Storage<f32>,
@@ -327,8 +341,18 @@ impl<B: Ops> Activations<B> {
     /// Buffers for `batch` images; `with_grads` false allocates only what
     /// evaluation needs.
     pub fn new(b: &B, batch: usize, with_grads: bool) -> Result<Self> {
-        let grad_len = |len: usize| if with_grads { len } else { 0 };
         let (a1, a2) = (batch * 32 * 26 * 26, batch * 64 * 24 * 24);
+        let grads = with_grads
+            .then(|| -> Result<_> {
+                Ok(ActivationGrads {
+                    dlogits: b.zeros(batch * CLASSES)?,
+                    dhidden: b.zeros(batch * HIDDEN)?,
+                    dpooled: b.zeros(batch * POOLED)?,
+                    da2: b.zeros(a2)?,
+                    da1: b.zeros(a1)?,
+                })
+            })
+            .transpose()?;
         Ok(Self {
             batch,
             x: b.zeros(batch * IMAGE_SIDE * IMAGE_SIDE)?,
@@ -338,11 +362,7 @@ impl<B: Ops> Activations<B> {
             pooled: b.zeros(batch * POOLED)?,
             hidden: b.zeros(batch * HIDDEN)?,
             logits: b.zeros(batch * CLASSES)?,
-            dlogits: b.zeros(grad_len(batch * CLASSES))?,
-            dhidden: b.zeros(grad_len(batch * HIDDEN))?,
-            dpooled: b.zeros(grad_len(batch * POOLED))?,
-            da2: b.zeros(grad_len(a2))?,
-            da1: b.zeros(grad_len(a1))?,
+            grads,
         })
     }
 }

@@ -398,13 +398,12 @@ impl<B: Ops> Trainer<B> {
         self.model
             .forward(b, &mut act, &self.params, Mode::Train { dropout_seed })?;
         b.count_correct(&geom, &act.logits, &act.labels, &mut self.correct)?;
-        b.cross_entropy_fwd_bwd(
-            &geom,
-            &act.logits,
-            &act.labels,
-            &mut act.dlogits,
-            &mut self.loss_sum,
-        )?;
+        let dlogits = &mut act
+            .grads
+            .as_mut()
+            .context("training activations have gradients")?
+            .dlogits;
+        b.cross_entropy_fwd_bwd(&geom, &act.logits, &act.labels, dlogits, &mut self.loss_sum)?;
         let (model, params, grads) = (&self.model, &self.params, &mut self.grads);
         match &mut self.grad_path {
             GradPath::Local => {

@@ -62,10 +62,11 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// A one-line description for logs, e.g. `cpu (2 threads)`.
     fn describe(&self) -> String;
 
-    /// A buffer of `len` zeros.
+    /// A buffer of `len` zeros. A GPU cannot allocate an empty buffer, so
+    /// `len` 0 is an error on CUDA.
     fn zeros<T: Elem>(&self, len: usize) -> Result<Self::Storage<T>>;
 
-    /// A new buffer holding a copy of `host`.
+    /// A new buffer holding a copy of `host` (not empty on CUDA).
     fn upload<T: Elem>(&self, host: &[T]) -> Result<Self::Storage<T>>;
 
     /// The number of elements in `storage`.

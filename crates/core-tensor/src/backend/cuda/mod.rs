@@ -136,7 +136,7 @@ impl Cuda {
     /// A zeroed scratch buffer; freed in stream order when dropped, so it
     /// may be dropped right after the kernels using it are queued.
     pub(crate) fn scratch(&self, len: usize) -> Result<CudaSlice<f32>> {
-        Ok(self.inner.stream.alloc_zeros(len)?)
+        self.zeros(len)
     }
 
     pub(crate) fn function(&self, name: &'static str) -> Result<&CudaFunction> {
@@ -193,10 +193,12 @@ impl Backend for Cuda {
     }
 
     fn zeros<T: Elem>(&self, len: usize) -> Result<CudaSlice<T>> {
+        not_empty("zeros", len)?;
         Ok(self.inner.stream.alloc_zeros(len)?)
     }
 
     fn upload<T: Elem>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        not_empty("upload", host.len())?;
         Ok(self.inner.stream.clone_htod(host)?)
     }
 
@@ -239,6 +241,18 @@ impl Backend for Cuda {
         self.inner.stream.synchronize()?;
         self.check_faults()
     }
+}
+
+/// The driver refuses to allocate zero bytes (`CUDA_ERROR_INVALID_VALUE`);
+/// say so in words instead.
+fn not_empty(op: &'static str, len: usize) -> Result<()> {
+    if len == 0 {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: "a CUDA buffer must hold at least one element".into(),
+        });
+    }
+    Ok(())
 }
 
 /// `storage[range]`, or an error where cudarc would panic.
