@@ -16,10 +16,10 @@
 
 #include <signal.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -42,6 +42,46 @@ std::unordered_map<std::string, Entry>& kernel_table() {
 }
 
 // ---- fibers ----
+//
+// A fiber is a stack and the stack pointer it was left at; switching saves
+// the callee-saved registers (and the FP control words) on the old stack and
+// pops them from the new one. No system call, unlike swapcontext, which
+// matters at millions of switches per training step.
+
+#if !defined(__x86_64__)
+#error "cuda-emu switches fibers with x86-64 assembly; this target is not supported"
+#endif
+
+extern "C" void cuda_emu_switch(void** save_sp, void* resume_sp);
+asm(R"(
+    .text
+    .p2align 4
+    .hidden cuda_emu_switch
+    .type cuda_emu_switch, @function
+cuda_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cuda_emu_switch, .-cuda_emu_switch
+)");
 
 constexpr std::size_t kStackBytes = 64 * 1024;
 constexpr unsigned kMaxThreads = 1024;
@@ -49,7 +89,7 @@ constexpr unsigned kMaxThreads = 1024;
 enum class State { Ready, AtBarrier, Done };
 
 struct Fiber {
-    ucontext_t context;
+    void* sp;
     State state;
     dim3 index;
 };
@@ -59,7 +99,7 @@ struct Block {
     Entry entry = nullptr;
     void** params = nullptr;
     const char* kernel = "";
-    ucontext_t scheduler;
+    void* scheduler_sp = nullptr;
     Fiber* current = nullptr;
     Fiber fibers[kMaxThreads];
     char* stacks = nullptr;
@@ -68,25 +108,49 @@ struct Block {
 Block block;
 std::mutex launch_mutex;
 
-void fiber_main() {
+[[noreturn]] void fiber_main() {
     block.entry(block.params);
     block.current->state = State::Done;
-    // Returning resumes `uc_link`, the scheduler.
+    void* unused;
+    cuda_emu_switch(&unused, block.scheduler_sp);
+    __builtin_unreachable();
+}
+
+// A fresh stack for fiber `i` whose first switch "returns" into fiber_main,
+// laid out as cuda_emu_switch leaves a stack: the FP control words, six
+// callee-saved registers, the return address; above it a slot standing for
+// fiber_main's own return address, placed so that fiber_main starts with
+// the stack alignment the ABI requires.
+void* fresh_stack(unsigned i, std::uint64_t fp_words) {
+    auto* top = reinterpret_cast<std::uint64_t*>(block.stacks + (i + 1) * kStackBytes);
+    std::uint64_t* sp = top - 9;
+    sp[0] = fp_words;
+    for (int r = 1; r <= 6; ++r) sp[r] = 0;
+    sp[7] = reinterpret_cast<std::uint64_t>(&fiber_main);
+    sp[8] = 0;
+    return sp;
+}
+
+// The MXCSR and x87 control words in the 8-byte slot cuda_emu_switch
+// stores them in: MXCSR in the low half, the x87 word above it.
+std::uint64_t fp_control_words() {
+    std::uint32_t mxcsr;
+    std::uint16_t x87;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(x87));
+    return mxcsr | (std::uint64_t{x87} << 32);
 }
 
 // Runs every thread of the current block to completion. A fiber runs until
 // it finishes or reaches a barrier; once every live fiber is parked, all are
 // released. Threads that have exited count as arrived, as on the GPU.
 void run_block(unsigned threads) {
+    const std::uint64_t fp = fp_control_words();
     for (unsigned i = 0; i < threads; ++i) {
         Fiber& f = block.fibers[i];
         f.index = {i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
         f.state = State::Ready;
-        getcontext(&f.context);
-        f.context.uc_stack.ss_sp = block.stacks + i * kStackBytes;
-        f.context.uc_stack.ss_size = kStackBytes;
-        f.context.uc_link = &block.scheduler;
-        makecontext(&f.context, fiber_main, 0);
+        f.sp = fresh_stack(i, fp);
     }
     unsigned live = threads;
     while (live > 0) {
@@ -95,7 +159,7 @@ void run_block(unsigned threads) {
             if (f.state != State::Ready) continue;
             block.current = &f;
             threadIdx = f.index;
-            swapcontext(&block.scheduler, &f.context);
+            cuda_emu_switch(&block.scheduler_sp, f.sp);
             if (f.state == State::Done) --live;
         }
         for (unsigned i = 0; i < threads; ++i) {
@@ -123,7 +187,7 @@ void on_fault(int sig, siginfo_t* info, void*) {
 void syncthreads() {
     Fiber* self = block.current;
     self->state = State::AtBarrier;
-    swapcontext(&self->context, &block.scheduler);
+    cuda_emu_switch(&self->sp, block.scheduler_sp);
 }
 
 void register_kernels(const Kernel* kernels, std::size_t count) {
@@ -179,13 +243,25 @@ struct Allocation {
 std::mutex memory_mutex;
 std::map<CUdeviceptr, Allocation> allocations;
 
+// Says why a call is refused: a real driver returns the bare code, the
+// emulator also names the call and the cause on stderr.
+CUresult refuse(CUresult code, const char* call, const char* why, unsigned long long a = 0,
+                unsigned long long b = 0) {
+    std::fprintf(stderr, "cuda-emu: %s: ", call);
+    std::fprintf(stderr, why, a, b);
+    std::fputc('\n', stderr);
+    return code;
+}
+
 std::size_t page_size() {
     static const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
     return page;
 }
 
 CUresult allocate(CUdeviceptr* out, std::size_t size) {
-    if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (out == nullptr || size == 0) {
+        return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc", "%llu bytes", size);
+    }
     const std::size_t page = page_size();
     const std::size_t data = (size + page - 1) / page * page;
     void* base = mmap(nullptr, data + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -204,7 +280,9 @@ CUresult allocate(CUdeviceptr* out, std::size_t size) {
 CUresult release(CUdeviceptr ptr) {
     std::lock_guard<std::mutex> lock(memory_mutex);
     auto it = allocations.find(ptr);
-    if (it == allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+    if (it == allocations.end()) {
+        return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemFree", "%#llx was not allocated", ptr);
+    }
     munmap(it->second.base, it->second.mapped);
     allocations.erase(it);
     return CUDA_SUCCESS;
@@ -222,16 +300,23 @@ char* device_range(CUdeviceptr ptr, std::size_t bytes) {
     return reinterpret_cast<char*>(ptr);
 }
 
+CUresult outside(const char* call, CUdeviceptr ptr, std::size_t bytes) {
+    return refuse(CUDA_ERROR_INVALID_VALUE, call,
+                  "device range %#llx + %llu bytes is not inside one allocation", ptr, bytes);
+}
+
 CUresult copy_to_device(CUdeviceptr dst, const void* src, std::size_t bytes) {
     char* to = device_range(dst, bytes);
-    if (to == nullptr || (src == nullptr && bytes > 0)) return CUDA_ERROR_INVALID_VALUE;
+    if (to == nullptr) return outside("cuMemcpyHtoD", dst, bytes);
+    if (src == nullptr && bytes > 0) return CUDA_ERROR_INVALID_VALUE;
     std::memcpy(to, src, bytes);
     return CUDA_SUCCESS;
 }
 
 CUresult copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes) {
     const char* from = device_range(src, bytes);
-    if (from == nullptr || (dst == nullptr && bytes > 0)) return CUDA_ERROR_INVALID_VALUE;
+    if (from == nullptr) return outside("cuMemcpyDtoH", src, bytes);
+    if (dst == nullptr && bytes > 0) return CUDA_ERROR_INVALID_VALUE;
     std::memcpy(dst, from, bytes);
     return CUDA_SUCCESS;
 }
@@ -239,7 +324,8 @@ CUresult copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes) {
 CUresult copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
     char* to = device_range(dst, bytes);
     const char* from = device_range(src, bytes);
-    if (to == nullptr || from == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (to == nullptr) return outside("cuMemcpyDtoD", dst, bytes);
+    if (from == nullptr) return outside("cuMemcpyDtoD", src, bytes);
     std::memmove(to, from, bytes);
     return CUDA_SUCCESS;
 }
@@ -247,7 +333,7 @@ CUresult copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
 template <class T>
 CUresult set_words(CUdeviceptr dst, T value, std::size_t count) {
     char* to = device_range(dst, count * sizeof(T));
-    if (to == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (to == nullptr) return outside("cuMemset", dst, count * sizeof(T));
     for (std::size_t i = 0; i < count; ++i) std::memcpy(to + i * sizeof(T), &value, sizeof(T));
     return CUDA_SUCCESS;
 }
@@ -260,6 +346,11 @@ CUresult launch(const Function* f, const cuda_emu::dim3 grid, const cuda_emu::di
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 ||
         grid.z > 65535 || per_block == 0 || per_block > cuda_emu::kMaxThreads ||
         threads.x > 1024 || threads.y > 1024 || threads.z > 64 || shared_bytes > 48 * 1024) {
+        std::fprintf(stderr,
+                     "cuda-emu: cuLaunchKernel `%s`: grid (%u,%u,%u), block (%u,%u,%u), %u bytes "
+                     "of shared memory is not a valid launch\n",
+                     f->name, grid.x, grid.y, grid.z, threads.x, threads.y, threads.z,
+                     shared_bytes);
         return CUDA_ERROR_INVALID_VALUE;
     }
     std::lock_guard<std::mutex> lock(cuda_emu::launch_mutex);

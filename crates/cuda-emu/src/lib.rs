@@ -2,7 +2,8 @@
 //! code, its kernels and everything above them — runs and is tested on a
 //! machine without a GPU.
 //!
-//! [`Emulator::build`] compiles the kernel sources as ordinary C++ (with
+//! [`Emulator::build`] compiles the backend's kernel sources
+//! (`core_tensor::backend::cuda::kernel_modules`) as ordinary C++ (with
 //! `cpp/emu_kernel.h` supplying `threadIdx`, `__syncthreads`, the atomics
 //! and intrinsics) together with `cpp/runtime.cpp`, which implements the
 //! driver API calls cudarc makes, into a `libcuda.so`. A process started
@@ -34,6 +35,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::{env, fs, thread};
 
+use core_tensor::backend::cuda::{KernelModule, kernel_modules};
+
 mod wheels;
 
 pub use wheels::{nvrtc_lib_dir, wheel_dir};
@@ -42,12 +45,15 @@ pub use wheels::{nvrtc_lib_dir, wheel_dir};
 const KERNEL_HEADER: &str = include_str!("../cpp/emu_kernel.h");
 /// The driver API and the block scheduler.
 const RUNTIME: &str = include_str!("../cpp/runtime.cpp");
-/// Compiler flags: C++20 for the kernels' templates; no fused multiply-add
-/// the source did not ask for (the `_rn` intrinsics must round each step);
-/// and no strict aliasing, which the kernels' `float4` reads break.
+/// Compiler flags: C++20 for the kernels' templates; this machine's
+/// instructions (the emulator runs where it is built), so that `fmaf` is one
+/// instruction rather than a libm call; no fused multiply-add the source did
+/// not ask for (the `_rn` intrinsics must round each step); and no strict
+/// aliasing, which the kernels' `float4` reads break.
 const CXX_FLAGS: &[&str] = &[
     "-std=c++20",
     "-O2",
+    "-march=native",
     "-fPIC",
     "-ffp-contract=off",
     "-fno-strict-aliasing",
@@ -56,17 +62,6 @@ const CXX_FLAGS: &[&str] = &[
     "-Wno-unused-function",
     "-Wno-unused-variable",
 ];
-
-/// One CUDA C++ source compiled as a unit, and the kernels it defines.
-#[derive(Clone, Copy, Debug)]
-pub struct KernelSource<'a> {
-    /// A C++ identifier naming the module, e.g. `conv2d`.
-    pub name: &'a str,
-    /// Self-contained CUDA C++ (no `#include` of other CUDA files).
-    pub source: &'a str,
-    /// Its `extern "C" __global__` functions that launches may name.
-    pub functions: &'a [&'a str],
-}
 
 /// Why the emulator could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -97,12 +92,12 @@ pub struct Emulator {
 }
 
 impl Emulator {
-    /// Builds the emulator with `modules` into `out` (created if needed),
-    /// or reuses the one already there when nothing it is made of changed
-    /// (one set of modules per folder). Uses `$CXX`, else `c++`.
-    pub fn build(modules: &[KernelSource], out: &Path) -> Result<Self, BuildError> {
+    /// Builds the emulator with every kernel module of core-tensor's CUDA
+    /// backend into `out` (created if needed), or reuses the one already
+    /// there when nothing it is made of changed. Uses `$CXX`, else `c++`.
+    pub fn build(out: &Path) -> Result<Self, BuildError> {
         let compiler = env::var("CXX").unwrap_or_else(|_| "c++".to_owned());
-        let units = translation_units(modules);
+        let units = translation_units(kernel_modules());
         let fingerprint = fingerprint(&compiler, &units);
         let stamp = out.join("fingerprint");
         let emulator = Self {
@@ -167,7 +162,7 @@ impl Emulator {
 /// `(file name, C++ text)` of every translation unit: the runtime, and one
 /// per kernel module that wraps its source in a namespace of its own (the
 /// modules repeat helper names) and registers its kernels.
-fn translation_units(modules: &[KernelSource]) -> Vec<(String, String)> {
+fn translation_units(modules: &[KernelModule]) -> Vec<(String, String)> {
     let mut units = vec![("runtime.cpp".to_owned(), RUNTIME.to_owned())];
     for module in modules {
         let ns = format!("emu_{}", module.name);
