@@ -1,7 +1,7 @@
 // What a CUDA C++ kernel source needs to compile as ordinary C++ for the
 // emulator: the execution-space keywords, the built-in index variables, the
 // block barrier, and the device intrinsics the kernels use. Included before
-// every kernel module (see src/lib.rs); runtime.cpp defines what is declared
+// every kernel module (see src/lib.rs); fibers.cpp defines what is declared
 // here.
 //
 // The emulator runs one block at a time, each of its threads a fiber on the

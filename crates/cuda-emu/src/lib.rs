@@ -5,8 +5,10 @@
 //! [`Emulator::build`] compiles the backend's kernel sources
 //! (`core_tensor::backend::cuda::kernel_modules`) as ordinary C++ (with
 //! `cpp/emu_kernel.h` supplying `threadIdx`, `__syncthreads`, the atomics
-//! and intrinsics) together with `cpp/runtime.cpp`, which implements the
-//! driver API calls cudarc makes, into a `libcuda.so`. A process started
+//! and intrinsics) together with the runtime (`cpp/fibers.cpp` runs kernels,
+//! `cpp/driver.cpp` implements the driver API calls cudarc makes,
+//! `cpp/nccl.cpp` the NCCL calls of `comm::nccl`) into a `libcuda.so`, also
+//! linked as `libnccl.so`. A process started
 //! with that folder first on `LD_LIBRARY_PATH` ([`Emulator::library_path`])
 //! loads it instead of the NVIDIA driver and sees one GPU, "cuda-emu", of
 //! compute capability 9.0.
@@ -37,14 +39,23 @@ use std::{env, fs, thread};
 
 use core_tensor::backend::cuda::{KernelModule, kernel_modules};
 
+mod rerun;
 mod wheels;
 
+pub use rerun::{IN_EMULATOR, in_emulator, rerun_on_emulator};
 pub use wheels::{nvrtc_lib_dir, wheel_dir};
 
-/// The CUDA C++ support header every kernel module is compiled with.
-const KERNEL_HEADER: &str = include_str!("../cpp/emu_kernel.h");
-/// The driver API and the block scheduler.
-const RUNTIME: &str = include_str!("../cpp/runtime.cpp");
+/// The headers: what kernel sources see, and what the runtime files share.
+const HEADERS: [(&str, &str); 2] = [
+    ("emu_kernel.h", include_str!("../cpp/emu_kernel.h")),
+    ("emu.h", include_str!("../cpp/emu.h")),
+];
+/// The runtime: the block scheduler, the driver API, NCCL.
+const RUNTIME: [(&str, &str); 3] = [
+    ("fibers.cpp", include_str!("../cpp/fibers.cpp")),
+    ("driver.cpp", include_str!("../cpp/driver.cpp")),
+    ("nccl.cpp", include_str!("../cpp/nccl.cpp")),
+];
 /// Compiler flags: C++20 for the kernels' templates; this machine's
 /// instructions (the emulator runs where it is built), so that `fmaf` is one
 /// instruction rather than a libm call; no fused multiply-add the source did
@@ -112,32 +123,28 @@ impl Emulator {
         // one rename: test processes may build the same emulator at once.
         let work = out.join(format!("build-{}", std::process::id()));
         create_dir(&work)?;
-        write(&work.join("emu_kernel.h"), KERNEL_HEADER)?;
-        let objects = compile_all(&compiler, &work, &units)?;
-        let built = work.join("libcuda.so");
-        run(Command::new(&compiler)
-            .args(["-shared", "-o"])
-            .arg(&built)
-            .args(&objects)
-            .arg("-lpthread"))
-        .map_err(|e| e.for_compiler(&compiler))?;
-        rename(&built, &emulator.library())?;
+        let result = build_in(&compiler, &work, &units, &emulator.library());
         let _ = fs::remove_dir_all(&work);
-        let soname = out.join("libcuda.so.1");
-        match std::os::unix::fs::symlink("libcuda.so", &soname) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(BuildError::Io {
-                    path: soname,
-                    source: e,
-                });
+        result?;
+        // The names cudarc loads the driver and NCCL by.
+        for alias in ["libcuda.so.1", "libnccl.so"] {
+            let link = out.join(alias);
+            match std::os::unix::fs::symlink("libcuda.so", &link) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                    return Err(BuildError::Io {
+                        path: link,
+                        source: e,
+                    });
+                }
+                _ => {}
             }
-            _ => {}
         }
         write(&stamp, &fingerprint)?;
         Ok(emulator)
     }
 
-    /// The folder holding `libcuda.so` (and its `libcuda.so.1` link).
+    /// The folder holding `libcuda.so` and its `libcuda.so.1` and
+    /// `libnccl.so` links.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -159,11 +166,35 @@ impl Emulator {
     }
 }
 
-/// `(file name, C++ text)` of every translation unit: the runtime, and one
+/// Compiles `units` in `work` and moves the linked library to `library`.
+fn build_in(
+    compiler: &str,
+    work: &Path,
+    units: &[(String, String)],
+    library: &Path,
+) -> Result<(), BuildError> {
+    for (name, text) in HEADERS {
+        write(&work.join(name), text)?;
+    }
+    let objects = compile_all(compiler, work, units)?;
+    let built = work.join("libcuda.so");
+    run(Command::new(compiler)
+        .args(["-shared", "-o"])
+        .arg(&built)
+        .args(&objects)
+        .arg("-lpthread"))
+    .map_err(|e| e.for_compiler(compiler))?;
+    rename(&built, library)
+}
+
+/// `(file name, C++ text)` of every translation unit: the runtime files, and one
 /// per kernel module that wraps its source in a namespace of its own (the
 /// modules repeat helper names) and registers its kernels.
 fn translation_units(modules: &[KernelModule]) -> Vec<(String, String)> {
-    let mut units = vec![("runtime.cpp".to_owned(), RUNTIME.to_owned())];
+    let mut units: Vec<(String, String)> = RUNTIME
+        .iter()
+        .map(|(name, text)| ((*name).to_owned(), (*text).to_owned()))
+        .collect();
     for module in modules {
         let ns = format!("emu_{}", module.name);
         let mut text = format!(
@@ -184,7 +215,7 @@ fn translation_units(modules: &[KernelModule]) -> Vec<(String, String)> {
 
 fn fingerprint(compiler: &str, units: &[(String, String)]) -> String {
     let mut hasher = DefaultHasher::new();
-    (compiler, CXX_FLAGS, KERNEL_HEADER, units).hash(&mut hasher);
+    (compiler, CXX_FLAGS, HEADERS, units).hash(&mut hasher);
     format!("{:016x}", hasher.finish())
 }
 

@@ -1,200 +1,36 @@
-// The emulator's runtime: the CUDA driver API calls cudarc and the backend
-// make, over host memory, and a block scheduler that runs a kernel's threads
-// as fibers.
+// The CUDA driver API over host memory: the calls cudarc and the backend
+// make.
 //
-// * Work runs when it is queued: a stream is only a name, an event is always
-//   complete. Running every call at once, in the order the host makes them,
-//   is one of the schedules a GPU could pick, so a program whose ordering is
-//   right gives the same results here.
 // * Device memory is host memory from mmap, each allocation flush against a
 //   PROT_NONE page: a kernel that reads or writes past the end of a buffer
-//   faults, and the handler names the kernel, block and thread.
+//   faults (fibers.cpp names the kernel, block and thread).
 // * Copies and memsets check that the device range lies inside one
 //   allocation; launches check their configuration as the driver does.
-// * One launch at a time (a process-wide mutex): shared memory is static and
-//   the scheduler's state is global.
+// * Kernels, copies and memsets run when they are queued, in the order the
+//   host makes the calls: one of the schedules a GPU could pick, so a
+//   program whose ordering is right gives the same results here. Work that
+//   must wait for other processes (NCCL's collectives, nccl.cpp) is queued
+//   on the stream instead and run by the stream's own thread; anything
+//   later on that stream first waits for it, and events record how far a
+//   stream has got.
 
-#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include "emu_kernel.h"
-
-namespace cuda_emu {
-
-dim3 threadIdx, blockIdx, blockDim, gridDim;
-
-namespace {
-
-std::unordered_map<std::string, Entry>& kernel_table() {
-    static std::unordered_map<std::string, Entry> table;
-    return table;
-}
-
-// ---- fibers ----
-//
-// A fiber is a stack and the stack pointer it was left at; switching saves
-// the callee-saved registers (and the FP control words) on the old stack and
-// pops them from the new one. No system call, unlike swapcontext, which
-// matters at millions of switches per training step.
-
-#if !defined(__x86_64__)
-#error "cuda-emu switches fibers with x86-64 assembly; this target is not supported"
-#endif
-
-extern "C" void cuda_emu_switch(void** save_sp, void* resume_sp);
-asm(R"(
-    .text
-    .p2align 4
-    .hidden cuda_emu_switch
-    .type cuda_emu_switch, @function
-cuda_emu_switch:
-    pushq %rbp
-    pushq %rbx
-    pushq %r12
-    pushq %r13
-    pushq %r14
-    pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
-    movq %rsp, (%rdi)
-    movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
-    popq %r15
-    popq %r14
-    popq %r13
-    popq %r12
-    popq %rbx
-    popq %rbp
-    ret
-    .size cuda_emu_switch, .-cuda_emu_switch
-)");
-
-constexpr std::size_t kStackBytes = 64 * 1024;
-constexpr unsigned kMaxThreads = 1024;
-
-enum class State { Ready, AtBarrier, Done };
-
-struct Fiber {
-    void* sp;
-    State state;
-    dim3 index;
-};
-
-// The block being run; only touched with `launch_mutex` held.
-struct Block {
-    Entry entry = nullptr;
-    void** params = nullptr;
-    const char* kernel = "";
-    void* scheduler_sp = nullptr;
-    Fiber* current = nullptr;
-    Fiber fibers[kMaxThreads];
-    char* stacks = nullptr;
-};
-
-Block block;
-std::mutex launch_mutex;
-
-[[noreturn]] void fiber_main() {
-    block.entry(block.params);
-    block.current->state = State::Done;
-    void* unused;
-    cuda_emu_switch(&unused, block.scheduler_sp);
-    __builtin_unreachable();
-}
-
-// A fresh stack for fiber `i` whose first switch "returns" into fiber_main,
-// laid out as cuda_emu_switch leaves a stack: the FP control words, six
-// callee-saved registers, the return address; above it a slot standing for
-// fiber_main's own return address, placed so that fiber_main starts with
-// the stack alignment the ABI requires.
-void* fresh_stack(unsigned i, std::uint64_t fp_words) {
-    auto* top = reinterpret_cast<std::uint64_t*>(block.stacks + (i + 1) * kStackBytes);
-    std::uint64_t* sp = top - 9;
-    sp[0] = fp_words;
-    for (int r = 1; r <= 6; ++r) sp[r] = 0;
-    sp[7] = reinterpret_cast<std::uint64_t>(&fiber_main);
-    sp[8] = 0;
-    return sp;
-}
-
-// The MXCSR and x87 control words in the 8-byte slot cuda_emu_switch
-// stores them in: MXCSR in the low half, the x87 word above it.
-std::uint64_t fp_control_words() {
-    std::uint32_t mxcsr;
-    std::uint16_t x87;
-    asm volatile("stmxcsr %0" : "=m"(mxcsr));
-    asm volatile("fnstcw %0" : "=m"(x87));
-    return mxcsr | (std::uint64_t{x87} << 32);
-}
-
-// Runs every thread of the current block to completion. A fiber runs until
-// it finishes or reaches a barrier; once every live fiber is parked, all are
-// released. Threads that have exited count as arrived, as on the GPU.
-void run_block(unsigned threads) {
-    const std::uint64_t fp = fp_control_words();
-    for (unsigned i = 0; i < threads; ++i) {
-        Fiber& f = block.fibers[i];
-        f.index = {i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
-        f.state = State::Ready;
-        f.sp = fresh_stack(i, fp);
-    }
-    unsigned live = threads;
-    while (live > 0) {
-        for (unsigned i = 0; i < threads; ++i) {
-            Fiber& f = block.fibers[i];
-            if (f.state != State::Ready) continue;
-            block.current = &f;
-            threadIdx = f.index;
-            cuda_emu_switch(&block.scheduler_sp, f.sp);
-            if (f.state == State::Done) --live;
-        }
-        for (unsigned i = 0; i < threads; ++i) {
-            if (block.fibers[i].state == State::AtBarrier) block.fibers[i].state = State::Ready;
-        }
-    }
-}
-
-// A fault inside a kernel: say where, then end the process (a GPU would
-// report CUDA_ERROR_ILLEGAL_ADDRESS and poison the context).
-void on_fault(int sig, siginfo_t* info, void*) {
-    char line[512];
-    const int n = std::snprintf(
-        line, sizeof line,
-        "cuda-emu: kernel `%s` block (%u,%u,%u) thread (%u,%u,%u) touched %p (%s): an access "
-        "outside every device buffer\n",
-        block.kernel, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z,
-        info->si_addr, sig == SIGSEGV ? "SIGSEGV" : "SIGBUS");
-    if (n > 0) (void)!write(STDERR_FILENO, line, static_cast<std::size_t>(n));
-    _exit(134);
-}
-
-}  // namespace
-
-void syncthreads() {
-    Fiber* self = block.current;
-    self->state = State::AtBarrier;
-    cuda_emu_switch(&self->sp, block.scheduler_sp);
-}
-
-void register_kernels(const Kernel* kernels, std::size_t count) {
-    for (std::size_t i = 0; i < count; ++i) kernel_table()[kernels[i].name] = kernels[i].entry;
-}
-
-}  // namespace cuda_emu
+#include "emu.h"
 
 // ---- the driver API ----
 
@@ -210,9 +46,10 @@ constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 constexpr CUresult CUDA_ERROR_INVALID_DEVICE = 101;
 constexpr CUresult CUDA_ERROR_INVALID_HANDLE = 400;
 constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
+constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 constexpr CUresult CUDA_ERROR_NOT_SUPPORTED = 801;
 
-constexpr int kDevices = 1;
+constexpr int kMaxDevices = 8;
 constexpr int kComputeMajor = 9;
 constexpr int kComputeMinor = 0;
 constexpr std::size_t kTotalMemory = std::size_t{16} << 30;
@@ -220,17 +57,33 @@ constexpr std::size_t kTotalMemory = std::size_t{16} << 30;
 struct Context {
     CUdevice device;
 };
-Context contexts[kDevices] = {{0}};
+Context contexts[kMaxDevices] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
+
+// How many GPUs the emulator shows: $CUDA_EMU_DEVICES (1 to 8), else 1. Two
+// ranks on two emulated GPUs have GPUs of their own, so they may use NCCL.
+int devices() {
+    static const int count = [] {
+        const char* text = std::getenv("CUDA_EMU_DEVICES");
+        const int n = text ? std::atoi(text) : 1;
+        return n >= 1 && n <= kMaxDevices ? n : 1;
+    }();
+    return count;
+}
+
+bool valid(CUdevice device) { return device >= 0 && device < devices(); }
 thread_local Context* current_context = nullptr;
 
-struct Stream {};
 struct Module {};
 struct Function {
     const char* name;
     cuda_emu::Entry entry;
 };
+// An event is the count of queued operations its stream had when it was
+// recorded: complete once the stream has finished that many.
 struct Event {
     std::chrono::steady_clock::time_point at;
+    cuda_emu::Stream* stream = nullptr;
+    std::uint64_t ticket = 0;
 };
 
 // A device allocation: `size` bytes at the key, inside the mapping
@@ -288,9 +141,7 @@ CUresult release(CUdeviceptr ptr) {
     return CUDA_SUCCESS;
 }
 
-// The host address of device range [ptr, ptr + bytes), or null when it is
-// not inside one allocation.
-char* device_range(CUdeviceptr ptr, std::size_t bytes) {
+char* find_range(CUdeviceptr ptr, std::size_t bytes) {
     std::lock_guard<std::mutex> lock(memory_mutex);
     auto it = allocations.upper_bound(ptr);
     if (it == allocations.begin()) return nullptr;
@@ -306,7 +157,7 @@ CUresult outside(const char* call, CUdeviceptr ptr, std::size_t bytes) {
 }
 
 CUresult copy_to_device(CUdeviceptr dst, const void* src, std::size_t bytes) {
-    char* to = device_range(dst, bytes);
+    char* to = find_range(dst, bytes);
     if (to == nullptr) return outside("cuMemcpyHtoD", dst, bytes);
     if (src == nullptr && bytes > 0) return CUDA_ERROR_INVALID_VALUE;
     std::memcpy(to, src, bytes);
@@ -314,7 +165,7 @@ CUresult copy_to_device(CUdeviceptr dst, const void* src, std::size_t bytes) {
 }
 
 CUresult copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes) {
-    const char* from = device_range(src, bytes);
+    const char* from = find_range(src, bytes);
     if (from == nullptr) return outside("cuMemcpyDtoH", src, bytes);
     if (dst == nullptr && bytes > 0) return CUDA_ERROR_INVALID_VALUE;
     std::memcpy(dst, from, bytes);
@@ -322,8 +173,8 @@ CUresult copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes) {
 }
 
 CUresult copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
-    char* to = device_range(dst, bytes);
-    const char* from = device_range(src, bytes);
+    char* to = find_range(dst, bytes);
+    const char* from = find_range(src, bytes);
     if (to == nullptr) return outside("cuMemcpyDtoD", dst, bytes);
     if (from == nullptr) return outside("cuMemcpyDtoD", src, bytes);
     std::memmove(to, from, bytes);
@@ -332,7 +183,7 @@ CUresult copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
 
 template <class T>
 CUresult set_words(CUdeviceptr dst, T value, std::size_t count) {
-    char* to = device_range(dst, count * sizeof(T));
+    char* to = find_range(dst, count * sizeof(T));
     if (to == nullptr) return outside("cuMemset", dst, count * sizeof(T));
     for (std::size_t i = 0; i < count; ++i) std::memcpy(to + i * sizeof(T), &value, sizeof(T));
     return CUDA_SUCCESS;
@@ -344,8 +195,8 @@ CUresult launch(const Function* f, const cuda_emu::dim3 grid, const cuda_emu::di
     const unsigned long long per_block =
         static_cast<unsigned long long>(threads.x) * threads.y * threads.z;
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 ||
-        grid.z > 65535 || per_block == 0 || per_block > cuda_emu::kMaxThreads ||
-        threads.x > 1024 || threads.y > 1024 || threads.z > 64 || shared_bytes > 48 * 1024) {
+        grid.z > 65535 || per_block == 0 || per_block > 1024 || threads.x > 1024 ||
+        threads.y > 1024 || threads.z > 64 || shared_bytes > 48 * 1024) {
         std::fprintf(stderr,
                      "cuda-emu: cuLaunchKernel `%s`: grid (%u,%u,%u), block (%u,%u,%u), %u bytes "
                      "of shared memory is not a valid launch\n",
@@ -353,36 +204,8 @@ CUresult launch(const Function* f, const cuda_emu::dim3 grid, const cuda_emu::di
                      shared_bytes);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    std::lock_guard<std::mutex> lock(cuda_emu::launch_mutex);
-    auto& b = cuda_emu::block;
-    if (b.stacks == nullptr) {
-        void* stacks = mmap(nullptr, cuda_emu::kMaxThreads * cuda_emu::kStackBytes,
-                            PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (stacks == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-        b.stacks = static_cast<char*>(stacks);
-    }
-    b.entry = f->entry;
-    b.params = params;
-    b.kernel = f->name;
-    struct sigaction fault = {}, old_segv = {}, old_bus = {};
-    fault.sa_sigaction = cuda_emu::on_fault;
-    fault.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&fault.sa_mask);
-    sigaction(SIGSEGV, &fault, &old_segv);
-    sigaction(SIGBUS, &fault, &old_bus);
-    cuda_emu::gridDim = grid;
-    cuda_emu::blockDim = threads;
-    for (unsigned z = 0; z < grid.z; ++z) {
-        for (unsigned y = 0; y < grid.y; ++y) {
-            for (unsigned x = 0; x < grid.x; ++x) {
-                cuda_emu::blockIdx = {x, y, z};
-                cuda_emu::run_block(static_cast<unsigned>(per_block));
-            }
-        }
-    }
-    sigaction(SIGSEGV, &old_segv, nullptr);
-    sigaction(SIGBUS, &old_bus, nullptr);
-    return CUDA_SUCCESS;
+    return cuda_emu::run_grid(f->name, f->entry, params, grid, threads) ? CUDA_SUCCESS
+                                                                          : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 const char* error_name(CUresult error) {
@@ -393,9 +216,114 @@ const char* error_name(CUresult error) {
         case CUDA_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
         case CUDA_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
         case CUDA_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
+        case CUDA_ERROR_NOT_READY: return "CUDA_ERROR_NOT_READY";
         case CUDA_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
         default: return nullptr;
     }
+}
+
+}  // namespace
+
+// ---- streams
+
+namespace cuda_emu {
+
+struct Stream {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<std::function<void()>> queue;
+    std::uint64_t queued = 0;
+    std::uint64_t finished = 0;
+    bool has_worker = false;
+
+    // Blocks until everything queued so far has run.
+    void drain() {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [&] { return finished == queued; });
+    }
+
+    bool reached(std::uint64_t ticket) {
+        std::lock_guard<std::mutex> lock(mutex);
+        return finished >= ticket;
+    }
+
+    void wait_for(std::uint64_t ticket) {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [&] { return finished >= ticket; });
+    }
+
+    std::uint64_t ticket() {
+        std::lock_guard<std::mutex> lock(mutex);
+        return queued;
+    }
+
+    // The stream's thread: runs the queue in order, forever (streams are
+    // never freed, so that an event may outlive its stream).
+    void work() {
+        std::unique_lock<std::mutex> lock(mutex);
+        for (;;) {
+            changed.wait(lock, [&] { return !queue.empty(); });
+            std::function<void()> next = std::move(queue.front());
+            lock.unlock();
+            next();
+            lock.lock();
+            queue.pop_front();
+            ++finished;
+            changed.notify_all();
+        }
+    }
+};
+
+namespace {
+
+std::mutex streams_mutex;
+std::vector<Stream*> streams;
+
+Stream* new_stream() {
+    auto* stream = new Stream;
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    streams.push_back(stream);
+    return stream;
+}
+
+}  // namespace
+
+Stream* stream_of(void* handle) {
+    static Stream* const default_stream = new_stream();
+    return handle ? static_cast<Stream*>(handle) : default_stream;
+}
+
+void enqueue(Stream* stream, std::function<void()> work) {
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    if (!stream->has_worker) {
+        std::thread(&Stream::work, stream).detach();
+        stream->has_worker = true;
+    }
+    stream->queue.push_back(std::move(work));
+    ++stream->queued;
+    stream->changed.notify_all();
+}
+
+char* device_range(unsigned long long ptr, std::size_t bytes) { return find_range(ptr, bytes); }
+
+}  // namespace cuda_emu
+
+namespace {
+
+// Work that runs at once on `handle`'s stream waits for what is queued there.
+cuda_emu::Stream* drained(void* handle) {
+    cuda_emu::Stream* stream = cuda_emu::stream_of(handle);
+    stream->drain();
+    return stream;
+}
+
+void drain_all() {
+    std::vector<cuda_emu::Stream*> all;
+    {
+        std::lock_guard<std::mutex> lock(cuda_emu::streams_mutex);
+        all = cuda_emu::streams;
+    }
+    for (auto* stream : all) stream->drain();
 }
 
 }  // namespace
@@ -430,24 +358,24 @@ CUresult cuGetErrorString(CUresult error, const char** text) {
 // -- devices and contexts
 
 CUresult cuDeviceGetCount(int* count) {
-    *count = kDevices;
+    *count = devices();
     return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGet(CUdevice* device, int ordinal) {
-    if (ordinal < 0 || ordinal >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!valid(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
     *device = ordinal;
     return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGetName(char* name, int length, CUdevice device) {
-    if (device < 0 || device >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!valid(device)) return CUDA_ERROR_INVALID_DEVICE;
     std::snprintf(name, static_cast<std::size_t>(length), "cuda-emu (CUDA on the CPU)");
     return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) {
-    if (device < 0 || device >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!valid(device)) return CUDA_ERROR_INVALID_DEVICE;
     switch (attribute) {
         case 1: *value = 1024; break;   // MAX_THREADS_PER_BLOCK
         case 8: *value = 48 * 1024; break;  // MAX_SHARED_MEMORY_PER_BLOCK
@@ -462,7 +390,7 @@ CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) {
 }
 
 CUresult cuDeviceGetUuid(unsigned char* uuid, CUdevice device) {
-    if (device < 0 || device >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!valid(device)) return CUDA_ERROR_INVALID_DEVICE;
     std::memcpy(uuid, "cuda-emu-device", 16);
     uuid[15] = static_cast<unsigned char>(device);
     return CUDA_SUCCESS;
@@ -484,13 +412,13 @@ CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
 }
 
 CUresult cuDevicePrimaryCtxRetain(Context** context, CUdevice device) {
-    if (device < 0 || device >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!valid(device)) return CUDA_ERROR_INVALID_DEVICE;
     *context = &contexts[device];
     return CUDA_SUCCESS;
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
-    return device >= 0 && device < kDevices ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+    return valid(device) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUresult cuCtxSetCurrent(Context* context) {
@@ -509,24 +437,53 @@ CUresult cuCtxGetDevice(CUdevice* device) {
     return CUDA_SUCCESS;
 }
 
-CUresult cuCtxSynchronize() { return CUDA_SUCCESS; }
+CUresult cuCtxSynchronize() {
+    drain_all();
+    return CUDA_SUCCESS;
+}
 
-// -- streams and events: the work has already run
+// -- streams and events
+
+using cuda_emu::Stream;
 
 CUresult cuStreamCreate(Stream** stream, unsigned) {
-    *stream = new Stream;
+    *stream = cuda_emu::new_stream();
     return CUDA_SUCCESS;
 }
 
+// The stream stays allocated (an event may still name it); its queue is
+// drained first, as the driver finishes a destroyed stream's work.
 CUresult cuStreamDestroy_v2(Stream* stream) {
-    delete stream;
+    if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    stream->drain();
     return CUDA_SUCCESS;
 }
 
-CUresult cuStreamSynchronize(Stream*) { return CUDA_SUCCESS; }
-CUresult cuStreamQuery(Stream*) { return CUDA_SUCCESS; }
-CUresult cuStreamWaitEvent(Stream*, Event* event, unsigned) {
-    return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+CUresult cuStreamSynchronize(Stream* stream) {
+    drained(stream);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamQuery(Stream* stream) {
+    Stream* s = cuda_emu::stream_of(stream);
+    return s->reached(s->ticket()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+// Later work on `stream` must follow the event. Work queued on the stream
+// waits in the queue; with nothing queued, the host waits here, since
+// whatever comes next on the stream runs at once.
+CUresult cuStreamWaitEvent(Stream* stream, Event* event, unsigned) {
+    if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    Stream* s = cuda_emu::stream_of(stream);
+    if (event->stream == nullptr || event->stream == s) return CUDA_SUCCESS;
+    Stream* other = event->stream;
+    const std::uint64_t ticket = event->ticket;
+    if (s->reached(s->ticket())) {
+        other->wait_for(ticket);
+    } else {
+        cuda_emu::enqueue(s, [other, ticket] { other->wait_for(ticket); });
+    }
+    return CUDA_SUCCESS;
 }
 
 CUresult cuEventCreate(Event** event, unsigned) {
@@ -539,14 +496,25 @@ CUresult cuEventDestroy_v2(Event* event) {
     return CUDA_SUCCESS;
 }
 
-CUresult cuEventRecord(Event* event, Stream*) {
+CUresult cuEventRecord(Event* event, Stream* stream) {
     if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    event->stream = cuda_emu::stream_of(stream);
+    event->ticket = event->stream->ticket();
     event->at = std::chrono::steady_clock::now();
     return CUDA_SUCCESS;
 }
 
-CUresult cuEventQuery(Event* event) { return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
-CUresult cuEventSynchronize(Event* event) { return cuEventQuery(event); }
+CUresult cuEventQuery(Event* event) {
+    if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (event->stream == nullptr) return CUDA_SUCCESS;
+    return event->stream->reached(event->ticket) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult cuEventSynchronize(Event* event) {
+    if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (event->stream != nullptr) event->stream->wait_for(event->ticket);
+    return CUDA_SUCCESS;
+}
 
 CUresult cuEventElapsedTime(float* ms, Event* start, Event* end) {
     if (start == nullptr || end == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -558,14 +526,21 @@ CUresult cuEventElapsedTime_v2(float* ms, Event* start, Event* end) {
     return cuEventElapsedTime(ms, start, end);
 }
 
-// -- memory
+// -- memory: the synchronous calls follow the default stream, the
+// asynchronous ones their own
 
 CUresult cuMemAlloc_v2(CUdeviceptr* ptr, std::size_t bytes) { return allocate(ptr, bytes); }
 CUresult cuMemAllocAsync(CUdeviceptr* ptr, std::size_t bytes, Stream*) {
     return allocate(ptr, bytes);
 }
-CUresult cuMemFree_v2(CUdeviceptr ptr) { return release(ptr); }
-CUresult cuMemFreeAsync(CUdeviceptr ptr, Stream*) { return release(ptr); }
+CUresult cuMemFree_v2(CUdeviceptr ptr) {
+    drain_all();
+    return release(ptr);
+}
+CUresult cuMemFreeAsync(CUdeviceptr ptr, Stream* stream) {
+    drained(stream);
+    return release(ptr);
+}
 
 CUresult cuMemHostRegister_v2(void* ptr, std::size_t bytes, unsigned) {
     return ptr != nullptr && bytes > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -575,34 +550,47 @@ CUresult cuMemHostUnregister(void* ptr) {
 }
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, std::size_t bytes) {
+    drained(nullptr);
     return copy_to_device(dst, src, bytes);
 }
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, std::size_t bytes, Stream*) {
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, std::size_t bytes,
+                              Stream* stream) {
+    drained(stream);
     return copy_to_device(dst, src, bytes);
 }
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, std::size_t bytes) {
+    drained(nullptr);
     return copy_to_host(dst, src, bytes);
 }
-CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, std::size_t bytes, Stream*) {
+CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, std::size_t bytes, Stream* stream) {
+    drained(stream);
     return copy_to_host(dst, src, bytes);
 }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
+    drained(nullptr);
     return copy_on_device(dst, src, bytes);
 }
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, Stream*) {
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes,
+                              Stream* stream) {
+    drained(stream);
     return copy_on_device(dst, src, bytes);
 }
 
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, std::size_t count) {
+    drained(nullptr);
     return set_words(dst, value, count);
 }
-CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t count, Stream*) {
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t count,
+                         Stream* stream) {
+    drained(stream);
     return set_words(dst, value, count);
 }
 CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned value, std::size_t count) {
+    drained(nullptr);
     return set_words(dst, value, count);
 }
-CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, std::size_t count, Stream*) {
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, std::size_t count, Stream* stream) {
+    drained(stream);
     return set_words(dst, value, count);
 }
 
@@ -624,11 +612,11 @@ CUresult cuModuleGetFunction(Function** function, Module* module, const char* na
     if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     static std::mutex functions_mutex;
     static std::unordered_map<std::string, Function> functions;
-    auto& table = cuda_emu::kernel_table();
-    auto kernel = table.find(name);
-    if (kernel == table.end()) return CUDA_ERROR_NOT_FOUND;
+    cuda_emu::Entry entry;
+    const std::string* known = cuda_emu::find_kernel(name, &entry);
+    if (known == nullptr) return CUDA_ERROR_NOT_FOUND;
     std::lock_guard<std::mutex> lock(functions_mutex);
-    auto [it, _] = functions.try_emplace(kernel->first, Function{kernel->first.c_str(), kernel->second});
+    auto [it, _] = functions.try_emplace(*known, Function{known->c_str(), entry});
     *function = &it->second;
     return CUDA_SUCCESS;
 }
@@ -645,8 +633,9 @@ CUresult cuFuncSetAttribute(Function* function, int, int) {
 
 CUresult cuLaunchKernel(Function* function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
                         unsigned block_x, unsigned block_y, unsigned block_z, unsigned shared_bytes,
-                        Stream*, void** params, void** extra) {
+                        Stream* stream, void** params, void** extra) {
     if (extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
+    drained(stream);
     return launch(function, {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes,
                   params);
 }

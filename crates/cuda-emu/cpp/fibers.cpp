@@ -1,0 +1,230 @@
+// Running a kernel on the CPU: every block of the grid in turn, each of its
+// threads a fiber on the launching host thread, switched at every
+// `__syncthreads`; and the table of kernels by name.
+//
+// One launch at a time (a process-wide mutex): shared memory is static and
+// the scheduler's state is global.
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "emu.h"
+
+namespace cuda_emu {
+
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+namespace {
+
+// ---- fibers ----
+//
+// A fiber is a stack and the stack pointer it was left at; switching saves
+// the callee-saved registers (and the FP control words) on the old stack and
+// pops them from the new one. No system call, unlike swapcontext, which
+// matters at millions of switches per training step.
+
+#if !defined(__x86_64__)
+#error "cuda-emu switches fibers with x86-64 assembly; this target is not supported"
+#endif
+
+extern "C" void cuda_emu_switch(void** save_sp, void* resume_sp);
+asm(R"(
+    .text
+    .p2align 4
+    .hidden cuda_emu_switch
+    .type cuda_emu_switch, @function
+cuda_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cuda_emu_switch, .-cuda_emu_switch
+)");
+
+constexpr std::size_t kStackBytes = 64 * 1024;
+constexpr unsigned kMaxThreads = 1024;
+
+enum class State { Ready, AtBarrier, Done };
+
+struct Fiber {
+    void* sp;
+    State state;
+    dim3 index;
+};
+
+// The block being run; only touched with `launch_mutex` held.
+struct Block {
+    Entry entry = nullptr;
+    void** params = nullptr;
+    const char* kernel = "";
+    void* scheduler_sp = nullptr;
+    Fiber* current = nullptr;
+    Fiber fibers[kMaxThreads];
+    char* stacks = nullptr;
+};
+
+Block block;
+std::mutex launch_mutex;
+
+[[noreturn]] void fiber_main() {
+    block.entry(block.params);
+    block.current->state = State::Done;
+    void* unused;
+    cuda_emu_switch(&unused, block.scheduler_sp);
+    __builtin_unreachable();
+}
+
+// A fresh stack for fiber `i` whose first switch "returns" into fiber_main,
+// laid out as cuda_emu_switch leaves a stack: the FP control words, six
+// callee-saved registers, the return address; above it a slot standing for
+// fiber_main's own return address, placed so that fiber_main starts with
+// the stack alignment the ABI requires.
+void* fresh_stack(unsigned i, std::uint64_t fp_words) {
+    auto* top = reinterpret_cast<std::uint64_t*>(block.stacks + (i + 1) * kStackBytes);
+    std::uint64_t* sp = top - 9;
+    sp[0] = fp_words;
+    for (int r = 1; r <= 6; ++r) sp[r] = 0;
+    sp[7] = reinterpret_cast<std::uint64_t>(&fiber_main);
+    sp[8] = 0;
+    return sp;
+}
+
+// The MXCSR and x87 control words in the 8-byte slot cuda_emu_switch
+// stores them in: MXCSR in the low half, the x87 word above it.
+std::uint64_t fp_control_words() {
+    std::uint32_t mxcsr;
+    std::uint16_t x87;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(x87));
+    return mxcsr | (std::uint64_t{x87} << 32);
+}
+
+// Runs every thread of the current block to completion. A fiber runs until
+// it finishes or reaches a barrier; once every live fiber is parked, all are
+// released. Threads that have exited count as arrived, as on the GPU.
+void run_block(unsigned threads) {
+    const std::uint64_t fp = fp_control_words();
+    for (unsigned i = 0; i < threads; ++i) {
+        Fiber& f = block.fibers[i];
+        f.index = {i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
+        f.state = State::Ready;
+        f.sp = fresh_stack(i, fp);
+    }
+    unsigned live = threads;
+    while (live > 0) {
+        for (unsigned i = 0; i < threads; ++i) {
+            Fiber& f = block.fibers[i];
+            if (f.state != State::Ready) continue;
+            block.current = &f;
+            threadIdx = f.index;
+            cuda_emu_switch(&block.scheduler_sp, f.sp);
+            if (f.state == State::Done) --live;
+        }
+        for (unsigned i = 0; i < threads; ++i) {
+            if (block.fibers[i].state == State::AtBarrier) block.fibers[i].state = State::Ready;
+        }
+    }
+}
+
+// A fault inside a kernel: say where, then end the process (a GPU would
+// report CUDA_ERROR_ILLEGAL_ADDRESS and poison the context).
+void on_fault(int sig, siginfo_t* info, void*) {
+    char line[512];
+    const int n = std::snprintf(
+        line, sizeof line,
+        "cuda-emu: kernel `%s` block (%u,%u,%u) thread (%u,%u,%u) touched %p (%s): an access "
+        "outside every device buffer\n",
+        block.kernel, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z,
+        info->si_addr, sig == SIGSEGV ? "SIGSEGV" : "SIGBUS");
+    if (n > 0) (void)!write(STDERR_FILENO, line, static_cast<std::size_t>(n));
+    _exit(134);
+}
+
+}  // namespace
+
+void syncthreads() {
+    Fiber* self = block.current;
+    self->state = State::AtBarrier;
+    cuda_emu_switch(&self->sp, block.scheduler_sp);
+}
+
+namespace {
+
+std::unordered_map<std::string, Entry>& kernel_table() {
+    static std::unordered_map<std::string, Entry> table;
+    return table;
+}
+
+}  // namespace
+
+void register_kernels(const Kernel* kernels, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) kernel_table()[kernels[i].name] = kernels[i].entry;
+}
+
+const std::string* find_kernel(const char* name, Entry* entry) {
+    auto& table = kernel_table();
+    auto it = table.find(name);
+    if (it == table.end()) return nullptr;
+    *entry = it->second;
+    return &it->first;
+}
+
+bool run_grid(const char* kernel, Entry entry, void** params, dim3 grid, dim3 threads) {
+    std::lock_guard<std::mutex> lock(launch_mutex);
+    if (block.stacks == nullptr) {
+        void* stacks = mmap(nullptr, kMaxThreads * kStackBytes, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (stacks == MAP_FAILED) return false;
+        block.stacks = static_cast<char*>(stacks);
+    }
+    block.entry = entry;
+    block.params = params;
+    block.kernel = kernel;
+    struct sigaction fault = {}, old_segv = {}, old_bus = {};
+    fault.sa_sigaction = on_fault;
+    fault.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&fault.sa_mask);
+    sigaction(SIGSEGV, &fault, &old_segv);
+    sigaction(SIGBUS, &fault, &old_bus);
+    gridDim = grid;
+    blockDim = threads;
+    const unsigned per_block = threads.x * threads.y * threads.z;
+    for (unsigned z = 0; z < grid.z; ++z) {
+        for (unsigned y = 0; y < grid.y; ++y) {
+            for (unsigned x = 0; x < grid.x; ++x) {
+                blockIdx = {x, y, z};
+                run_block(per_block);
+            }
+        }
+    }
+    sigaction(SIGSEGV, &old_segv, nullptr);
+    sigaction(SIGBUS, &old_bus, nullptr);
+    return true;
+}
+
+
+}  // namespace cuda_emu
