@@ -615,54 +615,16 @@ fn cuda_availability_is_an_answer() {
     }
 }
 
-/// Set in the suite's re-run on the emulator, which must not re-run again.
-const ON_EMULATOR: &str = "CORE_TENSOR_ON_CUDA_EMU";
-
 /// The whole suite again on `cuda-emu` (crates/cuda-emu), the CPU stand-in
-/// for the CUDA driver: every launch, argument list and kernel of the CUDA
-/// backend runs and is compared with the CPU, on a machine without a GPU.
-/// Skipped where a GPU is present (the suite ran on it) and where the
-/// emulator cannot be built or NVRTC is missing; REQUIRE_CUDA_EMU=1 turns
-/// those skips into failures.
+/// for the CUDA driver, with REQUIRE_GPU=1: every launch, argument list and
+/// kernel of the CUDA backend runs and is compared with the CPU, on a
+/// machine without a GPU.
 #[test]
 fn suite_on_the_cuda_emulator() {
-    if std::env::var_os(ON_EMULATOR).is_some() {
-        return;
-    }
-    if cuda_available().is_ok_and(|n| n > 0) {
-        println!("skipped: a GPU is present, and the suite ran on it");
-        return;
-    }
-    let emulator = match support::emulator() {
-        Ok(emulator) => emulator,
-        Err(why) => return skip_emulator(&why),
-    };
-    let out = std::process::Command::new(std::env::current_exe().expect("test binary path"))
-        .args(["--skip", "suite_on_the_cuda_emulator"])
-        .env("LD_LIBRARY_PATH", emulator.library_path())
-        .env("REQUIRE_GPU", "1")
-        .env(ON_EMULATOR, "1")
-        .output()
-        .expect("re-run the suite");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the suite failed on the emulator");
-    // REQUIRE_GPU=1 made every CUDA half run (a skip fails), and there is
-    // no GPU here: they ran on the emulator.
-    let passed: usize = stdout
-        .split("test result: ok. ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(passed >= 10, "only {passed} tests ran on the emulator");
-}
-
-fn skip_emulator(why: &str) {
-    assert!(
-        std::env::var("REQUIRE_CUDA_EMU").map_or(true, |v| v != "1"),
-        "REQUIRE_CUDA_EMU=1, but: {why}"
+    cuda_emu::rerun_on_emulator(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &["--skip", "suite_on_the_cuda_emulator"],
+        &[("REQUIRE_GPU", "1")],
+        12,
     );
-    println!("skipped: {why}");
 }

@@ -1,83 +1,56 @@
 //! The training loop on the CUDA backend, run without a GPU on `cuda-emu`
-//! (crates/cuda-emu), the CPU stand-in for the CUDA driver: batches
-//! gathered on the device, dropout, the fused loss, the finiteness guard,
-//! Adam, evaluation, and gradients staged through page-locked buffers for
-//! the TCP ring.
+//! (crates/cuda-emu), the CPU stand-in for the CUDA driver and NCCL:
+//! batches gathered on the device, dropout, the fused loss, the finiteness
+//! guard, Adam, evaluation, gradients staged through page-locked buffers for
+//! the TCP ring, and gradients all-reduced by NCCL on a side stream while
+//! backward goes on, with the watchdog that ends a stalled collective.
 //!
 //! `training_on_the_cuda_emulator` builds the emulator and re-runs this
-//! binary with it loaded; there the `emulated_*` tests do the work (in the
-//! first run they return at once). Skipped where a GPU is present (the
-//! device bundle trains on it) and where the emulator cannot be built or
-//! NVRTC is missing; REQUIRE_CUDA_EMU=1 turns those skips into failures.
+//! binary with it loaded (`cuda_emu::rerun_on_emulator`); there the
+//! `emulated_*` tests do the work (in the first run they return at once).
 
 mod common;
 
 use std::path::Path;
 use std::time::Duration;
 
-use comm::{CommConfig, TcpCommunicator};
+use comm::nccl::NcclCommunicator;
+use comm::{CommConfig, CommError, ReduceOp, TcpCommunicator};
 use common::free_port;
 use core_tensor::ops::AdamConfig;
-use core_tensor::{Backend, Cpu, Cuda, Ops, cuda_available};
+use core_tensor::{Backend, Cpu, Cuda, Ops};
 use fashion_mnist::{FashionMnist, Layout, synth};
-use trainer::ddp::CommThread;
+use trainer::ddp::{CommThread, NcclAverager, plan_buckets};
 use trainer::model::DropoutRates;
 use trainer::train::{Silent, TrainConfig, Trainer};
 
-/// Set in the re-run, where the emulator is loaded.
-const ON_EMULATOR: &str = "TRAINER_ON_CUDA_EMU";
-const EMULATED: [&str; 2] = [
+const EMULATED: [&str; 4] = [
     "emulated_gpu_training_follows_the_cpu",
     "emulated_gpu_ranks_sharing_one_gpu_stay_identical",
+    "emulated_nccl_ranks_on_two_gpus_stay_identical",
+    "emulated_nccl_collective_without_its_peer_times_out",
 ];
 const STEPS: usize = 4;
 
 #[test]
 fn training_on_the_cuda_emulator() {
-    if std::env::var_os(ON_EMULATOR).is_some() {
-        return;
-    }
-    if cuda_available().is_ok_and(|n| n > 0) {
-        println!("skipped: a GPU is present (the device bundle trains on it)");
-        return;
-    }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cuda-emu");
-    let emulator = match cuda_emu::Emulator::build(&dir) {
-        Ok(emulator) => emulator,
-        Err(e) => return skip(&e.to_string()),
-    };
-    if cuda_emu::nvrtc_lib_dir().is_none() {
-        return skip("NVRTC not found (pip install nvidia-cuda-nvrtc-cu12, or set NVRTC_LIB_DIR)");
-    }
-    let out = std::process::Command::new(std::env::current_exe().expect("test binary path"))
-        .args(["--exact", "--test-threads=1"])
-        .args(EMULATED)
-        .env("LD_LIBRARY_PATH", emulator.library_path())
-        .env(ON_EMULATOR, "1")
-        .output()
-        .expect("re-run the tests");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "training failed on the emulator");
-    assert!(
-        stdout.contains(&format!("test result: ok. {} passed", EMULATED.len())),
-        "not every emulated test ran"
+    let mut args = vec!["--exact", "--test-threads=1"];
+    args.extend(EMULATED);
+    // Two emulated GPUs, so that two ranks have one each and may use NCCL.
+    cuda_emu::rerun_on_emulator(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &args,
+        &[("CUDA_EMU_DEVICES", "2")],
+        EMULATED.len(),
     );
 }
 
-fn skip(why: &str) {
-    assert!(
-        std::env::var("REQUIRE_CUDA_EMU").map_or(true, |v| v != "1"),
-        "REQUIRE_CUDA_EMU=1, but: {why}"
-    );
-    println!("skipped: {why}");
-}
-
-/// The emulated GPU, in the re-run only.
-fn emulated_gpu() -> Option<Cuda> {
-    std::env::var_os(ON_EMULATOR)?;
-    let gpu = Cuda::new(0).expect("the emulator is loaded");
+/// The emulated GPU `ordinal`, in the re-run only.
+fn emulated_gpu(ordinal: usize) -> Option<Cuda> {
+    if !cuda_emu::in_emulator() {
+        return None;
+    }
+    let gpu = Cuda::new(ordinal).expect("the emulator is loaded");
     assert!(gpu.describe().contains("cuda-emu"), "{}", gpu.describe());
     Some(gpu)
 }
@@ -113,7 +86,10 @@ fn train<B: Ops>(
     cfg: TrainConfig,
     comm: Option<CommThread>,
 ) -> (Vec<Vec<f32>>, f64) {
-    let mut trainer = Trainer::new(backend, data, cfg, comm).unwrap();
+    run(Trainer::new(backend, data, cfg, comm).unwrap())
+}
+
+fn run<B: Ops>(mut trainer: Trainer<B>) -> (Vec<Vec<f32>>, f64) {
     let mut history = Vec::new();
     trainer
         .train_epoch(1, &mut Silent, &mut |t| {
@@ -137,7 +113,7 @@ fn relative_difference(a: &[f32], b: &[f32]) -> f64 {
 /// so the GPU follows the CPU up to the order of its sums.
 #[test]
 fn emulated_gpu_training_follows_the_cpu() {
-    let Some(gpu) = emulated_gpu() else { return };
+    let Some(gpu) = emulated_gpu(0) else { return };
     let data = data();
     let cfg = config(16, DropoutRates::REFERENCE);
     let (on_gpu, gpu_accuracy) = train(gpu, &data, cfg.clone(), None);
@@ -164,7 +140,7 @@ fn emulated_gpu_training_follows_the_cpu() {
 /// batch.
 #[test]
 fn emulated_gpu_ranks_sharing_one_gpu_stay_identical() {
-    let Some(gpu) = emulated_gpu() else { return };
+    let Some(gpu) = emulated_gpu(0) else { return };
     let data = data();
     let port = free_port();
     let ranks: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
@@ -200,4 +176,115 @@ fn emulated_gpu_ranks_sharing_one_gpu_stay_identical() {
         relative <= 1e-5,
         "2 GPU ranks of 16 and 1 CPU rank of 32 differ by {relative:e}"
     );
+}
+
+/// Rank `rank` of 2 on the TCP ring at `port` (for the starting point and
+/// the metrics) and on NCCL on its own emulated GPU, the unique id passing
+/// through the ring's store, as the worker sets it up.
+fn nccl_rank(
+    rank: usize,
+    port: u16,
+    gpu: &Cuda,
+    timeout: Duration,
+) -> (TcpCommunicator, NcclCommunicator) {
+    let cfg = CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(timeout);
+    let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
+    let stream = gpu.side_stream().unwrap();
+    let nccl = NcclCommunicator::connect(stream, rank, 2, tcp.store(), timeout).unwrap();
+    (tcp, nccl)
+}
+
+/// Two ranks on two GPUs averaging gradients with NCCL (several buckets,
+/// each all-reduced on the side stream as soon as backward has written
+/// it): the ranks stay bitwise identical and follow one CPU rank of twice
+/// the batch.
+#[test]
+fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
+    if emulated_gpu(0).is_none() {
+        return;
+    }
+    let data = data();
+    let port = free_port();
+    let ranks: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let data = &data;
+                s.spawn(move || {
+                    let gpu = emulated_gpu(rank).unwrap();
+                    let (tcp, nccl) = nccl_rank(rank, port, &gpu, Duration::from_secs(60));
+                    let cfg = TrainConfig {
+                        bucket_mb: 0.05,
+                        ..config(16, DropoutRates::OFF)
+                    };
+                    let buckets = plan_buckets(
+                        trainer::model::CnnMnist::new(DropoutRates::OFF).layout(),
+                        cfg.bucket_mb,
+                    );
+                    assert!(buckets.len() > 2, "several buckets overlap backward");
+                    let averager = NcclAverager::new(nccl, &gpu, buckets).unwrap();
+                    let comm = CommThread::spawn(Box::new(tcp)).unwrap();
+                    let mut trainer = Trainer::new(gpu, data, cfg, Some(comm)).unwrap();
+                    trainer.average_on_device(Box::new(averager));
+                    run(trainer).0
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (step, (a, b)) in ranks[0].iter().zip(&ranks[1]).enumerate() {
+        assert!(
+            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "ranks differ after step {}",
+            step + 1
+        );
+    }
+    let (single, _) = train(
+        Cpu::new(1).unwrap(),
+        &data,
+        config(32, DropoutRates::OFF),
+        None,
+    );
+    let relative = relative_difference(&ranks[0][STEPS - 1], &single[STEPS - 1]);
+    assert!(
+        relative <= 1e-5,
+        "2 NCCL ranks of 16 and 1 CPU rank of 32 differ by {relative:e}"
+    );
+}
+
+/// A collective whose peer never comes: the watchdog aborts it at the
+/// timeout, and the rank's next call names itself and the collective.
+#[test]
+fn emulated_nccl_collective_without_its_peer_times_out() {
+    const TIMEOUT: Duration = Duration::from_secs(2);
+    if emulated_gpu(0).is_none() {
+        return;
+    }
+    let port = free_port();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let gpu = emulated_gpu(1).unwrap();
+            let _peer = nccl_rank(1, port, &gpu, TIMEOUT);
+            // Connected, but never joins the collective.
+            done_rx.recv().unwrap();
+        });
+        let gpu = emulated_gpu(0).unwrap();
+        let (_tcp, nccl) = nccl_rank(0, port, &gpu, TIMEOUT);
+        let mut buf = gpu.upload(&[1.0f32; 64]).unwrap();
+        nccl.stream().join(gpu.stream()).unwrap();
+        let started = std::time::Instant::now();
+        nccl.all_reduce_in_place(&mut buf, ReduceOp::Sum, "lonely all-reduce")
+            .unwrap();
+        let err = nccl.wait().unwrap_err();
+        assert!(
+            matches!(&err, CommError::NcclTimeout { rank: 0, op, .. } if op.contains("lonely all-reduce")),
+            "{err}"
+        );
+        let took = started.elapsed();
+        assert!(
+            took >= TIMEOUT && took < TIMEOUT * 4,
+            "failed after {took:?}"
+        );
+        done_tx.send(()).unwrap();
+    });
 }

@@ -139,3 +139,21 @@ fn two_ranks_on_one_gpu_train_over_tcp_under_auto() {
     assert!(err.contains("ranks [0, 1] share one GPU"), "{err}");
     assert!(err.contains("gradients over the TCP ring"), "{err}");
 }
+
+/// The tests above (but the full training run, too slow there) again on
+/// `cuda-emu`, whose NCCL runs the collectives through shared memory: the
+/// communicator, its watchdog and the staging buffers run without a GPU.
+#[test]
+fn nccl_tests_on_the_cuda_emulator() {
+    cuda_emu::rerun_on_emulator(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &[
+            "--skip",
+            "nccl_tests_on_the_cuda_emulator",
+            "--skip",
+            "two_ranks_on_one_gpu_train_over_tcp_under_auto",
+        ],
+        &[("REQUIRE_GPU", "1"), ("REQUIRE_NCCL", "1")],
+        3,
+    );
+}

@@ -111,17 +111,3 @@ pub fn assert_within_sum_bound(
         );
     }
 }
-
-/// The CUDA driver emulator, or why there is none.
-pub fn emulator() -> Result<cuda_emu::Emulator, String> {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cuda-emu");
-    let emulator = cuda_emu::Emulator::build(&dir).map_err(|e| e.to_string())?;
-    if cuda_emu::nvrtc_lib_dir().is_none() && core_tensor::backend::cuda::nvrtc_version().is_err() {
-        return Err(
-            "NVRTC not found (pip install nvidia-cuda-nvrtc-cu12, or set NVRTC_LIB_DIR): \
-                    the backend compiles its kernels with it"
-                .into(),
-        );
-    }
-    Ok(emulator)
-}
