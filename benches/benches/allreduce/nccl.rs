@@ -16,6 +16,11 @@ pub struct NcclRank {
     control: Box<dyn Communicator>,
     nccl: NcclCommunicator,
     gpu: Cuda,
+    /// The current size's buffers, from [`Collective::prepare`].
+    buffers: Option<Buffers>,
+}
+
+struct Buffers {
     input: CudaSlice<f32>,
     output: CudaSlice<f32>,
     work: CudaSlice<f32>,
@@ -44,9 +49,7 @@ impl NcclRank {
             None => Box::new(SingleProcess::new()),
         };
         Ok(Self {
-            input: gpu.zeros(0)?,
-            output: gpu.zeros(0)?,
-            work: gpu.zeros(0)?,
+            buffers: None,
             control,
             nccl,
             gpu,
@@ -57,26 +60,40 @@ impl NcclRank {
     pub fn describe(&self) -> String {
         self.gpu.describe()
     }
+
+    fn buffers(&mut self) -> Result<&mut Buffers> {
+        self.buffers
+            .as_mut()
+            .context("the benchmark runs a size before preparing it")
+    }
 }
 
 impl Collective for NcclRank {
     fn prepare(&mut self, count: usize) -> Result<()> {
         let rank = self.nccl.rank();
         let host: Vec<f32> = (0..count).map(|i| fill_value(rank, i)).collect();
-        self.input = self.gpu.upload(&host)?;
-        self.output = self.gpu.zeros(count)?;
-        self.work = self.gpu.zeros(count)?;
+        // Drop the previous size's buffers first: the largest are 256 MiB.
+        self.buffers = None;
+        self.buffers = Some(Buffers {
+            input: self.gpu.upload(&host)?,
+            output: self.gpu.zeros(count)?,
+            work: self.gpu.zeros(count)?,
+        });
         Ok(())
     }
 
     fn run(&mut self, in_place: bool) -> Result<()> {
+        let nccl = &self.nccl;
+        let b = self
+            .buffers
+            .as_mut()
+            .context("the benchmark runs a size before preparing it")?;
         if in_place {
-            self.nccl
-                .all_reduce_in_place(&mut self.work, ReduceOp::Sum, "in-place all-reduce")?;
+            nccl.all_reduce_in_place(&mut b.work, ReduceOp::Sum, "in-place all-reduce")?;
         } else {
-            self.nccl.all_reduce(
-                &self.input,
-                &mut self.output,
+            nccl.all_reduce(
+                &b.input,
+                &mut b.output,
                 ReduceOp::Sum,
                 "out-of-place all-reduce",
             )?;
@@ -89,14 +106,16 @@ impl Collective for NcclRank {
     }
 
     fn reset_work(&mut self) -> Result<()> {
-        self.work = self.gpu.upload(&self.gpu.download(&self.input)?)?;
+        let gpu = self.gpu.clone();
+        let b = self.buffers()?;
+        b.work = gpu.upload(&gpu.download(&b.input)?)?;
         Ok(())
     }
 
     fn result(&mut self, in_place: bool) -> Result<Vec<f32>> {
-        Ok(self
-            .gpu
-            .download(if in_place { &self.work } else { &self.output })?)
+        let gpu = self.gpu.clone();
+        let b = self.buffers()?;
+        Ok(gpu.download(if in_place { &b.work } else { &b.output })?)
     }
 
     fn control(&mut self) -> &mut dyn Communicator {
