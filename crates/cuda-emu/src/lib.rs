@@ -1,6 +1,6 @@
-//! A CPU stand-in for the CUDA driver, so that the CUDA backend — its launch
-//! code, its kernels and everything above them — runs and is tested on a
-//! machine without a GPU.
+//! A CPU stand-in for the CUDA driver and NCCL, so that the CUDA backend —
+//! its launch code, its kernels, the NCCL communicator and everything above
+//! them — runs and is tested on a machine without a GPU.
 //!
 //! [`Emulator::build`] compiles the backend's kernel sources
 //! (`core_tensor::backend::cuda::kernel_modules`) as ordinary C++ (with
@@ -8,10 +8,11 @@
 //! and intrinsics) together with the runtime (`cpp/fibers.cpp` runs kernels,
 //! `cpp/driver.cpp` implements the driver API calls cudarc makes,
 //! `cpp/nccl.cpp` the NCCL calls of `comm::nccl`) into a `libcuda.so`, also
-//! linked as `libnccl.so`. A process started
-//! with that folder first on `LD_LIBRARY_PATH` ([`Emulator::library_path`])
-//! loads it instead of the NVIDIA driver and sees one GPU, "cuda-emu", of
-//! compute capability 9.0.
+//! linked as `libnccl.so`. A process started with that folder first on
+//! `LD_LIBRARY_PATH` ([`Emulator::library_path`], or a test's
+//! [`rerun_on_emulator`]) loads it instead of the NVIDIA driver and sees
+//! `$CUDA_EMU_DEVICES` GPUs (default 1) named "cuda-emu", of compute
+//! capability 9.0.
 //!
 //! What it checks and what it cannot:
 //! * Kernel arithmetic and indexing run as written, every block and thread,
@@ -24,9 +25,16 @@
 //! * Memory: every allocation ends at an unmapped page, so a kernel that
 //!   runs past the end of a buffer faults, and the process ends naming the
 //!   kernel, block and thread. Copies and memsets must stay inside one
-//!   allocation.
-//! * Not: timing, races between streams (work runs when queued, in host
-//!   order), warp-level behaviour, or NCCL, which needs the real driver.
+//!   allocation; zero-byte allocations are refused, as by the driver.
+//! * Streams and events: collectives run on their stream's own thread, and
+//!   work that does not wait for them (a missing event wait) reads stale
+//!   data, as on a GPU. Kernels and copies run when queued.
+//! * NCCL: ranks in one process or several meet through shared memory;
+//!   non-blocking initialisation, all-reduce (sum, average), broadcast,
+//!   asynchronous errors, and abort, which releases the collectives of this
+//!   rank and fails those of its peers.
+//! * Not: timing (its bandwidths mean nothing), races between kernels on
+//!   different streams (they run one at a time), warp-level behaviour.
 
 use std::collections::hash_map::DefaultHasher;
 use std::ffi::OsString;
