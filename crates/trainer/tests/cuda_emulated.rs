@@ -19,7 +19,7 @@ use comm::{CommConfig, CommError, ReduceOp, TcpCommunicator};
 use common::free_port;
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Backend, Cpu, Cuda, Ops};
-use fashion_mnist::{FashionMnist, Layout, synth};
+use fashion_mnist::FashionMnist;
 use trainer::ddp::{CommThread, NcclAverager, plan_buckets};
 use trainer::model::DropoutRates;
 use trainer::train::{Silent, TrainConfig, Trainer};
@@ -56,13 +56,7 @@ fn emulated_gpu(ordinal: usize) -> Option<Cuda> {
 }
 
 fn data() -> FashionMnist {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = Layout {
-        train_len: 2 * 16 * STEPS,
-        test_len: 50,
-    };
-    synth::write_dataset(dir.path(), layout).unwrap();
-    FashionMnist::load_with(dir.path(), layout).unwrap()
+    common::small_data(2 * 16 * STEPS, 50)
 }
 
 fn config(batch_size: usize, dropout: DropoutRates) -> TrainConfig {
@@ -100,6 +94,29 @@ fn run<B: Ops>(mut trainer: Trainer<B>) -> (Vec<Vec<f32>>, f64) {
     let accuracy = trainer.evaluate().unwrap();
     assert_eq!(history.len(), STEPS);
     (history, accuracy)
+}
+
+/// Two ranks of batch 16 (dropout off): bitwise identical after every step,
+/// and within 1e-5 of one CPU rank of batch 32 on the same samples.
+fn ranks_follow_one_cpu_rank(data: &FashionMnist, ranks: &[Vec<Vec<f32>>]) {
+    for (step, (a, b)) in ranks[0].iter().zip(&ranks[1]).enumerate() {
+        assert!(
+            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "ranks differ after step {}",
+            step + 1
+        );
+    }
+    let (single, _) = train(
+        Cpu::new(1).unwrap(),
+        data,
+        config(32, DropoutRates::OFF),
+        None,
+    );
+    let relative = relative_difference(&ranks[0][STEPS - 1], &single[STEPS - 1]);
+    assert!(
+        relative <= 1e-5,
+        "2 ranks of 16 and 1 CPU rank of 32 differ by {relative:e}"
+    );
 }
 
 /// ‖a − b‖₂ / ‖b‖₂.
@@ -158,24 +175,7 @@ fn emulated_gpu_ranks_sharing_one_gpu_stay_identical() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    for (step, (a, b)) in ranks[0].iter().zip(&ranks[1]).enumerate() {
-        assert!(
-            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            "ranks differ after step {}",
-            step + 1
-        );
-    }
-    let (single, _) = train(
-        Cpu::new(1).unwrap(),
-        &data,
-        config(32, DropoutRates::OFF),
-        None,
-    );
-    let relative = relative_difference(&ranks[0][STEPS - 1], &single[STEPS - 1]);
-    assert!(
-        relative <= 1e-5,
-        "2 GPU ranks of 16 and 1 CPU rank of 32 differ by {relative:e}"
-    );
+    ranks_follow_one_cpu_rank(&data, &ranks);
 }
 
 /// Rank `rank` of 2 on the TCP ring at `port` (for the starting point and
@@ -231,24 +231,7 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    for (step, (a, b)) in ranks[0].iter().zip(&ranks[1]).enumerate() {
-        assert!(
-            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            "ranks differ after step {}",
-            step + 1
-        );
-    }
-    let (single, _) = train(
-        Cpu::new(1).unwrap(),
-        &data,
-        config(32, DropoutRates::OFF),
-        None,
-    );
-    let relative = relative_difference(&ranks[0][STEPS - 1], &single[STEPS - 1]);
-    assert!(
-        relative <= 1e-5,
-        "2 NCCL ranks of 16 and 1 CPU rank of 32 differ by {relative:e}"
-    );
+    ranks_follow_one_cpu_rank(&data, &ranks);
 }
 
 /// A collective whose peer never comes: the watchdog aborts it at the

@@ -10,7 +10,7 @@ use comm::{CommConfig, TcpCommunicator};
 use common::free_port;
 use core_tensor::Cpu;
 use core_tensor::ops::AdamConfig;
-use fashion_mnist::{FashionMnist, Layout, synth};
+use fashion_mnist::FashionMnist;
 use trainer::ddp::CommThread;
 use trainer::model::DropoutRates;
 use trainer::train::{Silent, TrainConfig, Trainer};
@@ -18,13 +18,7 @@ use trainer::train::{Silent, TrainConfig, Trainer};
 const STEPS: usize = 20;
 
 fn data() -> FashionMnist {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = Layout {
-        train_len: 4 * 64 * STEPS,
-        test_len: 100,
-    };
-    synth::write_dataset(dir.path(), layout).unwrap();
-    FashionMnist::load_with(dir.path(), layout).unwrap()
+    common::small_data(4 * 64 * STEPS, 100)
 }
 
 fn config(batch_size: usize) -> TrainConfig {

@@ -3,6 +3,8 @@
 //! ends with bitwise the same parameters and Adam state, and reports the
 //! same epoch numbers (CPU, same seed and world size, dropout on).
 
+mod common;
+
 use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
@@ -10,7 +12,7 @@ use std::time::Duration;
 use comm::{CommConfig, TcpCommunicator};
 use core_tensor::Cpu;
 use core_tensor::ops::AdamConfig;
-use fashion_mnist::{FashionMnist, Layout, synth};
+use fashion_mnist::FashionMnist;
 use trainer::checkpoint::origin::Origin;
 use trainer::checkpoint::{CheckpointDir, Checkpoints, Position, TrainingState, load};
 use trainer::ddp::CommThread;
@@ -30,13 +32,7 @@ const END: Position = Position {
 };
 
 fn data() -> FashionMnist {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = Layout {
-        train_len: 2 * BATCH * STEPS + 37,
-        test_len: 50,
-    };
-    synth::write_dataset(dir.path(), layout).unwrap();
-    FashionMnist::load_with(dir.path(), layout).unwrap()
+    common::small_data(2 * BATCH * STEPS + 37, 50)
 }
 
 fn config(epochs: usize) -> TrainConfig {

@@ -25,6 +25,17 @@ pub fn dataset() -> &'static Path {
     .path()
 }
 
+/// A small synthetic data set, loaded, for tests that train in-process.
+pub fn small_data(train_len: usize, test_len: usize) -> fashion_mnist::FashionMnist {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let layout = Layout {
+        train_len,
+        test_len,
+    };
+    synth::write_dataset(dir.path(), layout).expect("writing the synthetic data set");
+    fashion_mnist::FashionMnist::load_with(dir.path(), layout).expect("loading it back")
+}
+
 /// A private copy of [`dataset`] to damage.
 pub fn dataset_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
