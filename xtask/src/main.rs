@@ -2,6 +2,7 @@
 //!
 //! One file per task; this file only dispatches.
 
+mod cuda_emu;
 mod device_bundle;
 mod fetch_data;
 mod slurm_submit;
@@ -23,6 +24,8 @@ enum Task {
     SlurmSubmit(slurm_submit::Args),
     /// Build the trainer and the GPU tests into device-bundle/, with a run.sh for a GPU machine.
     DeviceBundle(device_bundle::Args),
+    /// Build the CUDA driver and NCCL emulator (CPU only) and print how to run a command on it.
+    CudaEmu(cuda_emu::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -30,5 +33,6 @@ fn main() -> anyhow::Result<()> {
         Task::FetchData(args) => fetch_data::run(args),
         Task::SlurmSubmit(args) => slurm_submit::run(args),
         Task::DeviceBundle(args) => device_bundle::run(args),
+        Task::CudaEmu(args) => cuda_emu::run(args),
     }
 }

@@ -120,7 +120,10 @@ impl Emulator {
         let fingerprint = fingerprint(&compiler, &units);
         let stamp = out.join("fingerprint");
         let emulator = Self {
-            dir: out.to_path_buf(),
+            dir: std::path::absolute(out).map_err(|source| BuildError::Io {
+                path: out.to_path_buf(),
+                source,
+            })?,
         };
         if fs::read_to_string(&stamp).is_ok_and(|s| s == fingerprint)
             && emulator.library().is_file()
