@@ -17,7 +17,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -28,7 +27,6 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <vector>
 
 #include "emu.h"
 
@@ -52,7 +50,6 @@ constexpr CUresult CUDA_ERROR_NOT_SUPPORTED = 801;
 constexpr int kMaxDevices = 8;
 constexpr int kComputeMajor = 9;
 constexpr int kComputeMinor = 0;
-constexpr std::size_t kTotalMemory = std::size_t{16} << 30;
 
 struct Context {
     CUdevice device;
@@ -81,7 +78,6 @@ struct Function {
 // An event is the count of queued operations its stream had when it was
 // recorded: complete once the stream has finished that many.
 struct Event {
-    std::chrono::steady_clock::time_point at;
     cuda_emu::Stream* stream = nullptr;
     std::uint64_t ticket = 0;
 };
@@ -172,15 +168,6 @@ CUresult copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes) {
     return CUDA_SUCCESS;
 }
 
-CUresult copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
-    char* to = find_range(dst, bytes);
-    const char* from = find_range(src, bytes);
-    if (to == nullptr) return outside("cuMemcpyDtoD", dst, bytes);
-    if (from == nullptr) return outside("cuMemcpyDtoD", src, bytes);
-    std::memmove(to, from, bytes);
-    return CUDA_SUCCESS;
-}
-
 template <class T>
 CUresult set_words(CUdeviceptr dst, T value, std::size_t count) {
     char* to = find_range(dst, count * sizeof(T));
@@ -252,6 +239,8 @@ struct Stream {
         changed.wait(lock, [&] { return finished >= ticket; });
     }
 
+    bool idle() { return reached(ticket()); }
+
     std::uint64_t ticket() {
         std::lock_guard<std::mutex> lock(mutex);
         return queued;
@@ -274,22 +263,8 @@ struct Stream {
     }
 };
 
-namespace {
-
-std::mutex streams_mutex;
-std::vector<Stream*> streams;
-
-Stream* new_stream() {
-    auto* stream = new Stream;
-    std::lock_guard<std::mutex> lock(streams_mutex);
-    streams.push_back(stream);
-    return stream;
-}
-
-}  // namespace
-
 Stream* stream_of(void* handle) {
-    static Stream* const default_stream = new_stream();
+    static Stream* const default_stream = new Stream;
     return handle ? static_cast<Stream*>(handle) : default_stream;
 }
 
@@ -311,32 +286,13 @@ char* device_range(unsigned long long ptr, std::size_t bytes) { return find_rang
 namespace {
 
 // Work that runs at once on `handle`'s stream waits for what is queued there.
-cuda_emu::Stream* drained(void* handle) {
-    cuda_emu::Stream* stream = cuda_emu::stream_of(handle);
-    stream->drain();
-    return stream;
-}
-
-void drain_all() {
-    std::vector<cuda_emu::Stream*> all;
-    {
-        std::lock_guard<std::mutex> lock(cuda_emu::streams_mutex);
-        all = cuda_emu::streams;
-    }
-    for (auto* stream : all) stream->drain();
-}
+void drain(void* handle) { cuda_emu::stream_of(handle)->drain(); }
 
 }  // namespace
 
 extern "C" {
 
 CUresult cuInit(unsigned) { return CUDA_SUCCESS; }
-
-CUresult cuDriverGetVersion(int* version) {
-    if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    *version = 12090;
-    return CUDA_SUCCESS;
-}
 
 // The driver's private interfaces, which NVRTC asks a loaded libcuda for:
 // there are none here, and NVRTC then does without.
@@ -396,21 +352,6 @@ CUresult cuDeviceGetUuid(unsigned char* uuid, CUdevice device) {
     return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetUuid_v2(unsigned char* uuid, CUdevice device) {
-    return cuDeviceGetUuid(uuid, device);
-}
-
-CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice) {
-    *bytes = kTotalMemory;
-    return CUDA_SUCCESS;
-}
-
-CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
-    *free = kTotalMemory;
-    *total = kTotalMemory;
-    return CUDA_SUCCESS;
-}
-
 CUresult cuDevicePrimaryCtxRetain(Context** context, CUdevice device) {
     if (!valid(device)) return CUDA_ERROR_INVALID_DEVICE;
     *context = &contexts[device];
@@ -431,23 +372,12 @@ CUresult cuCtxGetCurrent(Context** context) {
     return CUDA_SUCCESS;
 }
 
-CUresult cuCtxGetDevice(CUdevice* device) {
-    if (current_context == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    *device = current_context->device;
-    return CUDA_SUCCESS;
-}
-
-CUresult cuCtxSynchronize() {
-    drain_all();
-    return CUDA_SUCCESS;
-}
-
 // -- streams and events
 
 using cuda_emu::Stream;
 
 CUresult cuStreamCreate(Stream** stream, unsigned) {
-    *stream = cuda_emu::new_stream();
+    *stream = new Stream;
     return CUDA_SUCCESS;
 }
 
@@ -460,13 +390,8 @@ CUresult cuStreamDestroy_v2(Stream* stream) {
 }
 
 CUresult cuStreamSynchronize(Stream* stream) {
-    drained(stream);
+    drain(stream);
     return CUDA_SUCCESS;
-}
-
-CUresult cuStreamQuery(Stream* stream) {
-    Stream* s = cuda_emu::stream_of(stream);
-    return s->reached(s->ticket()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 // Later work on `stream` must follow the event. Work queued on the stream
@@ -478,7 +403,7 @@ CUresult cuStreamWaitEvent(Stream* stream, Event* event, unsigned) {
     if (event->stream == nullptr || event->stream == s) return CUDA_SUCCESS;
     Stream* other = event->stream;
     const std::uint64_t ticket = event->ticket;
-    if (s->reached(s->ticket())) {
+    if (s->idle()) {
         other->wait_for(ticket);
     } else {
         cuda_emu::enqueue(s, [other, ticket] { other->wait_for(ticket); });
@@ -487,7 +412,7 @@ CUresult cuStreamWaitEvent(Stream* stream, Event* event, unsigned) {
 }
 
 CUresult cuEventCreate(Event** event, unsigned) {
-    *event = new Event{std::chrono::steady_clock::now()};
+    *event = new Event;
     return CUDA_SUCCESS;
 }
 
@@ -500,7 +425,6 @@ CUresult cuEventRecord(Event* event, Stream* stream) {
     if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     event->stream = cuda_emu::stream_of(stream);
     event->ticket = event->stream->ticket();
-    event->at = std::chrono::steady_clock::now();
     return CUDA_SUCCESS;
 }
 
@@ -510,35 +434,13 @@ CUresult cuEventQuery(Event* event) {
     return event->stream->reached(event->ticket) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-CUresult cuEventSynchronize(Event* event) {
-    if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (event->stream != nullptr) event->stream->wait_for(event->ticket);
-    return CUDA_SUCCESS;
-}
+// -- memory
 
-CUresult cuEventElapsedTime(float* ms, Event* start, Event* end) {
-    if (start == nullptr || end == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
-    return CUDA_SUCCESS;
-}
-
-CUresult cuEventElapsedTime_v2(float* ms, Event* start, Event* end) {
-    return cuEventElapsedTime(ms, start, end);
-}
-
-// -- memory: the synchronous calls follow the default stream, the
-// asynchronous ones their own
-
-CUresult cuMemAlloc_v2(CUdeviceptr* ptr, std::size_t bytes) { return allocate(ptr, bytes); }
 CUresult cuMemAllocAsync(CUdeviceptr* ptr, std::size_t bytes, Stream*) {
     return allocate(ptr, bytes);
 }
-CUresult cuMemFree_v2(CUdeviceptr ptr) {
-    drain_all();
-    return release(ptr);
-}
 CUresult cuMemFreeAsync(CUdeviceptr ptr, Stream* stream) {
-    drained(stream);
+    drain(stream);
     return release(ptr);
 }
 
@@ -549,48 +451,22 @@ CUresult cuMemHostUnregister(void* ptr) {
     return ptr != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, std::size_t bytes) {
-    drained(nullptr);
-    return copy_to_device(dst, src, bytes);
-}
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, std::size_t bytes,
                               Stream* stream) {
-    drained(stream);
+    drain(stream);
     return copy_to_device(dst, src, bytes);
 }
-CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, std::size_t bytes) {
-    drained(nullptr);
-    return copy_to_host(dst, src, bytes);
-}
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, std::size_t bytes, Stream* stream) {
-    drained(stream);
+    drain(stream);
     return copy_to_host(dst, src, bytes);
-}
-CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
-    drained(nullptr);
-    return copy_on_device(dst, src, bytes);
-}
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes,
-                              Stream* stream) {
-    drained(stream);
-    return copy_on_device(dst, src, bytes);
-}
-
-CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, std::size_t count) {
-    drained(nullptr);
-    return set_words(dst, value, count);
 }
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t count,
                          Stream* stream) {
-    drained(stream);
-    return set_words(dst, value, count);
-}
-CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned value, std::size_t count) {
-    drained(nullptr);
+    drain(stream);
     return set_words(dst, value, count);
 }
 CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, std::size_t count, Stream* stream) {
-    drained(stream);
+    drain(stream);
     return set_words(dst, value, count);
 }
 
@@ -621,21 +497,11 @@ CUresult cuModuleGetFunction(Function** function, Module* module, const char* na
     return CUDA_SUCCESS;
 }
 
-CUresult cuFuncGetAttribute(int* value, int attribute, Function* function) {
-    if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    *value = attribute == 0 ? 1024 : 0;  // MAX_THREADS_PER_BLOCK
-    return CUDA_SUCCESS;
-}
-
-CUresult cuFuncSetAttribute(Function* function, int, int) {
-    return function ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
 CUresult cuLaunchKernel(Function* function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
                         unsigned block_x, unsigned block_y, unsigned block_z, unsigned shared_bytes,
                         Stream* stream, void** params, void** extra) {
     if (extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
-    drained(stream);
+    drain(stream);
     return launch(function, {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes,
                   params);
 }

@@ -38,12 +38,9 @@ using cuda_emu::blockDim;
 using cuda_emu::blockIdx;
 using cuda_emu::gridDim;
 using cuda_emu::threadIdx;
-using uint3 = cuda_emu::dim3;
-using dim3 = cuda_emu::dim3;
 
 #define __global__
 #define __device__
-#define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
@@ -60,12 +57,6 @@ inline float __int_as_float(int bits) {
     return f;
 }
 
-inline int __float_as_int(float f) {
-    int bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    return bits;
-}
-
 // The _rn intrinsics: one correctly rounded operation each. The emulator is
 // built with -ffp-contract=off, so the compiler fuses nothing either.
 inline float __fadd_rn(float a, float b) { return a + b; }
@@ -76,12 +67,6 @@ inline float __fsqrt_rn(float a) { return sqrtf(a); }
 
 // Atomics: no other thread runs while a fiber does, so a read-modify-write
 // is atomic as written. Each returns the old value, as CUDA's do.
-template <class T>
-inline T atomicAdd(T* address, T value) {
-    const T old = *address;
-    *address = old + value;
-    return old;
-}
 inline unsigned int atomicOr(unsigned int* address, unsigned int value) {
     const unsigned int old = *address;
     *address = old | value;

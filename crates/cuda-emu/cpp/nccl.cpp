@@ -140,7 +140,13 @@ bool barrier(Comm* comm) {
                      std::to_string(comm->header->pid[missing].load()) + ") exited");
             return false;
         }
-        if (spins > 64) sched_yield();
+        // Spin briefly, then yield, then nap: a peer may be mid-step on a
+        // busy machine for a long time.
+        if (spins > 4096) {
+            usleep(50);
+        } else if (spins > 64) {
+            sched_yield();
+        }
     }
 }
 

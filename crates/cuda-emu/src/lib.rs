@@ -50,7 +50,7 @@ use core_tensor::backend::cuda::{KernelModule, kernel_modules};
 mod rerun;
 mod wheels;
 
-pub use rerun::{IN_EMULATOR, in_emulator, rerun_on_emulator};
+pub use rerun::{in_emulator, rerun_on_emulator};
 pub use wheels::{nvrtc_lib_dir, wheel_dir};
 
 /// The headers: what kernel sources see, and what the runtime files share.

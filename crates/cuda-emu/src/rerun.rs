@@ -10,7 +10,7 @@ use std::process::Command;
 use crate::{Emulator, nvrtc_lib_dir};
 
 /// Set in the re-run, where the emulator is loaded.
-pub const IN_EMULATOR: &str = "CUDA_EMU_RERUN";
+const IN_EMULATOR: &str = "CUDA_EMU_RERUN";
 
 /// Whether this process is a re-run on the emulator.
 pub fn in_emulator() -> bool {
