@@ -22,7 +22,7 @@ use core_tensor::{Backend, Cpu, Cuda, Ops};
 use fashion_mnist::FashionMnist;
 use trainer::ddp::{CommThread, NcclAverager, plan_buckets};
 use trainer::model::DropoutRates;
-use trainer::train::{Silent, TrainConfig, Trainer};
+use trainer::train::{TrainConfig, Trainer};
 
 const EMULATED: [&str; 4] = [
     "emulated_gpu_training_follows_the_cpu",
@@ -84,13 +84,7 @@ fn train<B: Ops>(
 }
 
 fn run<B: Ops>(mut trainer: Trainer<B>) -> (Vec<Vec<f32>>, f64) {
-    let mut history = Vec::new();
-    trainer
-        .train_epoch(1, &mut Silent, &mut |t| {
-            history.push(t.params()?);
-            Ok(())
-        })
-        .unwrap();
+    let history = common::params_after_each_step(&mut trainer);
     let accuracy = trainer.evaluate().unwrap();
     assert_eq!(history.len(), STEPS);
     (history, accuracy)
@@ -160,20 +154,12 @@ fn emulated_gpu_ranks_sharing_one_gpu_stay_identical() {
     let Some(gpu) = emulated_gpu(0) else { return };
     let data = data();
     let port = free_port();
-    let ranks: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..2)
-            .map(|rank| {
-                let (data, gpu) = (&data, gpu.clone());
-                s.spawn(move || {
-                    let cfg = CommConfig::new(rank, 2, "127.0.0.1", port)
-                        .with_timeout(Duration::from_secs(60));
-                    let comm = TcpCommunicator::connect(&cfg).unwrap();
-                    let comm = CommThread::spawn(Box::new(comm)).unwrap();
-                    train(gpu, data, config(16, DropoutRates::OFF), Some(comm)).0
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let ranks: Vec<Vec<Vec<f32>>> = common::on_two_ranks(|rank| {
+        let gpu = gpu.clone();
+        let cfg = CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(Duration::from_secs(60));
+        let comm = TcpCommunicator::connect(&cfg).unwrap();
+        let comm = CommThread::spawn(Box::new(comm)).unwrap();
+        train(gpu, &data, config(16, DropoutRates::OFF), Some(comm)).0
     });
     ranks_follow_one_cpu_rank(&data, &ranks);
 }
@@ -205,31 +191,23 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
     }
     let data = data();
     let port = free_port();
-    let ranks: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..2)
-            .map(|rank| {
-                let data = &data;
-                s.spawn(move || {
-                    let gpu = emulated_gpu(rank).unwrap();
-                    let (tcp, nccl) = nccl_rank(rank, port, &gpu, Duration::from_secs(60));
-                    let cfg = TrainConfig {
-                        bucket_mb: 0.05,
-                        ..config(16, DropoutRates::OFF)
-                    };
-                    let buckets = plan_buckets(
-                        trainer::model::CnnMnist::new(DropoutRates::OFF).layout(),
-                        cfg.bucket_mb,
-                    );
-                    assert!(buckets.len() > 2, "several buckets overlap backward");
-                    let averager = NcclAverager::new(nccl, &gpu, buckets).unwrap();
-                    let comm = CommThread::spawn(Box::new(tcp)).unwrap();
-                    let mut trainer = Trainer::new(gpu, data, cfg, Some(comm)).unwrap();
-                    trainer.average_on_device(Box::new(averager));
-                    run(trainer).0
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let ranks: Vec<Vec<Vec<f32>>> = common::on_two_ranks(|rank| {
+        let gpu = emulated_gpu(rank).unwrap();
+        let (tcp, nccl) = nccl_rank(rank, port, &gpu, Duration::from_secs(60));
+        let cfg = TrainConfig {
+            bucket_mb: 0.05,
+            ..config(16, DropoutRates::OFF)
+        };
+        let buckets = plan_buckets(
+            trainer::model::CnnMnist::new(DropoutRates::OFF).layout(),
+            cfg.bucket_mb,
+        );
+        assert!(buckets.len() > 2, "several buckets overlap backward");
+        let averager = NcclAverager::new(nccl, &gpu, buckets).unwrap();
+        let comm = CommThread::spawn(Box::new(tcp)).unwrap();
+        let mut trainer = Trainer::new(gpu, &data, cfg, Some(comm)).unwrap();
+        trainer.average_on_device(Box::new(averager));
+        run(trainer).0
     });
     ranks_follow_one_cpu_rank(&data, &ranks);
 }

@@ -13,7 +13,7 @@ use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
 use trainer::ddp::CommThread;
 use trainer::model::DropoutRates;
-use trainer::train::{Silent, TrainConfig, Trainer};
+use trainer::train::{TrainConfig, Trainer};
 
 const STEPS: usize = 20;
 
@@ -37,14 +37,7 @@ fn config(batch_size: usize) -> TrainConfig {
 /// Trains one epoch of `STEPS` steps and returns the parameters after each.
 fn run(data: &FashionMnist, cfg: TrainConfig, comm: Option<CommThread>) -> Vec<Vec<f32>> {
     let mut trainer = Trainer::new(Cpu::new(1).unwrap(), data, cfg, comm).unwrap();
-    let mut history = Vec::new();
-    trainer
-        .train_epoch(1, &mut Silent, &mut |t| {
-            history.push(t.params()?);
-            Ok(())
-        })
-        .unwrap();
-    history
+    common::params_after_each_step(&mut trainer)
 }
 
 #[test]
@@ -52,23 +45,14 @@ fn two_ranks_of_32_match_one_rank_of_64_and_stay_identical() {
     let data = data();
     let single = run(&data, config(64), None);
     let port = free_port();
-    let ranks: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..2)
-            .map(|rank| {
-                let data = &data;
-                s.spawn(move || {
-                    let cfg = CommConfig::new(rank, 2, "127.0.0.1", port)
-                        .with_timeout(Duration::from_secs(20));
-                    let comm = TcpCommunicator::connect(&cfg).unwrap();
-                    run(
-                        data,
-                        config(32),
-                        Some(CommThread::spawn(Box::new(comm)).unwrap()),
-                    )
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let ranks: Vec<Vec<Vec<f32>>> = common::on_two_ranks(|rank| {
+        let cfg = CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(Duration::from_secs(20));
+        let comm = TcpCommunicator::connect(&cfg).unwrap();
+        run(
+            &data,
+            config(32),
+            Some(CommThread::spawn(Box::new(comm)).unwrap()),
+        )
     });
     assert_eq!(single.len(), STEPS);
     assert!(ranks.iter().all(|r| r.len() == STEPS));

@@ -36,6 +36,37 @@ pub fn small_data(train_len: usize, test_len: usize) -> fashion_mnist::FashionMn
     fashion_mnist::FashionMnist::load_with(dir.path(), layout).expect("loading it back")
 }
 
+/// Trains `trainer`'s first epoch; the parameters after each step.
+pub fn params_after_each_step<B: core_tensor::Ops>(
+    trainer: &mut trainer::train::Trainer<B>,
+) -> Vec<Vec<f32>> {
+    let mut history = Vec::new();
+    trainer
+        .train_epoch(1, &mut trainer::train::Silent, &mut |t| {
+            history.push(t.params()?);
+            Ok(())
+        })
+        .expect("training one epoch");
+    history
+}
+
+/// `body(rank)` for ranks 0 and 1, each on a thread of its own; the results
+/// in rank order.
+pub fn on_two_ranks<T: Send>(body: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let body = &body;
+                s.spawn(move || body(rank))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a rank panicked"))
+            .collect()
+    })
+}
+
 /// A private copy of [`dataset`] to damage.
 pub fn dataset_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
