@@ -7,6 +7,7 @@
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -236,20 +237,26 @@ fn supervise(workers: &mut [Worker], grace: Duration) -> Option<Failure> {
     let mut first_failure: Option<usize> = None;
     let mut deadline: Option<Instant> = None;
     loop {
+        let mut failed_now = Vec::new();
         for (i, w) in workers.iter_mut().enumerate() {
             if w.status.is_none()
                 && let Ok(Some(status)) = w.child.try_wait()
             {
                 w.status = Some(status);
-                if !status.success() && first_failure.is_none() {
-                    first_failure = Some(i);
-                    deadline = Some(Instant::now() + grace);
-                    eprintln!(
-                        "launcher: rank {} exited with {status}; stopping the other ranks",
-                        w.rank
-                    );
+                if !status.success() {
+                    failed_now.push((i, status));
                 }
             }
+        }
+        if first_failure.is_none()
+            && let Some((i, status)) = root_cause(&failed_now)
+        {
+            first_failure = Some(i);
+            deadline = Some(Instant::now() + grace);
+            eprintln!(
+                "launcher: rank {} exited with {status}; stopping the other ranks",
+                workers[i].rank
+            );
         }
         let running = workers.iter().filter(|w| w.status.is_none()).count();
         if running == 0 || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -271,6 +278,17 @@ fn supervise(workers: &mut [Worker], grace: Duration) -> Option<Failure> {
         message.push_str(&format!("; then {}", others.join("; ")));
     }
     Some(Failure { first, message })
+}
+
+/// Of the ranks found failed in one look, the one to blame: a rank killed by
+/// a signal (the OOM killer, `kill -9`) before one that exited with an
+/// error, which is usually its peers' reaction to losing it.
+fn root_cause(failed: &[(usize, ExitStatus)]) -> Option<(usize, ExitStatus)> {
+    failed
+        .iter()
+        .find(|(_, status)| status.signal().is_some())
+        .or(failed.first())
+        .copied()
 }
 
 /// Kills workers still running and drains their output.
@@ -325,5 +343,16 @@ mod tests {
             without(os(&["--resume-x=1"]), "--resume"),
             os(&["--resume-x=1"])
         );
+    }
+
+    #[test]
+    fn a_rank_killed_by_a_signal_is_blamed_before_its_peers_reaction() {
+        // Raw wait statuses: exit code 1 is 1 << 8, SIGKILL is 9.
+        let exited = ExitStatus::from_raw(1 << 8);
+        let killed = ExitStatus::from_raw(9);
+        assert_eq!(root_cause(&[]), None);
+        assert_eq!(root_cause(&[(0, exited)]), Some((0, exited)));
+        assert_eq!(root_cause(&[(0, exited), (1, killed)]), Some((1, killed)));
+        assert_eq!(root_cause(&[(0, exited), (2, exited)]), Some((0, exited)));
     }
 }
