@@ -1,6 +1,6 @@
 //! The sampler itself: which indices one rank visits in one epoch.
 
-use crate::batches::Batches;
+use crate::batch_positions::BatchPositions;
 use crate::config::{SamplerConfig, SamplerError};
 use crate::permutation::epoch_permutation;
 
@@ -92,16 +92,15 @@ impl DistributedSampler {
             .collect()
     }
 
-    /// This rank's indices for the current epoch grouped into batches of
-    /// `batch_size`. The last batch is kept even when it is shorter, so no
-    /// sample of the shard is skipped; because every rank has the same
-    /// `num_samples()`, every rank still yields the same number of batches
-    /// of the same sizes.
-    pub fn batches(&self, batch_size: usize) -> Result<Batches, SamplerError> {
-        Batches::new(self.indices(), batch_size)
+    /// Where each batch of `batch_size` lies in [`Self::indices`]. The last
+    /// batch is kept even when it is shorter, so no sample of the shard is
+    /// skipped; because every rank has the same `num_samples()`, every rank
+    /// gets the same number of batches of the same sizes.
+    pub fn batch_positions(&self, batch_size: usize) -> Result<BatchPositions, SamplerError> {
+        BatchPositions::new(self.num_samples(), batch_size)
     }
 
-    /// Number of batches [`Self::batches`] yields: `ceil(num_samples / batch_size)`.
+    /// Number of batches [`Self::batch_positions`] yields: `ceil(num_samples / batch_size)`.
     pub fn num_batches(&self, batch_size: usize) -> Result<usize, SamplerError> {
         if batch_size == 0 {
             return Err(SamplerError::ZeroBatchSize);

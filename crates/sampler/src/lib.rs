@@ -8,12 +8,12 @@
 //! rests entirely on the permutation being deterministic (see
 //! [`epoch_permutation`]).
 
-mod batches;
+mod batch_positions;
 mod config;
 mod distributed;
 mod permutation;
 
-pub use batches::Batches;
+pub use batch_positions::BatchPositions;
 pub use config::{SamplerConfig, SamplerError};
 pub use distributed::DistributedSampler;
 pub use permutation::epoch_permutation;

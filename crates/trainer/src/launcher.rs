@@ -19,7 +19,7 @@ use core_tensor::FlatLayout;
 
 use crate::checkpoint::{CheckpointDir, resume};
 use crate::cli::Cli;
-use crate::model::{CnnMnist, DropoutRates};
+use crate::model::cnn_layout;
 
 /// How often the launcher checks on its workers.
 const POLL: Duration = Duration::from_millis(50);
@@ -48,14 +48,13 @@ pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<()> {
     let grace = Duration::from_secs_f64(cli.timeout);
     let exe = std::env::current_exe().context("finding this executable to start workers")?;
     let args = without(std::env::args_os().skip(1), "--max-restarts");
-    // The layout alone matters here, not the dropout rates.
-    let layout = CnnMnist::new(DropoutRates::REFERENCE).layout().clone();
+    let layout = cnn_layout();
     let dir = cli
         .checkpoint_dir
         .as_ref()
         .map(|d| CheckpointDir::new(d, cli.keep as usize));
     if let Some(dir) = dir.as_ref().filter(|_| cli.max_restarts > 0) {
-        resume::preflight(cli.resume.as_ref(), dir, &layout)?;
+        resume::preflight(cli.resume.as_ref(), dir, layout)?;
     }
     let mut restarts = 0;
     loop {
@@ -76,7 +75,7 @@ pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<()> {
             return Err(anyhow!("{}{spent}", failure.message));
         }
         restarts += 1;
-        let from = restart_point(dir.as_ref(), &layout);
+        let from = restart_point(dir.as_ref(), layout);
         eprintln!(
             "launcher: {}; restart {restarts} of {} from {from}",
             failure.first, cli.max_restarts

@@ -9,6 +9,7 @@ pub mod ddp;
 pub mod launcher;
 pub mod metrics;
 pub mod model;
+pub mod stop;
 pub mod train;
 pub mod worker;
 
@@ -16,9 +17,11 @@ use anyhow::bail;
 use comm::LaunchEnv;
 
 use crate::cli::Cli;
+use crate::stop::StopRequest;
+use crate::train::RunOutcome;
 
 /// Runs what the flags and the environment ask for.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+pub fn run(cli: Cli) -> anyhow::Result<RunOutcome> {
     cli.validate()?;
     match LaunchEnv::from_process_env()? {
         Some(env) => {
@@ -33,11 +36,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     "--max-restarts is for this binary's own launcher; under torchrun or srun, restart there (torchrun --max-restarts, srun --requeue) with --resume auto"
                 );
             }
-            worker::run(&cli, Some(&env))
+            worker::run(&cli, Some(&env), StopRequest::new())
         }
         None => match (cli.world_size.unwrap_or(1), cli.max_restarts) {
-            (1, 0) => worker::run(&cli, None),
-            (n, _) => launcher::launch(&cli, n as usize),
+            (1, 0) => worker::run(&cli, None, StopRequest::new()),
+            (n, _) => launcher::launch(&cli, n as usize).map(|()| RunOutcome::Completed),
         },
     }
 }

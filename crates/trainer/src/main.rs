@@ -3,6 +3,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 use trainer::cli::Cli;
+use trainer::stop::PREEMPTED_EXIT_CODE;
+use trainer::train::RunOutcome;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -23,7 +25,10 @@ fn main() -> ExitCode {
         }
     };
     match trainer::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(RunOutcome::Completed) => ExitCode::SUCCESS,
+        Ok(RunOutcome::Preempted { .. }) => ExitCode::from(PREEMPTED_EXIT_CODE as u8),
+        // As a shell reports a process ended by SIGINT.
+        Ok(RunOutcome::Interrupted { .. }) => ExitCode::from(130),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

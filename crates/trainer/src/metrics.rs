@@ -1,5 +1,6 @@
 //! How an epoch is reported: the console line and the metrics file.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -7,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::train::EpochReport;
+use crate::train::{EpochReport, Phase};
 
 /// The epoch line, in the spirit of the reference script.
 pub fn epoch_line(r: &EpochReport) -> String {
@@ -36,6 +37,8 @@ struct Row<'a> {
     images: u64,
     world_size: usize,
     device: &'a str,
+    /// Rank 0's training seconds per step phase (see [`Phase`]).
+    phase_s: BTreeMap<&'static str, f64>,
 }
 
 /// A JSON-lines metrics file, flushed after every epoch so that a run that
@@ -88,6 +91,10 @@ impl MetricsFile {
             images: r.images,
             world_size: self.world_size,
             device: &self.device,
+            phase_s: Phase::ALL
+                .iter()
+                .map(|&p| (p.name(), r.phases.get(p)))
+                .collect(),
         };
         let write = |out: &mut BufWriter<File>| -> std::io::Result<()> {
             serde_json::to_writer(&mut *out, &row)?;
@@ -101,6 +108,7 @@ impl MetricsFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::PhaseSeconds;
 
     fn report() -> EpochReport {
         EpochReport {
@@ -113,6 +121,7 @@ mod tests {
             images_per_second: 1306.2,
             steps: 938,
             images: 60000,
+            phases: PhaseSeconds([0.5, 20.0, 22.0, 1.5, 1.9]),
         }
     }
 
@@ -144,5 +153,7 @@ mod tests {
         assert_eq!(rows[1]["epoch"], 2);
         assert_eq!(rows[0]["world_size"], 2);
         assert_eq!(rows[0]["test_acc"], 0.874);
+        assert_eq!(rows[0]["phase_s"]["backward"], 22.0);
+        assert_eq!(rows[0]["phase_s"]["allreduce_wait"], 1.5);
     }
 }

@@ -16,10 +16,11 @@ use crate::checkpoint::resume::{self, Request};
 use crate::checkpoint::{CheckpointDir, Checkpoints};
 use crate::cli::{BackendChoice, Cli, DeviceChoice};
 use crate::ddp::transport::{self, RankDevice, Transport};
-use crate::ddp::{CommThread, DeviceAverager, NcclAverager, plan_buckets};
+use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::metrics::{MetricsFile, epoch_line};
-use crate::model::{CnnMnist, DropoutRates};
-use crate::train::{Progress, Silent, TrainConfig, Trainer};
+use crate::model::{DropoutRates, cnn_layout};
+use crate::stop::StopRequest;
+use crate::train::{Progress, RunOutcome, Setup, Silent, TrainConfig, Trainer};
 
 /// This process's place in the job.
 #[derive(Clone, Debug)]
@@ -32,8 +33,9 @@ pub struct RankInfo {
     pub local_world_size: usize,
 }
 
-/// Trains as one rank: `launch` is `None` for a single-process run.
-pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<()> {
+/// Trains as one rank: `launch` is `None` for a single-process run; `stop`
+/// is checked once per step.
+pub fn run(cli: &Cli, launch: Option<&LaunchEnv>, stop: StopRequest) -> anyhow::Result<RunOutcome> {
     let info = launch.map_or(
         RankInfo {
             rank: 0,
@@ -77,19 +79,13 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<()> {
         },
     };
     match device {
-        Device::Cpu(cpu) => train_on(cpu, &job, comm, None),
+        Device::Cpu(cpu) => train_on(cpu, &job, comm, None, stop),
         Device::Cuda(gpu) => {
-            let averager = match nccl {
-                Some(nccl) => {
-                    let buckets =
-                        plan_buckets(CnnMnist::new(DropoutRates::OFF).layout(), cli.bucket_mb);
-                    let averager: Box<dyn DeviceAverager<Cuda>> =
-                        Box::new(NcclAverager::new(nccl, &gpu, buckets)?);
-                    Some(averager)
-                }
+            let hook = match nccl {
+                Some(nccl) => Some(Box::new(NcclHook::new(nccl, &gpu)?) as Box<dyn CommHook<Cuda>>),
                 None => None,
             };
-            train_on(gpu, &job, comm, averager)
+            train_on(gpu, &job, comm, hook, stop)
         }
     }
 }
@@ -114,8 +110,9 @@ fn train_on<B: Ops>(
     backend: B,
     job: &Job<'_>,
     comm: Option<CommThread>,
-    device_averager: Option<Box<dyn DeviceAverager<B>>>,
-) -> anyhow::Result<()> {
+    device_hook: Option<Box<dyn CommHook<B>>>,
+    stop: StopRequest,
+) -> anyhow::Result<RunOutcome> {
     let Job {
         cli,
         info,
@@ -154,17 +151,18 @@ fn train_on<B: Ops>(
         Origin::Fresh
     };
     let resumed = matches!(origin, Origin::Resume(_));
-    let mut trainer = Trainer::with_origin(backend, data, cfg, comm, origin)
-        .with_context(|| format!("rank {rank}: setting up"))?;
-    if let Some(averager) = device_averager {
-        trainer.average_on_device(averager);
-    }
-    if let Some(dir) = checkpoint_dir {
-        trainer.set_checkpoints(Checkpoints {
+    let setup = Setup {
+        comm,
+        origin,
+        device_hook,
+        checkpoints: checkpoint_dir.map(|dir| Checkpoints {
             dir,
             every: cli.checkpoint_every,
-        });
-    }
+        }),
+        stop,
+    };
+    let mut trainer = Trainer::start(backend, data, cfg, setup)
+        .with_context(|| format!("rank {rank}: setting up"))?;
     if lead {
         eprintln!(
             "training on {device}, world size {}{gradients}, data from {}",
@@ -191,7 +189,7 @@ fn train_on<B: Ops>(
     } else {
         Box::new(Silent)
     };
-    trainer.run(progress.as_mut(), &mut |report| {
+    let outcome = trainer.run(progress.as_mut(), &mut |report| {
         if lead {
             println!("{}", epoch_line(report));
             if let Some(m) = &mut metrics {
@@ -200,13 +198,36 @@ fn train_on<B: Ops>(
         }
         Ok(())
     })?;
-    if lead {
-        println!(
+    report_outcome(&outcome, info, cli);
+    Ok(outcome)
+}
+
+/// The run's last line: rank 0's for a finished or preempted run (every
+/// rank stopped at the same step), every rank's for an interrupt.
+fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli) {
+    match outcome {
+        RunOutcome::Completed if info.rank == 0 => println!(
             "training finished: {} epoch(s), world size {}",
             cli.epochs, info.world_size
-        );
+        ),
+        RunOutcome::Preempted { at, saved } if info.rank == 0 => match saved {
+            Some(dir) => println!(
+                "preempted at epoch {} step {}; checkpoint {}; resume with --resume auto",
+                at.epoch,
+                at.step,
+                dir.display()
+            ),
+            None => println!(
+                "preempted at epoch {} step {}; nothing was saved (no --checkpoint-dir)",
+                at.epoch, at.step
+            ),
+        },
+        RunOutcome::Interrupted { at } => eprintln!(
+            "rank {}: interrupted at epoch {} step {}; nothing saved",
+            info.rank, at.epoch, at.step
+        ),
+        _ => {}
     }
-    Ok(())
 }
 
 /// Rank 0's decision of where training starts (see [`resume::choose`]),
@@ -231,11 +252,7 @@ fn choose_origin(
             init_from: cli.init_from.as_deref(),
             dir,
         };
-        resume::choose(
-            &request,
-            &cfg.settings(world_size),
-            CnnMnist::new(cfg.dropout).layout(),
-        )
+        resume::choose(&request, &cfg.settings(world_size), cnn_layout())
     };
     choose().context("rank 0")
 }

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use common::{data_arg, dataset, run, stderr, trainer};
 use trainer::checkpoint::store::PAUSE_ENV;
 use trainer::checkpoint::{CheckpointDir, MODEL_FILE, Position, Settings, TrainingState, load};
-use trainer::model::{CnnMnist, DropoutRates};
+use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
 
 fn layout() -> core_tensor::FlatLayout {
-    CnnMnist::new(DropoutRates::REFERENCE).layout().clone()
+    cnn_layout().clone()
 }
 
 /// A quick single-rank run writing checkpoints into `dir`.

@@ -14,10 +14,10 @@ use trainer::checkpoint::resume::compatibility;
 use trainer::checkpoint::{
     CheckpointDir, MODEL_FILE, Position, STATE_FILE, Settings, TrainingState, load, load_weights,
 };
-use trainer::model::{CnnMnist, DropoutRates};
+use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
 
 fn layout() -> FlatLayout {
-    CnnMnist::new(DropoutRates::REFERENCE).layout().clone()
+    cnn_layout().clone()
 }
 
 fn settings() -> Settings {

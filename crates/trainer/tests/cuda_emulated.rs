@@ -20,9 +20,9 @@ use common::free_port;
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Backend, Cpu, Cuda, Ops};
 use fashion_mnist::FashionMnist;
-use trainer::ddp::{CommThread, NcclAverager, plan_buckets};
+use trainer::ddp::{CommThread, NcclHook, plan_buckets};
 use trainer::model::DropoutRates;
-use trainer::train::{TrainConfig, Trainer};
+use trainer::train::{Setup, TrainConfig, Trainer};
 
 const EMULATED: [&str; 4] = [
     "emulated_gpu_training_follows_the_cpu",
@@ -198,16 +198,13 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
             bucket_mb: 0.05,
             ..config(16, DropoutRates::OFF)
         };
-        let buckets = plan_buckets(
-            trainer::model::CnnMnist::new(DropoutRates::OFF).layout(),
-            cfg.bucket_mb,
-        );
+        let buckets = plan_buckets(trainer::model::cnn_layout(), cfg.bucket_mb);
         assert!(buckets.len() > 2, "several buckets overlap backward");
-        let averager = NcclAverager::new(nccl, &gpu, buckets).unwrap();
-        let comm = CommThread::spawn(Box::new(tcp)).unwrap();
-        let mut trainer = Trainer::new(gpu, &data, cfg, Some(comm)).unwrap();
-        trainer.average_on_device(Box::new(averager));
-        run(trainer).0
+        let setup = Setup {
+            device_hook: Some(Box::new(NcclHook::new(nccl, &gpu).unwrap())),
+            ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
+        };
+        run(Trainer::start(gpu, &data, cfg, setup).unwrap()).0
     });
     ranks_follow_one_cpu_rank(&data, &ranks);
 }

@@ -14,7 +14,7 @@ use safetensors::{Dtype, SafeTensors};
 use trainer::checkpoint::{
     CheckpointDir, MODEL_FILE, Position, Settings, TrainingState, load_weights,
 };
-use trainer::model::{Activations, CnnMnist, DropoutRates, IMAGE_SIDE, Mode};
+use trainer::model::{Activations, CnnMnist, DropoutRates, IMAGE_SIDE, Mode, Model};
 
 const BATCH: usize = 8;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{data_arg, dataset, launcher_pid, run, stderr, stderr_lines, trainer};
 use trainer::checkpoint::store::PAUSE_ENV;
 use trainer::checkpoint::{Position, TrainingState, load};
-use trainer::model::{CnnMnist, DropoutRates};
+use trainer::model::cnn_layout;
 
 /// Two ranks, 8 steps, checkpoints after steps 2, 4 and 6 and at the end.
 fn job(dir: &Path, metrics: &Path) -> Command {
@@ -39,7 +39,7 @@ fn job(dir: &Path, metrics: &Path) -> Command {
 
 fn final_state(dir: &Path) -> TrainingState {
     let end = dir.join(Position { epoch: 2, step: 0 }.dir_name());
-    load(&end, CnnMnist::new(DropoutRates::REFERENCE).layout()).unwrap()
+    load(&end, cnn_layout()).unwrap()
 }
 
 fn losses(metrics: &Path) -> Vec<String> {

@@ -16,8 +16,9 @@ use fashion_mnist::FashionMnist;
 use trainer::checkpoint::origin::Origin;
 use trainer::checkpoint::{CheckpointDir, Checkpoints, Position, TrainingState, load};
 use trainer::ddp::CommThread;
-use trainer::model::{CnnMnist, DropoutRates};
-use trainer::train::{EpochReport, Silent, TrainConfig, Trainer};
+use trainer::model::{DropoutRates, cnn_layout};
+use trainer::stop::{StopKind, StopRequest};
+use trainer::train::{EpochReport, RunOutcome, Setup, Silent, TrainConfig, Trainer};
 
 const EPOCHS: usize = 2;
 const STEPS: usize = 5;
@@ -58,6 +59,9 @@ enum Plan {
     StopAfter(usize),
     /// Continues from the newest checkpoint, which must be at this position.
     Resume(Position),
+    /// This rank is asked to stop (as SIGTERM would) before its first step:
+    /// every rank stops after step 1, and rank 0 saves a checkpoint there.
+    Preempt(usize),
 }
 
 /// Runs `world` ranks (as threads) of one run; returns rank 0's epoch reports.
@@ -95,7 +99,7 @@ fn run_rank(
     let checkpoints = CheckpointDir::new(dir, KEEP);
     let origin = match plan {
         Plan::Resume(expected) if rank == 0 => {
-            let layout = CnnMnist::new(DropoutRates::REFERENCE).layout().clone();
+            let layout = cnn_layout().clone();
             let (_, state) = checkpoints
                 .newest_valid(&layout)
                 .unwrap()
@@ -114,12 +118,20 @@ fn run_rank(
     } else {
         EPOCHS
     };
-    let mut trainer =
-        Trainer::with_origin(Cpu::new(1).unwrap(), data, config(epochs), comm, origin).unwrap();
-    trainer.set_checkpoints(Checkpoints {
-        dir: checkpoints,
-        every: Some(EVERY),
-    });
+    let stop = StopRequest::new();
+    if matches!(plan, Plan::Preempt(r) if r == rank) {
+        stop.request(StopKind::Preempt);
+    }
+    let setup = Setup {
+        origin,
+        stop,
+        checkpoints: Some(Checkpoints {
+            dir: checkpoints,
+            every: Some(EVERY),
+        }),
+        ..Setup::fresh(comm)
+    };
+    let mut trainer = Trainer::start(Cpu::new(1).unwrap(), data, config(epochs), setup).unwrap();
     let mut reports = Vec::new();
     if let Plan::StopAfter(steps) = plan {
         let mut done = 0;
@@ -133,12 +145,19 @@ fn run_rank(
         });
         assert!(stopped.is_err_and(|e| e.to_string() == "interrupted"));
     } else {
-        trainer
+        let outcome = trainer
             .run(&mut Silent, &mut |r| {
                 reports.push(r.clone());
                 Ok(())
             })
             .unwrap();
+        if let Plan::Preempt(_) = plan {
+            let at = Position { epoch: 1, step: 1 };
+            let saved = (rank == 0).then(|| dir.join(at.dir_name()));
+            assert_eq!(outcome, RunOutcome::Preempted { at, saved });
+        } else {
+            assert_eq!(outcome, RunOutcome::Completed);
+        }
     }
     reports
 }
@@ -157,11 +176,7 @@ fn numbers(r: &EpochReport) -> (usize, f64, f64, f64, usize, u64) {
 }
 
 fn final_state(dir: &Path) -> TrainingState {
-    load(
-        &dir.join(END.dir_name()),
-        CnnMnist::new(DropoutRates::REFERENCE).layout(),
-    )
-    .unwrap()
+    load(&dir.join(END.dir_name()), cnn_layout()).unwrap()
 }
 
 /// Interrupts a run with `stop`, resumes it, and compares with a run
@@ -211,6 +226,18 @@ fn one_rank_resumed_between_epochs_ends_bitwise_equal() {
 #[test]
 fn two_ranks_resumed_mid_epoch_end_bitwise_equal() {
     check(2, Plan::StopAfter(4), Position { epoch: 1, step: 3 });
+}
+
+/// A preemption request on one rank stops both at the same step; the
+/// checkpoint rank 0 writes there resumes to the uninterrupted result.
+#[test]
+fn one_rank_preempted_resumes_bitwise_equal() {
+    check(1, Plan::Preempt(0), Position { epoch: 1, step: 1 });
+}
+
+#[test]
+fn two_ranks_preempted_through_rank_1_resume_bitwise_equal() {
+    check(2, Plan::Preempt(1), Position { epoch: 1, step: 1 });
 }
 
 #[test]

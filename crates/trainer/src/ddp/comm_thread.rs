@@ -2,6 +2,8 @@
 //! run while the training thread computes.
 
 use std::ops::DerefMut;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
@@ -14,7 +16,7 @@ use comm::{CommError, Communicator, ReduceOp};
 pub(super) type Staged = Box<dyn DerefMut<Target = [f32]> + Send>;
 
 /// A collective for the communication thread, carrying its buffer.
-pub(super) enum Request {
+pub(super) enum Op {
     AverageF32(Staged),
     SumF64(Vec<f64>),
     Broadcast(Vec<f32>, usize),
@@ -26,40 +28,57 @@ enum Reply {
     F64(Vec<f64>),
 }
 
+type ReplySender = Sender<Result<Reply, CommError>>;
+
+/// An operation and where its reply goes.
+struct Request {
+    op: Op,
+    reply: ReplySender,
+}
+
 /// A communicator living on its own thread. Requests run in submission
-/// order and replies come back in that order, so every rank issues the
-/// same sequence of collectives, as the transports require.
+/// order, whichever [`CommHandle`] submitted them, so every rank issues the
+/// same sequence of collectives as long as its handles are used in one
+/// program order (they are: by one training thread). Each handle receives
+/// the replies of its own requests, in order.
 pub struct CommThread {
+    handle: CommHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// One user's access to a [`CommThread`]: the gradient hook holds one, the
+/// trainer (metrics, the starting state) another.
+pub struct CommHandle {
     rank: usize,
     world_size: usize,
-    requests: Option<Sender<Request>>,
+    requests: Sender<Request>,
+    reply_to: ReplySender,
     replies: Receiver<Result<Reply, CommError>>,
-    pending: usize,
-    thread: Option<JoinHandle<()>>,
+    /// Requests of every handle still in flight.
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl CommThread {
     pub fn spawn(mut comm: Box<dyn Communicator>) -> anyhow::Result<Self> {
         let (rank, world_size) = (comm.rank(), comm.world_size());
         let (requests, inbox) = channel::<Request>();
-        let (outbox, replies) = channel();
         let thread = std::thread::Builder::new()
             .name(format!("comm-rank{rank}"))
             .spawn(move || {
-                for request in inbox {
-                    let reply = match request {
-                        Request::AverageF32(mut buf) => comm
+                for Request { op, reply } in inbox {
+                    let result = match op {
+                        Op::AverageF32(mut buf) => comm
                             .all_reduce(&mut buf, ReduceOp::Avg)
                             .map(|()| Reply::Staged(buf)),
-                        Request::SumF64(mut buf) => comm
+                        Op::SumF64(mut buf) => comm
                             .all_reduce_f64(&mut buf, ReduceOp::Sum)
                             .map(|()| Reply::F64(buf)),
-                        Request::Broadcast(mut buf, root) => {
+                        Op::Broadcast(mut buf, root) => {
                             comm.broadcast(&mut buf, root).map(|()| Reply::F32(buf))
                         }
                     };
-                    let failed = reply.is_err();
-                    if outbox.send(reply).is_err() || failed {
+                    let failed = result.is_err();
+                    if reply.send(result).is_err() || failed {
                         // After a failed collective the ring is out of step
                         // for good; stop and let the trainer report it.
                         break;
@@ -67,33 +86,71 @@ impl CommThread {
                 }
             })
             .context("starting the communication thread")?;
+        let (reply_to, replies) = channel();
         Ok(Self {
-            rank,
-            world_size,
-            requests: Some(requests),
-            replies,
-            pending: 0,
+            handle: CommHandle {
+                rank,
+                world_size,
+                requests,
+                reply_to,
+                replies,
+                in_flight: Arc::new(AtomicUsize::new(0)),
+            },
             thread: Some(thread),
         })
     }
 
     pub fn rank(&self) -> usize {
-        self.rank
+        self.handle.rank
     }
 
     pub fn world_size(&self) -> usize {
-        self.world_size
+        self.handle.world_size
     }
 
-    pub(super) fn submit(&mut self, request: Request) -> anyhow::Result<()> {
-        let sent = self
-            .requests
-            .as_ref()
-            .is_some_and(|s| s.send(request).is_ok());
-        if !sent {
+    /// Another handle on this thread, with replies of its own.
+    pub fn handle(&self) -> CommHandle {
+        let (reply_to, replies) = channel();
+        CommHandle {
+            requests: self.handle.requests.clone(),
+            in_flight: Arc::clone(&self.handle.in_flight),
+            reply_to,
+            replies,
+            ..self.handle
+        }
+    }
+
+    /// Overwrites `buf` with rank `root`'s copy.
+    pub fn broadcast(&mut self, buf: &mut Vec<f32>, root: usize) -> anyhow::Result<()> {
+        self.handle
+            .submit(Op::Broadcast(std::mem::take(buf), root))?;
+        match self.handle.next_reply()? {
+            Reply::F32(v) => *buf = v,
+            _ => return Err(out_of_order()),
+        }
+        Ok(())
+    }
+
+    /// Sums `values` over all ranks (exactly, in f64).
+    pub fn sum_f64(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
+        self.handle.submit(Op::SumF64(values))?;
+        match self.handle.next_reply()? {
+            Reply::F64(v) => Ok(v),
+            _ => Err(out_of_order()),
+        }
+    }
+}
+
+impl CommHandle {
+    pub(super) fn submit(&mut self, op: Op) -> anyhow::Result<()> {
+        let request = Request {
+            op,
+            reply: self.reply_to.clone(),
+        };
+        if self.requests.send(request).is_err() {
             return Err(self.why_stopped());
         }
-        self.pending += 1;
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -101,7 +158,6 @@ impl CommThread {
     /// wait, unread, behind earlier replies: report that error.
     fn why_stopped(&mut self) -> anyhow::Error {
         let failure = self.replies.try_iter().find_map(Result::err);
-        self.pending = 0;
         let context = format!("rank {} of {}", self.rank, self.world_size);
         match failure {
             Some(e) => anyhow::Error::new(e).context(context),
@@ -114,37 +170,14 @@ impl CommThread {
             .replies
             .recv()
             .map_err(|_| anyhow!("rank {}: the communication thread has stopped", self.rank))?;
-        self.pending -= 1;
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
         reply.with_context(|| format!("rank {} of {}", self.rank, self.world_size))
-    }
-
-    fn next_f32(&mut self) -> anyhow::Result<Vec<f32>> {
-        match self.next_reply()? {
-            Reply::F32(v) => Ok(v),
-            _ => Err(out_of_order()),
-        }
     }
 
     /// The next reply, which must be an averaged [`Staged`] buffer.
     pub(super) fn next_staged(&mut self) -> anyhow::Result<Staged> {
         match self.next_reply()? {
             Reply::Staged(v) => Ok(v),
-            _ => Err(out_of_order()),
-        }
-    }
-
-    /// Overwrites `buf` with rank `root`'s copy.
-    pub fn broadcast(&mut self, buf: &mut Vec<f32>, root: usize) -> anyhow::Result<()> {
-        self.submit(Request::Broadcast(std::mem::take(buf), root))?;
-        *buf = self.next_f32()?;
-        Ok(())
-    }
-
-    /// Sums `values` over all ranks (exactly, in f64).
-    pub fn sum_f64(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
-        self.submit(Request::SumF64(values))?;
-        match self.next_reply()? {
-            Reply::F64(v) => Ok(v),
             _ => Err(out_of_order()),
         }
     }
@@ -158,11 +191,18 @@ fn out_of_order() -> anyhow::Error {
 
 impl Drop for CommThread {
     fn drop(&mut self) {
-        self.requests = None;
-        // Only wait for a thread with nothing in flight: one blocked on a
-        // dead peer must not keep this rank from exiting with its error.
-        if self.pending == 0
-            && let Some(thread) = self.thread.take()
+        // The thread ends once every handle's sender is gone. Only wait for
+        // it when this is the last handle and nothing is in flight: a
+        // thread blocked on a dead peer must not keep this rank from
+        // exiting with its error.
+        let last = Arc::strong_count(&self.handle.in_flight) == 1;
+        let idle = self.handle.in_flight.load(Ordering::Relaxed) == 0;
+        let thread = self.thread.take();
+        let (dummy, _) = channel();
+        drop(std::mem::replace(&mut self.handle.requests, dummy));
+        if last
+            && idle
+            && let Some(thread) = thread
         {
             let _ = thread.join();
         }

@@ -18,15 +18,13 @@ use comm::nccl::NcclCommunicator;
 use core_tensor::Cuda;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 
-use super::DeviceAverager;
-use super::buckets::BucketQueue;
-use crate::model::GradsReady;
+use super::{CommHook, GradBucket};
 
-pub struct NcclAverager {
+pub struct NcclHook {
     nccl: NcclCommunicator,
     compute: Arc<CudaStream>,
-    queue: BucketQueue,
-    /// What each bucket's collective is called in errors.
+    /// What each bucket's collective is called in errors, by bucket index
+    /// (named at its first launch).
     names: Vec<String>,
     /// Recorded on the compute stream once a bucket's gradients are written.
     written: CudaEvent,
@@ -34,61 +32,60 @@ pub struct NcclAverager {
     reduced: CudaEvent,
 }
 
-impl NcclAverager {
-    /// Averages the buckets `buckets` of the gradient buffer over `nccl`,
-    /// whose stream must be a side stream of `gpu`.
-    pub fn new(
-        nccl: NcclCommunicator,
-        gpu: &Cuda,
-        buckets: Vec<Range<usize>>,
-    ) -> anyhow::Result<Self> {
+impl NcclHook {
+    /// Averages gradient buckets over `nccl`, whose stream must be a side
+    /// stream of `gpu`.
+    pub fn new(nccl: NcclCommunicator, gpu: &Cuda) -> anyhow::Result<Self> {
         let compute = gpu.stream().clone();
         let ctx = compute.context();
-        let names = buckets
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                format!(
-                    "all-reduce of gradient bucket {i} ({:.2} MB)",
-                    (b.len() * 4) as f64 / 1e6
-                )
-            })
-            .collect();
         Ok(Self {
             written: ctx.new_event(None).context("creating a CUDA event")?,
             reduced: ctx.new_event(None).context("creating a CUDA event")?,
             nccl,
             compute,
-            queue: BucketQueue::new(buckets),
-            names,
+            names: Vec::new(),
         })
     }
 }
 
-impl GradsReady<Cuda> for NcclAverager {
-    fn ready(&mut self, _: &Cuda, grads: &mut CudaSlice<f32>, offset: usize) -> anyhow::Result<()> {
-        let comm_stream = self.nccl.stream();
-        while let Some((i, bucket)) = self.queue.next_ready(offset) {
-            self.written.record(&self.compute)?;
-            comm_stream.wait(&self.written)?;
-            let len = grads.len();
-            let mut view = grads.try_slice_mut(bucket.clone()).ok_or_else(|| {
-                anyhow!("gradient bucket {bucket:?} lies outside the {len}-element buffer")
-            })?;
-            self.nccl
-                .all_reduce_in_place(&mut view, ReduceOp::Avg, &self.names[i])?;
+impl CommHook<Cuda> for NcclHook {
+    fn launch(
+        &mut self,
+        _: &Cuda,
+        grads: &mut CudaSlice<f32>,
+        bucket: &GradBucket,
+    ) -> anyhow::Result<()> {
+        self.written.record(&self.compute)?;
+        self.nccl.stream().wait(&self.written)?;
+        if self.names.len() <= bucket.index {
+            let mb = (bucket.range.len() * 4) as f64 / 1e6;
+            let name = format!(
+                "all-reduce of gradient bucket {} ({mb:.2} MB)",
+                bucket.index
+            );
+            self.names.resize(bucket.index + 1, String::new());
+            self.names[bucket.index] = name;
         }
+        let len = grads.len();
+        let range = bucket.range.clone();
+        let mut view = grads.try_slice_mut(range.clone()).ok_or_else(|| {
+            anyhow!("gradient bucket {range:?} lies outside the {len}-element buffer")
+        })?;
+        self.nccl
+            .all_reduce_in_place(&mut view, ReduceOp::Avg, &self.names[bucket.index])?;
         Ok(())
     }
-}
 
-impl DeviceAverager<Cuda> for NcclAverager {
-    fn finish(&mut self, _: &Cuda) -> anyhow::Result<()> {
-        self.queue.end_step()?;
+    fn finish(
+        &mut self,
+        _: &Cuda,
+        _: &mut CudaSlice<f32>,
+        _: &[Range<usize>],
+    ) -> anyhow::Result<()> {
         self.reduced.record(self.nccl.stream())?;
         self.compute.wait(&self.reduced)?;
         // Reports what the watchdog found since the last step.
-        self.check()
+        CommHook::<Cuda>::check(self)
     }
 
     fn check(&self) -> anyhow::Result<()> {
@@ -96,7 +93,7 @@ impl DeviceAverager<Cuda> for NcclAverager {
     }
 }
 
-impl Drop for NcclAverager {
+impl Drop for NcclHook {
     /// The gradient buffer is freed in compute-stream order: make that
     /// stream wait for collectives still queued (a step that failed
     /// half-way) so none writes into freed memory.

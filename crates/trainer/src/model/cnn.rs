@@ -1,0 +1,429 @@
+//! `CNN_MNIST`, the network of the classic PyTorch example:
+//!
+//! ```text
+//! conv1 1→32 3x3 · relu · conv2 32→64 3x3 · relu · maxpool 2x2 · dropout 0.25
+//! · flatten · fc1 9216→128 · relu · dropout 0.5 · fc2 128→10
+//! ```
+//!
+//! Each layer's geometry is written once, below; the parameter shapes and
+//! the activation sizes are derived from it. Parameters are one flat buffer
+//! laid out exactly as PyTorch's `state_dict()` (names, shapes, order), so
+//! checkpoints map one to one.
+
+use std::sync::LazyLock;
+
+use anyhow::Context as _;
+use core_tensor::ops::{ClassGeom, Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
+use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::cnn_buffers::Activations;
+use super::{GradsReady, Mode, Model};
+
+/// Values in the flat parameter buffer.
+pub const PARAM_COUNT: usize = 1_199_882;
+/// Side of the square input image.
+pub const IMAGE_SIDE: usize = 28;
+pub const CLASSES: usize = 10;
+
+/// The layers at batch size 1 (each pass sets its own batch).
+pub(super) const CONV1: Conv2dGeom = Conv2dGeom {
+    batch: 1,
+    in_channels: 1,
+    in_h: IMAGE_SIDE,
+    in_w: IMAGE_SIDE,
+    out_channels: 32,
+    kernel: 3,
+    stride: 1,
+    padding: 0,
+};
+pub(super) const CONV2: Conv2dGeom = Conv2dGeom {
+    batch: 1,
+    in_channels: CONV1.out_channels,
+    in_h: IMAGE_SIDE - 2,
+    in_w: IMAGE_SIDE - 2,
+    out_channels: 64,
+    kernel: 3,
+    stride: 1,
+    padding: 0,
+};
+pub(super) const POOL: PoolGeom = PoolGeom {
+    batch: 1,
+    channels: CONV2.out_channels,
+    in_h: IMAGE_SIDE - 4,
+    in_w: IMAGE_SIDE - 4,
+};
+pub(super) const FC1: LinearGeom = LinearGeom {
+    batch: 1,
+    in_features: POOL.channels * (POOL.in_h / 2) * (POOL.in_w / 2),
+    out_features: 128,
+};
+pub(super) const FC2: LinearGeom = LinearGeom {
+    batch: 1,
+    in_features: FC1.out_features,
+    out_features: CLASSES,
+};
+
+/// Drop probabilities of the two dropout layers, `(after pool, after fc1)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DropoutRates {
+    pub pool: f32,
+    pub hidden: f32,
+}
+
+impl DropoutRates {
+    /// The rates of the reference model.
+    pub const REFERENCE: Self = Self {
+        pool: 0.25,
+        hidden: 0.5,
+    };
+    /// No dropout: used to compare data-parallel runs element for element.
+    pub const OFF: Self = Self {
+        pool: 0.0,
+        hidden: 0.0,
+    };
+}
+
+/// The parameters' `state_dict` layout: `(name, shape, fan_in)` per tensor.
+fn param_specs() -> [(&'static str, Vec<usize>, usize); 8] {
+    let conv_w = |g: Conv2dGeom| vec![g.out_channels, g.in_channels, g.kernel, g.kernel];
+    let fc_w = |g: LinearGeom| vec![g.out_features, g.in_features];
+    [
+        ("conv1.weight", conv_w(CONV1), CONV1.patch_len()),
+        ("conv1.bias", vec![CONV1.out_channels], CONV1.patch_len()),
+        ("conv2.weight", conv_w(CONV2), CONV2.patch_len()),
+        ("conv2.bias", vec![CONV2.out_channels], CONV2.patch_len()),
+        ("fc1.weight", fc_w(FC1), FC1.in_features),
+        ("fc1.bias", vec![FC1.out_features], FC1.in_features),
+        ("fc2.weight", fc_w(FC2), FC2.in_features),
+        ("fc2.bias", vec![FC2.out_features], FC2.in_features),
+    ]
+}
+
+/// The CNN's parameter layout, built once per process.
+pub fn cnn_layout() -> &'static FlatLayout {
+    static LAYOUT: LazyLock<FlatLayout> = LazyLock::new(|| {
+        let specs = param_specs()
+            .into_iter()
+            .map(|(name, shape, _)| ParamSpec::new(name, &shape))
+            .collect();
+        FlatLayout::new(specs).expect("parameter names are distinct")
+    });
+    &LAYOUT
+}
+
+/// The network: where each layer's parameters live, and its dropout rates.
+#[derive(Clone, Debug)]
+pub struct CnnMnist {
+    conv1: ParamAt,
+    conv2: ParamAt,
+    fc1: ParamAt,
+    fc2: ParamAt,
+    dropout: DropoutRates,
+}
+
+impl CnnMnist {
+    pub fn new(dropout: DropoutRates) -> Self {
+        let at = |layer: &str| {
+            let range = |part: &str| {
+                cnn_layout()
+                    .range(&format!("{layer}.{part}"))
+                    .expect("declared in param_specs")
+            };
+            ParamAt {
+                weight: range("weight"),
+                bias: range("bias"),
+            }
+        };
+        Self {
+            conv1: at("conv1"),
+            conv2: at("conv2"),
+            fc1: at("fc1"),
+            fc2: at("fc2"),
+            dropout,
+        }
+    }
+
+    pub fn dropout(&self) -> DropoutRates {
+        self.dropout
+    }
+
+    /// The parameter layout (see [`cnn_layout`]).
+    pub fn layout(&self) -> &'static FlatLayout {
+        cnn_layout()
+    }
+
+    /// PyTorch's default distributions: for both `Conv2d` and `Linear`,
+    /// weights (kaiming-uniform with a = √5) and biases are uniform in
+    /// ±1/√fan_in. ChaCha8 words turned into floats here, not by `rand`'s
+    /// distributions, so the values stay the same across `rand` releases.
+    pub fn init_params(&self, seed: u64) -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut params = Vec::with_capacity(PARAM_COUNT);
+        for (_, shape, fan_in) in param_specs() {
+            let bound = 1.0 / (fan_in as f32).sqrt();
+            let count: usize = shape.iter().product();
+            params.extend((0..count).map(|_| {
+                // 24 random bits: a uniform f32 in [0, 1), exactly.
+                let unit = (rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32;
+                (2.0 * unit - 1.0) * bound
+            }));
+        }
+        params
+    }
+
+    /// The two dropout layers' seeds for one step: independent streams.
+    fn dropout_seeds(seed: u64) -> (u64, u64) {
+        (rng::derive_seed(seed, &[1]), rng::derive_seed(seed, &[2]))
+    }
+}
+
+/// `geom` at batch size `batch`.
+fn conv(geom: Conv2dGeom, batch: usize) -> Conv2dGeom {
+    Conv2dGeom { batch, ..geom }
+}
+fn linear(geom: LinearGeom, batch: usize) -> LinearGeom {
+    LinearGeom { batch, ..geom }
+}
+fn pool(batch: usize) -> PoolGeom {
+    PoolGeom { batch, ..POOL }
+}
+fn classes(batch: usize) -> ClassGeom {
+    ClassGeom {
+        batch,
+        classes: CLASSES,
+    }
+}
+
+impl<B: Ops> Model<B> for CnnMnist {
+    type Buffers = Activations<B>;
+
+    fn layout(&self) -> &FlatLayout {
+        cnn_layout()
+    }
+
+    fn init_params(&self, seed: u64) -> Vec<f32> {
+        CnnMnist::init_params(self, seed)
+    }
+
+    fn buffers(&self, backend: &B, batch: usize, train: bool) -> Result<Activations<B>> {
+        Activations::new(backend, batch, train)
+    }
+
+    fn inputs<'a>(
+        &self,
+        act: &'a mut Activations<B>,
+    ) -> (&'a mut B::Storage<f32>, &'a mut B::Storage<u8>) {
+        (&mut act.x, &mut act.labels)
+    }
+
+    fn forward(
+        &self,
+        b: &B,
+        act: &mut Activations<B>,
+        params: &B::Storage<f32>,
+        mode: Mode,
+    ) -> Result<()> {
+        let n = act.batch;
+        b.conv2d_fwd(&conv(CONV1, n), &act.x, params, &self.conv1, &mut act.a1)?;
+        b.relu_fwd(&mut act.a1)?;
+        b.conv2d_fwd(&conv(CONV2, n), &act.a1, params, &self.conv2, &mut act.a2)?;
+        b.relu_fwd(&mut act.a2)?;
+        b.maxpool2d_fwd(&pool(n), &act.a2, &mut act.pooled)?;
+        let seeds = match mode {
+            Mode::Train { dropout_seed } => Some(Self::dropout_seeds(dropout_seed)),
+            Mode::Eval => None,
+        };
+        if let Some((s1, _)) = seeds {
+            b.dropout_fwd(self.dropout.pool, s1, &mut act.pooled)?;
+        }
+        b.linear_fwd(
+            &linear(FC1, n),
+            &act.pooled,
+            params,
+            &self.fc1,
+            &mut act.hidden,
+        )?;
+        b.relu_fwd(&mut act.hidden)?;
+        if let Some((_, s2)) = seeds {
+            b.dropout_fwd(self.dropout.hidden, s2, &mut act.hidden)?;
+        }
+        b.linear_fwd(
+            &linear(FC2, n),
+            &act.hidden,
+            params,
+            &self.fc2,
+            &mut act.logits,
+        )
+    }
+
+    fn count_correct(
+        &self,
+        b: &B,
+        act: &Activations<B>,
+        correct: &mut B::Storage<f32>,
+    ) -> Result<()> {
+        b.count_correct(&classes(act.batch), &act.logits, &act.labels, correct)
+    }
+
+    fn loss(
+        &self,
+        b: &B,
+        act: &mut Activations<B>,
+        loss_sum: &mut B::Storage<f32>,
+    ) -> anyhow::Result<()> {
+        let geom = classes(act.batch);
+        let grads = act
+            .grads
+            .as_mut()
+            .context("the loss gradient needs buffers built for training")?;
+        let (logits, labels) = (&act.logits, &act.labels);
+        Ok(b.cross_entropy_fwd_bwd(&geom, logits, labels, &mut grads.dlogits, loss_sum)?)
+    }
+
+    /// The ReLU masks read the post-dropout activations: where dropout
+    /// zeroed a unit its gradient is already zero, elsewhere the sign is
+    /// unchanged.
+    fn backward(
+        &self,
+        b: &B,
+        act: &mut Activations<B>,
+        params: &B::Storage<f32>,
+        grads: &mut B::Storage<f32>,
+        dropout_seed: u64,
+        hook: &mut dyn GradsReady<B>,
+    ) -> anyhow::Result<()> {
+        let n = act.batch;
+        let (s1, s2) = Self::dropout_seeds(dropout_seed);
+        let g = act
+            .grads
+            .as_mut()
+            .context("backward needs buffers built for training")?;
+        let fc2 = linear(FC2, n);
+        b.linear_bwd(
+            &fc2,
+            &act.hidden,
+            params,
+            &self.fc2,
+            &g.dlogits,
+            grads,
+            Some(&mut g.dhidden),
+        )?;
+        hook.ready(b, grads, self.fc2.weight.start)?;
+        b.dropout_bwd(self.dropout.hidden, s2, &mut g.dhidden)?;
+        b.relu_bwd(&act.hidden, &mut g.dhidden)?;
+        let fc1 = linear(FC1, n);
+        b.linear_bwd(
+            &fc1,
+            &act.pooled,
+            params,
+            &self.fc1,
+            &g.dhidden,
+            grads,
+            Some(&mut g.dpooled),
+        )?;
+        hook.ready(b, grads, self.fc1.weight.start)?;
+        b.dropout_bwd(self.dropout.pool, s1, &mut g.dpooled)?;
+        b.maxpool2d_bwd(&pool(n), &act.a2, &g.dpooled, &mut g.da2)?;
+        b.relu_bwd(&act.a2, &mut g.da2)?;
+        let conv2 = conv(CONV2, n);
+        b.conv2d_bwd(
+            &conv2,
+            &act.a1,
+            params,
+            &self.conv2,
+            &g.da2,
+            grads,
+            Some(&mut g.da1),
+        )?;
+        hook.ready(b, grads, self.conv2.weight.start)?;
+        b.relu_bwd(&act.a1, &mut g.da1)?;
+        b.conv2d_bwd(
+            &conv(CONV1, n),
+            &act.x,
+            params,
+            &self.conv1,
+            &g.da1,
+            grads,
+            None,
+        )?;
+        hook.ready(b, grads, self.conv1.weight.start)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_named_and_shaped_like_pytorchs_state_dict() {
+        let got: Vec<(String, Vec<usize>)> = cnn_layout()
+            .views()
+            .iter()
+            .map(|v| (v.spec.name.clone(), v.spec.shape.clone()))
+            .collect();
+        let want = [
+            ("conv1.weight", vec![32, 1, 3, 3]),
+            ("conv1.bias", vec![32]),
+            ("conv2.weight", vec![64, 32, 3, 3]),
+            ("conv2.bias", vec![64]),
+            ("fc1.weight", vec![128, 9216]),
+            ("fc1.bias", vec![128]),
+            ("fc2.weight", vec![10, 128]),
+            ("fc2.bias", vec![10]),
+        ];
+        assert_eq!(got, want.map(|(n, s)| (n.to_string(), s)));
+        assert_eq!(cnn_layout().len(), PARAM_COUNT);
+    }
+
+    #[test]
+    fn layer_geometries_chain() {
+        assert_eq!((CONV2.in_h, CONV2.in_w), (CONV1.out_h(), CONV1.out_w()));
+        assert_eq!((POOL.in_h, POOL.in_w), (CONV2.out_h(), CONV2.out_w()));
+        assert_eq!(FC1.in_features, POOL.output_len());
+    }
+
+    #[test]
+    fn init_is_uniform_within_pytorchs_bounds_and_seeded() {
+        let model = CnnMnist::new(DropoutRates::REFERENCE);
+        let init = |seed| model.init_params(seed);
+        let params = init(0);
+        assert_eq!(params, init(0));
+        assert_ne!(params, init(1));
+        for (name, fan_in) in [
+            ("conv1", 9.0f32),
+            ("conv2", 288.0),
+            ("fc1", 9216.0),
+            ("fc2", 128.0),
+        ] {
+            let bound = 1.0 / fan_in.sqrt();
+            for part in ["weight", "bias"] {
+                let values = &params[cnn_layout().range(&format!("{name}.{part}")).unwrap()];
+                let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                assert!(max <= bound, "{name}.{part}: max |w| {max}, bound {bound}");
+                // Thousands of weights per layer: their largest must come close.
+                if part == "weight" {
+                    assert!(
+                        max > 0.9 * bound,
+                        "{name}.weight spans only ±{max} of ±{bound}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The initial weights are pinned: a change of generator or of the
+    /// float conversion changes every run's numbers, so it must be seen.
+    #[test]
+    fn init_values_are_pinned() {
+        let model = CnnMnist::new(DropoutRates::REFERENCE);
+        let params = model.init_params(0);
+        let sum: f64 = params.iter().map(|&p| f64::from(p)).sum();
+        let first: Vec<f32> = params[..3].to_vec();
+        assert_eq!((first, sum), (PINNED_FIRST.to_vec(), PINNED_SUM));
+    }
+
+    const PINNED_FIRST: [f32; 3] = [0.103_131_41, 0.139_383_6, 0.153_246_57];
+    const PINNED_SUM: f64 = -1.938_792_443_700_45;
+}

@@ -1,0 +1,108 @@
+//! The models the trainer can drive, behind one trait.
+//!
+//! A model owns no tensors: it describes where its parameters live in one
+//! flat buffer ([`Model::layout`], PyTorch `state_dict` names and order),
+//! which buffers a pass over a batch needs ([`Model::Buffers`]), and how
+//! forward, the loss and backward run on a backend. The trainer holds the
+//! parameters, gradients and optimizer state, so every model gets data
+//! parallelism, checkpoints and the finiteness guard for free.
+
+mod cnn;
+mod cnn_buffers;
+
+pub use cnn::{CLASSES, CnnMnist, DropoutRates, IMAGE_SIDE, PARAM_COUNT, cnn_layout};
+pub use cnn_buffers::{ActivationGrads, Activations};
+
+use core_tensor::{FlatLayout, Ops, Result};
+
+/// Whether a forward pass trains (dropout on, seeded per step) or evaluates.
+#[derive(Clone, Copy, Debug)]
+pub enum Mode {
+    Train { dropout_seed: u64 },
+    Eval,
+}
+
+/// Receives, during backward, the news that every gradient from `offset` to
+/// the end of the flat buffer is final: the hook for overlapping gradient
+/// communication with the rest of the backward pass. The hook may rewrite
+/// those final gradients (an in-place all-reduce does); backward only writes
+/// below `offset` afterwards.
+pub trait GradsReady<B: Ops> {
+    fn ready(
+        &mut self,
+        backend: &B,
+        grads: &mut B::Storage<f32>,
+        offset: usize,
+    ) -> anyhow::Result<()>;
+}
+
+/// The hook of a backward pass with nothing to synchronise (one rank).
+pub struct NoSync;
+
+impl<B: Ops> GradsReady<B> for NoSync {
+    fn ready(&mut self, _: &B, _: &mut B::Storage<f32>, _: usize) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// A network the trainer can train: structure, buffers, and the passes.
+pub trait Model<B: Ops> {
+    /// Every buffer one forward/backward pass over a batch needs, allocated
+    /// once per batch size and reused.
+    type Buffers;
+
+    /// Where each parameter lives in the flat buffer.
+    fn layout(&self) -> &FlatLayout;
+
+    /// Fresh parameters, deterministic in `seed`.
+    fn init_params(&self, seed: u64) -> Vec<f32>;
+
+    /// Buffers for `batch` samples; `train` false allocates only what
+    /// evaluation needs.
+    fn buffers(&self, backend: &B, batch: usize, train: bool) -> Result<Self::Buffers>;
+
+    /// The input and label buffers the data set fills before each pass.
+    fn inputs<'a>(
+        &self,
+        buffers: &'a mut Self::Buffers,
+    ) -> (&'a mut B::Storage<f32>, &'a mut B::Storage<u8>);
+
+    /// Runs the network on the inputs, keeping what backward needs.
+    fn forward(
+        &self,
+        backend: &B,
+        buffers: &mut Self::Buffers,
+        params: &B::Storage<f32>,
+        mode: Mode,
+    ) -> Result<()>;
+
+    /// Adds the batch's correct predictions to `correct`.
+    fn count_correct(
+        &self,
+        backend: &B,
+        buffers: &Self::Buffers,
+        correct: &mut B::Storage<f32>,
+    ) -> Result<()>;
+
+    /// Adds the batch's summed loss to `loss_sum` and writes the loss
+    /// gradient backward starts from.
+    fn loss(
+        &self,
+        backend: &B,
+        buffers: &mut Self::Buffers,
+        loss_sum: &mut B::Storage<f32>,
+    ) -> anyhow::Result<()>;
+
+    /// Back-propagates the loss gradient, writing every parameter gradient
+    /// into `grads` and telling `hook` as soon as each layer's gradients
+    /// are final (last layer first). `dropout_seed` is the forward pass's.
+    fn backward(
+        &self,
+        backend: &B,
+        buffers: &mut Self::Buffers,
+        params: &B::Storage<f32>,
+        grads: &mut B::Storage<f32>,
+        dropout_seed: u64,
+        hook: &mut dyn GradsReady<B>,
+    ) -> anyhow::Result<()>;
+}

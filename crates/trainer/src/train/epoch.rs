@@ -1,0 +1,128 @@
+//! One epoch: this rank's shard in steps, stop requests, periodic
+//! checkpoints, then the epoch's numbers over all ranks and the test set.
+
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use core_tensor::{Ops, rng};
+
+use super::guard::GUARD_READ_EVERY;
+use super::{EpochReport, Progress, RunOutcome, Trainer};
+use crate::checkpoint::Position;
+use crate::data::to_device_indices;
+use crate::model::Model;
+use crate::stop::StopKind;
+
+/// How an epoch ended.
+pub(super) enum EpochEnd {
+    Trained(EpochReport),
+    Stopped(RunOutcome),
+}
+
+impl<B: Ops, M: Model<B>> Trainer<B, M> {
+    pub(super) fn epoch(
+        &mut self,
+        epoch: usize,
+        progress: &mut dyn Progress,
+        after_step: &mut dyn FnMut(&Self) -> anyhow::Result<()>,
+    ) -> anyhow::Result<EpochEnd> {
+        let rank = self.rank;
+        let resumed = match self.resume_at.take() {
+            Some(point) if epoch == self.first_epoch => Some(point),
+            Some(_) => bail!(
+                "rank {rank}: asked to train epoch {epoch}, but this run resumes in epoch {}",
+                self.first_epoch
+            ),
+            None => None,
+        };
+        let mut sampler = self.sampler()?;
+        sampler.set_epoch(epoch as u64 - 1);
+        let indices = sampler.indices();
+        let device_indices = to_device_indices(&self.backend, &indices)?;
+        let batches: Vec<_> = sampler
+            .batch_positions(self.cfg.batch_size)?
+            .take(self.cfg.max_steps.unwrap_or(usize::MAX))
+            .collect();
+        let steps = batches.len();
+        let first = resumed.as_ref().map_or(0, |p| p.step);
+        if first > steps {
+            bail!(
+                "rank {rank}: the checkpoint is at step {first} of epoch {epoch}, but this run's epochs have {steps} steps (another --max-steps?)"
+            );
+        }
+        let images_before = batches[..first].iter().map(|b| b.len() as u64).sum();
+        self.meter
+            .start(&self.backend, resumed.as_ref(), images_before)?;
+        progress.start_epoch(epoch, steps - first);
+        for (s, positions) in batches.into_iter().enumerate().skip(first) {
+            let at = Position {
+                epoch: epoch as u64,
+                step: s as u64 + 1,
+            };
+            let request = self.stop.requested();
+            if request == Some(StopKind::Interrupt) {
+                progress.finish_epoch();
+                return Ok(EpochEnd::Stopped(RunOutcome::Interrupted { at }));
+            }
+            self.meter.images += positions.len() as u64;
+            let seed = rng::derive_seed(self.cfg.seed, &[rank as u64, epoch as u64, s as u64]);
+            let vote = request == Some(StopKind::Preempt);
+            self.train_step(&device_indices, positions, seed, vote)
+                .with_context(|| format!("rank {rank}: epoch {epoch}, step {}", s + 1))?;
+            progress.step();
+            if self.all_ranks_stop(vote)? {
+                progress.finish_epoch();
+                let saved = self.save_checkpoint(at)?;
+                return Ok(EpochEnd::Stopped(RunOutcome::Preempted { at, saved }));
+            }
+            // The epoch's last step is followed by the end-of-epoch checkpoint.
+            if s + 1 < steps && self.checkpoint_due() {
+                let began = Instant::now();
+                self.save_checkpoint(at)?;
+                self.meter.pause_since(began);
+            }
+            after_step(self)?;
+        }
+        self.check_guard()
+            .with_context(|| format!("rank {rank}: end of epoch {epoch}"))?;
+        let [loss_sum, correct] = self.meter.read(&self.backend)?;
+        let local = vec![loss_sum, correct, self.meter.images as f64];
+        let [loss_sum, correct, images] = self.sum_over_ranks(local)?[..] else {
+            unreachable!("three values in, three out")
+        };
+        let train_seconds = self.meter.train_seconds();
+        progress.finish_epoch();
+        let test_accuracy = self.evaluate()?;
+        Ok(EpochEnd::Trained(EpochReport {
+            epoch,
+            epochs: self.cfg.epochs,
+            loss: loss_sum / images,
+            accuracy: correct / images,
+            test_accuracy,
+            train_seconds,
+            images_per_second: images / train_seconds,
+            steps,
+            images: images as u64,
+            phases: self.timer.take(),
+        }))
+    }
+
+    /// Whether every rank stops after this step: a rank's vote counts for
+    /// all. The votes ride the step's last all-reduce where the hook can
+    /// carry them; otherwise (NCCL) they travel through the host
+    /// communicator every [`GUARD_READ_EVERY`] steps, when the host waits
+    /// for the device anyway. One rank decides alone.
+    fn all_ranks_stop(&mut self, vote: bool) -> anyhow::Result<bool> {
+        let Some(reducer) = &self.reducer else {
+            return Ok(vote);
+        };
+        if let Some(any) = reducer.carried_votes() {
+            return Ok(any);
+        }
+        if self.replica.step % GUARD_READ_EVERY != 0 {
+            return Ok(false);
+        }
+        let votes = self.sum_over_ranks(vec![f64::from(u8::from(vote))])?;
+        Ok(votes[0] > 0.0)
+    }
+}

@@ -1,0 +1,345 @@
+//! The training loop of one rank: a full replica of the model, its shard of
+//! the data, and (for more than one rank) gradient averaging every step.
+//!
+//! `step.rs` is one optimizer step, top to bottom; `epoch.rs` the loop over
+//! an epoch's steps (stop requests, periodic checkpoints); `meter.rs` the
+//! epoch's running numbers; `eval.rs` the test-set pass; `checkpointing.rs`
+//! what a checkpoint gathers; `timer.rs` where a step's time goes.
+
+mod checkpointing;
+mod epoch;
+mod eval;
+mod guard;
+mod meter;
+mod replica;
+mod step;
+mod timer;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use core_tensor::Ops;
+use core_tensor::ops::AdamConfig;
+use fashion_mnist::FashionMnist;
+use sampler::{DistributedSampler, SamplerConfig};
+
+pub use timer::{Phase, PhaseSeconds};
+
+use crate::checkpoint::origin::{self, Origin};
+use crate::checkpoint::{Checkpoints, Position, Settings};
+use crate::data::DeviceSplit;
+use crate::ddp::{CommHook, CommThread, HostHook, Reducer, plan_buckets};
+use crate::model::{CnnMnist, DropoutRates, Model};
+use crate::stop::StopRequest;
+use eval::Evaluator;
+use meter::{EpochMeter, ResumePoint};
+use replica::Replica;
+use timer::StepTimer;
+
+/// What the loop needs to know, shared by every rank.
+#[derive(Clone, Debug)]
+pub struct TrainConfig {
+    pub epochs: usize,
+    /// Samples per step on each rank.
+    pub batch_size: usize,
+    pub adam: AdamConfig,
+    pub seed: u64,
+    /// A cap on the steps of each epoch, for quick runs.
+    pub max_steps: Option<usize>,
+    pub dropout: DropoutRates,
+    pub bucket_mb: f64,
+}
+
+impl TrainConfig {
+    /// What a checkpoint records of this configuration.
+    pub fn settings(&self, world_size: usize) -> Settings {
+        Settings {
+            seed: self.seed,
+            world_size,
+            batch_size: self.batch_size,
+            lr: self.adam.lr,
+            dropout: self.dropout,
+        }
+    }
+}
+
+/// One epoch's numbers, already reduced over all ranks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EpochReport {
+    pub epoch: usize,
+    pub epochs: usize,
+    /// Mean training loss per sample.
+    pub loss: f64,
+    pub accuracy: f64,
+    pub test_accuracy: f64,
+    /// Seconds spent training (evaluation excluded).
+    pub train_seconds: f64,
+    /// Training images per second, all ranks together.
+    pub images_per_second: f64,
+    pub steps: usize,
+    pub images: u64,
+    /// Where this rank's training time went (host clock; on a GPU, the
+    /// time the host spent queueing each phase).
+    pub phases: PhaseSeconds,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunOutcome {
+    /// Every epoch trained.
+    Completed,
+    /// All ranks stopped at `at` on a preemption request; rank 0 saved the
+    /// checkpoint `saved` there (`None`: no checkpoint directory, or another
+    /// rank).
+    Preempted {
+        at: Position,
+        saved: Option<PathBuf>,
+    },
+    /// This rank stopped at `at` on an interrupt, saving nothing.
+    Interrupted { at: Position },
+}
+
+/// Per-step progress, for a progress bar.
+pub trait Progress {
+    fn start_epoch(&mut self, epoch: usize, steps: usize);
+    fn step(&mut self);
+    fn finish_epoch(&mut self);
+}
+
+/// No progress display (other ranks, non-terminal output, tests).
+pub struct Silent;
+impl Progress for Silent {
+    fn start_epoch(&mut self, _: usize, _: usize) {}
+    fn step(&mut self) {}
+    fn finish_epoch(&mut self) {}
+}
+
+/// How a replica comes to be, beyond the backend, data and configuration.
+pub struct Setup<B: Ops> {
+    /// The host communicator (metrics, the starting state, and gradients
+    /// unless `device_hook` averages them); `None` for one rank.
+    pub comm: Option<CommThread>,
+    /// Rank 0's starting point (ignored on other ranks, which receive it).
+    pub origin: Origin,
+    /// Averages gradients on the device (NCCL) instead of through `comm`.
+    pub device_hook: Option<Box<dyn CommHook<B>>>,
+    /// Checkpoints (on every rank: mid-epoch ones are collective).
+    pub checkpoints: Option<Checkpoints>,
+    /// Checked once per step.
+    pub stop: StopRequest,
+}
+
+impl<B: Ops> Setup<B> {
+    /// A fresh start over `comm`, averaging through it.
+    pub fn fresh(comm: Option<CommThread>) -> Self {
+        Self {
+            comm,
+            origin: Origin::Fresh,
+            device_hook: None,
+            checkpoints: None,
+            stop: StopRequest::new(),
+        }
+    }
+}
+
+/// One rank's replica and optimizer state, and what it trains on.
+pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
+    /// First, so it is dropped first: an NCCL hook makes the compute
+    /// stream wait for its collectives before the gradients are freed.
+    reducer: Option<Reducer<B>>,
+    /// The host communicator; `None` for one rank.
+    comm: Option<CommThread>,
+    backend: B,
+    model: M,
+    cfg: TrainConfig,
+    rank: usize,
+    world_size: usize,
+    replica: Replica<B>,
+    train: DeviceSplit<B>,
+    /// Training buffers per batch size (the full batch, the last partial one).
+    buffers: HashMap<usize, M::Buffers>,
+    meter: EpochMeter<B>,
+    evaluator: Evaluator<B, M>,
+    /// The epoch training starts in, and where inside it (if not at step 0).
+    first_epoch: usize,
+    resume_at: Option<ResumePoint>,
+    checkpoints: Option<Checkpoints>,
+    stop: StopRequest,
+    timer: StepTimer,
+}
+
+impl<B: Ops> Trainer<B> {
+    /// A fresh CNN replica (every rank starts from rank 0's seeded
+    /// parameters), averaging over `comm`.
+    pub fn new(
+        backend: B,
+        data: &FashionMnist,
+        cfg: TrainConfig,
+        comm: Option<CommThread>,
+    ) -> anyhow::Result<Self> {
+        Self::start(backend, data, cfg, Setup::fresh(comm))
+    }
+
+    /// The CNN replica `setup` describes.
+    pub fn start(
+        backend: B,
+        data: &FashionMnist,
+        cfg: TrainConfig,
+        setup: Setup<B>,
+    ) -> anyhow::Result<Self> {
+        let model = CnnMnist::new(cfg.dropout);
+        Trainer::with_model(backend, model, data, cfg, setup)
+    }
+}
+
+impl<B: Ops, M: Model<B>> Trainer<B, M> {
+    /// A replica of `model`.
+    pub fn with_model(
+        backend: B,
+        model: M,
+        data: &FashionMnist,
+        cfg: TrainConfig,
+        setup: Setup<B>,
+    ) -> anyhow::Result<Self> {
+        if cfg.batch_size == 0 || cfg.epochs == 0 {
+            bail!("the batch size and the number of epochs must be at least 1");
+        }
+        cfg.adam.validate()?;
+        let Setup {
+            mut comm,
+            origin,
+            device_hook,
+            checkpoints,
+            stop,
+        } = setup;
+        let (rank, world_size) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
+        let layout = model.layout();
+        let start = origin::agree(
+            origin,
+            comm.as_mut(),
+            || model.init_params(cfg.seed),
+            layout.len(),
+            cfg.seed,
+            cfg.batch_size,
+        )
+        .with_context(|| format!("rank {rank}: agreeing on the starting point"))?;
+        let buckets = plan_buckets(layout, cfg.bucket_mb);
+        let reducer = match (device_hook, &comm) {
+            (Some(hook), _) => Some(Reducer::new(buckets, hook)),
+            (None, Some(comm)) => {
+                let hook = HostHook::new(&backend, &buckets, comm.handle())?;
+                Some(Reducer::new(buckets, Box::new(hook)))
+            }
+            (None, None) => None,
+        };
+        let resume_at = (start.position.step > 0).then(|| ResumePoint::of(&start));
+        Ok(Self {
+            replica: Replica::upload(&backend, &start)?,
+            first_epoch: start.position.epoch as usize,
+            resume_at,
+            train: DeviceSplit::upload(&backend, &data.train, "training")?,
+            evaluator: Evaluator::new(&backend, &data.test, rank, world_size)?,
+            meter: EpochMeter::new(&backend)?,
+            buffers: HashMap::new(),
+            checkpoints,
+            stop,
+            timer: StepTimer::default(),
+            reducer,
+            comm,
+            backend,
+            model,
+            cfg,
+            rank,
+            world_size,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
+    /// The epoch this replica starts (or resumes) in.
+    pub fn first_epoch(&self) -> usize {
+        self.first_epoch
+    }
+
+    /// The parameters, copied to the host.
+    pub fn params(&self) -> anyhow::Result<Vec<f32>> {
+        Ok(self.backend.download(&self.replica.params)?)
+    }
+
+    /// This rank's sampler for the training split.
+    pub fn sampler(&self) -> anyhow::Result<DistributedSampler> {
+        let config = SamplerConfig {
+            num_replicas: self.world_size,
+            rank: self.rank,
+            shuffle: true,
+            seed: self.cfg.seed,
+            drop_last: false,
+        };
+        Ok(DistributedSampler::new(self.train.len, config)?)
+    }
+
+    /// Trains from where this replica starts through epoch `cfg.epochs`,
+    /// handing each epoch's report to `on_epoch`, then checkpointing; stops
+    /// early when a stop is requested.
+    pub fn run(
+        &mut self,
+        progress: &mut dyn Progress,
+        on_epoch: &mut dyn FnMut(&EpochReport) -> anyhow::Result<()>,
+    ) -> anyhow::Result<RunOutcome> {
+        for epoch in self.first_epoch..=self.cfg.epochs {
+            let report = match self.epoch(epoch, progress, &mut |_| Ok(()))? {
+                epoch::EpochEnd::Trained(report) => report,
+                epoch::EpochEnd::Stopped(outcome) => return Ok(outcome),
+            };
+            on_epoch(&report)?;
+            self.save_checkpoint(Position {
+                epoch: epoch as u64 + 1,
+                step: 0,
+            })?;
+        }
+        Ok(RunOutcome::Completed)
+    }
+
+    /// Trains one epoch (numbered from 1) and evaluates on the test set; a
+    /// replica resumed mid-epoch continues its first epoch where it stopped.
+    /// `after_step` sees the replica after every step. A stop request ends
+    /// it with an error.
+    pub fn train_epoch(
+        &mut self,
+        epoch: usize,
+        progress: &mut dyn Progress,
+        after_step: &mut dyn FnMut(&Self) -> anyhow::Result<()>,
+    ) -> anyhow::Result<EpochReport> {
+        match self.epoch(epoch, progress, after_step)? {
+            epoch::EpochEnd::Trained(report) => Ok(report),
+            epoch::EpochEnd::Stopped(outcome) => {
+                bail!(
+                    "rank {}: epoch {epoch} stopped on request: {outcome:?}",
+                    self.rank
+                )
+            }
+        }
+    }
+
+    /// Test-set accuracy, each rank evaluating every `world_size`-th sample.
+    pub fn evaluate(&mut self) -> anyhow::Result<f64> {
+        let local =
+            self.evaluator
+                .count_correct(&self.backend, &self.model, &self.replica.params)?;
+        Ok(self.sum_over_ranks(vec![local])?[0] / self.evaluator.total() as f64)
+    }
+
+    fn sum_over_ranks(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
+        match &mut self.comm {
+            Some(comm) => comm.sum_f64(values).context("reducing epoch metrics"),
+            None => Ok(values),
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! One optimizer step, top to bottom.
+
+use std::ops::Range;
+
+use core_tensor::Ops;
+
+use super::Trainer;
+use super::guard::GUARD_READ_EVERY;
+use super::timer::Phase;
+use crate::model::{Mode, Model, NoSync};
+
+impl<B: Ops, M: Model<B>> Trainer<B, M> {
+    /// One optimizer step on the samples `indices[positions]`. `stop_vote`
+    /// travels with the gradients where that costs nothing (see
+    /// [`crate::ddp::CommHook::carry_vote`]).
+    pub(super) fn train_step(
+        &mut self,
+        indices: &B::Storage<u32>,
+        positions: Range<usize>,
+        dropout_seed: u64,
+        stop_vote: bool,
+    ) -> anyhow::Result<()> {
+        let (b, model, replica, timer) = (
+            &self.backend,
+            &self.model,
+            &mut self.replica,
+            &mut self.timer,
+        );
+        let n = positions.len();
+        let mut buffers = match self.buffers.remove(&n) {
+            Some(buffers) => buffers,
+            None => model.buffers(b, n, true)?,
+        };
+
+        // 1. The batch, gathered on the device from the resident data set.
+        timer.enter(Phase::Data);
+        let (x, labels) = model.inputs(&mut buffers);
+        self.train.gather(b, indices, positions, x, labels)?;
+
+        // 2. Forward, the running metrics, and the loss gradient.
+        timer.enter(Phase::Forward);
+        model.forward(
+            b,
+            &mut buffers,
+            &replica.params,
+            Mode::Train { dropout_seed },
+        )?;
+        model.count_correct(b, &buffers, &mut self.meter.correct)?;
+        model.loss(b, &mut buffers, &mut self.meter.loss_sum)?;
+
+        // 3. Backward; each bucket of gradients starts its all-reduce as
+        //    soon as backward has written it, then the step waits for all.
+        timer.enter(Phase::Backward);
+        let (params, grads) = (&replica.params, &mut replica.grads);
+        match &mut self.reducer {
+            None => model.backward(b, &mut buffers, params, grads, dropout_seed, &mut NoSync)?,
+            Some(reducer) => {
+                reducer.carry_vote(stop_vote);
+                model.backward(b, &mut buffers, params, grads, dropout_seed, reducer)?;
+                timer.enter(Phase::AllReduceWait);
+                reducer.finish(b, grads)?;
+            }
+        }
+        self.buffers.insert(n, buffers);
+
+        // 4. Adam, behind the guard that skips it on a non-finite loss or
+        //    gradient (on the device: the host looks only now and then).
+        timer.enter(Phase::Optimizer);
+        replica.step += 1;
+        let step = u32::try_from(replica.step).unwrap_or(u32::MAX);
+        b.guard_finite(
+            step,
+            &self.meter.loss_sum,
+            &replica.grads,
+            &mut replica.guard,
+        )?;
+        let scalars = self.cfg.adam.scalars(replica.step);
+        b.adam_step(
+            &scalars,
+            &mut replica.params,
+            &replica.grads,
+            &mut replica.adam_m,
+            &mut replica.adam_v,
+            &replica.guard,
+        )?;
+        timer.end_step();
+        if B::IN_HOST_MEMORY || replica.step % GUARD_READ_EVERY == 0 {
+            self.check_guard()?;
+        }
+        Ok(())
+    }
+}
