@@ -16,9 +16,11 @@
 
 mod fault;
 pub(crate) mod gemm;
-mod kernels;
+pub(crate) mod kernels;
 pub(crate) mod launch;
+pub(crate) mod layer;
 mod modules;
+mod nvrtc;
 mod pinned;
 
 use std::collections::HashMap;
