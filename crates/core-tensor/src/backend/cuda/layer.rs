@@ -108,3 +108,36 @@ impl Cuda {
         }
     }
 }
+
+/// Implements an op's kernel trait (`Conv2dKernel`, `LinearKernel`) for
+/// [`Cuda`] by [`Cuda::layer_fwd`] and [`Cuda::layer_bwd`].
+macro_rules! gemm_layer_kernel {
+    ($kernel:ident for $geom:ty: $fwd:ident, $bwd:ident) => {
+        impl $kernel for Cuda {
+            fn $fwd(
+                &self,
+                g: &$geom,
+                x: &CudaSlice<f32>,
+                params: &CudaSlice<f32>,
+                at: &ParamAt,
+                y: &mut CudaSlice<f32>,
+            ) -> Result<()> {
+                self.layer_fwd(g, x, params, at, y)
+            }
+
+            fn $bwd(
+                &self,
+                g: &$geom,
+                x: &CudaSlice<f32>,
+                params: &CudaSlice<f32>,
+                at: &ParamAt,
+                dy: &CudaSlice<f32>,
+                grads: &mut CudaSlice<f32>,
+                dx: Option<&mut CudaSlice<f32>>,
+            ) -> Result<()> {
+                self.layer_bwd(g, x, params, at, dy, grads, dx)
+            }
+        }
+    };
+}
+pub(crate) use gemm_layer_kernel;

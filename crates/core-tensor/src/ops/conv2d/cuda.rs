@@ -3,7 +3,7 @@ use cudarc::driver::{CudaSlice, CudaViewMut, LaunchConfig};
 use super::{Conv2dGeom, Conv2dKernel};
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
 use crate::backend::cuda::kernels;
-use crate::backend::cuda::layer::{GemmLayer, Shape};
+use crate::backend::cuda::layer::{GemmLayer, Shape, gemm_layer_kernel};
 use crate::ops::{LayerLens, ParamAt};
 use crate::{Cuda, Result};
 
@@ -64,28 +64,4 @@ impl GemmLayer for Conv2dGeom {
     }
 }
 
-impl Conv2dKernel for Cuda {
-    fn conv2d_fwd(
-        &self,
-        g: &Conv2dGeom,
-        x: &CudaSlice<f32>,
-        params: &CudaSlice<f32>,
-        at: &ParamAt,
-        y: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        self.layer_fwd(g, x, params, at, y)
-    }
-
-    fn conv2d_bwd(
-        &self,
-        g: &Conv2dGeom,
-        x: &CudaSlice<f32>,
-        params: &CudaSlice<f32>,
-        at: &ParamAt,
-        dy: &CudaSlice<f32>,
-        grads: &mut CudaSlice<f32>,
-        dx: Option<&mut CudaSlice<f32>>,
-    ) -> Result<()> {
-        self.layer_bwd(g, x, params, at, dy, grads, dx)
-    }
-}
+gemm_layer_kernel!(Conv2dKernel for Conv2dGeom: conv2d_fwd, conv2d_bwd);

@@ -4,7 +4,7 @@ use super::{LinearGeom, LinearKernel};
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
 use crate::backend::cuda::kernels;
 use crate::backend::cuda::launch::blocks_for;
-use crate::backend::cuda::layer::{GemmLayer, Shape};
+use crate::backend::cuda::layer::{GemmLayer, Shape, gemm_layer_kernel};
 use crate::ops::{LayerLens, ParamAt};
 use crate::{Cuda, Result};
 
@@ -56,28 +56,4 @@ impl GemmLayer for LinearGeom {
     }
 }
 
-impl LinearKernel for Cuda {
-    fn linear_fwd(
-        &self,
-        g: &LinearGeom,
-        x: &CudaSlice<f32>,
-        params: &CudaSlice<f32>,
-        at: &ParamAt,
-        y: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        self.layer_fwd(g, x, params, at, y)
-    }
-
-    fn linear_bwd(
-        &self,
-        g: &LinearGeom,
-        x: &CudaSlice<f32>,
-        params: &CudaSlice<f32>,
-        at: &ParamAt,
-        dy: &CudaSlice<f32>,
-        grads: &mut CudaSlice<f32>,
-        dx: Option<&mut CudaSlice<f32>>,
-    ) -> Result<()> {
-        self.layer_bwd(g, x, params, at, dy, grads, dx)
-    }
-}
+gemm_layer_kernel!(LinearKernel for LinearGeom: linear_fwd, linear_bwd);
