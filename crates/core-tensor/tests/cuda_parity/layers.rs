@@ -12,80 +12,46 @@ use crate::support::{
     abs, assert_same_bits, assert_within_sum_bound, down, reference, uniform, up,
 };
 
-/// A layer's two kernels, as the suite drives them.
+/// A layer's two kernels, as the suite drives them: forward into `y`,
+/// then backward into `grads` and `dx`.
 trait Layer: Debug {
-    fn fwd<B: Ops>(
-        &self,
-        dev: &B,
-        x: &B::Storage<f32>,
-        p: &B::Storage<f32>,
-        at: &ParamAt,
-        y: &mut B::Storage<f32>,
-    );
     #[allow(clippy::too_many_arguments)]
-    fn bwd<B: Ops>(
+    fn fwd_bwd<B: Ops>(
         &self,
         dev: &B,
         x: &B::Storage<f32>,
-        p: &B::Storage<f32>,
+        params: &B::Storage<f32>,
         at: &ParamAt,
         dy: &B::Storage<f32>,
+        y: &mut B::Storage<f32>,
         grads: &mut B::Storage<f32>,
         dx: &mut B::Storage<f32>,
     );
 }
 
-impl Layer for Conv2dGeom {
-    fn fwd<B: Ops>(
-        &self,
-        dev: &B,
-        x: &B::Storage<f32>,
-        p: &B::Storage<f32>,
-        at: &ParamAt,
-        y: &mut B::Storage<f32>,
-    ) {
-        dev.conv2d_fwd(self, x, p, at, y).unwrap();
-    }
-
-    fn bwd<B: Ops>(
-        &self,
-        dev: &B,
-        x: &B::Storage<f32>,
-        p: &B::Storage<f32>,
-        at: &ParamAt,
-        dy: &B::Storage<f32>,
-        grads: &mut B::Storage<f32>,
-        dx: &mut B::Storage<f32>,
-    ) {
-        dev.conv2d_bwd(self, x, p, at, dy, grads, Some(dx)).unwrap();
-    }
+macro_rules! layer {
+    ($geom:ty: $fwd:ident, $bwd:ident) => {
+        impl Layer for $geom {
+            fn fwd_bwd<B: Ops>(
+                &self,
+                dev: &B,
+                x: &B::Storage<f32>,
+                params: &B::Storage<f32>,
+                at: &ParamAt,
+                dy: &B::Storage<f32>,
+                y: &mut B::Storage<f32>,
+                grads: &mut B::Storage<f32>,
+                dx: &mut B::Storage<f32>,
+            ) {
+                dev.$fwd(self, x, params, at, y).unwrap();
+                dev.$bwd(self, x, params, at, dy, grads, Some(dx)).unwrap();
+            }
+        }
+    };
 }
 
-impl Layer for LinearGeom {
-    fn fwd<B: Ops>(
-        &self,
-        dev: &B,
-        x: &B::Storage<f32>,
-        p: &B::Storage<f32>,
-        at: &ParamAt,
-        y: &mut B::Storage<f32>,
-    ) {
-        dev.linear_fwd(self, x, p, at, y).unwrap();
-    }
-
-    fn bwd<B: Ops>(
-        &self,
-        dev: &B,
-        x: &B::Storage<f32>,
-        p: &B::Storage<f32>,
-        at: &ParamAt,
-        dy: &B::Storage<f32>,
-        grads: &mut B::Storage<f32>,
-        dx: &mut B::Storage<f32>,
-    ) {
-        dev.linear_bwd(self, x, p, at, dy, grads, Some(dx)).unwrap();
-    }
-}
+layer!(Conv2dGeom: conv2d_fwd, conv2d_bwd);
+layer!(LinearGeom: linear_fwd, linear_bwd);
 
 /// Runs the layer forward and backward on `dev`; returns (y, grads, dx).
 fn layer_run<B: Ops>(
@@ -98,10 +64,9 @@ fn layer_run<B: Ops>(
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let (x_d, p_d, dy_d) = (up(dev, x), up(dev, params), up(dev, dy));
     let mut y = dev.zeros(dy.len()).unwrap();
-    g.fwd(dev, &x_d, &p_d, at, &mut y);
     let mut grads = up(dev, &vec![f32::NAN; params.len()]);
     let mut dx = up(dev, &vec![f32::NAN; x.len()]);
-    g.bwd(dev, &x_d, &p_d, at, &dy_d, &mut grads, &mut dx);
+    g.fwd_bwd(dev, &x_d, &p_d, at, &dy_d, &mut y, &mut grads, &mut dx);
     (down(dev, &y), down(dev, &grads), down(dev, &dx))
 }
 

@@ -124,7 +124,8 @@ impl GemmPlan {
 }
 
 /// A GEMM kernel of the table that stores `a·b`: a tile kernel that stores
-/// the result, or a split-K `_partial` one that fills the workspace.
+/// the result, or a split-K `_partial` one that fills the workspace (or a
+/// `_reduce` kernel that adds a bias: two inputs and an output too).
 type Product<G> = unsafe fn(
     &Cuda,
     LaunchConfig,
@@ -146,16 +147,6 @@ type BiasProduct<G> = unsafe fn(
 /// A `_reduce` kernel: sums the workspace's splits into the result.
 type Reduce<G> =
     unsafe fn(&Cuda, LaunchConfig, In<'_, f32>, Out<'_, f32>, Val<'_, GemmLaunch<G>>) -> Result<()>;
-/// A `_reduce` kernel that adds a bias per output row.
-type BiasReduce<G> = unsafe fn(
-    &Cuda,
-    LaunchConfig,
-    In<'_, f32>,
-    In<'_, f32>,
-    Out<'_, f32>,
-    Val<'_, GemmLaunch<G>>,
-) -> Result<()>;
-
 /// The kernels of one GEMM-based op direction, from the kernel table: the
 /// tile kernel that stores the result, and the split-K pair.
 pub(crate) struct GemmKernels<G: 'static> {
@@ -168,7 +159,8 @@ pub(crate) struct GemmKernels<G: 'static> {
 pub(crate) struct BiasGemmKernels<G: 'static> {
     pub whole: BiasProduct<G>,
     pub partial: Product<G>,
-    pub reduce: BiasReduce<G>,
+    /// `(workspace, bias, out, args)`: the shape of a [`Product`].
+    pub reduce: Product<G>,
 }
 
 /// How one GEMM stores its result, with the kernels that do it.
