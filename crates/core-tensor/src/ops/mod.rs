@@ -32,36 +32,28 @@ pub use relu::ReluKernel;
 use crate::Backend;
 use crate::error::check_len;
 
-/// Every op: what a model needs from a device.
-pub trait Ops:
-    Backend
-    + AccuracyKernel
-    + AdamKernel
-    + Conv2dKernel
-    + CrossEntropyKernel
-    + DropoutKernel
-    + FiniteKernel
-    + GatherKernel
-    + LinearKernel
-    + MaxPool2dKernel
-    + ReluKernel
-{
+/// Declares `Ops`, the sum of the op traits, and its blanket impl.
+macro_rules! all_ops {
+    ($($kernel:ident),* $(,)?) => {
+        /// Every op: what a model needs from a device.
+        pub trait Ops: Backend $(+ $kernel)* {}
+
+        impl<B> Ops for B where B: Backend $(+ $kernel)* {}
+    };
 }
 
-impl<B> Ops for B where
-    B: Backend
-        + AccuracyKernel
-        + AdamKernel
-        + Conv2dKernel
-        + CrossEntropyKernel
-        + DropoutKernel
-        + FiniteKernel
-        + GatherKernel
-        + LinearKernel
-        + MaxPool2dKernel
-        + ReluKernel
-{
-}
+all_ops!(
+    AccuracyKernel,
+    AdamKernel,
+    Conv2dKernel,
+    CrossEntropyKernel,
+    DropoutKernel,
+    FiniteKernel,
+    GatherKernel,
+    LinearKernel,
+    MaxPool2dKernel,
+    ReluKernel,
+);
 
 /// Where a layer's weight and bias sit in the flat parameter (and gradient)
 /// buffer.
@@ -92,5 +84,49 @@ impl ParamAt {
             });
         }
         Ok(())
+    }
+}
+
+/// The buffer lengths of one call of a layer with a weight and a bias
+/// (conv2d, linear), from its geometry: what every backend checks first.
+pub(crate) struct LayerLens {
+    pub op: &'static str,
+    pub x: usize,
+    pub y: usize,
+    pub weight: usize,
+    pub bias: usize,
+}
+
+impl LayerLens {
+    /// Checks the input, the output (or its gradient) and the parameters.
+    pub(crate) fn check<B: Backend>(
+        &self,
+        x: &B::Storage<f32>,
+        params: &B::Storage<f32>,
+        at: &ParamAt,
+        y_or_dy: &B::Storage<f32>,
+    ) -> crate::Result<()> {
+        check_len(self.op, "x", B::len(x), self.x)?;
+        check_len(self.op, "y", B::len(y_or_dy), self.y)?;
+        at.check(self.op, self.weight, self.bias, B::len(params))
+    }
+
+    /// [`Self::check`] for a backward call, plus the gradient buffer and
+    /// the optional input gradient.
+    pub(crate) fn check_bwd<B: Backend>(
+        &self,
+        x: &B::Storage<f32>,
+        params: &B::Storage<f32>,
+        at: &ParamAt,
+        dy: &B::Storage<f32>,
+        grads: &B::Storage<f32>,
+        dx: Option<&B::Storage<f32>>,
+    ) -> crate::Result<()> {
+        self.check::<B>(x, params, at, dy)?;
+        at.check(self.op, self.weight, self.bias, B::len(grads))?;
+        match dx {
+            Some(dx) => check_len(self.op, "dx", B::len(dx), B::len(x)),
+            None => Ok(()),
+        }
     }
 }

@@ -5,7 +5,9 @@
 //! the order of every sum — and hence every result bit — is the same run to
 //! run and on every GPU.
 
-use cudarc::driver::{CudaView, CudaViewMut, DeviceRepr, LaunchConfig};
+use cudarc::driver::LaunchConfig;
+
+use super::launch::{In, Out, Val};
 
 use crate::{Cuda, Error, Result};
 
@@ -121,58 +123,103 @@ impl GemmPlan {
     }
 }
 
-/// The kernels of one GEMM-based op direction, named as in its .cu file:
-/// the tile kernel that stores the result, and the split-K pair. Their
-/// arguments come in one order: whole `(a, b, [bias], out, args)`, partial
-/// `(a, b, workspace, args)`, reduce `(workspace, [bias], out, args)`.
-pub(crate) struct GemmKernels {
-    pub whole: &'static str,
-    pub partial: &'static str,
-    pub reduce: &'static str,
+/// A GEMM kernel of the table that stores `a·b`: a tile kernel that stores
+/// the result, or a split-K `_partial` one that fills the workspace (or a
+/// `_reduce` kernel that adds a bias: two inputs and an output too).
+type Product<G> = unsafe fn(
+    &Cuda,
+    LaunchConfig,
+    In<'_, f32>,
+    In<'_, f32>,
+    Out<'_, f32>,
+    Val<'_, GemmLaunch<G>>,
+) -> Result<()>;
+/// A tile kernel that stores `a·b` plus a bias per output row.
+type BiasProduct<G> = unsafe fn(
+    &Cuda,
+    LaunchConfig,
+    In<'_, f32>,
+    In<'_, f32>,
+    In<'_, f32>,
+    Out<'_, f32>,
+    Val<'_, GemmLaunch<G>>,
+) -> Result<()>;
+/// A `_reduce` kernel: sums the workspace's splits into the result.
+type Reduce<G> =
+    unsafe fn(&Cuda, LaunchConfig, In<'_, f32>, Out<'_, f32>, Val<'_, GemmLaunch<G>>) -> Result<()>;
+/// The kernels of one GEMM-based op direction, from the kernel table: the
+/// tile kernel that stores the result, and the split-K pair.
+pub(crate) struct GemmKernels<G: 'static> {
+    pub whole: Product<G>,
+    pub partial: Product<G>,
+    pub reduce: Reduce<G>,
 }
 
-/// The operands of one GEMM launch.
-pub(crate) struct GemmOperands<'v, 'a> {
-    pub a: &'v CudaView<'a, f32>,
-    pub b: &'v CudaView<'a, f32>,
-    /// Added to every output row by the kernels that take a bias.
-    pub bias: Option<&'v CudaView<'a, f32>>,
+/// [`GemmKernels`] for a product with a bias per output row.
+pub(crate) struct BiasGemmKernels<G: 'static> {
+    pub whole: BiasProduct<G>,
+    pub partial: Product<G>,
+    /// `(workspace, bias, out, args)`: the shape of a [`Product`].
+    pub reduce: Product<G>,
+}
+
+/// How one GEMM stores its result, with the kernels that do it.
+pub(crate) enum Store<'k, 'v, G: 'static> {
+    Plain(&'k GemmKernels<G>),
+    Bias(&'k BiasGemmKernels<G>, In<'v, f32>),
+}
+
+impl<G> Store<'_, '_, G> {
+    fn partial(&self) -> Product<G> {
+        match self {
+            Self::Plain(k) => k.partial,
+            Self::Bias(k, _) => k.partial,
+        }
+    }
 }
 
 impl Cuda {
-    /// Computes `out` from `ops` by `plan`: one tile kernel, or for a split
-    /// K the partial kernel into a scratch workspace and the reduce kernel
-    /// into `out`.
-    pub(crate) fn gemm<G: DeviceRepr>(
+    /// Computes `out` from `a` and `b` by `plan`: one tile kernel, or for a
+    /// split K the partial kernel into a scratch workspace and the reduce
+    /// kernel into `out`.
+    ///
+    /// # Safety
+    ///
+    /// `a`, `b`, the bias and `out` hold what the kernels index for `geom`
+    /// (the op checked them against it), and `plan` is `geom`'s product.
+    pub(crate) unsafe fn gemm<G>(
         &self,
-        kernels: &GemmKernels,
         plan: &GemmPlan,
         geom: G,
-        ops: &GemmOperands<'_, '_>,
-        out: &mut CudaViewMut<'_, f32>,
+        a: In<'_, f32>,
+        b: In<'_, f32>,
+        store: Store<'_, '_, G>,
+        out: Out<'_, f32>,
     ) -> Result<()> {
         let args = plan.args(geom);
         if plan.is_split() {
             let mut ws = self.scratch(plan.workspace_len())?;
-            self.kernel(kernels.partial)?
-                .arg(ops.a)
-                .arg(ops.b)
-                .arg(&mut ws)
-                .arg(&args)
-                .launch(plan.tiles())?;
-            let mut reduce = self.kernel(kernels.reduce)?;
-            reduce.arg(&ws);
-            if let Some(bias) = ops.bias {
-                reduce.arg(bias);
+            // SAFETY: `a`, `b` as promised by the caller; `ws` holds
+            // `workspace_len()` = splits·m·n elements, what the partial
+            // kernel writes for this plan.
+            unsafe { store.partial()(self, plan.tiles(), a, b, &mut ws, &args)? };
+            match store {
+                // SAFETY: as above; the reduce kernel reads the same `ws`.
+                Store::Plain(k) => unsafe { (k.reduce)(self, plan.reduce(), &ws, out, &args) },
+                // SAFETY: as above, and the bias as promised.
+                Store::Bias(k, bias) => unsafe {
+                    (k.reduce)(self, plan.reduce(), &ws, bias, out, &args)
+                },
             }
-            reduce.arg(out).arg(&args).launch(plan.reduce())
         } else {
-            let mut whole = self.kernel(kernels.whole)?;
-            whole.arg(ops.a).arg(ops.b);
-            if let Some(bias) = ops.bias {
-                whole.arg(bias);
+            match store {
+                // SAFETY: the caller's promise for every buffer.
+                Store::Plain(k) => unsafe { (k.whole)(self, plan.tiles(), a, b, out, &args) },
+                // SAFETY: the caller's promise for every buffer.
+                Store::Bias(k, bias) => unsafe {
+                    (k.whole)(self, plan.tiles(), a, b, bias, out, &args)
+                },
             }
-            whole.arg(out).arg(&args).launch(plan.tiles())
         }
     }
 }

@@ -1,11 +1,27 @@
-//! The registry of kernel modules: one per `src/ops/<op>/<op>.cu`, with the
-//! entry points its `cuda.rs` launches. [`super::Cuda::new`] loads every one,
-//! so a name missing from a module fails there, not mid-training; the NVRTC
-//! test checks each name against the compiled PTX.
+//! The kernel table: one module per `src/ops/<op>/<op>.cu`, and each entry
+//! point its `cuda.rs` launches with its parameters, declared once. From it
+//! `kernel_table!` (launch.rs) makes [`kernel_modules`] and one typed
+//! launcher per kernel, e.g. `kernels::relu_fwd_f32(cuda, cfg, x, &n)`.
+//! [`super::Cuda::new`] loads every module, so a name missing from a module
+//! fails there, not mid-training; the tests below check each declaration
+//! against the source, and the NVRTC test each name against the PTX.
 
 mod ptx {
     include!(concat!(env!("OUT_DIR"), "/ptx.rs"));
 }
+
+use cudarc::driver::LaunchConfig;
+
+use super::Cuda;
+use super::gemm::GemmLaunch;
+use super::launch::{DropoutArgs, GatherArgs, In, Out, Val, kernel_table};
+use crate::Result;
+use crate::ops::{AdamScalars, ClassGeom, Conv2dGeom, LinearGeom, PoolGeom};
+
+/// The launch parameters of the conv2d GEMM kernels (`Conv2dLaunch` in C).
+pub(crate) type Conv2dLaunch = GemmLaunch<Conv2dGeom>;
+/// The launch parameters of the linear GEMM kernels (`LinearLaunch` in C).
+pub(crate) type LinearLaunch = GemmLaunch<LinearGeom>;
 
 /// The virtual architecture of the PTX embedded by build.rs, if nvcc ran.
 pub(super) const PTX_ARCH: Option<&str> = ptx::PTX_ARCH;
@@ -23,99 +39,178 @@ pub struct KernelModule {
     pub functions: &'static [&'static str],
 }
 
-static MODULES: [KernelModule; 10] = [
-    KernelModule {
-        name: "accuracy",
-        source: ptx::ACCURACY_SRC,
-        ptx: ptx::ACCURACY_PTX,
-        functions: &["count_correct_f32"],
-    },
-    KernelModule {
-        name: "adam",
-        source: ptx::ADAM_SRC,
-        ptx: ptx::ADAM_PTX,
-        functions: &["adam_step_f32"],
-    },
-    KernelModule {
-        name: "conv2d",
-        source: ptx::CONV2D_SRC,
-        ptx: ptx::CONV2D_PTX,
-        functions: &[
-            "conv2d_fwd_f32",
-            "conv2d_fwd_partial_f32",
-            "conv2d_fwd_reduce_f32",
-            "conv2d_bwd_input_f32",
-            "conv2d_bwd_input_partial_f32",
-            "conv2d_bwd_input_reduce_f32",
-            "conv2d_bwd_weight_f32",
-            "conv2d_bwd_weight_partial_f32",
-            "conv2d_bwd_weight_reduce_f32",
-            "conv2d_bwd_bias_f32",
-        ],
-    },
-    KernelModule {
-        name: "cross_entropy",
-        source: ptx::CROSS_ENTROPY_SRC,
-        ptx: ptx::CROSS_ENTROPY_PTX,
-        functions: &["cross_entropy_fwd_bwd_f32"],
-    },
-    KernelModule {
-        name: "dropout",
-        source: ptx::DROPOUT_SRC,
-        ptx: ptx::DROPOUT_PTX,
-        functions: &["dropout_fwd_f32", "dropout_bwd_f32"],
-    },
-    KernelModule {
-        name: "finite",
-        source: ptx::FINITE_SRC,
-        ptx: ptx::FINITE_PTX,
-        functions: &["guard_finite_f32"],
-    },
-    KernelModule {
-        name: "gather",
-        source: ptx::GATHER_SRC,
-        ptx: ptx::GATHER_PTX,
-        functions: &["gather_batch_u8_f32"],
-    },
-    KernelModule {
-        name: "linear",
-        source: ptx::LINEAR_SRC,
-        ptx: ptx::LINEAR_PTX,
-        functions: &[
-            "linear_fwd_f32",
-            "linear_fwd_partial_f32",
-            "linear_fwd_reduce_f32",
-            "linear_bwd_weight_f32",
-            "linear_bwd_weight_partial_f32",
-            "linear_bwd_weight_reduce_f32",
-            "linear_bwd_input_f32",
-            "linear_bwd_input_partial_f32",
-            "linear_bwd_input_reduce_f32",
-            "linear_bwd_bias_f32",
-        ],
-    },
-    KernelModule {
-        name: "maxpool2d",
-        source: ptx::MAXPOOL2D_SRC,
-        ptx: ptx::MAXPOOL2D_PTX,
-        functions: &["maxpool2d_fwd_f32", "maxpool2d_bwd_f32"],
-    },
-    KernelModule {
-        name: "relu",
-        source: ptx::RELU_SRC,
-        ptx: ptx::RELU_PTX,
-        functions: &["relu_fwd_f32", "relu_bwd_f32"],
-    },
-];
+kernel_table! {
+    accuracy (ACCURACY_SRC, ACCURACY_PTX) {
+        count_correct_f32(logits: In<f32>, labels: In<u8>, correct: Out<f32>, g: Val<ClassGeom>);
+    }
+    adam (ADAM_SRC, ADAM_PTX) {
+        adam_step_f32(
+            params: Out<f32>,
+            grads: In<f32>,
+            m: Out<f32>,
+            v: Out<f32>,
+            guard: In<u32>,
+            s: Val<AdamScalars>,
+            n: Val<u64>,
+        );
+    }
+    conv2d (CONV2D_SRC, CONV2D_PTX) {
+        conv2d_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_fwd_partial_f32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_fwd_reduce_f32(ws: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_input_f32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_input_partial_f32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_weight_f32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_weight_partial_f32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<Conv2dGeom>);
+    }
+    cross_entropy (CROSS_ENTROPY_SRC, CROSS_ENTROPY_PTX) {
+        cross_entropy_fwd_bwd_f32(
+            logits: In<f32>,
+            labels: In<u8>,
+            dlogits: Out<f32>,
+            loss_sum: Out<f32>,
+            fault: Out<u32>,
+            g: Val<ClassGeom>,
+        );
+    }
+    dropout (DROPOUT_SRC, DROPOUT_PTX) {
+        dropout_fwd_f32(x: Out<f32>, a: Val<DropoutArgs>);
+        dropout_bwd_f32(dy: Out<f32>, a: Val<DropoutArgs>);
+    }
+    finite (FINITE_SRC, FINITE_PTX) {
+        guard_finite_f32(values: In<f32>, loss: In<f32>, guard: Out<u32>, step: Val<u32>, n: Val<u64>);
+    }
+    gather (GATHER_SRC, GATHER_PTX) {
+        gather_batch_u8_f32(
+            images: In<u8>,
+            labels: In<u8>,
+            indices: In<u32>,
+            x: Out<f32>,
+            y: Out<u8>,
+            fault: Out<u32>,
+            a: Val<GatherArgs>,
+        );
+    }
+    linear (LINEAR_SRC, LINEAR_PTX) {
+        linear_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
+        linear_fwd_partial_f32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        linear_fwd_reduce_f32(ws: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_weight_f32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_weight_partial_f32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_input_f32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_input_partial_f32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<LinearGeom>);
+    }
+    maxpool2d (MAXPOOL2D_SRC, MAXPOOL2D_PTX) {
+        maxpool2d_fwd_f32(x: In<f32>, y: Out<f32>, g: Val<PoolGeom>);
+        maxpool2d_bwd_f32(x: In<f32>, dy: In<f32>, dx: Out<f32>, g: Val<PoolGeom>);
+    }
+    relu (RELU_SRC, RELU_PTX) {
+        relu_fwd_f32(x: Out<f32>, n: Val<u64>);
+        relu_bwd_f32(y: In<f32>, dy: Out<f32>, n: Val<u64>);
+    }
+}
 
 /// Every kernel module, in name order.
 pub fn kernel_modules() -> &'static [KernelModule] {
-    &MODULES
+    MODULES
 }
+
+#[cfg(test)]
+use tests::CType;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How a parameter's Rust type is spelled in C.
+    pub(super) trait CType {
+        const NAME: &'static str;
+    }
+
+    macro_rules! c_types {
+        ($($rust:ty => $c:literal),* $(,)?) => {
+            $(impl CType for $rust {
+                const NAME: &'static str = $c;
+            })*
+        };
+    }
+
+    c_types! {
+        f32 => "float",
+        u8 => "unsigned char",
+        u32 => "unsigned int",
+        u64 => "unsigned long long",
+        AdamScalars => "AdamScalars",
+        ClassGeom => "ClassGeom",
+        Conv2dGeom => "Conv2dGeom",
+        Conv2dLaunch => "Conv2dLaunch",
+        DropoutArgs => "DropoutArgs",
+        GatherArgs => "GatherArgs",
+        LinearGeom => "LinearGeom",
+        LinearLaunch => "LinearLaunch",
+        PoolGeom => "PoolGeom",
+    }
+
+    /// The parameter types of `kernel`'s definition in `source`, one
+    /// space between words and none before a `*`.
+    fn c_parameter_types(source: &str, kernel: &str) -> Vec<String> {
+        let start = source
+            .find(&format!(" {kernel}("))
+            .unwrap_or_else(|| panic!("no `{kernel}(` in its source"))
+            + kernel.len()
+            + 2;
+        let end = start + source[start..].find(')').expect("a closing parenthesis");
+        source[start..end]
+            .split(',')
+            .map(|param| {
+                let words: Vec<&str> = param.split_whitespace().collect();
+                // The last word is the parameter's name (`float* x`).
+                let ty = words[..words.len() - 1].join(" ");
+                let ty = ty.replace(" *", "*");
+                if words[words.len() - 1].starts_with('*') {
+                    format!("{ty}*")
+                } else {
+                    ty
+                }
+            })
+            .collect()
+    }
+
+    /// The launchers push what the kernels take: each declaration in the
+    /// table spells the C signature of its kernel, type for type.
+    #[test]
+    fn every_declared_signature_matches_its_source() {
+        let mut checked = 0;
+        for (kernel, params) in SIGNATURES {
+            let module = kernel_modules()
+                .iter()
+                .find(|m| m.functions.contains(kernel))
+                .expect("every declared kernel is in a module");
+            let declared: Vec<String> = params
+                .iter()
+                .map(|&(kind, c)| match kind {
+                    "In" => format!("const {c}*"),
+                    "Out" => format!("{c}*"),
+                    _ => c.to_owned(),
+                })
+                .collect();
+            assert_eq!(
+                declared,
+                c_parameter_types(module.source, kernel),
+                "{kernel}: the table's declaration differs from {}.cu",
+                module.name
+            );
+            checked += 1;
+        }
+        let listed: usize = kernel_modules().iter().map(|m| m.functions.len()).sum();
+        assert_eq!(checked, listed);
+    }
 
     #[test]
     fn every_listed_kernel_is_defined_in_its_source() {

@@ -1,17 +1,17 @@
-//! The launch layer: every `unsafe` of the CUDA backend, each block with the
-//! reason it is sound. Kernel launches, the launch-parameter structs that
-//! cross to the device by value, the raw memsets behind `fill`, the library
-//! presence checks, and the NVRTC calls cudarc does not wrap (CUBIN output).
+//! The launch layer: the CUDA backend's `unsafe` blocks, each with the
+//! reason it is sound. The one kernel launch (inside `kernel_table!`, which
+//! turns the kernel table into typed `unsafe fn` launchers), the
+//! launch-parameter structs that cross to the device by value, the raw
+//! memsets behind `fill`, page locking and the driver's presence check.
+//! (The NVRTC calls are in `nvrtc.rs`.)
 
 use std::any::Any;
-use std::ffi::{CStr, CString, c_char};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, LaunchArgs, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtrMut, DeviceRepr,
+    LaunchArgs, LaunchConfig, PushKernelArg,
 };
-use cudarc::nvrtc;
 
 use super::Cuda;
 use super::gemm::GemmLaunch;
@@ -66,8 +66,49 @@ unsafe impl DeviceRepr for GatherArgs {}
 // u64; mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
 unsafe impl<G: DeviceRepr> DeviceRepr for GemmLaunch<G> {}
 
-/// One kernel launch being assembled: arguments are pushed in the order of
-/// the kernel's C signature, then [`KernelCall::launch`] queues it.
+/// A device buffer a kernel reads: pushed as a `const T*` argument.
+pub(crate) trait DeviceIn<T> {
+    fn push<'b>(&'b self, call: &mut KernelCall<'b>);
+}
+
+/// A device buffer a kernel writes: pushed as a `T*` argument. Taken as
+/// `&mut`, so Rust's borrow rules keep it from aliasing the inputs.
+pub(crate) trait DeviceOut<T> {
+    fn push<'b>(&'b mut self, call: &mut KernelCall<'b>);
+}
+
+impl<T> DeviceIn<T> for CudaSlice<T> {
+    fn push<'b>(&'b self, call: &mut KernelCall<'b>) {
+        call.args.arg(self);
+    }
+}
+
+impl<T> DeviceIn<T> for CudaView<'_, T> {
+    fn push<'b>(&'b self, call: &mut KernelCall<'b>) {
+        call.args.arg(self);
+    }
+}
+
+impl<T> DeviceOut<T> for CudaSlice<T> {
+    fn push<'b>(&'b mut self, call: &mut KernelCall<'b>) {
+        call.args.arg(self);
+    }
+}
+
+impl<T> DeviceOut<T> for CudaViewMut<'_, T> {
+    fn push<'b>(&'b mut self, call: &mut KernelCall<'b>) {
+        call.args.arg(self);
+    }
+}
+
+/// The three kinds of kernel parameter in the kernel table: a buffer read
+/// (`const T*`), a buffer written (`T*`), a value (`T`, a scalar or a
+/// `DeviceRepr` struct).
+pub(crate) type In<'b, T> = &'b dyn DeviceIn<T>;
+pub(crate) type Out<'b, T> = &'b mut dyn DeviceOut<T>;
+pub(crate) type Val<'b, T> = &'b T;
+
+/// One kernel launch being assembled by a launcher of [`kernel_table!`].
 pub(crate) struct KernelCall<'a> {
     name: &'static str,
     args: LaunchArgs<'a>,
@@ -75,7 +116,7 @@ pub(crate) struct KernelCall<'a> {
 
 impl Cuda {
     /// Starts a launch of kernel `name` on this backend's stream.
-    pub(crate) fn kernel(&self, name: &'static str) -> Result<KernelCall<'_>> {
+    pub(super) fn kernel(&self, name: &'static str) -> Result<KernelCall<'_>> {
         let function = self.function(name)?;
         Ok(KernelCall {
             name,
@@ -85,33 +126,23 @@ impl Cuda {
 }
 
 impl<'a> KernelCall<'a> {
-    pub(crate) fn arg<A>(&mut self, arg: A) -> &mut Self
-    where
-        LaunchArgs<'a>: PushKernelArg<A>,
-    {
-        self.args.arg(arg);
-        self
+    pub(super) fn value<T: DeviceRepr>(&mut self, value: &'a T) {
+        self.args.arg(value);
     }
 
     /// Queues the kernel; a bad configuration or argument list is reported
     /// here, a fault while it runs at the next synchronization.
-    pub(crate) fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
-        // SAFETY: the callers are the op modules (`src/ops/<op>/cuda.rs`)
-        // and the GEMM launcher they share (`gemm.rs`), and each upholds the contract that makes a launch sound:
-        // * the arguments are pushed in the order and with the types of the
-        //   kernel's C signature in the op's .cu file (buffers as device
-        //   slices or views of the element type the kernel reads, parameter
-        //   structs through the DeviceRepr impls above);
-        // * every buffer length was checked against the geometry first, with
-        //   the same `check` the CPU kernel runs, and the kernels index only
-        //   within the lengths that geometry implies (every thread bounds-
-        //   checks its index against the element count it is given);
-        // * outputs are pushed as `&mut` slices or views, so Rust's borrow
-        //   rules keep them from aliasing the inputs; the fault word is
-        //   borrowed mutably through its mutex.
-        // All work is ordered on this backend's single stream, and cudarc
-        // frees device memory in stream order, so no buffer is freed under a
-        // running kernel.
+    ///
+    /// # Safety
+    ///
+    /// The arguments were pushed in the order and with the types of the
+    /// kernel's C signature, every buffer holds at least the elements the
+    /// kernel indexes given the other arguments and `cfg`, and no buffer
+    /// the kernel writes is freed or read by the host before the stream
+    /// gets past it.
+    pub(super) unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
+        // SAFETY: the caller's contract above is exactly what cudarc's
+        // `launch` asks for.
         unsafe { self.args.launch(cfg) }.map_err(|source| Error::KernelLaunch {
             kernel: self.name,
             source,
@@ -119,6 +150,92 @@ impl<'a> KernelCall<'a> {
         Ok(())
     }
 }
+
+/// Pushes one argument of a declared kind.
+macro_rules! push_arg {
+    ($call:ident, In, $arg:ident) => {
+        $arg.push(&mut $call)
+    };
+    ($call:ident, Out, $arg:ident) => {
+        $arg.push(&mut $call)
+    };
+    ($call:ident, Val, $arg:ident) => {
+        $call.value($arg)
+    };
+}
+
+/// The kernel table (see `kernels.rs`): each module with its source, PTX
+/// and entry points, and for each entry point its parameters, declared once
+/// in the order and with the types of its `extern "C"` signature.
+///
+/// Generates [`kernel_modules`]'s table and, per kernel, an `unsafe fn`
+/// launcher of that name taking `(cuda, cfg, params…)` with the declared
+/// types: a launch cannot push an argument of another type, in another
+/// order, or leave one out. `In<T>` is a `const T*` buffer, `Out<T>` a `T*`
+/// buffer, `Val<T>` a value. The test `every_declared_signature_matches_its_source`
+/// compares each declaration with the C signature in the source.
+macro_rules! kernel_table {
+    ($(
+        $module:ident ($src:ident, $ptx:ident) {
+            $( $kernel:ident ( $( $arg:ident : $kind:ident<$ty:ty> ),* $(,)? ); )*
+        }
+    )*) => {
+        static MODULES: &[KernelModule] = &[$(
+            KernelModule {
+                name: stringify!($module),
+                source: ptx::$src,
+                ptx: ptx::$ptx,
+                functions: &[$( stringify!($kernel) ),*],
+            },
+        )*];
+
+        $( $(
+            #[doc = concat!("Queues `", stringify!($kernel), "` of `", stringify!($module), ".cu`.")]
+            ///
+            /// # Safety
+            ///
+            /// Every buffer holds at least the elements the kernel indexes
+            /// for the other arguments and `cfg` (the op checked the lengths
+            /// against its geometry), and `cfg` is the launch shape the
+            /// kernel is written for.
+            #[allow(clippy::too_many_arguments)]
+            pub(crate) unsafe fn $kernel(
+                cuda: &Cuda,
+                cfg: LaunchConfig,
+                $( $arg: $kind<'_, $ty> ),*
+            ) -> Result<()> {
+                let mut call = cuda.kernel(stringify!($kernel))?;
+                $( $crate::backend::cuda::launch::push_arg!(call, $kind, $arg); )*
+                // SAFETY: the arguments were pushed in the declared order
+                // with the declared types, which match the kernel's C
+                // signature (checked against the source by the test
+                // `every_declared_signature_matches_its_source`; value
+                // structs cross by their `DeviceRepr` impls in launch.rs).
+                // Lengths and `cfg` are this function's caller's promise.
+                // Outputs are `&mut` borrows, so they alias no input. All
+                // work is ordered on the backend's one stream, and cudarc
+                // frees device memory in stream order, so no buffer is
+                // freed under a running kernel.
+                unsafe { call.launch(cfg) }
+            }
+        )* )*
+
+        /// Each kernel's declared parameters as `(kind, C type)`.
+        #[cfg(test)]
+        const SIGNATURES: &[(&str, &[(&str, &str)])] = &[$( $(
+            (stringify!($kernel), &[$( (stringify!($kind), <$ty as CType>::NAME) ),*]),
+        )* )*];
+    };
+}
+pub(crate) use {kernel_table, push_arg};
+
+/// One block of REDUCE_THREADS (reduce.cuh): the kernels that reduce a
+/// whole batch in one fixed tree, so a sum has the same bits on every run.
+pub(crate) const ONE_REDUCE_BLOCK: LaunchConfig = LaunchConfig {
+    grid_dim: (1, 1, 1),
+    block_dim: (256, 1, 1),
+    shared_mem_bytes: 0,
+};
 
 /// A launch of `threads`-thread blocks covering `n` elements, one per thread.
 pub(crate) fn blocks_for(op: &'static str, n: usize, threads: u32) -> Result<LaunchConfig> {
@@ -240,102 +357,4 @@ pub(crate) fn require_driver() -> Result<()> {
             hint: "install the driver, or add the folder holding libcuda.so.1 to LD_LIBRARY_PATH",
         })
     }
-}
-
-/// An error naming `libnvrtc.so` unless NVRTC loads.
-pub(crate) fn require_nvrtc() -> Result<()> {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only dlopen's NVRTC by name and closes it again.
-    if *PRESENT.get_or_init(|| unsafe { nvrtc::sys::is_culib_present() }) {
-        Ok(())
-    } else {
-        Err(Error::CudaLibraryMissing {
-            library: "libnvrtc.so (NVRTC, the CUDA runtime compiler)",
-            provider: "the CUDA toolkit or the `nvidia-cuda-nvrtc-cu12` pip wheel",
-            hint: "add its lib folder (e.g. .../site-packages/nvidia/cuda_nvrtc/lib) to \
-                   LD_LIBRARY_PATH",
-        })
-    }
-}
-
-/// The loaded NVRTC's `(major, minor)` version.
-pub(crate) fn nvrtc_version() -> Result<(i32, i32)> {
-    require_nvrtc()?;
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: NVRTC is loaded (checked above); the two pointers are valid
-    // for writes for the duration of the call.
-    unsafe { nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }.result()?;
-    Ok((major, minor))
-}
-
-/// What NVRTC hands back.
-#[derive(Clone, Copy)]
-pub(crate) enum Output {
-    /// PTX text, for `--gpu-architecture=compute_XY`.
-    Ptx,
-    /// A CUBIN, for `--gpu-architecture=sm_XY`.
-    Cubin,
-}
-
-/// An NVRTC program, destroyed on drop.
-struct Program(nvrtc::sys::nvrtcProgram);
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        // SAFETY: `self.0` came from `create_program` and is destroyed only
-        // here, once. A failure to free cannot be reported from drop; the
-        // program's memory is then leaked, which is harmless.
-        let _ = unsafe { nvrtc::result::destroy_program(self.0) };
-    }
-}
-
-/// Compiles `source` (module `module`) with `options`.
-pub(crate) fn nvrtc_compile(
-    module: &'static str,
-    source: &str,
-    options: &[String],
-    output: Output,
-) -> Result<Vec<u8>> {
-    require_nvrtc()?;
-    let build_error = |reason: String| Error::KernelBuild { module, reason };
-    let src = CString::new(source).map_err(|e| build_error(e.to_string()))?;
-    let name = CString::new(format!("{module}.cu")).map_err(|e| build_error(e.to_string()))?;
-    let program = Program(nvrtc::result::create_program(&src, Some(&name))?);
-    // SAFETY: `program.0` is a live program (destroyed only by `Program`'s
-    // drop, after this function); `src` and `name`, which it may reference,
-    // outlive it.
-    if let Err(e) = unsafe { nvrtc::result::compile_program(program.0, options) } {
-        // SAFETY: as above; the log exists once compilation has run.
-        let log = unsafe { nvrtc::result::get_program_log(program.0) }
-            .map(|log| c_chars_to_string(&log))
-            .unwrap_or_default();
-        return Err(build_error(format!(
-            "NVRTC {e} with options {options:?}:\n{log}"
-        )));
-    }
-    match output {
-        Output::Ptx => {
-            // SAFETY: as above, after a successful compilation.
-            let ptx = unsafe { nvrtc::result::get_ptx(program.0) }?;
-            Ok(c_chars_to_string(&ptx).into_bytes())
-        }
-        Output::Cubin => {
-            let mut size = 0usize;
-            // SAFETY: as above; `size` is valid for writes.
-            unsafe { nvrtc::sys::nvrtcGetCUBINSize(program.0, &mut size) }.result()?;
-            let mut cubin = vec![0u8; size];
-            // SAFETY: as above; `cubin` holds the `size` bytes NVRTC writes.
-            unsafe { nvrtc::sys::nvrtcGetCUBIN(program.0, cubin.as_mut_ptr().cast::<c_char>()) }
-                .result()?;
-            Ok(cubin)
-        }
-    }
-}
-
-/// NVRTC's NUL-terminated text as a `String`.
-fn c_chars_to_string(chars: &[c_char]) -> String {
-    let bytes: Vec<u8> = chars.iter().map(|&c| c as u8).collect();
-    CStr::from_bytes_until_nul(&bytes)
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned())
 }

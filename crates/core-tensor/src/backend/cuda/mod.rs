@@ -12,13 +12,18 @@
 //! * Ops queue work without waiting; [`Backend::read_range`] and
 //!   [`Backend::synchronize`] wait, and report the asynchronous errors: a
 //!   faulting kernel, or invalid data a kernel found (see `fault.rs`).
-//! * All `unsafe` of the backend is in `launch.rs`.
+//! * Kernels are launched through the typed launchers of the kernel table
+//!   (`kernels.rs`): `unsafe fn`s whose callers (`src/ops/<op>/cuda.rs`,
+//!   `gemm.rs`, `layer.rs`) say in a `// SAFETY:` which length checks they
+//!   made. The FFI itself is in `launch.rs` and `nvrtc.rs`.
 
 mod fault;
 pub(crate) mod gemm;
-mod kernels;
+pub(crate) mod kernels;
 pub(crate) mod launch;
+pub(crate) mod layer;
 mod modules;
+mod nvrtc;
 mod pinned;
 
 use std::collections::HashMap;

@@ -16,7 +16,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
 use super::kernels::{KernelModule, PTX_ARCH, kernel_modules};
-use super::launch::{self, Output};
+use super::nvrtc::{self, Output};
 use crate::{Error, Result};
 
 /// CUBINs by module name and `sm` number.
@@ -28,7 +28,7 @@ static CUBINS: LazyLock<Mutex<CubinCache>> = LazyLock::new(Default::default);
 /// The loaded NVRTC's `(major, minor)` version, or an error naming the
 /// library when it is missing.
 pub fn nvrtc_version() -> Result<(i32, i32)> {
-    launch::nvrtc_version()
+    nvrtc::version()
 }
 
 /// `module` compiled by NVRTC to PTX for `compute_<compute_cap>` (e.g. 90),
@@ -36,7 +36,7 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
 /// `ptxas` reports registers and spills.
 pub fn compile_ptx(module: &KernelModule, compute_cap: u32) -> Result<String> {
     let arch = format!("--gpu-architecture=compute_{compute_cap}");
-    let ptx = launch::nvrtc_compile(module.name, module.source, &[arch], Output::Ptx)?;
+    let ptx = nvrtc::compile(module.name, module.source, &[arch], Output::Ptx)?;
     Ok(String::from_utf8_lossy(&ptx).into_owned())
 }
 
@@ -44,7 +44,7 @@ pub fn compile_ptx(module: &KernelModule, compute_cap: u32) -> Result<String> {
 /// [`super::Cuda::new`] does when it has no loadable PTX.
 pub fn compile_cubin(module: &KernelModule, compute_cap: u32) -> Result<Vec<u8>> {
     let arch = format!("--gpu-architecture=sm_{compute_cap}");
-    launch::nvrtc_compile(module.name, module.source, &[arch], Output::Cubin)
+    nvrtc::compile(module.name, module.source, &[arch], Output::Cubin)
 }
 
 /// Loads every module on `ctx` (a GPU of compute capability `cap`) and
@@ -88,7 +88,7 @@ pub(super) fn load_all(
         for (module, cubin) in need_nvrtc.into_iter().zip(cubins) {
             loaded.push((module, ctx.load_module(Ptx::from_binary(cubin.to_vec()))?));
         }
-        let (nv_major, nv_minor) = launch::nvrtc_version()?;
+        let (nv_major, nv_minor) = nvrtc::version()?;
         origin.push(format!("NVRTC {nv_major}.{nv_minor} for sm_{sm}"));
     }
     let mut functions = HashMap::new();

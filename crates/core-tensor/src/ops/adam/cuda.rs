@@ -1,6 +1,7 @@
 use cudarc::driver::CudaSlice;
 
 use super::{AdamKernel, AdamScalars};
+use crate::backend::cuda::kernels;
 use crate::backend::cuda::launch::blocks_for;
 use crate::error::check_len;
 use crate::ops::GUARD_LEN;
@@ -27,14 +28,8 @@ impl AdamKernel for Cuda {
         }
         let cfg = blocks_for("adam", params.len(), THREADS)?;
         let n = params.len() as u64;
-        self.kernel("adam_step_f32")?
-            .arg(params)
-            .arg(grads)
-            .arg(m)
-            .arg(v)
-            .arg(guard)
-            .arg(s)
-            .arg(&n)
-            .launch(cfg)
+        // SAFETY: `grads`, `m` and `v` have `n` elements like `params`, the
+        // guard its two; every thread checks its index against `n`.
+        unsafe { kernels::adam_step_f32(self, cfg, params, grads, m, v, guard, s, &n) }
     }
 }

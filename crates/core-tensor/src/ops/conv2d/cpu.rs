@@ -14,7 +14,7 @@ impl Conv2dKernel for Cpu {
         at: &ParamAt,
         y: &mut Vec<f32>,
     ) -> Result<()> {
-        g.check::<Self>(x, params, at, y)?;
+        g.lens()?.check::<Self>(x, params, at, y)?;
         let (w, b) = (&params[at.weight.clone()], &params[at.bias.clone()]);
         let (in_len, out_len, ohw) = (g.in_image_len(), g.out_image_len(), g.out_h() * g.out_w());
         let per_group = g.batch.div_ceil(self.threads()).max(1);
@@ -50,7 +50,8 @@ impl Conv2dKernel for Cpu {
         grads: &mut Vec<f32>,
         dx: Option<&mut Vec<f32>>,
     ) -> Result<()> {
-        g.check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
+        g.lens()?
+            .check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         let w = &params[at.weight.clone()];
         let (wlen, blen) = (g.weight_len(), g.out_channels);
         let groups = self.threads().min(g.batch).max(1);

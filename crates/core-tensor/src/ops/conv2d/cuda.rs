@@ -1,130 +1,67 @@
-use cudarc::driver::{CudaSlice, CudaView, LaunchConfig};
+use cudarc::driver::{CudaSlice, CudaViewMut, LaunchConfig};
 
 use super::{Conv2dGeom, Conv2dKernel};
-use crate::Cuda;
-use crate::Result;
-use crate::backend::cuda::gemm::{GemmKernels, GemmOperands, GemmPlan, check_i32};
-use crate::backend::cuda::{view, view_mut};
-use crate::ops::ParamAt;
+use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
+use crate::backend::cuda::kernels;
+use crate::backend::cuda::layer::{GemmLayer, Shape, gemm_layer_kernel};
+use crate::ops::{LayerLens, ParamAt};
+use crate::{Cuda, Result};
 
 /// Threads of `conv2d_bwd_bias_f32` (REDUCE_THREADS in reduce.cuh).
 const BIAS_THREADS: u32 = 256;
 
-const FWD: GemmKernels = GemmKernels {
-    whole: "conv2d_fwd_f32",
-    partial: "conv2d_fwd_partial_f32",
-    reduce: "conv2d_fwd_reduce_f32",
-};
-const BWD_WEIGHT: GemmKernels = GemmKernels {
-    whole: "conv2d_bwd_weight_f32",
-    partial: "conv2d_bwd_weight_partial_f32",
-    reduce: "conv2d_bwd_weight_reduce_f32",
-};
-const BWD_INPUT: GemmKernels = GemmKernels {
-    whole: "conv2d_bwd_input_f32",
-    partial: "conv2d_bwd_input_partial_f32",
-    reduce: "conv2d_bwd_input_reduce_f32",
-};
+impl GemmLayer for Conv2dGeom {
+    const FWD: BiasGemmKernels<Self> = BiasGemmKernels {
+        whole: kernels::conv2d_fwd_f32,
+        partial: kernels::conv2d_fwd_partial_f32,
+        reduce: kernels::conv2d_fwd_reduce_f32,
+    };
+    const BWD_WEIGHT: GemmKernels<Self> = GemmKernels {
+        whole: kernels::conv2d_bwd_weight_f32,
+        partial: kernels::conv2d_bwd_weight_partial_f32,
+        reduce: kernels::conv2d_bwd_weight_reduce_f32,
+    };
+    const BWD_INPUT: GemmKernels<Self> = GemmKernels {
+        whole: kernels::conv2d_bwd_input_f32,
+        partial: kernels::conv2d_bwd_input_partial_f32,
+        reduce: kernels::conv2d_bwd_input_reduce_f32,
+    };
 
-impl Conv2dKernel for Cuda {
-    fn conv2d_fwd(
-        &self,
-        g: &Conv2dGeom,
-        x: &CudaSlice<f32>,
-        params: &CudaSlice<f32>,
-        at: &ParamAt,
-        y: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        g.check::<Self>(x, params, at, y)?;
-        check_i32("conv2d", &[x.len(), y.len(), g.weight_len()])?;
-        if y.is_empty() {
-            return Ok(());
-        }
-        let pixels = g.batch * g.out_h() * g.out_w();
-        let plan = GemmPlan::new("conv2d", g.out_channels, pixels, g.patch_len())?;
-        let w = view("conv2d", params, at.weight.clone())?;
-        let b = view("conv2d", params, at.bias.clone())?;
-        let ops = GemmOperands {
-            a: &x.as_view(),
-            b: &w,
-            bias: Some(&b),
-        };
-        self.gemm(&FWD, &plan, *g, &ops, &mut y.as_view_mut())
+    fn lens(&self) -> Result<LayerLens> {
+        Conv2dGeom::lens(self)
     }
 
-    fn conv2d_bwd(
+    /// Forward: M = O, N = every output pixel of the batch, K = C·K·K.
+    /// dW = dy · im2col(x)ᵀ: M = O, N = C·K·K, K = every output pixel, so it
+    /// is usually split. dx = Wᵀ · taps(dy): M = C, N = every input pixel,
+    /// K = O·K·K.
+    fn shapes(&self) -> [Shape; 3] {
+        let out_pixels = self.batch * self.out_h() * self.out_w();
+        let in_pixels = self.batch * self.in_h * self.in_w;
+        let taps = self.out_channels * self.kernel * self.kernel;
+        [
+            (self.out_channels, out_pixels, self.patch_len()),
+            (self.out_channels, self.patch_len(), out_pixels),
+            (self.in_channels, in_pixels, taps),
+        ]
+    }
+
+    unsafe fn bias_grad(
         &self,
-        g: &Conv2dGeom,
-        x: &CudaSlice<f32>,
-        params: &CudaSlice<f32>,
-        at: &ParamAt,
+        cuda: &Cuda,
         dy: &CudaSlice<f32>,
-        grads: &mut CudaSlice<f32>,
-        dx: Option<&mut CudaSlice<f32>>,
+        db: &mut CudaViewMut<'_, f32>,
     ) -> Result<()> {
-        g.check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
-        check_i32("conv2d", &[x.len(), dy.len(), g.weight_len()])?;
-        self.conv2d_bwd_weight(g, x, dy, grads, at)?;
-        let mut db = view_mut("conv2d", grads, at.bias.clone())?;
         let per_channel = LaunchConfig {
-            grid_dim: (g.out_channels as u32, 1, 1),
+            grid_dim: (self.out_channels as u32, 1, 1),
             block_dim: (BIAS_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        self.kernel("conv2d_bwd_bias_f32")?
-            .arg(dy)
-            .arg(&mut db)
-            .arg(g)
-            .launch(per_channel)?;
-        match dx {
-            Some(dx) if !dx.is_empty() => {
-                let w = view("conv2d", params, at.weight.clone())?;
-                self.conv2d_bwd_input(g, dy, &w, dx)
-            }
-            _ => Ok(()),
-        }
+        // SAFETY: the caller checked `dy` and `db` against the geometry;
+        // one block per output channel, of the threads the kernel reduces
+        // with.
+        unsafe { kernels::conv2d_bwd_bias_f32(cuda, per_channel, dy, db, self) }
     }
 }
 
-impl Cuda {
-    /// dW = dy · im2col(x)ᵀ: M = O, N = C·K·K, K = every output pixel of the
-    /// batch, so it is usually split.
-    fn conv2d_bwd_weight(
-        &self,
-        g: &Conv2dGeom,
-        x: &CudaSlice<f32>,
-        dy: &CudaSlice<f32>,
-        grads: &mut CudaSlice<f32>,
-        at: &ParamAt,
-    ) -> Result<()> {
-        let pixels = g.batch * g.out_h() * g.out_w();
-        let plan = GemmPlan::new("conv2d", g.out_channels, g.patch_len(), pixels)?;
-        let mut dw = view_mut("conv2d", grads, at.weight.clone())?;
-        let ops = GemmOperands {
-            a: &x.as_view(),
-            b: &dy.as_view(),
-            bias: None,
-        };
-        self.gemm(&BWD_WEIGHT, &plan, *g, &ops, &mut dw)
-    }
-
-    /// dx = Wᵀ · taps(dy): M = C, N = every input pixel of the batch,
-    /// K = O·K·K.
-    fn conv2d_bwd_input(
-        &self,
-        g: &Conv2dGeom,
-        dy: &CudaSlice<f32>,
-        w: &CudaView<'_, f32>,
-        dx: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        let pixels = g.batch * g.in_h * g.in_w;
-        let taps = g.out_channels * g.kernel * g.kernel;
-        let plan = GemmPlan::new("conv2d", g.in_channels, pixels, taps)?;
-        let ops = GemmOperands {
-            a: &dy.as_view(),
-            b: w,
-            bias: None,
-        };
-        self.gemm(&BWD_INPUT, &plan, *g, &ops, &mut dx.as_view_mut())
-    }
-}
+gemm_layer_kernel!(Conv2dKernel for Conv2dGeom: conv2d_fwd, conv2d_bwd);

@@ -6,8 +6,7 @@ mod cuda;
 #[cfg(test)]
 mod tests;
 
-use super::ParamAt;
-use crate::error::check_len;
+use super::{LayerLens, ParamAt};
 use crate::{Backend, Error, Result};
 
 /// The shape of one convolution call. `#[repr(C)]` so a device kernel can take
@@ -69,52 +68,16 @@ impl Conv2dGeom {
         Ok(())
     }
 
-    /// Validates the geometry and the lengths of every buffer of a call.
-    pub(crate) fn check<B: Backend>(
-        &self,
-        x: &B::Storage<f32>,
-        params: &B::Storage<f32>,
-        at: &ParamAt,
-        y_or_dy: &B::Storage<f32>,
-    ) -> Result<()> {
+    /// Validates the geometry; the lengths of every buffer of a call.
+    pub(crate) fn lens(&self) -> Result<LayerLens> {
         self.validate()?;
-        check_len("conv2d", "x", B::len(x), self.batch * self.in_image_len())?;
-        check_len(
-            "conv2d",
-            "y",
-            B::len(y_or_dy),
-            self.batch * self.out_image_len(),
-        )?;
-        at.check(
-            "conv2d",
-            self.weight_len(),
-            self.out_channels,
-            B::len(params),
-        )
-    }
-
-    /// [`Self::check`] for a backward call, plus the gradient buffer and
-    /// the optional input gradient.
-    pub(crate) fn check_bwd<B: Backend>(
-        &self,
-        x: &B::Storage<f32>,
-        params: &B::Storage<f32>,
-        at: &ParamAt,
-        dy: &B::Storage<f32>,
-        grads: &B::Storage<f32>,
-        dx: Option<&B::Storage<f32>>,
-    ) -> Result<()> {
-        self.check::<B>(x, params, at, dy)?;
-        at.check(
-            "conv2d",
-            self.weight_len(),
-            self.out_channels,
-            B::len(grads),
-        )?;
-        match dx {
-            Some(dx) => check_len("conv2d", "dx", B::len(dx), B::len(x)),
-            None => Ok(()),
-        }
+        Ok(LayerLens {
+            op: "conv2d",
+            x: self.batch * self.in_image_len(),
+            y: self.batch * self.out_image_len(),
+            weight: self.weight_len(),
+            bias: self.out_channels,
+        })
     }
 }
 

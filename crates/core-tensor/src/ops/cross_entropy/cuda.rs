@@ -1,17 +1,11 @@
-use cudarc::driver::{CudaSlice, LaunchConfig};
+use cudarc::driver::CudaSlice;
 
 use super::{ClassGeom, CrossEntropyKernel};
 use crate::backend::cuda::gemm::check_i32;
+use crate::backend::cuda::kernels;
+use crate::backend::cuda::launch::ONE_REDUCE_BLOCK;
 use crate::error::check_len;
 use crate::{Cuda, Result};
-
-/// One block of REDUCE_THREADS (reduce.cuh): the whole batch in one fixed
-/// reduction tree, so the loss sum has the same bits on every run.
-const ONE_BLOCK: LaunchConfig = LaunchConfig {
-    grid_dim: (1, 1, 1),
-    block_dim: (256, 1, 1),
-    shared_mem_bytes: 0,
-};
 
 impl CrossEntropyKernel for Cuda {
     /// A label not below the class count (an error on the CPU) is reported
@@ -29,14 +23,21 @@ impl CrossEntropyKernel for Cuda {
         check_len("cross_entropy", "loss_sum", loss_sum.len(), 1)?;
         check_i32("cross_entropy", &[logits.len(), labels.len()])?;
         self.with_fault(|fault| {
-            self.kernel("cross_entropy_fwd_bwd_f32")?
-                .arg(logits)
-                .arg(labels)
-                .arg(dlogits)
-                .arg(loss_sum)
-                .arg(fault)
-                .arg(g)
-                .launch(ONE_BLOCK)
+            // SAFETY: `logits`, `labels` and `dlogits` were checked against
+            // `g`, `loss_sum` and the fault word hold one element each; the
+            // kernel reduces with one block.
+            unsafe {
+                kernels::cross_entropy_fwd_bwd_f32(
+                    self,
+                    ONE_REDUCE_BLOCK,
+                    logits,
+                    labels,
+                    dlogits,
+                    loss_sum,
+                    fault,
+                    g,
+                )
+            }
         })
     }
 }

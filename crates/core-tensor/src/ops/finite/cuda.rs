@@ -1,6 +1,7 @@
 use cudarc::driver::CudaSlice;
 
 use super::{FiniteKernel, check};
+use crate::backend::cuda::kernels;
 use crate::backend::cuda::launch::blocks_for;
 use crate::{Cuda, Result};
 
@@ -18,12 +19,8 @@ impl FiniteKernel for Cuda {
         // At least one thread, for the loss.
         let cfg = blocks_for("guard_finite", values.len().max(1), THREADS)?;
         let n = values.len() as u64;
-        self.kernel("guard_finite_f32")?
-            .arg(values)
-            .arg(loss)
-            .arg(guard)
-            .arg(&step)
-            .arg(&n)
-            .launch(cfg)
+        // SAFETY: `check` ran: one loss, a two-word guard, `n` values; every
+        // thread checks its index against `n`.
+        unsafe { kernels::guard_finite_f32(self, cfg, values, loss, guard, &step, &n) }
     }
 }

@@ -3,6 +3,7 @@ use std::ops::Range;
 use cudarc::driver::CudaSlice;
 
 use super::GatherKernel;
+use crate::backend::cuda::kernels;
 use crate::backend::cuda::launch::{GatherArgs, blocks_for};
 use crate::{Cuda, Result};
 
@@ -35,15 +36,12 @@ impl GatherKernel for Cuda {
         };
         let cfg = blocks_for("gather_batch", x.len(), THREADS)?;
         self.with_fault(|fault| {
-            self.kernel("gather_batch_u8_f32")?
-                .arg(images)
-                .arg(labels)
-                .arg(indices)
-                .arg(x)
-                .arg(y)
-                .arg(fault)
-                .arg(&args)
-                .launch(cfg)
+            // SAFETY: `check` matched every length to `args` (a sample index
+            // past `samples` is caught by the kernel, which sets the fault
+            // word instead of reading); every thread checks its index.
+            unsafe {
+                kernels::gather_batch_u8_f32(self, cfg, images, labels, indices, x, y, fault, &args)
+            }
         })
     }
 }

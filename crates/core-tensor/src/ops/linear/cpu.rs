@@ -12,7 +12,7 @@ impl LinearKernel for Cpu {
         at: &ParamAt,
         y: &mut Vec<f32>,
     ) -> Result<()> {
-        g.check::<Self>(x, params, at, y)?;
+        g.lens().check::<Self>(x, params, at, y)?;
         let (w, b) = (&params[at.weight.clone()], &params[at.bias.clone()]);
         y.chunks_mut(g.out_features)
             .for_each(|row| row.copy_from_slice(b));
@@ -38,7 +38,8 @@ impl LinearKernel for Cpu {
         grads: &mut Vec<f32>,
         dx: Option<&mut Vec<f32>>,
     ) -> Result<()> {
-        g.check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
+        g.lens()
+            .check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         let dy_mat = MatRef::row_major(dy, g.batch, g.out_features);
         let db = &mut grads[at.bias.clone()];
         db.fill(0.0);

@@ -5,8 +5,7 @@ mod cuda;
 #[cfg(test)]
 mod tests;
 
-use super::ParamAt;
-use crate::error::check_len;
+use super::{LayerLens, ParamAt};
 use crate::{Backend, Result};
 
 /// The shape of one linear call.
@@ -19,49 +18,14 @@ pub struct LinearGeom {
 }
 
 impl LinearGeom {
-    pub(crate) fn check<B: Backend>(
-        &self,
-        x: &B::Storage<f32>,
-        params: &B::Storage<f32>,
-        at: &ParamAt,
-        y_or_dy: &B::Storage<f32>,
-    ) -> Result<()> {
-        check_len("linear", "x", B::len(x), self.batch * self.in_features)?;
-        check_len(
-            "linear",
-            "y",
-            B::len(y_or_dy),
-            self.batch * self.out_features,
-        )?;
-        at.check(
-            "linear",
-            self.in_features * self.out_features,
-            self.out_features,
-            B::len(params),
-        )
-    }
-
-    /// [`Self::check`] for a backward call, plus the gradient buffer and
-    /// the optional input gradient.
-    pub(crate) fn check_bwd<B: Backend>(
-        &self,
-        x: &B::Storage<f32>,
-        params: &B::Storage<f32>,
-        at: &ParamAt,
-        dy: &B::Storage<f32>,
-        grads: &B::Storage<f32>,
-        dx: Option<&B::Storage<f32>>,
-    ) -> Result<()> {
-        self.check::<B>(x, params, at, dy)?;
-        at.check(
-            "linear",
-            self.in_features * self.out_features,
-            self.out_features,
-            B::len(grads),
-        )?;
-        match dx {
-            Some(dx) => check_len("linear", "dx", B::len(dx), B::len(x)),
-            None => Ok(()),
+    /// The lengths of every buffer of a call.
+    pub(crate) fn lens(&self) -> LayerLens {
+        LayerLens {
+            op: "linear",
+            x: self.batch * self.in_features,
+            y: self.batch * self.out_features,
+            weight: self.in_features * self.out_features,
+            bias: self.out_features,
         }
     }
 }

@@ -2,6 +2,7 @@ use cudarc::driver::CudaSlice;
 
 use super::{MaxPool2dKernel, PoolGeom};
 use crate::backend::cuda::gemm::check_i32;
+use crate::backend::cuda::kernels;
 use crate::backend::cuda::launch::blocks_for;
 use crate::error::check_len;
 use crate::{Cuda, Result};
@@ -21,11 +22,9 @@ impl MaxPool2dKernel for Cuda {
             return Ok(());
         }
         let cfg = blocks_for("maxpool2d", y.len(), THREADS)?;
-        self.kernel("maxpool2d_fwd_f32")?
-            .arg(x)
-            .arg(y)
-            .arg(g)
-            .launch(cfg)
+        // SAFETY: `x` and `y` were checked against `g`; every thread checks
+        // its index against the output size.
+        unsafe { kernels::maxpool2d_fwd_f32(self, cfg, x, y, g) }
     }
 
     fn maxpool2d_bwd(
@@ -43,11 +42,8 @@ impl MaxPool2dKernel for Cuda {
         }
         // One thread per input element: dx is overwritten completely.
         let cfg = blocks_for("maxpool2d", dx.len(), THREADS)?;
-        self.kernel("maxpool2d_bwd_f32")?
-            .arg(x)
-            .arg(dy)
-            .arg(dx)
-            .arg(g)
-            .launch(cfg)
+        // SAFETY: `x`, `dy` and `dx` were checked against `g`; every thread
+        // checks its index against the input size.
+        unsafe { kernels::maxpool2d_bwd_f32(self, cfg, x, dy, dx, g) }
     }
 }

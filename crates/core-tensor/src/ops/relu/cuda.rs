@@ -1,6 +1,7 @@
 use cudarc::driver::CudaSlice;
 
 use super::ReluKernel;
+use crate::backend::cuda::kernels;
 use crate::backend::cuda::launch::blocks_for;
 use crate::error::check_len;
 use crate::{Cuda, Result};
@@ -14,7 +15,8 @@ impl ReluKernel for Cuda {
         }
         let cfg = blocks_for("relu", x.len(), THREADS)?;
         let n = x.len() as u64;
-        self.kernel("relu_fwd_f32")?.arg(x).arg(&n).launch(cfg)
+        // SAFETY: `n` is the length of `x`; every thread checks its index.
+        unsafe { kernels::relu_fwd_f32(self, cfg, x, &n) }
     }
 
     fn relu_bwd(&self, y: &CudaSlice<f32>, dy: &mut CudaSlice<f32>) -> Result<()> {
@@ -24,10 +26,8 @@ impl ReluKernel for Cuda {
         }
         let cfg = blocks_for("relu", y.len(), THREADS)?;
         let n = y.len() as u64;
-        self.kernel("relu_bwd_f32")?
-            .arg(y)
-            .arg(dy)
-            .arg(&n)
-            .launch(cfg)
+        // SAFETY: `dy` was checked to have `n` elements like `y`; every
+        // thread checks its index.
+        unsafe { kernels::relu_bwd_f32(self, cfg, y, dy, &n) }
     }
 }

@@ -50,8 +50,8 @@ fn skip_gpu(test: &str, why: &str) -> Option<Cuda> {
 #[macro_export]
 macro_rules! on_each_device {
     ($body:ident) => {{
-        $body(&support::cpu2());
-        if let Some(gpu) = support::gpu(stringify!($body)) {
+        $body(&$crate::support::cpu2());
+        if let Some(gpu) = $crate::support::gpu(stringify!($body)) {
             $body(&gpu);
         }
     }};

@@ -1,0 +1,143 @@
+//! The CUDA side of the layers with a weight and a bias (conv2d, linear):
+//! three GEMMs and a bias reduction, the same steps for both, so they are
+//! written once here and each op only says its kernels and shapes.
+
+use cudarc::driver::{CudaSlice, CudaViewMut};
+
+use super::gemm::{BiasGemmKernels, GemmKernels, GemmPlan, Store, check_i32};
+use super::{view, view_mut};
+use crate::ops::{LayerLens, ParamAt};
+use crate::{Cuda, Result};
+
+/// `(M, N, K)` of one product.
+pub(crate) type Shape = (usize, usize, usize);
+
+/// A layer computed as GEMMs on the GPU: `y = x·W + b`, `dW` from `x` and
+/// `dy`, `dx` from `dy` and `W`.
+pub(crate) trait GemmLayer: Copy + 'static {
+    /// The forward kernels (with the bias), then the weight and input
+    /// gradients' (without).
+    const FWD: BiasGemmKernels<Self>;
+    const BWD_WEIGHT: GemmKernels<Self>;
+    const BWD_INPUT: GemmKernels<Self>;
+
+    /// The buffer lengths of a call (an error for an invalid geometry).
+    fn lens(&self) -> Result<LayerLens>;
+    /// The products' shapes: forward, weight gradient, input gradient.
+    fn shapes(&self) -> [Shape; 3];
+
+    /// Queues `db = Σ dy` over the batch (and pixels).
+    ///
+    /// # Safety
+    ///
+    /// `dy` and `db` have the lengths [`Self::lens`] gives.
+    unsafe fn bias_grad(
+        &self,
+        cuda: &Cuda,
+        dy: &CudaSlice<f32>,
+        db: &mut CudaViewMut<'_, f32>,
+    ) -> Result<()>;
+}
+
+impl Cuda {
+    /// The layer's forward pass, with `W` and `b` read from `params` at `at`.
+    pub(crate) fn layer_fwd<L: GemmLayer>(
+        &self,
+        g: &L,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let lens = g.lens()?;
+        lens.check::<Self>(x, params, at, y)?;
+        check_i32(lens.op, &[x.len(), y.len(), lens.weight])?;
+        if y.is_empty() {
+            return Ok(());
+        }
+        let [(m, n, k), _, _] = g.shapes();
+        let plan = GemmPlan::new(lens.op, m, n, k)?;
+        let w = view(lens.op, params, at.weight.clone())?;
+        let b = view(lens.op, params, at.bias.clone())?;
+        // SAFETY: every buffer's length was checked against the geometry
+        // (`lens.check`), and the plan is the geometry's forward product.
+        unsafe { self.gemm(&plan, *g, x, &w, Store::Bias(&L::FWD, &b), y) }
+    }
+
+    /// The layer's backward pass: `dW` and `db` into `grads` at `at`, and
+    /// `dx` when asked for.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn layer_bwd<L: GemmLayer>(
+        &self,
+        g: &L,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        dy: &CudaSlice<f32>,
+        grads: &mut CudaSlice<f32>,
+        dx: Option<&mut CudaSlice<f32>>,
+    ) -> Result<()> {
+        let lens = g.lens()?;
+        lens.check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
+        check_i32(lens.op, &[x.len(), dy.len(), lens.weight])?;
+        let [_, (wm, wn, wk), (im, in_, ik)] = g.shapes();
+        if lens.weight > 0 {
+            let plan = GemmPlan::new(lens.op, wm, wn, wk)?;
+            let mut dw = view_mut(lens.op, grads, at.weight.clone())?;
+            let store = Store::Plain(&L::BWD_WEIGHT);
+            // SAFETY: `x`, `dy` and `grads` (hence `dw`) were checked
+            // against the geometry by `lens.check_bwd`; the plan is its
+            // weight-gradient product.
+            unsafe { self.gemm(&plan, *g, x, dy, store, &mut dw)? };
+        }
+        if lens.bias > 0 {
+            let mut db = view_mut(lens.op, grads, at.bias.clone())?;
+            // SAFETY: `dy` and `db` were checked by `lens.check_bwd`.
+            unsafe { g.bias_grad(self, dy, &mut db)? };
+        }
+        match dx {
+            Some(dx) if !dx.is_empty() => {
+                let w = view(lens.op, params, at.weight.clone())?;
+                let plan = GemmPlan::new(lens.op, im, in_, ik)?;
+                let store = Store::Plain(&L::BWD_INPUT);
+                // SAFETY: `dy`, `params` (hence `w`) and `dx` were checked
+                // by `lens.check_bwd`; the plan is the input-gradient product.
+                unsafe { self.gemm(&plan, *g, dy, &w, store, dx) }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Implements an op's kernel trait (`Conv2dKernel`, `LinearKernel`) for
+/// [`Cuda`] by [`Cuda::layer_fwd`] and [`Cuda::layer_bwd`].
+macro_rules! gemm_layer_kernel {
+    ($kernel:ident for $geom:ty: $fwd:ident, $bwd:ident) => {
+        impl $kernel for Cuda {
+            fn $fwd(
+                &self,
+                g: &$geom,
+                x: &CudaSlice<f32>,
+                params: &CudaSlice<f32>,
+                at: &ParamAt,
+                y: &mut CudaSlice<f32>,
+            ) -> Result<()> {
+                self.layer_fwd(g, x, params, at, y)
+            }
+
+            fn $bwd(
+                &self,
+                g: &$geom,
+                x: &CudaSlice<f32>,
+                params: &CudaSlice<f32>,
+                at: &ParamAt,
+                dy: &CudaSlice<f32>,
+                grads: &mut CudaSlice<f32>,
+                dx: Option<&mut CudaSlice<f32>>,
+            ) -> Result<()> {
+                self.layer_bwd(g, x, params, at, dy, grads, dx)
+            }
+        }
+    };
+}
+pub(crate) use gemm_layer_kernel;

@@ -1,0 +1,109 @@
+//! Every op, forward and backward, on each device against the one-thread CPU
+//! reference, on fresh random inputs.
+//!
+//! Each body is generic over `B: Ops` and runs on a two-thread CPU backend
+//! (present everywhere) and on CUDA device 0 when there is one. Without a
+//! GPU the CUDA runs print that they were skipped; REQUIRE_GPU=1 makes that
+//! a failure (the device bundle's run.sh sets it).
+//!
+//! Tolerances, per op:
+//! * exact bits: ReLU, max-pool, dropout, gather, accuracy, Adam, and the
+//!   linear bias gradient. Each output is a fixed sequence of correctly
+//!   rounded f32 operations on both devices (the Adam kernel spells out
+//!   every rounding so the GPU cannot fuse a multiply-add).
+//! * GEMM-based ops (conv2d, linear): the sum-of-products bound of
+//!   `support::assert_within_sum_bound`; the devices add in different
+//!   orders, so a fixed relative tolerance would be either loose or flaky.
+//! * cross-entropy: 1e-5 relative to each term's scale. exp/ln differ by a
+//!   few ulp between libm and CUDA (≤ 2 ulp for expf), and the batch sum is
+//!   a tree on the GPU.
+
+mod layers;
+mod pointwise;
+mod support;
+mod training_step;
+
+use core_tensor::ops::ClassGeom;
+use core_tensor::{Backend, Cuda, Error, Ops, cuda_available};
+use support::{uniform, up};
+
+/// Input the CPU rejects is an error on every device: at once on the CPU, at
+/// the next synchronization on a GPU; and the backend stays usable.
+fn invalid_input_is_an_error<B: Ops>(dev: &B) {
+    let g = ClassGeom {
+        batch: 4,
+        classes: 10,
+    };
+    let logits = up(dev, &uniform(900, 40, -1.0, 1.0));
+    let mut dz = dev.zeros(40).unwrap();
+    let mut loss = dev.zeros(1).unwrap();
+    let bad = up(dev, &[1u8, 10, 2, 3]);
+    let err = dev
+        .cross_entropy_fwd_bwd(&g, &logits, &bad, &mut dz, &mut loss)
+        .and_then(|()| dev.synchronize())
+        .unwrap_err();
+    assert!(err.to_string().contains("label"), "{err}");
+    let good = up(dev, &[1u8, 9, 2, 3]);
+    dev.cross_entropy_fwd_bwd(&g, &logits, &good, &mut dz, &mut loss)
+        .unwrap();
+    dev.synchronize().unwrap();
+
+    let (images, labels) = (up(dev, &[7u8; 6]), up(dev, &[1u8; 3]));
+    let indices = up(dev, &[0u32, 3]);
+    let (mut x, mut y) = (dev.zeros(4).unwrap(), dev.zeros(2).unwrap());
+    let err = dev
+        .gather_batch(&images, &labels, 2, &indices, 0..2, &mut x, &mut y)
+        .and_then(|()| dev.synchronize())
+        .unwrap_err();
+    assert!(err.to_string().contains("sample index"), "{err}");
+    dev.synchronize().unwrap();
+}
+
+#[test]
+fn invalid_input() {
+    invalid_input_is_an_error(&support::cpu2());
+    if let Some(gpu) = support::own_gpu("invalid_input") {
+        invalid_input_is_an_error(&gpu);
+        // The driver cannot allocate zero bytes: a typed error, not its code.
+        let err = gpu.zeros::<f32>(0).unwrap_err();
+        assert!(err.to_string().contains("at least one element"), "{err}");
+    }
+}
+
+/// `cuda_available` answers on every machine; never a panic.
+#[test]
+fn cuda_availability_is_an_answer() {
+    match cuda_available() {
+        Ok(0) => assert!(matches!(Cuda::new(0), Err(Error::NoCudaDevice { .. }))),
+        Ok(count) => {
+            let err = Cuda::new(count).unwrap_err();
+            assert!(matches!(err, Error::NoCudaDevice { ordinal, .. } if ordinal == count));
+            println!("{count} CUDA device(s)");
+        }
+        Err(e) => {
+            assert!(e.to_string().contains("libcuda"), "{e}");
+            assert!(Cuda::new(0).is_err());
+            println!("no CUDA driver: {e}");
+        }
+    }
+    if std::env::var("REQUIRE_GPU").is_ok_and(|v| v == "1") {
+        assert!(
+            cuda_available().is_ok_and(|n| n > 0),
+            "REQUIRE_GPU=1, but no GPU"
+        );
+    }
+}
+
+/// The whole suite again on `cuda-emu` (crates/cuda-emu), the CPU stand-in
+/// for the CUDA driver, with REQUIRE_GPU=1: every launch, argument list and
+/// kernel of the CUDA backend runs and is compared with the CPU, on a
+/// machine without a GPU.
+#[test]
+fn suite_on_the_cuda_emulator() {
+    cuda_emu::rerun_on_emulator(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &["--skip", "suite_on_the_cuda_emulator"],
+        &[("REQUIRE_GPU", "1")],
+        12,
+    );
+}

@@ -1,0 +1,147 @@
+//! The ops computed element by element or window by window, the same
+//! correctly rounded operations on every device: equal bit for bit.
+
+use core_tensor::Ops;
+use core_tensor::ops::{DropoutKernel, GatherKernel, MaxPool2dKernel, PoolGeom, ReluKernel};
+
+use crate::on_each_device;
+use crate::support::{assert_same_bits, down, reference, uniform, up};
+
+fn relu_matches<B: Ops>(dev: &B) {
+    let mut x = uniform(300, 10_001, -1.0, 1.0);
+    x[5] = f32::NAN;
+    x[6] = 0.0;
+    x[7] = -0.0;
+    let dy = uniform(301, x.len(), -1.0, 1.0);
+    let mut y = up(dev, &x);
+    dev.relu_fwd(&mut y).unwrap();
+    let mut dx = up(dev, &dy);
+    dev.relu_bwd(&y, &mut dx).unwrap();
+    let cpu = reference();
+    let (mut y_ref, mut dx_ref) = (x.clone(), dy.clone());
+    cpu.relu_fwd(&mut y_ref).unwrap();
+    cpu.relu_bwd(&y_ref, &mut dx_ref).unwrap();
+    let y = down(dev, &y);
+    assert!(y[5].is_nan(), "ReLU must keep NaN");
+    assert_same_bits(&format!("{} relu y", dev.describe()), &y, &y_ref);
+    assert_same_bits(
+        &format!("{} relu dx", dev.describe()),
+        &down(dev, &dx),
+        &dx_ref,
+    );
+}
+
+#[test]
+fn relu() {
+    on_each_device!(relu_matches);
+}
+
+fn maxpool2d_matches<B: Ops>(dev: &B) {
+    // Odd height and width: the last row and column are dropped.
+    let g = PoolGeom {
+        batch: 2,
+        channels: 3,
+        in_h: 9,
+        in_w: 7,
+    };
+    let mut x = uniform(400, g.input_len(), -1.0, 1.0);
+    // Ties (the first maximum wins) and a NaN (it wins).
+    x[1] = x[0];
+    x[7 * 2 + 2] = x[7 * 2 + 3];
+    x[7 * 3 + 3] = f32::NAN;
+    let dy = uniform(401, g.output_len(), -1.0, 1.0);
+    let (x_d, dy_d) = (up(dev, &x), up(dev, &dy));
+    let mut y = dev.zeros(g.output_len()).unwrap();
+    dev.maxpool2d_fwd(&g, &x_d, &mut y).unwrap();
+    let mut dx = up(dev, &vec![f32::NAN; x.len()]);
+    dev.maxpool2d_bwd(&g, &x_d, &dy_d, &mut dx).unwrap();
+    let cpu = reference();
+    let mut y_ref = vec![0.0; g.output_len()];
+    cpu.maxpool2d_fwd(&g, &x, &mut y_ref).unwrap();
+    let mut dx_ref = vec![0.0; x.len()];
+    cpu.maxpool2d_bwd(&g, &x, &dy, &mut dx_ref).unwrap();
+    assert_same_bits(
+        &format!("{} maxpool y", dev.describe()),
+        &down(dev, &y),
+        &y_ref,
+    );
+    assert_same_bits(
+        &format!("{} maxpool dx", dev.describe()),
+        &down(dev, &dx),
+        &dx_ref,
+    );
+}
+
+#[test]
+fn maxpool2d() {
+    on_each_device!(maxpool2d_matches);
+}
+
+fn dropout_matches<B: Ops>(dev: &B) {
+    let x = uniform(500, 100_003, -1.0, 1.0);
+    let cpu = reference();
+    for (p, seed) in [(0.5, 7u64), (0.25, u64::MAX), (0.0, 3)] {
+        let mut fwd = up(dev, &x);
+        dev.dropout_fwd(p, seed, &mut fwd).unwrap();
+        let mut bwd = up(dev, &x);
+        dev.dropout_bwd(p, seed, &mut bwd).unwrap();
+        let mut want = x.clone();
+        cpu.dropout_fwd(p, seed, &mut want).unwrap();
+        let what = format!("{} dropout p={p} seed={seed}", dev.describe());
+        // The same mask bit for bit, hence the same values.
+        assert_same_bits(&format!("{what} fwd"), &down(dev, &fwd), &want);
+        assert_same_bits(&format!("{what} bwd"), &down(dev, &bwd), &want);
+        let dropped = want.iter().filter(|v| **v == 0.0).count() as f32 / x.len() as f32;
+        assert!((dropped - p).abs() < 0.01, "{what}: dropped {dropped}");
+    }
+    let mut any = up(dev, &x);
+    assert!(dev.dropout_fwd(1.0, 0, &mut any).is_err());
+}
+
+#[test]
+fn dropout() {
+    on_each_device!(dropout_matches);
+}
+
+fn gather_matches<B: Ops>(dev: &B) {
+    let (samples, pixels) = (100, 784);
+    let images: Vec<u8> = (0..samples * pixels)
+        .map(|i| (i * 31 % 256) as u8)
+        .collect();
+    let labels: Vec<u8> = (0..samples).map(|i| (i % 10) as u8).collect();
+    let indices: Vec<u32> = (0..samples as u32)
+        .map(|i| (i * 37 + 11) % samples as u32)
+        .collect();
+    let positions = 10..42;
+    let batch = positions.len();
+    let (im_d, lb_d, ix_d) = (up(dev, &images), up(dev, &labels), up(dev, &indices));
+    let mut x = dev.zeros(batch * pixels).unwrap();
+    let mut y = dev.zeros(batch).unwrap();
+    dev.gather_batch(
+        &im_d,
+        &lb_d,
+        pixels,
+        &ix_d,
+        positions.clone(),
+        &mut x,
+        &mut y,
+    )
+    .unwrap();
+    let (mut x_ref, mut y_ref) = (vec![0.0; batch * pixels], vec![0u8; batch]);
+    reference()
+        .gather_batch(
+            &images, &labels, pixels, &indices, positions, &mut x_ref, &mut y_ref,
+        )
+        .unwrap();
+    assert_same_bits(
+        &format!("{} gather x", dev.describe()),
+        &down(dev, &x),
+        &x_ref,
+    );
+    assert_eq!(down(dev, &y), y_ref, "{} gather y", dev.describe());
+}
+
+#[test]
+fn gather() {
+    on_each_device!(gather_matches);
+}

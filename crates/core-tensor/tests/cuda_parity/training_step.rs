@@ -1,0 +1,175 @@
+//! The loss, the metric, the finiteness guard and the Adam step.
+
+use core_tensor::Ops;
+use core_tensor::ops::{
+    AccuracyKernel, AdamConfig, AdamKernel, ClassGeom, CrossEntropyKernel, GUARD_CLEAR,
+};
+
+use crate::on_each_device;
+use crate::support::{assert_same_bits, down, reference, uniform, up};
+
+fn cross_entropy_matches<B: Ops>(dev: &B) {
+    for batch in [1, 300, 1000] {
+        let g = ClassGeom { batch, classes: 10 };
+        let logits = uniform(600 + batch as u64, batch * 10, -4.0, 4.0);
+        let labels: Vec<u8> = (0..batch).map(|i| ((i * 7 + 3) % 10) as u8).collect();
+        let (z_d, l_d) = (up(dev, &logits), up(dev, &labels));
+        let mut dz_d = dev.zeros(logits.len()).unwrap();
+        let mut loss_d = up(dev, &[1.25f32]);
+        dev.cross_entropy_fwd_bwd(&g, &z_d, &l_d, &mut dz_d, &mut loss_d)
+            .unwrap();
+        let (dz, loss) = (down(dev, &dz_d), down(dev, &loss_d)[0]);
+        let cpu = reference();
+        let mut dz_ref = vec![0.0f32; logits.len()];
+        let mut loss_ref = vec![1.25f32];
+        cpu.cross_entropy_fwd_bwd(&g, &logits, &labels, &mut dz_ref, &mut loss_ref)
+            .unwrap();
+        let what = format!("{} cross_entropy batch {batch}", dev.describe());
+        // |dlogit| ≤ (softmax + onehot)/batch; 1e-5 of that scale.
+        let scale = 1.0 / batch as f32;
+        for (i, (&a, &b)) in dz.iter().zip(&dz_ref).enumerate() {
+            let tol = 1e-5 * (b.abs() + scale);
+            assert!((a - b).abs() <= tol, "{what}: dlogits[{i}] = {a}, want {b}");
+        }
+        let tol = 1e-5 * loss_ref[0].abs();
+        assert!(
+            (loss - loss_ref[0]).abs() <= tol,
+            "{what}: loss {loss}, want {}",
+            loss_ref[0]
+        );
+    }
+}
+
+#[test]
+fn cross_entropy() {
+    on_each_device!(cross_entropy_matches);
+}
+
+fn count_correct_matches<B: Ops>(dev: &B) {
+    let batch = 777;
+    let g = ClassGeom { batch, classes: 10 };
+    let mut logits = uniform(700, batch * 10, -1.0, 1.0);
+    // Every third row has a tie for the maximum: the first one counts.
+    for row in (0..batch).step_by(3) {
+        logits[row * 10 + 2] = 5.0;
+        logits[row * 10 + 8] = 5.0;
+    }
+    let labels: Vec<u8> = (0..batch).map(|i| [2, 8, 1, 5][i % 4]).collect();
+    let (z_d, l_d) = (up(dev, &logits), up(dev, &labels));
+    let mut correct = up(dev, &[4.0f32]);
+    dev.count_correct(&g, &z_d, &l_d, &mut correct).unwrap();
+    dev.count_correct(&g, &z_d, &l_d, &mut correct).unwrap();
+    let mut want = vec![4.0f32];
+    let cpu = reference();
+    cpu.count_correct(&g, &logits, &labels, &mut want).unwrap();
+    cpu.count_correct(&g, &logits, &labels, &mut want).unwrap();
+    assert!(
+        want[0] > 4.0 + 100.0,
+        "the case must have hits: {}",
+        want[0]
+    );
+    assert_same_bits(
+        &format!("{} count_correct", dev.describe()),
+        &down(dev, &correct),
+        &want,
+    );
+}
+
+#[test]
+fn count_correct() {
+    on_each_device!(count_correct_matches);
+}
+
+fn adam_matches<B: Ops>(dev: &B) {
+    let n = 50_001;
+    let cfg = AdamConfig {
+        lr: 3e-3,
+        ..AdamConfig::default()
+    };
+    let start = uniform(800, n, -1.0, 1.0);
+    let mut p_d = up(dev, &start);
+    let (mut m_d, mut v_d) = (dev.zeros(n).unwrap(), dev.zeros(n).unwrap());
+    let (mut p, mut m, mut v) = (start.clone(), vec![0.0f32; n], vec![0.0f32; n]);
+    let cpu = reference();
+    let clear = GUARD_CLEAR.to_vec();
+    let clear_d = dev.upload(&clear).unwrap();
+    for step in 1..=5 {
+        let grads = uniform(800 + step, n, -1.0, 1.0);
+        let s = cfg.scalars(step);
+        dev.adam_step(&s, &mut p_d, &up(dev, &grads), &mut m_d, &mut v_d, &clear_d)
+            .unwrap();
+        cpu.adam_step(&s, &mut p, &grads, &mut m, &mut v, &clear)
+            .unwrap();
+        let what = format!("{} adam step {step}", dev.describe());
+        assert_same_bits(&format!("{what} params"), &down(dev, &p_d), &p);
+        assert_same_bits(&format!("{what} m"), &down(dev, &m_d), &m);
+        assert_same_bits(&format!("{what} v"), &down(dev, &v_d), &v);
+    }
+    assert!(
+        p.iter().zip(&start).all(|(a, b)| a != b),
+        "every parameter moved"
+    );
+    // A tripped guard leaves everything as it was, on every device.
+    let tripped = dev.upload(&[5u32, 0]).unwrap();
+    let before = down(dev, &p_d);
+    let grads = up(dev, &uniform(900, n, -1.0, 1.0));
+    dev.adam_step(
+        &cfg.scalars(6),
+        &mut p_d,
+        &grads,
+        &mut m_d,
+        &mut v_d,
+        &tripped,
+    )
+    .unwrap();
+    assert_same_bits("params after a tripped guard", &down(dev, &p_d), &before);
+}
+
+/// The guard on each device equals the CPU's: the first bad step, and the
+/// smallest bad index whatever order the GPU's threads run in.
+fn guard_finite_matches<B: Ops>(dev: &B) {
+    let n = 300_001;
+    let mut values = uniform(850, n, -1.0, 1.0);
+    let mut guard = dev.upload(&GUARD_CLEAR).unwrap();
+    let loss = dev.upload(&[1.0f32]).unwrap();
+    dev.guard_finite(1, &loss, &up(dev, &values), &mut guard)
+        .unwrap();
+    assert_eq!(down_u32(dev, &guard), GUARD_CLEAR.to_vec(), "all finite");
+    for (i, bad) in [
+        (n - 1, f32::NAN),
+        (200_000, f32::INFINITY),
+        (70_001, f32::NAN),
+    ] {
+        values[i] = bad;
+    }
+    dev.guard_finite(2, &loss, &up(dev, &values), &mut guard)
+        .unwrap();
+    assert_eq!(down_u32(dev, &guard), vec![2, 70_001], "{}", dev.describe());
+    values[5] = f32::NAN;
+    dev.guard_finite(3, &loss, &up(dev, &values), &mut guard)
+        .unwrap();
+    assert_eq!(
+        down_u32(dev, &guard),
+        vec![2, 70_001],
+        "the first step is kept"
+    );
+    let mut fresh = dev.upload(&GUARD_CLEAR).unwrap();
+    let bad_loss = dev.upload(&[f32::NAN]).unwrap();
+    dev.guard_finite(9, &bad_loss, &up(dev, &[0.0; 3]), &mut fresh)
+        .unwrap();
+    assert_eq!(down_u32(dev, &fresh), vec![9, u32::MAX], "the loss alone");
+}
+
+fn down_u32<B: Ops>(dev: &B, buf: &B::Storage<u32>) -> Vec<u32> {
+    dev.download(buf).unwrap()
+}
+
+#[test]
+fn guard_finite() {
+    on_each_device!(guard_finite_matches);
+}
+
+#[test]
+fn adam() {
+    on_each_device!(adam_matches);
+}
