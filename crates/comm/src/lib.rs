@@ -8,7 +8,8 @@
 //!   job (world size, distinct ranks).
 //! * [`nccl`]: the same collectives on GPU buffers through NCCL, for one
 //!   process per GPU.
-//! * [`LaunchEnv`]: what torchrun or SLURM told this process about the job.
+//! * [`LaunchEnv`]: what torchrun or SLURM told this process about the job;
+//!   [`launch_var`] names the variables, for the launchers that set them.
 //!
 //! All blocking network steps are bounded by [`CommConfig::timeout`], and
 //! every failure is a [`CommError`] that names the rank involved.
@@ -30,7 +31,7 @@ pub use communicator::{Communicator, ReduceOp};
 pub use config::{CommConfig, DEFAULT_TIMEOUT, SameHostTransport};
 pub use error::{CommError, Rejection};
 pub use hostlist::{HostlistError, expand_hostlist, first_host};
-pub use launch_env::{LaunchEnv, LaunchEnvError, LaunchSource, SLURM_PORT_BASE};
+pub use launch_env::{LaunchEnv, LaunchEnvError, LaunchSource, SLURM_PORT_BASE, launch_var};
 pub use rendezvous::Rendezvous;
 pub use single_process::SingleProcess;
 pub use store::Store;
