@@ -84,15 +84,21 @@ impl Collective for NcclRank {
             .buffers
             .as_mut()
             .context("the benchmark runs a size before preparing it")?;
-        if in_place {
-            nccl.all_reduce_in_place(&mut b.work, ReduceOp::Sum, "in-place all-reduce")?;
-        } else {
-            nccl.all_reduce(
-                &b.input,
-                &mut b.output,
-                ReduceOp::Sum,
-                "out-of-place all-reduce",
-            )?;
+        // SAFETY: the buffers live in `self.buffers` until `prepare` or
+        // `reset_work` replaces them, which the benchmark does only after
+        // `wait` has seen every queued all-reduce complete; and NCCL runs on
+        // the GPU's own stream, the one their frees are queued on.
+        unsafe {
+            if in_place {
+                nccl.all_reduce_in_place(&mut b.work, ReduceOp::Sum, "in-place all-reduce")?;
+            } else {
+                nccl.all_reduce(
+                    &b.input,
+                    &mut b.output,
+                    ReduceOp::Sum,
+                    "out-of-place all-reduce",
+                )?;
+            }
         }
         Ok(())
     }
