@@ -199,10 +199,8 @@ fn bench_rank(args: &Args, sizes: &[usize], rank: usize, port: u16) -> Result<bo
             (Box::new(tcp::TcpRank::new(tcp(same_host)?)), title)
         }
         Transport::Nccl => {
-            let ring = (args.ranks > 1)
-                .then(|| tcp(SameHostTransport::default()))
-                .transpose()?;
-            let rank = nccl::NcclRank::connect(rank, args.ranks, ring, timeout)?;
+            let control = tcp(SameHostTransport::default())?;
+            let rank = nccl::NcclRank::connect(rank, args.ranks, control, timeout)?;
             let (major, minor, patch) = comm::nccl::require_nccl()?;
             let title = format!(
                 "comm all_reduce_perf: NCCL {major}.{minor}.{patch}, {} ranks (processes), rank 0 on {}",

@@ -4,16 +4,16 @@
 
 use anyhow::{Context, Result, bail};
 use comm::nccl::NcclCommunicator;
-use comm::{Communicator, ReduceOp, SingleProcess, TcpCommunicator};
+use comm::{Communicator, ReduceOp, TcpCommunicator};
 use core_tensor::{Backend, Cuda};
 use cudarc::driver::CudaSlice;
 
 use crate::{Collective, fill_value};
 
 pub struct NcclRank {
-    /// Host-side collectives (statistics, barriers): the TCP ring, or the
-    /// identity for one rank.
-    control: Box<dyn Communicator>,
+    /// Host-side collectives (statistics, barriers): the TCP ring (the
+    /// identity, with no sockets, for one rank).
+    control: TcpCommunicator,
     nccl: NcclCommunicator,
     gpu: Cuda,
     /// The current size's buffers, from [`Collective::prepare`].
@@ -28,11 +28,11 @@ struct Buffers {
 
 impl NcclRank {
     /// Opens GPU `rank % GPUs` and joins the NCCL communicator, passing the
-    /// unique id through `tcp`'s store (none for one rank).
+    /// unique id through `control`'s store (none for one rank).
     pub fn connect(
         rank: usize,
         ranks: usize,
-        mut tcp: Option<TcpCommunicator>,
+        mut control: TcpCommunicator,
         timeout: std::time::Duration,
     ) -> Result<Self> {
         let gpus = core_tensor::cuda_available().context("--transport nccl")?;
@@ -41,13 +41,9 @@ impl NcclRank {
         }
         let gpu =
             Cuda::new(rank % gpus).with_context(|| format!("rank {rank}: opening its GPU"))?;
-        let store = tcp.as_mut().and_then(TcpCommunicator::store);
+        let store = control.store();
         let nccl = NcclCommunicator::connect(gpu.stream().clone(), rank, ranks, store, timeout)
             .with_context(|| format!("rank {rank}: creating the NCCL communicator"))?;
-        let control: Box<dyn Communicator> = match tcp {
-            Some(tcp) => Box::new(tcp),
-            None => Box::new(SingleProcess::new()),
-        };
         Ok(Self {
             buffers: None,
             control,
@@ -88,15 +84,21 @@ impl Collective for NcclRank {
             .buffers
             .as_mut()
             .context("the benchmark runs a size before preparing it")?;
-        if in_place {
-            nccl.all_reduce_in_place(&mut b.work, ReduceOp::Sum, "in-place all-reduce")?;
-        } else {
-            nccl.all_reduce(
-                &b.input,
-                &mut b.output,
-                ReduceOp::Sum,
-                "out-of-place all-reduce",
-            )?;
+        // SAFETY: the buffers live in `self.buffers` until `prepare` or
+        // `reset_work` replaces them, which the benchmark does only after
+        // `wait` has seen every queued all-reduce complete; and NCCL runs on
+        // the GPU's own stream, the one their frees are queued on.
+        unsafe {
+            if in_place {
+                nccl.all_reduce_in_place(&mut b.work, ReduceOp::Sum, "in-place all-reduce")?;
+            } else {
+                nccl.all_reduce(
+                    &b.input,
+                    &mut b.output,
+                    ReduceOp::Sum,
+                    "out-of-place all-reduce",
+                )?;
+            }
         }
         Ok(())
     }
@@ -119,6 +121,6 @@ impl Collective for NcclRank {
     }
 
     fn control(&mut self) -> &mut dyn Communicator {
-        self.control.as_mut()
+        &mut self.control
     }
 }

@@ -45,3 +45,17 @@ pub trait Communicator: Send {
     /// Returns once every rank has entered the barrier.
     fn barrier(&mut self) -> Result<(), CommError>;
 }
+
+/// Refuses a broadcast `root` outside a world of `world_size` before
+/// anything is sent: every rank fails at once, instead of waiting on a root
+/// that does not exist.
+pub(crate) fn check_root(root: usize, world_size: usize) -> Result<(), CommError> {
+    if root < world_size {
+        Ok(())
+    } else {
+        Err(CommError::InvalidArgument {
+            op: "broadcast",
+            reason: format!("root {root} is not a rank of a world of size {world_size}"),
+        })
+    }
+}

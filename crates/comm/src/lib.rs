@@ -1,14 +1,15 @@
 //! Collective communication for data-parallel training.
 //!
 //! * [`Communicator`]: the collectives the trainer needs (all-reduce in f32
-//!   and f64, broadcast, barrier), with [`SingleProcess`] for world size 1
-//!   and [`TcpCommunicator`] for everything else.
+//!   and f64, broadcast, barrier), implemented by [`TcpCommunicator`] (at
+//!   world size 1 every collective is the identity, with no sockets).
 //! * [`Rendezvous`] / [`Store`]: rank 0 hosts a small key-value store that
 //!   the ranks use to find each other and to check that they agree on the
 //!   job (world size, distinct ranks).
 //! * [`nccl`]: the same collectives on GPU buffers through NCCL, for one
 //!   process per GPU.
-//! * [`LaunchEnv`]: what torchrun or SLURM told this process about the job.
+//! * [`LaunchEnv`]: what torchrun or SLURM told this process about the job;
+//!   [`launch_var`] names the variables, for the launchers that set them.
 //!
 //! All blocking network steps are bounded by [`CommConfig::timeout`], and
 //! every failure is a [`CommError`] that names the rank involved.
@@ -20,7 +21,6 @@ mod hostlist;
 mod launch_env;
 pub mod nccl;
 mod rendezvous;
-mod single_process;
 mod store;
 mod store_protocol;
 mod store_server;
@@ -30,9 +30,8 @@ pub use communicator::{Communicator, ReduceOp};
 pub use config::{CommConfig, DEFAULT_TIMEOUT, SameHostTransport};
 pub use error::{CommError, Rejection};
 pub use hostlist::{HostlistError, expand_hostlist, first_host};
-pub use launch_env::{LaunchEnv, LaunchEnvError, LaunchSource, SLURM_PORT_BASE};
+pub use launch_env::{LaunchEnv, LaunchEnvError, LaunchSource, SLURM_PORT_BASE, launch_var};
 pub use rendezvous::Rendezvous;
-pub use single_process::SingleProcess;
 pub use store::Store;
 pub use store_server::StoreServer;
 pub use tcp::TcpCommunicator;

@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
+use comm::launch_var;
 use core_tensor::FlatLayout;
 
 use crate::checkpoint::{CheckpointDir, resume};
@@ -128,22 +129,22 @@ fn run_workers(
     world_size: usize,
     grace: Duration,
 ) -> anyhow::Result<Option<Failure>> {
-    let port = match std::env::var("MASTER_PORT") {
+    let port = match std::env::var(launch_var::MASTER_PORT) {
         Ok(p) => p
             .parse::<u16>()
-            .map_err(|_| anyhow!("MASTER_PORT={p:?} is not a port number"))?,
+            .map_err(|_| anyhow!("{}={p:?} is not a port number", launch_var::MASTER_PORT))?,
         Err(_) => free_port()?,
     };
     let mut workers = Vec::with_capacity(world_size);
     for rank in 0..world_size {
         let spawned = Command::new(exe)
             .args(args)
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", world_size.to_string())
-            .env("LOCAL_RANK", rank.to_string())
-            .env("LOCAL_WORLD_SIZE", world_size.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
+            .env(launch_var::RANK, rank.to_string())
+            .env(launch_var::WORLD_SIZE, world_size.to_string())
+            .env(launch_var::LOCAL_RANK, rank.to_string())
+            .env(launch_var::LOCAL_WORLD_SIZE, world_size.to_string())
+            .env(launch_var::MASTER_ADDR, "127.0.0.1")
+            .env(launch_var::MASTER_PORT, port.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

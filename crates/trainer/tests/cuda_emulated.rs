@@ -231,8 +231,10 @@ fn emulated_nccl_collective_without_its_peer_times_out() {
         let mut buf = gpu.upload(&[1.0f32; 64]).unwrap();
         nccl.stream().join(gpu.stream()).unwrap();
         let started = std::time::Instant::now();
-        nccl.all_reduce_in_place(&mut buf, ReduceOp::Sum, "lonely all-reduce")
-            .unwrap();
+        // SAFETY: nothing else uses `buf`, and `nccl` is dropped before it
+        // (below): that drop joins the watchdog, which has aborted the
+        // collective by then, so nothing writes `buf` once it is freed.
+        unsafe { nccl.all_reduce_in_place(&mut buf, ReduceOp::Sum, "lonely all-reduce") }.unwrap();
         let err = nccl.wait().unwrap_err();
         assert!(
             matches!(&err, CommError::NcclTimeout { rank: 0, op, .. } if op.contains("lonely all-reduce")),
@@ -244,5 +246,6 @@ fn emulated_nccl_collective_without_its_peer_times_out() {
             "failed after {took:?}"
         );
         done_tx.send(()).unwrap();
+        drop(nccl);
     });
 }

@@ -7,17 +7,18 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use comm::launch_var;
 use common::{data_arg, dataset, free_port, launcher_pid, stderr, stderr_lines, trainer};
 
 /// A worker started as `rank` of `world` by hand, as torchrun would.
 fn worker(rank: usize, world: usize, port: u16) -> Command {
     let mut cmd = trainer();
-    cmd.env("RANK", rank.to_string())
-        .env("WORLD_SIZE", world.to_string())
-        .env("LOCAL_RANK", rank.to_string())
-        .env("LOCAL_WORLD_SIZE", world.to_string())
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
+    cmd.env(launch_var::RANK, rank.to_string())
+        .env(launch_var::WORLD_SIZE, world.to_string())
+        .env(launch_var::LOCAL_RANK, rank.to_string())
+        .env(launch_var::LOCAL_WORLD_SIZE, world.to_string())
+        .env(launch_var::MASTER_ADDR, "127.0.0.1")
+        .env(launch_var::MASTER_PORT, port.to_string())
         .args([
             "--epochs",
             "1",

@@ -59,24 +59,27 @@ fn one_rank_collectives_keep_values_and_validate_arguments() {
     // The collectives run on the communicator's stream: order them after
     // the upload, and the download after them.
     nccl.stream().join(gpu.stream()).unwrap();
-    nccl.all_reduce_in_place(&mut buf, ReduceOp::Avg, "test average")
-        .unwrap();
-    nccl.broadcast_in_place(&mut buf, 0, "test broadcast")
-        .unwrap();
     let mut out = gpu.zeros(host.len()).unwrap();
-    nccl.all_reduce(&buf, &mut out, ReduceOp::Sum, "test sum")
-        .unwrap();
+    // SAFETY: `buf` and `out` are locals that nothing else touches until
+    // `nccl.wait()` below has seen the three collectives complete.
+    unsafe {
+        nccl.all_reduce_in_place(&mut buf, ReduceOp::Avg, "test average")
+            .unwrap();
+        nccl.broadcast_in_place(&mut buf, 0, "test broadcast")
+            .unwrap();
+        nccl.all_reduce(&buf, &mut out, ReduceOp::Sum, "test sum")
+            .unwrap();
+    }
     nccl.wait().unwrap();
     assert_eq!(gpu.download(&buf).unwrap(), host);
     assert_eq!(gpu.download(&out).unwrap(), host);
-    let err = nccl
-        .broadcast_in_place(&mut buf, 1, "bad root")
-        .unwrap_err();
+    // SAFETY: refused before anything is queued.
+    let err = unsafe { nccl.broadcast_in_place(&mut buf, 1, "bad root") }.unwrap_err();
     assert!(err.to_string().contains("root 1"), "{err}");
     let mut short = gpu.zeros(3).unwrap();
-    let err = nccl
-        .all_reduce(&buf, &mut short, ReduceOp::Sum, "bad lengths")
-        .unwrap_err();
+    // SAFETY: refused before anything is queued (the lengths differ).
+    let err =
+        unsafe { nccl.all_reduce(&buf, &mut short, ReduceOp::Sum, "bad lengths") }.unwrap_err();
     assert!(matches!(err, CommError::InvalidArgument { .. }), "{err}");
     nccl.barrier().unwrap();
 }

@@ -11,7 +11,7 @@ use super::ffi::{self, CallError, Progress, RawComm};
 use super::library::{SearchRoots, search};
 use super::unique_id::exchange_unique_id;
 use super::watchdog::{self, Failure, InFlight, Shared};
-use crate::communicator::ReduceOp;
+use crate::communicator::{ReduceOp, check_root};
 use crate::error::CommError;
 use crate::store::Store;
 
@@ -136,12 +136,19 @@ impl NcclCommunicator {
         &self.stream
     }
 
-    /// Queues an in-place all-reduce of `buf` on the communication stream;
-    /// `what` names it in errors (e.g. "all-reduce of gradient bucket 2").
-    /// The caller makes the stream wait for whatever wrote `buf`, keeps
-    /// `buf` alive and untouched until the stream has passed the
-    /// collective, and makes its readers wait for the stream.
-    pub fn all_reduce_in_place(
+    /// Queues an in-place all-reduce of `buf` on the communication stream
+    /// and returns at once; `what` names it in errors (e.g. "all-reduce of
+    /// gradient bucket 2"). For the right values the caller makes the stream
+    /// wait for whatever wrote `buf`, and makes its readers wait for the
+    /// stream.
+    ///
+    /// # Safety
+    /// NCCL reads and writes `buf` on the communication stream after this
+    /// returns. Until that stream has completed the collective (see
+    /// [`NcclCommunicator::wait`], or an event recorded on
+    /// [`NcclCommunicator::stream`]), the caller keeps `buf` alive: not freed,
+    /// and not reused or written by work on another stream.
+    pub unsafe fn all_reduce_in_place(
         &self,
         buf: &mut impl DevicePtrMut<f32>,
         op: ReduceOp,
@@ -151,16 +158,22 @@ impl NcclCommunicator {
         let (ptr, _record) = buf.device_ptr_mut(&self.stream);
         self.enqueue(what, |comm| {
             // SAFETY: `ptr` addresses `count` f32 of a live device buffer on
-            // this stream's GPU; the caller keeps it alive and unshared
-            // until the stream has completed the collective (see above).
+            // this stream's GPU, which the caller keeps alive and unshared
+            // until the stream has completed the collective (this function's
+            // contract).
             unsafe { comm.all_reduce_f32(ptr, ptr, count, nccl_op(op), &self.stream) }
         })
     }
 
-    /// Queues an all-reduce of `send` into `recv` (of the same length),
-    /// leaving `send` as it was; obligations as for
-    /// [`NcclCommunicator::all_reduce_in_place`], for both buffers.
-    pub fn all_reduce(
+    /// Queues an all-reduce of `send` into `recv` (of the same length) and
+    /// returns at once, leaving `send` as it was; as
+    /// [`NcclCommunicator::all_reduce_in_place`] otherwise.
+    ///
+    /// # Safety
+    /// As for [`NcclCommunicator::all_reduce_in_place`], for both buffers:
+    /// until the communication stream has completed the collective, neither
+    /// is freed, and no other stream writes `send` or uses `recv`.
+    pub unsafe fn all_reduce(
         &self,
         send: &impl DevicePtr<f32>,
         recv: &mut impl DevicePtrMut<f32>,
@@ -179,28 +192,27 @@ impl NcclCommunicator {
         self.enqueue(what, |comm| {
             // SAFETY: both address `count` f32 of live device buffers on this
             // stream's GPU (distinct borrows, so disjoint), kept alive and
-            // unshared by the caller until the collective completes.
+            // unshared by the caller until the collective completes (this
+            // function's contract).
             unsafe { comm.all_reduce_f32(src, dst, count, nccl_op(op), &self.stream) }
         })
     }
 
-    /// Queues an in-place broadcast of rank `root`'s `buf` to every rank,
-    /// with the same obligations as [`NcclCommunicator::all_reduce_in_place`].
-    pub fn broadcast_in_place(
+    /// Queues an in-place broadcast of rank `root`'s `buf` to every rank and
+    /// returns at once; as [`NcclCommunicator::all_reduce_in_place`]
+    /// otherwise.
+    ///
+    /// # Safety
+    /// As for [`NcclCommunicator::all_reduce_in_place`]: until the
+    /// communication stream has completed the broadcast, the caller keeps
+    /// `buf` alive, not freed, reused or written by another stream.
+    pub unsafe fn broadcast_in_place(
         &self,
         buf: &mut impl DevicePtrMut<f32>,
         root: usize,
         what: &str,
     ) -> Result<(), CommError> {
-        if root >= self.world_size {
-            return Err(CommError::InvalidArgument {
-                op: "broadcast",
-                reason: format!(
-                    "root {root} is not a rank of a world of {}",
-                    self.world_size
-                ),
-            });
-        }
+        check_root(root, self.world_size)?;
         let count = buf.len();
         let (ptr, _record) = buf.device_ptr_mut(&self.stream);
         self.enqueue(what, |comm| {
@@ -214,7 +226,10 @@ impl NcclCommunicator {
     pub fn barrier(&self) -> Result<(), CommError> {
         {
             let mut token = self.token.lock().unwrap_or_else(PoisonError::into_inner);
-            self.all_reduce_in_place(&mut *token, ReduceOp::Sum, "barrier")?;
+            // SAFETY: the token belongs to `self` and only this stream uses
+            // it; it was allocated on this stream, so even its free (when
+            // `self` drops) is queued behind the collective.
+            unsafe { self.all_reduce_in_place(&mut *token, ReduceOp::Sum, "barrier")? };
         }
         self.wait()
     }

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::communicator::{Communicator, ReduceOp};
+use crate::communicator::{Communicator, ReduceOp, check_root};
 use crate::config::CommConfig;
 use crate::error::CommError;
 use crate::rendezvous::Rendezvous;
@@ -146,15 +146,7 @@ impl Communicator for TcpCommunicator {
     }
 
     fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
-        if root >= self.world_size {
-            return Err(CommError::InvalidArgument {
-                op: "broadcast",
-                reason: format!(
-                    "root {root} is not a rank of a world of size {}",
-                    self.world_size
-                ),
-            });
-        }
+        check_root(root, self.world_size)?;
         let count = buf.len();
         self.run(
             "broadcast",
@@ -168,5 +160,36 @@ impl Communicator for TcpCommunicator {
     fn barrier(&mut self) -> Result<(), CommError> {
         let mut token = vec![0.0_f64; self.world_size];
         self.all_reduce_elements(&mut token, ReduceOp::Sum, Kind::Barrier)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// World size 1 needs no store and no sockets, so any address works.
+    fn alone() -> TcpCommunicator {
+        TcpCommunicator::connect(&CommConfig::new(0, 1, "", 0)).unwrap()
+    }
+
+    #[test]
+    fn at_world_size_one_collectives_leave_data_unchanged() {
+        let mut comm: Box<dyn Communicator> = Box::new(alone());
+        let mut buf = vec![1.5_f32, -2.0, 3.25];
+        comm.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+        comm.all_reduce(&mut buf, ReduceOp::Avg).unwrap();
+        comm.broadcast(&mut buf, 0).unwrap();
+        comm.barrier().unwrap();
+        assert_eq!(buf, [1.5, -2.0, 3.25]);
+        let mut metrics = [7.0_f64, 0.5];
+        comm.all_reduce_f64(&mut metrics, ReduceOp::Sum).unwrap();
+        assert_eq!(metrics, [7.0, 0.5]);
+        assert_eq!((comm.rank(), comm.world_size()), (0, 1));
+    }
+
+    #[test]
+    fn at_world_size_one_broadcast_from_a_missing_root_is_an_error() {
+        let err = alone().broadcast(&mut [1.0], 1).unwrap_err();
+        assert!(err.to_string().contains("root 1"), "{err}");
     }
 }

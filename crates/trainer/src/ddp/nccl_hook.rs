@@ -71,8 +71,14 @@ impl CommHook<Cuda> for NcclHook {
         let mut view = grads.try_slice_mut(range.clone()).ok_or_else(|| {
             anyhow!("gradient bucket {range:?} lies outside the {len}-element buffer")
         })?;
-        self.nccl
-            .all_reduce_in_place(&mut view, ReduceOp::Avg, &self.names[bucket.index])?;
+        // SAFETY: the gradient buffer is freed in compute-stream order, and
+        // the compute stream waits for the communication stream before it
+        // writes the gradients again or frees them (`finish`, and `Drop`
+        // after a step that failed half-way).
+        unsafe {
+            self.nccl
+                .all_reduce_in_place(&mut view, ReduceOp::Avg, &self.names[bucket.index])?;
+        }
         Ok(())
     }
 

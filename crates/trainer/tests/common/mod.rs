@@ -10,6 +10,7 @@ use std::process::{Child, Command, Output};
 use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, channel};
 
+use comm::launch_var;
 use fashion_mnist::{Layout, synth};
 
 /// A valid synthetic FashionMNIST (60,000 + 10,000 images) in a temp dir
@@ -84,17 +85,10 @@ pub fn trainer() -> Command {
         std::env::var_os("TRAINER_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_trainer").into());
     let mut cmd = Command::new(bin);
     // Never inherit a launcher's identity from the test environment.
-    for var in [
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    ] {
+    for var in launch_var::TORCHRUN {
         cmd.env_remove(var);
     }
-    for (var, _) in std::env::vars().filter(|(k, _)| k.starts_with("SLURM_")) {
+    for (var, _) in std::env::vars().filter(|(k, _)| k.starts_with(launch_var::SLURM_PREFIX)) {
         cmd.env_remove(var);
     }
     cmd

@@ -1,0 +1,156 @@
+//! Who launched this process, and what it said about the job.
+//!
+//! Resolution order:
+//! 1. torchrun-style variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+//!    `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), as set by
+//!    `torchrun` or by hand (`torchrun.rs`);
+//! 2. SLURM's per-task variables under `srun` (`SLURM_PROCID`,
+//!    `SLURM_NTASKS`, `SLURM_LOCALID`, the node list, ...) (`slurm.rs`);
+//! 3. neither: `None`, and the trainer acts as its own local launcher.
+//!
+//! Every variable name is a constant of [`launch_var`], the one table of them.
+//! The functions work on a plain map so every case is unit-testable without
+//! touching the process environment.
+
+pub mod launch_var;
+mod slurm;
+mod torchrun;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+
+pub use slurm::SLURM_PORT_BASE;
+
+/// Which launcher described the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaunchSource {
+    Torchrun,
+    Slurm,
+}
+
+/// The job as a launcher described it to this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchEnv {
+    pub rank: usize,
+    pub world_size: usize,
+    /// Rank among the processes on this machine (selects the GPU later).
+    pub local_rank: usize,
+    pub local_world_size: usize,
+    pub master_addr: String,
+    pub master_port: u16,
+    pub source: LaunchSource,
+}
+
+/// A launch variable that is missing or unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchEnvError {
+    #[error("{var} is not set, but {because} is set; set {var} as well (or unset {because})")]
+    Missing {
+        var: &'static str,
+        because: &'static str,
+    },
+    #[error("{var}={value:?} is invalid: {reason}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Any of these means "launched by torchrun (or by hand, torchrun-style)";
+/// the first one present is named when another is missing.
+const TORCHRUN_TRIGGERS: [&str; 4] = [
+    launch_var::RANK,
+    launch_var::WORLD_SIZE,
+    launch_var::LOCAL_RANK,
+    launch_var::LOCAL_WORLD_SIZE,
+];
+
+impl LaunchEnv {
+    /// Resolves the launch environment of this process.
+    pub fn from_process_env() -> Result<Option<LaunchEnv>, LaunchEnvError> {
+        let env: HashMap<String, String> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+            .collect();
+        LaunchEnv::resolve(&env)
+    }
+
+    /// Resolves the launch environment described by `env`.
+    pub fn resolve(env: &HashMap<String, String>) -> Result<Option<LaunchEnv>, LaunchEnvError> {
+        let vars = Vars(env);
+        if let Some(trigger) = TORCHRUN_TRIGGERS.into_iter().find(|v| env.contains_key(*v)) {
+            return torchrun::resolve(&vars, trigger).map(Some);
+        }
+        if env.contains_key(launch_var::SLURM_PROCID) {
+            return slurm::resolve(&vars).map(Some);
+        }
+        Ok(None)
+    }
+}
+
+/// The environment being resolved, read with values trimmed.
+struct Vars<'a>(&'a HashMap<String, String>);
+
+impl Vars<'_> {
+    fn get(&self, var: &'static str) -> Option<&str> {
+        self.0.get(var).map(|v| v.trim())
+    }
+
+    fn required(&self, var: &'static str, because: &'static str) -> Result<&str, LaunchEnvError> {
+        self.get(var)
+            .ok_or(LaunchEnvError::Missing { var, because })
+    }
+
+    fn number(&self, var: &'static str, because: &'static str) -> Result<usize, LaunchEnvError> {
+        parse_number(var, self.required(var, because)?)
+    }
+
+    fn optional_number(&self, var: &'static str) -> Result<Option<usize>, LaunchEnvError> {
+        self.get(var).map(|v| parse_number(var, v)).transpose()
+    }
+}
+
+fn parse_number(var: &'static str, value: &str) -> Result<usize, LaunchEnvError> {
+    value.parse().map_err(|_| LaunchEnvError::Invalid {
+        var,
+        value: value.to_string(),
+        reason: "expected a non-negative integer".to_string(),
+    })
+}
+
+fn parse_port(var: &'static str, value: &str) -> Result<u16, LaunchEnvError> {
+    match value.parse::<u16>() {
+        Ok(port) if port > 0 => Ok(port),
+        _ => Err(LaunchEnvError::Invalid {
+            var,
+            value: value.to_string(),
+            reason: "expected a TCP port number, 1 to 65535".to_string(),
+        }),
+    }
+}
+
+/// Checks `index < count`, naming both variables.
+fn check_index(
+    index_var: &'static str,
+    index: usize,
+    count_var: &'static str,
+    count: usize,
+) -> Result<(), LaunchEnvError> {
+    if count == 0 {
+        return Err(LaunchEnvError::Invalid {
+            var: count_var,
+            value: "0".to_string(),
+            reason: "a job needs at least one process".to_string(),
+        });
+    }
+    if index >= count {
+        return Err(LaunchEnvError::Invalid {
+            var: index_var,
+            value: index.to_string(),
+            reason: format!("must be less than {count_var}={count}"),
+        });
+    }
+    Ok(())
+}
