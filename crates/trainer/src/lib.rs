@@ -9,6 +9,8 @@ pub mod ddp;
 pub mod launcher;
 pub mod metrics;
 pub mod model;
+pub mod output_paths;
+pub mod stop;
 pub mod train;
 pub mod worker;
 
@@ -16,11 +18,17 @@ use anyhow::bail;
 use comm::LaunchEnv;
 
 use crate::cli::Cli;
+use crate::stop::RunEnd;
 
 /// Runs what the flags and the environment ask for.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
     cli.validate()?;
-    match LaunchEnv::from_process_env()? {
+    let env = LaunchEnv::from_process_env()?;
+    // Rank 0 (or the launcher) alone writes checkpoints and metrics.
+    if env.as_ref().is_none_or(|env| env.rank == 0) {
+        output_paths::prepare(&cli)?;
+    }
+    match env {
         Some(env) => {
             if let Some(n) = cli.world_size.filter(|&n| n as usize != env.world_size) {
                 bail!(

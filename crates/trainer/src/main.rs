@@ -23,7 +23,8 @@ fn main() -> ExitCode {
         }
     };
     match trainer::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        // Every code is 0, 75 (preempted) or 128 + a signal number.
+        Ok(end) => ExitCode::from(u8::try_from(end.exit_code()).unwrap_or(u8::MAX)),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

@@ -19,6 +19,7 @@ use crate::ddp::transport::{self, RankDevice, Transport};
 use crate::ddp::{CommThread, DeviceAverager, NcclAverager, plan_buckets};
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::{CnnMnist, DropoutRates};
+use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
 use crate::train::{Progress, Silent, TrainConfig, Trainer};
 
 /// This process's place in the job.
@@ -33,7 +34,9 @@ pub struct RankInfo {
 }
 
 /// Trains as one rank: `launch` is `None` for a single-process run.
-pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<()> {
+pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
+    let stop = StopRequest::new();
+    install_worker_handlers(&stop)?;
     let info = launch.map_or(
         RankInfo {
             rank: 0,
@@ -91,7 +94,8 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<()> {
             };
             train_on(gpu, &job, comm, averager)
         }
-    }
+    }?;
+    Ok(RunEnd::Finished)
 }
 
 /// What every rank trains on, whatever its device.
