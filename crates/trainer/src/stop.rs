@@ -7,6 +7,7 @@
 //! [`PREEMPTED_EXIT_CODE`]. SIGINT and SIGHUP ask to stop promptly. A second
 //! signal ends the process at once.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
@@ -127,7 +128,9 @@ pub fn install_worker_handlers(stop: &StopRequest) -> anyhow::Result<()> {
             let mut seen = false;
             for signal in signals.forever() {
                 if seen {
-                    eprintln!("{}: stopping at once", describe(signal));
+                    // Not eprintln!, which panics when stderr is gone (a
+                    // launcher that died): this thread must reach the exit.
+                    let _ = writeln!(std::io::stderr(), "{}: stopping at once", describe(signal));
                     std::process::exit(128 + signal);
                 }
                 seen = true;

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::Receiver;
@@ -279,4 +280,59 @@ fn sigterm_to_the_launcher_saves_mid_epoch_and_resume_ends_bitwise_equal() {
 #[ignore = "needs the in-loop preemption (the training loop's part of issue 15)"]
 fn sigusr1_to_one_worker_saves_mid_epoch_and_resume_ends_bitwise_equal() {
     preempt_then_resume(|_, pids| send("USR1", pids[1]));
+}
+
+/// Waits for a lone worker at most [`GONE_WITHIN`].
+fn exit_within(child: &mut Child) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > GONE_WITHIN {
+            let _ = child.kill();
+            panic!("the worker is still running {GONE_WITHIN:?} later");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_second_signal_stops_a_worker_at_once_even_with_its_stderr_gone() {
+    let mut worker = trainer()
+        .args(["--epochs", "50", "--threads", "1"])
+        .args(data_arg(dataset()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(worker.stderr.take().unwrap()).lines();
+    let started = said.any(|l| l.is_ok_and(|l| l.starts_with("training on")));
+    assert!(started, "the worker never said it trains");
+    // Whoever read its stderr is gone, as when its launcher died.
+    drop(said);
+    let pid = worker.id();
+    send("TERM", pid);
+    send("TERM", pid);
+    let status = exit_within(&mut worker);
+    // 143 from the second signal; 75 if the training loop, stopping on the
+    // first, was quicker.
+    assert!(
+        [Some(143), Some(PREEMPTED_EXIT_CODE)].contains(&status.code()),
+        "{status}"
+    );
+}
+
+#[test]
+fn sigint_stops_a_lone_worker_promptly() {
+    let mut cmd = trainer();
+    cmd.args(["--epochs", "50", "--threads", "1"])
+        .args(data_arg(dataset()));
+    let mut job = Job::start(&mut cmd);
+    job.wait_for("training to start", |l| {
+        l.starts_with("training on").then_some(())
+    });
+    send("INT", job.launcher.id());
+    let status = exit_within(&mut job.launcher);
+    assert_eq!(status.code(), Some(130), "{status}\n{}", job.log());
 }
