@@ -46,6 +46,10 @@ pub struct Args {
     /// Where the script and the log (NAME-JOBID.out) go; relative to the workspace root.
     #[arg(long, default_value = "logs", value_name = "DIR")]
     output_dir: PathBuf,
+    /// Seconds before the time limit at which SLURM sends USR1 to every rank: the trainer saves a
+    /// checkpoint and exits with 75, and the job requeues itself to continue from it.
+    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    signal_secs: u32,
     /// Exported to every rank (repeatable), e.g. --env NCCL_DEBUG=INFO.
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
@@ -91,6 +95,7 @@ pub fn run(args: Args) -> Result<()> {
         workdir,
         output_dir: output_dir_text,
         program: &program,
+        is_trainer: args.program.is_none(),
     };
     let script = render::script(&job, &paths, &args.trainer_args);
     let Some(sbatch) = sbatch else {
