@@ -18,6 +18,15 @@ pub struct Paths<'a> {
     /// The program is the trainer, which gets the flags that let a
     /// requeued job continue (see [`resume_flags`]).
     pub is_trainer: bool,
+    /// Names this submission's checkpoint directory: unique per submission
+    /// (job ids are not: a fresh cluster starts again at 1), the same for
+    /// every requeue of it.
+    pub submission: &'a str,
+}
+
+/// The default checkpoint directory of a submission, as the script says it.
+pub fn checkpoint_dir(output_dir: &str, job_name: &str, submission: &str) -> String {
+    format!("{output_dir}/{job_name}-{submission}.checkpoints")
 }
 
 /// The log file SLURM writes for `job_id` (the script's `--output` with `%j` filled in).
@@ -80,7 +89,8 @@ pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
     }
     srun.push_str(&shell_quote(&paths.program.to_string_lossy()));
     let (checkpoint_dir, resume) = if paths.is_trainer {
-        resume_flags(program_args)
+        let default = checkpoint_dir(paths.output_dir, &job.name, paths.submission);
+        resume_flags(program_args, &default)
     } else {
         (String::new(), "")
     };
@@ -101,12 +111,12 @@ pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
     )
 }
 
-/// What makes a requeued trainer continue where it stopped: a checkpoint
-/// directory named after the job id, which a requeue keeps (unless the
-/// trainer's arguments name one), and `--resume auto` (unless they say
-/// where to resume). The script lines that set `CHECKPOINT_DIR`, and the
-/// (unquoted) words to put before the trainer's arguments.
-fn resume_flags(program_args: &[String]) -> (String, &'static str) {
+/// What makes a requeued trainer continue where it stopped: the
+/// submission's checkpoint directory `default`, which a requeue keeps
+/// (unless the trainer's arguments name one), and `--resume auto` (unless
+/// they say where to resume). The script lines that set `CHECKPOINT_DIR`,
+/// and the (unquoted) words to put before the trainer's arguments.
+fn resume_flags(program_args: &[String], default: &str) -> (String, &'static str) {
     let given = |flag: &str| {
         program_args
             .iter()
@@ -116,14 +126,16 @@ fn resume_flags(program_args: &[String]) -> (String, &'static str) {
     if given("--checkpoint-dir") {
         return (String::new(), if resume { " --resume auto" } else { "" });
     }
-    let lines = "# The trainer's checkpoints; a requeued job keeps its id and continues from them.\n\
-                 CHECKPOINT_DIR=\"${CHECKPOINT_DIR:-checkpoints/$SLURM_JOB_ID}\"\n";
+    let lines = format!(
+        "# The trainer's checkpoints; a requeued job continues from them.\n\
+         CHECKPOINT_DIR=\"${{CHECKPOINT_DIR:-{default}}}\"\n"
+    );
     let flags = if resume {
         " --checkpoint-dir \"$CHECKPOINT_DIR\" --resume auto"
     } else {
         " --checkpoint-dir \"$CHECKPOINT_DIR\""
     };
-    (lines.to_owned(), flags)
+    (lines, flags)
 }
 
 /// Replaces each `{{key}}` in one pass, so that a value which happens to
@@ -223,6 +235,7 @@ mod tests {
             output_dir: "/home/me/ddp/logs",
             program: Path::new(program),
             is_trainer: program == TRAINER,
+            submission: "1700000000-4242",
         }
     }
 
@@ -322,22 +335,23 @@ mod tests {
 
     #[test]
     fn a_requeued_trainer_continues_from_the_jobs_checkpoints() {
-        let (lines, flags) = resume_flags(&args(&["--epochs", "3"]));
-        assert!(lines.contains(r#"CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints/$SLURM_JOB_ID}""#));
+        let resume_flags = |given: &[&str]| resume_flags(&args(given), "logs/x-1.checkpoints");
+        let (lines, flags) = resume_flags(&["--epochs", "3"]);
+        assert!(lines.contains(r#"CHECKPOINT_DIR="${CHECKPOINT_DIR:-logs/x-1.checkpoints}""#));
         assert_eq!(
             flags,
             r#" --checkpoint-dir "$CHECKPOINT_DIR" --resume auto"#
         );
         // What the user chose stands; clap would refuse a flag given twice.
         assert_eq!(
-            resume_flags(&args(&["--checkpoint-dir=/scratch/ck"])),
+            resume_flags(&["--checkpoint-dir=/scratch/ck"]),
             (String::new(), " --resume auto")
         );
         assert_eq!(
-            resume_flags(&args(&["--checkpoint-dir", "ck", "--resume", "ck/x"])),
+            resume_flags(&["--checkpoint-dir", "ck", "--resume", "ck/x"]),
             (String::new(), "")
         );
-        let (_, flags) = resume_flags(&args(&["--resume=auto"]));
+        let (_, flags) = resume_flags(&["--resume=auto"]);
         assert_eq!(flags, r#" --checkpoint-dir "$CHECKPOINT_DIR""#);
         // Another program gets its arguments as they are.
         let rendered = script(&job(1, Ranks::Tasks(1)), &paths("/bin/env"), &[]);
