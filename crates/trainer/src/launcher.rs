@@ -11,14 +11,13 @@
 //! Ctrl-C reaches the launcher alone, which passes it on once) and die with
 //! the launcher, even when it is SIGKILLed.
 
+mod workers;
+
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
@@ -30,21 +29,13 @@ use crate::checkpoint::{CheckpointDir, resume};
 use crate::cli::Cli;
 use crate::model::{CnnMnist, DropoutRates};
 use crate::stop::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
+use workers::{Worker, forward, stop};
 
 /// The signals the launcher passes on to its workers.
 const FORWARDED: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2];
 
 /// How often the launcher checks on its workers.
 const POLL: Duration = Duration::from_millis(50);
-
-struct Worker {
-    rank: usize,
-    child: Child,
-    /// The last `error:` line the worker printed, to quote if it fails.
-    last_error: Arc<Mutex<Option<String>>>,
-    readers: Vec<JoinHandle<()>>,
-    status: Option<ExitStatus>,
-}
 
 /// A failed attempt: the first failure alone, and the whole story.
 struct Failure {
@@ -228,64 +219,6 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-impl Worker {
-    fn attach(rank: usize, mut child: Child) -> Self {
-        let last_error = Arc::new(Mutex::new(None));
-        let mut readers = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            readers.push(relay(rank, out, false, last_error.clone()));
-        }
-        if let Some(err) = child.stderr.take() {
-            readers.push(relay(rank, err, true, last_error.clone()));
-        }
-        Self {
-            rank,
-            child,
-            last_error,
-            readers,
-            status: None,
-        }
-    }
-
-    fn describe_failure(&self) -> String {
-        let status = self
-            .status
-            .map_or("killed by the launcher".to_string(), |s| s.to_string());
-        let said = self.last_error.lock().ok().and_then(|e| e.clone());
-        match said {
-            Some(line) => format!("rank {} failed ({status}): {line}", self.rank),
-            None => format!(
-                "rank {} failed ({status}) without an error message",
-                self.rank
-            ),
-        }
-    }
-}
-
-/// Copies a worker's output line by line, prefixed with its rank.
-fn relay(
-    rank: usize,
-    stream: impl Read + Send + 'static,
-    is_stderr: bool,
-    last_error: Arc<Mutex<Option<String>>>,
-) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
-            if is_stderr {
-                if let Some(msg) = line.strip_prefix("error: ")
-                    && let Ok(mut slot) = last_error.lock()
-                {
-                    *slot = Some(msg.to_string());
-                }
-                eprintln!("[rank {rank}] {line}");
-            } else {
-                println!("[rank {rank}] {line}");
-            }
-        }
-    })
-}
-
 /// Waits for all workers; on the first failure waits `graces.failure` for
 /// the rest, kills what is left, and describes the failures. A signal to
 /// the launcher goes on to the workers, which get `graces.signal` to stop;
@@ -374,17 +307,6 @@ fn supervise(workers: &mut [Worker], graces: Graces, signals: &mut Signals) -> O
     Outcome::Failed(Failure { first, message })
 }
 
-/// Passes `signal` to every worker still running.
-fn forward(workers: &[Worker], signal: i32) {
-    for w in workers.iter().filter(|w| w.status.is_none()) {
-        // SAFETY: kill has no memory-safety preconditions; the pid is a
-        // child not yet reaped, so it cannot have been reused.
-        unsafe {
-            libc::kill(w.child.id() as libc::pid_t, signal);
-        }
-    }
-}
-
 /// Of the ranks found failed in one look, the one to blame: a rank killed by
 /// a signal (the OOM killer, `kill -9`) before one that exited with an
 /// error, which is usually its peers' reaction to losing it.
@@ -394,19 +316,6 @@ fn root_cause(failed: &[(usize, ExitStatus)]) -> Option<(usize, ExitStatus)> {
         .find(|(_, status)| status.signal().is_some())
         .or(failed.first())
         .copied()
-}
-
-/// Kills workers still running and drains their output.
-fn stop(workers: &mut [Worker]) {
-    for w in workers.iter_mut() {
-        if w.status.is_none() {
-            let _ = w.child.kill();
-            w.status = w.child.wait().ok();
-        }
-        for reader in w.readers.drain(..) {
-            let _ = reader.join();
-        }
-    }
 }
 
 #[cfg(test)]

@@ -12,10 +12,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use common::{data_arg, dataset, launcher_pid, run, stderr, stderr_lines, trainer};
+use common::{data_arg, dataset, final_state, launcher_pid, run, stderr, stderr_lines, trainer};
+use trainer::checkpoint::Position;
 use trainer::checkpoint::store::PAUSE_ENV;
-use trainer::checkpoint::{Position, TrainingState, load};
-use trainer::model::{CnnMnist, DropoutRates};
 use trainer::stop::PREEMPTED_EXIT_CODE;
 
 /// How long a stopped job may take to be gone.
@@ -217,11 +216,6 @@ fn checkpointed(dir: &Path) -> Command {
     .arg(dir)
     .args(data_arg(dataset()));
     cmd
-}
-
-fn final_state(dir: &Path) -> TrainingState {
-    let end = dir.join(Position { epoch: 2, step: 0 }.dir_name());
-    load(&end, CnnMnist::new(DropoutRates::REFERENCE).layout()).unwrap()
 }
 
 /// Signals a checkpointed run (via `send`) once its first checkpoint exists,
