@@ -43,9 +43,14 @@ pub struct Args {
     /// Job name, shown by squeue and used in the log file name.
     #[arg(long, default_value = "fmnist-ddp")]
     job_name: String,
-    /// Where the script and the log (NAME-JOBID.out) go; relative to the workspace root.
+    /// Where the script, the log (NAME-JOBID.out) and the trainer's checkpoints
+    /// (NAME-SUBMISSION.checkpoints) go; relative to the workspace root.
     #[arg(long, default_value = "logs", value_name = "DIR")]
     output_dir: PathBuf,
+    /// Seconds before the time limit at which SLURM sends USR1 to every rank: the trainer saves a
+    /// checkpoint and exits with 75, and the job requeues itself to continue from it.
+    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    signal_secs: u32,
     /// Exported to every rank (repeatable), e.g. --env NCCL_DEBUG=INFO.
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
@@ -87,10 +92,17 @@ pub fn run(args: Args) -> Result<()> {
         Some(program) => existing_program(program)?,
         None => trainer(&root, !(args.no_build || args.dry_run), !args.dry_run)?,
     };
+    // Seconds and pid: unique to this submission, kept by its requeues.
+    let submitted = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let submission = format!("{submitted}-{}", std::process::id());
     let paths = render::Paths {
         workdir,
         output_dir: output_dir_text,
         program: &program,
+        is_trainer: args.program.is_none(),
+        submission: &submission,
     };
     let script = render::script(&job, &paths, &args.trainer_args);
     let Some(sbatch) = sbatch else {
@@ -123,6 +135,10 @@ pub fn run(args: Args) -> Result<()> {
     println!("script: {}", kept.display());
     println!("job: {job_id}");
     println!("log: {}", log.display());
+    if paths.is_trainer {
+        let checkpoints = render::checkpoint_dir(output_dir_text, &job.name, &submission);
+        println!("checkpoints (unless --checkpoint-dir says otherwise): {checkpoints}");
+    }
     if args.wait {
         follow::follow(&job_id, &log, Duration::from_secs(args.pending_timeout))?;
     } else {

@@ -75,11 +75,17 @@ fn dry_run_prints_the_script_and_touches_nothing() {
             "missing {line:?} in:\n{stdout}"
         );
     }
-    let srun = stdout.lines().last().unwrap();
+    let srun = stdout.lines().find(|l| l.starts_with("srun ")).unwrap();
+    // A requeued job continues from the job's checkpoints.
     assert!(
-        srun.starts_with("srun ") && srun.ends_with("/release/trainer --epochs 3"),
+        srun.ends_with(
+            r#"/release/trainer --checkpoint-dir "$CHECKPOINT_DIR" --resume auto --epochs 3 || status=$?"#
+        ),
         "{srun}"
     );
+    for line in ["#SBATCH --signal=USR1@120", "#SBATCH --requeue"] {
+        assert!(stdout.lines().any(|l| l == line), "missing {line:?}");
+    }
     assert!(
         !logs.exists(),
         "a dry run must not create the output directory"
@@ -98,6 +104,11 @@ fn rejects_invalid_input_before_doing_anything() {
         (&["--job-name=my job"], "invalid --job-name"),
         (&["--env=NCCL_DEBUG"], "expected KEY=VALUE"),
         (&["--gpus-per-node=2", "--tasks-per-node=2"], "not both"),
+        (
+            &["--time=2", "--signal-secs=120"],
+            "must be below the --time limit",
+        ),
+        (&["--signal-secs=0"], "--signal-secs must be at least 1"),
         (
             &["--dry-run", "--program=/nonexistent/wrapper"],
             "no such file",

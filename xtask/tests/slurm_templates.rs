@@ -78,6 +78,14 @@ fn templates_use_the_trainers_rendezvous() {
             "$((20000 + SLURM_JOB_ID % 10000))",
             "srun --kill-on-bad-exit=1",
             "#SBATCH --output=logs/%x-%j.out",
+            // Preempted jobs come back and continue from their checkpoints.
+            "#SBATCH --signal=USR1@",
+            "#SBATCH --requeue\n",
+            "#SBATCH --open-mode=append\n",
+            r#"--checkpoint-dir "$CHECKPOINT_DIR" --resume auto "$@" || status=$?"#,
+            "if [ \"$status\" -eq 75 ]; then",
+            r#"scontrol requeue "$SLURM_JOB_ID""#,
+            r#"exit "$status""#,
         ] {
             assert!(
                 text.contains(needed),

@@ -28,6 +28,13 @@ names; torch's model.load_state_dict(safetensors.torch.load_file(..)) loads it)
 and state.safetensors (Adam moments, position, settings, checksums).
 --resume auto continues from the newest valid one, exactly where it stopped.
 
+SIGNALS: SIGTERM or SIGUSR1 to a rank or to the launcher saves a checkpoint at
+a step all ranks agree on and exits with code 75 (EX_TEMPFAIL; requeue and
+continue with --resume auto). SIGINT and SIGHUP stop promptly, saving nothing;
+a second signal stops at once. The launcher passes signals on to its workers,
+kills them after --grace seconds, and exits with 75 if they all saved, else
+with 128 + the signal; its workers die with it even when it is SIGKILLed.
+
 DATA: --data-dir, else data/fashion-mnist/, else /usr/share/datasets/fashion-mnist/
 (Debian/Ubuntu: apt-get install dataset-fashion-mnist; elsewhere: cargo xtask fetch-data).";
 
@@ -144,6 +151,12 @@ pub struct Cli {
     /// the newest checkpoint, up to N times (needs --checkpoint-dir).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_restarts: u32,
+
+    /// Local launcher: seconds the workers get, after it passes them a
+    /// signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2), to save and stop
+    /// before it kills them.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = positive_finite)]
+    pub grace: f64,
 }
 
 impl Cli {

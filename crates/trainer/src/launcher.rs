@@ -3,36 +3,40 @@
 //! with the rank, and when one fails, stops the others and fails too; with
 //! `--max-restarts N` it restarts them all instead, up to N times, each time
 //! with `--resume auto` so that they continue from the newest checkpoint.
+//!
+//! Signals to the launcher (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2) go on
+//! to every worker, which get `--grace` seconds to stop (saving a checkpoint
+//! on SIGTERM/SIGUSR1) before they are killed; a signal never restarts
+//! them. The workers run in a process group of their own (a terminal's
+//! Ctrl-C reaches the launcher alone, which passes it on once) and die with
+//! the launcher, even when it is SIGKILLed.
+
+mod workers;
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 use comm::launch_var;
 use core_tensor::FlatLayout;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+use signal_hook::iterator::Signals;
 
 use crate::checkpoint::{CheckpointDir, resume};
 use crate::cli::Cli;
 use crate::model::cnn_layout;
+use crate::stop::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
+use workers::{Worker, forward, stop};
+
+/// The signals the launcher passes on to its workers.
+const FORWARDED: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2];
 
 /// How often the launcher checks on its workers.
 const POLL: Duration = Duration::from_millis(50);
-
-struct Worker {
-    rank: usize,
-    child: Child,
-    /// The last `error:` line the worker printed, to quote if it fails.
-    last_error: Arc<Mutex<Option<String>>>,
-    readers: Vec<JoinHandle<()>>,
-    status: Option<ExitStatus>,
-}
 
 /// A failed attempt: the first failure alone, and the whole story.
 struct Failure {
@@ -40,13 +44,32 @@ struct Failure {
     message: String,
 }
 
+/// How one attempt ended.
+enum Outcome {
+    /// Every worker exited with 0, or some with [`PREEMPTED_EXIT_CODE`].
+    Ended(RunEnd),
+    Failed(Failure),
+}
+
+/// How long workers get: to notice a failed peer, and to stop on a signal.
+#[derive(Clone, Copy)]
+struct Graces {
+    failure: Duration,
+    signal: Duration,
+}
+
 /// Runs `world_size` workers on this machine with this process's flags and
 /// waits for all of them, restarting them up to `--max-restarts` times.
 ///
 /// After the first failure the others get `--timeout` to notice (they
 /// report which peer they lost) and are then killed.
-pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<()> {
-    let grace = Duration::from_secs_f64(cli.timeout);
+pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<RunEnd> {
+    let mut signals =
+        Signals::new(FORWARDED).context("installing the launcher's signal handlers")?;
+    let graces = Graces {
+        failure: Duration::from_secs_f64(cli.timeout),
+        signal: Duration::from_secs_f64(cli.grace),
+    };
     let exe = std::env::current_exe().context("finding this executable to start workers")?;
     let args = without(std::env::args_os().skip(1), "--max-restarts");
     let layout = cnn_layout();
@@ -64,8 +87,9 @@ pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<()> {
         } else {
             resume_auto(&args)
         };
-        let Some(failure) = run_workers(&exe, &args, world_size, grace)? else {
-            return Ok(());
+        let failure = match run_workers(&exe, &args, world_size, graces, &mut signals)? {
+            Outcome::Ended(end) => return Ok(ended(end)),
+            Outcome::Failed(failure) => failure,
         };
         if restarts == cli.max_restarts {
             let spent = if restarts > 0 {
@@ -82,6 +106,22 @@ pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<()> {
             failure.first, cli.max_restarts
         );
     }
+}
+
+/// Says how the workers ended when that was not plain success.
+fn ended(end: RunEnd) -> RunEnd {
+    match end {
+        RunEnd::Finished => {}
+        RunEnd::Preempted => eprintln!(
+            "launcher: the workers stopped on a preemption request (exit code {PREEMPTED_EXIT_CODE}); continue with --resume auto"
+        ),
+        RunEnd::Signalled(signal) => eprintln!(
+            "launcher: stopped the workers on {}; exiting with {}",
+            describe(signal),
+            end.exit_code()
+        ),
+    }
+    end
 }
 
 /// Where restarted workers will continue, for the log.
@@ -122,22 +162,28 @@ fn resume_auto(args: &[OsString]) -> Vec<OsString> {
     args
 }
 
-/// One attempt: starts the workers and supervises them; `Some` if one failed.
+/// One attempt: starts the workers and supervises them.
 fn run_workers(
     exe: &Path,
     args: &[OsString],
     world_size: usize,
-    grace: Duration,
-) -> anyhow::Result<Option<Failure>> {
+    graces: Graces,
+    signals: &mut Signals,
+) -> anyhow::Result<Outcome> {
     let port = match std::env::var(launch_var::MASTER_PORT) {
         Ok(p) => p
             .parse::<u16>()
             .map_err(|_| anyhow!("{}={p:?} is not a port number", launch_var::MASTER_PORT))?,
         Err(_) => free_port()?,
     };
-    let mut workers = Vec::with_capacity(world_size);
+    let mut workers: Vec<Worker> = Vec::with_capacity(world_size);
     for rank in 0..world_size {
-        let spawned = Command::new(exe)
+        let mut command = Command::new(exe);
+        die_with_parent(&mut command);
+        // The first worker leads a new process group; the others join it.
+        let group = workers.first().map_or(0, |w| w.child.id() as i32);
+        let spawned = command
+            .process_group(group)
             .args(args)
             .env(launch_var::RANK, rank.to_string())
             .env(launch_var::WORLD_SIZE, world_size.to_string())
@@ -163,7 +209,7 @@ fn run_workers(
         );
         workers.push(Worker::attach(rank, child));
     }
-    Ok(supervise(&mut workers, grace))
+    Ok(supervise(&mut workers, graces, signals))
 }
 
 /// A port nobody listens on right now, for rank 0's store.
@@ -173,86 +219,53 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-impl Worker {
-    fn attach(rank: usize, mut child: Child) -> Self {
-        let last_error = Arc::new(Mutex::new(None));
-        let mut readers = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            readers.push(relay(rank, out, false, last_error.clone()));
-        }
-        if let Some(err) = child.stderr.take() {
-            readers.push(relay(rank, err, true, last_error.clone()));
-        }
-        Self {
-            rank,
-            child,
-            last_error,
-            readers,
-            status: None,
-        }
-    }
-
-    fn describe_failure(&self) -> String {
-        let status = self
-            .status
-            .map_or("killed by the launcher".to_string(), |s| s.to_string());
-        let said = self.last_error.lock().ok().and_then(|e| e.clone());
-        match said {
-            Some(line) => format!("rank {} failed ({status}): {line}", self.rank),
-            None => format!(
-                "rank {} failed ({status}) without an error message",
-                self.rank
-            ),
-        }
-    }
-}
-
-/// Copies a worker's output line by line, prefixed with its rank.
-fn relay(
-    rank: usize,
-    stream: impl Read + Send + 'static,
-    is_stderr: bool,
-    last_error: Arc<Mutex<Option<String>>>,
-) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
-            if is_stderr {
-                if let Some(msg) = line.strip_prefix("error: ")
-                    && let Ok(mut slot) = last_error.lock()
-                {
-                    *slot = Some(msg.to_string());
-                }
-                eprintln!("[rank {rank}] {line}");
-            } else {
-                println!("[rank {rank}] {line}");
-            }
-        }
-    })
-}
-
-/// Waits for all workers; on the first failure waits `grace` for the rest,
-/// kills what is left, and describes the failures.
-fn supervise(workers: &mut [Worker], grace: Duration) -> Option<Failure> {
+/// Waits for all workers; on the first failure waits `graces.failure` for
+/// the rest, kills what is left, and describes the failures. A signal to
+/// the launcher goes on to the workers, which get `graces.signal` to stop;
+/// a second one stops them at once.
+fn supervise(workers: &mut [Worker], graces: Graces, signals: &mut Signals) -> Outcome {
     let mut first_failure: Option<usize> = None;
+    let mut received: Option<i32> = None;
     let mut deadline: Option<Instant> = None;
     loop {
+        for signal in signals.pending() {
+            forward(workers, signal);
+            let wait = if received.is_some() {
+                eprintln!(
+                    "launcher: {} again: stopping the workers now",
+                    describe(signal)
+                );
+                Duration::ZERO
+            } else {
+                eprintln!(
+                    "launcher: {}: passed on to the workers, which get {:?} to stop",
+                    describe(signal),
+                    graces.signal
+                );
+                graces.signal
+            };
+            received.get_or_insert(signal);
+            let until = Instant::now() + wait;
+            deadline = Some(deadline.map_or(until, |d| d.min(until)));
+        }
         let mut failed_now = Vec::new();
         for (i, w) in workers.iter_mut().enumerate() {
             if w.status.is_none()
                 && let Ok(Some(status)) = w.child.try_wait()
             {
                 w.status = Some(status);
-                if !status.success() {
+                if !status.success() && status.code() != Some(PREEMPTED_EXIT_CODE) {
                     failed_now.push((i, status));
                 }
             }
         }
+        // After a signal, workers ending badly are its doing, not a failure.
         if first_failure.is_none()
+            && received.is_none()
             && let Some((i, status)) = root_cause(&failed_now)
         {
             first_failure = Some(i);
-            deadline = Some(Instant::now() + grace);
+            deadline = Some(Instant::now() + graces.failure);
             eprintln!(
                 "launcher: rank {} exited with {status}; stopping the other ranks",
                 workers[i].rank
@@ -265,7 +278,21 @@ fn supervise(workers: &mut [Worker], grace: Duration) -> Option<Failure> {
         std::thread::sleep(POLL);
     }
     stop(workers);
-    let i = first_failure?;
+    let preempted = |w: &Worker| w.status.and_then(|s| s.code()) == Some(PREEMPTED_EXIT_CODE);
+    if let Some(signal) = received {
+        return Outcome::Ended(if workers.iter().all(preempted) {
+            RunEnd::Preempted
+        } else {
+            RunEnd::Signalled(signal)
+        });
+    }
+    let Some(i) = first_failure else {
+        return Outcome::Ended(if workers.iter().any(preempted) {
+            RunEnd::Preempted
+        } else {
+            RunEnd::Finished
+        });
+    };
     let others: Vec<String> = workers
         .iter()
         .enumerate()
@@ -277,7 +304,7 @@ fn supervise(workers: &mut [Worker], grace: Duration) -> Option<Failure> {
     if !others.is_empty() {
         message.push_str(&format!("; then {}", others.join("; ")));
     }
-    Some(Failure { first, message })
+    Outcome::Failed(Failure { first, message })
 }
 
 /// Of the ranks found failed in one look, the one to blame: a rank killed by
@@ -289,19 +316,6 @@ fn root_cause(failed: &[(usize, ExitStatus)]) -> Option<(usize, ExitStatus)> {
         .find(|(_, status)| status.signal().is_some())
         .or(failed.first())
         .copied()
-}
-
-/// Kills workers still running and drains their output.
-fn stop(workers: &mut [Worker]) {
-    for w in workers.iter_mut() {
-        if w.status.is_none() {
-            let _ = w.child.kill();
-            w.status = w.child.wait().ok();
-        }
-        for reader in w.readers.drain(..) {
-            let _ = reader.join();
-        }
-    }
 }
 
 #[cfg(test)]

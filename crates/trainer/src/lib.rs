@@ -9,6 +9,7 @@ pub mod ddp;
 pub mod launcher;
 pub mod metrics;
 pub mod model;
+pub mod output_paths;
 pub mod stop;
 pub mod train;
 pub mod worker;
@@ -17,13 +18,17 @@ use anyhow::bail;
 use comm::LaunchEnv;
 
 use crate::cli::Cli;
-use crate::stop::StopRequest;
-use crate::train::RunOutcome;
+use crate::stop::RunEnd;
 
 /// Runs what the flags and the environment ask for.
-pub fn run(cli: Cli) -> anyhow::Result<RunOutcome> {
+pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
     cli.validate()?;
-    match LaunchEnv::from_process_env()? {
+    let env = LaunchEnv::from_process_env()?;
+    // Rank 0 (or the launcher) alone writes checkpoints and metrics.
+    if env.as_ref().is_none_or(|env| env.rank == 0) {
+        output_paths::prepare(&cli)?;
+    }
+    match env {
         Some(env) => {
             if let Some(n) = cli.world_size.filter(|&n| n as usize != env.world_size) {
                 bail!(
@@ -36,11 +41,11 @@ pub fn run(cli: Cli) -> anyhow::Result<RunOutcome> {
                     "--max-restarts is for this binary's own launcher; under torchrun or srun, restart there (torchrun --max-restarts, srun --requeue) with --resume auto"
                 );
             }
-            worker::run(&cli, Some(&env), StopRequest::new())
+            worker::run(&cli, Some(&env))
         }
         None => match (cli.world_size.unwrap_or(1), cli.max_restarts) {
-            (1, 0) => worker::run(&cli, None, StopRequest::new()),
-            (n, _) => launcher::launch(&cli, n as usize).map(|()| RunOutcome::Completed),
+            (1, 0) => worker::run(&cli, None),
+            (n, _) => launcher::launch(&cli, n as usize),
         },
     }
 }

@@ -3,8 +3,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 use trainer::cli::Cli;
-use trainer::stop::PREEMPTED_EXIT_CODE;
-use trainer::train::RunOutcome;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -25,10 +23,8 @@ fn main() -> ExitCode {
         }
     };
     match trainer::run(cli) {
-        Ok(RunOutcome::Completed) => ExitCode::SUCCESS,
-        Ok(RunOutcome::Preempted { .. }) => ExitCode::from(PREEMPTED_EXIT_CODE as u8),
-        // As a shell reports a process ended by SIGINT.
-        Ok(RunOutcome::Interrupted { .. }) => ExitCode::from(130),
+        // Every code is 0, 75 (preempted) or 128 + a signal number.
+        Ok(end) => ExitCode::from(u8::try_from(end.exit_code()).unwrap_or(u8::MAX)),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

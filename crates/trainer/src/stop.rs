@@ -1,51 +1,217 @@
-//! Stop requests: what a signal asks of a running rank.
+//! Stop requests: what a signal asks of a run, and how a run ended.
+//!
+//! A worker turns SIGTERM and SIGUSR1 (what SLURM, systemd and schedulers
+//! send before they take the machine back) into a [`StopKind::Preempt`]
+//! request that the training loop checks once per step: the ranks agree on
+//! a stop step, rank 0 saves a checkpoint there and every rank exits with
+//! [`PREEMPTED_EXIT_CODE`]. SIGINT and SIGHUP ask to stop promptly. A second
+//! signal ends the process at once.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+use signal_hook::iterator::Signals;
+
+/// The exit code of a rank (and of an srun step, and of the launcher when
+/// all its workers did so) that stopped on a preemption request:
+/// `EX_TEMPFAIL`, "try again later". Batch scripts requeue the job on it.
+pub const PREEMPTED_EXIT_CODE: i32 = 75;
+
+/// How long a worker asked to stop promptly (SIGINT, SIGHUP) waits for the
+/// training loop to stop at a step boundary before it exits from under it.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
+
+/// The signals a worker handles; the launcher forwards these and SIGUSR2.
+pub const WORKER_SIGNALS: [i32; 4] = [SIGTERM, SIGUSR1, SIGINT, SIGHUP];
 
 /// What a stop request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopKind {
-    /// SIGTERM, SIGUSR1: stop at a step all ranks agree on, save, exit
-    /// [`PREEMPTED_EXIT_CODE`].
+    /// SIGTERM, SIGUSR1: stop at a step the ranks agree on, save a
+    /// checkpoint there, exit with [`PREEMPTED_EXIT_CODE`].
     Preempt,
-    /// SIGINT, SIGHUP: stop promptly.
+    /// SIGINT, SIGHUP: stop promptly; nothing is saved.
     Interrupt,
 }
 
-/// Cheap to clone (an `Arc`'d atomic); checked once per training step.
+impl StopKind {
+    /// The request a signal makes, if it makes one.
+    pub fn of_signal(signal: i32) -> Option<Self> {
+        match signal {
+            SIGTERM | SIGUSR1 => Some(Self::Preempt),
+            SIGINT | SIGHUP => Some(Self::Interrupt),
+            _ => None,
+        }
+    }
+
+    fn encode(self) -> u8 {
+        match self {
+            Self::Preempt => 1,
+            Self::Interrupt => 2,
+        }
+    }
+
+    fn decode(raw: u8) -> Option<Self> {
+        match raw {
+            1 => Some(Self::Preempt),
+            2 => Some(Self::Interrupt),
+            _ => None,
+        }
+    }
+}
+
+/// A stop request shared between the signal handlers and the training
+/// loop; cheap to clone (an `Arc`'d atomic) and checked once per step.
 #[derive(Clone, Debug, Default)]
 pub struct StopRequest(Arc<AtomicU8>);
-
-const NONE: u8 = 0;
-const PREEMPT: u8 = 1;
-const INTERRUPT: u8 = 2;
 
 impl StopRequest {
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Asks for a stop; an interrupt overrides a preemption, never the
-    /// other way round.
+    /// Asks the run to stop; the first request stands (a later one does not
+    /// turn a preemption into an interruption or back).
     pub fn request(&self, kind: StopKind) {
-        let value = match kind {
-            StopKind::Preempt => PREEMPT,
-            StopKind::Interrupt => INTERRUPT,
-        };
-        self.0.fetch_max(value, Ordering::AcqRel);
+        let _ = self
+            .0
+            .compare_exchange(0, kind.encode(), Ordering::AcqRel, Ordering::Acquire);
     }
 
-    /// The stop asked for so far, if any: one atomic load.
+    /// What was asked, if anything: one atomic load.
     pub fn requested(&self) -> Option<StopKind> {
-        match self.0.load(Ordering::Acquire) {
-            NONE => None,
-            PREEMPT => Some(StopKind::Preempt),
-            _ => Some(StopKind::Interrupt),
+        StopKind::decode(self.0.load(Ordering::Acquire))
+    }
+}
+
+/// How a run ended, for the process's exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Trained every epoch asked for.
+    Finished,
+    /// Stopped on a preemption request (after saving, when there is a
+    /// checkpoint directory): exit with [`PREEMPTED_EXIT_CODE`].
+    Preempted,
+    /// The launcher stopped its workers because it got this signal: exit
+    /// with 128 + signal, as a shell reports a process killed by it.
+    Signalled(i32),
+}
+
+impl RunEnd {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Self::Finished => 0,
+            Self::Preempted => PREEMPTED_EXIT_CODE,
+            Self::Signalled(signal) => 128 + signal,
         }
     }
 }
 
-/// The exit code of a rank that stopped on a preemption request
-/// (`EX_TEMPFAIL`: try again later, with `--resume auto`).
-pub const PREEMPTED_EXIT_CODE: i32 = 75;
+/// Installs this process's handlers (a worker): the first SIGTERM or
+/// SIGUSR1 requests [`StopKind::Preempt`], the first SIGINT or SIGHUP
+/// [`StopKind::Interrupt`] (and the process exits with 128 + signal if the
+/// training loop has not stopped within [`INTERRUPT_GRACE`]); any second
+/// signal exits at once with 128 + signal.
+///
+/// The handlers only feed a self-pipe; a thread of their own reads it, so
+/// nothing but async-signal-safe code runs in the handlers themselves.
+pub fn install_worker_handlers(stop: &StopRequest) -> anyhow::Result<()> {
+    let mut signals = Signals::new(WORKER_SIGNALS).context("installing the signal handlers")?;
+    let stop = stop.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut seen = false;
+            for signal in signals.forever() {
+                if seen {
+                    // Not eprintln!, which panics when stderr is gone (a
+                    // launcher that died): this thread must reach the exit.
+                    let _ = writeln!(std::io::stderr(), "{}: stopping at once", describe(signal));
+                    std::process::exit(128 + signal);
+                }
+                seen = true;
+                let Some(kind) = StopKind::of_signal(signal) else {
+                    continue;
+                };
+                stop.request(kind);
+                if kind == StopKind::Interrupt {
+                    exit_after(INTERRUPT_GRACE, signal);
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}
+
+/// Ends the process with 128 + `signal` after `grace`, unless it ends first.
+fn exit_after(grace: Duration, signal: i32) {
+    std::thread::spawn(move || {
+        std::thread::sleep(grace);
+        std::process::exit(128 + signal);
+    });
+}
+
+/// Makes the child that `command` starts die with this process, even when
+/// this process is SIGKILLed: the kernel sends the child SIGKILL when its
+/// parent goes (`PR_SET_PDEATHSIG`). If the parent is already gone by the
+/// time the child sets that up (a race the kernel does not close), the
+/// child exits before it runs anything.
+///
+/// The death signal follows the *thread* that forked, so spawn from a
+/// thread that lives as long as the workers (the launcher's main thread).
+pub fn die_with_parent(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only async-signal-safe functions (prctl, getppid, _exit); it neither
+    // allocates nor takes locks.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() as u32 != parent {
+                libc::_exit(128 + libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A signal's name, for messages.
+pub fn describe(signal: i32) -> String {
+    signal_hook::low_level::signal_name(signal)
+        .map_or_else(|| format!("signal {signal}"), str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_request_stands() {
+        let stop = StopRequest::new();
+        assert_eq!(stop.requested(), None);
+        let seen_by_the_loop = stop.clone();
+        stop.request(StopKind::Preempt);
+        stop.request(StopKind::Interrupt);
+        assert_eq!(seen_by_the_loop.requested(), Some(StopKind::Preempt));
+    }
+
+    #[test]
+    fn signals_map_to_requests_and_exit_codes() {
+        assert_eq!(StopKind::of_signal(SIGTERM), Some(StopKind::Preempt));
+        assert_eq!(StopKind::of_signal(SIGUSR1), Some(StopKind::Preempt));
+        assert_eq!(StopKind::of_signal(SIGINT), Some(StopKind::Interrupt));
+        assert_eq!(StopKind::of_signal(SIGHUP), Some(StopKind::Interrupt));
+        assert_eq!(StopKind::of_signal(signal_hook::consts::SIGUSR2), None);
+        assert_eq!(RunEnd::Finished.exit_code(), 0);
+        assert_eq!(RunEnd::Preempted.exit_code(), 75);
+        assert_eq!(RunEnd::Signalled(SIGTERM).exit_code(), 143);
+        assert_eq!(describe(SIGUSR1), "SIGUSR1");
+    }
+}

@@ -19,7 +19,7 @@ use crate::ddp::transport::{self, RankDevice, Transport};
 use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::{DropoutRates, cnn_layout};
-use crate::stop::StopRequest;
+use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
 use crate::train::{Progress, RunOutcome, Setup, Silent, TrainConfig, Trainer};
 
 /// This process's place in the job.
@@ -33,9 +33,11 @@ pub struct RankInfo {
     pub local_world_size: usize,
 }
 
-/// Trains as one rank: `launch` is `None` for a single-process run; `stop`
-/// is checked once per step.
-pub fn run(cli: &Cli, launch: Option<&LaunchEnv>, stop: StopRequest) -> anyhow::Result<RunOutcome> {
+/// Trains as one rank: `launch` is `None` for a single-process run. The
+/// first SIGTERM/SIGUSR1 asks the loop to stop at an agreed step and save.
+pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
+    let stop = StopRequest::new();
+    install_worker_handlers(&stop)?;
     let info = launch.map_or(
         RankInfo {
             rank: 0,
@@ -78,7 +80,7 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>, stop: StopRequest) -> anyhow::
             Some(Transport::Nccl) => ", gradients over NCCL",
         },
     };
-    match device {
+    let outcome = match device {
         Device::Cpu(cpu) => train_on(cpu, &job, comm, None, stop),
         Device::Cuda(gpu) => {
             let hook = match nccl {
@@ -87,7 +89,13 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>, stop: StopRequest) -> anyhow::
             };
             train_on(gpu, &job, comm, hook, stop)
         }
-    }
+    }?;
+    Ok(match outcome {
+        RunOutcome::Completed => RunEnd::Finished,
+        RunOutcome::Preempted { .. } => RunEnd::Preempted,
+        // SIGINT or SIGHUP; a shell's Ctrl-C code either way.
+        RunOutcome::Interrupted { .. } => RunEnd::Signalled(signal_hook::consts::SIGINT),
+    })
 }
 
 /// What every rank trains on, whatever its device.

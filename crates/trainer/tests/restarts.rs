@@ -9,10 +9,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{data_arg, dataset, launcher_pid, run, stderr, stderr_lines, trainer};
+use common::{data_arg, dataset, final_state, launcher_pid, run, stderr, stderr_lines, trainer};
+use trainer::checkpoint::Position;
 use trainer::checkpoint::store::PAUSE_ENV;
-use trainer::checkpoint::{Position, TrainingState, load};
-use trainer::model::cnn_layout;
 
 /// Two ranks, 8 steps, checkpoints after steps 2, 4 and 6 and at the end.
 fn job(dir: &Path, metrics: &Path) -> Command {
@@ -35,11 +34,6 @@ fn job(dir: &Path, metrics: &Path) -> Command {
     .arg(metrics)
     .args(data_arg(dataset()));
     cmd
-}
-
-fn final_state(dir: &Path) -> TrainingState {
-    let end = dir.join(Position { epoch: 2, step: 0 }.dir_name());
-    load(&end, cnn_layout()).unwrap()
 }
 
 fn losses(metrics: &Path) -> Vec<String> {

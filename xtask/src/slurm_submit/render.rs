@@ -15,6 +15,18 @@ pub struct Paths<'a> {
     pub output_dir: &'a str,
     /// What `srun` starts on every rank.
     pub program: &'a Path,
+    /// The program is the trainer, which gets the flags that let a
+    /// requeued job continue (see [`resume_flags`]).
+    pub is_trainer: bool,
+    /// Names this submission's checkpoint directory: unique per submission
+    /// (job ids are not: a fresh cluster starts again at 1), the same for
+    /// every requeue of it.
+    pub submission: &'a str,
+}
+
+/// The default checkpoint directory of a submission, as the script says it.
+pub fn checkpoint_dir(output_dir: &str, job_name: &str, submission: &str) -> String {
+    format!("{output_dir}/{job_name}-{submission}.checkpoints")
 }
 
 /// The log file SLURM writes for `job_id` (the script's `--output` with `%j` filled in).
@@ -48,6 +60,12 @@ pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
     directives.push(format!("--chdir={}", paths.workdir));
     // stdout and stderr of the batch script and of every rank share one file.
     directives.push(format!("--output={}/{}-%j.out", paths.output_dir, job.name));
+    // A requeued job keeps its id, so its log is the same file: append.
+    directives.push("--open-mode=append".to_owned());
+    // USR1 to every rank (not the batch shell) before the time limit: the
+    // trainer saves and exits with 75, and the script requeues the job.
+    directives.push(format!("--signal=USR1@{}", job.signal_secs));
+    directives.push("--requeue".to_owned());
     let directives: String = directives
         .iter()
         .map(|d| format!("#SBATCH {d}"))
@@ -70,6 +88,13 @@ pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
         let _ = write!(srun, "--cpus-per-task={cpus} ");
     }
     srun.push_str(&shell_quote(&paths.program.to_string_lossy()));
+    let (checkpoint_dir, resume) = if paths.is_trainer {
+        let default = checkpoint_dir(paths.output_dir, &job.name, paths.submission);
+        resume_flags(program_args, &default)
+    } else {
+        (String::new(), "")
+    };
+    srun.push_str(resume);
     for arg in program_args {
         srun.push(' ');
         srun.push_str(&shell_quote(arg));
@@ -80,9 +105,37 @@ pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
         &[
             ("directives", &directives),
             ("exports", &exports),
+            ("checkpoint_dir", &checkpoint_dir),
             ("srun_command", &srun),
         ],
     )
+}
+
+/// What makes a requeued trainer continue where it stopped: the
+/// submission's checkpoint directory `default`, which a requeue keeps
+/// (unless the trainer's arguments name one), and `--resume auto` (unless
+/// they say where to resume). The script lines that set `CHECKPOINT_DIR`,
+/// and the (unquoted) words to put before the trainer's arguments.
+fn resume_flags(program_args: &[String], default: &str) -> (String, &'static str) {
+    let given = |flag: &str| {
+        program_args
+            .iter()
+            .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')))
+    };
+    let resume = !given("--resume");
+    if given("--checkpoint-dir") {
+        return (String::new(), if resume { " --resume auto" } else { "" });
+    }
+    let lines = format!(
+        "# The trainer's checkpoints; a requeued job continues from them.\n\
+         CHECKPOINT_DIR=\"${{CHECKPOINT_DIR:-{default}}}\"\n"
+    );
+    let flags = if resume {
+        " --checkpoint-dir \"$CHECKPOINT_DIR\" --resume auto"
+    } else {
+        " --checkpoint-dir \"$CHECKPOINT_DIR\""
+    };
+    (lines, flags)
 }
 
 /// Replaces each `{{key}}` in one pass, so that a value which happens to
@@ -172,6 +225,7 @@ mod tests {
             account: None,
             time: None,
             env: vec![],
+            signal_secs: 120,
         }
     }
 
@@ -180,6 +234,8 @@ mod tests {
             workdir: "/home/me/ddp",
             output_dir: "/home/me/ddp/logs",
             program: Path::new(program),
+            is_trainer: program == TRAINER,
+            submission: "1700000000-4242",
         }
     }
 
@@ -270,8 +326,37 @@ mod tests {
             rendered.contains("export X='{{srun_command}}'\n"),
             "{rendered}"
         );
-        assert!(rendered.ends_with("trainer '{{exports}}'\n"), "{rendered}");
+        assert!(
+            rendered.contains(" --resume auto '{{exports}}' || status=$?\n"),
+            "{rendered}"
+        );
         assert!(!rendered.contains("{{directives}}"));
+    }
+
+    #[test]
+    fn a_requeued_trainer_continues_from_the_jobs_checkpoints() {
+        let resume_flags = |given: &[&str]| resume_flags(&args(given), "logs/x-1.checkpoints");
+        let (lines, flags) = resume_flags(&["--epochs", "3"]);
+        assert!(lines.contains(r#"CHECKPOINT_DIR="${CHECKPOINT_DIR:-logs/x-1.checkpoints}""#));
+        assert_eq!(
+            flags,
+            r#" --checkpoint-dir "$CHECKPOINT_DIR" --resume auto"#
+        );
+        // What the user chose stands; clap would refuse a flag given twice.
+        assert_eq!(
+            resume_flags(&["--checkpoint-dir=/scratch/ck"]),
+            (String::new(), " --resume auto")
+        );
+        assert_eq!(
+            resume_flags(&["--checkpoint-dir", "ck", "--resume", "ck/x"]),
+            (String::new(), "")
+        );
+        let (_, flags) = resume_flags(&["--resume=auto"]);
+        assert_eq!(flags, r#" --checkpoint-dir "$CHECKPOINT_DIR""#);
+        // Another program gets its arguments as they are.
+        let rendered = script(&job(1, Ranks::Tasks(1)), &paths("/bin/env"), &[]);
+        assert!(rendered.contains("srun --kill-on-bad-exit=1 /bin/env || status=$?\n"));
+        assert!(!rendered.contains("CHECKPOINT_DIR"));
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct Job {
     pub account: Option<String>,
     pub time: Option<String>,
     pub env: Vec<(String, String)>,
+    /// Seconds before the time limit at which every rank gets USR1.
+    pub signal_secs: u32,
 }
 
 /// How the ranks of one node are laid out.
@@ -47,6 +49,14 @@ pub fn job(args: &Args) -> Result<Job> {
         (None, Some(t)) => Ranks::Tasks(positive(t, "--tasks-per-node")?),
         (None, None) => Ranks::Tasks(1),
     };
+    let signal_secs = positive(args.signal_secs, "--signal-secs")?;
+    if let Some(time) = &args.time
+        && time_limit_secs(time)? <= u64::from(signal_secs)
+    {
+        bail!(
+            "--signal-secs {signal_secs} must be below the --time limit {time}: the ranks need the rest of the time to save"
+        );
+    }
     Ok(Job {
         name: name(&args.job_name, "--job-name")?,
         nodes: positive(args.nodes, "--nodes")?,
@@ -67,6 +77,7 @@ pub fn job(args: &Args) -> Result<Job> {
             .map(|t| time_limit_secs(t).map(|_| t.to_owned()))
             .transpose()?,
         env: args.env.iter().map(|e| env_var(e)).collect::<Result<_>>()?,
+        signal_secs,
     })
 }
 

@@ -133,6 +133,12 @@ pub fn stderr_lines(child: &mut Child) -> (Receiver<String>, std::thread::JoinHa
     (rx, relay)
 }
 
+/// The checkpoint a one-epoch run writes at its end, in `dir`.
+pub fn final_state(dir: &Path) -> trainer::checkpoint::TrainingState {
+    let end = dir.join(trainer::checkpoint::Position { epoch: 2, step: 0 }.dir_name());
+    trainer::checkpoint::load(&end, trainer::model::cnn_layout()).unwrap()
+}
+
 /// The pid the launcher announced for `rank`, if `line` is that announcement.
 pub fn launcher_pid(line: &str, rank: usize) -> Option<String> {
     line.strip_prefix(&format!("launcher: started rank {rank} (pid "))
