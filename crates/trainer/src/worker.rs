@@ -211,7 +211,8 @@ fn train_on<B: Ops>(
 }
 
 /// The run's last line: rank 0's for a finished or preempted run (every
-/// rank stopped at the same step), every rank's for an interrupt.
+/// rank stopped at the same step), every rank's for an interrupt. Stops are
+/// reported on stderr, beside the errors a job's log is searched for.
 fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli) {
     match outcome {
         RunOutcome::Completed if info.rank == 0 => println!(
@@ -219,13 +220,13 @@ fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli) {
             cli.epochs, info.world_size
         ),
         RunOutcome::Preempted { at, saved } if info.rank == 0 => match saved {
-            Some(dir) => println!(
+            Some(dir) => eprintln!(
                 "preempted at epoch {} step {}; checkpoint {}; resume with --resume auto",
                 at.epoch,
                 at.step,
                 dir.display()
             ),
-            None => println!(
+            None => eprintln!(
                 "preempted at epoch {} step {}; nothing was saved (no --checkpoint-dir)",
                 at.epoch, at.step
             ),
