@@ -51,25 +51,35 @@ fn root() -> PathBuf {
         .to_owned()
 }
 
+/// What `program args` prints, run in the workspace root; it must succeed.
+fn stdout_of(program: &str, args: &[&str]) -> Vec<u8> {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| panic!("running {program} (the tidy checks need it): {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// Every file git knows or would add, relative to the workspace root.
 fn repository_files() -> Vec<PathBuf> {
-    let out = Command::new("git")
-        .args([
+    let listed = stdout_of(
+        "git",
+        &[
             "ls-files",
             "-z",
             "--cached",
             "--others",
             "--exclude-standard",
-        ])
-        .current_dir(root())
-        .output()
-        .expect("running git ls-files (the tidy checks need git)");
-    assert!(
-        out.status.success(),
-        "git ls-files: {}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let mut files: Vec<PathBuf> = String::from_utf8(out.stdout)
+    let mut files: Vec<PathBuf> = String::from_utf8(listed)
         .expect("file names are UTF-8")
         .split('\0')
         .filter(|name| !name.is_empty())
@@ -91,24 +101,18 @@ struct Uses {
 }
 
 fn workspace_dependencies() -> BTreeMap<String, Uses> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let listed = stdout_of(
+        &cargo,
+        &[
             "metadata",
             "--no-deps",
             "--format-version",
             "1",
             "--offline",
-        ])
-        .current_dir(root())
-        .output()
-        .expect("running cargo metadata");
-    assert!(
-        out.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let metadata: serde_json::Value = serde_json::from_slice(&listed).unwrap();
     let packages = metadata["packages"].as_array().unwrap();
     let members: BTreeSet<&str> = packages
         .iter()
