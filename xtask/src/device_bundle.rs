@@ -221,211 +221,16 @@ fn make_executable(_: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The script run on the GPU machine.
-const RUN_SH: &str = r#"#!/usr/bin/env bash
-# The CUDA checks of this device bundle (built by `cargo xtask device-bundle`,
-# see docs/gpu.md). Usage:
-#   ./run.sh [--data-dir DIR] [--epochs N] [--budget SECS] [--only REGEX] [--logs DIR]
-#
-# Needs the NVIDIA driver, and NVRTC from a CUDA toolkit or a pip wheel (a
-# PyTorch venv has one: run with that python on PATH or PYTHON=.../python);
-# with a PyTorch that sees the GPU it also times PyTorch on the same model.
-# Each step gets at most 600 s and all steps together --budget seconds
-# (default 900): a step is stopped when the budget runs out, and skipped
-# when less than 30 s of it is left.
-# --only runs just the steps whose names match the (bash) regex.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-data_dir="$here/data/fashion-mnist"
-epochs=5
-budget=900
-only=
-logs="$here/logs"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --data-dir) data_dir=$2; shift 2 ;;
-    --epochs) epochs=$2; shift 2 ;;
-    --budget) budget=$2; shift 2 ;;
-    --only) only=$2; shift 2 ;;
-    --logs) logs=$2; shift 2 ;;
-    *) echo "usage: $0 [--data-dir DIR] [--epochs N] [--budget SECS] [--only REGEX] [--logs DIR]" >&2; exit 2 ;;
-  esac
-done
-deadline=$((SECONDS + budget))
-links="$here/lib"
-mkdir -p "$logs" "$links"
-python=${PYTHON:-python3}
-# PyTorch runs with the caller's library path: it brings its own NCCL and NVRTC.
-orig_ld=${LD_LIBRARY_PATH-}
-summary=()
-failed=0
-row() { summary+=("$(printf '%-22s %-7s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && failed=1; }
-# Whether --only selects step $1.
-selected() { [ -z "$only" ] || [[ $1 =~ $only ]]; }
-# A row for step $1 that cannot run here, for reason $2.
-skip() { if selected "$1"; then row "$1" skipped "$2"; fi; }
-
-# The first file matching the glob $1 under the site-packages of $python.
-in_wheels() {
-  "$python" - "$1" 2>/dev/null <<'PY'
-import glob, os, site, sys
-roots = site.getsitepackages() + [site.getusersitepackages()]
-for root in roots:
-    hits = sorted(glob.glob(os.path.join(root, "nvidia", "**", sys.argv[1]), recursive=True))
-    hits += sorted(glob.glob(os.path.join(root, "triton", "**", sys.argv[1]), recursive=True))
-    if hits:
-        print(hits[0])
-        break
-PY
-}
-# The first library named $1* that the system loader knows or a CUDA install has.
-in_system() {
-  {
-    ldconfig -p 2>/dev/null | awk -v name="$1" 'index($1, name) == 1 { print $NF }'
-    for dir in ${CUDA_HOME:-} /usr/local/cuda; do ls "$dir/lib64/$1"* 2>/dev/null; done
-  } | head -n 1
-}
-# Links $links/$1 to the first existing candidate and puts both folders on
-# LD_LIBRARY_PATH; the target is left in $linked.
-link() {
-  local name=$1; shift
-  for target in "$@"; do
-    if [ -n "$target" ] && [ -e "$target" ]; then
-      ln -sf "$target" "$links/$name"
-      LD_LIBRARY_PATH="$links:$(dirname "$target")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-      export LD_LIBRARY_PATH
-      linked=$target
-      return 0
-    fi
-  done
-  return 1
-}
-
-gpu=$(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
-if [ -n "$gpu" ]; then row gpu ok "$gpu"; else row gpu FAIL "nvidia-smi found no GPU"; fi
-# The GPU's architecture, for the NVRTC check (e.g. 90 for sm_90).
-cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
-[ -n "$cap" ] && export CUDA_COMPUTE_CAP=$cap
-
-# cudarc asks the loader for libnvrtc.so (then .so.12, ...) and libnccl.so;
-# wheels ship only versioned names, hence the links.
-if link libnvrtc.so "$(in_system libnvrtc.so)" "$(in_wheels 'libnvrtc.so.[0-9]*')"; then
-  row libnvrtc ok "$linked"
-else
-  row libnvrtc FAIL "not found: install a CUDA toolkit or pip install nvidia-cuda-nvrtc-cu12"
-fi
-have_nccl=0
-if link libnccl.so "$(in_system libnccl.so)" "$(in_wheels 'libnccl.so.2')"; then
-  row libnccl ok "$linked"
-  have_nccl=1
-else
-  row libnccl missing "the NCCL steps need it (pip install nvidia-nccl-cu13)"
-fi
-ptxas=$(command -v ptxas || in_wheels ptxas)
-[ -n "$ptxas" ] && export PTXAS=$ptxas
-
-# Runs "$@" (if --only selects $name and the budget allows) with its output
-# in $logs/$name.log; a row with the last line matching $pattern (else the
-# last line), blanks squeezed.
-step() {
-  local name=$1 pattern=$2; shift 2
-  selected "$name" || return 0
-  local start=$SECONDS limit=$((deadline - SECONDS))
-  if [ "$limit" -lt 30 ]; then
-    row "$name" skipped "out of time (--budget $budget)"
-    return 0
-  fi
-  [ "$limit" -gt 600 ] && limit=600
-  echo "== $name: $*"
-  timeout -k 10 "$limit" "$@" 2>&1 | tee "$logs/$name.log"
-  local status=${PIPESTATUS[0]}
-  local detail
-  detail=$(grep -E "$pattern" "$logs/$name.log" | tail -n 1)
-  [ -n "$detail" ] || detail=$(grep -v '^[[:space:]]*$' "$logs/$name.log" | tail -n 1)
-  [ -n "$detail" ] || detail="no output"
-  detail="$(printf '%s\n' "$detail" | tr -s '[:blank:]' ' ' | sed 's/^ //' | cut -c1-100) ($((SECONDS - start)) s)"
-  case $status in
-    0) row "$name" ok "$detail" ;;
-    124 | 137) row "$name" FAIL "timed out after $limit s: $detail" ;;
-    *) row "$name" FAIL "exit $status: $detail" ;;
-  esac
-}
-# The nccl-tests table row of the largest size.
-largest='^ *[0-9]+ +[0-9]+ +float '
-
-step nvrtc_compile 'test result|skipped' "$here/tests/nvrtc_compile" --nocapture
-step cuda_parity 'test result' env REQUIRE_GPU=1 "$here/tests/cuda_parity"
-# NCCL at world size 1, a peer that never joins, page-locked staging, and
-# `--backend auto` with two ranks on one GPU (the trainer from this bundle).
-if [ "$have_nccl" = 1 ]; then
-  step nccl_gpu 'test result' env REQUIRE_GPU=1 REQUIRE_NCCL=1 TRAINER_BIN="$here/bin/trainer" \
-    "$here/tests/nccl_gpu" --test-threads 1
-else
-  step nccl_gpu 'test result' env REQUIRE_GPU=1 TRAINER_BIN="$here/bin/trainer" \
-    "$here/tests/nccl_gpu" --test-threads 1
-fi
-
-# Training: one GPU over no transport, over NCCL, two ranks sharing it over
-# the TCP ring, and large batches.
-trainer=("$here/bin/trainer" --device cuda --data-dir "$data_dir")
-step train 'Epoch' "${trainer[@]}" --epochs "$epochs" --metrics "$logs/metrics.jsonl"
-if [ "$have_nccl" = 1 ]; then
-  step train_nccl 'Epoch' "${trainer[@]}" --backend nccl --epochs "$epochs" \
-    --metrics "$logs/train_nccl.jsonl"
-else
-  skip train_nccl "no libnccl"
-fi
-step train_tcp_ws2 'Epoch' "${trainer[@]}" --world-size 2 --backend tcp --epochs "$epochs" \
-  --metrics "$logs/train_tcp_ws2.jsonl"
-step train_b512 'Epoch' "${trainer[@]}" --batch-size 512 --epochs 1 \
-  --metrics "$logs/train_b512.jsonl"
-
-# PyTorch on the same model and data, and its all-reduce.
-if [ -n "$orig_ld" ]; then
-  torch_env=(env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="$orig_ld")
-else
-  torch_env=(env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1)
-fi
-if "${torch_env[@]}" "$python" -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
-  throughput=("${torch_env[@]}" "$python" "$here/pytorch/train_throughput.py" --device cuda
-    --data-dir "$data_dir")
-  step torch_ref_b64 'img/s' "${throughput[@]}" --mode reference --batch-size 64
-  step torch_ref_b512 'img/s' "${throughput[@]}" --mode reference --batch-size 512
-  step torch_gpu_b64 'img/s' "${throughput[@]}" --mode on-device --batch-size 64
-  step torch_gpu_b512 'img/s' "${throughput[@]}" --mode on-device --batch-size 512
-  step torch_allreduce "$largest" "${torch_env[@]}" "$python" "$here/pytorch/allreduce_nccl.py" \
-    --min-bytes 8 --max-bytes 268435456
-else
-  for name in torch_ref_b64 torch_ref_b512 torch_gpu_b64 torch_gpu_b512 torch_allreduce; do
-    if selected "$name"; then
-      row torch skipped "no torch that sees a GPU in $python (set PYTHON=.../python)"
-      break
-    fi
-  done
-fi
-
-# The benches (train_step is the CPU backend, one thread).
-step bench_train_step '.' "$here/benches/train_step"
-step bench_allreduce_unix "$largest" "$here/benches/allreduce" --ranks 2 --max-bytes 67108864
-if [ "$have_nccl" = 1 ]; then
-  step bench_allreduce_nccl "$largest" "$here/benches/allreduce" --transport nccl --ranks 1
-else
-  skip bench_allreduce_nccl "no libnccl"
-fi
-
-echo
-echo "== summary ($(head -n 1 "$here/build-info.txt"); logs in $logs)"
-printf '%-22s %-7s %s\n' step result detail
-printf '%s\n' "${summary[@]}"
-exit "$failed"
-"#;
+/// The script run on the GPU machine (shellchecked by `tests/tidy`).
+const RUN_SH: &str = include_str!("device_bundle/run.sh");
 
 #[cfg(test)]
 mod tests {
     use super::RUN_SH;
     use std::process::Command;
 
-    /// `bash -n` accepts run.sh, and so does shellcheck where installed.
+    /// `bash -n` accepts the run.sh the bundle gets (shellcheck checks it with
+    /// every other script, in `tests/tidy`).
     #[test]
     fn run_sh_parses() {
         let dir = tempfile::tempdir().unwrap();
@@ -438,13 +243,5 @@ mod tests {
             "bash -n run.sh: {}",
             String::from_utf8_lossy(&bash.stderr)
         );
-        match Command::new("shellcheck").arg(&script).output() {
-            Ok(check) => assert!(
-                check.status.success(),
-                "shellcheck run.sh:\n{}",
-                String::from_utf8_lossy(&check.stdout)
-            ),
-            Err(_) => eprintln!("shellcheck not installed; skipped"),
-        }
     }
 }

@@ -1,11 +1,8 @@
 // The CUDA driver API over host memory: the calls cudarc and the backend
 // make.
 //
-// * Device memory is host memory from mmap, each allocation flush against a
-//   PROT_NONE page: a kernel that reads or writes past the end of a buffer
-//   faults (fibers.cpp names the kernel, block and thread).
-// * Copies and memsets check that the device range lies inside one
-//   allocation; launches check their configuration as the driver does.
+// * Device memory is host memory with a guard page after each allocation
+//   (memory.cpp); launches check their configuration as the driver does.
 // * Kernels, copies and memsets run when they are queued, in the order the
 //   host makes the calls: one of the schedules a GPU could pick, so a
 //   program whose ordering is right gives the same results here. Work that
@@ -14,15 +11,11 @@
 //   later on that stream first waits for it, and events record how far a
 //   stream has got.
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -34,18 +27,7 @@
 
 namespace {
 
-using CUresult = int;
 using CUdevice = int;
-using CUdeviceptr = unsigned long long;
-
-constexpr CUresult CUDA_SUCCESS = 0;
-constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
-constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
-constexpr CUresult CUDA_ERROR_INVALID_DEVICE = 101;
-constexpr CUresult CUDA_ERROR_INVALID_HANDLE = 400;
-constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
-constexpr CUresult CUDA_ERROR_NOT_READY = 600;
-constexpr CUresult CUDA_ERROR_NOT_SUPPORTED = 801;
 
 constexpr int kMaxDevices = 8;
 constexpr int kComputeMajor = 9;
@@ -82,99 +64,6 @@ struct Event {
     std::uint64_t ticket = 0;
 };
 
-// A device allocation: `size` bytes at the key, inside the mapping
-// [base, base + mapped) whose last page is the PROT_NONE guard.
-struct Allocation {
-    char* base;
-    std::size_t mapped;
-    std::size_t size;
-};
-std::mutex memory_mutex;
-std::map<CUdeviceptr, Allocation> allocations;
-
-// Says why a call is refused: a real driver returns the bare code, the
-// emulator also names the call and the cause on stderr.
-CUresult refuse(CUresult code, const char* call, const char* why, unsigned long long a = 0,
-                unsigned long long b = 0) {
-    std::fprintf(stderr, "cuda-emu: %s: ", call);
-    std::fprintf(stderr, why, a, b);
-    std::fputc('\n', stderr);
-    return code;
-}
-
-std::size_t page_size() {
-    static const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-    return page;
-}
-
-CUresult allocate(CUdeviceptr* out, std::size_t size) {
-    if (out == nullptr || size == 0) {
-        return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc", "%llu bytes", size);
-    }
-    const std::size_t page = page_size();
-    const std::size_t data = (size + page - 1) / page * page;
-    void* base = mmap(nullptr, data + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
-    if (base == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-    char* bytes = static_cast<char*>(base);
-    mprotect(bytes + data, page, PROT_NONE);
-    // Flush against the guard, keeping the 16-byte alignment of float4.
-    char* start = bytes + data - (size + 15) / 16 * 16;
-    std::lock_guard<std::mutex> lock(memory_mutex);
-    allocations[reinterpret_cast<CUdeviceptr>(start)] = {bytes, data + page, size};
-    *out = reinterpret_cast<CUdeviceptr>(start);
-    return CUDA_SUCCESS;
-}
-
-CUresult release(CUdeviceptr ptr) {
-    std::lock_guard<std::mutex> lock(memory_mutex);
-    auto it = allocations.find(ptr);
-    if (it == allocations.end()) {
-        return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemFree", "%#llx was not allocated", ptr);
-    }
-    munmap(it->second.base, it->second.mapped);
-    allocations.erase(it);
-    return CUDA_SUCCESS;
-}
-
-char* find_range(CUdeviceptr ptr, std::size_t bytes) {
-    std::lock_guard<std::mutex> lock(memory_mutex);
-    auto it = allocations.upper_bound(ptr);
-    if (it == allocations.begin()) return nullptr;
-    --it;
-    const CUdeviceptr end = it->first + it->second.size;
-    if (ptr > end || bytes > end - ptr) return nullptr;
-    return reinterpret_cast<char*>(ptr);
-}
-
-CUresult outside(const char* call, CUdeviceptr ptr, std::size_t bytes) {
-    return refuse(CUDA_ERROR_INVALID_VALUE, call,
-                  "device range %#llx + %llu bytes is not inside one allocation", ptr, bytes);
-}
-
-CUresult copy_to_device(CUdeviceptr dst, const void* src, std::size_t bytes) {
-    char* to = find_range(dst, bytes);
-    if (to == nullptr) return outside("cuMemcpyHtoD", dst, bytes);
-    if (src == nullptr && bytes > 0) return CUDA_ERROR_INVALID_VALUE;
-    std::memcpy(to, src, bytes);
-    return CUDA_SUCCESS;
-}
-
-CUresult copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes) {
-    const char* from = find_range(src, bytes);
-    if (from == nullptr) return outside("cuMemcpyDtoH", src, bytes);
-    if (dst == nullptr && bytes > 0) return CUDA_ERROR_INVALID_VALUE;
-    std::memcpy(dst, from, bytes);
-    return CUDA_SUCCESS;
-}
-
-template <class T>
-CUresult set_words(CUdeviceptr dst, T value, std::size_t count) {
-    char* to = find_range(dst, count * sizeof(T));
-    if (to == nullptr) return outside("cuMemset", dst, count * sizeof(T));
-    for (std::size_t i = 0; i < count; ++i) std::memcpy(to + i * sizeof(T), &value, sizeof(T));
-    return CUDA_SUCCESS;
-}
 
 CUresult launch(const Function* f, const cuda_emu::dim3 grid, const cuda_emu::dim3 threads,
                 unsigned shared_bytes, void** params) {
@@ -278,8 +167,6 @@ void enqueue(Stream* stream, std::function<void()> work) {
     ++stream->queued;
     stream->changed.notify_all();
 }
-
-char* device_range(unsigned long long ptr, std::size_t bytes) { return find_range(ptr, bytes); }
 
 }  // namespace cuda_emu
 
@@ -437,11 +324,11 @@ CUresult cuEventQuery(Event* event) {
 // -- memory
 
 CUresult cuMemAllocAsync(CUdeviceptr* ptr, std::size_t bytes, Stream*) {
-    return allocate(ptr, bytes);
+    return cuda_emu::allocate(ptr, bytes);
 }
 CUresult cuMemFreeAsync(CUdeviceptr ptr, Stream* stream) {
     drain(stream);
-    return release(ptr);
+    return cuda_emu::release(ptr);
 }
 
 CUresult cuMemHostRegister_v2(void* ptr, std::size_t bytes, unsigned) {
@@ -454,20 +341,20 @@ CUresult cuMemHostUnregister(void* ptr) {
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, std::size_t bytes,
                               Stream* stream) {
     drain(stream);
-    return copy_to_device(dst, src, bytes);
+    return cuda_emu::copy_to_device(dst, src, bytes);
 }
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, std::size_t bytes, Stream* stream) {
     drain(stream);
-    return copy_to_host(dst, src, bytes);
+    return cuda_emu::copy_to_host(dst, src, bytes);
 }
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t count,
                          Stream* stream) {
     drain(stream);
-    return set_words(dst, value, count);
+    return cuda_emu::fill(dst, &value, sizeof value, count);
 }
 CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, std::size_t count, Stream* stream) {
     drain(stream);
-    return set_words(dst, value, count);
+    return cuda_emu::fill(dst, &value, sizeof value, count);
 }
 
 // -- modules and launches: a module's image (PTX or CUBIN) is not read;

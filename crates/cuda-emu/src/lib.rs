@@ -6,13 +6,13 @@
 //! (`core_tensor::backend::cuda::kernel_modules`) as ordinary C++ (with
 //! `cpp/emu_kernel.h` supplying `threadIdx`, `__syncthreads`, the atomics
 //! and intrinsics) together with the runtime (`cpp/fibers.cpp` runs kernels,
-//! `cpp/driver.cpp` implements the driver API calls cudarc makes,
-//! `cpp/nccl.cpp` the NCCL calls of `comm::nccl`) into a `libcuda.so`, also
-//! linked as `libnccl.so`. A process started with that folder first on
-//! `LD_LIBRARY_PATH` ([`Emulator::library_path`], or a test's
-//! [`rerun_on_emulator`]) loads it instead of the NVIDIA driver and sees
-//! `$CUDA_EMU_DEVICES` GPUs (default 1) named "cuda-emu", of compute
-//! capability 9.0.
+//! `cpp/driver.cpp` implements the driver API calls cudarc makes over the
+//! guarded device memory of `cpp/memory.cpp`, `cpp/nccl.cpp` the NCCL calls
+//! of `comm::nccl`) into a `libcuda.so`, also linked as `libnccl.so`. A
+//! process started with that folder first on `LD_LIBRARY_PATH`
+//! ([`Emulator::library_path`], or a test's [`rerun_on_emulator`]) loads it
+//! instead of the NVIDIA driver and sees `$CUDA_EMU_DEVICES` GPUs (default
+//! 1) named "cuda-emu", of compute capability 9.0.
 //!
 //! What it checks and what it cannot:
 //! * Kernel arithmetic and indexing run as written, every block and thread,
@@ -58,10 +58,11 @@ const HEADERS: [(&str, &str); 2] = [
     ("emu_kernel.h", include_str!("../cpp/emu_kernel.h")),
     ("emu.h", include_str!("../cpp/emu.h")),
 ];
-/// The runtime: the block scheduler, the driver API, NCCL.
-const RUNTIME: [(&str, &str); 3] = [
+/// The runtime: the block scheduler, the driver API, device memory, NCCL.
+const RUNTIME: [(&str, &str); 4] = [
     ("fibers.cpp", include_str!("../cpp/fibers.cpp")),
     ("driver.cpp", include_str!("../cpp/driver.cpp")),
+    ("memory.cpp", include_str!("../cpp/memory.cpp")),
     ("nccl.cpp", include_str!("../cpp/nccl.cpp")),
 ];
 /// Compiler flags: C++20 for the kernels' templates; this machine's

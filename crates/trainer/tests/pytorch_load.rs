@@ -4,7 +4,8 @@
 //! load through `--init-from`'s loader and give PyTorch's logits here.
 //!
 //! Needs Python with torch and safetensors: `TORCH_PYTHON`, else `python3`.
-//! Without them the test says so and passes.
+//! Without them the test says so and passes, unless REQUIRE_TORCH=1 (as in
+//! CI), which turns the skip into a failure.
 
 use std::path::Path;
 use std::process::Command;
@@ -74,6 +75,11 @@ fn relative_error(a: &[f32], b: &[f32]) -> f64 {
 fn pytorch_loads_our_checkpoint_and_we_load_pytorchs_weights_with_the_same_logits() {
     let python = python();
     if !has_torch(&python) {
+        assert!(
+            std::env::var_os("REQUIRE_TORCH").is_none_or(|v| v != "1"),
+            "REQUIRE_TORCH=1, but `{python}` cannot import torch and safetensors \
+             (set TORCH_PYTHON to a Python that can)"
+        );
         println!(
             "skipping: `{python}` cannot import torch and safetensors (set TORCH_PYTHON to a Python that can)"
         );
