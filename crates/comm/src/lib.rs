@@ -17,6 +17,8 @@
 mod communicator;
 mod config;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod hostlist;
 mod launch_env;
 pub mod nccl;

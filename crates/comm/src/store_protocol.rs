@@ -7,7 +7,8 @@
 //! without limit.
 
 use std::io::{self, Read, Write};
-use std::time::Duration;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
 use crate::error::Rejection;
 
@@ -81,6 +82,11 @@ pub(crate) fn write_frame(mut w: impl Write, payload: &[u8]) -> io::Result<()> {
 }
 
 /// Reads one frame's payload.
+///
+/// The length is checked against [`MAX_FRAME`] before anything is allocated,
+/// and the buffer grows with the bytes that actually arrive: a length prefix
+/// alone reserves nothing, so a peer that announces 16 MiB and stalls costs
+/// what it sent.
 pub(crate) fn read_frame(mut r: impl Read) -> io::Result<Vec<u8>> {
     let mut len = [0_u8; 4];
     r.read_exact(&mut len)?;
@@ -90,9 +96,37 @@ pub(crate) fn read_frame(mut r: impl Read) -> io::Result<Vec<u8>> {
             "frame of {len} bytes exceeds the {MAX_FRAME}-byte limit (not a comm store client?)"
         )));
     }
-    let mut payload = vec![0_u8; len];
-    r.read_exact(&mut payload)?;
+    let mut payload = Vec::new();
+    r.take(len as u64).read_to_end(&mut payload)?;
+    if payload.len() < len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("frame ends after {} of {len} bytes", payload.len()),
+        ));
+    }
     Ok(payload)
+}
+
+/// A reader that fails with `TimedOut` once `deadline` has passed, however
+/// the bytes trickle in: a per-read timeout alone lets a peer that sends
+/// one byte just before each timeout hold a frame open for ever.
+pub(crate) struct UntilDeadline<'a> {
+    pub(crate) stream: &'a TcpStream,
+    pub(crate) deadline: Instant,
+}
+
+impl Read for UntilDeadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "frame not complete in time",
+            ));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
 }
 
 struct Encoder(Vec<u8>);

@@ -9,7 +9,7 @@
 //! the message that explains the misconfiguration.
 
 use std::collections::HashMap;
-use std::io::ErrorKind;
+use std::io::{self, ErrorKind};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{CommError, Rejection};
-use crate::store_protocol::{Request, Response, read_frame, write_frame};
+use crate::store_protocol::{Request, Response, UntilDeadline, read_frame, write_frame};
 
 /// A running store. Dropping it stops the accept thread, disconnects all
 /// clients and joins their threads.
@@ -31,7 +31,9 @@ pub struct StoreServer {
 #[derive(Debug)]
 struct Shared {
     world_size: usize,
-    write_timeout: Duration,
+    /// Bound on every write, on a client's hello, and on each frame once it
+    /// has begun (see [`read_request`]).
+    io_timeout: Duration,
     stop: AtomicBool,
     state: Mutex<State>,
     changed: Condvar,
@@ -42,12 +44,14 @@ struct State {
     values: HashMap<String, Vec<u8>>,
     registered: Vec<bool>,
     rejection: Option<Rejection>,
-    /// Clients still connected. Dropping a poisoned store waits (briefly)
-    /// for them to leave, so that every rank hears why the job failed
-    /// rather than just that rank 0 went away.
-    live: usize,
-    /// Clones of the client sockets, to shut them down on drop.
-    connections: Vec<TcpStream>,
+    /// Clones of the sockets of the clients still connected, by connection
+    /// number, to shut them down on drop. A handler removes its own when its
+    /// client leaves, so the socket closes then (a dropped stranger sees
+    /// the connection end, and its descriptor is not held until the job
+    /// ends). Dropping a poisoned store waits (briefly) for the clients to
+    /// leave, so that every rank hears why the job failed rather than just
+    /// that rank 0 went away.
+    connections: HashMap<u64, TcpStream>,
     handlers: Vec<JoinHandle<()>>,
 }
 
@@ -108,8 +112,8 @@ impl Shared {
         Response::Ok
     }
 
-    fn client_left(&self) {
-        self.lock().live -= 1;
+    fn client_left(&self, connection: u64) {
+        self.lock().connections.remove(&connection);
         self.changed.notify_all();
     }
 
@@ -181,7 +185,7 @@ impl StoreServer {
             .port();
         let shared = Arc::new(Shared {
             world_size,
-            write_timeout: timeout,
+            io_timeout: timeout,
             stop: AtomicBool::new(false),
             state: Mutex::new(State {
                 registered: vec![false; world_size],
@@ -208,6 +212,7 @@ impl StoreServer {
 }
 
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    let mut next_connection = 0_u64;
     for conn in listener.incoming() {
         if shared.stop.load(Ordering::SeqCst) {
             return;
@@ -219,21 +224,24 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
         let Ok(control) = stream.try_clone() else {
             continue;
         };
+        let connection = next_connection;
+        next_connection += 1;
+        {
+            let mut state = shared.lock();
+            state.connections.insert(connection, control);
+            // Threads of clients that left have nothing left to join for.
+            state.handlers.retain(|handler| !handler.is_finished());
+        }
         let handler_shared = Arc::clone(shared);
-        shared.lock().live += 1;
         let spawned = std::thread::Builder::new()
             .name("comm-store-client".into())
             .spawn(move || {
                 serve(stream, &handler_shared);
-                handler_shared.client_left();
+                handler_shared.client_left(connection);
             });
         match spawned {
-            Ok(handle) => {
-                let mut state = shared.lock();
-                state.connections.push(control);
-                state.handlers.push(handle);
-            }
-            Err(_) => shared.client_left(),
+            Ok(handle) => shared.lock().handlers.push(handle),
+            Err(_) => shared.client_left(connection),
         }
     }
 }
@@ -241,14 +249,12 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 /// Serves one client until it disconnects, misbehaves or the store stops.
 fn serve(stream: TcpStream, shared: &Shared) {
     if stream.set_nodelay(true).is_err()
-        || stream
-            .set_write_timeout(Some(shared.write_timeout))
-            .is_err()
+        || stream.set_write_timeout(Some(shared.io_timeout)).is_err()
     {
         return;
     }
     let mut said_hello = false;
-    while let Ok(payload) = read_frame(&stream) {
+    while let Ok(payload) = read_request(&stream, said_hello, shared.io_timeout) {
         let Ok(request) = Request::decode(&payload) else {
             return;
         };
@@ -268,6 +274,24 @@ fn serve(stream: TcpStream, shared: &Shared) {
             return;
         }
     }
+}
+
+/// Reads the next request frame. A registered rank may stay quiet between
+/// requests for as long as it trains, but a frame it has begun must be
+/// complete within `timeout`; a connection that has not said hello gets
+/// `timeout` for its first frame from the start. So a peer that never speaks,
+/// or stalls half-way through a frame, loses its connection and nothing else.
+fn read_request(stream: &TcpStream, said_hello: bool, timeout: Duration) -> io::Result<Vec<u8>> {
+    if said_hello {
+        stream.set_read_timeout(None)?;
+        if stream.peek(&mut [0_u8])? == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+    }
+    read_frame(UntilDeadline {
+        stream,
+        deadline: Instant::now() + timeout,
+    })
 }
 
 /// How long dropping a poisoned store waits for clients to hear why.
@@ -294,7 +318,7 @@ impl Drop for StoreServer {
         let (connections, handlers) = {
             let deadline = Instant::now() + DRAIN_TIMEOUT;
             let mut state = self.shared.lock();
-            while state.rejection.is_some() && state.live > 0 {
+            while state.rejection.is_some() && !state.connections.is_empty() {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     break;
@@ -311,7 +335,7 @@ impl Drop for StoreServer {
                 std::mem::take(&mut state.handlers),
             )
         };
-        for c in &connections {
+        for c in connections.values() {
             // Already-closed sockets fail to shut down; nothing to do then.
             let _ = c.shutdown(Shutdown::Both);
         }

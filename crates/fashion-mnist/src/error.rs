@@ -166,11 +166,16 @@ pub enum Corruption {
         /// Items the header declares.
         found: usize,
     },
-    /// Bytes follow the last item the header declares.
-    #[error("{extra} unexpected bytes after the last item")]
+    /// Bytes follow the last item the header declares. How many is not
+    /// known: inflating stops at the first one, so a gzip bomb is refused
+    /// without being inflated.
+    #[error(
+        "unexpected bytes after the last item: the content goes on past the {expected} bytes \
+         its header announces (inflating stopped there)"
+    )]
     TrailingBytes {
-        /// How many bytes too many.
-        extra: usize,
+        /// The length the header announces, header included.
+        expected: usize,
     },
     /// A label is not one of the ten classes.
     #[error("label {label} of item {index} is not a class (labels are 0..=9)")]

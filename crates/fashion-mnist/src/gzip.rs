@@ -9,15 +9,26 @@ use std::io::{self, Read};
 
 const SIGNATURE: [u8; 2] = [0x1f, 0x8b];
 
-/// Decompresses a complete single-member gzip file.
+/// Decompresses a complete single-member gzip file of at most `max_len`
+/// decompressed bytes.
 ///
-/// Anything after the gzip stream is rejected: the published files are single
-/// streams, so extra bytes mean a damaged or concatenated file.
-pub(crate) fn decompress(gz: &[u8], capacity_hint: usize) -> Result<Vec<u8>, Corruption> {
-    let mut out = Vec::with_capacity(capacity_hint);
+/// Inflating stops one byte past `max_len`: a file that goes on (a gzip bomb
+/// of a few MB inflates to gigabytes) comes back as those `max_len + 1`
+/// bytes, unchecked past that point, for the IDX layer to reject as longer
+/// than its header announces, so memory stays bounded by the expected size.
+/// Anything after a complete gzip stream is rejected: the published files are
+/// single streams, so extra bytes mean a damaged or concatenated file.
+pub(crate) fn decompress(gz: &[u8], max_len: usize) -> Result<Vec<u8>, Corruption> {
+    let limit = max_len.saturating_add(1);
+    let mut out = Vec::with_capacity(limit);
     let mut decoder = decoder(gz)?;
-    decoder.read_to_end(&mut out).map_err(decode_error)?;
-    ensure_consumed(decoder)?;
+    (&mut decoder)
+        .take(limit as u64)
+        .read_to_end(&mut out)
+        .map_err(decode_error)?;
+    if out.len() <= max_len {
+        ensure_consumed(decoder)?;
+    }
     Ok(out)
 }
 
@@ -73,6 +84,9 @@ mod tests {
     use flate2::write::GzEncoder;
     use std::io::Write;
 
+    /// A limit above every sample's length, for the tests that are not about it.
+    const ROOMY: usize = 1 << 20;
+
     fn gzip(data: &[u8]) -> Vec<u8> {
         let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
         encoder.write_all(data).expect("write to Vec");
@@ -85,18 +99,25 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        assert_eq!(decompress(&gzip(&sample()), 0), Ok(sample()));
+        assert_eq!(decompress(&gzip(&sample()), ROOMY), Ok(sample()));
+    }
+
+    #[test]
+    fn stops_one_byte_past_the_limit() {
+        let bomb = gzip(&vec![0; 1 << 20]);
+        assert_eq!(decompress(&bomb, 1000).map(|out| out.len()), Ok(1001));
+        assert_eq!(decompress(&bomb, 1 << 20).map(|out| out.len()), Ok(1 << 20));
     }
 
     #[test]
     fn rejects_empty_input() {
-        assert_eq!(decompress(&[], 0), Err(Corruption::Empty));
+        assert_eq!(decompress(&[], ROOMY), Err(Corruption::Empty));
     }
 
     #[test]
     fn rejects_non_gzip() {
         assert_eq!(
-            decompress(b"PK\x03\x04", 0),
+            decompress(b"PK\x03\x04", ROOMY),
             Err(Corruption::NotGzip {
                 found: vec![b'P', b'K']
             })
@@ -108,7 +129,7 @@ mod tests {
         let gz = gzip(&sample());
         for cut in [3, 10, gz.len() / 2, gz.len() - 4, gz.len() - 1] {
             assert_eq!(
-                decompress(&gz[..cut], 0),
+                decompress(&gz[..cut], ROOMY),
                 Err(Corruption::TruncatedGzip),
                 "cut at {cut}"
             );
@@ -120,7 +141,7 @@ mod tests {
         let mut gz = gzip(&sample());
         gz.extend_from_slice(b"junk");
         assert_eq!(
-            decompress(&gz, 0),
+            decompress(&gz, ROOMY),
             Err(Corruption::TrailingGzipData { extra: 4 })
         );
     }
@@ -130,7 +151,7 @@ mod tests {
         let mut gz = gzip(&sample());
         let crc_byte = gz.len() - 8;
         gz[crc_byte] ^= 0xff;
-        let err = decompress(&gz, 0).unwrap_err();
+        let err = decompress(&gz, ROOMY).unwrap_err();
         assert!(
             matches!(&err, Corruption::InvalidGzip { detail } if detail.contains("checksum")),
             "{err:?}"

@@ -116,7 +116,7 @@ impl Header {
         }
         if content.len() > expected_len {
             return Err(Corruption::TrailingBytes {
-                extra: content.len() - expected_len,
+                expected: expected_len,
             });
         }
         content.drain(..self.kind.header_len());

@@ -68,12 +68,15 @@ impl Split {
     }
 }
 
-fn read_gz(path: &Path, capacity_hint: usize) -> Result<Vec<u8>, DataError> {
+/// Reads and inflates `path`, at most one byte past `max_len`: the length its
+/// header must announce for the split, so a gzip bomb costs no more memory
+/// than the real file before it is refused.
+fn read_gz(path: &Path, max_len: usize) -> Result<Vec<u8>, DataError> {
     let gz = std::fs::read(path).map_err(|source| DataError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    gzip::decompress(&gz, capacity_hint).map_err(|problem: Corruption| DataError::Corrupt {
+    gzip::decompress(&gz, max_len).map_err(|problem: Corruption| DataError::Corrupt {
         path: path.to_path_buf(),
         problem,
     })

@@ -3,7 +3,7 @@
 
 mod element;
 mod exchange;
-mod header;
+pub(crate) mod header;
 mod links;
 mod peer_address;
 mod ring_all_reduce;
