@@ -296,7 +296,7 @@ mod tests {
             "{rendered}"
         );
         let made = |_: usize| {
-            let out = std::process::Command::new("bash")
+            let out = Command::new("bash")
                 .args([
                     "-c",
                     &format!("set -eu; {line}; echo \"$TRAINER_AUTH_TOKEN\""),
