@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::auth::AuthToken;
 use crate::error::{CommError, Rejection};
 use crate::launch_env::LaunchEnv;
 
@@ -36,6 +37,9 @@ pub struct CommConfig {
     /// close.
     pub timeout: Duration,
     pub same_host: SameHostTransport,
+    /// The job secret every store and ring connection must prove it holds;
+    /// `None` runs the job unauthenticated (both ends must agree on that).
+    pub auth: Option<AuthToken>,
 }
 
 impl CommConfig {
@@ -53,6 +57,7 @@ impl CommConfig {
             master_port,
             timeout: DEFAULT_TIMEOUT,
             same_host: SameHostTransport::default(),
+            auth: None,
         }
     }
 
@@ -77,6 +82,13 @@ impl CommConfig {
     #[must_use]
     pub fn with_same_host(mut self, same_host: SameHostTransport) -> Self {
         self.same_host = same_host;
+        self
+    }
+
+    /// Sets the job secret (`None`: unauthenticated).
+    #[must_use]
+    pub fn with_auth(mut self, auth: Option<AuthToken>) -> Self {
+        self.auth = auth;
         self
     }
 

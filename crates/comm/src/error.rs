@@ -81,6 +81,18 @@ pub enum CommError {
         timeout: Duration,
     },
 
+    /// The job token could not be read or generated.
+    #[error(transparent)]
+    AuthToken(#[from] crate::auth::AuthTokenError),
+
+    /// The authentication handshake with `peer` failed: the other side does
+    /// not hold this job's token (or holds one where this side has none).
+    #[error("authentication with {peer} failed: {failure}")]
+    Auth {
+        peer: String,
+        failure: crate::auth::AuthFailure,
+    },
+
     /// The store connection failed or carried something that is not the
     /// store protocol.
     #[error("rendezvous store at {master}: {detail}")]

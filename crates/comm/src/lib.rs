@@ -10,10 +10,13 @@
 //!   process per GPU.
 //! * [`LaunchEnv`]: what torchrun or SLURM told this process about the job;
 //!   [`launch_var`] names the variables, for the launchers that set them.
+//! * [`AuthToken`]: the job secret; every store and ring connection starts
+//!   with a mutual HMAC challenge-response proving both ends hold it.
 //!
 //! All blocking network steps are bounded by [`CommConfig::timeout`], and
 //! every failure is a [`CommError`] that names the rank involved.
 
+mod auth;
 mod communicator;
 mod config;
 mod error;
@@ -28,6 +31,7 @@ mod store_protocol;
 mod store_server;
 mod tcp;
 
+pub use auth::{AUTH_TOKEN_VAR, AuthFailure, AuthToken, AuthTokenError, HANDSHAKE_TIMEOUT};
 pub use communicator::{Communicator, ReduceOp};
 pub use config::{CommConfig, DEFAULT_TIMEOUT, SameHostTransport};
 pub use error::{CommError, Rejection};

@@ -30,11 +30,12 @@ impl Rendezvous {
     pub fn join(config: &CommConfig) -> Result<Self, CommError> {
         config.validate()?;
         let server = if config.rank == 0 {
-            Some(StoreServer::bind(
+            Some(StoreServer::bind_with_auth(
                 &config.master_addr,
                 config.master_port,
                 config.world_size,
                 config.timeout,
+                config.auth.clone(),
             )?)
         } else {
             None

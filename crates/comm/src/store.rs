@@ -5,6 +5,7 @@ use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use crate::auth::{Role, handshake};
 use crate::config::CommConfig;
 use crate::error::CommError;
 use crate::store_protocol::{Request, Response, read_frame, write_frame};
@@ -23,8 +24,9 @@ pub struct Store {
 
 impl Store {
     /// Connects to the store at `config.master_addr:master_port`, retrying
-    /// until `config.timeout` passes (rank 0 may not be listening yet), and
-    /// registers `config.rank` with `config.world_size`. The store refuses a
+    /// until `config.timeout` passes (rank 0 may not be listening yet),
+    /// proves that it holds the job's token (and checks that the store does),
+    /// and registers `config.rank` with `config.world_size`. The store refuses a
     /// world size that differs from rank 0's and a rank that is already
     /// registered.
     pub fn connect(config: &CommConfig) -> Result<Store, CommError> {
@@ -40,7 +42,15 @@ impl Store {
             })?;
         stream
             .set_nodelay(true)
+            .and_then(|()| stream.set_read_timeout(Some(config.timeout)))
+            .and_then(|()| stream.set_write_timeout(Some(config.timeout)))
             .map_err(|e| CommError::io("configuring the store connection", e))?;
+        handshake(&stream, config.auth.as_ref(), Role::Initiator).map_err(|failure| {
+            CommError::Auth {
+                peer: format!("rank 0's store at {master}"),
+                failure,
+            }
+        })?;
         let mut store = Store {
             stream,
             master,

@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::auth::{AuthToken, HANDSHAKE_TIMEOUT, Role, handshake};
 use crate::error::{CommError, Rejection};
 use crate::store_protocol::{Request, Response, UntilDeadline, read_frame, write_frame};
 
@@ -34,6 +35,7 @@ struct Shared {
     /// Bound on every write, on a client's hello, and on each frame once it
     /// has begun (see [`read_request`]).
     io_timeout: Duration,
+    auth: Option<AuthToken>,
     stop: AtomicBool,
     state: Mutex<State>,
     changed: Condvar,
@@ -151,11 +153,26 @@ impl StoreServer {
     /// Starts a store for a job of `world_size` ranks on `port` of every
     /// interface (IPv6 as well when `master_addr` is an IPv6 literal).
     /// `master_addr` is only used to phrase the error when the port is taken.
+    /// The store is unauthenticated: its clients must hold no token.
     pub fn bind(
         master_addr: &str,
         port: u16,
         world_size: usize,
         timeout: Duration,
+    ) -> Result<Self, CommError> {
+        StoreServer::bind_with_auth(master_addr, port, world_size, timeout, None)
+    }
+
+    /// [`StoreServer::bind`] for a job with secret `auth`: a client that
+    /// cannot prove it holds the same token (or holds one where `auth` is
+    /// `None`) is disconnected at the handshake, and the store goes on
+    /// serving the others.
+    pub fn bind_with_auth(
+        master_addr: &str,
+        port: u16,
+        world_size: usize,
+        timeout: Duration,
+        auth: Option<AuthToken>,
     ) -> Result<Self, CommError> {
         let unspecified = if master_addr
             .trim_matches(['[', ']'])
@@ -186,6 +203,7 @@ impl StoreServer {
         let shared = Arc::new(Shared {
             world_size,
             io_timeout: timeout,
+            auth,
             stop: AtomicBool::new(false),
             state: Mutex::new(State {
                 registered: vec![false; world_size],
@@ -250,7 +268,21 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 fn serve(stream: TcpStream, shared: &Shared) {
     if stream.set_nodelay(true).is_err()
         || stream.set_write_timeout(Some(shared.io_timeout)).is_err()
+        || stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).is_err()
     {
+        return;
+    }
+    if let Err(failure) = handshake(&stream, shared.auth.as_ref(), Role::Acceptor) {
+        // The store's only voice: rank 0's log shows who knocked. The
+        // refused client gets its own error from its side of the handshake.
+        if !shared.stop.load(Ordering::SeqCst) {
+            let from = stream
+                .peer_addr()
+                .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
+            eprintln!("comm: the rendezvous store refused a connection from {from}: {failure}");
+        }
+        // Hang up now: the impostor must not keep a half-open connection.
+        let _ = stream.shutdown(Shutdown::Both);
         return;
     }
     let mut said_hello = false;

@@ -147,6 +147,12 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub init_from: Option<PathBuf>,
 
+    /// Read the job's auth token (64 hex digits) from this file, which must
+    /// be private to its owner (chmod 600); else TRAINER_AUTH_TOKEN. The
+    /// built-in launcher and `cargo xtask slurm-submit` make one per job.
+    #[arg(long, value_name = "PATH")]
+    pub auth_token_file: Option<PathBuf>,
+
     /// Local launcher: when a worker fails, stop all and restart them from
     /// the newest checkpoint, up to N times (needs --checkpoint-dir).
     #[arg(long, value_name = "N", default_value_t = 0)]

@@ -21,7 +21,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
-use comm::launch_var;
+use comm::{AUTH_TOKEN_VAR, AuthToken, launch_var};
 use core_tensor::FlatLayout;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
@@ -176,6 +176,8 @@ fn run_workers(
             .map_err(|_| anyhow!("{}={p:?} is not a port number", launch_var::MASTER_PORT))?,
         Err(_) => free_port()?,
     };
+    // A fresh job secret per attempt; only this launcher's workers hold it.
+    let token = AuthToken::generate().context("generating the job's auth token")?;
     let mut workers: Vec<Worker> = Vec::with_capacity(world_size);
     for rank in 0..world_size {
         let mut command = Command::new(exe);
@@ -191,6 +193,7 @@ fn run_workers(
             .env(launch_var::LOCAL_WORLD_SIZE, world_size.to_string())
             .env(launch_var::MASTER_ADDR, "127.0.0.1")
             .env(launch_var::MASTER_PORT, port.to_string())
+            .env(AUTH_TOKEN_VAR, token.to_hex())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

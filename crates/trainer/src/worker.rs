@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use comm::nccl::{NcclCommunicator, require_nccl};
-use comm::{CommConfig, Communicator, LaunchEnv, LaunchSource, TcpCommunicator};
+use comm::{
+    AUTH_TOKEN_VAR, AuthToken, CommConfig, Communicator, LaunchEnv, LaunchSource, TcpCommunicator,
+};
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Backend, Cpu, Cuda, Ops};
 use fashion_mnist::FashionMnist;
@@ -381,8 +383,18 @@ fn cpu_backend(cli: &Cli, info: &RankInfo) -> anyhow::Result<Cpu> {
 
 /// Joins the job's TCP ring.
 fn connect(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
-    let config =
-        CommConfig::from_launch_env(env).with_timeout(Duration::from_secs_f64(cli.timeout));
+    let auth = AuthToken::resolve(cli.auth_token_file.as_deref())
+        .with_context(|| format!("rank {}: reading the job's auth token", env.rank))?;
+    if auth.is_none() && env.rank == 0 {
+        eprintln!(
+            "warning: no auth token ({AUTH_TOKEN_VAR} or --auth-token-file): the rendezvous is \
+             unauthenticated, and any process that reaches port {} can join this job",
+            env.master_port
+        );
+    }
+    let config = CommConfig::from_launch_env(env)
+        .with_timeout(Duration::from_secs_f64(cli.timeout))
+        .with_auth(auth);
     let comm = TcpCommunicator::connect(&config).with_context(|| {
         format!(
             "rank {} joining the job at {}",

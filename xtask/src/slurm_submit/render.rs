@@ -368,4 +368,32 @@ mod tests {
             Path::new("/home/me/ddp/logs/fmnist-ddp-4242.out")
         );
     }
+
+    #[test]
+    fn each_job_makes_its_own_token_at_run_time_and_no_file_holds_it() {
+        let rendered = script(&job(1, Ranks::Tasks(1)), &paths(TRAINER), &[]);
+        let line = rendered
+            .lines()
+            .find(|l| l.starts_with("TRAINER_AUTH_TOKEN="))
+            .expect("the script makes a job token");
+        assert!(
+            rendered.contains("export TRAINER_AUTH_TOKEN\n"),
+            "{rendered}"
+        );
+        let made = |_: usize| {
+            let out = Command::new("bash")
+                .args([
+                    "-c",
+                    &format!("set -eu; {line}; echo \"$TRAINER_AUTH_TOKEN\""),
+                ])
+                .env_remove("TRAINER_AUTH_TOKEN")
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        let (first, second) = (made(0), made(1));
+        assert_eq!(first.len(), 64, "{first:?}");
+        assert!(first.chars().all(|c| c.is_ascii_hexdigit()), "{first:?}");
+        assert_ne!(first, second, "two jobs share a token");
+    }
 }

@@ -8,6 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs
 use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 
+use crate::auth::{AuthFailure, AuthToken, HANDSHAKE_TIMEOUT, Role, handshake};
 use crate::config::SameHostTransport;
 use crate::error::{CommError, Rejection};
 use crate::rendezvous::{Rendezvous, endpoint};
@@ -18,8 +19,8 @@ use crate::tcp::stream::Stream;
 #[cfg(target_os = "linux")]
 use crate::tcp::unix_socket;
 
-/// First bytes on every data connection, so a stray connection to a
-/// listener is recognised and dropped.
+/// First bytes on every data connection after the authentication
+/// handshake, so that a connection meant for another rank is dropped.
 const HANDSHAKE_MAGIC: [u8; 4] = *b"CMRG";
 const HANDSHAKE_BYTES: usize = 20;
 
@@ -121,39 +122,49 @@ pub(crate) fn connect_ring(
         detail,
     };
 
-    // Connect first, accept second: connects complete from the listen
-    // backlog, so no rank waits on another's accept.
+    // Both links at once: the handshake to the right neighbour needs its
+    // answer, which it gives from its own accept loop, so a rank that
+    // finished its connect before accepting would wait around the ring.
+    let token = config.auth.as_ref();
     let use_unix = config.same_host == SameHostTransport::UnixSocket;
-    let to_right = connect(&mine, &addresses[right], use_unix, deadline).map_err(|e| {
-        missing(
+    let (to_right, from_left) = std::thread::scope(|scope| {
+        let right_link = scope.spawn(|| {
+            open_to_right(
+                &mine,
+                &addresses[right],
+                use_unix,
+                token,
+                hello(rank, world),
+                deadline,
+            )
+        });
+        let from_left = accept_from(&listeners, left, world, token, deadline);
+        let to_right = right_link
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (to_right, from_left)
+    });
+    let to_right = to_right.map_err(|e| match e {
+        RightLinkError::Auth(failure) => CommError::Auth {
+            peer: format!("rank {right} at {}", addresses[right].tcp),
+            failure,
+        },
+        RightLinkError::Connect(e) => missing(
             right,
             format!(
                 "could not connect to rank {right} at {}: {e}",
                 addresses[right].tcp
             ),
-        )
+        ),
+        RightLinkError::Dropped(e) => missing(
+            right,
+            format!(
+                "rank {right} at {} dropped the connection: {e}",
+                addresses[right].tcp
+            ),
+        ),
     })?;
-    let mut hello = Vec::with_capacity(HANDSHAKE_BYTES);
-    hello.extend_from_slice(&HANDSHAKE_MAGIC);
-    hello.extend_from_slice(&(rank as u64).to_le_bytes());
-    hello.extend_from_slice(&(world as u64).to_le_bytes());
-    to_right
-        .blocking(
-            deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1)),
-        )
-        .and_then(|()| (&to_right).write_all(&hello))
-        .map_err(|e| {
-            missing(
-                right,
-                format!(
-                    "rank {right} at {} dropped the connection: {e}",
-                    addresses[right].tcp
-                ),
-            )
-        })?;
-    let from_left = accept_from(&listeners, left, world, deadline).map_err(|e| {
+    let from_left = from_left.map_err(|e| {
         missing(
             left,
             format!(
@@ -250,6 +261,45 @@ fn gather_addresses(
     })
 }
 
+/// The ring hello that follows the authentication handshake: which rank
+/// connects, in a world of which size.
+fn hello(rank: usize, world: usize) -> Vec<u8> {
+    let mut hello = Vec::with_capacity(HANDSHAKE_BYTES);
+    hello.extend_from_slice(&HANDSHAKE_MAGIC);
+    hello.extend_from_slice(&(rank as u64).to_le_bytes());
+    hello.extend_from_slice(&(world as u64).to_le_bytes());
+    hello
+}
+
+/// How opening the link to the right neighbour failed.
+enum RightLinkError {
+    Connect(io::Error),
+    Auth(AuthFailure),
+    Dropped(io::Error),
+}
+
+/// Connects to the right neighbour, authenticates, and says who this rank is.
+fn open_to_right(
+    mine: &PeerAddress,
+    peer: &PeerAddress,
+    use_unix: bool,
+    token: Option<&AuthToken>,
+    hello: Vec<u8>,
+    deadline: Instant,
+) -> Result<Stream, RightLinkError> {
+    let stream = connect(mine, peer, use_unix, deadline).map_err(RightLinkError::Connect)?;
+    // The neighbour answers from its accept loop, which it may reach late.
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    stream.blocking(left).map_err(RightLinkError::Dropped)?;
+    handshake(&stream, token, Role::Initiator).map_err(RightLinkError::Auth)?;
+    (&stream)
+        .write_all(&hello)
+        .map_err(RightLinkError::Dropped)?;
+    Ok(stream)
+}
+
 /// Connects to `peer`: over its Unix socket when it runs on this machine
 /// (and that works), else over TCP, retrying refused attempts until
 /// `deadline`.
@@ -289,18 +339,20 @@ fn connect(
     }
 }
 
-/// Accepts connections until one presents a valid handshake from rank
-/// `expected`; anything else is dropped.
+/// Accepts connections until one proves it holds the job's token and
+/// presents a valid hello from rank `expected`; anything else is dropped
+/// after at most [`HANDSHAKE_TIMEOUT`] per read.
 fn accept_from(
     listeners: &Listeners,
     expected: usize,
     world: usize,
+    token: Option<&AuthToken>,
     deadline: Instant,
 ) -> io::Result<Stream> {
     loop {
         match listeners.try_accept()? {
             Some(stream) => {
-                if let Ok(true) = check_handshake(&stream, expected, world, deadline) {
+                if let Ok(true) = check_handshake(&stream, expected, world, token, deadline) {
                     return Ok(stream);
                 }
             }
@@ -321,12 +373,16 @@ fn check_handshake(
     stream: &Stream,
     expected: usize,
     world: usize,
+    token: Option<&AuthToken>,
     deadline: Instant,
 ) -> io::Result<bool> {
     let left = deadline
         .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
+        .clamp(Duration::from_millis(1), HANDSHAKE_TIMEOUT);
     stream.blocking(left)?;
+    if handshake(stream, token, Role::Acceptor).is_err() {
+        return Ok(false);
+    }
     let mut hello = [0_u8; HANDSHAKE_BYTES];
     (&*stream).read_exact(&mut hello)?;
     let word = |at: usize| {
@@ -335,4 +391,50 @@ fn check_handshake(
         u64::from_le_bytes(w)
     };
     Ok(hello[..4] == HANDSHAKE_MAGIC && word(4) == expected as u64 && word(12) == world as u64)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+
+    /// A ring listener's side of a connection from `peer`, which runs the
+    /// initiator's handshake with `peer_token` and then says hello as rank 1.
+    fn accept_check(token: &AuthToken, peer_token: Option<AuthToken>) -> bool {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let peer = std::thread::spawn(move || {
+            theirs.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).unwrap();
+            if handshake(&theirs, peer_token.as_ref(), Role::Initiator).is_ok() {
+                let _ = (&theirs).write_all(&hello(1, 2));
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let accepted = check_handshake(&Stream::Unix(ours), 1, 2, Some(token), deadline);
+        peer.join().unwrap();
+        accepted.unwrap_or(false)
+    }
+
+    #[test]
+    fn a_ring_listener_accepts_the_job_token_only() {
+        let token = AuthToken::generate().unwrap();
+        assert!(accept_check(&token, Some(token.clone())));
+        assert!(!accept_check(&token, Some(AuthToken::generate().unwrap())));
+        assert!(!accept_check(&token, None));
+    }
+
+    #[test]
+    fn a_silent_connection_to_a_ring_listener_is_dropped_within_a_second() {
+        let (ours, _silent) = UnixStream::pair().unwrap();
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(20);
+        let token = AuthToken::generate().unwrap();
+        let accepted = check_handshake(&Stream::Unix(ours), 1, 2, Some(&token), deadline);
+        assert!(!accepted.unwrap_or(false));
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 }
