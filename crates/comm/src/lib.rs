@@ -19,6 +19,7 @@
 mod auth;
 mod communicator;
 mod config;
+mod deadline;
 mod error;
 #[cfg(test)]
 mod fuzz;

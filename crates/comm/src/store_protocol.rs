@@ -7,8 +7,7 @@
 //! without limit.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::Rejection;
 
@@ -105,28 +104,6 @@ pub(crate) fn read_frame(mut r: impl Read) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(payload)
-}
-
-/// A reader that fails with `TimedOut` once `deadline` has passed, however
-/// the bytes trickle in: a per-read timeout alone lets a peer that sends
-/// one byte just before each timeout hold a frame open for ever.
-pub(crate) struct UntilDeadline<'a> {
-    pub(crate) stream: &'a TcpStream,
-    pub(crate) deadline: Instant,
-}
-
-impl Read for UntilDeadline<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "frame not complete in time",
-            ));
-        }
-        self.stream.set_read_timeout(Some(left))?;
-        self.stream.read(buf)
-    }
 }
 
 struct Encoder(Vec<u8>);

@@ -17,8 +17,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::auth::{AuthToken, HANDSHAKE_TIMEOUT, Role, handshake};
+use crate::deadline::Deadline;
 use crate::error::{CommError, Rejection};
-use crate::store_protocol::{Request, Response, UntilDeadline, read_frame, write_frame};
+use crate::store_protocol::{Request, Response, read_frame, write_frame};
 
 /// A running store. Dropping it stops the accept thread, disconnects all
 /// clients and joins their threads.
@@ -268,11 +269,11 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 fn serve(stream: TcpStream, shared: &Shared) {
     if stream.set_nodelay(true).is_err()
         || stream.set_write_timeout(Some(shared.io_timeout)).is_err()
-        || stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).is_err()
     {
         return;
     }
-    if let Err(failure) = handshake(&stream, shared.auth.as_ref(), Role::Acceptor) {
+    let within = Deadline::after(&stream, HANDSHAKE_TIMEOUT);
+    if let Err(failure) = handshake(within, shared.auth.as_ref(), Role::Acceptor) {
         // The store's only voice: rank 0's log shows who knocked. The
         // refused client gets its own error from its side of the handshake.
         if !shared.stop.load(Ordering::SeqCst) {
@@ -320,10 +321,7 @@ fn read_request(stream: &TcpStream, said_hello: bool, timeout: Duration) -> io::
             return Err(ErrorKind::UnexpectedEof.into());
         }
     }
-    read_frame(UntilDeadline {
-        stream,
-        deadline: Instant::now() + timeout,
-    })
+    read_frame(Deadline::after(stream, timeout))
 }
 
 /// How long dropping a poisoned store waits for clients to hear why.

@@ -1,6 +1,6 @@
 //! One rank from start to finish: data, device, communicator, epochs.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
@@ -216,29 +216,36 @@ fn train_on<B: Ops>(
 /// rank stopped at the same step), every rank's for an interrupt. Stops are
 /// reported on stderr, beside the errors a job's log is searched for.
 fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli) {
-    match outcome {
-        RunOutcome::Completed if info.rank == 0 => println!(
-            "training finished: {} epoch(s), world size {}",
-            cli.epochs, info.world_size
-        ),
+    // A stopped rank's reader may be gone (a launcher that died): a line
+    // that cannot be written is dropped, never a panic at the last step.
+    let line = match outcome {
+        RunOutcome::Completed if info.rank == 0 => {
+            let done = format!(
+                "training finished: {} epoch(s), world size {}",
+                cli.epochs, info.world_size
+            );
+            let _ = writeln!(std::io::stdout(), "{done}");
+            return;
+        }
         RunOutcome::Preempted { at, saved } if info.rank == 0 => match saved {
-            Some(dir) => eprintln!(
+            Some(dir) => format!(
                 "preempted at epoch {} step {}; checkpoint {}; resume with --resume auto",
                 at.epoch,
                 at.step,
                 dir.display()
             ),
-            None => eprintln!(
+            None => format!(
                 "preempted at epoch {} step {}; nothing was saved (no --checkpoint-dir)",
                 at.epoch, at.step
             ),
         },
-        RunOutcome::Interrupted { at } => eprintln!(
+        RunOutcome::Interrupted { at } => format!(
             "rank {}: interrupted at epoch {} step {}; nothing saved",
             info.rank, at.epoch, at.step
         ),
-        _ => {}
-    }
+        _ => return,
+    };
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Rank 0's decision of where training starts (see [`resume::choose`]),

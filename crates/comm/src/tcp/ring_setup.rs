@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::auth::{AuthFailure, AuthToken, HANDSHAKE_TIMEOUT, Role, handshake};
 use crate::config::SameHostTransport;
+use crate::deadline::Deadline;
 use crate::error::{CommError, Rejection};
 use crate::rendezvous::{Rendezvous, endpoint};
 use crate::tcp::exchange::SPIN_BEFORE_SLEEP;
@@ -380,11 +381,14 @@ fn check_handshake(
         .saturating_duration_since(Instant::now())
         .clamp(Duration::from_millis(1), HANDSHAKE_TIMEOUT);
     stream.blocking(left)?;
-    if handshake(stream, token, Role::Acceptor).is_err() {
+    // One deadline for the whole exchange: a stranger trickling bytes must
+    // not hold up the accept loop the real neighbour is waiting on.
+    let mut within = Deadline::after(stream, left);
+    if handshake(&mut within, token, Role::Acceptor).is_err() {
         return Ok(false);
     }
     let mut hello = [0_u8; HANDSHAKE_BYTES];
-    (&*stream).read_exact(&mut hello)?;
+    within.read_exact(&mut hello)?;
     let word = |at: usize| {
         let mut w = [0_u8; 8];
         w.copy_from_slice(&hello[at..at + 8]);

@@ -2,6 +2,7 @@
 //! the same machine. Both are byte streams with the same failure modes
 //! (EOF, reset, timeout), so the ring code does not care which it has.
 
+use crate::deadline::ReadTimeout;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -75,6 +76,16 @@ impl AsFd for Stream {
             Stream::Tcp(s) => s.as_fd(),
             #[cfg(target_os = "linux")]
             Stream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+impl ReadTimeout for &Stream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+            #[cfg(target_os = "linux")]
+            Stream::Unix(s) => s.set_read_timeout(timeout),
         }
     }
 }
