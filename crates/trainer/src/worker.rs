@@ -3,21 +3,24 @@
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
-use comm::nccl::{NcclCommunicator, require_nccl};
+use anyhow::Context;
 use comm::{
     AUTH_TOKEN_VAR, AuthToken, CommConfig, Communicator, LaunchEnv, LaunchSource, TcpCommunicator,
 };
 use core_tensor::ops::AdamConfig;
-use core_tensor::{Backend, Cpu, Cuda, Ops};
+use core_tensor::{Cuda, Ops};
 use fashion_mnist::FashionMnist;
 use indicatif::{ProgressBar, ProgressStyle};
+
+mod device;
+
+use device::{Device, choose_device, choose_transport, connect_nccl};
 
 use crate::checkpoint::origin::Origin;
 use crate::checkpoint::resume::{self, Request};
 use crate::checkpoint::{CheckpointDir, Checkpoints};
-use crate::cli::{BackendChoice, Cli, DeviceChoice};
-use crate::ddp::transport::{self, RankDevice, Transport};
+use crate::cli::Cli;
+use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::{DropoutRates, cnn_layout};
@@ -108,12 +111,6 @@ struct Job<'a> {
     data_dir: &'a std::path::Path,
     /// How gradients travel, for the start-up line.
     gradients: &'static str,
-}
-
-/// The device a rank trains on.
-enum Device {
-    Cpu(Cpu),
-    Cuda(Cuda),
 }
 
 fn train_on<B: Ops>(
@@ -273,119 +270,6 @@ fn choose_origin(
         resume::choose(&request, &cfg.settings(world_size), cnn_layout())
     };
     choose().context("rank 0")
-}
-
-/// The device `--device` asks for: `cuda` insists on the GPU of this rank's
-/// local rank (wrapping around when ranks outnumber GPUs), `auto` takes it
-/// when one is usable and otherwise says why it trains on the CPU.
-fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device> {
-    let gpu = || -> anyhow::Result<Cuda> {
-        let count = core_tensor::cuda_available()?;
-        let ordinal = if count == 0 {
-            info.local_rank
-        } else {
-            info.local_rank % count
-        };
-        Ok(Cuda::new(ordinal)?)
-    };
-    match cli.device {
-        DeviceChoice::Cpu => Ok(Device::Cpu(cpu_backend(cli, info)?)),
-        DeviceChoice::Cuda => gpu()
-            .map(Device::Cuda)
-            .with_context(|| format!("rank {}: --device cuda", info.rank)),
-        DeviceChoice::Auto => match gpu() {
-            Ok(gpu) => Ok(Device::Cuda(gpu)),
-            Err(why) => {
-                eprintln!(
-                    "note: rank {}: no usable GPU ({why:#}); training on the CPU",
-                    info.rank
-                );
-                Ok(Device::Cpu(cpu_backend(cli, info)?))
-            }
-        },
-    }
-}
-
-/// The gradient transport every rank agrees on (`--backend`), or `None`
-/// for a single rank that needs none. Each rank states its device; the
-/// statements travel over the TCP ring, so all ranks apply one rule to the
-/// same facts.
-fn choose_transport(
-    cli: &Cli,
-    info: &RankInfo,
-    device: &Device,
-    tcp: Option<&mut TcpCommunicator>,
-) -> anyhow::Result<Option<Transport>> {
-    if tcp.is_none() && cli.backend != BackendChoice::Nccl {
-        return Ok(None);
-    }
-    let rank = info.rank;
-    // A GPU rank that may use NCCL checks the library itself, keeping the
-    // search report for its own error.
-    let (mine, missing_nccl) = match device {
-        Device::Cpu(_) => (RankDevice::default(), None),
-        Device::Cuda(gpu) => {
-            let uuid = gpu
-                .uuid()
-                .with_context(|| format!("rank {rank}: reading the GPU's UUID"))?;
-            let missing = match cli.backend {
-                BackendChoice::Tcp => None,
-                _ => require_nccl().err(),
-            };
-            let device = RankDevice {
-                gpu: Some(uuid),
-                nccl_loadable: missing.is_none() && cli.backend != BackendChoice::Tcp,
-            };
-            (device, missing)
-        }
-    };
-    let ranks = match tcp {
-        Some(tcp) => transport::exchange(tcp, &mine)
-            .with_context(|| format!("rank {rank}: agreeing on the gradient transport"))?,
-        None => vec![mine],
-    };
-    match transport::choose(cli.backend, &ranks) {
-        Ok(decision) => {
-            if let (Some(note), 0) = (&decision.note, rank) {
-                eprintln!("note: {note}");
-            }
-            Ok(Some(decision.transport))
-        }
-        Err(why) => Err(match missing_nccl {
-            Some(report) => anyhow!(report).context(format!("rank {rank}: --backend nccl")),
-            None => anyhow!("rank {rank}: {why}"),
-        }),
-    }
-}
-
-/// This rank's NCCL communicator, on a side stream of its GPU; rank 0's
-/// unique id travels through the TCP ring's store.
-fn connect_nccl(
-    cli: &Cli,
-    info: &RankInfo,
-    gpu: &Cuda,
-    tcp: Option<&mut TcpCommunicator>,
-) -> anyhow::Result<NcclCommunicator> {
-    let rank = info.rank;
-    let context = || {
-        format!(
-            "rank {rank}: creating the NCCL communicator on {}",
-            gpu.describe()
-        )
-    };
-    let stream = gpu.side_stream().with_context(context)?;
-    let store = tcp.and_then(TcpCommunicator::store);
-    let timeout = Duration::from_secs_f64(cli.timeout);
-    NcclCommunicator::connect(stream, rank, info.world_size, store, timeout).with_context(context)
-}
-
-/// The CPU backend, with `--threads` or a fair share of this machine's cores.
-fn cpu_backend(cli: &Cli, info: &RankInfo) -> anyhow::Result<Cpu> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = cli
-        .threads
-        .map_or((cores / info.local_world_size).max(1), |t| t as usize);
-    Ok(Cpu::new(threads)?)
 }
 
 /// Joins the job's TCP ring.
