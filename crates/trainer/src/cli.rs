@@ -157,6 +157,9 @@ pub struct Cli {
     /// before it kills them.
     #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = positive_finite)]
     pub grace: f64,
+
+    #[command(flatten)]
+    pub nodes: crate::launcher::NodeFlags,
 }
 
 impl Cli {

@@ -11,6 +11,8 @@
 //! Ctrl-C reaches the launcher alone, which passes it on once) and die with
 //! the launcher, even when it is SIGKILLed.
 
+mod flags;
+mod node;
 mod workers;
 
 use std::ffi::OsString;
@@ -30,6 +32,8 @@ use crate::checkpoint::{CheckpointDir, resume};
 use crate::cli::Cli;
 use crate::model::cnn_layout;
 use crate::stop::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
+pub use flags::{NodeFlags, RdzvBackend};
+pub use node::NodePlan;
 use workers::{Worker, forward, stop};
 
 /// The signals the launcher passes on to its workers.
@@ -58,12 +62,12 @@ struct Graces {
     signal: Duration,
 }
 
-/// Runs `world_size` workers on this machine with this process's flags and
-/// waits for all of them, restarting them up to `--max-restarts` times.
+/// Runs this machine's share of the job (`plan`) with this process's flags
+/// and waits for all of them, restarting them up to `--max-restarts` times.
 ///
 /// After the first failure the others get `--timeout` to notice (they
 /// report which peer they lost) and are then killed.
-pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<RunEnd> {
+pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     let mut signals =
         Signals::new(FORWARDED).context("installing the launcher's signal handlers")?;
     let graces = Graces {
@@ -87,7 +91,7 @@ pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<RunEnd> {
         } else {
             resume_auto(&args)
         };
-        let failure = match run_workers(&exe, &args, world_size, graces, &mut signals)? {
+        let failure = match run_workers(&exe, &args, plan, graces, &mut signals)? {
             Outcome::Ended(end) => return Ok(ended(end)),
             Outcome::Failed(failure) => failure,
         };
@@ -166,18 +170,20 @@ fn resume_auto(args: &[OsString]) -> Vec<OsString> {
 fn run_workers(
     exe: &Path,
     args: &[OsString],
-    world_size: usize,
+    plan: &NodePlan,
     graces: Graces,
     signals: &mut Signals,
 ) -> anyhow::Result<Outcome> {
-    let port = match std::env::var(launch_var::MASTER_PORT) {
-        Ok(p) => p
-            .parse::<u16>()
-            .map_err(|_| anyhow!("{}={p:?} is not a port number", launch_var::MASTER_PORT))?,
-        Err(_) => free_port()?,
+    let master = match &plan.master {
+        Some(master) => master.clone(),
+        None => ("127.0.0.1".to_string(), local_port()?),
     };
-    let mut workers: Vec<Worker> = Vec::with_capacity(world_size);
-    for rank in 0..world_size {
+    let node_rank = plan
+        .node_rank
+        .context("the node rank is known before workers start")?;
+    let mut workers: Vec<Worker> = Vec::with_capacity(plan.nproc);
+    for local_rank in 0..plan.nproc {
+        let rank = node_rank * plan.nproc + local_rank;
         let mut command = Command::new(exe);
         die_with_parent(&mut command);
         // The first worker leads a new process group; the others join it.
@@ -185,12 +191,7 @@ fn run_workers(
         let spawned = command
             .process_group(group)
             .args(args)
-            .env(launch_var::RANK, rank.to_string())
-            .env(launch_var::WORLD_SIZE, world_size.to_string())
-            .env(launch_var::LOCAL_RANK, rank.to_string())
-            .env(launch_var::LOCAL_WORLD_SIZE, world_size.to_string())
-            .env(launch_var::MASTER_ADDR, "127.0.0.1")
-            .env(launch_var::MASTER_PORT, port.to_string())
+            .envs(node::worker_env(plan, node_rank, local_rank, &master))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -204,12 +205,24 @@ fn run_workers(
             }
         };
         eprintln!(
-            "launcher: started rank {rank} (pid {}), master 127.0.0.1:{port}",
-            child.id()
+            "launcher: started rank {rank} (pid {}), master {}:{}",
+            child.id(),
+            master.0,
+            master.1
         );
         workers.push(Worker::attach(rank, child));
     }
     Ok(supervise(&mut workers, graces, signals))
+}
+
+/// The store's port on one machine: `MASTER_PORT`, else a free one.
+fn local_port() -> anyhow::Result<u16> {
+    match std::env::var(launch_var::MASTER_PORT) {
+        Ok(p) => p
+            .parse::<u16>()
+            .map_err(|_| anyhow!("{}={p:?} is not a port number", launch_var::MASTER_PORT)),
+        Err(_) => free_port(),
+    }
 }
 
 /// A port nobody listens on right now, for rank 0's store.

@@ -16,12 +16,16 @@ pub const MASTER_ADDR: &str = "MASTER_ADDR";
 /// Port of the rendezvous store.
 pub const MASTER_PORT: &str = "MASTER_PORT";
 
+/// The index of this process's machine (its launcher's node rank).
+pub const GROUP_RANK: &str = "GROUP_RANK";
+
 /// Every variable torchrun sets for a worker.
-pub const TORCHRUN: [&str; 6] = [
+pub const TORCHRUN: [&str; 7] = [
     RANK,
     WORLD_SIZE,
     LOCAL_RANK,
     LOCAL_WORLD_SIZE,
+    GROUP_RANK,
     MASTER_ADDR,
     MASTER_PORT,
 ];
