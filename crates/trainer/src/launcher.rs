@@ -12,19 +12,22 @@
 //! the launcher, even when it is SIGKILLed.
 
 mod flags;
+mod group;
 mod node;
+mod supervise;
 mod workers;
 
 use std::ffi::OsString;
 use std::net::TcpListener;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use comm::launch_var;
 use core_tensor::FlatLayout;
+use group::NodeGroup;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
@@ -34,7 +37,8 @@ use crate::model::cnn_layout;
 use crate::stop::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
 pub use flags::{NodeFlags, RdzvBackend};
 pub use node::NodePlan;
-use workers::{Worker, forward, stop};
+use supervise::supervise;
+use workers::{Worker, stop};
 
 /// The signals the launcher passes on to its workers.
 const FORWARDED: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2];
@@ -84,6 +88,25 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     if let Some(dir) = dir.as_ref().filter(|_| cli.max_restarts > 0) {
         resume::preflight(cli.resume.as_ref(), dir, layout)?;
     }
+    let node_rank = plan
+        .node_rank
+        .context("the node rank is known before workers start")?;
+    let mut group = match &plan.master {
+        Some(master) if plan.nnodes > 1 => Some(NodeGroup::join(
+            node_rank,
+            plan.nnodes,
+            master,
+            cli.nodes.rdzv_id.as_deref().unwrap_or_default(),
+            graces.failure,
+        )?),
+        _ => None,
+    };
+    // Node 0's store outlives the other launchers' last look at it.
+    let finish = |group: Option<&mut NodeGroup>, attempt| {
+        if let Some(g) = group {
+            g.finish(attempt, graces.failure + Duration::from_secs(10));
+        }
+    };
     let mut restarts = 0;
     loop {
         let args = if restarts == 0 {
@@ -91,11 +114,16 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         } else {
             resume_auto(&args)
         };
-        let failure = match run_workers(&exe, &args, plan, graces, &mut signals)? {
-            Outcome::Ended(end) => return Ok(ended(end)),
+        let attempt = (group.as_mut(), restarts);
+        let failure = match run_workers(&exe, &args, plan, graces, &mut signals, attempt)? {
+            Outcome::Ended(end) => {
+                finish(group.as_mut(), restarts);
+                return Ok(ended(end));
+            }
             Outcome::Failed(failure) => failure,
         };
         if restarts == cli.max_restarts {
+            finish(group.as_mut(), restarts);
             let spent = if restarts > 0 {
                 format!(" (after {restarts} restart(s))")
             } else {
@@ -173,10 +201,12 @@ fn run_workers(
     plan: &NodePlan,
     graces: Graces,
     signals: &mut Signals,
+    (mut group, attempt): (Option<&mut NodeGroup>, u32),
 ) -> anyhow::Result<Outcome> {
-    let master = match &plan.master {
-        Some(master) => master.clone(),
-        None => ("127.0.0.1".to_string(), local_port()?),
+    let master = match (group.as_mut(), &plan.master) {
+        (Some(g), _) => g.worker_master(attempt)?,
+        (None, Some(master)) => master.clone(),
+        (None, None) => ("127.0.0.1".to_string(), local_port()?),
     };
     let node_rank = plan
         .node_rank
@@ -212,7 +242,12 @@ fn run_workers(
         );
         workers.push(Worker::attach(rank, child));
     }
-    Ok(supervise(&mut workers, graces, signals))
+    Ok(supervise(
+        &mut workers,
+        graces,
+        signals,
+        group.map(|g| (g, attempt)),
+    ))
 }
 
 /// The store's port on one machine: `MASTER_PORT`, else a free one.
@@ -230,105 +265,6 @@ fn free_port() -> anyhow::Result<u16> {
     let listener =
         TcpListener::bind("127.0.0.1:0").context("finding a free port for the rendezvous")?;
     Ok(listener.local_addr()?.port())
-}
-
-/// Waits for all workers; on the first failure waits `graces.failure` for
-/// the rest, kills what is left, and describes the failures. A signal to
-/// the launcher goes on to the workers, which get `graces.signal` to stop;
-/// a second one stops them at once.
-fn supervise(workers: &mut [Worker], graces: Graces, signals: &mut Signals) -> Outcome {
-    let mut first_failure: Option<usize> = None;
-    let mut received: Option<i32> = None;
-    let mut deadline: Option<Instant> = None;
-    loop {
-        for signal in signals.pending() {
-            forward(workers, signal);
-            let wait = if received.is_some() {
-                eprintln!(
-                    "launcher: {} again: stopping the workers now",
-                    describe(signal)
-                );
-                Duration::ZERO
-            } else {
-                eprintln!(
-                    "launcher: {}: passed on to the workers, which get {:?} to stop",
-                    describe(signal),
-                    graces.signal
-                );
-                graces.signal
-            };
-            received.get_or_insert(signal);
-            let until = Instant::now() + wait;
-            deadline = Some(deadline.map_or(until, |d| d.min(until)));
-        }
-        let mut failed_now = Vec::new();
-        for (i, w) in workers.iter_mut().enumerate() {
-            if w.status.is_none()
-                && let Ok(Some(status)) = w.child.try_wait()
-            {
-                w.status = Some(status);
-                if !status.success() && status.code() != Some(PREEMPTED_EXIT_CODE) {
-                    failed_now.push((i, status));
-                }
-            }
-        }
-        // After a signal, workers ending badly are its doing, not a failure.
-        if first_failure.is_none()
-            && received.is_none()
-            && let Some((i, status)) = root_cause(&failed_now)
-        {
-            first_failure = Some(i);
-            deadline = Some(Instant::now() + graces.failure);
-            eprintln!(
-                "launcher: rank {} exited with {status}; stopping the other ranks",
-                workers[i].rank
-            );
-        }
-        let running = workers.iter().filter(|w| w.status.is_none()).count();
-        if running == 0 || deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
-        }
-        std::thread::sleep(POLL);
-    }
-    stop(workers);
-    let preempted = |w: &Worker| w.status.and_then(|s| s.code()) == Some(PREEMPTED_EXIT_CODE);
-    if let Some(signal) = received {
-        return Outcome::Ended(if workers.iter().all(preempted) {
-            RunEnd::Preempted
-        } else {
-            RunEnd::Signalled(signal)
-        });
-    }
-    let Some(i) = first_failure else {
-        return Outcome::Ended(if workers.iter().any(preempted) {
-            RunEnd::Preempted
-        } else {
-            RunEnd::Finished
-        });
-    };
-    let others: Vec<String> = workers
-        .iter()
-        .enumerate()
-        .filter(|(j, w)| *j != i && !w.status.is_some_and(|s| s.success()))
-        .map(|(_, w)| w.describe_failure())
-        .collect();
-    let first = workers[i].describe_failure();
-    let mut message = first.clone();
-    if !others.is_empty() {
-        message.push_str(&format!("; then {}", others.join("; ")));
-    }
-    Outcome::Failed(Failure { first, message })
-}
-
-/// Of the ranks found failed in one look, the one to blame: a rank killed by
-/// a signal (the OOM killer, `kill -9`) before one that exited with an
-/// error, which is usually its peers' reaction to losing it.
-fn root_cause(failed: &[(usize, ExitStatus)]) -> Option<(usize, ExitStatus)> {
-    failed
-        .iter()
-        .find(|(_, status)| status.signal().is_some())
-        .or(failed.first())
-        .copied()
 }
 
 #[cfg(test)]
@@ -370,16 +306,5 @@ mod tests {
             without(os(&["--resume-x=1"]), "--resume"),
             os(&["--resume-x=1"])
         );
-    }
-
-    #[test]
-    fn a_rank_killed_by_a_signal_is_blamed_before_its_peers_reaction() {
-        // Raw wait statuses: exit code 1 is 1 << 8, SIGKILL is 9.
-        let exited = ExitStatus::from_raw(1 << 8);
-        let killed = ExitStatus::from_raw(9);
-        assert_eq!(root_cause(&[]), None);
-        assert_eq!(root_cause(&[(0, exited)]), Some((0, exited)));
-        assert_eq!(root_cause(&[(0, exited), (1, killed)]), Some((1, killed)));
-        assert_eq!(root_cause(&[(0, exited), (2, exited)]), Some((0, exited)));
     }
 }
