@@ -88,18 +88,19 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     if let Some(dir) = dir.as_ref().filter(|_| cli.max_restarts > 0) {
         resume::preflight(cli.resume.as_ref(), dir, layout)?;
     }
-    let node_rank = plan
-        .node_rank
-        .context("the node rank is known before workers start")?;
     let mut group = match &plan.master {
         Some(master) if plan.nnodes > 1 => Some(NodeGroup::join(
-            node_rank,
+            plan.node_rank,
             plan.nnodes,
             master,
             cli.nodes.rdzv_id.as_deref().unwrap_or_default(),
             graces.failure,
         )?),
         _ => None,
+    };
+    let node_rank = match &group {
+        Some(g) => g.node_rank,
+        None => plan.node_rank.context("one machine is node 0")?,
     };
     // Node 0's store outlives the other launchers' last look at it.
     let finish = |group: Option<&mut NodeGroup>, attempt| {
@@ -114,8 +115,8 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         } else {
             resume_auto(&args)
         };
-        let attempt = (group.as_mut(), restarts);
-        let failure = match run_workers(&exe, &args, plan, graces, &mut signals, attempt)? {
+        let node = (node_rank, group.as_mut(), restarts);
+        let failure = match run_workers(&exe, &args, plan, graces, &mut signals, node)? {
             Outcome::Ended(end) => {
                 finish(group.as_mut(), restarts);
                 return Ok(ended(end));
@@ -201,16 +202,13 @@ fn run_workers(
     plan: &NodePlan,
     graces: Graces,
     signals: &mut Signals,
-    (mut group, attempt): (Option<&mut NodeGroup>, u32),
+    (node_rank, mut group, attempt): (usize, Option<&mut NodeGroup>, u32),
 ) -> anyhow::Result<Outcome> {
     let master = match (group.as_mut(), &plan.master) {
         (Some(g), _) => g.worker_master(attempt)?,
         (None, Some(master)) => master.clone(),
         (None, None) => ("127.0.0.1".to_string(), local_port()?),
     };
-    let node_rank = plan
-        .node_rank
-        .context("the node rank is known before workers start")?;
     let mut workers: Vec<Worker> = Vec::with_capacity(plan.nproc);
     for local_rank in 0..plan.nproc {
         let rank = node_rank * plan.nproc + local_rank;

@@ -8,7 +8,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use comm::{CommConfig, Store, StoreServer};
+use std::net::{TcpListener, ToSocketAddrs};
+
+use comm::{CommConfig, CommError, Store, StoreServer};
 
 /// How often a launcher looks for a failure on another node.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
@@ -30,27 +32,39 @@ pub(super) struct NodeGroup {
 
 impl NodeGroup {
     /// Joins (node 0: hosts) the group at `master`, waiting up to `timeout`
-    /// for node 0; launchers with another `--rdzv-id` are refused.
+    /// for node 0; launchers with another `--rdzv-id` are refused. Without
+    /// a node rank: the launcher on the master's host that binds the port
+    /// first is node 0, the others are numbered by arrival.
     pub fn join(
-        node_rank: usize,
+        node_rank: Option<usize>,
         nnodes: usize,
         master: &(String, u16),
         rdzv_id: &str,
         timeout: Duration,
     ) -> anyhow::Result<NodeGroup> {
         let (addr, port) = master;
-        let server = if node_rank == 0 {
-            Some(
-                StoreServer::bind(addr, *port, nnodes, timeout).with_context(|| {
+        let hosting = node_rank.map_or_else(|| is_this_host(addr), |k| k == 0);
+        let server = match hosting.then(|| StoreServer::bind(addr, *port, nnodes, timeout)) {
+            Some(Ok(server)) => Some(server),
+            // Another launcher of this host came first.
+            Some(Err(CommError::PortInUse { .. })) if node_rank.is_none() => None,
+            Some(Err(e)) => {
+                return Err(e).with_context(|| {
                     format!("node 0 hosting the launchers' store on port {port}")
-                })?,
-            )
-        } else {
-            None
+                });
+            }
+            None => None,
         };
-        let config = CommConfig::new(node_rank, nnodes, addr.clone(), *port).with_timeout(timeout);
-        let mut store = Store::connect(&config)
-            .with_context(|| format!("node {node_rank} joining the launchers at {addr}:{port}"))?;
+        let config = CommConfig::new(0, nnodes, addr.clone(), *port).with_timeout(timeout);
+        let joined = match (&server, node_rank) {
+            (Some(_), _) => Store::connect(&config).map(|s| (s, 0)),
+            (None, Some(k)) => Store::connect(&CommConfig { rank: k, ..config }).map(|s| (s, k)),
+            (None, None) => Store::join(&config),
+        };
+        let (mut store, node_rank) = joined.with_context(|| {
+            let who = node_rank.map_or("a launcher".to_string(), |k| format!("node {k}"));
+            format!("{who} joining the launchers at {addr}:{port}")
+        })?;
         if node_rank == 0 {
             store.set("rdzv_id", rdzv_id.as_bytes())?;
         } else {
@@ -62,6 +76,7 @@ impl NodeGroup {
                 );
             }
         }
+        eprintln!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}");
         Ok(NodeGroup {
             node_rank,
             nnodes,
@@ -162,4 +177,11 @@ impl NodeGroup {
             }
         }
     }
+}
+
+/// Whether `host` names an address of this machine (one it can bind).
+fn is_this_host(host: &str) -> bool {
+    (host, 0)
+        .to_socket_addrs()
+        .is_ok_and(|mut addrs| addrs.any(|a| TcpListener::bind(a).is_ok()))
 }

@@ -100,9 +100,6 @@ impl NodePlan {
                 "--nnodes {nnodes} needs the rendezvous: --master-addr HOST (and --master-port) or --rdzv-endpoint HOST:PORT"
             );
         }
-        if node_rank.is_none() && nnodes > 1 {
-            bail!("--nnodes {nnodes} needs --node-rank K (this machine's index, 0..{nnodes})");
-        }
         Ok(NodePlan {
             nnodes,
             node_rank: node_rank.or((nnodes == 1).then_some(0)),
@@ -236,19 +233,20 @@ mod tests {
             (one_node.nnodes, one_node.node_rank, one_node.master),
             (1, Some(0), None)
         );
+        // The same command on every machine: node ranks by arrival.
         let rdzv = plan(&[
             "--nnodes",
             "2",
-            "--node-rank",
-            "0",
             "--nproc-per-node",
             "1",
             "--rdzv-endpoint",
             "h1",
-        ]);
+        ])
+        .unwrap()
+        .unwrap();
         assert_eq!(
-            rdzv.unwrap().unwrap().master,
-            Some(("h1".to_string(), DEFAULT_RDZV_PORT))
+            (rdzv.node_rank, rdzv.master),
+            (None, Some(("h1".to_string(), DEFAULT_RDZV_PORT)))
         );
         assert_eq!(plan(&["--epochs", "1"]).unwrap(), None);
     }
