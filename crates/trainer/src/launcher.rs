@@ -79,7 +79,7 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         signal: Duration::from_secs_f64(cli.grace),
     };
     let exe = std::env::current_exe().context("finding this executable to start workers")?;
-    let args = without(std::env::args_os().skip(1), "--max-restarts");
+    let args = worker_args(std::env::args_os().skip(1));
     let layout = cnn_layout();
     let dir = cli
         .checkpoint_dir
@@ -167,6 +167,16 @@ fn restart_point(dir: Option<&CheckpointDir>, layout: &FlatLayout) -> String {
         Some(Err(e)) => format!("the newest valid checkpoint (listing failed: {e:#})"),
         None => "the start".to_string(),
     }
+}
+
+/// The launcher's flags less those for the launcher alone: the workers
+/// restart nothing and learn their place from the environment.
+fn worker_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let args = args.into_iter().filter(|a| a != flags::STANDALONE);
+    let args = without(args, "--max-restarts");
+    flags::LAUNCHER_ONLY
+        .into_iter()
+        .fold(args, without)
 }
 
 /// `args` without `flag` and its value (`--flag V` or `--flag=V`).
@@ -285,7 +295,7 @@ mod tests {
             "4",
             "--max-restarts=1",
         ]);
-        let workers = without(given, "--max-restarts");
+        let workers = worker_args(given);
         assert_eq!(
             workers,
             os(&["--world-size", "2", "--resume=ckpt", "--epochs", "4"])
@@ -299,6 +309,16 @@ mod tests {
             resume_auto(&spaced),
             os(&["--init-from", "w.safetensors", "--resume", "auto"])
         );
+        let torchrun = os(&[
+            "--nnodes=2",
+            "--node_rank",
+            "1",
+            "--standalone",
+            "--rdzv-endpoint=h:1",
+            "--epochs",
+            "4",
+        ]);
+        assert_eq!(worker_args(torchrun), os(&["--epochs", "4"]));
         // A longer flag with the same prefix is not the flag.
         assert_eq!(
             without(os(&["--resume-x=1"]), "--resume"),

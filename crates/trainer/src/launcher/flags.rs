@@ -64,6 +64,29 @@ pub struct NodeFlags {
     pub standalone: bool,
 }
 
+/// The flags above that take a value, in both spellings: the launcher's
+/// alone, never passed on to its workers.
+pub const LAUNCHER_ONLY: [&str; 15] = [
+    "--nnodes",
+    "--node-rank",
+    "--node_rank",
+    "--nproc-per-node",
+    "--nproc_per_node",
+    "--master-addr",
+    "--master_addr",
+    "--master-port",
+    "--master_port",
+    "--rdzv-endpoint",
+    "--rdzv_endpoint",
+    "--rdzv-id",
+    "--rdzv_id",
+    "--rdzv-backend",
+    "--rdzv_backend",
+];
+
+/// The one switch among them.
+pub const STANDALONE: &str = "--standalone";
+
 impl NodeFlags {
     /// Whether any flag asks for a launcher.
     pub fn any(&self) -> bool {

@@ -41,9 +41,9 @@ impl NodePlan {
                 Self::under_srun(cli, env).map(Some)
             }
             Some(env) => {
-                if let Some(n) = Self::requested_world(cli)?.filter(|&n| n != env.world_size) {
+                if let Some(n) = cli.world_size.filter(|&n| n as usize != env.world_size) {
                     bail!(
-                        "--world-size {n} (or --nnodes x --nproc-per-node) disagrees with the launcher's world size {} (from the environment)",
+                        "--world-size {n} disagrees with the launcher's world size {} (from the environment)",
                         env.world_size
                     );
                 }

@@ -71,6 +71,7 @@ pub(super) fn supervise(
         // After a signal, workers ending badly are its doing, not a failure.
         if undecided && let Some((i, status)) = root_cause(&failed_now) {
             deadline = Some(Instant::now() + graces.failure);
+            workers[i].settle();
             let ours = format!("{node}{}", workers[i].describe_failure());
             let cause = group.as_mut().and_then(|(g, attempt)| {
                 let wait = if status.signal().is_some() {
