@@ -174,9 +174,7 @@ fn restart_point(dir: Option<&CheckpointDir>, layout: &FlatLayout) -> String {
 fn worker_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     let args = args.into_iter().filter(|a| a != flags::STANDALONE);
     let args = without(args, "--max-restarts");
-    flags::LAUNCHER_ONLY
-        .into_iter()
-        .fold(args, without)
+    flags::LAUNCHER_ONLY.into_iter().fold(args, without)
 }
 
 /// `args` without `flag` and its value (`--flag V` or `--flag=V`).

@@ -184,14 +184,7 @@ fn with_max_restarts_every_node_restarts_from_the_checkpoint_and_the_result_is_u
         cmd.env(PAUSE_ENV, "1").stderr(append.unwrap());
     });
     let first = hit.join(Position { epoch: 1, step: 2 }.dir_name());
-    let start = Instant::now();
-    while !first.is_dir() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no first checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_for_dir(&first, Duration::from_secs(60));
     let pids = Command::new("pgrep")
         .args(["-P", &node1.id().to_string()])
         .output()

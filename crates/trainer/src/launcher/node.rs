@@ -311,6 +311,20 @@ mod tests {
         env.local_world_size = 2;
         let err = NodePlan::resolve(&cli, Some(&env)).unwrap_err().to_string();
         assert!(err.contains("one task per node"), "{err}");
+        // `srun trainer` in place of `srun torchrun` with its rendezvous flags.
+        let seed = Cli::try_parse_from([
+            "trainer",
+            "--nnodes=3",
+            "--nproc_per_node=2",
+            "--rdzv_id=42",
+            "--rdzv_backend=c10d",
+            "--rdzv_endpoint=n0:29500",
+        ])
+        .unwrap();
+        env.local_world_size = 1;
+        let plan = NodePlan::resolve(&seed, Some(&env)).unwrap().unwrap();
+        assert_eq!(plan.master, Some(("n0".to_string(), 29500)));
+        assert_eq!((plan.nnodes, plan.node_rank), (3, Some(1)));
         // Without --nproc-per-node an srun task is a worker.
         let worker = Cli::try_parse_from(["trainer"]).unwrap();
         env.local_world_size = 1;
