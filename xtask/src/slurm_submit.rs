@@ -31,6 +31,10 @@ pub struct Args {
     /// CPU cores for each rank.
     #[arg(long, value_name = "N")]
     cpus_per_task: Option<u32>,
+    /// One srun task per rank, or one per node running the trainer's own
+    /// launcher for the node's ranks (torchrun's layout under SLURM).
+    #[arg(long, value_enum, default_value_t = validate::Layout::PerRank)]
+    layout: validate::Layout,
     /// Partition (queue), or a comma-separated list of them [default: the cluster's default].
     #[arg(long)]
     partition: Option<String>,

@@ -19,6 +19,11 @@ use common::{Cluster, TRAIN, build_trainer, text, workspace_root};
 /// Trains with two ranks laid out as `layout` says, and checks from the job
 /// log that both joined rank 0 on the first node and training finished.
 fn train_with_world_size_2(cluster: &Cluster, layout: &[&str]) {
+    train_with_world_size_2_via(cluster, layout, "via slurm)");
+}
+
+/// [`train_with_world_size_2`], the ranks saying they joined `via`.
+fn train_with_world_size_2_via(cluster: &Cluster, layout: &[&str], via: &str) {
     build_trainer();
     let mut args = layout.to_vec();
     args.push("--");
@@ -35,7 +40,7 @@ fn train_with_world_size_2(cluster: &Cluster, layout: &[&str]) {
         .collect();
     assert_eq!(joined.len(), 2, "one join line per rank:\n{}", job.report());
     for line in joined {
-        let rendezvous = line.contains("master localnode1:") && line.ends_with("via slurm)");
+        let rendezvous = line.contains("master localnode1:") && line.ends_with(via);
         assert!(rendezvous, "rank 0 listens on the first node: {line}");
     }
     job.assert_log_has("Epoch 01/01 | loss ");
@@ -56,6 +61,23 @@ fn trainer_two_nodes_one_rank_each() {
         return;
     };
     train_with_world_size_2(&cluster, &["--nodes", "2", "--tasks-per-node", "1"]);
+}
+
+#[test]
+fn trainer_two_nodes_one_launcher_each() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    // Each node's launcher starts its rank with torchrun's variables.
+    let layout = [
+        "--nodes",
+        "2",
+        "--tasks-per-node",
+        "1",
+        "--layout",
+        "per-node",
+    ];
+    train_with_world_size_2_via(&cluster, &layout, "via torchrun-style environment)");
 }
 
 #[test]

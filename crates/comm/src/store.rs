@@ -30,6 +30,37 @@ impl Store {
     /// world size that differs from rank 0's and a rank that is already
     /// registered.
     pub fn connect(config: &CommConfig) -> Result<Store, CommError> {
+        let mut store = Store::reach(config)?;
+        let hello = Request::Hello {
+            rank: config.rank,
+            world_size: config.world_size,
+        };
+        match store.request(&hello, Duration::ZERO)? {
+            Response::Ok => Ok(store),
+            other => Err(store.unexpected(&other)),
+        }
+    }
+
+    /// Like [`Store::connect`], but takes the lowest rank not yet
+    /// registered above 0 (rank 0 hosts the store) instead of
+    /// `config.rank`, for members numbered by arrival; that rank with the
+    /// connection.
+    pub fn join(config: &CommConfig) -> Result<(Store, usize), CommError> {
+        let mut store = Store::reach(config)?;
+        let join = Request::Join {
+            world_size: config.world_size,
+        };
+        match store.request(&join, Duration::ZERO)? {
+            Response::Value(rank) if rank.len() == 8 => {
+                let rank = u64::from_le_bytes(rank.try_into().unwrap_or_default());
+                Ok((store, rank as usize))
+            }
+            other => Err(store.unexpected(&other)),
+        }
+    }
+
+    /// A connection to the store, not yet registered.
+    fn reach(config: &CommConfig) -> Result<Store, CommError> {
         let master = config.master_endpoint();
         let deadline = Instant::now() + config.timeout;
         let stream = connect_with_retry(&config.master_addr, config.master_port, deadline)
@@ -51,21 +82,11 @@ impl Store {
                 failure,
             }
         })?;
-        let mut store = Store {
+        Ok(Store {
             stream,
             master,
             timeout: config.timeout,
-        };
-        match store.request(
-            &Request::Hello {
-                rank: config.rank,
-                world_size: config.world_size,
-            },
-            Duration::ZERO,
-        )? {
-            Response::Ok => Ok(store),
-            other => Err(store.unexpected(&other)),
-        }
+        })
     }
 
     /// Stores `value` under `key`, replacing any earlier value.

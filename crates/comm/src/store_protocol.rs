@@ -22,6 +22,12 @@ pub(crate) enum Request {
         rank: usize,
         world_size: usize,
     },
+    /// A first message instead of `Hello`, from a client that takes the
+    /// lowest rank not yet registered, above 0 (the host's): answered with
+    /// the rank as a `Value` of 8 little-endian bytes.
+    Join {
+        world_size: usize,
+    },
     Set {
         key: String,
         value: Vec<u8>,
@@ -48,6 +54,7 @@ const HELLO: u8 = 1;
 const SET: u8 = 2;
 const GET: u8 = 3;
 const POISON: u8 = 4;
+const JOIN: u8 = 5;
 
 const OK: u8 = 0;
 const VALUE: u8 = 1;
@@ -239,6 +246,7 @@ impl Request {
             Request::Hello { rank, world_size } => {
                 Encoder::new(HELLO).usize(*rank).usize(*world_size).0
             }
+            Request::Join { world_size } => Encoder::new(JOIN).usize(*world_size).0,
             Request::Set { key, value } => Encoder::new(SET).bytes(key.as_bytes()).bytes(value).0,
             Request::Get { key, wait } => {
                 // Rounded up: the store waits at least as long as asked.
@@ -256,6 +264,10 @@ impl Request {
                 let rank = d.usize()?;
                 let world_size = d.usize()?;
                 d.finish(Request::Hello { rank, world_size })
+            }
+            JOIN => {
+                let world_size = d.usize()?;
+                d.finish(Request::Join { world_size })
             }
             SET => {
                 let key = d.string()?;
@@ -323,6 +335,7 @@ mod tests {
                 key: String::new(),
                 value: Vec::new(),
             },
+            Request::Join { world_size: 3 },
             Request::Get {
                 key: "comm/addr/1".into(),
                 wait: Duration::from_millis(1500),

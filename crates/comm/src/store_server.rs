@@ -99,6 +99,36 @@ impl Shared {
         Response::Ok
     }
 
+    /// Registers the lowest free rank above 0 (rank 0 is the host's).
+    fn join(&self, world_size: usize) -> Response {
+        let mut state = self.lock();
+        if let Some(r) = &state.rejection {
+            return Response::Rejected(r.clone());
+        }
+        let free = (1..self.world_size).find(|&rank| !state.registered[rank]);
+        if world_size != self.world_size {
+            let rejection = Rejection::WorldSizeMismatch {
+                rank: free.unwrap_or(self.world_size),
+                rank_world_size: world_size,
+                master_world_size: self.world_size,
+            };
+            return self.reject(&mut state, rejection);
+        }
+        match free {
+            Some(rank) => {
+                state.registered[rank] = true;
+                Response::Value((rank as u64).to_le_bytes().to_vec())
+            }
+            None => {
+                let rejection = Rejection::RankOutOfRange {
+                    rank: self.world_size,
+                    world_size: self.world_size,
+                };
+                self.reject(&mut state, rejection)
+            }
+        }
+    }
+
     fn set(&self, key: String, value: Vec<u8>) -> Response {
         let mut state = self.lock();
         if let Some(r) = &state.rejection {
@@ -296,8 +326,12 @@ fn serve(stream: TcpStream, shared: &Shared) {
                 said_hello = true;
                 shared.hello(rank, world_size)
             }
+            Request::Join { world_size } if !said_hello => {
+                said_hello = true;
+                shared.join(world_size)
+            }
             // A second hello, or anything before the first, is not a comm client.
-            Request::Hello { .. } => return,
+            Request::Hello { .. } | Request::Join { .. } => return,
             _ if !said_hello => return,
             Request::Set { key, value } => shared.set(key, value),
             Request::Poison(rejection) => shared.poison(rejection),

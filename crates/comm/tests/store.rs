@@ -170,3 +170,26 @@ fn a_connected_communicator_shares_its_store_for_other_transports() {
     });
     assert_eq!(seen, vec![id; 3]);
 }
+
+#[test]
+fn members_joining_by_arrival_take_the_ranks_after_the_hosts_in_turn() {
+    let server = server(3);
+    let port = server.port();
+    let (_first, first) = Store::join(&config(0, 3, port, TIMEOUT)).unwrap();
+    let mut host = Store::connect(&config(0, 3, port, TIMEOUT)).unwrap();
+    let (_second, second) = Store::join(&config(0, 3, port, TIMEOUT)).unwrap();
+    assert_eq!((first, second), (1, 2));
+    // A fourth member of a group of three is refused, and so is everyone.
+    let err = Store::join(&config(0, 3, port, TIMEOUT)).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            CommError::Rejected(Rejection::RankOutOfRange {
+                rank: 3,
+                world_size: 3
+            })
+        ),
+        "{err}"
+    );
+    assert!(host.get("anything").is_err());
+}

@@ -11,15 +11,21 @@ const AFTER_HELP: &str = "\
 HOW RANKS START (first match wins):
   1. torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
      MASTER_ADDR and MASTER_PORT are set -> this process is that rank.
-  2. SLURM (under srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and
+  2. mpirun: OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE} (or PMI_RANK,
+     PMI_SIZE, PMIX_RANK) -> that rank; master MASTER_ADDR or, all ranks on
+     one node, 127.0.0.1; port MASTER_PORT or 20000 + a hash of the job id.
+  3. SLURM (under srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and
      SLURM_JOB_NODELIST are set -> rank, world size and local rank come from
      them; the master is the first host of the node list; the port is
-     MASTER_PORT, or 20000 + SLURM_JOB_ID % 10000.
-  3. Neither: --world-size N > 1 (or --max-restarts) makes this process a
-     launcher that starts N workers on this machine on a free port, prefixes
-     their output with the rank, and stops them all if one fails (or, with
-     --max-restarts M, restarts them all from the newest checkpoint, up to M
-     times).
+     MASTER_PORT, or 20000 + SLURM_JOB_ID % 10000. With --nproc-per-node M
+     and one task per node, each task is its node's launcher instead.
+  4. None: --world-size N > 1 (or --nproc-per-node, --max-restarts) makes
+     this process a launcher that starts N workers on this machine on a free
+     port, prefixes their output with the rank, and stops them all if one
+     fails (or, with --max-restarts M, restarts them all from the newest
+     checkpoint, up to M times). Several machines: one launcher on each,
+     --nnodes N --nproc-per-node M --master-addr H (--node-rank K, or by
+     arrival); torchrun's spellings (--nproc_per_node, ...) work too.
 
 CHECKPOINTS: with --checkpoint-dir DIR, rank 0 writes DIR/ckpt-eEEEE-sSSSSSS/
 (epoch E with S of its steps done) after every epoch and every
@@ -163,6 +169,9 @@ pub struct Cli {
     /// before it kills them.
     #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = positive_finite)]
     pub grace: f64,
+
+    #[command(flatten)]
+    pub nodes: crate::launcher::NodeFlags,
 }
 
 impl Cli {

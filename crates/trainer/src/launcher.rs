@@ -11,18 +11,23 @@
 //! Ctrl-C reaches the launcher alone, which passes it on once) and die with
 //! the launcher, even when it is SIGKILLed.
 
+mod flags;
+mod group;
+mod node;
+mod supervise;
 mod workers;
 
 use std::ffi::OsString;
 use std::net::TcpListener;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use comm::{AUTH_TOKEN_VAR, AuthToken, launch_var};
 use core_tensor::FlatLayout;
+use group::NodeGroup;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
@@ -30,7 +35,10 @@ use crate::checkpoint::{CheckpointDir, resume};
 use crate::cli::Cli;
 use crate::model::cnn_layout;
 use crate::stop::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
-use workers::{Worker, forward, stop};
+pub use flags::{NodeFlags, RdzvBackend};
+pub use node::NodePlan;
+use supervise::supervise;
+use workers::{Worker, stop};
 
 /// The signals the launcher passes on to its workers.
 const FORWARDED: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2];
@@ -58,12 +66,12 @@ struct Graces {
     signal: Duration,
 }
 
-/// Runs `world_size` workers on this machine with this process's flags and
-/// waits for all of them, restarting them up to `--max-restarts` times.
+/// Runs this machine's share of the job (`plan`) with this process's flags
+/// and waits for all of them, restarting them up to `--max-restarts` times.
 ///
 /// After the first failure the others get `--timeout` to notice (they
 /// report which peer they lost) and are then killed.
-pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<RunEnd> {
+pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     let mut signals =
         Signals::new(FORWARDED).context("installing the launcher's signal handlers")?;
     let graces = Graces {
@@ -71,7 +79,7 @@ pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<RunEnd> {
         signal: Duration::from_secs_f64(cli.grace),
     };
     let exe = std::env::current_exe().context("finding this executable to start workers")?;
-    let args = without(std::env::args_os().skip(1), "--max-restarts");
+    let args = worker_args(std::env::args_os().skip(1));
     let layout = cnn_layout();
     let dir = cli
         .checkpoint_dir
@@ -80,6 +88,26 @@ pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<RunEnd> {
     if let Some(dir) = dir.as_ref().filter(|_| cli.max_restarts > 0) {
         resume::preflight(cli.resume.as_ref(), dir, layout)?;
     }
+    let mut group = match &plan.master {
+        Some(master) if plan.nnodes > 1 => Some(NodeGroup::join(
+            plan.node_rank,
+            plan.nnodes,
+            master,
+            cli.nodes.rdzv_id.as_deref().unwrap_or_default(),
+            graces.failure,
+        )?),
+        _ => None,
+    };
+    let node_rank = match &group {
+        Some(g) => g.node_rank,
+        None => plan.node_rank.context("one machine is node 0")?,
+    };
+    // Node 0's store outlives the other launchers' last look at it.
+    let finish = |group: Option<&mut NodeGroup>, attempt| {
+        if let Some(g) = group {
+            g.finish(attempt, graces.failure + Duration::from_secs(10));
+        }
+    };
     let mut restarts = 0;
     loop {
         let args = if restarts == 0 {
@@ -87,11 +115,16 @@ pub fn launch(cli: &Cli, world_size: usize) -> anyhow::Result<RunEnd> {
         } else {
             resume_auto(&args)
         };
-        let failure = match run_workers(&exe, &args, world_size, graces, &mut signals)? {
-            Outcome::Ended(end) => return Ok(ended(end)),
+        let node = (node_rank, group.as_mut(), restarts);
+        let failure = match run_workers(&exe, &args, plan, graces, &mut signals, node)? {
+            Outcome::Ended(end) => {
+                finish(group.as_mut(), restarts);
+                return Ok(ended(end));
+            }
             Outcome::Failed(failure) => failure,
         };
         if restarts == cli.max_restarts {
+            finish(group.as_mut(), restarts);
             let spent = if restarts > 0 {
                 format!(" (after {restarts} restart(s))")
             } else {
@@ -136,6 +169,14 @@ fn restart_point(dir: Option<&CheckpointDir>, layout: &FlatLayout) -> String {
     }
 }
 
+/// The launcher's flags less those for the launcher alone: the workers
+/// restart nothing and learn their place from the environment.
+fn worker_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let args = args.into_iter().filter(|a| a != flags::STANDALONE);
+    let args = without(args, "--max-restarts");
+    flags::LAUNCHER_ONLY.into_iter().fold(args, without)
+}
+
 /// `args` without `flag` and its value (`--flag V` or `--flag=V`).
 fn without(args: impl IntoIterator<Item = OsString>, flag: &str) -> Vec<OsString> {
     let mut args = args.into_iter();
@@ -162,24 +203,40 @@ fn resume_auto(args: &[OsString]) -> Vec<OsString> {
     args
 }
 
+/// The job secret this launcher makes for its workers: a fresh one per
+/// attempt when it starts the whole job and the user gave none. Launchers
+/// on several machines would each make another, so there the user's
+/// (`TRAINER_AUTH_TOKEN`, `--auth-token-file`, passed on as they are) is the
+/// job's, or none (the workers warn).
+fn fresh_token(args: &[OsString], plan: &NodePlan) -> anyhow::Result<Option<AuthToken>> {
+    let given = std::env::var_os(AUTH_TOKEN_VAR).is_some()
+        || args.iter().any(|a| a.to_str().is_some_and(|a| a.starts_with("--auth-token-file")));
+    if given || plan.nnodes > 1 {
+        return Ok(None);
+    }
+    Ok(Some(
+        AuthToken::generate().context("generating the job's auth token")?,
+    ))
+}
+
 /// One attempt: starts the workers and supervises them.
 fn run_workers(
     exe: &Path,
     args: &[OsString],
-    world_size: usize,
+    plan: &NodePlan,
     graces: Graces,
     signals: &mut Signals,
+    (node_rank, mut group, attempt): (usize, Option<&mut NodeGroup>, u32),
 ) -> anyhow::Result<Outcome> {
-    let port = match std::env::var(launch_var::MASTER_PORT) {
-        Ok(p) => p
-            .parse::<u16>()
-            .map_err(|_| anyhow!("{}={p:?} is not a port number", launch_var::MASTER_PORT))?,
-        Err(_) => free_port()?,
+    let master = match (group.as_mut(), &plan.master) {
+        (Some(g), _) => g.worker_master(attempt)?,
+        (None, Some(master)) => master.clone(),
+        (None, None) => ("127.0.0.1".to_string(), local_port()?),
     };
-    // A fresh job secret per attempt; only this launcher's workers hold it.
-    let token = AuthToken::generate().context("generating the job's auth token")?;
-    let mut workers: Vec<Worker> = Vec::with_capacity(world_size);
-    for rank in 0..world_size {
+    let token = fresh_token(args, plan)?;
+    let mut workers: Vec<Worker> = Vec::with_capacity(plan.nproc);
+    for local_rank in 0..plan.nproc {
+        let rank = node_rank * plan.nproc + local_rank;
         let mut command = Command::new(exe);
         die_with_parent(&mut command);
         // The first worker leads a new process group; the others join it.
@@ -187,13 +244,8 @@ fn run_workers(
         let spawned = command
             .process_group(group)
             .args(args)
-            .env(launch_var::RANK, rank.to_string())
-            .env(launch_var::WORLD_SIZE, world_size.to_string())
-            .env(launch_var::LOCAL_RANK, rank.to_string())
-            .env(launch_var::LOCAL_WORLD_SIZE, world_size.to_string())
-            .env(launch_var::MASTER_ADDR, "127.0.0.1")
-            .env(launch_var::MASTER_PORT, port.to_string())
-            .env(AUTH_TOKEN_VAR, token.to_hex())
+            .envs(node::worker_env(plan, node_rank, local_rank, &master))
+            .envs(token.iter().map(|t| (AUTH_TOKEN_VAR, t.to_hex())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -207,12 +259,29 @@ fn run_workers(
             }
         };
         eprintln!(
-            "launcher: started rank {rank} (pid {}), master 127.0.0.1:{port}",
-            child.id()
+            "launcher: started rank {rank} (pid {}), master {}:{}",
+            child.id(),
+            master.0,
+            master.1
         );
         workers.push(Worker::attach(rank, child));
     }
-    Ok(supervise(&mut workers, graces, signals))
+    Ok(supervise(
+        &mut workers,
+        graces,
+        signals,
+        group.map(|g| (g, attempt)),
+    ))
+}
+
+/// The store's port on one machine: `MASTER_PORT`, else a free one.
+fn local_port() -> anyhow::Result<u16> {
+    match std::env::var(launch_var::MASTER_PORT) {
+        Ok(p) => p
+            .parse::<u16>()
+            .map_err(|_| anyhow!("{}={p:?} is not a port number", launch_var::MASTER_PORT)),
+        Err(_) => free_port(),
+    }
 }
 
 /// A port nobody listens on right now, for rank 0's store.
@@ -220,105 +289,6 @@ fn free_port() -> anyhow::Result<u16> {
     let listener =
         TcpListener::bind("127.0.0.1:0").context("finding a free port for the rendezvous")?;
     Ok(listener.local_addr()?.port())
-}
-
-/// Waits for all workers; on the first failure waits `graces.failure` for
-/// the rest, kills what is left, and describes the failures. A signal to
-/// the launcher goes on to the workers, which get `graces.signal` to stop;
-/// a second one stops them at once.
-fn supervise(workers: &mut [Worker], graces: Graces, signals: &mut Signals) -> Outcome {
-    let mut first_failure: Option<usize> = None;
-    let mut received: Option<i32> = None;
-    let mut deadline: Option<Instant> = None;
-    loop {
-        for signal in signals.pending() {
-            forward(workers, signal);
-            let wait = if received.is_some() {
-                eprintln!(
-                    "launcher: {} again: stopping the workers now",
-                    describe(signal)
-                );
-                Duration::ZERO
-            } else {
-                eprintln!(
-                    "launcher: {}: passed on to the workers, which get {:?} to stop",
-                    describe(signal),
-                    graces.signal
-                );
-                graces.signal
-            };
-            received.get_or_insert(signal);
-            let until = Instant::now() + wait;
-            deadline = Some(deadline.map_or(until, |d| d.min(until)));
-        }
-        let mut failed_now = Vec::new();
-        for (i, w) in workers.iter_mut().enumerate() {
-            if w.status.is_none()
-                && let Ok(Some(status)) = w.child.try_wait()
-            {
-                w.status = Some(status);
-                if !status.success() && status.code() != Some(PREEMPTED_EXIT_CODE) {
-                    failed_now.push((i, status));
-                }
-            }
-        }
-        // After a signal, workers ending badly are its doing, not a failure.
-        if first_failure.is_none()
-            && received.is_none()
-            && let Some((i, status)) = root_cause(&failed_now)
-        {
-            first_failure = Some(i);
-            deadline = Some(Instant::now() + graces.failure);
-            eprintln!(
-                "launcher: rank {} exited with {status}; stopping the other ranks",
-                workers[i].rank
-            );
-        }
-        let running = workers.iter().filter(|w| w.status.is_none()).count();
-        if running == 0 || deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
-        }
-        std::thread::sleep(POLL);
-    }
-    stop(workers);
-    let preempted = |w: &Worker| w.status.and_then(|s| s.code()) == Some(PREEMPTED_EXIT_CODE);
-    if let Some(signal) = received {
-        return Outcome::Ended(if workers.iter().all(preempted) {
-            RunEnd::Preempted
-        } else {
-            RunEnd::Signalled(signal)
-        });
-    }
-    let Some(i) = first_failure else {
-        return Outcome::Ended(if workers.iter().any(preempted) {
-            RunEnd::Preempted
-        } else {
-            RunEnd::Finished
-        });
-    };
-    let others: Vec<String> = workers
-        .iter()
-        .enumerate()
-        .filter(|(j, w)| *j != i && !w.status.is_some_and(|s| s.success()))
-        .map(|(_, w)| w.describe_failure())
-        .collect();
-    let first = workers[i].describe_failure();
-    let mut message = first.clone();
-    if !others.is_empty() {
-        message.push_str(&format!("; then {}", others.join("; ")));
-    }
-    Outcome::Failed(Failure { first, message })
-}
-
-/// Of the ranks found failed in one look, the one to blame: a rank killed by
-/// a signal (the OOM killer, `kill -9`) before one that exited with an
-/// error, which is usually its peers' reaction to losing it.
-fn root_cause(failed: &[(usize, ExitStatus)]) -> Option<(usize, ExitStatus)> {
-    failed
-        .iter()
-        .find(|(_, status)| status.signal().is_some())
-        .or(failed.first())
-        .copied()
 }
 
 #[cfg(test)]
@@ -341,7 +311,7 @@ mod tests {
             "4",
             "--max-restarts=1",
         ]);
-        let workers = without(given, "--max-restarts");
+        let workers = worker_args(given);
         assert_eq!(
             workers,
             os(&["--world-size", "2", "--resume=ckpt", "--epochs", "4"])
@@ -355,21 +325,20 @@ mod tests {
             resume_auto(&spaced),
             os(&["--init-from", "w.safetensors", "--resume", "auto"])
         );
+        let torchrun = os(&[
+            "--nnodes=2",
+            "--node_rank",
+            "1",
+            "--standalone",
+            "--rdzv-endpoint=h:1",
+            "--epochs",
+            "4",
+        ]);
+        assert_eq!(worker_args(torchrun), os(&["--epochs", "4"]));
         // A longer flag with the same prefix is not the flag.
         assert_eq!(
             without(os(&["--resume-x=1"]), "--resume"),
             os(&["--resume-x=1"])
         );
-    }
-
-    #[test]
-    fn a_rank_killed_by_a_signal_is_blamed_before_its_peers_reaction() {
-        // Raw wait statuses: exit code 1 is 1 << 8, SIGKILL is 9.
-        let exited = ExitStatus::from_raw(1 << 8);
-        let killed = ExitStatus::from_raw(9);
-        assert_eq!(root_cause(&[]), None);
-        assert_eq!(root_cause(&[(0, exited)]), Some((0, exited)));
-        assert_eq!(root_cause(&[(0, exited), (1, killed)]), Some((1, killed)));
-        assert_eq!(root_cause(&[(0, exited), (2, exited)]), Some((0, exited)));
     }
 }

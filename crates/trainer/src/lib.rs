@@ -28,24 +28,18 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
     if env.as_ref().is_none_or(|env| env.rank == 0) {
         output_paths::prepare(&cli)?;
     }
-    match env {
-        Some(env) => {
-            if let Some(n) = cli.world_size.filter(|&n| n as usize != env.world_size) {
-                bail!(
-                    "--world-size {n} disagrees with the launcher's world size {} (from the environment)",
-                    env.world_size
-                );
+    match launcher::NodePlan::resolve(&cli, env.as_ref())? {
+        Some(plan) => launcher::launch(&cli, &plan),
+        None => match env {
+            Some(env) => {
+                if cli.max_restarts > 0 {
+                    bail!(
+                        "--max-restarts is for this binary's own launcher; under torchrun or srun, restart there (torchrun --max-restarts, srun --requeue) with --resume auto"
+                    );
+                }
+                worker::run(&cli, Some(&env))
             }
-            if cli.max_restarts > 0 {
-                bail!(
-                    "--max-restarts is for this binary's own launcher; under torchrun or srun, restart there (torchrun --max-restarts, srun --requeue) with --resume auto"
-                );
-            }
-            worker::run(&cli, Some(&env))
-        }
-        None => match (cli.world_size.unwrap_or(1), cli.max_restarts) {
-            (1, 0) => worker::run(&cli, None),
-            (n, _) => launcher::launch(&cli, n as usize),
+            None => worker::run(&cli, None),
         },
     }
 }

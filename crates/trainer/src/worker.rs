@@ -295,6 +295,7 @@ fn connect(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
     })?;
     let via = match env.source {
         LaunchSource::Torchrun => "torchrun-style environment",
+        LaunchSource::Mpi => "mpirun",
         LaunchSource::Slurm => "slurm",
     };
     eprintln!(

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{data_arg, dataset, final_state, launcher_pid, run, stderr, stderr_lines, trainer};
 use trainer::checkpoint::Position;
@@ -72,14 +72,7 @@ fn a_killed_worker_is_restarted_from_the_newest_checkpoint_and_the_result_is_unc
         }
     };
     let first = hit.join(Position { epoch: 1, step: 2 }.dir_name());
-    let start = Instant::now();
-    while !first.is_dir() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no first checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_for_dir(&first, Duration::from_secs(60));
     assert!(
         Command::new("kill")
             .args(["-9", &pid])

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::validate::{Job, Ranks};
+use super::validate::{Job, Layout, Ranks};
 
 const TEMPLATE: &str = include_str!("job.sbatch.in");
 
@@ -35,15 +35,32 @@ pub fn log_path(output_dir: &Path, job_name: &str, job_id: &str) -> PathBuf {
 }
 
 pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
+    let per_node = job.ranks.per_node();
+    // A launcher task holds the cores of all the ranks it starts.
+    let (tasks, cpus_per_task, srun_comment, launcher_flags) = match job.layout {
+        Layout::PerRank => (
+            per_node,
+            job.cpus_per_task,
+            "# One task per rank; each reads its rank from SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID.",
+            String::new(),
+        ),
+        Layout::PerNode => (
+            1,
+            job.cpus_per_task.map(|c| c * per_node),
+            "# One task per node: the trainer's launcher, which starts the node's ranks\n\
+             # (node index SLURM_NODEID of SLURM_NNODES, meeting on the first node).",
+            format!(" --nproc-per-node {per_node}"),
+        ),
+    };
     let mut directives = vec![
         format!("--job-name={}", job.name),
         format!("--nodes={}", job.nodes),
-        format!("--ntasks-per-node={}", job.ranks.per_node()),
+        format!("--ntasks-per-node={tasks}"),
     ];
     if let Ranks::Gpus(gpus) = job.ranks {
         directives.push(format!("--gpus-per-node={gpus}"));
     }
-    if let Some(cpus) = job.cpus_per_task {
+    if let Some(cpus) = cpus_per_task {
         directives.push(format!("--cpus-per-task={cpus}"));
     }
     for (flag, value) in [
@@ -84,10 +101,11 @@ pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
     let mut srun = String::new();
     // srun does not inherit the batch job's --cpus-per-task since SLURM
     // 22.05, so each rank would otherwise get a single core.
-    if let Some(cpus) = job.cpus_per_task {
+    if let Some(cpus) = cpus_per_task {
         let _ = write!(srun, "--cpus-per-task={cpus} ");
     }
     srun.push_str(&shell_quote(&paths.program.to_string_lossy()));
+    srun.push_str(&launcher_flags);
     let (checkpoint_dir, resume) = if paths.is_trainer {
         let default = checkpoint_dir(paths.output_dir, &job.name, paths.submission);
         resume_flags(program_args, &default)
@@ -106,6 +124,7 @@ pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
             ("directives", &directives),
             ("exports", &exports),
             ("checkpoint_dir", &checkpoint_dir),
+            ("srun_comment", srun_comment),
             ("srun_command", &srun),
         ],
     )
@@ -220,6 +239,7 @@ mod tests {
             name: "fmnist-ddp".into(),
             nodes,
             ranks,
+            layout: Layout::PerRank,
             cpus_per_task: None,
             partition: None,
             account: None,
@@ -273,6 +293,15 @@ mod tests {
             &args(&["--epochs", "10", "--batch-size", "256"]),
         );
         golden("gpu-multi-node.sbatch", &script);
+    }
+
+    #[test]
+    fn renders_one_launcher_per_node() {
+        let mut job = job(2, Ranks::Gpus(4));
+        job.layout = Layout::PerNode;
+        job.cpus_per_task = Some(8);
+        let script = script(&job, &paths(TRAINER), &args(&["--epochs", "3"]));
+        golden("gpu-launcher-per-node.sbatch", &script);
     }
 
     #[test]

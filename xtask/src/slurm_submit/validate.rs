@@ -14,6 +14,7 @@ pub struct Job {
     pub name: String,
     pub nodes: u32,
     pub ranks: Ranks,
+    pub layout: Layout,
     pub cpus_per_task: Option<u32>,
     pub partition: Option<String>,
     pub account: Option<String>,
@@ -21,6 +22,16 @@ pub struct Job {
     pub env: Vec<(String, String)>,
     /// Seconds before the time limit at which every rank gets USR1.
     pub signal_secs: u32,
+}
+
+/// What srun starts on each node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Layout {
+    /// One task per rank; each is a worker that reads its rank from SLURM.
+    PerRank,
+    /// One task per node: the trainer's launcher, which starts the node's
+    /// ranks itself (`--nproc-per-node`), as `srun torchrun` does.
+    PerNode,
 }
 
 /// How the ranks of one node are laid out.
@@ -61,6 +72,7 @@ pub fn job(args: &Args) -> Result<Job> {
         name: name(&args.job_name, "--job-name")?,
         nodes: positive(args.nodes, "--nodes")?,
         ranks,
+        layout: args.layout,
         cpus_per_task: args
             .cpus_per_task
             .map(|c| positive(c, "--cpus-per-task"))

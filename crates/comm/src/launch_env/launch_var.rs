@@ -16,12 +16,16 @@ pub const MASTER_ADDR: &str = "MASTER_ADDR";
 /// Port of the rendezvous store.
 pub const MASTER_PORT: &str = "MASTER_PORT";
 
+/// The index of this process's machine (its launcher's node rank).
+pub const GROUP_RANK: &str = "GROUP_RANK";
+
 /// Every variable torchrun sets for a worker.
-pub const TORCHRUN: [&str; 6] = [
+pub const TORCHRUN: [&str; 7] = [
     RANK,
     WORLD_SIZE,
     LOCAL_RANK,
     LOCAL_WORLD_SIZE,
+    GROUP_RANK,
     MASTER_ADDR,
     MASTER_PORT,
 ];
@@ -51,3 +55,30 @@ pub const SLURM_STEP_TASKS_PER_NODE: &str = "SLURM_STEP_TASKS_PER_NODE";
 /// Prefix of every SLURM variable, for clearing a job's identity from an
 /// environment (a child that must not think it runs under srun).
 pub const SLURM_PREFIX: &str = "SLURM_";
+
+// MPI launchers (`mpirun -np N trainer ...`), per process.
+/// Open MPI: the process's rank; its presence means "launched by mpirun".
+pub const OMPI_COMM_WORLD_RANK: &str = "OMPI_COMM_WORLD_RANK";
+/// Open MPI: number of processes.
+pub const OMPI_COMM_WORLD_SIZE: &str = "OMPI_COMM_WORLD_SIZE";
+/// Open MPI: rank among the processes on this node.
+pub const OMPI_COMM_WORLD_LOCAL_RANK: &str = "OMPI_COMM_WORLD_LOCAL_RANK";
+/// Open MPI: number of processes on this node.
+pub const OMPI_COMM_WORLD_LOCAL_SIZE: &str = "OMPI_COMM_WORLD_LOCAL_SIZE";
+/// Open MPI 4: the job's id (the default store port derives from it).
+pub const OMPI_MCA_ESS_BASE_JOBID: &str = "OMPI_MCA_ess_base_jobid";
+/// MPICH / Intel MPI (Hydra): the process's rank.
+pub const PMI_RANK: &str = "PMI_RANK";
+/// MPICH / Intel MPI (Hydra): number of processes.
+pub const PMI_SIZE: &str = "PMI_SIZE";
+/// MPICH / Intel MPI (Hydra): rank on this node.
+pub const MPI_LOCALRANKID: &str = "MPI_LOCALRANKID";
+/// MPICH / Intel MPI (Hydra): processes on this node.
+pub const MPI_LOCALNRANKS: &str = "MPI_LOCALNRANKS";
+/// PMIx (Open MPI 5, PRRTE): the process's rank.
+pub const PMIX_RANK: &str = "PMIX_RANK";
+/// PMIx: the job's namespace (the default store port derives from it).
+pub const PMIX_NAMESPACE: &str = "PMIX_NAMESPACE";
+
+/// Any of these means "launched by an MPI launcher".
+pub const MPI_RANKS: [&str; 3] = [OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK];

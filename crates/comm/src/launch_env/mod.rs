@@ -4,15 +4,19 @@
 //! 1. torchrun-style variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
 //!    `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), as set by
 //!    `torchrun` or by hand (`torchrun.rs`);
-//! 2. SLURM's per-task variables under `srun` (`SLURM_PROCID`,
+//! 2. an MPI launcher's (`OMPI_COMM_WORLD_*`, `PMI_*`, `PMIX_RANK`), as
+//!    `mpirun` sets them (`mpi.rs`); before SLURM's, because an mpirun
+//!    inside an sbatch script passes the script's `SLURM_PROCID` on;
+//! 3. SLURM's per-task variables under `srun` (`SLURM_PROCID`,
 //!    `SLURM_NTASKS`, `SLURM_LOCALID`, the node list, ...) (`slurm.rs`);
-//! 3. neither: `None`, and the trainer acts as its own local launcher.
+//! 4. none: `None`, and the trainer acts as its own local launcher.
 //!
 //! Every variable name is a constant of [`launch_var`], the one table of them.
 //! The functions work on a plain map so every case is unit-testable without
 //! touching the process environment.
 
 pub mod launch_var;
+mod mpi;
 mod slurm;
 mod torchrun;
 
@@ -27,6 +31,7 @@ pub use slurm::SLURM_PORT_BASE;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LaunchSource {
     Torchrun,
+    Mpi,
     Slurm,
 }
 
@@ -82,6 +87,12 @@ impl LaunchEnv {
         let vars = Vars(env);
         if let Some(trigger) = TORCHRUN_TRIGGERS.into_iter().find(|v| env.contains_key(*v)) {
             return torchrun::resolve(&vars, trigger).map(Some);
+        }
+        if let Some(trigger) = launch_var::MPI_RANKS
+            .into_iter()
+            .find(|v| env.contains_key(*v))
+        {
+            return mpi::resolve(&vars, trigger).map(Some);
         }
         if env.contains_key(launch_var::SLURM_PROCID) {
             return slurm::resolve(&vars).map(Some);

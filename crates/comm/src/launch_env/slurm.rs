@@ -14,7 +14,7 @@ use crate::hostlist::{HostlistError, expand_hostlist, first_host};
 /// choosing one, and the range stays clear of the ephemeral ports
 /// (32768 and up) that outgoing connections use.
 pub const SLURM_PORT_BASE: u16 = 20000;
-const SLURM_PORT_SPAN: u64 = 10000;
+pub(super) const SLURM_PORT_SPAN: u64 = 10000;
 
 /// Set for every srun task: a missing variable is missing "because" of it.
 const TRIGGER: &str = SLURM_PROCID;

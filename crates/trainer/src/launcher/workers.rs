@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ExitStatus};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// A worker process, with the threads relaying its output.
 pub(super) struct Worker {
@@ -32,6 +33,15 @@ impl Worker {
             last_error,
             readers,
             status: None,
+        }
+    }
+
+    /// Gives the threads relaying an ended worker's output a moment to
+    /// reach its end, so that its last `error:` line is known.
+    pub fn settle(&self) {
+        let until = Instant::now() + Duration::from_millis(200);
+        while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 

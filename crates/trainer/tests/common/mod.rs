@@ -145,3 +145,17 @@ pub fn launcher_pid(line: &str, rank: usize) -> Option<String> {
         .and_then(|r| r.split(')').next())
         .map(str::to_string)
 }
+
+/// Waits until `dir` exists (a checkpoint being written), failing the test
+/// after `limit`.
+pub fn wait_for_dir(dir: &Path, limit: std::time::Duration) {
+    let start = std::time::Instant::now();
+    while !dir.is_dir() {
+        assert!(
+            start.elapsed() < limit,
+            "no {} after {limit:?}",
+            dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

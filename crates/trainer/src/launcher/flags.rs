@@ -1,0 +1,95 @@
+//! torchrun's launcher flags, with its underscore spellings as aliases, so
+//! that a torchrun command line works with `torchrun ... train.py` replaced
+//! by `trainer ...`.
+
+use clap::{Args, ValueEnum};
+
+/// torchrun's rendezvous port when `--rdzv-endpoint` names none.
+pub const DEFAULT_RDZV_PORT: u16 = 29400;
+
+/// How the launchers of a job meet (`--rdzv-backend`): accepted for
+/// torchrun compatibility; both mean the store at the endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RdzvBackend {
+    C10d,
+    Static,
+}
+
+/// Where and how many: the flags of a launcher on one of several machines.
+#[derive(Clone, Debug, Default, Args)]
+pub struct NodeFlags {
+    /// Machines in the job, one launcher on each [default: 1, or one per
+    /// SLURM node under srun].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub nnodes: Option<u32>,
+
+    /// This machine's index, 0..N; omitted: assigned by arrival at the
+    /// rendezvous, so the same command works on every machine.
+    #[arg(long, alias = "node_rank", value_name = "K")]
+    pub node_rank: Option<u32>,
+
+    /// Ranks to launch on this machine (world size = nnodes x this).
+    #[arg(long, alias = "nproc_per_node", value_name = "M", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub nproc_per_node: Option<u32>,
+
+    /// Host of node 0, where the rendezvous store listens.
+    #[arg(long, alias = "master_addr", value_name = "HOST")]
+    pub master_addr: Option<String>,
+
+    /// Port of the rendezvous store on --master-addr [default: 29500].
+    #[arg(long, alias = "master_port", value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub master_port: Option<u16>,
+
+    /// HOST[:PORT] of the rendezvous store (torchrun's spelling of
+    /// --master-addr/--master-port; port 29400 when omitted).
+    #[arg(
+        long,
+        alias = "rdzv_endpoint",
+        value_name = "HOST:PORT",
+        conflicts_with = "master_addr"
+    )]
+    pub rdzv_endpoint: Option<String>,
+
+    /// Name of the job at the rendezvous; launchers with another id are
+    /// refused there.
+    #[arg(long, alias = "rdzv_id", value_name = "ID")]
+    pub rdzv_id: Option<String>,
+
+    /// Accepted for torchrun compatibility.
+    #[arg(long, alias = "rdzv_backend", value_enum, value_name = "c10d|static")]
+    pub rdzv_backend: Option<RdzvBackend>,
+
+    /// One machine, rendezvous on a free local port (torchrun --standalone).
+    #[arg(long, conflicts_with_all = ["master_addr", "master_port", "rdzv_endpoint"])]
+    pub standalone: bool,
+}
+
+/// The flags above that take a value, in both spellings: the launcher's
+/// alone, never passed on to its workers.
+pub const LAUNCHER_ONLY: [&str; 15] = [
+    "--nnodes",
+    "--node-rank",
+    "--node_rank",
+    "--nproc-per-node",
+    "--nproc_per_node",
+    "--master-addr",
+    "--master_addr",
+    "--master-port",
+    "--master_port",
+    "--rdzv-endpoint",
+    "--rdzv_endpoint",
+    "--rdzv-id",
+    "--rdzv_id",
+    "--rdzv-backend",
+    "--rdzv_backend",
+];
+
+/// The one switch among them.
+pub const STANDALONE: &str = "--standalone";
+
+impl NodeFlags {
+    /// Whether any flag asks for a launcher.
+    pub fn any(&self) -> bool {
+        self.nnodes.is_some() || self.nproc_per_node.is_some() || self.standalone
+    }
+}

@@ -1,0 +1,333 @@
+//! What this machine's launcher runs: its share of the job, and where the
+//! job's rendezvous store is. From the flags, or from SLURM under srun with
+//! one launcher task per node.
+
+use anyhow::{Context, anyhow, bail};
+use comm::{LaunchEnv, LaunchSource, launch_var};
+
+use super::flags::{DEFAULT_RDZV_PORT, NodeFlags};
+use crate::cli::Cli;
+
+/// torchrun's `--master-port` default.
+pub const DEFAULT_MASTER_PORT: u16 = 29500;
+
+/// This launcher's part of a job of `nnodes x nproc` ranks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePlan {
+    pub nnodes: usize,
+    /// `None`: assigned by arrival at the rendezvous.
+    pub node_rank: Option<usize>,
+    /// Ranks on this machine.
+    pub nproc: usize,
+    /// Host and port of rank 0's store; `None`: one machine, a free local
+    /// port (or `MASTER_PORT`) chosen at each start.
+    pub master: Option<(String, u16)>,
+}
+
+impl NodePlan {
+    pub fn world_size(&self) -> usize {
+        self.nnodes * self.nproc
+    }
+
+    /// The plan when this process is a launcher: its flags ask for one
+    /// (`--world-size N > 1`, `--nproc-per-node`, `--nnodes`,
+    /// `--standalone`, `--max-restarts`) and no launcher named its rank,
+    /// or srun started it as one task of a node with `--nproc-per-node`.
+    /// `None`: this process is a worker.
+    pub fn resolve(cli: &Cli, env: Option<&LaunchEnv>) -> anyhow::Result<Option<NodePlan>> {
+        let flags = &cli.nodes;
+        match env {
+            Some(env) if env.source == LaunchSource::Slurm && flags.nproc_per_node.is_some() => {
+                Self::under_srun(cli, env).map(Some)
+            }
+            Some(env) => {
+                if let Some(n) = cli.world_size.filter(|&n| n as usize != env.world_size) {
+                    bail!(
+                        "--world-size {n} disagrees with the launcher's world size {} (from the environment)",
+                        env.world_size
+                    );
+                }
+                Ok(None)
+            }
+            None if flags.any()
+                || cli.world_size.is_some_and(|n| n > 1)
+                || cli.max_restarts > 0 =>
+            {
+                Self::from_flags(cli).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The world size the flags name, if any; they must agree.
+    fn requested_world(cli: &Cli) -> anyhow::Result<Option<usize>> {
+        let flags = &cli.nodes;
+        let from_nodes = flags
+            .nproc_per_node
+            .map(|m| m as usize * flags.nnodes.unwrap_or(1) as usize);
+        match (cli.world_size.map(|n| n as usize), from_nodes) {
+            (Some(n), Some(m)) if n != m => {
+                bail!("--world-size {n} disagrees with --nnodes x --nproc-per-node = {m}")
+            }
+            (n, m) => Ok(n.or(m)),
+        }
+    }
+
+    fn from_flags(cli: &Cli) -> anyhow::Result<NodePlan> {
+        let flags = &cli.nodes;
+        let nnodes = flags.nnodes.unwrap_or(1) as usize;
+        let nproc = match (flags.nproc_per_node, cli.world_size) {
+            (Some(m), _) => m as usize,
+            (None, Some(n)) if nnodes == 1 => n as usize,
+            (None, _) if nnodes == 1 => 1,
+            (None, _) => {
+                bail!("--nnodes {nnodes} needs --nproc-per-node M (ranks on each machine)")
+            }
+        };
+        Self::requested_world(cli)?;
+        if flags.standalone && nnodes > 1 {
+            bail!(
+                "--standalone is one machine; with --nnodes {nnodes} give --rdzv-endpoint or --master-addr"
+            );
+        }
+        let node_rank = flags.node_rank.map(|k| k as usize);
+        if let Some(k) = node_rank.filter(|&k| k >= nnodes) {
+            bail!("--node-rank {k} must be less than --nnodes {nnodes}");
+        }
+        let master = master(flags)?;
+        if nnodes > 1 && master.is_none() {
+            bail!(
+                "--nnodes {nnodes} needs the rendezvous: --master-addr HOST (and --master-port) or --rdzv-endpoint HOST:PORT"
+            );
+        }
+        Ok(NodePlan {
+            nnodes,
+            node_rank: node_rank.or((nnodes == 1).then_some(0)),
+            nproc,
+            master,
+        })
+    }
+
+    /// One launcher task per node under srun: the node count, this node's
+    /// index and the master come from SLURM (its tasks are the nodes).
+    fn under_srun(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<NodePlan> {
+        if env.local_world_size != 1 {
+            bail!(
+                "--nproc-per-node under srun needs one task per node (srun --ntasks-per-node 1), but this node runs {} tasks",
+                env.local_world_size
+            );
+        }
+        let flags = &cli.nodes;
+        let nproc = flags.nproc_per_node.context("checked by the caller")? as usize;
+        if let Some(n) = flags.nnodes.filter(|&n| n as usize != env.world_size) {
+            bail!(
+                "--nnodes {n} disagrees with the {} srun tasks (one per node)",
+                env.world_size
+            );
+        }
+        let plan = NodePlan {
+            nnodes: env.world_size,
+            node_rank: Some(env.rank),
+            nproc,
+            master: match master(flags)? {
+                Some(m) => Some(m),
+                None => Some((env.master_addr.clone(), env.master_port)),
+            },
+        };
+        if let Some(n) = cli.world_size.filter(|&n| n as usize != plan.world_size()) {
+            bail!(
+                "--world-size {n} disagrees with {} nodes x --nproc-per-node {nproc}",
+                plan.nnodes
+            );
+        }
+        Ok(plan)
+    }
+}
+
+/// The rendezvous the flags name: `--rdzv-endpoint`, else `--master-addr`
+/// and `--master-port`; `None` when they name none.
+fn master(flags: &NodeFlags) -> anyhow::Result<Option<(String, u16)>> {
+    if let Some(endpoint) = &flags.rdzv_endpoint {
+        let (host, port) = match endpoint.rsplit_once(':') {
+            Some((host, port)) => {
+                let port = port.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| {
+                    anyhow!("--rdzv-endpoint {endpoint:?}: {port:?} is not a port number")
+                })?;
+                (host, port)
+            }
+            None => (endpoint.as_str(), DEFAULT_RDZV_PORT),
+        };
+        if host.is_empty() {
+            bail!("--rdzv-endpoint {endpoint:?} names no host");
+        }
+        return Ok(Some((host.to_string(), port)));
+    }
+    Ok(match (&flags.master_addr, flags.master_port) {
+        (Some(addr), port) => Some((addr.clone(), port.unwrap_or(DEFAULT_MASTER_PORT))),
+        (None, Some(port)) => Some(("127.0.0.1".to_string(), port)),
+        (None, None) => None,
+    })
+}
+
+/// The variables a worker gets, as torchrun sets them.
+pub fn worker_env(
+    plan: &NodePlan,
+    node_rank: usize,
+    local_rank: usize,
+    master: &(String, u16),
+) -> [(&'static str, String); 7] {
+    [
+        (
+            launch_var::RANK,
+            (node_rank * plan.nproc + local_rank).to_string(),
+        ),
+        (launch_var::WORLD_SIZE, plan.world_size().to_string()),
+        (launch_var::LOCAL_RANK, local_rank.to_string()),
+        (launch_var::LOCAL_WORLD_SIZE, plan.nproc.to_string()),
+        (launch_var::GROUP_RANK, node_rank.to_string()),
+        (launch_var::MASTER_ADDR, master.0.clone()),
+        (launch_var::MASTER_PORT, master.1.to_string()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn plan(args: &[&str]) -> anyhow::Result<Option<NodePlan>> {
+        let cli = Cli::try_parse_from(std::iter::once("trainer").chain(args.iter().copied()))?;
+        NodePlan::resolve(&cli, None)
+    }
+
+    #[test]
+    fn torchrun_spellings_give_torchrun_ranks() {
+        let multi = plan(&[
+            "--nnodes=2",
+            "--node_rank=1",
+            "--nproc_per_node=4",
+            "--master_addr=h0",
+            "--master_port=1234",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(multi.world_size(), 8);
+        let env = worker_env(&multi, 1, 2, multi.master.as_ref().unwrap());
+        let get = |var| env.iter().find(|(v, _)| *v == var).unwrap().1.as_str();
+        assert_eq!(get(launch_var::RANK), "6");
+        assert_eq!(get(launch_var::WORLD_SIZE), "8");
+        assert_eq!(get(launch_var::LOCAL_RANK), "2");
+        assert_eq!(get(launch_var::LOCAL_WORLD_SIZE), "4");
+        assert_eq!(get(launch_var::GROUP_RANK), "1");
+        assert_eq!(
+            (get(launch_var::MASTER_ADDR), get(launch_var::MASTER_PORT)),
+            ("h0", "1234")
+        );
+        let standalone = plan(&["--standalone", "--nproc_per_node=4"])
+            .unwrap()
+            .unwrap();
+        let one_node = plan(&["--world-size", "4"]).unwrap().unwrap();
+        assert_eq!(standalone, one_node);
+        assert_eq!(
+            (one_node.nnodes, one_node.node_rank, one_node.master),
+            (1, Some(0), None)
+        );
+        // The same command on every machine: node ranks by arrival.
+        let rdzv = plan(&[
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--rdzv-endpoint",
+            "h1",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (rdzv.node_rank, rdzv.master),
+            (None, Some(("h1".to_string(), DEFAULT_RDZV_PORT)))
+        );
+        assert_eq!(plan(&["--epochs", "1"]).unwrap(), None);
+    }
+
+    #[test]
+    fn inconsistent_node_flags_are_refused_naming_them() {
+        for (args, needle) in [
+            (
+                &["--world-size", "3", "--nproc-per-node", "2"][..],
+                "--world-size 3",
+            ),
+            (
+                &["--nnodes", "2", "--nproc-per-node", "2", "--node-rank", "0"],
+                "--master-addr",
+            ),
+            (&["--nnodes", "2", "--master-addr", "h"], "--nproc-per-node"),
+            (
+                &[
+                    "--nnodes",
+                    "2",
+                    "--nproc-per-node",
+                    "1",
+                    "--node-rank",
+                    "2",
+                    "--master-addr",
+                    "h",
+                ],
+                "--node-rank 2",
+            ),
+            (
+                &["--nproc-per-node", "1", "--rdzv-endpoint", "h:x"],
+                "not a port",
+            ),
+        ] {
+            let err = plan(args).unwrap_err().to_string();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn one_launcher_task_per_node_under_srun_takes_the_nodes_from_slurm() {
+        let cli = Cli::try_parse_from(["trainer", "--nproc-per-node", "2"]).unwrap();
+        let mut env = LaunchEnv {
+            rank: 1,
+            world_size: 3,
+            local_rank: 0,
+            local_world_size: 1,
+            master_addr: "n0".to_string(),
+            master_port: 20042,
+            source: LaunchSource::Slurm,
+        };
+        let plan = NodePlan::resolve(&cli, Some(&env)).unwrap().unwrap();
+        assert_eq!(
+            plan,
+            NodePlan {
+                nnodes: 3,
+                node_rank: Some(1),
+                nproc: 2,
+                master: Some(("n0".to_string(), 20042)),
+            }
+        );
+        env.local_world_size = 2;
+        let err = NodePlan::resolve(&cli, Some(&env)).unwrap_err().to_string();
+        assert!(err.contains("one task per node"), "{err}");
+        // `srun trainer` in place of `srun torchrun` with its rendezvous flags.
+        let seed = Cli::try_parse_from([
+            "trainer",
+            "--nnodes=3",
+            "--nproc_per_node=2",
+            "--rdzv_id=42",
+            "--rdzv_backend=c10d",
+            "--rdzv_endpoint=n0:29500",
+        ])
+        .unwrap();
+        env.local_world_size = 1;
+        let plan = NodePlan::resolve(&seed, Some(&env)).unwrap().unwrap();
+        assert_eq!(plan.master, Some(("n0".to_string(), 29500)));
+        assert_eq!((plan.nnodes, plan.node_rank), (3, Some(1)));
+        // Without --nproc-per-node an srun task is a worker.
+        let worker = Cli::try_parse_from(["trainer"]).unwrap();
+        env.local_world_size = 1;
+        assert_eq!(NodePlan::resolve(&worker, Some(&env)).unwrap(), None);
+    }
+}

@@ -1,0 +1,169 @@
+//! Watching one attempt's workers to its end: signals passed on, the first
+//! failure here or on another node, and what to say about it.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use signal_hook::iterator::Signals;
+
+use super::group::NodeGroup;
+use super::workers::{Worker, forward, stop};
+use super::{Failure, Graces, Outcome, POLL};
+use crate::stop::{PREEMPTED_EXIT_CODE, RunEnd, describe};
+
+/// How long a launcher whose rank exited with an error (often its reaction
+/// to losing a peer elsewhere) waits for another node to report the cause.
+const CAUSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Waits for all workers; on the first failure (here, or reported by
+/// another node of `group`) waits `graces.failure` for the rest, kills
+/// what is left, and describes the failures. A signal to the launcher goes
+/// on to the workers, which get `graces.signal` to stop; a second one stops
+/// them at once.
+pub(super) fn supervise(
+    workers: &mut [Worker],
+    graces: Graces,
+    signals: &mut Signals,
+    mut group: Option<(&mut NodeGroup, u32)>,
+) -> Outcome {
+    let mut first_failure: Option<usize> = None;
+    // A failure another node reported first: the cause of any here.
+    let mut elsewhere: Option<String> = None;
+    let mut received: Option<i32> = None;
+    let mut deadline: Option<Instant> = None;
+    let node = group
+        .as_ref()
+        .map_or(String::new(), |(g, _)| format!("node {}: ", g.node_rank));
+    loop {
+        for signal in signals.pending() {
+            forward(workers, signal);
+            let wait = if received.is_some() {
+                eprintln!(
+                    "launcher: {} again: stopping the workers now",
+                    describe(signal)
+                );
+                Duration::ZERO
+            } else {
+                eprintln!(
+                    "launcher: {}: passed on to the workers, which get {:?} to stop",
+                    describe(signal),
+                    graces.signal
+                );
+                graces.signal
+            };
+            received.get_or_insert(signal);
+            let until = Instant::now() + wait;
+            deadline = Some(deadline.map_or(until, |d| d.min(until)));
+        }
+        let mut failed_now = Vec::new();
+        for (i, w) in workers.iter_mut().enumerate() {
+            if w.status.is_none()
+                && let Ok(Some(status)) = w.child.try_wait()
+            {
+                w.status = Some(status);
+                if !status.success() && status.code() != Some(PREEMPTED_EXIT_CODE) {
+                    failed_now.push((i, status));
+                }
+            }
+        }
+        let undecided = first_failure.is_none() && elsewhere.is_none() && received.is_none();
+        // After a signal, workers ending badly are its doing, not a failure.
+        if undecided && let Some((i, status)) = root_cause(&failed_now) {
+            deadline = Some(Instant::now() + graces.failure);
+            workers[i].settle();
+            let ours = format!("{node}{}", workers[i].describe_failure());
+            let cause = group.as_mut().and_then(|(g, attempt)| {
+                let wait = if status.signal().is_some() {
+                    Duration::ZERO
+                } else {
+                    CAUSE_WAIT
+                };
+                g.report_failure(*attempt, &ours, wait)
+            });
+            match cause {
+                Some(cause) => {
+                    eprintln!("launcher: {cause}; stopping this node's ranks");
+                    elsewhere = Some(cause);
+                }
+                None => {
+                    eprintln!(
+                        "launcher: {node}rank {} exited with {status}; stopping the other ranks",
+                        workers[i].rank
+                    );
+                    first_failure = Some(i);
+                }
+            }
+        } else if undecided
+            && let Some((g, attempt)) = group.as_mut()
+            && let Some(cause) = g.failure_elsewhere(*attempt)
+        {
+            eprintln!("launcher: {cause}; stopping this node's ranks");
+            deadline = Some(Instant::now() + graces.failure);
+            elsewhere = Some(cause);
+        }
+        let running = workers.iter().filter(|w| w.status.is_none()).count();
+        if running == 0 || deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    stop(workers);
+    let preempted = |w: &Worker| w.status.and_then(|s| s.code()) == Some(PREEMPTED_EXIT_CODE);
+    if let Some(signal) = received {
+        return Outcome::Ended(if workers.iter().all(preempted) {
+            RunEnd::Preempted
+        } else {
+            RunEnd::Signalled(signal)
+        });
+    }
+    let first = match (first_failure, elsewhere) {
+        (Some(i), _) => format!("{node}{}", workers[i].describe_failure()),
+        (None, Some(cause)) => cause,
+        (None, None) => {
+            return Outcome::Ended(if workers.iter().any(preempted) {
+                RunEnd::Preempted
+            } else {
+                RunEnd::Finished
+            });
+        }
+    };
+    let others: Vec<String> = workers
+        .iter()
+        .enumerate()
+        .filter(|(j, w)| Some(*j) != first_failure && !w.status.is_some_and(|s| s.success()))
+        .map(|(_, w)| format!("{node}{}", w.describe_failure()))
+        .collect();
+    let mut message = first.clone();
+    if !others.is_empty() {
+        message.push_str(&format!("; then {}", others.join("; ")));
+    }
+    Outcome::Failed(Failure { first, message })
+}
+
+/// Of the ranks found failed in one look, the one to blame: a rank killed by
+/// a signal (the OOM killer, `kill -9`) before one that exited with an
+/// error, which is usually its peers' reaction to losing it.
+fn root_cause(failed: &[(usize, ExitStatus)]) -> Option<(usize, ExitStatus)> {
+    failed
+        .iter()
+        .find(|(_, status)| status.signal().is_some())
+        .or(failed.first())
+        .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_killed_by_a_signal_is_blamed_before_its_peers_reaction() {
+        // Raw wait statuses: exit code 1 is 1 << 8, SIGKILL is 9.
+        let exited = ExitStatus::from_raw(1 << 8);
+        let killed = ExitStatus::from_raw(9);
+        assert_eq!(root_cause(&[]), None);
+        assert_eq!(root_cause(&[(0, exited)]), Some((0, exited)));
+        assert_eq!(root_cause(&[(0, exited), (1, killed)]), Some((1, killed)));
+        assert_eq!(root_cause(&[(0, exited), (2, exited)]), Some((0, exited)));
+    }
+}

@@ -1,0 +1,217 @@
+//! Several launchers, one per "machine", make one job: two launchers of two
+//! ranks each on loopback (node ranks 0 and 1, the same master) train
+//! exactly what one launcher of four ranks trains.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{
+    data_arg, dataset, final_state, free_port, launcher_pid, stderr, stderr_lines, stdout, trainer,
+};
+use trainer::checkpoint::Position;
+use trainer::checkpoint::store::PAUSE_ENV;
+
+/// One epoch (of `--max-steps`), checkpointed at its end into `dir`.
+fn job(dir: &Path) -> Command {
+    let mut cmd = trainer();
+    cmd.args([
+        "--epochs",
+        "1",
+        "--threads",
+        "1",
+        "--seed",
+        "7",
+        "--checkpoint-dir",
+    ])
+    .arg(dir)
+    .args(data_arg(dataset()))
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    cmd
+}
+
+/// Launchers for nodes 0 and 1 of a 2 x 2 job, started together.
+fn two_launchers(dir: &Path, extra: &[&str]) -> [Child; 2] {
+    two_launchers_with(dir, extra, |_| {})
+}
+
+/// [`two_launchers`], each command also set up by `also`.
+fn two_launchers_with(dir: &Path, extra: &[&str], also: impl Fn(&mut Command)) -> [Child; 2] {
+    let port = free_port().to_string();
+    [0, 1].map(|node_rank: usize| {
+        let mut cmd = job(dir);
+        cmd.args(["--nnodes", "2", "--nproc_per_node", "2"])
+            .args(["--master_addr", "127.0.0.1", "--master_port", &port])
+            .args(["--node_rank", &node_rank.to_string()])
+            .args(extra);
+        also(&mut cmd);
+        cmd.spawn().expect("starting a launcher")
+    })
+}
+
+/// The same launcher command twice: node ranks by arrival.
+fn two_same_launchers(dir: &Path, extra: &[&str]) -> [Output; 2] {
+    let endpoint = format!("127.0.0.1:{}", free_port());
+    [(); 2]
+        .map(|()| {
+            job(dir)
+                .args(["--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d"])
+                .args(["--rdzv_id=job7", "--rdzv_endpoint", &endpoint])
+                .args(extra)
+                .spawn()
+                .expect("starting a launcher")
+        })
+        .map(|l| l.wait_with_output().unwrap())
+}
+
+/// The final checkpoint's tensors, as bits (the files' metadata order varies).
+fn tensors(dir: &Path) -> Vec<Vec<u32>> {
+    let state = final_state(dir);
+    [state.params, state.exp_avg, state.exp_avg_sq]
+        .map(|t| t.iter().map(|x| x.to_bits()).collect())
+        .into()
+}
+
+#[test]
+fn two_launchers_of_two_ranks_train_what_one_launcher_of_four_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+    let out = job(&one)
+        .args(["--world-size", "4", "--max-steps", "4"])
+        .spawn()
+        .unwrap()
+        .wait_with_output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let outs = two_launchers(&two, &["--max-steps", "4"]).map(|l| l.wait_with_output().unwrap());
+    for (node, out) in outs.iter().enumerate() {
+        assert!(out.status.success(), "node {node}: {}", stderr(out));
+    }
+    // Node 1's launcher starts global ranks 2 and 3.
+    let node1 = stderr(&outs[1]);
+    assert!(node1.contains("launcher: started rank 2 "), "{node1}");
+    assert!(node1.contains("launcher: started rank 3 "), "{node1}");
+    assert!(tensors(&one) == tensors(&two), "the weights differ");
+
+    let three = tmp.path().join("three");
+    let outs = two_same_launchers(&three, &["--max-steps", "4"]);
+    let said = outs.each_ref().map(stderr);
+    for (out, said) in outs.iter().zip(&said) {
+        assert!(out.status.success(), "{said}");
+    }
+    let starts = |rank| {
+        said.iter()
+            .position(|s| s.contains(&format!("launcher: started rank {rank} ")))
+    };
+    assert!(
+        starts(0).is_some() && starts(2).is_some() && starts(0) != starts(2),
+        "{said:?}"
+    );
+    assert!(tensors(&one) == tensors(&three), "the weights differ");
+}
+
+#[test]
+fn a_rank_killed_on_one_node_stops_both_and_both_launchers_name_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let [node0, mut node1] =
+        two_launchers(tmp.path(), &["--max-steps", "100000", "--timeout", "10"]);
+    let (lines, relay) = stderr_lines(&mut node1);
+    let pid = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("node 1's launcher names rank 3's pid");
+        if let Some(pid) = launcher_pid(&line, 3) {
+            break pid;
+        }
+    };
+    // Wait until the job trains, then kill rank 3.
+    while !lines
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the job starts")
+        .contains("joined")
+    {}
+    let killed = Instant::now();
+    Command::new("kill").args(["-9", &pid]).status().unwrap();
+    let out0 = wait_within(node0, Duration::from_secs(30));
+    let status1 = node1.wait().unwrap();
+    relay.join().unwrap();
+    let said1: Vec<String> = lines.try_iter().collect();
+    assert!(
+        killed.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        killed.elapsed()
+    );
+    let said0 = stderr(&out0);
+    assert!(!out0.status.success() && !status1.success());
+    let last0 = said0.lines().last().unwrap_or_default();
+    let last1 = said1.last().cloned().unwrap_or_default();
+    for last in [last0, last1.as_str()] {
+        assert!(
+            last.contains("node 1: rank 3 failed (signal: 9"),
+            "{last}\nnode 0 said:\n{said0}\nnode 1 said:\n{}",
+            said1.join("\n")
+        );
+    }
+}
+
+#[test]
+fn with_max_restarts_every_node_restarts_from_the_checkpoint_and_the_result_is_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (calm, hit) = (tmp.path().join("calm"), tmp.path().join("hit"));
+    let steps = ["--max-steps", "8", "--checkpoint-every", "2"];
+    let out = job(&calm)
+        .args(["--world-size", "4"])
+        .args(steps)
+        .spawn()
+        .unwrap()
+        .wait_with_output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Every save pauses a second, so that the job still runs when rank 3
+    // is killed after the first checkpoint.
+    let extra = [&steps[..], &["--max-restarts", "1", "--timeout", "10"]].concat();
+    let log = tmp.path().join("launchers.log");
+    let [mut node0, mut node1] = two_launchers_with(&hit, &extra, |cmd| {
+        let append = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&log);
+        cmd.env(PAUSE_ENV, "1").stderr(append.unwrap());
+    });
+    let first = hit.join(Position { epoch: 1, step: 2 }.dir_name());
+    common::wait_for_dir(&first, Duration::from_secs(60));
+    let pids = Command::new("pgrep")
+        .args(["-P", &node1.id().to_string()])
+        .output()
+        .unwrap();
+    let rank3 = stdout(&pids)
+        .lines()
+        .last()
+        .expect("node 1 runs ranks 2 and 3")
+        .to_string();
+    Command::new("kill").args(["-9", &rank3]).status().unwrap();
+    let (status0, status1) = (node0.wait().unwrap(), node1.wait().unwrap());
+    assert!(
+        status0.success() && status1.success(),
+        "{status0} {status1}"
+    );
+    assert!(tensors(&calm) == tensors(&hit), "the weights differ");
+}
+
+/// `child`'s output, failing the test if it runs longer than `limit`.
+fn wait_within(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            panic!("a launcher still runs after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
