@@ -9,6 +9,7 @@ pub mod ddp;
 pub mod launcher;
 pub mod metrics;
 pub mod model;
+pub mod monitor;
 pub mod output_paths;
 pub mod stop;
 pub mod train;

@@ -24,6 +24,7 @@ use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::{DropoutRates, cnn_layout};
+use crate::monitor::{Monitor, Straggler};
 use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
 use crate::train::{Progress, RunOutcome, Setup, Silent, TrainConfig, Trainer};
 
@@ -85,14 +86,25 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
             Some(Transport::Nccl) => ", gradients over NCCL",
         },
     };
+    let gpu_uuid = match &device {
+        Device::Cpu(_) => None,
+        Device::Cuda(gpu) => gpu.uuid().ok(),
+    };
+    let (monitor, unwatched) = Monitor::start(gpu_uuid)
+        .with_context(|| format!("rank {}: starting the monitor thread", info.rank))?;
+    if let (Some(why), 0) = (unwatched, info.rank) {
+        eprintln!(
+            "note: GPU monitoring off (utilisation, memory, power, temperature are null): {why}"
+        );
+    }
     let outcome = match device {
-        Device::Cpu(cpu) => train_on(cpu, &job, comm, None, stop),
+        Device::Cpu(cpu) => train_on(cpu, &job, comm, None, stop, monitor),
         Device::Cuda(gpu) => {
             let hook = match nccl {
                 Some(nccl) => Some(Box::new(NcclHook::new(nccl, &gpu)?) as Box<dyn CommHook<Cuda>>),
                 None => None,
             };
-            train_on(gpu, &job, comm, hook, stop)
+            train_on(gpu, &job, comm, hook, stop, monitor)
         }
     }?;
     Ok(match outcome {
@@ -119,6 +131,7 @@ fn train_on<B: Ops>(
     comm: Option<CommThread>,
     device_hook: Option<Box<dyn CommHook<B>>>,
     stop: StopRequest,
+    monitor: Monitor,
 ) -> anyhow::Result<RunOutcome> {
     let Job {
         cli,
@@ -170,6 +183,7 @@ fn train_on<B: Ops>(
     };
     let mut trainer = Trainer::start(backend, data, cfg, setup)
         .with_context(|| format!("rank {rank}: setting up"))?;
+    trainer.watch(monitor);
     if lead {
         eprintln!(
             "training on {device}, world size {}{gradients}, data from {}",
@@ -199,6 +213,13 @@ fn train_on<B: Ops>(
     let outcome = trainer.run(progress.as_mut(), &mut |report| {
         if lead {
             println!("{}", epoch_line(report));
+            if let Some(s) = Straggler::find(&report.ranks) {
+                eprintln!(
+                    "note: rank {} is {:.0}% behind the median rank (its steps' time, waiting for gradients excluded)",
+                    s.rank,
+                    100.0 * (s.ratio - 1.0)
+                );
+            }
             if let Some(m) = &mut metrics {
                 m.append(report)?;
             }

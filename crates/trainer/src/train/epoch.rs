@@ -11,6 +11,7 @@ use super::{EpochReport, Progress, RunOutcome, Trainer};
 use crate::checkpoint::Position;
 use crate::data::to_device_indices;
 use crate::model::Model;
+use crate::monitor::RankStats;
 use crate::stop::StopKind;
 
 /// How an epoch ended.
@@ -53,6 +54,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let images_before = batches[..first].iter().map(|b| b.len() as u64).sum();
         self.meter
             .start(&self.backend, resumed.as_ref(), images_before)?;
+        // The epoch's monitoring leaves out setup and the last checkpoint.
+        self.monitor.take();
         progress.start_epoch(epoch, steps - first);
         for (s, positions) in batches.into_iter().enumerate().skip(first) {
             let at = Position {
@@ -96,7 +99,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         };
         let train_seconds = self.meter.train_seconds();
         progress.finish_epoch();
+        let eval_began = Instant::now();
         let test_accuracy = self.evaluate()?;
+        let ranks = self
+            .gather_rank_stats(eval_began.elapsed().as_secs_f64())
+            .with_context(|| format!("rank {rank}: gathering epoch {epoch}'s monitoring"))?;
         Ok(EpochEnd::Trained(EpochReport {
             epoch,
             epochs: self.cfg.epochs,
@@ -107,8 +114,20 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             images_per_second: images / train_seconds,
             steps,
             images: images as u64,
-            phases: self.timer.take(),
+            ranks,
         }))
+    }
+
+    /// Every rank's monitoring and phase times for the epoch, in rank order
+    /// (one all-reduce; see [`RankStats::table_row`]).
+    fn gather_rank_stats(&mut self, eval_seconds: f64) -> anyhow::Result<Vec<RankStats>> {
+        let mine = RankStats {
+            usage: self.monitor.take(),
+            phases: self.timer.take(),
+            eval_seconds,
+        };
+        let table = self.sum_over_ranks(mine.table_row(self.rank, self.world_size))?;
+        Ok(RankStats::from_table(&table))
     }
 
     /// Whether every rank stops after this step: a rank's vote counts for

@@ -31,6 +31,7 @@ use crate::checkpoint::{Checkpoints, Position, Settings};
 use crate::data::DeviceSplit;
 use crate::ddp::{CommHook, CommThread, HostHook, Reducer, plan_buckets};
 use crate::model::{CnnMnist, DropoutRates, Model};
+use crate::monitor::{Monitor, RankStats};
 use crate::stop::StopRequest;
 use eval::Evaluator;
 use meter::{EpochMeter, ResumePoint};
@@ -79,9 +80,9 @@ pub struct EpochReport {
     pub images_per_second: f64,
     pub steps: usize,
     pub images: u64,
-    /// Where this rank's training time went (host clock; on a GPU, the
-    /// time the host spent queueing each phase).
-    pub phases: PhaseSeconds,
+    /// Every rank's resource use and where its time went (host clock; on a
+    /// GPU, the time the host spent queueing each phase), in rank order.
+    pub ranks: Vec<RankStats>,
 }
 
 /// How a run ended.
@@ -167,6 +168,7 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     checkpoints: Option<Checkpoints>,
     stop: StopRequest,
     timer: StepTimer,
+    monitor: Monitor,
 }
 
 impl<B: Ops> Trainer<B> {
@@ -245,6 +247,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             checkpoints,
             stop,
             timer: StepTimer::default(),
+            monitor: Monitor::off(),
             reducer,
             comm,
             backend,
@@ -253,6 +256,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             rank,
             world_size,
         })
+    }
+
+    /// Reports `monitor`'s samples in every epoch's [`RankStats`] (the
+    /// default measures nothing but the phases).
+    pub fn watch(&mut self, monitor: Monitor) {
+        self.monitor = monitor;
     }
 
     pub fn rank(&self) -> usize {
