@@ -110,6 +110,19 @@ pub struct Cli {
     #[arg(long, value_name = "PATH")]
     pub metrics: Option<PathBuf>,
 
+    /// Write TensorBoard event files into this directory (rank 0 only).
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
+
+    /// Rank 0's running loss and accuracy every N steps, to the progress
+    /// display and TensorBoard (CPU training; on a GPU, once per epoch).
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_every: u64,
+
+    /// Seconds between progress lines when stderr is not a terminal.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = positive_finite)]
+    pub progress_seconds: f64,
+
     /// Gradient bucket size in MiB for the all-reduce (the first bucket is
     /// at most 1 MiB, as in PyTorch DDP).
     #[arg(long, default_value_t = 25.0, value_parser = positive_finite)]

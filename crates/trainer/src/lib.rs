@@ -11,7 +11,9 @@ pub mod metrics;
 pub mod model;
 pub mod monitor;
 pub mod output_paths;
+pub mod progress;
 pub mod stop;
+pub mod tensorboard;
 pub mod train;
 pub mod worker;
 

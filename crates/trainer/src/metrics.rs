@@ -155,6 +155,7 @@ mod tests {
             images_per_second: 1306.2,
             steps: 938,
             images: 60000,
+            global_step: 938,
             ranks: vec![
                 RankStats {
                     phases: PhaseSeconds([0.5, 20.0, 22.0, 1.5, 1.9]),

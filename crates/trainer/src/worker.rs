@@ -1,6 +1,8 @@
 //! One rank from start to finish: data, device, communicator, epochs.
 
-use std::io::{IsTerminal, Write};
+use std::cell::RefCell;
+use std::io::Write;
+use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,7 +12,6 @@ use comm::{
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Cuda, Ops};
 use fashion_mnist::FashionMnist;
-use indicatif::{ProgressBar, ProgressStyle};
 
 mod device;
 
@@ -25,7 +26,9 @@ use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::{DropoutRates, cnn_layout};
 use crate::monitor::{Monitor, Straggler};
+use crate::progress::Console;
 use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
+use crate::tensorboard::EventWriter;
 use crate::train::{Progress, RunOutcome, Setup, Silent, TrainConfig, Trainer};
 
 /// This process's place in the job.
@@ -205,8 +208,15 @@ fn train_on<B: Ops>(
         (Some(path), true) => Some(MetricsFile::create(path, info.world_size, device)?),
         _ => None,
     };
-    let mut progress: Box<dyn Progress> = if lead && std::io::stderr().is_terminal() {
-        Box::new(Bar::default())
+    let board = match (&cli.tensorboard, lead) {
+        (Some(dir), true) => Some(Rc::new(RefCell::new(
+            EventWriter::create(dir, &hostname()).context("rank 0: --tensorboard")?,
+        ))),
+        _ => None,
+    };
+    let mut progress: Box<dyn Progress> = if lead {
+        let line_every = Duration::from_secs_f64(cli.progress_seconds);
+        Box::new(Console::new(cli.log_every, line_every, board.clone()))
     } else {
         Box::new(Silent)
     };
@@ -222,6 +232,9 @@ fn train_on<B: Ops>(
             }
             if let Some(m) = &mut metrics {
                 m.append(report)?;
+            }
+            if let Some(board) = &board {
+                board.borrow_mut().epoch(report)?;
             }
         }
         Ok(())
@@ -332,31 +345,4 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
-}
-
-/// The progress bar rank 0 draws while an epoch runs, on a terminal only.
-#[derive(Default)]
-struct Bar(Option<ProgressBar>);
-
-impl Progress for Bar {
-    fn start_epoch(&mut self, epoch: usize, steps: usize) {
-        let bar = ProgressBar::new(steps as u64);
-        if let Ok(style) = ProgressStyle::with_template(
-            "epoch {msg} [{bar:30}] {pos}/{len} steps, {per_sec}, eta {eta}",
-        ) {
-            bar.set_style(style.progress_chars("=> "));
-        }
-        bar.set_message(epoch.to_string());
-        self.0 = Some(bar);
-    }
-    fn step(&mut self) {
-        if let Some(bar) = &self.0 {
-            bar.inc(1);
-        }
-    }
-    fn finish_epoch(&mut self) {
-        if let Some(bar) = self.0.take() {
-            bar.finish_and_clear();
-        }
-    }
 }

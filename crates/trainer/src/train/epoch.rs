@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use core_tensor::{Ops, rng};
 
 use super::guard::GUARD_READ_EVERY;
-use super::{EpochReport, Progress, RunOutcome, Trainer};
+use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
 use crate::data::to_device_indices;
 use crate::model::Model;
@@ -73,6 +73,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             self.train_step(&device_indices, positions, seed, vote)
                 .with_context(|| format!("rank {rank}: epoch {epoch}, step {}", s + 1))?;
             progress.step();
+            self.report_running(progress)?;
             if self.all_ranks_stop(vote)? {
                 progress.finish_epoch();
                 let saved = self.save_checkpoint(at)?;
@@ -114,8 +115,28 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             images_per_second: images / train_seconds,
             steps,
             images: images as u64,
+            global_step: self.replica.step,
             ranks,
         }))
+    }
+
+    /// Hands `progress` this rank's running loss and accuracy at the steps
+    /// it asks for (host-memory backends only: see [`Progress::running_every`]).
+    fn report_running(&self, progress: &mut dyn Progress) -> anyhow::Result<()> {
+        let due = progress
+            .running_every()
+            .is_some_and(|every| B::IN_HOST_MEMORY && self.replica.step % every == 0);
+        if due {
+            let [loss_sum, correct] = self.meter.read(&self.backend)?;
+            let images = self.meter.images as f64;
+            progress.running(&Running {
+                global_step: self.replica.step,
+                loss: loss_sum / images,
+                accuracy: correct / images,
+                images: self.meter.images * self.world_size as u64,
+            });
+        }
+        Ok(())
     }
 
     /// Every rank's monitoring and phase times for the epoch, in rank order

@@ -80,6 +80,8 @@ pub struct EpochReport {
     pub images_per_second: f64,
     pub steps: usize,
     pub images: u64,
+    /// Optimizer steps since training began, at the end of this epoch.
+    pub global_step: u64,
     /// Every rank's resource use and where its time went (host clock; on a
     /// GPU, the time the host spent queueing each phase), in rank order.
     pub ranks: Vec<RankStats>,
@@ -106,6 +108,25 @@ pub trait Progress {
     fn start_epoch(&mut self, epoch: usize, steps: usize);
     fn step(&mut self);
     fn finish_epoch(&mut self);
+    /// Every how many optimizer steps [`Progress::running`] wants this
+    /// rank's running numbers (`None`: never). Backends outside host memory
+    /// skip them: reading would wait for the device.
+    fn running_every(&self) -> Option<u64> {
+        None
+    }
+    fn running(&mut self, _numbers: &Running) {}
+}
+
+/// This rank's numbers since its epoch began, mid-epoch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Running {
+    /// Optimizer steps since training began (over all epochs).
+    pub global_step: u64,
+    /// Mean loss per sample and accuracy of this rank's samples so far.
+    pub loss: f64,
+    pub accuracy: f64,
+    /// Images this epoch so far, all ranks together (assuming equal shards).
+    pub images: u64,
 }
 
 /// No progress display (other ranks, non-terminal output, tests).
