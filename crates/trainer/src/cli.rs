@@ -35,6 +35,9 @@ a second signal stops at once. The launcher passes signals on to its workers,
 kills them after --grace seconds, and exits with 75 if they all saved, else
 with 128 + the signal; its workers die with it even when it is SIGKILLed.
 
+CURVES: trainer plot run.jsonl -o curves.png draws a --metrics file's loss,
+accuracy and img/s per epoch (labels in DejaVu Sans: fonts-dejavu-core).
+
 DATA: --data-dir, else data/fashion-mnist/, else /usr/share/datasets/fashion-mnist/
 (Debian/Ubuntu: apt-get install dataset-fashion-mnist; elsewhere: cargo xtask fetch-data).";
 

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod model;
 pub mod monitor;
 pub mod output_paths;
+pub mod plot;
 pub mod progress;
 pub mod stop;
 pub mod tensorboard;

@@ -157,3 +157,35 @@ fn tensorboard_reads_loss_accuracy_and_monitoring_from_the_event_files() {
     }
     assert!(!text.contains("gpu_"), "no GPU here: {text}");
 }
+
+#[test]
+fn plot_draws_the_runs_curves_into_a_png() {
+    let png = observed_run().join("curves.png");
+    let out = run(trainer()
+        .arg("plot")
+        .arg(observed_run().join("run.jsonl"))
+        .arg("-o")
+        .arg(&png));
+    if !out.status.success() {
+        // No font installed: the one acceptable failure, and it says what to install.
+        assert!(
+            stderr(&out).contains("fonts-dejavu-core"),
+            "{}",
+            stderr(&out)
+        );
+        return;
+    }
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(bytes[..8], *b"\x89PNG\r\n\x1a\n");
+    let size = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    assert_eq!((size(16), size(20)), (1500, 480));
+    let missing = run(trainer()
+        .arg("plot")
+        .arg(observed_run().join("nothing.jsonl")));
+    assert!(!missing.status.success());
+    assert!(
+        stderr(&missing).contains("nothing.jsonl"),
+        "{}",
+        stderr(&missing)
+    );
+}
