@@ -2,6 +2,7 @@
 //! asked for several ranks or restarts with no launcher around, the launcher
 //! of its own workers. See `ARCHITECTURE.md` for the map.
 
+pub mod announce;
 pub mod checkpoint;
 pub mod cli;
 pub mod data;

@@ -52,19 +52,18 @@ impl Console {
         }
     }
 
-    /// "loss 0.4321, acc 0.8412, 2345 img/s", or less before the first numbers.
+    /// "loss 0.4321, acc 0.8412, 2345 img/s", or steps/s before the first
+    /// running numbers (and on a GPU, which has none).
     fn numbers(&self) -> String {
+        let seconds = self.started.elapsed().as_secs_f64().max(1e-9);
         match &self.last {
-            Some(r) => {
-                let seconds = self.started.elapsed().as_secs_f64().max(1e-9);
-                format!(
-                    "loss {:.4}, acc {:.4}, {:.0} img/s",
-                    r.loss,
-                    r.accuracy,
-                    r.images as f64 / seconds
-                )
-            }
-            None => "waiting for the first numbers".into(),
+            Some(r) => format!(
+                "loss {:.4}, acc {:.4}, {:.0} img/s",
+                r.loss,
+                r.accuracy,
+                r.images as f64 / seconds
+            ),
+            None => format!("{:.1} steps/s", self.done as f64 / seconds),
         }
     }
 }
@@ -91,6 +90,7 @@ impl Progress for Console {
         self.done += 1;
         if let Some(bar) = &self.bar {
             bar.inc(1);
+            bar.set_message(self.numbers());
         } else if !self.terminal && self.last_line.elapsed() >= self.line_every {
             self.last_line = Instant::now();
             eprintln!(

@@ -1,7 +1,6 @@
 //! One rank from start to finish: data, device, communicator, epochs.
 
 use std::cell::RefCell;
-use std::io::Write;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ mod device;
 
 use device::{Device, choose_device, choose_transport, connect_nccl};
 
+use crate::announce::{report_outcome, started_by};
 use crate::checkpoint::origin::Origin;
 use crate::checkpoint::resume::{self, Request};
 use crate::checkpoint::{CheckpointDir, Checkpoints};
@@ -88,6 +88,7 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
             Some(Transport::Tcp) => ", gradients over the TCP ring",
             Some(Transport::Nccl) => ", gradients over NCCL",
         },
+        started_by: started_by(launch),
     };
     let gpu_uuid = match &device {
         Device::Cpu(_) => None,
@@ -126,6 +127,8 @@ struct Job<'a> {
     data_dir: &'a std::path::Path,
     /// How gradients travel, for the start-up line.
     gradients: &'static str,
+    /// Who started the ranks, for the start-up line.
+    started_by: &'static str,
 }
 
 fn train_on<B: Ops>(
@@ -142,6 +145,7 @@ fn train_on<B: Ops>(
         data,
         data_dir,
         gradients,
+        ..
     } = *job;
     let rank = info.rank;
     let cfg = TrainConfig {
@@ -189,8 +193,9 @@ fn train_on<B: Ops>(
     trainer.watch(monitor);
     if lead {
         eprintln!(
-            "training on {device}, world size {}{gradients}, data from {}",
+            "training on {device}, world size {} ({}){gradients}, data from {}",
             info.world_size,
+            job.started_by,
             data_dir.display()
         );
         if trainer.first_epoch() > cli.epochs as usize {
@@ -239,44 +244,8 @@ fn train_on<B: Ops>(
         }
         Ok(())
     })?;
-    report_outcome(&outcome, info, cli);
+    report_outcome(&outcome, info, cli, trainer.last_checkpoint());
     Ok(outcome)
-}
-
-/// The run's last line: rank 0's for a finished or preempted run (every
-/// rank stopped at the same step), every rank's for an interrupt. Stops are
-/// reported on stderr, beside the errors a job's log is searched for.
-fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli) {
-    // A stopped rank's reader may be gone (a launcher that died): a line
-    // that cannot be written is dropped, never a panic at the last step.
-    let line = match outcome {
-        RunOutcome::Completed if info.rank == 0 => {
-            let done = format!(
-                "training finished: {} epoch(s), world size {}",
-                cli.epochs, info.world_size
-            );
-            let _ = writeln!(std::io::stdout(), "{done}");
-            return;
-        }
-        RunOutcome::Preempted { at, saved } if info.rank == 0 => match saved {
-            Some(dir) => format!(
-                "preempted at epoch {} step {}; checkpoint {}; resume with --resume auto",
-                at.epoch,
-                at.step,
-                dir.display()
-            ),
-            None => format!(
-                "preempted at epoch {} step {}; nothing was saved (no --checkpoint-dir)",
-                at.epoch, at.step
-            ),
-        },
-        RunOutcome::Interrupted { at } => format!(
-            "rank {}: interrupted at epoch {} step {}; nothing saved",
-            info.rank, at.epoch, at.step
-        ),
-        _ => return,
-    };
-    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Rank 0's decision of where training starts (see [`resume::choose`]),

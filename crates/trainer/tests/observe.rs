@@ -34,6 +34,8 @@ fn observed_run() -> &'static Path {
             .arg(dir.path().join("tb"))
             .args(data_arg(dataset())));
         assert!(out.status.success(), "{}", stderr(&out));
+        std::fs::write(dir.path().join("stderr.txt"), &out.stderr).unwrap();
+        std::fs::write(dir.path().join("stdout.txt"), &out.stdout).unwrap();
         dir
     })
     .path()
@@ -66,6 +68,24 @@ fn metrics_rows_hold_every_ranks_monitoring_and_phase_times() {
         assert_eq!(row["phase_s"], ranks[0]["phase_s"]);
         assert!(row.get("straggler").is_some(), "null or a rank: {row}");
     }
+}
+
+#[test]
+fn the_log_says_who_started_the_ranks_once_and_how_to_load_the_model() {
+    let err = std::fs::read_to_string(observed_run().join("stderr.txt")).unwrap();
+    let out = std::fs::read_to_string(observed_run().join("stdout.txt")).unwrap();
+    assert!(
+        err.matches("no usable GPU").count() <= 1,
+        "the note comes once per machine: {err}"
+    );
+    assert!(
+        err.contains("world size 2 (ranks started by the built-in launcher)"),
+        "{err}"
+    );
+    assert!(
+        out.contains("no model saved (--checkpoint-dir DIR keeps it)"),
+        "{out}"
+    );
 }
 
 fn tensorboard_python() -> Option<String> {

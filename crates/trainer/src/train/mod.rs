@@ -190,6 +190,8 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     stop: StopRequest,
     timer: StepTimer,
     monitor: Monitor,
+    /// The newest end-of-epoch checkpoint this rank saved.
+    last_saved: Option<PathBuf>,
 }
 
 impl<B: Ops> Trainer<B> {
@@ -269,6 +271,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             stop,
             timer: StepTimer::default(),
             monitor: Monitor::off(),
+            last_saved: None,
             reducer,
             comm,
             backend,
@@ -283,6 +286,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// default measures nothing but the phases).
     pub fn watch(&mut self, monitor: Monitor) {
         self.monitor = monitor;
+    }
+
+    /// The newest checkpoint [`Trainer::run`] saved at an epoch's end
+    /// (rank 0 with a checkpoint directory only).
+    pub fn last_checkpoint(&self) -> Option<&std::path::Path> {
+        self.last_saved.as_deref()
     }
 
     pub fn rank(&self) -> usize {
@@ -329,10 +338,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 epoch::EpochEnd::Stopped(outcome) => return Ok(outcome),
             };
             on_epoch(&report)?;
-            self.save_checkpoint(Position {
+            let saved = self.save_checkpoint(Position {
                 epoch: epoch as u64 + 1,
                 step: 0,
             })?;
+            self.last_saved = saved.or(self.last_saved.take());
         }
         Ok(RunOutcome::Completed)
     }
