@@ -76,6 +76,21 @@ pub struct GpuUsage {
     pub temperature_c: Summary,
 }
 
+impl GpuUsage {
+    /// All four summaries (in field order), or none.
+    fn from_parts(parts: [Option<Summary>; 4]) -> Option<Self> {
+        let [Some(util), Some(memory), Some(power), Some(temperature)] = parts else {
+            return None;
+        };
+        Some(GpuUsage {
+            util_percent: util,
+            memory_mib: memory,
+            power_w: power,
+            temperature_c: temperature,
+        })
+    }
+}
+
 /// The sampler's state, shared with the training thread.
 struct Sampler {
     rss: Stat,
@@ -115,16 +130,7 @@ impl Sampler {
     }
 
     fn take(&mut self) -> Usage {
-        let [util, memory, power, temperature] = std::mem::take(&mut self.gpu).map(|s| s.summary());
-        let gpu = match (util, memory, power, temperature) {
-            (Some(util), Some(memory), Some(power), Some(temperature)) => Some(GpuUsage {
-                util_percent: util,
-                memory_mib: memory,
-                power_w: power,
-                temperature_c: temperature,
-            }),
-            _ => None,
-        };
+        let gpu = GpuUsage::from_parts(std::mem::take(&mut self.gpu).map(|s| s.summary()));
         Usage {
             rss_mib: std::mem::take(&mut self.rss).summary(),
             cpu_percent: std::mem::take(&mut self.cpu).summary(),

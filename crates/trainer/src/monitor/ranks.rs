@@ -66,15 +66,7 @@ impl RankStats {
                 max: s[3],
             })
         };
-        let gpu = match (summary(2), summary(3), summary(4), summary(5)) {
-            (Some(util), Some(memory), Some(power), Some(temperature)) => Some(GpuUsage {
-                util_percent: util,
-                memory_mib: memory,
-                power_w: power,
-                temperature_c: temperature,
-            }),
-            _ => None,
-        };
+        let gpu = GpuUsage::from_parts([summary(2), summary(3), summary(4), summary(5)]);
         let times = &row[SUMMARIES * 4..];
         let mut phases = PhaseSeconds::default();
         phases.0.copy_from_slice(&times[..Phase::ALL.len()]);
