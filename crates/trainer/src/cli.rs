@@ -41,6 +41,9 @@ a second signal stops at once. The launcher passes signals on to its workers,
 kills them after --grace seconds, and exits with 75 if they all saved, else
 with 128 + the signal; its workers die with it even when it is SIGKILLed.
 
+CURVES: trainer plot run.jsonl -o curves.png draws a --metrics file's loss,
+accuracy and img/s per epoch (labels in DejaVu Sans: fonts-dejavu-core).
+
 DATA: --data-dir, else data/fashion-mnist/, else /usr/share/datasets/fashion-mnist/
 (Debian/Ubuntu: apt-get install dataset-fashion-mnist; elsewhere: cargo xtask fetch-data).";
 
@@ -73,12 +76,12 @@ pub enum BackendChoice {
 #[command(name = "trainer", version, about, after_help = AFTER_HELP, allow_negative_numbers = true)]
 pub struct Cli {
     /// Ranks to launch on this machine (ignored when the environment already
-    /// names this process's rank, which must then agree).
+    /// names this process's rank, which must then agree) [default: 1].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub world_size: Option<u32>,
 
     /// Passes over the training set.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub epochs: u32,
 
     /// Samples per step on each rank.
@@ -86,26 +89,27 @@ pub struct Cli {
     pub batch_size: u32,
 
     /// Adam learning rate.
-    #[arg(long, default_value_t = 1e-3, value_parser = positive_finite)]
+    #[arg(long, default_value_t = 1e-3, value_name = "RATE", value_parser = positive_finite)]
     pub lr: f64,
 
     /// Seed for the initial weights, the shuffling and dropout.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
 
-    /// Directory holding the four FashionMNIST .gz files.
+    /// Directory holding the four FashionMNIST .gz files [default: see DATA below].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
-    /// Stop each epoch after this many steps (for quick runs).
+    /// Stop each epoch after this many steps (for quick runs) [default: the whole epoch].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: Option<u32>,
 
-    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    /// Which device trains.
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto, value_name = "auto|cpu|cuda")]
     pub device: DeviceChoice,
 
     /// Gradient transport between ranks.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto, value_name = "auto|nccl|tcp")]
     pub backend: BackendChoice,
 
     /// CPU threads per rank [default: cores on this machine / ranks on it].
@@ -116,9 +120,22 @@ pub struct Cli {
     #[arg(long, value_name = "PATH")]
     pub metrics: Option<PathBuf>,
 
+    /// Write TensorBoard event files into this directory (rank 0 only).
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
+
+    /// Rank 0's running loss and accuracy every N steps, to the progress
+    /// display and TensorBoard (CPU training; on a GPU, once per epoch).
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_every: u64,
+
+    /// Seconds between progress lines when stderr is not a terminal.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = positive_finite)]
+    pub progress_seconds: f64,
+
     /// Gradient bucket size in MiB for the all-reduce (the first bucket is
     /// at most 1 MiB, as in PyTorch DDP).
-    #[arg(long, default_value_t = 25.0, value_parser = positive_finite)]
+    #[arg(long, default_value_t = 25.0, value_name = "MIB", value_parser = positive_finite)]
     pub bucket_mb: f64,
 
     /// Seconds a rank waits for its peers (rendezvous, each collective)
@@ -139,7 +156,7 @@ pub struct Cli {
     pub checkpoint_every: Option<u64>,
 
     /// Checkpoints to keep in --checkpoint-dir; older ones are deleted.
-    #[arg(long, value_name = "K", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub keep: u32,
 
     /// Continue from a checkpoint directory, or `auto`: the newest valid one

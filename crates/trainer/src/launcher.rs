@@ -210,7 +210,10 @@ fn resume_auto(args: &[OsString]) -> Vec<OsString> {
 /// job's, or none (the workers warn).
 fn fresh_token(args: &[OsString], plan: &NodePlan) -> anyhow::Result<Option<AuthToken>> {
     let given = std::env::var_os(AUTH_TOKEN_VAR).is_some()
-        || args.iter().any(|a| a.to_str().is_some_and(|a| a.starts_with("--auth-token-file")));
+        || args.iter().any(|a| {
+            a.to_str()
+                .is_some_and(|a| a.starts_with("--auth-token-file"))
+        });
     if given || plan.nnodes > 1 {
         return Ok(None);
     }

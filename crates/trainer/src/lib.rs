@@ -2,6 +2,7 @@
 //! asked for several ranks or restarts with no launcher around, the launcher
 //! of its own workers. See `ARCHITECTURE.md` for the map.
 
+pub mod announce;
 pub mod checkpoint;
 pub mod cli;
 pub mod data;
@@ -9,8 +10,12 @@ pub mod ddp;
 pub mod launcher;
 pub mod metrics;
 pub mod model;
+pub mod monitor;
 pub mod output_paths;
+pub mod plot;
+pub mod progress;
 pub mod stop;
+pub mod tensorboard;
 pub mod train;
 pub mod worker;
 

@@ -3,8 +3,19 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 use trainer::cli::Cli;
+use trainer::plot::{self, PlotArgs};
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "plot") {
+        let args = PlotArgs::parse_from(std::env::args_os().skip(1));
+        return match plot::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {

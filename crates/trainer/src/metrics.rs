@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::train::{EpochReport, Phase};
+use crate::monitor::{GpuUsage, Straggler, Summary};
+use crate::train::{EpochReport, Phase, PhaseSeconds};
 
 /// The epoch line, in the spirit of the reference script.
 pub fn epoch_line(r: &EpochReport) -> String {
@@ -39,6 +40,28 @@ struct Row<'a> {
     device: &'a str,
     /// Rank 0's training seconds per step phase (see [`Phase`]).
     phase_s: BTreeMap<&'static str, f64>,
+    /// Every rank, in rank order.
+    ranks: Vec<RankRow>,
+    /// The rank more than 10% behind the median busy time, if any.
+    straggler: Option<Straggler>,
+}
+
+/// One rank's epoch in a [`Row`]; `null`: not measured.
+#[derive(Serialize)]
+struct RankRow {
+    rank: usize,
+    rss_mib: Option<Summary>,
+    cpu_percent: Option<Summary>,
+    gpu: Option<GpuUsage>,
+    phase_s: BTreeMap<&'static str, f64>,
+    eval_s: f64,
+}
+
+fn phase_map(phases: &PhaseSeconds) -> BTreeMap<&'static str, f64> {
+    Phase::ALL
+        .iter()
+        .map(|&p| (p.name(), phases.get(p)))
+        .collect()
 }
 
 /// A JSON-lines metrics file, flushed after every epoch so that a run that
@@ -91,10 +114,21 @@ impl MetricsFile {
             images: r.images,
             world_size: self.world_size,
             device: &self.device,
-            phase_s: Phase::ALL
+            phase_s: phase_map(&r.ranks[0].phases),
+            ranks: r
+                .ranks
                 .iter()
-                .map(|&p| (p.name(), r.phases.get(p)))
+                .enumerate()
+                .map(|(rank, s)| RankRow {
+                    rank,
+                    rss_mib: s.usage.rss_mib,
+                    cpu_percent: s.usage.cpu_percent,
+                    gpu: s.usage.gpu,
+                    phase_s: phase_map(&s.phases),
+                    eval_s: s.eval_seconds,
+                })
                 .collect(),
+            straggler: Straggler::find(&r.ranks),
         };
         let write = |out: &mut BufWriter<File>| -> std::io::Result<()> {
             serde_json::to_writer(&mut *out, &row)?;
@@ -108,7 +142,7 @@ impl MetricsFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::PhaseSeconds;
+    use crate::monitor::{RankStats, Usage};
 
     fn report() -> EpochReport {
         EpochReport {
@@ -121,7 +155,25 @@ mod tests {
             images_per_second: 1306.2,
             steps: 938,
             images: 60000,
-            phases: PhaseSeconds([0.5, 20.0, 22.0, 1.5, 1.9]),
+            global_step: 938,
+            ranks: vec![
+                RankStats {
+                    phases: PhaseSeconds([0.5, 20.0, 22.0, 1.5, 1.9]),
+                    ..RankStats::default()
+                },
+                RankStats {
+                    usage: Usage {
+                        rss_mib: Some(Summary {
+                            min: 300.0,
+                            mean: 310.0,
+                            max: 320.0,
+                        }),
+                        ..Usage::default()
+                    },
+                    phases: PhaseSeconds([0.5, 30.0, 22.0, 0.1, 1.9]),
+                    eval_seconds: 0.25,
+                },
+            ],
         }
     }
 
@@ -155,5 +207,14 @@ mod tests {
         assert_eq!(rows[0]["test_acc"], 0.874);
         assert_eq!(rows[0]["phase_s"]["backward"], 22.0);
         assert_eq!(rows[0]["phase_s"]["allreduce_wait"], 1.5);
+        let ranks = rows[0]["ranks"].as_array().unwrap();
+        assert_eq!(ranks.len(), 2);
+        assert_eq!(ranks[0]["rss_mib"], serde_json::Value::Null);
+        assert_eq!(ranks[0]["gpu"], serde_json::Value::Null);
+        assert_eq!(ranks[1]["rank"], 1);
+        assert_eq!(ranks[1]["rss_mib"]["max"], 320.0);
+        assert_eq!(ranks[1]["phase_s"]["forward"], 30.0);
+        assert_eq!(ranks[1]["eval_s"], 0.25);
+        assert_eq!(rows[0]["straggler"]["rank"], 1);
     }
 }

@@ -1,6 +1,7 @@
 //! One rank from start to finish: data, device, communicator, epochs.
 
-use std::io::{IsTerminal, Write};
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,12 +11,12 @@ use comm::{
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Cuda, Ops};
 use fashion_mnist::FashionMnist;
-use indicatif::{ProgressBar, ProgressStyle};
 
 mod device;
 
 use device::{Device, choose_device, choose_transport, connect_nccl};
 
+use crate::announce::{report_outcome, started_by};
 use crate::checkpoint::origin::Origin;
 use crate::checkpoint::resume::{self, Request};
 use crate::checkpoint::{CheckpointDir, Checkpoints};
@@ -24,7 +25,10 @@ use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::{DropoutRates, cnn_layout};
+use crate::monitor::{Monitor, Straggler};
+use crate::progress::Console;
 use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
+use crate::tensorboard::EventWriter;
 use crate::train::{Progress, RunOutcome, Setup, Silent, TrainConfig, Trainer};
 
 /// This process's place in the job.
@@ -84,15 +88,27 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
             Some(Transport::Tcp) => ", gradients over the TCP ring",
             Some(Transport::Nccl) => ", gradients over NCCL",
         },
+        started_by: started_by(launch),
     };
+    let gpu_uuid = match &device {
+        Device::Cpu(_) => None,
+        Device::Cuda(gpu) => gpu.uuid().ok(),
+    };
+    let (monitor, unwatched) = Monitor::start(gpu_uuid)
+        .with_context(|| format!("rank {}: starting the monitor thread", info.rank))?;
+    if let (Some(why), 0) = (unwatched, info.rank) {
+        eprintln!(
+            "note: GPU monitoring off (utilisation, memory, power, temperature are null): {why}"
+        );
+    }
     let outcome = match device {
-        Device::Cpu(cpu) => train_on(cpu, &job, comm, None, stop),
+        Device::Cpu(cpu) => train_on(cpu, &job, comm, None, stop, monitor),
         Device::Cuda(gpu) => {
             let hook = match nccl {
                 Some(nccl) => Some(Box::new(NcclHook::new(nccl, &gpu)?) as Box<dyn CommHook<Cuda>>),
                 None => None,
             };
-            train_on(gpu, &job, comm, hook, stop)
+            train_on(gpu, &job, comm, hook, stop, monitor)
         }
     }?;
     Ok(match outcome {
@@ -111,6 +127,8 @@ struct Job<'a> {
     data_dir: &'a std::path::Path,
     /// How gradients travel, for the start-up line.
     gradients: &'static str,
+    /// Who started the ranks, for the start-up line.
+    started_by: &'static str,
 }
 
 fn train_on<B: Ops>(
@@ -119,6 +137,7 @@ fn train_on<B: Ops>(
     comm: Option<CommThread>,
     device_hook: Option<Box<dyn CommHook<B>>>,
     stop: StopRequest,
+    monitor: Monitor,
 ) -> anyhow::Result<RunOutcome> {
     let Job {
         cli,
@@ -126,6 +145,7 @@ fn train_on<B: Ops>(
         data,
         data_dir,
         gradients,
+        ..
     } = *job;
     let rank = info.rank;
     let cfg = TrainConfig {
@@ -170,10 +190,12 @@ fn train_on<B: Ops>(
     };
     let mut trainer = Trainer::start(backend, data, cfg, setup)
         .with_context(|| format!("rank {rank}: setting up"))?;
+    trainer.watch(monitor);
     if lead {
         eprintln!(
-            "training on {device}, world size {}{gradients}, data from {}",
+            "training on {device}, world size {} ({}){gradients}, data from {}",
             info.world_size,
+            job.started_by,
             data_dir.display()
         );
         if trainer.first_epoch() > cli.epochs as usize {
@@ -191,58 +213,39 @@ fn train_on<B: Ops>(
         (Some(path), true) => Some(MetricsFile::create(path, info.world_size, device)?),
         _ => None,
     };
-    let mut progress: Box<dyn Progress> = if lead && std::io::stderr().is_terminal() {
-        Box::new(Bar::default())
+    let board = match (&cli.tensorboard, lead) {
+        (Some(dir), true) => Some(Rc::new(RefCell::new(
+            EventWriter::create(dir, &hostname()).context("rank 0: --tensorboard")?,
+        ))),
+        _ => None,
+    };
+    let mut progress: Box<dyn Progress> = if lead {
+        let line_every = Duration::from_secs_f64(cli.progress_seconds);
+        Box::new(Console::new(cli.log_every, line_every, board.clone()))
     } else {
         Box::new(Silent)
     };
     let outcome = trainer.run(progress.as_mut(), &mut |report| {
         if lead {
             println!("{}", epoch_line(report));
+            if let Some(s) = Straggler::find(&report.ranks) {
+                eprintln!(
+                    "note: rank {} is {:.0}% behind the median rank (its steps' time, waiting for gradients excluded)",
+                    s.rank,
+                    100.0 * (s.ratio - 1.0)
+                );
+            }
             if let Some(m) = &mut metrics {
                 m.append(report)?;
+            }
+            if let Some(board) = &board {
+                board.borrow_mut().epoch(report)?;
             }
         }
         Ok(())
     })?;
-    report_outcome(&outcome, info, cli);
+    report_outcome(&outcome, info, cli, trainer.last_checkpoint());
     Ok(outcome)
-}
-
-/// The run's last line: rank 0's for a finished or preempted run (every
-/// rank stopped at the same step), every rank's for an interrupt. Stops are
-/// reported on stderr, beside the errors a job's log is searched for.
-fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli) {
-    // A stopped rank's reader may be gone (a launcher that died): a line
-    // that cannot be written is dropped, never a panic at the last step.
-    let line = match outcome {
-        RunOutcome::Completed if info.rank == 0 => {
-            let done = format!(
-                "training finished: {} epoch(s), world size {}",
-                cli.epochs, info.world_size
-            );
-            let _ = writeln!(std::io::stdout(), "{done}");
-            return;
-        }
-        RunOutcome::Preempted { at, saved } if info.rank == 0 => match saved {
-            Some(dir) => format!(
-                "preempted at epoch {} step {}; checkpoint {}; resume with --resume auto",
-                at.epoch,
-                at.step,
-                dir.display()
-            ),
-            None => format!(
-                "preempted at epoch {} step {}; nothing was saved (no --checkpoint-dir)",
-                at.epoch, at.step
-            ),
-        },
-        RunOutcome::Interrupted { at } => format!(
-            "rank {}: interrupted at epoch {} step {}; nothing saved",
-            info.rank, at.epoch, at.step
-        ),
-        _ => return,
-    };
-    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Rank 0's decision of where training starts (see [`resume::choose`]),
@@ -312,31 +315,4 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
-}
-
-/// The progress bar rank 0 draws while an epoch runs, on a terminal only.
-#[derive(Default)]
-struct Bar(Option<ProgressBar>);
-
-impl Progress for Bar {
-    fn start_epoch(&mut self, epoch: usize, steps: usize) {
-        let bar = ProgressBar::new(steps as u64);
-        if let Ok(style) = ProgressStyle::with_template(
-            "epoch {msg} [{bar:30}] {pos}/{len} steps, {per_sec}, eta {eta}",
-        ) {
-            bar.set_style(style.progress_chars("=> "));
-        }
-        bar.set_message(epoch.to_string());
-        self.0 = Some(bar);
-    }
-    fn step(&mut self) {
-        if let Some(bar) = &self.0 {
-            bar.inc(1);
-        }
-    }
-    fn finish_epoch(&mut self) {
-        if let Some(bar) = self.0.take() {
-            bar.finish_and_clear();
-        }
-    }
 }

@@ -7,10 +7,11 @@ use anyhow::{Context, bail};
 use core_tensor::{Ops, rng};
 
 use super::guard::GUARD_READ_EVERY;
-use super::{EpochReport, Progress, RunOutcome, Trainer};
+use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
 use crate::data::to_device_indices;
 use crate::model::Model;
+use crate::monitor::RankStats;
 use crate::stop::StopKind;
 
 /// How an epoch ended.
@@ -53,6 +54,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let images_before = batches[..first].iter().map(|b| b.len() as u64).sum();
         self.meter
             .start(&self.backend, resumed.as_ref(), images_before)?;
+        // The epoch's monitoring leaves out setup and the last checkpoint.
+        self.monitor.take();
         progress.start_epoch(epoch, steps - first);
         for (s, positions) in batches.into_iter().enumerate().skip(first) {
             let at = Position {
@@ -70,6 +73,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             self.train_step(&device_indices, positions, seed, vote)
                 .with_context(|| format!("rank {rank}: epoch {epoch}, step {}", s + 1))?;
             progress.step();
+            self.report_running(progress)?;
             if self.all_ranks_stop(vote)? {
                 progress.finish_epoch();
                 let saved = self.save_checkpoint(at)?;
@@ -96,7 +100,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         };
         let train_seconds = self.meter.train_seconds();
         progress.finish_epoch();
+        let eval_began = Instant::now();
         let test_accuracy = self.evaluate()?;
+        let ranks = self
+            .gather_rank_stats(eval_began.elapsed().as_secs_f64())
+            .with_context(|| format!("rank {rank}: gathering epoch {epoch}'s monitoring"))?;
         Ok(EpochEnd::Trained(EpochReport {
             epoch,
             epochs: self.cfg.epochs,
@@ -107,8 +115,40 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             images_per_second: images / train_seconds,
             steps,
             images: images as u64,
-            phases: self.timer.take(),
+            global_step: self.replica.step,
+            ranks,
         }))
+    }
+
+    /// Hands `progress` this rank's running loss and accuracy at the steps
+    /// it asks for (host-memory backends only: see [`Progress::running_every`]).
+    fn report_running(&self, progress: &mut dyn Progress) -> anyhow::Result<()> {
+        let due = progress
+            .running_every()
+            .is_some_and(|every| B::IN_HOST_MEMORY && self.replica.step % every == 0);
+        if due {
+            let [loss_sum, correct] = self.meter.read(&self.backend)?;
+            let images = self.meter.images as f64;
+            progress.running(&Running {
+                global_step: self.replica.step,
+                loss: loss_sum / images,
+                accuracy: correct / images,
+                images: self.meter.images * self.world_size as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Every rank's monitoring and phase times for the epoch, in rank order
+    /// (one all-reduce; see [`RankStats::table_row`]).
+    fn gather_rank_stats(&mut self, eval_seconds: f64) -> anyhow::Result<Vec<RankStats>> {
+        let mine = RankStats {
+            usage: self.monitor.take(),
+            phases: self.timer.take(),
+            eval_seconds,
+        };
+        let table = self.sum_over_ranks(mine.table_row(self.rank, self.world_size))?;
+        Ok(RankStats::from_table(&table))
     }
 
     /// Whether every rank stops after this step: a rank's vote counts for

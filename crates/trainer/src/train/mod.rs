@@ -31,6 +31,7 @@ use crate::checkpoint::{Checkpoints, Position, Settings};
 use crate::data::DeviceSplit;
 use crate::ddp::{CommHook, CommThread, HostHook, Reducer, plan_buckets};
 use crate::model::{CnnMnist, DropoutRates, Model};
+use crate::monitor::{Monitor, RankStats};
 use crate::stop::StopRequest;
 use eval::Evaluator;
 use meter::{EpochMeter, ResumePoint};
@@ -79,9 +80,11 @@ pub struct EpochReport {
     pub images_per_second: f64,
     pub steps: usize,
     pub images: u64,
-    /// Where this rank's training time went (host clock; on a GPU, the
-    /// time the host spent queueing each phase).
-    pub phases: PhaseSeconds,
+    /// Optimizer steps since training began, at the end of this epoch.
+    pub global_step: u64,
+    /// Every rank's resource use and where its time went (host clock; on a
+    /// GPU, the time the host spent queueing each phase), in rank order.
+    pub ranks: Vec<RankStats>,
 }
 
 /// How a run ended.
@@ -105,6 +108,25 @@ pub trait Progress {
     fn start_epoch(&mut self, epoch: usize, steps: usize);
     fn step(&mut self);
     fn finish_epoch(&mut self);
+    /// Every how many optimizer steps [`Progress::running`] wants this
+    /// rank's running numbers (`None`: never). Backends outside host memory
+    /// skip them: reading would wait for the device.
+    fn running_every(&self) -> Option<u64> {
+        None
+    }
+    fn running(&mut self, _numbers: &Running) {}
+}
+
+/// This rank's numbers since its epoch began, mid-epoch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Running {
+    /// Optimizer steps since training began (over all epochs).
+    pub global_step: u64,
+    /// Mean loss per sample and accuracy of this rank's samples so far.
+    pub loss: f64,
+    pub accuracy: f64,
+    /// Images this epoch so far, all ranks together (assuming equal shards).
+    pub images: u64,
 }
 
 /// No progress display (other ranks, non-terminal output, tests).
@@ -167,6 +189,9 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     checkpoints: Option<Checkpoints>,
     stop: StopRequest,
     timer: StepTimer,
+    monitor: Monitor,
+    /// The newest end-of-epoch checkpoint this rank saved.
+    last_saved: Option<PathBuf>,
 }
 
 impl<B: Ops> Trainer<B> {
@@ -245,6 +270,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             checkpoints,
             stop,
             timer: StepTimer::default(),
+            monitor: Monitor::off(),
+            last_saved: None,
             reducer,
             comm,
             backend,
@@ -253,6 +280,18 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             rank,
             world_size,
         })
+    }
+
+    /// Reports `monitor`'s samples in every epoch's [`RankStats`] (the
+    /// default measures nothing but the phases).
+    pub fn watch(&mut self, monitor: Monitor) {
+        self.monitor = monitor;
+    }
+
+    /// The newest checkpoint [`Trainer::run`] saved at an epoch's end
+    /// (rank 0 with a checkpoint directory only).
+    pub fn last_checkpoint(&self) -> Option<&std::path::Path> {
+        self.last_saved.as_deref()
     }
 
     pub fn rank(&self) -> usize {
@@ -299,10 +338,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 epoch::EpochEnd::Stopped(outcome) => return Ok(outcome),
             };
             on_epoch(&report)?;
-            self.save_checkpoint(Position {
+            let saved = self.save_checkpoint(Position {
                 epoch: epoch as u64 + 1,
                 step: 0,
             })?;
+            self.last_saved = saved.or(self.last_saved.take());
         }
         Ok(RunOutcome::Completed)
     }

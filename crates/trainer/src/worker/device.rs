@@ -38,10 +38,13 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
         DeviceChoice::Auto => match gpu() {
             Ok(gpu) => Ok(Device::Cuda(gpu)),
             Err(why) => {
-                eprintln!(
-                    "note: rank {}: no usable GPU ({why:#}); training on the CPU",
-                    info.rank
-                );
+                // Once per machine: its ranks share the reason.
+                if info.local_rank == 0 {
+                    eprintln!(
+                        "note: no usable GPU ({why:#}); training on the CPU (every rank on {})",
+                        super::hostname()
+                    );
+                }
                 Ok(Device::Cpu(cpu_backend(cli, info)?))
             }
         },

@@ -1,0 +1,80 @@
+//! What rank 0 says about the run as a whole: who started the ranks, and
+//! how the run ended (with the saved model and how to load it).
+
+use std::io::Write;
+use std::path::Path;
+
+use comm::{LaunchEnv, LaunchSource};
+
+use crate::checkpoint::MODEL_FILE;
+use crate::cli::Cli;
+use crate::train::RunOutcome;
+use crate::worker::RankInfo;
+
+/// Who started the ranks, for the start line.
+pub fn started_by(launch: Option<&LaunchEnv>) -> &'static str {
+    match launch.map(|env| env.source) {
+        None => "a single process",
+        // The built-in launcher describes the job as torchrun does; it is
+        // told apart by being this very binary.
+        Some(_) if parent_is_this_binary() => "ranks started by the built-in launcher",
+        Some(LaunchSource::Torchrun) => "ranks started by a torchrun-style environment",
+        Some(LaunchSource::Slurm) => "ranks started by SLURM",
+    }
+}
+
+fn parent_is_this_binary() -> bool {
+    let parent = std::os::unix::process::parent_id();
+    let parent_exe = std::fs::read_link(format!("/proc/{parent}/exe"));
+    matches!((parent_exe, std::env::current_exe()), (Ok(a), Ok(b)) if a == b)
+}
+
+/// The run's last line: rank 0's for a finished or preempted run (every
+/// rank stopped at the same step), every rank's for an interrupt. Stops are
+/// reported on stderr, beside the errors a job's log is searched for.
+pub fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli, saved: Option<&Path>) {
+    // A stopped rank's reader may be gone (a launcher that died): a line
+    // that cannot be written is dropped, never a panic at the last step.
+    let line = match outcome {
+        RunOutcome::Completed if info.rank == 0 => {
+            let _ = writeln!(std::io::stdout(), "{}", finished(cli, info, saved));
+            return;
+        }
+        RunOutcome::Preempted { at, saved } if info.rank == 0 => match saved {
+            Some(dir) => format!(
+                "preempted at epoch {} step {}; checkpoint {}; resume with --resume auto",
+                at.epoch,
+                at.step,
+                dir.display()
+            ),
+            None => format!(
+                "preempted at epoch {} step {}; nothing was saved (no --checkpoint-dir)",
+                at.epoch, at.step
+            ),
+        },
+        RunOutcome::Interrupted { at } => format!(
+            "rank {}: interrupted at epoch {} step {}; nothing saved",
+            info.rank, at.epoch, at.step
+        ),
+        _ => return,
+    };
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// A finished run's last lines: the saved model, and how PyTorch loads it.
+fn finished(cli: &Cli, info: &RankInfo, saved: Option<&Path>) -> String {
+    let done = format!(
+        "training finished: {} epoch(s), world size {}",
+        cli.epochs, info.world_size
+    );
+    match saved.map(|dir| dir.join(MODEL_FILE)) {
+        None => format!("{done}; no model saved (--checkpoint-dir DIR keeps it)"),
+        Some(model) => format!(
+            "{done}; model saved in {0}\n\
+             load it into PyTorch's CNN_MNIST `model`:\n  \
+             from safetensors.torch import load_file\n  \
+             model.load_state_dict(load_file({0:?}))",
+            model.display().to_string()
+        ),
+    }
+}

@@ -1,0 +1,210 @@
+//! `trainer plot run.jsonl -o curves.png`: a `--metrics` file's curves per
+//! epoch (training loss, train and test accuracy, img/s) as one PNG.
+//!
+//! Text needs a TrueType font, read at run time: `--font FILE`, else DejaVu
+//! Sans from Debian's `fonts-dejavu-core` (or the same file elsewhere). No
+//! font is an error: curves without axis labels are not worth showing.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use plotters::prelude::*;
+use plotters::style::register_font;
+
+/// Where a font is usually installed (`fonts-dejavu-core` on Debian/Ubuntu).
+const FONT_PLACES: [&str; 3] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+];
+
+/// Draws a --metrics file's curves per epoch into a PNG.
+#[derive(Debug, Parser)]
+#[command(name = "trainer plot")]
+pub struct PlotArgs {
+    /// The JSON-lines file of a run's --metrics.
+    #[arg(value_name = "METRICS")]
+    pub metrics: PathBuf,
+
+    /// The PNG to write.
+    #[arg(short, long, value_name = "PNG", default_value = "curves.png")]
+    pub output: PathBuf,
+
+    /// A TrueType font for the labels [default: DejaVu Sans, from fonts-dejavu-core].
+    #[arg(long, value_name = "FILE")]
+    pub font: Option<PathBuf>,
+}
+
+/// One epoch's numbers, as the metrics file holds them.
+#[derive(Debug, serde::Deserialize)]
+struct Epoch {
+    epoch: f64,
+    loss: f64,
+    acc: f64,
+    test_acc: f64,
+    img_per_s: f64,
+}
+
+/// Runs `trainer plot`.
+pub fn run(args: &PlotArgs) -> anyhow::Result<()> {
+    let epochs = read(&args.metrics)?;
+    load_font(args.font.as_deref())?;
+    draw(&epochs, &args.output).with_context(|| format!("drawing {}", args.output.display()))?;
+    println!("{}: {} epoch(s) drawn", args.output.display(), epochs.len());
+    Ok(())
+}
+
+fn read(path: &Path) -> anyhow::Result<Vec<Epoch>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut epochs = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{} line {}: not a metrics row", path.display(), i + 1))
+        })
+        .collect::<anyhow::Result<Vec<Epoch>>>()?;
+    if epochs.is_empty() {
+        bail!("{} holds no epochs", path.display());
+    }
+    // A resumed run appends: the newest row of an epoch counts.
+    epochs.sort_by(|a, b| a.epoch.total_cmp(&b.epoch));
+    epochs.dedup_by(|later, earlier| {
+        let same = later.epoch == earlier.epoch;
+        if same {
+            std::mem::swap(later, earlier);
+        }
+        same
+    });
+    Ok(epochs)
+}
+
+fn load_font(choice: Option<&Path>) -> anyhow::Result<()> {
+    let path = match choice {
+        Some(path) => path.to_path_buf(),
+        None => FONT_PLACES
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .context(
+                "no font for the labels: install fonts-dejavu-core (apt-get install fonts-dejavu-core) or pass --font FILE.ttf",
+            )?,
+    };
+    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    // The plot lives as long as the process; plotters wants the font for good.
+    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    register_font("sans-serif", FontStyle::Normal, bytes)
+        .map_err(|_| anyhow::anyhow!("{} is not a TrueType font", path.display()))
+}
+
+type Panel<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+fn draw(epochs: &[Epoch], output: &Path) -> anyhow::Result<()> {
+    let root = BitMapBackend::new(output, (1500, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let panels = root.split_evenly((1, 3));
+    let x = |e: &Epoch| e.epoch;
+    panel(
+        &panels[0],
+        epochs,
+        "Training loss",
+        "loss",
+        &[("train", &BLUE, |e: &Epoch| e.loss)],
+        x,
+    )?;
+    panel(
+        &panels[1],
+        epochs,
+        "Accuracy",
+        "accuracy",
+        &[
+            ("train", &BLUE, |e: &Epoch| e.acc),
+            ("test", &RED, |e: &Epoch| e.test_acc),
+        ],
+        x,
+    )?;
+    panel(
+        &panels[2],
+        epochs,
+        "Throughput (all ranks)",
+        "images / s",
+        &[("train", &BLUE, |e: &Epoch| e.img_per_s)],
+        x,
+    )?;
+    root.present()?;
+    Ok(())
+}
+
+/// A curve: its legend, colour and value per epoch.
+type Curve<'c> = (&'c str, &'c RGBColor, fn(&Epoch) -> f64);
+
+fn panel(
+    area: &Panel<'_>,
+    epochs: &[Epoch],
+    title: &str,
+    y_label: &str,
+    curves: &[Curve<'_>],
+    x: impl Fn(&Epoch) -> f64,
+) -> anyhow::Result<()> {
+    let (first, last) = (x(&epochs[0]), x(&epochs[epochs.len() - 1]));
+    let values = || {
+        epochs
+            .iter()
+            .flat_map(|e| curves.iter().map(move |c| (c.2)(e)))
+    };
+    let (low, high) = values().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    let margin = ((high - low) * 0.1).max(high.abs() * 0.01).max(1e-6);
+    let x_range = if last > first {
+        first..last
+    } else {
+        first - 0.5..first + 0.5
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_range, (low - margin)..(high + margin))?;
+    chart
+        .configure_mesh()
+        .x_desc("epoch")
+        .y_desc(y_label)
+        .x_labels(epochs.len().clamp(2, 10))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| match high - low {
+            span if span >= 10.0 => format!("{v:.0}"),
+            _ => format!("{v:.2}"),
+        })
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    for &(name, color, value) in curves {
+        let points: Vec<(f64, f64)> = epochs.iter().map(|e| (x(e), value(e))).collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(px, py)| {
+                PathElement::new([(px, py), (px + 20, py)], color.stroke_width(2))
+            });
+        chart.draw_series(
+            points
+                .into_iter()
+                .map(|p| Circle::new(p, 4, color.filled())),
+        )?;
+    }
+    if curves.len() < 2 {
+        return Ok(());
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()?;
+    Ok(())
+}
