@@ -20,6 +20,7 @@ pub fn started_by(launch: Option<&LaunchEnv>) -> &'static str {
         Some(_) if parent_is_this_binary() => "ranks started by the built-in launcher",
         Some(LaunchSource::Torchrun) => "ranks started by a torchrun-style environment",
         Some(LaunchSource::Slurm) => "ranks started by SLURM",
+        Some(LaunchSource::Mpi) => "ranks started by MPI (mpirun)",
     }
 }
 
