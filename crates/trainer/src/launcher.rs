@@ -95,6 +95,8 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
             master,
             cli.nodes.rdzv_id.as_deref().unwrap_or_default(),
             graces.failure,
+            AuthToken::resolve(cli.auth_token_file.as_deref())
+                .context("reading the job's auth token")?,
         )?),
         _ => None,
     };

@@ -215,3 +215,31 @@ fn wait_within(mut child: Child, limit: Duration) -> Output {
     }
     child.wait_with_output().unwrap()
 }
+
+/// With a job token every launcher and every rank proves it holds it: two
+/// launchers sharing `TRAINER_AUTH_TOKEN` train together; one holding
+/// another token is refused at the launchers' rendezvous.
+#[test]
+fn launchers_share_the_job_token_and_a_stranger_is_refused() {
+    const TOKEN: &str = "aa";
+    let token = TOKEN.repeat(32);
+    let tmp = tempfile::tempdir().unwrap();
+    let with = |dir: &Path, second: String| {
+        let tokens = [token.clone(), second];
+        let node = std::cell::Cell::new(0);
+        two_launchers_with(dir, &["--max-steps", "2", "--timeout", "10"], |cmd| {
+            cmd.env("TRAINER_AUTH_TOKEN", &tokens[node.get()]);
+            node.set(node.get() + 1);
+        })
+        .map(|l| wait_within(l, Duration::from_secs(120)))
+    };
+    let shared = with(&tmp.path().join("shared"), token.clone());
+    for (node, out) in shared.iter().enumerate() {
+        assert!(out.status.success(), "node {node}: {}", stderr(out));
+    }
+    let stranger = with(&tmp.path().join("stranger"), "bb".repeat(32));
+    let said = stderr(&stranger[1]);
+    assert!(!stranger[1].status.success(), "{said}");
+    assert!(said.contains("token did not match"), "{said}");
+    assert!(!said.contains(&token), "a secret was printed: {said}");
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use std::net::{TcpListener, ToSocketAddrs};
 
-use comm::{CommConfig, CommError, Store, StoreServer};
+use comm::{AuthToken, CommConfig, CommError, Store, StoreServer};
 
 /// How often a launcher looks for a failure on another node.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
@@ -34,17 +34,20 @@ impl NodeGroup {
     /// Joins (node 0: hosts) the group at `master`, waiting up to `timeout`
     /// for node 0; launchers with another `--rdzv-id` are refused. Without
     /// a node rank: the launcher on the master's host that binds the port
-    /// first is node 0, the others are numbered by arrival.
+    /// first is node 0, the others are numbered by arrival. With the job's
+    /// `auth` token every launcher proves it holds it, as the ranks do.
     pub fn join(
         node_rank: Option<usize>,
         nnodes: usize,
         master: &(String, u16),
         rdzv_id: &str,
         timeout: Duration,
+        auth: Option<AuthToken>,
     ) -> anyhow::Result<NodeGroup> {
         let (addr, port) = master;
         let hosting = node_rank.map_or_else(|| is_this_host(addr), |k| k == 0);
-        let server = match hosting.then(|| StoreServer::bind(addr, *port, nnodes, timeout)) {
+        let bind = || StoreServer::bind_with_auth(addr, *port, nnodes, timeout, auth.clone());
+        let server = match hosting.then(bind) {
             Some(Ok(server)) => Some(server),
             // Another launcher of this host came first.
             Some(Err(CommError::PortInUse { .. })) if node_rank.is_none() => None,
@@ -55,7 +58,9 @@ impl NodeGroup {
             }
             None => None,
         };
-        let config = CommConfig::new(0, nnodes, addr.clone(), *port).with_timeout(timeout);
+        let config = CommConfig::new(0, nnodes, addr.clone(), *port)
+            .with_timeout(timeout)
+            .with_auth(auth);
         let joined = match (&server, node_rank) {
             (Some(_), _) => Store::connect(&config).map(|s| (s, 0)),
             (None, Some(k)) => Store::connect(&CommConfig { rank: k, ..config }).map(|s| (s, k)),
