@@ -6,7 +6,7 @@ use super::launch_var::{
     OMPI_COMM_WORLD_LOCAL_SIZE, OMPI_COMM_WORLD_SIZE, OMPI_MCA_ESS_BASE_JOBID, PMI_SIZE,
     PMIX_NAMESPACE,
 };
-use super::slurm::{SLURM_PORT_BASE, SLURM_PORT_SPAN};
+use super::slurm::port_of_job;
 use super::{LaunchEnv, LaunchEnvError, LaunchSource, Vars, check_index, parse_port};
 
 /// `trigger` is the rank variable found (one of `launch_var::MPI_RANKS`).
@@ -60,8 +60,7 @@ pub(super) fn resolve(vars: &Vars<'_>, trigger: &'static str) -> Result<LaunchEn
                     var: MASTER_PORT,
                     because: "the MPI launcher names no job id (OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE)",
                 })?;
-            // Below 30000, so always a valid u16.
-            SLURM_PORT_BASE + (fnv1a(job) % SLURM_PORT_SPAN) as u16
+            port_of_job(fnv1a(job))
         }
     };
     Ok(LaunchEnv {
@@ -87,6 +86,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::super::launch_var::SLURM_PROCID;
+    use super::super::slurm::SLURM_PORT_BASE;
     use super::*;
 
     fn resolve(pairs: &[(&str, &str)]) -> Result<Option<LaunchEnv>, LaunchEnvError> {

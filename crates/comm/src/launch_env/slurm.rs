@@ -16,6 +16,12 @@ use crate::hostlist::{HostlistError, expand_hostlist, first_host};
 pub const SLURM_PORT_BASE: u16 = 20000;
 pub(super) const SLURM_PORT_SPAN: u64 = 10000;
 
+/// The rendezvous port a job id derives when `MASTER_PORT` is unset:
+/// `SLURM_PORT_BASE + id % SLURM_PORT_SPAN`, below 30000, so always a u16.
+pub(super) fn port_of_job(id: u64) -> u16 {
+    SLURM_PORT_BASE + (id % SLURM_PORT_SPAN) as u16
+}
+
 /// Set for every srun task: a missing variable is missing "because" of it.
 const TRIGGER: &str = SLURM_PROCID;
 
@@ -64,8 +70,7 @@ pub(super) fn resolve(vars: &Vars<'_>) -> Result<LaunchEnv, LaunchEnvError> {
                 value: job_id.to_string(),
                 reason: "expected a non-negative integer".to_string(),
             })?;
-            // Below 30000, so always a valid u16.
-            SLURM_PORT_BASE + (id % SLURM_PORT_SPAN) as u16
+            port_of_job(id)
         }
     };
     Ok(LaunchEnv {
