@@ -11,11 +11,14 @@
 //   later on that stream first waits for it, and events record how far a
 //   stream has got.
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -58,11 +61,20 @@ struct Function {
     cuda_emu::Entry entry;
 };
 // An event is the count of queued operations its stream had when it was
-// recorded: complete once the stream has finished that many.
+// recorded: complete once the stream has finished that many. A timing event
+// also notes the host clock at that moment (`reached_at`, written by the
+// stream's thread when the event was recorded behind queued work).
 struct Event {
     cuda_emu::Stream* stream = nullptr;
     std::uint64_t ticket = 0;
+    bool timing = true;
+    std::shared_ptr<std::atomic<double>> reached_at;
 };
+
+double now_ms() {
+    using namespace std::chrono;
+    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
 
 
 CUresult launch(const Function* f, const cuda_emu::dim3 grid, const cuda_emu::dim3 threads,
@@ -298,8 +310,12 @@ CUresult cuStreamWaitEvent(Stream* stream, Event* event, unsigned) {
     return CUDA_SUCCESS;
 }
 
-CUresult cuEventCreate(Event** event, unsigned) {
+// CU_EVENT_DISABLE_TIMING: such an event cannot be timed, as on a GPU.
+constexpr unsigned kEventDisableTiming = 0x2;
+
+CUresult cuEventCreate(Event** event, unsigned flags) {
     *event = new Event;
+    (*event)->timing = (flags & kEventDisableTiming) == 0;
     return CUDA_SUCCESS;
 }
 
@@ -310,8 +326,32 @@ CUresult cuEventDestroy_v2(Event* event) {
 
 CUresult cuEventRecord(Event* event, Stream* stream) {
     if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    event->stream = cuda_emu::stream_of(stream);
-    event->ticket = event->stream->ticket();
+    Stream* s = cuda_emu::stream_of(stream);
+    event->stream = s;
+    event->reached_at = std::make_shared<std::atomic<double>>(now_ms());
+    if (event->timing && !s->idle()) {
+        // The event is reached when the work queued before it has run.
+        cuda_emu::enqueue(s, [at = event->reached_at] { at->store(now_ms()); });
+    }
+    event->ticket = s->ticket();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventSynchronize(Event* event) {
+    if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (event->stream != nullptr) event->stream->wait_for(event->ticket);
+    return CUDA_SUCCESS;
+}
+
+// Milliseconds between two reached timing events, as the driver reports it.
+CUresult cuEventElapsedTime(float* ms, Event* start, Event* end) {
+    if (start == nullptr || end == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (!start->timing || !end->timing) return CUDA_ERROR_INVALID_HANDLE;
+    if (start->stream == nullptr || end->stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (!start->stream->reached(start->ticket) || !end->stream->reached(end->ticket)) {
+        return CUDA_ERROR_NOT_READY;
+    }
+    *ms = static_cast<float>(end->reached_at->load() - start->reached_at->load());
     return CUDA_SUCCESS;
 }
 

@@ -22,7 +22,7 @@ use core_tensor::{Backend, Cpu, Cuda, Ops};
 use fashion_mnist::FashionMnist;
 use trainer::ddp::{CommThread, NcclHook, plan_buckets};
 use trainer::model::DropoutRates;
-use trainer::train::{Setup, TrainConfig, Trainer};
+use trainer::train::{EpochReport, Phase, Setup, TrainConfig, Trainer};
 
 const EMULATED: [&str; 4] = [
     "emulated_gpu_training_follows_the_cpu",
@@ -84,10 +84,34 @@ fn train<B: Ops>(
 }
 
 fn run<B: Ops>(mut trainer: Trainer<B>) -> (Vec<Vec<f32>>, f64) {
-    let history = common::params_after_each_step(&mut trainer);
+    let (history, report) = common::params_after_each_step(&mut trainer);
+    phases_fit_the_epoch(&report);
     let accuracy = trainer.evaluate().unwrap();
     assert_eq!(history.len(), STEPS);
     (history, accuracy)
+}
+
+/// Every rank's phase times (device time: CUDA events on a GPU) are
+/// positive where the phase does work, and add up to no more than the
+/// epoch's wall time.
+fn phases_fit_the_epoch(report: &EpochReport) {
+    for (rank, stats) in report.ranks.iter().enumerate() {
+        let phases = &stats.phases;
+        for phase in [
+            Phase::Data,
+            Phase::Forward,
+            Phase::Backward,
+            Phase::Optimizer,
+        ] {
+            assert!(phases.get(phase) > 0.0, "rank {rank}: {phases:?}");
+        }
+        let total: f64 = phases.0.iter().sum();
+        assert!(
+            total <= report.train_seconds * 1.01 + 0.01,
+            "rank {rank}: phases {total} s in an epoch of {} s",
+            report.train_seconds
+        );
+    }
 }
 
 /// Two ranks of batch 16 (dropout off): bitwise identical after every step,

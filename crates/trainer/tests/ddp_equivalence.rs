@@ -37,7 +37,7 @@ fn config(batch_size: usize) -> TrainConfig {
 /// Trains one epoch of `STEPS` steps and returns the parameters after each.
 fn run(data: &FashionMnist, cfg: TrainConfig, comm: Option<CommThread>) -> Vec<Vec<f32>> {
     let mut trainer = Trainer::new(Cpu::new(1).unwrap(), data, cfg, comm).unwrap();
-    common::params_after_each_step(&mut trainer)
+    common::params_after_each_step(&mut trainer).0
 }
 
 #[test]

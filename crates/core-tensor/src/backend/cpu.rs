@@ -4,6 +4,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
 use rayon::ThreadPool;
 
@@ -161,6 +162,21 @@ impl Backend for Cpu {
 
     fn synchronize(&self) -> Result<()> {
         Ok(())
+    }
+
+    type Mark = Instant;
+
+    fn mark(&self) -> Result<Instant> {
+        Ok(Instant::now())
+    }
+
+    fn record_mark(&self, mark: &mut Instant) -> Result<()> {
+        *mark = Instant::now();
+        Ok(())
+    }
+
+    fn seconds_between(&self, start: &Instant, end: &Instant) -> Result<f64> {
+        Ok(end.saturating_duration_since(*start).as_secs_f64())
     }
 }
 

@@ -95,6 +95,23 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// Waits until all work queued on the device has finished.
     fn synchronize(&self) -> Result<()>;
 
+    /// A point in the device's stream of work, for timing it without
+    /// waiting for it: on the CPU the host clock (its kernels run as they
+    /// are called), on a GPU an event recorded on the compute stream.
+    type Mark: Send;
+
+    /// A mark recorded now, after everything queued so far.
+    fn mark(&self) -> Result<Self::Mark>;
+
+    /// Records `mark` again, now: marks are reused, so that timing every
+    /// step creates nothing.
+    fn record_mark(&self, mark: &mut Self::Mark) -> Result<()>;
+
+    /// Seconds of device time from `start` to `end`. Waits until the device
+    /// has reached `end`, so a caller reads marks where it synchronises
+    /// anyway (the trainer: once every few steps, and per epoch).
+    fn seconds_between(&self, start: &Self::Mark, end: &Self::Mark) -> Result<f64>;
+
     /// The whole buffer, copied to the host.
     fn download<T: Elem>(&self, storage: &Self::Storage<T>) -> Result<Vec<T>> {
         let mut host = vec![T::default(); Self::len(storage)];

@@ -70,6 +70,41 @@ fn invalid_input() {
     }
 }
 
+/// Marks time the device's work in order, and a mark recorded again moves
+/// on: on the CPU the host clock, on a GPU timing events (events made with
+/// cudarc's default flags cannot be timed, and this fails).
+fn marks_time_the_work<B: Ops>(dev: &B) {
+    let y = up(dev, &uniform(7, 1 << 20, -1.0, 1.0));
+    let mut dy = up(dev, &uniform(8, 1 << 20, -1.0, 1.0));
+    let mut start = dev.mark().unwrap();
+    for _ in 0..20 {
+        dev.relu_bwd(&y, &mut dy).unwrap();
+    }
+    let middle = dev.mark().unwrap();
+    dev.relu_bwd(&y, &mut dy).unwrap();
+    let end = dev.mark().unwrap();
+    let (first, second) = (
+        dev.seconds_between(&start, &middle).unwrap(),
+        dev.seconds_between(&middle, &end).unwrap(),
+    );
+    let whole = dev.seconds_between(&start, &end).unwrap();
+    assert!(first > 0.0 && second >= 0.0, "{first} {second}");
+    assert!(
+        whole >= first && whole >= second,
+        "{whole} {first} {second}"
+    );
+    dev.record_mark(&mut start).unwrap();
+    assert!(dev.seconds_between(&end, &start).unwrap() >= 0.0);
+}
+
+#[test]
+fn marks() {
+    marks_time_the_work(&support::cpu2());
+    if let Some(gpu) = support::own_gpu("marks") {
+        marks_time_the_work(&gpu);
+    }
+}
+
 /// `cuda_available` answers on every machine; never a panic.
 #[test]
 fn cuda_availability_is_an_answer() {
@@ -104,6 +139,6 @@ fn suite_on_the_cuda_emulator() {
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
         &["--skip", "suite_on_the_cuda_emulator"],
         &[("REQUIRE_GPU", "1")],
-        12,
+        13,
     );
 }

@@ -11,7 +11,7 @@ use crate::train::{Phase, PhaseSeconds};
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RankStats {
     pub usage: Usage,
-    /// Training time per step phase (host clock).
+    /// Training time per step phase, in device time (see `train::timer`).
     pub phases: PhaseSeconds,
     /// The test-set pass.
     pub eval_seconds: f64,

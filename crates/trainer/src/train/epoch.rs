@@ -144,7 +144,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     fn gather_rank_stats(&mut self, eval_seconds: f64) -> anyhow::Result<Vec<RankStats>> {
         let mine = RankStats {
             usage: self.monitor.take(),
-            phases: self.timer.take(),
+            phases: self.timer.take()?,
             eval_seconds,
         };
         let table = self.sum_over_ranks(mine.table_row(self.rank, self.world_size))?;

@@ -82,8 +82,8 @@ pub struct EpochReport {
     pub images: u64,
     /// Optimizer steps since training began, at the end of this epoch.
     pub global_step: u64,
-    /// Every rank's resource use and where its time went (host clock; on a
-    /// GPU, the time the host spent queueing each phase), in rank order.
+    /// Every rank's resource use and where its time went (device time: the
+    /// work itself on a CPU, CUDA events on a GPU), in rank order.
     pub ranks: Vec<RankStats>,
 }
 
@@ -188,7 +188,7 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     resume_at: Option<ResumePoint>,
     checkpoints: Option<Checkpoints>,
     stop: StopRequest,
-    timer: StepTimer,
+    timer: StepTimer<B>,
     monitor: Monitor,
     /// The newest end-of-epoch checkpoint this rank saved.
     last_saved: Option<PathBuf>,
@@ -269,7 +269,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             buffers: HashMap::new(),
             checkpoints,
             stop,
-            timer: StepTimer::default(),
+            timer: StepTimer::new(backend.clone()),
             monitor: Monitor::off(),
             last_saved: None,
             reducer,

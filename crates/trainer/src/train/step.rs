@@ -33,12 +33,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         };
 
         // 1. The batch, gathered on the device from the resident data set.
-        timer.enter(Phase::Data);
+        timer.enter(Phase::Data)?;
         let (x, labels) = model.inputs(&mut buffers);
         self.train.gather(b, indices, positions, x, labels)?;
 
         // 2. Forward, the running metrics, and the loss gradient.
-        timer.enter(Phase::Forward);
+        timer.enter(Phase::Forward)?;
         model.forward(
             b,
             &mut buffers,
@@ -50,14 +50,14 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
         // 3. Backward; each bucket of gradients starts its all-reduce as
         //    soon as backward has written it, then the step waits for all.
-        timer.enter(Phase::Backward);
+        timer.enter(Phase::Backward)?;
         let (params, grads) = (&replica.params, &mut replica.grads);
         match &mut self.reducer {
             None => model.backward(b, &mut buffers, params, grads, dropout_seed, &mut NoSync)?,
             Some(reducer) => {
                 reducer.carry_vote(stop_vote);
                 model.backward(b, &mut buffers, params, grads, dropout_seed, reducer)?;
-                timer.enter(Phase::AllReduceWait);
+                timer.enter(Phase::AllReduceWait)?;
                 reducer.finish(b, grads)?;
             }
         }
@@ -65,7 +65,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
         // 4. Adam, behind the guard that skips it on a non-finite loss or
         //    gradient (on the device: the host looks only now and then).
-        timer.enter(Phase::Optimizer);
+        timer.enter(Phase::Optimizer)?;
         replica.step += 1;
         let step = u32::try_from(replica.step).unwrap_or(u32::MAX);
         b.guard_finite(
@@ -83,9 +83,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             &mut replica.adam_v,
             &replica.guard,
         )?;
-        timer.end_step();
+        timer.end_step()?;
         if B::IN_HOST_MEMORY || replica.step % GUARD_READ_EVERY == 0 {
             self.check_guard()?;
+            // The guard read waited for the device: the step marks are
+            // ready to read without another synchronisation.
+            self.timer.harvest()?;
         }
         Ok(())
     }

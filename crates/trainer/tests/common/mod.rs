@@ -37,18 +37,19 @@ pub fn small_data(train_len: usize, test_len: usize) -> fashion_mnist::FashionMn
     fashion_mnist::FashionMnist::load_with(dir.path(), layout).expect("loading it back")
 }
 
-/// Trains `trainer`'s first epoch; the parameters after each step.
+/// Trains `trainer`'s first epoch: the parameters after each step, and the
+/// epoch's report.
 pub fn params_after_each_step<B: core_tensor::Ops>(
     trainer: &mut trainer::train::Trainer<B>,
-) -> Vec<Vec<f32>> {
+) -> (Vec<Vec<f32>>, trainer::train::EpochReport) {
     let mut history = Vec::new();
-    trainer
+    let report = trainer
         .train_epoch(1, &mut trainer::train::Silent, &mut |t| {
             history.push(t.params()?);
             Ok(())
         })
         .expect("training one epoch");
-    history
+    (history, report)
 }
 
 /// `body(rank)` for ranks 0 and 1, each on a thread of its own; the results

@@ -32,7 +32,10 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use cudarc;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut,
+};
 pub use kernels::{KernelModule, kernel_modules};
 pub use modules::{compile_cubin, compile_ptx, nvrtc_version};
 pub use pinned::PinnedVec;
@@ -245,6 +248,29 @@ impl Backend for Cuda {
     fn synchronize(&self) -> Result<()> {
         self.inner.stream.synchronize()?;
         self.check_faults()
+    }
+
+    type Mark = CudaEvent;
+
+    fn mark(&self) -> Result<CudaEvent> {
+        // cudarc's default event flags turn timing off, and the driver then
+        // refuses `cuEventElapsedTime`: ask for a timing event.
+        let event = self
+            .inner
+            .stream
+            .context()
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        event.record(&self.inner.stream)?;
+        Ok(event)
+    }
+
+    fn record_mark(&self, mark: &mut CudaEvent) -> Result<()> {
+        Ok(mark.record(&self.inner.stream)?)
+    }
+
+    fn seconds_between(&self, start: &CudaEvent, end: &CudaEvent) -> Result<f64> {
+        let ms = start.elapsed_ms(end)?;
+        Ok(f64::from(ms) / 1e3)
     }
 }
 
