@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use comm::launch_var;
-use common::{data_arg, dataset, free_port, launcher_pid, stderr, stderr_lines, trainer};
+use common::{data_arg, dataset, free_port, job, launcher_pid, stderr, stderr_lines, trainer};
 
 /// A worker started as `rank` of `world` by hand, as torchrun would.
 fn worker(rank: usize, world: usize, port: u16) -> Command {
@@ -110,18 +110,7 @@ fn ranks_disagreeing_on_the_world_size_both_fail() {
 
 #[test]
 fn a_killed_worker_stops_the_whole_launch_with_the_lost_rank_named() {
-    let mut launcher = trainer()
-        .args([
-            "--world-size",
-            "2",
-            "--epochs",
-            "1",
-            "--threads",
-            "1",
-            "--timeout",
-            "10",
-        ])
-        .args(data_arg(dataset()))
+    let mut launcher = job(2, 1, 10)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -7,22 +7,12 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{data_arg, dataset, run, stderr, trainer};
+use common::{job, run, stderr};
 
 /// A one-step run, alone or as a two-rank launcher.
-fn short_run(world_size: &str) -> Command {
-    let mut cmd = trainer();
-    cmd.args([
-        "--world-size",
-        world_size,
-        "--epochs",
-        "1",
-        "--max-steps",
-        "1",
-        "--threads",
-        "1",
-    ])
-    .args(data_arg(dataset()));
+fn short_run(world_size: usize) -> Command {
+    let mut cmd = job(world_size, 1, 10);
+    cmd.args(["--max-steps", "1"]);
     cmd
 }
 
@@ -45,7 +35,7 @@ fn a_file_where_the_checkpoint_directory_should_be_fails_at_once() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("ckpt");
     std::fs::write(&file, b"not a directory").unwrap();
-    for world_size in ["1", "2"] {
+    for world_size in [1, 2] {
         fails_before_training(
             short_run(world_size).arg("--checkpoint-dir").arg(&file),
             &[
@@ -60,7 +50,7 @@ fn a_file_where_the_checkpoint_directory_should_be_fails_at_once() {
 #[test]
 fn a_directory_where_the_metrics_file_should_be_fails_at_once() {
     let tmp = tempfile::tempdir().unwrap();
-    for world_size in ["1", "2"] {
+    for world_size in [1, 2] {
         fails_before_training(
             short_run(world_size).arg("--metrics").arg(tmp.path()),
             &[&tmp.path().display().to_string(), "is a directory"],
@@ -76,11 +66,11 @@ fn an_unwritable_place_fails_at_once() {
     std::fs::write(&file, b"x").unwrap();
     let under = file.join("ckpt");
     fails_before_training(
-        short_run("1").arg("--checkpoint-dir").arg(&under),
+        short_run(1).arg("--checkpoint-dir").arg(&under),
         &[&under.display().to_string(), "cannot create"],
     );
     fails_before_training(
-        short_run("1").arg("--metrics").arg(under.join("m.jsonl")),
+        short_run(1).arg("--metrics").arg(under.join("m.jsonl")),
         &["--metrics", "cannot create"],
     );
 }
@@ -90,7 +80,7 @@ fn missing_parents_are_created_the_same_way_for_both_and_said() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("runs/a/ckpt");
     let metrics = tmp.path().join("runs/b/metrics.jsonl");
-    let out = run(short_run("1")
+    let out = run(short_run(1)
         .arg("--checkpoint-dir")
         .arg(&dir)
         .arg("--metrics")

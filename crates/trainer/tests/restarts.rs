@@ -9,30 +9,23 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{data_arg, dataset, final_state, launcher_pid, run, stderr, stderr_lines, trainer};
+use common::{final_state, job, launcher_pid, run, stderr, stderr_lines};
 use trainer::checkpoint::Position;
 use trainer::checkpoint::store::PAUSE_ENV;
 
 /// Two ranks, 8 steps, checkpoints after steps 2, 4 and 6 and at the end.
-fn job(dir: &Path, metrics: &Path) -> Command {
-    let mut cmd = trainer();
+fn checkpointed_job(dir: &Path, metrics: &Path) -> Command {
+    let mut cmd = job(2, 1, 10);
     cmd.args([
-        "--world-size",
-        "2",
-        "--epochs",
-        "1",
         "--max-steps",
         "8",
-        "--threads",
-        "1",
-        "--timeout",
-        "10",
+        "--checkpoint-every",
+        "2",
+        "--checkpoint-dir",
     ])
-    .args(["--checkpoint-every", "2", "--checkpoint-dir"])
     .arg(dir)
     .arg("--metrics")
-    .arg(metrics)
-    .args(data_arg(dataset()));
+    .arg(metrics);
     cmd
 }
 
@@ -47,12 +40,12 @@ fn losses(metrics: &Path) -> Vec<String> {
 fn a_killed_worker_is_restarted_from_the_newest_checkpoint_and_the_result_is_unchanged() {
     let tmp = tempfile::tempdir().unwrap();
     let (calm, hit) = (tmp.path().join("calm"), tmp.path().join("hit"));
-    let out = run(&mut job(&calm, &tmp.path().join("calm.jsonl")));
+    let out = run(&mut checkpointed_job(&calm, &tmp.path().join("calm.jsonl")));
     assert!(out.status.success(), "{}", stderr(&out));
 
     // Every save pauses a second, so that the run is still going when the
     // test, having seen the first checkpoint, kills rank 1.
-    let mut launcher = job(&hit, &tmp.path().join("hit.jsonl"))
+    let mut launcher = checkpointed_job(&hit, &tmp.path().join("hit.jsonl"))
         .args(["--max-restarts", "1"])
         .env(PAUSE_ENV, "1")
         .stdout(Stdio::null())

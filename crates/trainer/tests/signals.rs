@@ -12,7 +12,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use common::{data_arg, dataset, final_state, launcher_pid, run, stderr, stderr_lines, trainer};
+use common::{
+    data_arg, dataset, final_state, job, launcher_pid, run, stderr, stderr_lines, trainer,
+};
 use trainer::checkpoint::Position;
 use trainer::checkpoint::store::PAUSE_ENV;
 use trainer::stop::PREEMPTED_EXIT_CODE;
@@ -134,20 +136,8 @@ fn assert_gone(pids: &[u32], log: &str) {
 
 /// A long two-rank run, to be stopped long before it ends.
 fn long_run() -> Command {
-    let mut cmd = trainer();
-    cmd.args([
-        "--world-size",
-        "2",
-        "--epochs",
-        "50",
-        "--threads",
-        "1",
-        "--timeout",
-        "10",
-        "--grace",
-        "5",
-    ])
-    .args(data_arg(dataset()));
+    let mut cmd = job(2, 50, 10);
+    cmd.args(["--grace", "5"]);
     cmd
 }
 
@@ -197,24 +187,15 @@ fn sigkill_to_the_launcher_takes_the_ranks_with_it() {
 /// Two ranks, 12 steps of one epoch, a checkpoint after every step; every
 /// save pauses a second, so a test can signal the job mid-epoch.
 fn checkpointed(dir: &Path) -> Command {
-    let mut cmd = trainer();
+    let mut cmd = job(2, 1, 20);
     cmd.args([
-        "--world-size",
-        "2",
-        "--epochs",
-        "1",
         "--max-steps",
         "12",
-        "--threads",
-        "1",
-        "--timeout",
-        "20",
         "--checkpoint-every",
         "1",
+        "--checkpoint-dir",
     ])
-    .arg("--checkpoint-dir")
-    .arg(dir)
-    .args(data_arg(dataset()));
+    .arg(dir);
     cmd
 }
 

@@ -95,6 +95,21 @@ pub fn trainer() -> Command {
     cmd
 }
 
+/// A launch of `world_size` one-thread ranks on the test data set for
+/// `epochs` epochs, peers given up after `timeout_s` seconds: what the
+/// process-level tests start from, adding their own flags.
+pub fn job(world_size: usize, epochs: usize, timeout_s: u64) -> Command {
+    let mut cmd = trainer();
+    cmd.arg("--world-size")
+        .arg(world_size.to_string())
+        .arg("--epochs")
+        .arg(epochs.to_string())
+        .args(["--threads", "1", "--timeout"])
+        .arg(timeout_s.to_string())
+        .args(data_arg(dataset()));
+    cmd
+}
+
 pub fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("running the trainer")
 }
