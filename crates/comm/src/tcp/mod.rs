@@ -3,8 +3,10 @@
 
 mod element;
 mod exchange;
+mod group;
 pub(crate) mod header;
 mod links;
+mod p2p;
 mod peer_address;
 mod ring_all_reduce;
 mod ring_broadcast;
