@@ -5,16 +5,20 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::Context;
+use anyhow::bail;
 use comm::{
-    AUTH_TOKEN_VAR, AuthToken, CommConfig, Communicator, LaunchEnv, LaunchSource, TcpCommunicator,
+    AUTH_TOKEN_VAR, AuthToken, CommConfig, Communicator, LaunchEnv, LaunchSource,
+    LocalCommunicator, TcpCommunicator,
 };
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Cuda, Ops};
 use fashion_mnist::FashionMnist;
 
 mod device;
+pub mod threads;
 
 use device::{Device, choose_device, choose_transport, connect_nccl};
+use threads::THREADS;
 
 use crate::announce::{report_outcome, started_by};
 use crate::checkpoint::origin::Origin;
@@ -66,29 +70,91 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
     // The device comes before the rendezvous: a rank without its GPU fails
     // here, alone and at once, instead of after its peers' timeout.
     let device = choose_device(cli, &info)?;
-    let mut tcp = match launch {
+    let tcp = match launch {
         Some(env) if env.world_size > 1 => Some(connect(cli, env)?),
         _ => None,
     };
-    let transport = choose_transport(cli, &info, &device, tcp.as_mut())?;
-    let nccl = match (&device, transport) {
-        (Device::Cuda(gpu), Some(Transport::Nccl)) => {
-            Some(connect_nccl(cli, &info, gpu, tcp.as_mut())?)
+    let shared = Shared {
+        cli,
+        data: &data,
+        data_dir: &data_dir,
+        started_by: started_by(launch),
+    };
+    run_rank(&shared, &info, device, tcp.map(JobComm::Tcp), stop)
+}
+
+/// What every rank of a process reads and never changes.
+struct Shared<'a> {
+    cli: &'a Cli,
+    data: &'a FashionMnist,
+    data_dir: &'a std::path::Path,
+    /// Who started the ranks, for the start-up line.
+    started_by: &'static str,
+}
+
+/// How a rank reaches the others: sockets (a process per rank), or memory
+/// (ranks as threads of one process).
+enum JobComm {
+    Tcp(TcpCommunicator),
+    Local(LocalCommunicator),
+}
+
+impl JobComm {
+    fn as_dyn(&mut self) -> &mut dyn Communicator {
+        match self {
+            JobComm::Tcp(c) => c,
+            JobComm::Local(c) => c,
+        }
+    }
+
+    fn boxed(self) -> Box<dyn Communicator> {
+        match self {
+            JobComm::Tcp(c) => Box::new(c),
+            JobComm::Local(c) => Box::new(c),
+        }
+    }
+}
+
+/// One rank on `device`, from the choice of gradient transport to its
+/// last epoch; `comm` is `None` for a single rank.
+fn run_rank(
+    shared: &Shared<'_>,
+    info: &RankInfo,
+    device: Device,
+    mut comm: Option<JobComm>,
+    stop: StopRequest,
+) -> anyhow::Result<RunEnd> {
+    let cli = shared.cli;
+    let transport = choose_transport(cli, info, &device, comm.as_mut().map(JobComm::as_dyn))?;
+    let nccl = match (&device, transport, &mut comm) {
+        (Device::Cuda(_), Some(Transport::Nccl), Some(JobComm::Local(_))) => bail!(
+            "rank {}: --spawn threads averages gradients in this process's memory, not over NCCL: add --backend tcp, or use --spawn processes for NCCL",
+            info.rank
+        ),
+        (Device::Cuda(gpu), Some(Transport::Nccl), comm) => {
+            let store = match comm {
+                Some(JobComm::Tcp(tcp)) => tcp.store(),
+                _ => None,
+            };
+            Some(connect_nccl(cli, info, gpu, store)?)
         }
         _ => None,
     };
-    let comm = tcp.map(|t| CommThread::spawn(Box::new(t))).transpose()?;
+    let comm = comm.map(|c| CommThread::spawn(c.boxed())).transpose()?;
     let job = Job {
         cli,
-        info: &info,
-        data: &data,
-        data_dir: &data_dir,
+        info,
+        data: shared.data,
+        data_dir: shared.data_dir,
         gradients: match transport {
             None => "",
-            Some(Transport::Tcp) => ", gradients over the TCP ring",
+            Some(Transport::Tcp) => match shared.started_by {
+                THREADS => ", gradients through memory",
+                _ => ", gradients over the TCP ring",
+            },
             Some(Transport::Nccl) => ", gradients over NCCL",
         },
-        started_by: started_by(launch),
+        started_by: shared.started_by,
     };
     let gpu_uuid = match &device {
         Device::Cpu(_) => None,
