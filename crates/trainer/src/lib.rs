@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod model;
 pub mod monitor;
 pub mod output_paths;
+pub mod pipeline;
 pub mod plot;
 pub mod progress;
 pub mod stop;

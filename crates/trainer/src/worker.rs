@@ -28,8 +28,9 @@ use crate::cli::Cli;
 use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::metrics::{MetricsFile, epoch_line};
-use crate::model::{DropoutRates, cnn_layout};
+use crate::model::{CnnMnist, DropoutRates, Model, cnn_layout};
 use crate::monitor::{Monitor, Straggler};
+use crate::pipeline::{PipelinePlace, PipelineStage, describe_split};
 use crate::progress::Console;
 use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
 use crate::tensorboard::EventWriter;
@@ -140,6 +141,20 @@ fn run_rank(
         }
         _ => None,
     };
+    let pipeline = match (cli.pipeline_stages as usize, &mut comm) {
+        (1, _) => None,
+        (stages, Some(comm)) => {
+            let place = PipelinePlace::of(info.rank, info.world_size, stages)
+                .with_context(|| format!("rank {}", info.rank))?;
+            let group = comm.as_dyn().subgroup(&place.members()).with_context(|| {
+                format!("rank {}: forming pipeline {}", info.rank, place.replica)
+            })?;
+            Some((place, group))
+        }
+        (stages, None) => bail!(
+            "--pipeline-stages {stages} needs at least {stages} ranks (--world-size, a multiple of the stages)"
+        ),
+    };
     let comm = comm.map(|c| CommThread::spawn(c.boxed())).transpose()?;
     let job = Job {
         cli,
@@ -168,13 +183,13 @@ fn run_rank(
         );
     }
     let outcome = match device {
-        Device::Cpu(cpu) => train_on(cpu, &job, comm, None, stop, monitor),
+        Device::Cpu(cpu) => train_on(cpu, &job, comm, None, stop, monitor, pipeline),
         Device::Cuda(gpu) => {
             let hook = match nccl {
                 Some(nccl) => Some(Box::new(NcclHook::new(nccl, &gpu)?) as Box<dyn CommHook<Cuda>>),
                 None => None,
             };
-            train_on(gpu, &job, comm, hook, stop, monitor)
+            train_on(gpu, &job, comm, hook, stop, monitor, pipeline)
         }
     }?;
     Ok(match outcome {
@@ -204,14 +219,10 @@ fn train_on<B: Ops>(
     device_hook: Option<Box<dyn CommHook<B>>>,
     stop: StopRequest,
     monitor: Monitor,
+    pipeline: Option<(PipelinePlace, Box<dyn Communicator>)>,
 ) -> anyhow::Result<RunOutcome> {
     let Job {
-        cli,
-        info,
-        data,
-        data_dir,
-        gradients,
-        ..
+        cli, info, data, ..
     } = *job;
     let rank = info.rank;
     let cfg = TrainConfig {
@@ -253,9 +264,54 @@ fn train_on<B: Ops>(
             every: cli.checkpoint_every,
         }),
         stop,
+        share: pipeline.as_ref().map(|(place, _)| place.share()),
     };
-    let mut trainer = Trainer::start(backend, data, cfg, setup)
-        .with_context(|| format!("rank {rank}: setting up"))?;
+    let context = || format!("rank {rank}: setting up");
+    let Some((place, group)) = pipeline else {
+        let mut trainer = Trainer::start(backend, data, cfg, setup).with_context(context)?;
+        return drive(&mut trainer, job, device, resumed, monitor);
+    };
+    let micro = cli.micro_batches as usize;
+    let stage = PipelineStage::new(CnnMnist::new(cfg.dropout), place, micro, group)
+        .with_context(context)?;
+    if lead {
+        eprintln!(
+            "pipeline: {} stages x {} data-parallel replicas, {micro} micro-batches per batch (1F1B); {}",
+            place.stages,
+            place.replicas,
+            describe_split()
+        );
+    }
+    let mut trainer =
+        Trainer::with_model(backend, stage, data, cfg, setup).with_context(context)?;
+    let outcome = drive(&mut trainer, job, device, resumed, monitor);
+    let times = trainer.model().times();
+    eprintln!(
+        "pipeline stage {} (rank {rank}): idle {:.1}% of {:.1} s in the schedule (waiting for the other stage)",
+        place.stage,
+        100.0 * times.idle_fraction(),
+        times.total.as_secs_f64()
+    );
+    outcome
+}
+
+/// Trains `trainer` to the end, with rank 0's start-up line, metrics,
+/// TensorBoard and progress display, and reports how it ended.
+fn drive<B: Ops, M: Model<B>>(
+    trainer: &mut Trainer<B, M>,
+    job: &Job<'_>,
+    device: String,
+    resumed: bool,
+    monitor: Monitor,
+) -> anyhow::Result<RunOutcome> {
+    let Job {
+        cli,
+        info,
+        data_dir,
+        gradients,
+        ..
+    } = *job;
+    let lead = info.rank == 0;
     trainer.watch(monitor);
     if lead {
         eprintln!(
