@@ -73,10 +73,11 @@ fn messages_travel_forward_and_backward_along_a_chain() {
 fn bad_peers_and_lengths_are_errors_not_hangs() {
     let results = run_job(3, |mut comm| {
         let rank = comm.rank();
-        let mut errors = Vec::new();
         // Rank 0 and 2 are neighbours in the ring of 3; nobody is its own.
-        errors.push(comm.send_recv(Some((&[1.0], rank)), None).unwrap_err());
-        errors.push(comm.send_recv(Some((&[1.0], 3)), None).unwrap_err());
+        let errors = vec![
+            comm.send_recv(Some((&[1.0], rank)), None).unwrap_err(),
+            comm.send_recv(Some((&[1.0], 3)), None).unwrap_err(),
+        ];
         // The communicator is still usable after refused calls.
         let mut sum = [1.0_f32];
         comm.all_reduce(&mut sum, ReduceOp::Sum).unwrap();

@@ -213,11 +213,9 @@ struct Exchange {
     Comm* comm;
     void* stream;
     const float* send = nullptr;
-    std::size_t send_count = 0;
     float* recv = nullptr;
-    std::size_t recv_count = 0;
+    std::size_t send_count = 0, recv_count = 0;
 };
-
 thread_local int group_depth = 0;
 thread_local std::vector<Exchange> pending;
 
@@ -230,14 +228,13 @@ void queue_exchange(const Exchange& x) {
         Comm* comm = x.comm;
         const std::size_t count = std::max(x.send_count, x.recv_count);
         chunked(comm, count, [&](std::size_t offset, std::size_t n, auto meet) {
+            const auto part = [&](std::size_t total) { return std::min(n, total - offset); };
             if (offset < x.send_count) {
-                const std::size_t k = std::min(n, x.send_count - offset);
-                std::memcpy(comm->slot(comm->rank), x.send + offset, k * sizeof(float));
+                std::memcpy(comm->slot(comm->rank), x.send + offset, part(x.send_count) * 4);
             }
             if (!meet()) return;
             if (offset < x.recv_count) {
-                const std::size_t k = std::min(n, x.recv_count - offset);
-                std::memcpy(x.recv + offset, comm->slot(1 - comm->rank), k * sizeof(float));
+                std::memcpy(x.recv + offset, comm->slot(1 - comm->rank), part(x.recv_count) * 4);
             }
             meet();
         });
@@ -258,21 +255,15 @@ ncclResult_t add_side(const void* buf, std::size_t count, int datatype, int peer
                     "the emulator supports ncclSend/ncclRecv in communicators of two ranks only");
     }
     if (peer != 1 - comm->rank) return fail(comm, ncclInvalidArgument, "bad peer");
-    auto at = std::find_if(pending.begin(), pending.end(), [&](const Exchange& x) {
-        return x.comm == comm && x.stream == stream;
-    });
+    auto at = std::find_if(pending.begin(), pending.end(),
+                           [&](const Exchange& x) { return x.comm == comm && x.stream == stream; });
     if (at == pending.end()) at = pending.insert(pending.end(), Exchange{comm, stream});
-    const bool taken = sending ? at->send != nullptr : at->recv != nullptr;
-    if (taken) {
+    if (sending ? at->send != nullptr : at->recv != nullptr) {
         return fail(comm, ncclInvalidUsage, "the emulator takes one send and one receive per group");
     }
-    if (sending) {
-        at->send = static_cast<const float*>(buf);
-        at->send_count = count;
-    } else {
-        at->recv = static_cast<float*>(const_cast<void*>(buf));
-        at->recv_count = count;
-    }
+    (sending ? at->send_count : at->recv_count) = count;
+    if (sending) at->send = static_cast<const float*>(buf);
+    if (!sending) at->recv = static_cast<float*>(const_cast<void*>(buf));
     if (group_depth == 0) {
         queue_exchange(*at);
         pending.erase(at);
@@ -398,10 +389,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, int 
     return ncclSuccess;
 }
 
-ncclResult_t ncclGroupStart() {
-    ++group_depth;
-    return ncclSuccess;
-}
+ncclResult_t ncclGroupStart() { return ++group_depth, ncclSuccess; }
 
 ncclResult_t ncclGroupEnd() {
     if (group_depth == 0) return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd without a start");

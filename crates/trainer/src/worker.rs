@@ -81,7 +81,13 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
         data_dir: &data_dir,
         started_by: started_by(launch),
     };
-    run_rank(&shared, &info, device, tcp.map(JobComm::Tcp), stop)
+    run_rank(
+        &shared,
+        &info,
+        device,
+        tcp.map(|t| JobComm::Tcp(Box::new(t))),
+        stop,
+    )
 }
 
 /// What every rank of a process reads and never changes.
@@ -96,21 +102,21 @@ struct Shared<'a> {
 /// How a rank reaches the others: sockets (a process per rank), or memory
 /// (ranks as threads of one process).
 enum JobComm {
-    Tcp(TcpCommunicator),
+    Tcp(Box<TcpCommunicator>),
     Local(LocalCommunicator),
 }
 
 impl JobComm {
     fn as_dyn(&mut self) -> &mut dyn Communicator {
         match self {
-            JobComm::Tcp(c) => c,
+            JobComm::Tcp(c) => c.as_mut(),
             JobComm::Local(c) => c,
         }
     }
 
     fn boxed(self) -> Box<dyn Communicator> {
         match self {
-            JobComm::Tcp(c) => Box::new(c),
+            JobComm::Tcp(c) => c,
             JobComm::Local(c) => Box::new(c),
         }
     }

@@ -1,7 +1,9 @@
-//! Pipeline parallelism's GPU transport, run without a GPU on `cuda-emu`:
-//! NCCL point-to-point (`ncclSend`/`ncclRecv` in one group) between two
+//! Pipeline parallelism on GPUs, run without a GPU on `cuda-emu`: NCCL
+//! point-to-point (`ncclSend`/`ncclRecv` in one group) between two
 //! emulated GPUs, on a communicator of its own made through the job's
-//! store (a sub-group's, as a pipeline's stages use).
+//! store (a sub-group's), and a two-stage pipeline training on two
+//! emulated GPUs (activations through the pipeline's TCP sub-group,
+//! gradients averaged by NCCL).
 //!
 //! `pipeline_on_the_cuda_emulator` builds the emulator and re-runs this
 //! binary with it loaded; there the `emulated_*` tests do the work.
@@ -14,12 +16,20 @@ use std::time::Duration;
 use comm::nccl::NcclCommunicator;
 use comm::{CommConfig, TcpCommunicator};
 use common::free_port;
-use core_tensor::{Backend, Cuda};
+use core_tensor::ops::AdamConfig;
+use core_tensor::{Backend, Cpu, Cuda};
+use trainer::ddp::{CommThread, NcclHook};
+use trainer::model::{CnnMnist, DropoutRates};
+use trainer::pipeline::{PipelinePlace, PipelineStage};
+use trainer::train::{Setup, Silent, TrainConfig, Trainer};
 
 /// A device buffer of the CUDA backend.
 type Buf = <Cuda as Backend>::Storage<f32>;
 
-const EMULATED: [&str; 1] = ["emulated_nccl_send_recv_between_two_gpus"];
+const EMULATED: [&str; 2] = [
+    "emulated_nccl_send_recv_between_two_gpus",
+    "emulated_two_stages_on_two_gpus_follow_one_cpu_rank",
+];
 
 #[test]
 fn pipeline_on_the_cuda_emulator() {
@@ -109,4 +119,59 @@ fn emulated_nccl_send_recv_between_two_gpus() {
             assert_eq!(one_way, values(1, 7));
         }
     }
+}
+
+fn config() -> TrainConfig {
+    TrainConfig {
+        epochs: 1,
+        batch_size: 16,
+        adam: AdamConfig::default(),
+        seed: 5,
+        max_steps: Some(3),
+        dropout: DropoutRates::OFF,
+        bucket_mb: 0.5,
+    }
+}
+
+/// Stage `rank` on emulated GPU `rank`; the CPU rank it must follow.
+#[test]
+fn emulated_two_stages_on_two_gpus_follow_one_cpu_rank() {
+    if emulated_gpu(0).is_none() {
+        return;
+    }
+    let data = common::small_data(16 * 3, 20);
+    let port = free_port();
+    let stages = common::on_two_ranks(|rank| {
+        let gpu = emulated_gpu(rank).unwrap();
+        let timeout = Duration::from_secs(120);
+        let cfg = CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(timeout);
+        let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
+        let place = PipelinePlace::of(rank, 2, 2).unwrap();
+        let group = tcp.subgroup(&place.members()).unwrap();
+        let stream = gpu.side_stream().unwrap();
+        let nccl = NcclCommunicator::connect(stream, rank, 2, tcp.store(), timeout).unwrap();
+        let model = CnnMnist::new(DropoutRates::OFF);
+        let stage = PipelineStage::new(model, place, 2, Box::new(group)).unwrap();
+        let setup = Setup {
+            device_hook: Some(Box::new(NcclHook::new(nccl, &gpu).unwrap())),
+            share: Some(place.share()),
+            ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
+        };
+        let mut trainer = Trainer::with_model(gpu, stage, &data, config(), setup).unwrap();
+        trainer
+            .train_epoch(1, &mut Silent, &mut |_| Ok(()))
+            .unwrap();
+        trainer.params().unwrap()
+    });
+    let mut single = Trainer::new(Cpu::new(1).unwrap(), &data, config(), None).unwrap();
+    single.train_epoch(1, &mut Silent, &mut |_| Ok(())).unwrap();
+    let single = single.params().unwrap();
+    assert!(stages[0] == stages[1], "the stages hold different models");
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    let diff = norm(&mut stages[0].iter().zip(&single).map(|(a, b)| f64::from(a - b)));
+    let relative = diff / norm(&mut single.iter().map(|&b| f64::from(b)));
+    assert!(
+        relative <= 1e-4,
+        "2 GPU stages and 1 CPU rank differ by {relative:e}"
+    );
 }

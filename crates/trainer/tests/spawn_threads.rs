@@ -73,7 +73,7 @@ fn threads_refuse_what_only_processes_can_do() {
                 "--max-restarts",
                 "1",
                 "--checkpoint-dir",
-                "x",
+                dir,
             ][..],
             "--resume auto",
         ),

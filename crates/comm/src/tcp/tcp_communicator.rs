@@ -257,8 +257,12 @@ impl Communicator for TcpCommunicator {
         let (to, from) = (out.as_ref().map(|o| o.to), inc.as_ref().map(|i| i.from));
         match p2p::send_recv(links, out, inc) {
             Ok(()) => {
-                to.map(|to| ring.messages[to].0 += 1);
-                from.map(|from| ring.messages[from].1 += 1);
+                if let Some(to) = to {
+                    ring.messages[to].0 += 1;
+                }
+                if let Some(from) = from {
+                    ring.messages[from].1 += 1;
+                }
                 Ok(())
             }
             Err(e @ CommError::InvalidArgument { .. }) => Err(e),
