@@ -1,7 +1,5 @@
 //! One rank from start to finish: data, device, communicator, epochs.
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -15,26 +13,27 @@ use core_tensor::{Cuda, Ops};
 use fashion_mnist::FashionMnist;
 
 mod device;
+mod drive;
 pub mod threads;
 
 use device::{Device, choose_device, choose_transport, connect_nccl};
+use drive::drive;
 use threads::THREADS;
 
-use crate::announce::{report_outcome, started_by};
+use crate::announce::started_by;
 use crate::checkpoint::origin::Origin;
 use crate::checkpoint::resume::{self, Request};
 use crate::checkpoint::{CheckpointDir, Checkpoints};
 use crate::cli::Cli;
 use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
-use crate::metrics::{MetricsFile, epoch_line};
-use crate::model::{CnnMnist, DropoutRates, Model, cnn_layout};
-use crate::monitor::{Monitor, Straggler};
-use crate::pipeline::{PipelinePlace, PipelineStage, describe_split};
-use crate::progress::Console;
+use crate::model::{CnnMnist, DropoutRates, cnn_layout};
+use crate::monitor::Monitor;
+use crate::pipeline::{
+    HostLink, NcclLink, PipelinePlace, PipelineStage, StageLink, describe_split,
+};
 use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
-use crate::tensorboard::EventWriter;
-use crate::train::{Progress, RunOutcome, Setup, Silent, TrainConfig, Trainer};
+use crate::train::{RunOutcome, Setup, TrainConfig, Trainer};
 
 /// This process's place in the job.
 #[derive(Clone, Debug)]
@@ -133,20 +132,6 @@ fn run_rank(
 ) -> anyhow::Result<RunEnd> {
     let cli = shared.cli;
     let transport = choose_transport(cli, info, &device, comm.as_mut().map(JobComm::as_dyn))?;
-    let nccl = match (&device, transport, &mut comm) {
-        (Device::Cuda(_), Some(Transport::Nccl), Some(JobComm::Local(_))) => bail!(
-            "rank {}: --spawn threads averages gradients in this process's memory, not over NCCL: add --backend tcp, or use --spawn processes for NCCL",
-            info.rank
-        ),
-        (Device::Cuda(gpu), Some(Transport::Nccl), comm) => {
-            let store = match comm {
-                Some(JobComm::Tcp(tcp)) => tcp.store(),
-                _ => None,
-            };
-            Some(connect_nccl(cli, info, gpu, store)?)
-        }
-        _ => None,
-    };
     let pipeline = match (cli.pipeline_stages as usize, &mut comm) {
         (1, _) => None,
         (stages, Some(comm)) => {
@@ -160,6 +145,33 @@ fn run_rank(
         (stages, None) => bail!(
             "--pipeline-stages {stages} needs at least {stages} ranks (--world-size, a multiple of the stages)"
         ),
+    };
+    let (nccl, pipeline_nccl) = match (&device, transport, &mut comm) {
+        (Device::Cuda(_), Some(Transport::Nccl), Some(JobComm::Local(_))) => bail!(
+            "rank {}: --spawn threads averages gradients in this process's memory, not over NCCL: add --backend tcp, or use --spawn processes for NCCL",
+            info.rank
+        ),
+        (Device::Cuda(gpu), Some(Transport::Nccl), comm) => {
+            let mut store = match comm {
+                Some(JobComm::Tcp(tcp)) => tcp.store(),
+                _ => None,
+            };
+            let whole = (info.rank, info.world_size);
+            let grads = connect_nccl(cli, gpu, store.as_deref_mut(), "gradients", whole)?;
+            // Each pipeline's own communicator carries its activations.
+            let stages = match &pipeline {
+                Some((place, _)) => Some(connect_nccl(
+                    cli,
+                    gpu,
+                    store,
+                    &format!("pipeline-{}", place.replica),
+                    (place.stage, place.stages),
+                )?),
+                None => None,
+            };
+            (Some(grads), stages)
+        }
+        _ => (None, None),
     };
     let comm = comm.map(|c| CommThread::spawn(c.boxed())).transpose()?;
     let job = Job {
@@ -189,12 +201,19 @@ fn run_rank(
         );
     }
     let outcome = match device {
-        Device::Cpu(cpu) => train_on(cpu, &job, comm, None, stop, monitor, pipeline),
+        Device::Cpu(cpu) => {
+            let pipeline = pipeline.map(|(place, group)| (place, host_link(group)));
+            train_on(cpu, &job, comm, None, stop, monitor, pipeline)
+        }
         Device::Cuda(gpu) => {
             let hook = match nccl {
                 Some(nccl) => Some(Box::new(NcclHook::new(nccl, &gpu)?) as Box<dyn CommHook<Cuda>>),
                 None => None,
             };
+            let pipeline = pipeline.map(|(place, group)| match pipeline_nccl {
+                Some(nccl) => (place, Box::new(NcclLink::new(nccl, &gpu)) as Box<_>),
+                None => (place, host_link(group)),
+            });
             train_on(gpu, &job, comm, hook, stop, monitor, pipeline)
         }
     }?;
@@ -225,7 +244,7 @@ fn train_on<B: Ops>(
     device_hook: Option<Box<dyn CommHook<B>>>,
     stop: StopRequest,
     monitor: Monitor,
-    pipeline: Option<(PipelinePlace, Box<dyn Communicator>)>,
+    pipeline: Option<(PipelinePlace, Box<dyn StageLink<B>>)>,
 ) -> anyhow::Result<RunOutcome> {
     let Job {
         cli, info, data, ..
@@ -301,79 +320,9 @@ fn train_on<B: Ops>(
     outcome
 }
 
-/// Trains `trainer` to the end, with rank 0's start-up line, metrics,
-/// TensorBoard and progress display, and reports how it ended.
-fn drive<B: Ops, M: Model<B>>(
-    trainer: &mut Trainer<B, M>,
-    job: &Job<'_>,
-    device: String,
-    resumed: bool,
-    monitor: Monitor,
-) -> anyhow::Result<RunOutcome> {
-    let Job {
-        cli,
-        info,
-        data_dir,
-        gradients,
-        ..
-    } = *job;
-    let lead = info.rank == 0;
-    trainer.watch(monitor);
-    if lead {
-        eprintln!(
-            "training on {device}, world size {} ({}){gradients}, data from {}",
-            info.world_size,
-            job.started_by,
-            data_dir.display()
-        );
-        if trainer.first_epoch() > cli.epochs as usize {
-            eprintln!(
-                "note: the checkpoint is past epoch {}: nothing left to train (raise --epochs to go on)",
-                cli.epochs
-            );
-        }
-    }
-    let mut metrics = match (&cli.metrics, lead) {
-        // A resumed run adds to the rows of the epochs before it.
-        (Some(path), true) if resumed => {
-            Some(MetricsFile::append_to(path, info.world_size, device)?)
-        }
-        (Some(path), true) => Some(MetricsFile::create(path, info.world_size, device)?),
-        _ => None,
-    };
-    let board = match (&cli.tensorboard, lead) {
-        (Some(dir), true) => Some(Rc::new(RefCell::new(
-            EventWriter::create(dir, &hostname()).context("rank 0: --tensorboard")?,
-        ))),
-        _ => None,
-    };
-    let mut progress: Box<dyn Progress> = if lead {
-        let line_every = Duration::from_secs_f64(cli.progress_seconds);
-        Box::new(Console::new(cli.log_every, line_every, board.clone()))
-    } else {
-        Box::new(Silent)
-    };
-    let outcome = trainer.run(progress.as_mut(), &mut |report| {
-        if lead {
-            println!("{}", epoch_line(report));
-            if let Some(s) = Straggler::find(&report.ranks) {
-                eprintln!(
-                    "note: rank {} is {:.0}% behind the median rank (its steps' time, waiting for gradients excluded)",
-                    s.rank,
-                    100.0 * (s.ratio - 1.0)
-                );
-            }
-            if let Some(m) = &mut metrics {
-                m.append(report)?;
-            }
-            if let Some(board) = &board {
-                board.borrow_mut().epoch(report)?;
-            }
-        }
-        Ok(())
-    })?;
-    report_outcome(&outcome, info, cli, trainer.last_checkpoint());
-    Ok(outcome)
+/// A pipeline stage's link through host memory over its `group`.
+fn host_link<B: Ops>(group: Box<dyn Communicator>) -> Box<dyn StageLink<B>> {
+    Box::new(HostLink::new(group))
 }
 
 /// Rank 0's decision of where training starts (see [`resume::choose`]),

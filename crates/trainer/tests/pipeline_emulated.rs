@@ -2,8 +2,8 @@
 //! point-to-point (`ncclSend`/`ncclRecv` in one group) between two
 //! emulated GPUs, on a communicator of its own made through the job's
 //! store (a sub-group's), and a two-stage pipeline training on two
-//! emulated GPUs (activations through the pipeline's TCP sub-group,
-//! gradients averaged by NCCL).
+//! emulated GPUs, its activations and their gradients going GPU to GPU
+//! over NCCL send/recv, its parameters' gradients averaged by NCCL.
 //!
 //! `pipeline_on_the_cuda_emulator` builds the emulator and re-runs this
 //! binary with it loaded; there the `emulated_*` tests do the work.
@@ -20,7 +20,7 @@ use core_tensor::ops::AdamConfig;
 use core_tensor::{Backend, Cpu, Cuda};
 use trainer::ddp::{CommThread, NcclHook};
 use trainer::model::{CnnMnist, DropoutRates};
-use trainer::pipeline::{PipelinePlace, PipelineStage};
+use trainer::pipeline::{NcclLink, PipelinePlace, PipelineStage};
 use trainer::train::{Setup, Silent, TrainConfig, Trainer};
 
 /// A device buffer of the CUDA backend.
@@ -147,11 +147,21 @@ fn emulated_two_stages_on_two_gpus_follow_one_cpu_rank() {
         let cfg = CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(timeout);
         let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
         let place = PipelinePlace::of(rank, 2, 2).unwrap();
-        let group = tcp.subgroup(&place.members()).unwrap();
         let stream = gpu.side_stream().unwrap();
         let nccl = NcclCommunicator::connect(stream, rank, 2, tcp.store(), timeout).unwrap();
+        let stream = gpu.side_stream().unwrap();
+        let pipe = NcclCommunicator::connect_named(
+            stream,
+            place.stage,
+            2,
+            tcp.store(),
+            timeout,
+            "pipeline-0",
+        )
+        .unwrap();
         let model = CnnMnist::new(DropoutRates::OFF);
-        let stage = PipelineStage::new(model, place, 2, Box::new(group)).unwrap();
+        let link = Box::new(NcclLink::new(pipe, &gpu));
+        let stage = PipelineStage::new(model, place, 2, link).unwrap();
         let setup = Setup {
             device_hook: Some(Box::new(NcclHook::new(nccl, &gpu).unwrap())),
             share: Some(place.share()),

@@ -15,7 +15,7 @@ use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
 use trainer::ddp::CommThread;
 use trainer::model::{CnnMnist, DropoutRates};
-use trainer::pipeline::{PipelinePlace, PipelineStage};
+use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage};
 use trainer::train::{Setup, Silent, TrainConfig, Trainer};
 
 const STEPS: usize = 30;
@@ -55,7 +55,8 @@ fn train(
     let mut comm = comm.expect("a pipeline has several ranks");
     let place = PipelinePlace::of(comm.rank(), comm.world_size(), stages).unwrap();
     let group = comm.subgroup(&place.members()).unwrap();
-    let stage = PipelineStage::new(CnnMnist::new(DropoutRates::OFF), place, 4, group).unwrap();
+    let link = Box::new(HostLink::new(group));
+    let stage = PipelineStage::new(CnnMnist::new(DropoutRates::OFF), place, 4, link).unwrap();
     let setup = Setup {
         share: Some(place.share()),
         ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))

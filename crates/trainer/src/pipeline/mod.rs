@@ -21,14 +21,16 @@
 //! multiple of `S`; stage `s` of every pipeline forms its data-parallel
 //! group.
 
+mod link;
 mod schedule;
+
+pub use link::{HostLink, NcclLink, StageLink};
 
 use std::cell::RefCell;
 use std::ops::Range;
 use std::time::Duration;
 
 use anyhow::bail;
-use comm::Communicator;
 use core_tensor::ops::ClassGeom;
 use core_tensor::{FlatLayout, Ops, Result};
 
@@ -133,32 +135,32 @@ impl StageTimes {
 }
 
 /// One stage of the pipelined CNN on one rank (see the module docs).
-pub struct PipelineStage {
+pub struct PipelineStage<B: Ops> {
     cnn: CnnMnist,
     place: PipelinePlace,
     micro_batches: usize,
-    /// The pipeline's communicator: stage `s` is its rank `s`.
-    comm: RefCell<Box<dyn Communicator>>,
+    /// The way to the other stages: stage `s` is its rank `s`.
+    link: RefCell<Box<dyn StageLink<B>>>,
     times: RefCell<StageTimes>,
 }
 
-impl PipelineStage {
-    /// Stage `place.stage` of `cnn`, talking to its neighbours over
-    /// `comm` (the pipeline's group), with `micro_batches` per batch.
+impl<B: Ops> PipelineStage<B> {
+    /// Stage `place.stage` of `cnn`, reaching its neighbours over `link`,
+    /// with `micro_batches` per batch.
     pub fn new(
         cnn: CnnMnist,
         place: PipelinePlace,
         micro_batches: usize,
-        comm: Box<dyn Communicator>,
+        link: Box<dyn StageLink<B>>,
     ) -> anyhow::Result<Self> {
         if micro_batches == 0 {
             bail!("--micro-batches must be at least 1");
         }
-        if comm.world_size() != place.stages || comm.rank() != place.stage {
+        if link.world_size() != place.stages || link.rank() != place.stage {
             bail!(
                 "the pipeline communicator has rank {} of {}, not stage {} of {}",
-                comm.rank(),
-                comm.world_size(),
+                link.rank(),
+                link.world_size(),
                 place.stage,
                 place.stages
             );
@@ -167,7 +169,7 @@ impl PipelineStage {
             cnn,
             place,
             micro_batches,
-            comm: RefCell::new(comm),
+            link: RefCell::new(link),
             times: RefCell::new(StageTimes::default()),
         })
     }
@@ -193,6 +195,8 @@ pub struct PipeBuffers<B: Ops> {
     grads: Option<B::Storage<f32>>,
     /// The stage's gradients summed over the micro-batches, on the host.
     acc: Vec<f32>,
+    /// One micro-batch's stage gradients, read from the device.
+    host: Vec<f32>,
     /// A loss sum the schedule writes and nobody reads.
     loss: Option<B::Storage<f32>>,
 }
@@ -204,7 +208,7 @@ fn classes(batch: usize) -> ClassGeom {
     }
 }
 
-impl<B: Ops> Model<B> for PipelineStage {
+impl<B: Ops> Model<B> for PipelineStage<B> {
     type Buffers = PipeBuffers<B>;
 
     fn layout(&self) -> &FlatLayout {
@@ -224,6 +228,7 @@ impl<B: Ops> Model<B> for PipelineStage {
                 starts: Vec::new(),
                 grads: None,
                 acc: Vec::new(),
+                host: Vec::new(),
                 loss: None,
             });
         }
@@ -243,6 +248,7 @@ impl<B: Ops> Model<B> for PipelineStage {
             starts,
             grads: Some(b.zeros(cnn_layout().len())?),
             acc: vec![0.0; stage_params(self.place.stage).len()],
+            host: vec![0.0; stage_params(self.place.stage).len()],
             loss: Some(b.zeros(1)?),
         })
     }

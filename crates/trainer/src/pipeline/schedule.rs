@@ -12,24 +12,24 @@
 //! stage 1: .  F0B0  F1B1  ...       F(M-1)B(M-1) .
 //! ```
 //!
-//! Activations and their gradients cross through host memory (the
-//! communicator's host slices). Each micro-batch's parameter gradients
-//! are added into the stage's host accumulator scaled by `S x m / n`
-//! (`m` its samples, `n` the batch's): the batch mean, times the number of
-//! stages that the trainer's average over all ranks divides back out.
+//! Activations and their gradients travel from device buffer to device
+//! buffer over the stage's [`StageLink`] (through the host, or NCCL
+//! between GPUs). Each micro-batch's parameter gradients are added into
+//! the stage's host accumulator scaled by `S x m / n` (`m` its samples,
+//! `n` the batch's): the batch mean, times the number of stages that the
+//! trainer's average over all ranks divides back out.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use comm::Communicator;
 use core_tensor::{Ops, rng};
 
-use super::{PipeBuffers, PipelineStage, classes, stage_params};
+use super::{PipeBuffers, PipelineStage, StageLink, classes, stage_params};
 use crate::model::{Activations, Mode, NoSync};
 
 /// One batch through this rank's stage.
 pub(super) fn run<B: Ops>(
-    stage: &PipelineStage,
+    stage: &PipelineStage<B>,
     b: &B,
     bufs: &mut PipeBuffers<B>,
     params: &B::Storage<f32>,
@@ -43,14 +43,13 @@ pub(super) fn run<B: Ops>(
         .collect();
     split_inputs(b, bufs, place.stage == 0)?;
     bufs.acc.fill(0.0);
-    let mut comm = stage.comm.borrow_mut();
+    let mut link = stage.link.borrow_mut();
     let mut link = Link {
-        comm: comm.as_mut(),
-        peer: 1 - place.stage,
+        link: link.as_mut(),
+        b,
+        stage: place.stage,
         waiting: Duration::ZERO,
     };
-    let mut out = Vec::new();
-    let mut inc = Vec::new();
     let work = Work {
         stage,
         b,
@@ -59,32 +58,44 @@ pub(super) fn run<B: Ops>(
         scale: place.stages as f32 / bufs.full.batch as f32,
     };
     if place.stage == 0 {
-        work.forward_features(bufs, 0, &mut out)?;
-        link.exchange(Some(&out), None)?;
+        work.forward_features(bufs, 0)?;
+        link.exchange(Some(&bufs.micro[0].pooled), None)?;
         for i in 1..m {
-            work.forward_features(bufs, i, &mut out)?;
-            inc.resize(B::len(&bufs.micro[i - 1].pooled), 0.0);
-            link.exchange(Some(&out), Some(&mut inc))?;
-            work.backward_features(bufs, i - 1, &inc)?;
+            work.forward_features(bufs, i)?;
+            let (done, now) = bufs.micro.split_at_mut(i);
+            link.exchange(Some(&now[0].pooled), Some(dpooled(&mut done[i - 1])?))?;
+            work.backward_features(bufs, i - 1)?;
         }
-        inc.resize(B::len(&bufs.micro[m - 1].pooled), 0.0);
-        link.exchange(None, Some(&mut inc))?;
-        work.backward_features(bufs, m - 1, &inc)?;
+        link.exchange(None, Some(dpooled(&mut bufs.micro[m - 1])?))?;
+        work.backward_features(bufs, m - 1)?;
     } else {
-        inc.resize(B::len(&bufs.micro[0].pooled), 0.0);
-        link.exchange(None, Some(&mut inc))?;
-        work.head(bufs, 0, &inc, &mut out)?;
+        link.exchange(None, Some(&mut bufs.micro[0].pooled))?;
+        work.head(bufs, 0)?;
         for i in 1..m {
-            inc.resize(B::len(&bufs.micro[i].pooled), 0.0);
-            link.exchange(Some(&out), Some(&mut inc))?;
-            work.head(bufs, i, &inc, &mut out)?;
+            let (done, now) = bufs.micro.split_at_mut(i);
+            let back = &done[i - 1]
+                .grads
+                .as_ref()
+                .context("training buffers")?
+                .dpooled;
+            link.exchange(Some(back), Some(&mut now[0].pooled))?;
+            work.head(bufs, i)?;
         }
-        link.exchange(Some(&out), None)?;
+        let last = &bufs.micro[m - 1]
+            .grads
+            .as_ref()
+            .context("training buffers")?
+            .dpooled;
+        link.exchange(Some(last), None)?;
     }
     let mut times = stage.times.borrow_mut();
     times.total += started.elapsed();
     times.waiting += link.waiting;
     Ok(())
+}
+
+fn dpooled<B: Ops>(act: &mut Activations<B>) -> anyhow::Result<&mut B::Storage<f32>> {
+    Ok(&mut act.grads.as_mut().context("training buffers")?.dpooled)
 }
 
 /// Copies each micro-batch's share of the batch the trainer gathered:
@@ -110,21 +121,29 @@ fn split_inputs<B: Ops>(b: &B, bufs: &mut PipeBuffers<B>, first: bool) -> anyhow
     Ok(())
 }
 
-/// This stage's end of the pipeline's communicator, timing its waits.
-struct Link<'a> {
-    comm: &'a mut dyn Communicator,
-    peer: usize,
+/// This stage's end of the pipeline, timing its waits.
+struct Link<'a, B: Ops> {
+    link: &'a mut dyn StageLink<B>,
+    b: &'a B,
+    stage: usize,
     waiting: Duration,
 }
 
-impl Link<'_> {
-    fn exchange(&mut self, send: Option<&[f32]>, recv: Option<&mut [f32]>) -> anyhow::Result<()> {
+impl<B: Ops> Link<'_, B> {
+    fn exchange(
+        &mut self,
+        send: Option<&B::Storage<f32>>,
+        recv: Option<&mut B::Storage<f32>>,
+    ) -> anyhow::Result<()> {
         let started = Instant::now();
-        let peer = self.peer;
-        self.comm
-            .send_recv(send.map(|s| (s, peer)), recv.map(|r| (r, peer)))
+        let peer = 1 - self.stage;
+        self.link
+            .exchange(self.b, peer, send, recv)
             .with_context(|| {
-                format!("pipeline stage {}: exchanging with stage {peer}", 1 - peer)
+                format!(
+                    "pipeline stage {}: exchanging with stage {peer}",
+                    self.stage
+                )
             })?;
         self.waiting += started.elapsed();
         Ok(())
@@ -133,7 +152,7 @@ impl Link<'_> {
 
 /// What every micro-batch's passes share.
 struct Work<'a, B: Ops> {
-    stage: &'a PipelineStage,
+    stage: &'a PipelineStage<B>,
     b: &'a B,
     params: &'a B::Storage<f32>,
     seeds: &'a [u64],
@@ -148,71 +167,34 @@ impl<B: Ops> Work<'_, B> {
         }
     }
 
-    /// Stage 0, forward of micro-batch `i`: its pooled activations to `out`.
-    fn forward_features(
-        &self,
-        bufs: &mut PipeBuffers<B>,
-        i: usize,
-        out: &mut Vec<f32>,
-    ) -> anyhow::Result<()> {
+    /// Stage 0, forward of micro-batch `i`, to its pooled activations.
+    fn forward_features(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
         let act = &mut bufs.micro[i];
-        self.stage
-            .cnn
-            .forward_features(self.b, act, self.params, self.mode(i))?;
-        read_all(self.b, &act.pooled, out)
+        let cnn = &self.stage.cnn;
+        Ok(cnn.forward_features(self.b, act, self.params, self.mode(i))?)
     }
 
-    /// Stage 0, backward of micro-batch `i` from the gradient `dpooled`.
-    fn backward_features(
-        &self,
-        bufs: &mut PipeBuffers<B>,
-        i: usize,
-        dpooled: &[f32],
-    ) -> anyhow::Result<()> {
+    /// Stage 0, backward of micro-batch `i` from the gradient of its pooled
+    /// activations (received into its `dpooled`).
+    fn backward_features(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
         let (act, grads) = micro_and_grads(bufs, i)?;
-        let g = act.grads.as_mut().context("training buffers")?;
-        self.b.write_range(dpooled, &mut g.dpooled, 0)?;
-        self.stage.cnn.backward_features(
-            self.b,
-            act,
-            self.params,
-            grads,
-            self.seeds[i],
-            &mut NoSync,
-        )?;
+        let cnn = &self.stage.cnn;
+        cnn.backward_features(self.b, act, self.params, grads, self.seeds[i], &mut NoSync)?;
         self.accumulate(bufs, i)
     }
 
     /// Stage 1, forward, loss and backward of micro-batch `i` from its
-    /// pooled activations; the gradient of those to `out`.
-    fn head(
-        &self,
-        bufs: &mut PipeBuffers<B>,
-        i: usize,
-        pooled: &[f32],
-        out: &mut Vec<f32>,
-    ) -> anyhow::Result<()> {
-        let b = self.b;
+    /// pooled activations (received), to their gradient (`dpooled`).
+    fn head(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
+        let (b, cnn) = (self.b, &self.stage.cnn);
         let loss = bufs.loss.as_mut().context("training buffers")?;
         let act = &mut bufs.micro[i];
-        b.write_range(pooled, &mut act.pooled, 0)?;
-        self.stage
-            .cnn
-            .forward_head(b, act, self.params, self.mode(i))?;
+        cnn.forward_head(b, act, self.params, self.mode(i))?;
         let g = act.grads.as_mut().context("training buffers")?;
-        b.cross_entropy_fwd_bwd(
-            &classes(act.batch),
-            &act.logits,
-            &act.labels,
-            &mut g.dlogits,
-            loss,
-        )?;
+        let geom = classes(act.batch);
+        b.cross_entropy_fwd_bwd(&geom, &act.logits, &act.labels, &mut g.dlogits, loss)?;
         let (act, grads) = micro_and_grads(bufs, i)?;
-        self.stage
-            .cnn
-            .backward_head(b, act, self.params, grads, self.seeds[i], &mut NoSync)?;
-        let g = act.grads.as_ref().context("training buffers")?;
-        read_all(b, &g.dpooled, out)?;
+        cnn.backward_head(b, act, self.params, grads, self.seeds[i], &mut NoSync)?;
         self.accumulate(bufs, i)
     }
 
@@ -221,10 +203,9 @@ impl<B: Ops> Work<'_, B> {
     fn accumulate(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
         let range = stage_params(self.stage.place.stage);
         let grads = bufs.grads.as_ref().context("training buffers")?;
-        let mut host = vec![0.0_f32; range.len()];
-        self.b.read_range(grads, range, &mut host)?;
+        self.b.read_range(grads, range, &mut bufs.host)?;
         let scale = self.scale * bufs.micro[i].batch as f32;
-        for (a, g) in bufs.acc.iter_mut().zip(&host) {
+        for (a, g) in bufs.acc.iter_mut().zip(&bufs.host) {
             *a += g * scale;
         }
         Ok(())
@@ -238,11 +219,4 @@ fn micro_and_grads<B: Ops>(
 ) -> anyhow::Result<(&mut Activations<B>, &mut B::Storage<f32>)> {
     let grads = bufs.grads.as_mut().context("training buffers")?;
     Ok((&mut bufs.micro[i], grads))
-}
-
-/// The whole of `storage`, into `out`.
-fn read_all<B: Ops>(b: &B, storage: &B::Storage<f32>, out: &mut Vec<f32>) -> anyhow::Result<()> {
-    out.resize(B::len(storage), 0.0);
-    b.read_range(storage, 0..out.len(), out)?;
-    Ok(())
 }

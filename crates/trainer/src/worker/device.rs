@@ -103,24 +103,25 @@ pub(super) fn choose_transport(
     }
 }
 
-/// This rank's NCCL communicator, on a side stream of its GPU; rank 0's
-/// unique id travels through the TCP ring's `store`.
+/// This rank's NCCL communicator `name` (the job's gradients, or one
+/// pipeline's), on a side stream of its GPU, as rank `rank` of `world`;
+/// the group's rank 0's unique id travels through the TCP ring's `store`.
 pub(super) fn connect_nccl(
     cli: &Cli,
-    info: &RankInfo,
     gpu: &Cuda,
     store: Option<&mut Store>,
+    name: &str,
+    (rank, world): (usize, usize),
 ) -> anyhow::Result<NcclCommunicator> {
-    let rank = info.rank;
     let context = || {
         format!(
-            "rank {rank}: creating the NCCL communicator on {}",
+            "rank {rank}: creating the NCCL communicator {name:?} on {}",
             gpu.describe()
         )
     };
     let stream = gpu.side_stream().with_context(context)?;
     let timeout = Duration::from_secs_f64(cli.timeout);
-    NcclCommunicator::connect(stream, rank, info.world_size, store, timeout).with_context(context)
+    NcclCommunicator::connect_named(stream, rank, world, store, timeout, name).with_context(context)
 }
 
 /// The CPU backend, with `--threads` or a fair share of this machine's cores.
