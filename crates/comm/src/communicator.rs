@@ -44,6 +44,27 @@ pub trait Communicator: Send {
 
     /// Returns once every rank has entered the barrier.
     fn barrier(&mut self) -> Result<(), CommError>;
+
+    // ---- Point to point and sub-groups (pipeline parallelism) ----
+
+    /// Sends `send.0` to rank `send.1` and receives `recv.0` from rank
+    /// `recv.1`, both at once (either may be `None`), so neighbours that
+    /// exchange in both directions cannot deadlock. The peers must be
+    /// neighbours (rank ± 1, wrapping) and the receiver must expect
+    /// exactly the length sent; a mismatch is an error, not garbage.
+    fn send_recv(
+        &mut self,
+        send: Option<(&[f32], usize)>,
+        recv: Option<(&mut [f32], usize)>,
+    ) -> Result<(), CommError>;
+
+    /// A communicator over `members` (ranks of this communicator, distinct
+    /// and ascending; this rank among them), numbered by their position
+    /// in `members`. Every member calls it, for the same list, after the
+    /// same number of earlier `subgroup` calls on this communicator.
+    fn subgroup(&mut self, members: &[usize]) -> Result<Box<dyn Communicator>, CommError>;
+
+    // ---- End of point to point and sub-groups ----
 }
 
 /// Refuses a broadcast `root` outside a world of `world_size` before

@@ -3,6 +3,8 @@
 //! * [`Communicator`]: the collectives the trainer needs (all-reduce in f32
 //!   and f64, broadcast, barrier), implemented by [`TcpCommunicator`] (at
 //!   world size 1 every collective is the identity, with no sockets).
+//! * [`LocalCommunicator`]: the same trait for ranks that are threads of
+//!   one process (no ports), bitwise equal to the TCP ring's results.
 //! * [`Rendezvous`] / [`Store`]: rank 0 hosts a small key-value store that
 //!   the ranks use to find each other and to check that they agree on the
 //!   job (world size, distinct ranks).
@@ -25,6 +27,7 @@ mod error;
 mod fuzz;
 mod hostlist;
 mod launch_env;
+mod local;
 pub mod nccl;
 mod rendezvous;
 mod store;
@@ -38,6 +41,7 @@ pub use config::{CommConfig, DEFAULT_TIMEOUT, SameHostTransport};
 pub use error::{CommError, Rejection};
 pub use hostlist::{HostlistError, expand_hostlist, first_host};
 pub use launch_env::{LaunchEnv, LaunchEnvError, LaunchSource, SLURM_PORT_BASE, launch_var};
+pub use local::LocalCommunicator;
 pub use rendezvous::Rendezvous;
 pub use store::Store;
 pub use store_server::StoreServer;

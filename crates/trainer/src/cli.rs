@@ -71,6 +71,18 @@ pub enum BackendChoice {
     Tcp,
 }
 
+/// How the built-in launcher runs the ranks of one machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Spawn {
+    /// One worker process per rank, linked by Unix sockets (or TCP).
+    Processes,
+    /// One thread per rank in this process, sharing the loaded data set and
+    /// meeting in memory: no ports, no child processes (PyTorch's
+    /// DataParallel in spirit, with DDP's numbers: bitwise those of
+    /// processes).
+    Threads,
+}
+
 /// Data-parallel training of the FashionMNIST CNN.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "trainer", version, about, after_help = AFTER_HELP, allow_negative_numbers = true)]
@@ -186,6 +198,21 @@ pub struct Cli {
     /// before it kills them.
     #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = positive_finite)]
     pub grace: f64,
+
+    /// Pipeline parallelism: split the model into S stages, one per rank
+    /// (S = 2 for this CNN: the convolution stack, the fully connected
+    /// stack); the world is S x data-parallel replicas.
+    #[arg(long, value_name = "S", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pipeline_stages: u32,
+
+    /// Micro-batches per batch in a pipeline (1F1B schedule).
+    #[arg(long, value_name = "M", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub micro_batches: u32,
+
+    /// Local launcher: run the ranks of this machine as worker processes
+    /// or as threads of this one (one machine only; no --max-restarts).
+    #[arg(long, value_enum, default_value_t = Spawn::Processes, value_name = "processes|threads")]
+    pub spawn: Spawn,
 
     #[command(flatten)]
     pub nodes: crate::launcher::NodeFlags,

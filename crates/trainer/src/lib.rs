@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod model;
 pub mod monitor;
 pub mod output_paths;
+pub mod pipeline;
 pub mod plot;
 pub mod progress;
 pub mod stop;
@@ -34,12 +35,18 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
         output_paths::prepare(&cli)?;
     }
     match launcher::NodePlan::resolve(&cli, env.as_ref())? {
+        Some(plan) if cli.spawn == cli::Spawn::Threads => worker::threads::run(&cli, &plan),
         Some(plan) => launcher::launch(&cli, &plan),
         None => match env {
             Some(env) => {
                 if cli.max_restarts > 0 {
                     bail!(
                         "--max-restarts is for this binary's own launcher; under torchrun or srun, restart there (torchrun --max-restarts, srun --requeue) with --resume auto"
+                    );
+                }
+                if cli.spawn == cli::Spawn::Threads {
+                    bail!(
+                        "--spawn threads is for this binary's own launcher; under torchrun, srun or mpirun every rank is a process"
                     );
                 }
                 worker::run(&cli, Some(&env))

@@ -1,35 +1,39 @@
 //! One rank from start to finish: data, device, communicator, epochs.
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::Context;
+use anyhow::bail;
 use comm::{
-    AUTH_TOKEN_VAR, AuthToken, CommConfig, Communicator, LaunchEnv, LaunchSource, TcpCommunicator,
+    AUTH_TOKEN_VAR, AuthToken, CommConfig, Communicator, LaunchEnv, LaunchSource,
+    LocalCommunicator, TcpCommunicator,
 };
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Cuda, Ops};
 use fashion_mnist::FashionMnist;
 
 mod device;
+mod drive;
+pub mod threads;
 
 use device::{Device, choose_device, choose_transport, connect_nccl};
+use drive::drive;
+use threads::THREADS;
 
-use crate::announce::{report_outcome, started_by};
+use crate::announce::started_by;
 use crate::checkpoint::origin::Origin;
 use crate::checkpoint::resume::{self, Request};
 use crate::checkpoint::{CheckpointDir, Checkpoints};
 use crate::cli::Cli;
 use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
-use crate::metrics::{MetricsFile, epoch_line};
-use crate::model::{DropoutRates, cnn_layout};
-use crate::monitor::{Monitor, Straggler};
-use crate::progress::Console;
+use crate::model::{CnnMnist, DropoutRates, cnn_layout};
+use crate::monitor::Monitor;
+use crate::pipeline::{
+    HostLink, NcclLink, PipelinePlace, PipelineStage, StageLink, describe_split,
+};
 use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
-use crate::tensorboard::EventWriter;
-use crate::train::{Progress, RunOutcome, Setup, Silent, TrainConfig, Trainer};
+use crate::train::{RunOutcome, Setup, TrainConfig, Trainer};
 
 /// This process's place in the job.
 #[derive(Clone, Debug)]
@@ -66,29 +70,124 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
     // The device comes before the rendezvous: a rank without its GPU fails
     // here, alone and at once, instead of after its peers' timeout.
     let device = choose_device(cli, &info)?;
-    let mut tcp = match launch {
+    let tcp = match launch {
         Some(env) if env.world_size > 1 => Some(connect(cli, env)?),
         _ => None,
     };
-    let transport = choose_transport(cli, &info, &device, tcp.as_mut())?;
-    let nccl = match (&device, transport) {
-        (Device::Cuda(gpu), Some(Transport::Nccl)) => {
-            Some(connect_nccl(cli, &info, gpu, tcp.as_mut())?)
-        }
-        _ => None,
-    };
-    let comm = tcp.map(|t| CommThread::spawn(Box::new(t))).transpose()?;
-    let job = Job {
+    let shared = Shared {
         cli,
-        info: &info,
         data: &data,
         data_dir: &data_dir,
+        started_by: started_by(launch),
+    };
+    run_rank(
+        &shared,
+        &info,
+        device,
+        tcp.map(|t| JobComm::Tcp(Box::new(t))),
+        stop,
+    )
+}
+
+/// What every rank of a process reads and never changes.
+struct Shared<'a> {
+    cli: &'a Cli,
+    data: &'a FashionMnist,
+    data_dir: &'a std::path::Path,
+    /// Who started the ranks, for the start-up line.
+    started_by: &'static str,
+}
+
+/// How a rank reaches the others: sockets (a process per rank), or memory
+/// (ranks as threads of one process).
+enum JobComm {
+    Tcp(Box<TcpCommunicator>),
+    Local(LocalCommunicator),
+}
+
+impl JobComm {
+    fn as_dyn(&mut self) -> &mut dyn Communicator {
+        match self {
+            JobComm::Tcp(c) => c.as_mut(),
+            JobComm::Local(c) => c,
+        }
+    }
+
+    fn boxed(self) -> Box<dyn Communicator> {
+        match self {
+            JobComm::Tcp(c) => c,
+            JobComm::Local(c) => Box::new(c),
+        }
+    }
+}
+
+/// One rank on `device`, from the choice of gradient transport to its
+/// last epoch; `comm` is `None` for a single rank.
+fn run_rank(
+    shared: &Shared<'_>,
+    info: &RankInfo,
+    device: Device,
+    mut comm: Option<JobComm>,
+    stop: StopRequest,
+) -> anyhow::Result<RunEnd> {
+    let cli = shared.cli;
+    let transport = choose_transport(cli, info, &device, comm.as_mut().map(JobComm::as_dyn))?;
+    let pipeline = match (cli.pipeline_stages as usize, &mut comm) {
+        (1, _) => None,
+        (stages, Some(comm)) => {
+            let place = PipelinePlace::of(info.rank, info.world_size, stages)
+                .with_context(|| format!("rank {}", info.rank))?;
+            let group = comm.as_dyn().subgroup(&place.members()).with_context(|| {
+                format!("rank {}: forming pipeline {}", info.rank, place.replica)
+            })?;
+            Some((place, group))
+        }
+        (stages, None) => bail!(
+            "--pipeline-stages {stages} needs at least {stages} ranks (--world-size, a multiple of the stages)"
+        ),
+    };
+    let (nccl, pipeline_nccl) = match (&device, transport, &mut comm) {
+        (Device::Cuda(_), Some(Transport::Nccl), Some(JobComm::Local(_))) => bail!(
+            "rank {}: --spawn threads averages gradients in this process's memory, not over NCCL: add --backend tcp, or use --spawn processes for NCCL",
+            info.rank
+        ),
+        (Device::Cuda(gpu), Some(Transport::Nccl), comm) => {
+            let mut store = match comm {
+                Some(JobComm::Tcp(tcp)) => tcp.store(),
+                _ => None,
+            };
+            let whole = (info.rank, info.world_size);
+            let grads = connect_nccl(cli, gpu, store.as_deref_mut(), "gradients", whole)?;
+            // Each pipeline's own communicator carries its activations.
+            let stages = match &pipeline {
+                Some((place, _)) => Some(connect_nccl(
+                    cli,
+                    gpu,
+                    store,
+                    &format!("pipeline-{}", place.replica),
+                    (place.stage, place.stages),
+                )?),
+                None => None,
+            };
+            (Some(grads), stages)
+        }
+        _ => (None, None),
+    };
+    let comm = comm.map(|c| CommThread::spawn(c.boxed())).transpose()?;
+    let job = Job {
+        cli,
+        info,
+        data: shared.data,
+        data_dir: shared.data_dir,
         gradients: match transport {
             None => "",
-            Some(Transport::Tcp) => ", gradients over the TCP ring",
+            Some(Transport::Tcp) => match shared.started_by {
+                THREADS => ", gradients through memory",
+                _ => ", gradients over the TCP ring",
+            },
             Some(Transport::Nccl) => ", gradients over NCCL",
         },
-        started_by: started_by(launch),
+        started_by: shared.started_by,
     };
     let gpu_uuid = match &device {
         Device::Cpu(_) => None,
@@ -102,13 +201,20 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
         );
     }
     let outcome = match device {
-        Device::Cpu(cpu) => train_on(cpu, &job, comm, None, stop, monitor),
+        Device::Cpu(cpu) => {
+            let pipeline = pipeline.map(|(place, group)| (place, host_link(group)));
+            train_on(cpu, &job, comm, None, stop, monitor, pipeline)
+        }
         Device::Cuda(gpu) => {
             let hook = match nccl {
                 Some(nccl) => Some(Box::new(NcclHook::new(nccl, &gpu)?) as Box<dyn CommHook<Cuda>>),
                 None => None,
             };
-            train_on(gpu, &job, comm, hook, stop, monitor)
+            let pipeline = pipeline.map(|(place, group)| match pipeline_nccl {
+                Some(nccl) => (place, Box::new(NcclLink::new(nccl, &gpu)) as Box<_>),
+                None => (place, host_link(group)),
+            });
+            train_on(gpu, &job, comm, hook, stop, monitor, pipeline)
         }
     }?;
     Ok(match outcome {
@@ -138,14 +244,10 @@ fn train_on<B: Ops>(
     device_hook: Option<Box<dyn CommHook<B>>>,
     stop: StopRequest,
     monitor: Monitor,
+    pipeline: Option<(PipelinePlace, Box<dyn StageLink<B>>)>,
 ) -> anyhow::Result<RunOutcome> {
     let Job {
-        cli,
-        info,
-        data,
-        data_dir,
-        gradients,
-        ..
+        cli, info, data, ..
     } = *job;
     let rank = info.rank;
     let cfg = TrainConfig {
@@ -187,65 +289,40 @@ fn train_on<B: Ops>(
             every: cli.checkpoint_every,
         }),
         stop,
+        share: pipeline.as_ref().map(|(place, _)| place.share()),
     };
-    let mut trainer = Trainer::start(backend, data, cfg, setup)
-        .with_context(|| format!("rank {rank}: setting up"))?;
-    trainer.watch(monitor);
+    let context = || format!("rank {rank}: setting up");
+    let Some((place, group)) = pipeline else {
+        let mut trainer = Trainer::start(backend, data, cfg, setup).with_context(context)?;
+        return drive(&mut trainer, job, device, resumed, monitor);
+    };
+    let micro = cli.micro_batches as usize;
+    let stage = PipelineStage::new(CnnMnist::new(cfg.dropout), place, micro, group)
+        .with_context(context)?;
     if lead {
         eprintln!(
-            "training on {device}, world size {} ({}){gradients}, data from {}",
-            info.world_size,
-            job.started_by,
-            data_dir.display()
+            "pipeline: {} stages x {} data-parallel replicas, {micro} micro-batches per batch (1F1B); {}",
+            place.stages,
+            place.replicas,
+            describe_split()
         );
-        if trainer.first_epoch() > cli.epochs as usize {
-            eprintln!(
-                "note: the checkpoint is past epoch {}: nothing left to train (raise --epochs to go on)",
-                cli.epochs
-            );
-        }
     }
-    let mut metrics = match (&cli.metrics, lead) {
-        // A resumed run adds to the rows of the epochs before it.
-        (Some(path), true) if resumed => {
-            Some(MetricsFile::append_to(path, info.world_size, device)?)
-        }
-        (Some(path), true) => Some(MetricsFile::create(path, info.world_size, device)?),
-        _ => None,
-    };
-    let board = match (&cli.tensorboard, lead) {
-        (Some(dir), true) => Some(Rc::new(RefCell::new(
-            EventWriter::create(dir, &hostname()).context("rank 0: --tensorboard")?,
-        ))),
-        _ => None,
-    };
-    let mut progress: Box<dyn Progress> = if lead {
-        let line_every = Duration::from_secs_f64(cli.progress_seconds);
-        Box::new(Console::new(cli.log_every, line_every, board.clone()))
-    } else {
-        Box::new(Silent)
-    };
-    let outcome = trainer.run(progress.as_mut(), &mut |report| {
-        if lead {
-            println!("{}", epoch_line(report));
-            if let Some(s) = Straggler::find(&report.ranks) {
-                eprintln!(
-                    "note: rank {} is {:.0}% behind the median rank (its steps' time, waiting for gradients excluded)",
-                    s.rank,
-                    100.0 * (s.ratio - 1.0)
-                );
-            }
-            if let Some(m) = &mut metrics {
-                m.append(report)?;
-            }
-            if let Some(board) = &board {
-                board.borrow_mut().epoch(report)?;
-            }
-        }
-        Ok(())
-    })?;
-    report_outcome(&outcome, info, cli, trainer.last_checkpoint());
-    Ok(outcome)
+    let mut trainer =
+        Trainer::with_model(backend, stage, data, cfg, setup).with_context(context)?;
+    let outcome = drive(&mut trainer, job, device, resumed, monitor);
+    let times = trainer.model().times();
+    eprintln!(
+        "pipeline stage {} (rank {rank}): idle {:.1}% of {:.1} s in the schedule (waiting for the other stage)",
+        place.stage,
+        100.0 * times.idle_fraction(),
+        times.total.as_secs_f64()
+    );
+    outcome
+}
+
+/// A pipeline stage's link through host memory over its `group`.
+fn host_link<B: Ops>(group: Box<dyn Communicator>) -> Box<dyn StageLink<B>> {
+    Box::new(HostLink::new(group))
 }
 
 /// Rank 0's decision of where training starts (see [`resume::choose`]),

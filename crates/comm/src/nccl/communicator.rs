@@ -72,6 +72,22 @@ impl NcclCommunicator {
         store: Option<&mut Store>,
         timeout: Duration,
     ) -> Result<Self, CommError> {
+        Self::connect_named(stream, rank, world_size, store, timeout, "gradients")
+    }
+
+    /// [`NcclCommunicator::connect`] for one of several communicators of a
+    /// job (a sub-group: the ranks of one pipeline, or one stage's
+    /// replicas): `name` keys its unique id in the store, and `rank` and
+    /// `world_size` are this rank's place in the group. Every member
+    /// passes the same name; distinct groups pass distinct names.
+    pub fn connect_named(
+        stream: Arc<CudaStream>,
+        rank: usize,
+        world_size: usize,
+        store: Option<&mut Store>,
+        timeout: Duration,
+        name: &str,
+    ) -> Result<Self, CommError> {
         if rank >= world_size {
             return Err(CommError::InvalidConfig(format!(
                 "rank {rank} is out of range for world size {world_size}"
@@ -80,7 +96,7 @@ impl NcclCommunicator {
         require_nccl()?;
         let make_id = || ffi::unique_id().map_err(|e| nccl_error(rank, "ncclGetUniqueId", e));
         let id = match store {
-            Some(store) => exchange_unique_id(store, rank, "gradients", make_id)?,
+            Some(store) => exchange_unique_id(store, rank, name, make_id)?,
             None if world_size == 1 => make_id()?,
             None => {
                 return Err(CommError::InvalidConfig(
@@ -218,6 +234,62 @@ impl NcclCommunicator {
         self.enqueue(what, |comm| {
             // SAFETY: as in `all_reduce_in_place`.
             unsafe { comm.broadcast_f32(ptr, count, root, &self.stream) }
+        })
+    }
+
+    /// Queues, as one NCCL group, a send of `send.0` to rank `send.1` and a
+    /// receive into `recv.0` from rank `recv.1` (either may be `None`) on
+    /// the communication stream, and returns at once; the peer must queue
+    /// the matching receive and send (same lengths). As
+    /// [`NcclCommunicator::all_reduce_in_place`] otherwise.
+    ///
+    /// # Safety
+    /// As for [`NcclCommunicator::all_reduce_in_place`], for both buffers:
+    /// until the communication stream has completed the exchange, neither
+    /// is freed, and no other stream writes `send` or uses `recv`.
+    pub unsafe fn send_recv(
+        &self,
+        send: Option<(&impl DevicePtr<f32>, usize)>,
+        recv: Option<(&mut impl DevicePtrMut<f32>, usize)>,
+        what: &str,
+    ) -> Result<(), CommError> {
+        let peers = [send.as_ref().map(|s| s.1), recv.as_ref().map(|r| r.1)];
+        if let Some(peer) = peers
+            .into_iter()
+            .flatten()
+            .find(|&p| p >= self.world_size || p == self.rank)
+        {
+            return Err(CommError::InvalidArgument {
+                op: "send_recv",
+                reason: format!(
+                    "rank {peer} is not another rank of a group of {}",
+                    self.world_size
+                ),
+            });
+        }
+        let send = send.map(|(buf, peer)| {
+            let (ptr, record) = buf.device_ptr(&self.stream);
+            (
+                ffi::PeerBuf {
+                    ptr,
+                    count: buf.len(),
+                    peer,
+                },
+                record,
+            )
+        });
+        let recv = recv.map(|(buf, peer)| {
+            let count = buf.len();
+            let (ptr, record) = buf.device_ptr_mut(&self.stream);
+            (ffi::PeerBuf { ptr, count, peer }, record)
+        });
+        let (to, from) = (send.as_ref().map(|s| s.0), recv.as_ref().map(|r| r.0));
+        self.enqueue(what, |comm| {
+            // SAFETY: each addresses its `count` f32 of a live device buffer
+            // on this stream's GPU (distinct borrows, so disjoint), kept
+            // alive and unshared by the caller until the exchange completes
+            // (this function's contract).
+            unsafe { comm.send_recv_f32(to, from, &self.stream) }
         })
     }
 

@@ -30,6 +30,15 @@ pub(crate) enum Progress {
     InProgress,
 }
 
+/// One side of a point-to-point exchange: `count` `f32`s at `ptr`, sent to
+/// or received from rank `peer`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerBuf {
+    pub ptr: CUdeviceptr,
+    pub count: usize,
+    pub peer: usize,
+}
+
 /// Whether `libnccl.so` can be loaded (cudarc would panic on first use
 /// otherwise).
 pub(crate) fn library_present() -> bool {
@@ -211,6 +220,74 @@ impl RawComm {
             )
         };
         check(result, Some(self))
+    }
+
+    /// Queues, as one NCCL group, a send of `send`'s `count` `f32`s to its
+    /// peer and a receive into `recv`'s from its peer (either may be
+    /// absent) on `stream`.
+    ///
+    /// # Safety
+    /// Each buffer must address `count` `f32`s of device memory on the
+    /// stream's device (distinct buffers disjoint) that stay allocated,
+    /// and that no other stream touches, until the group has completed on
+    /// `stream`.
+    pub(crate) unsafe fn send_recv_f32(
+        &self,
+        send: Option<PeerBuf>,
+        recv: Option<PeerBuf>,
+        stream: &CudaStream,
+    ) -> Result<Progress, CallError> {
+        let peer = |buf: &PeerBuf| {
+            c_int::try_from(buf.peer).map_err(|_| CallError {
+                code: "invalid argument".into(),
+                detail: "peer rank too large".into(),
+                remote: false,
+            })
+        };
+        let (to, from) = (
+            send.as_ref().map(peer).transpose()?,
+            recv.as_ref().map(peer).transpose()?,
+        );
+        let cu_stream = stream.cu_stream() as sys::cudaStream_t;
+        // SAFETY: opens a group on this thread; closed below on every path.
+        check(unsafe { sys::ncclGroupStart() }, Some(self))?;
+        let mut first = Ok(Progress::Done);
+        if let (Some(buf), Some(to)) = (&send, to) {
+            // SAFETY: the caller guarantees the buffer; the stream belongs
+            // to this rank's device.
+            first = check(
+                unsafe {
+                    sys::ncclSend(
+                        buf.ptr as *const std::ffi::c_void,
+                        buf.count,
+                        sys::ncclDataType_t::ncclFloat32,
+                        to,
+                        self.0,
+                        cu_stream,
+                    )
+                },
+                Some(self),
+            );
+        }
+        if let (Some(buf), Some(from), Ok(_)) = (&recv, from, &first) {
+            // SAFETY: as for the send.
+            first = check(
+                unsafe {
+                    sys::ncclRecv(
+                        buf.ptr as *mut std::ffi::c_void,
+                        buf.count,
+                        sys::ncclDataType_t::ncclFloat32,
+                        from,
+                        self.0,
+                        cu_stream,
+                    )
+                },
+                Some(self),
+            );
+        }
+        // SAFETY: closes the group opened above.
+        let end = check(unsafe { sys::ncclGroupEnd() }, Some(self));
+        first.and(end)
     }
 
     /// Stops every operation of the communicator, wherever it hangs, and

@@ -8,7 +8,9 @@
 //!   they are `unsafe fn`: the caller keeps the buffers alive until that
 //!   stream has completed them. A watchdog aborts the communicator
 //!   (`ncclCommAbort`) when a collective outlives the timeout or NCCL
-//!   reports an asynchronous error.
+//!   reports an asynchronous error. `send_recv` queues a grouped
+//!   `ncclSend`/`ncclRecv` (pipeline stages); `connect_named` makes one
+//!   communicator per group (its unique id keyed by the group's name).
 //! * [`require_nccl`]: `libnccl.so` is loaded at first use; when it is
 //!   missing the error is a [`NcclSearch`] report of where NCCL was looked
 //!   for and how to make what was found loadable, never cudarc's panic.

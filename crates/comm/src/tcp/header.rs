@@ -13,8 +13,14 @@ const MAGIC: [u8; 4] = *b"CMHD";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     AllReduce(ReduceOp),
-    Broadcast { root: usize },
+    Broadcast {
+        root: usize,
+    },
     Barrier,
+    /// A point-to-point message from ring rank `from` (not a collective).
+    Send {
+        from: usize,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +39,7 @@ impl Header {
             Kind::AllReduce(ReduceOp::Avg) => (1, 2, 0),
             Kind::Broadcast { root } => (2, 0, root as u64),
             Kind::Barrier => (3, 0, 0),
+            Kind::Send { from } => (4, 0, from as u64),
         };
         let dtype = match self.dtype {
             Dtype::F32 => 4,
@@ -66,6 +73,7 @@ impl Header {
             (1, 2) if root == 0 => Kind::AllReduce(ReduceOp::Avg),
             (2, 0) => Kind::Broadcast { root },
             (3, 0) if root == 0 => Kind::Barrier,
+            (4, 0) => Kind::Send { from: root },
             _ => return None,
         };
         let dtype = match bytes[6] {
@@ -97,6 +105,14 @@ impl Header {
                 self.count
             ),
             Kind::Barrier => "barrier".to_string(),
+            Kind::Send { from } => {
+                return format!(
+                    "send({} x {}) as message #{} from ring rank {from}",
+                    self.dtype.name(),
+                    self.count,
+                    self.seq
+                );
+            }
         };
         format!("{what} as collective #{}", self.seq)
     }
@@ -106,7 +122,7 @@ impl Header {
 mod tests {
     use super::*;
 
-    fn all_kinds() -> [Header; 4] {
+    fn all_kinds() -> [Header; 5] {
         [
             Header {
                 kind: Kind::AllReduce(ReduceOp::Sum),
@@ -131,6 +147,12 @@ mod tests {
                 dtype: Dtype::F64,
                 count: 4,
                 seq: 2,
+            },
+            Header {
+                kind: Kind::Send { from: 1 },
+                dtype: Dtype::F32,
+                count: 9,
+                seq: 3,
             },
         ]
     }
@@ -159,6 +181,10 @@ mod tests {
         assert_eq!(
             all_kinds()[2].describe(),
             "broadcast(f32 x 5, root 3) as collective #1"
+        );
+        assert_eq!(
+            all_kinds()[4].describe(),
+            "send(f32 x 9) as message #3 from ring rank 1"
         );
     }
 }

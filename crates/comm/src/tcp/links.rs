@@ -63,7 +63,7 @@ impl RingLinks {
         }
     }
 
-    fn peer_error(&self, peer: &Peer, op: &'static str, e: &io::Error) -> CommError {
+    pub(crate) fn peer_error(&self, peer: &Peer, op: &'static str, e: &io::Error) -> CommError {
         let detail = match e.kind() {
             ErrorKind::TimedOut => {
                 return CommError::PeerTimeout {

@@ -1,12 +1,14 @@
 //! The TCP transport: ring collectives between host buffers, over TCP
 //! between machines and Unix domain sockets within one.
 
-mod element;
+pub(crate) mod element;
 mod exchange;
+pub(crate) mod group;
 pub(crate) mod header;
 mod links;
+mod p2p;
 mod peer_address;
-mod ring_all_reduce;
+pub(crate) mod ring_all_reduce;
 mod ring_broadcast;
 mod ring_setup;
 mod stream;

@@ -23,7 +23,7 @@ use crate::tcp::links::{Fault, RingLinks};
 /// Per-rank share of a block; see [`plan`]. One segment: on a two-core VM
 /// this gave 64 MiB all-reduces ~1.9 GB/s bus bandwidth against ~1.6 with
 /// 1 MiB shares, and no loss at smaller sizes.
-const BLOCK_PART_BYTES: usize = 256 << 10;
+pub(crate) const BLOCK_PART_BYTES: usize = 256 << 10;
 
 pub(crate) fn ring_all_reduce<T: Element>(
     links: &RingLinks,

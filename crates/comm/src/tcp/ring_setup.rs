@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use crate::auth::{AuthFailure, AuthToken, HANDSHAKE_TIMEOUT, Role, handshake};
 use crate::config::SameHostTransport;
 use crate::deadline::Deadline;
-use crate::error::{CommError, Rejection};
+use crate::error::CommError;
 use crate::rendezvous::{Rendezvous, endpoint};
 use crate::tcp::exchange::SPIN_BEFORE_SLEEP;
+use crate::tcp::group::Group;
 use crate::tcp::links::{Peer, RingLinks};
 use crate::tcp::peer_address::{PeerAddress, machine_id};
 use crate::tcp::stream::Stream;
@@ -28,10 +29,6 @@ const HANDSHAKE_BYTES: usize = 20;
 /// How often an idle accept loop checks its listeners and deadline.
 const ACCEPT_POLL: Duration = Duration::from_millis(2);
 const CONNECT_RETRY: Duration = Duration::from_millis(20);
-
-fn address_key(rank: usize) -> String {
-    format!("comm/tcp/addr/{rank}")
-}
 
 /// The listeners of this rank: always TCP, plus a Unix socket on Linux.
 struct Listeners {
@@ -101,25 +98,27 @@ impl Listeners {
     }
 }
 
-/// Builds the ring links of this rank; `deadline` bounds the whole setup.
+/// Builds this rank's links in the ring of `group`; `deadline` bounds the
+/// whole setup. Links and errors name peers by their rank in the job.
 pub(crate) fn connect_ring(
     rendezvous: &mut Rendezvous,
+    group: &Group,
     deadline: Instant,
 ) -> Result<RingLinks, CommError> {
     let config = rendezvous.config().clone();
-    let (rank, world) = (config.rank, config.world_size);
+    let (rank, world) = (group.rank, group.world());
     let (listeners, mine) = Listeners::bind(rendezvous)?;
     rendezvous
         .store()
-        .set(&address_key(rank), mine.encode().as_bytes())?;
+        .set(&group.address_key(rank), mine.encode().as_bytes())?;
 
-    let addresses = gather_addresses(rendezvous, deadline)?;
+    let addresses = group.gather_addresses(rendezvous, deadline)?;
     let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
     let missing = |peer: usize, detail: String| CommError::RendezvousTimeout {
         master: config.master_endpoint(),
         timeout: config.timeout,
-        missing: vec![peer],
-        world_size: world,
+        missing: vec![group.global(peer)],
+        world_size: config.world_size,
         detail,
     };
 
@@ -147,20 +146,22 @@ pub(crate) fn connect_ring(
     });
     let to_right = to_right.map_err(|e| match e {
         RightLinkError::Auth(failure) => CommError::Auth {
-            peer: format!("rank {right} at {}", addresses[right].tcp),
+            peer: format!("rank {} at {}", group.global(right), addresses[right].tcp),
             failure,
         },
         RightLinkError::Connect(e) => missing(
             right,
             format!(
-                "could not connect to rank {right} at {}: {e}",
+                "could not connect to rank {} at {}: {e}",
+                group.global(right),
                 addresses[right].tcp
             ),
         ),
         RightLinkError::Dropped(e) => missing(
             right,
             format!(
-                "rank {right} at {} dropped the connection: {e}",
+                "rank {} at {} dropped the connection: {e}",
+                group.global(right),
                 addresses[right].tcp
             ),
         ),
@@ -169,8 +170,10 @@ pub(crate) fn connect_ring(
         missing(
             left,
             format!(
-                "rank {left} ({}) did not open its data connection to rank {rank}: {e}",
-                addresses[left].tcp
+                "rank {} ({}) did not open its data connection to rank {}: {e}",
+                group.global(left),
+                addresses[left].tcp,
+                group.global(rank)
             ),
         )
     })?;
@@ -180,7 +183,7 @@ pub(crate) fn connect_ring(
         .and_then(|()| from_left.non_blocking())
         .map_err(|e| CommError::io("configuring the ring connections", e))?;
     let peer = |rank: usize, stream: &Stream| Peer {
-        rank,
+        rank: group.global(rank),
         addr: format!("{} via {}", addresses[rank].tcp, stream.kind()),
     };
     // Busy-waiting only pays while every rank on this machine has a core.
@@ -200,65 +203,6 @@ pub(crate) fn connect_ring(
         left: peer(left, &from_left),
         from_left,
         timeout: config.timeout,
-    })
-}
-
-/// Waits for every rank's address. On timeout it names all ranks still
-/// absent, and tells the store, so that every other waiting rank fails at
-/// once with the same list instead of at its own (slightly later) deadline.
-fn gather_addresses(
-    rendezvous: &mut Rendezvous,
-    deadline: Instant,
-) -> Result<Vec<PeerAddress>, CommError> {
-    let config = rendezvous.config().clone();
-    let store = rendezvous.store();
-    let gathered = (|| {
-        let mut addresses = Vec::with_capacity(config.world_size);
-        for r in 0..config.world_size {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            let Some(value) = store.wait_for(&address_key(r), wait)? else {
-                let mut missing = vec![r];
-                for later in r + 1..config.world_size {
-                    if store
-                        .wait_for(&address_key(later), Duration::ZERO)?
-                        .is_none()
-                    {
-                        missing.push(later);
-                    }
-                }
-                let reason = Rejection::RanksMissing {
-                    missing,
-                    world_size: config.world_size,
-                };
-                // Best effort: a store that is gone cannot spread the news,
-                // and this rank's own error says it all.
-                let _ = store.poison(reason.clone());
-                return Err(reason.into());
-            };
-            let address = std::str::from_utf8(&value)
-                .ok()
-                .and_then(PeerAddress::decode)
-                .ok_or_else(|| CommError::Store {
-                    master: config.master_endpoint(),
-                    detail: format!("rank {r} published an address this rank cannot read"),
-                })?;
-            addresses.push(address);
-        }
-        Ok(addresses)
-    })();
-    // Whether this rank or another one gave up first, report the timeout.
-    gathered.map_err(|e| match e {
-        CommError::Rejected(Rejection::RanksMissing { missing, .. }) => {
-            CommError::RendezvousTimeout {
-                master: config.master_endpoint(),
-                timeout: config.timeout,
-                missing,
-                world_size: config.world_size,
-                detail: "they did not register with the store; were they started, with the same MASTER_ADDR and MASTER_PORT?"
-                    .to_string(),
-            }
-        }
-        other => other,
     })
 }
 

@@ -8,8 +8,10 @@ use crate::error::CommError;
 use crate::rendezvous::Rendezvous;
 use crate::store::Store;
 use crate::tcp::element::{Dtype, Element, Scratch};
+use crate::tcp::group::Group;
 use crate::tcp::header::{Header, Kind};
 use crate::tcp::links::{Fault, RingLinks};
+use crate::tcp::p2p::{self, Incoming, Outgoing};
 use crate::tcp::ring_all_reduce::ring_all_reduce;
 use crate::tcp::ring_broadcast::ring_broadcast;
 use crate::tcp::ring_setup::connect_ring;
@@ -27,15 +29,32 @@ pub struct TcpCommunicator {
     world_size: usize,
     /// `None` at world size 1, where every collective is the identity.
     ring: Option<Ring>,
+    /// Sub-groups made from this communicator so far.
+    groups_made: u64,
 }
 
 #[derive(Debug)]
 struct Ring {
-    // Also keeps the store of rank 0 alive as long as the communicator.
-    rendezvous: Rendezvous,
+    // Also keeps the store of rank 0 alive as long as the communicator;
+    // `None` in a sub-group, which needs the store only to form.
+    rendezvous: Option<Rendezvous>,
     links: Result<RingLinks, String>,
     scratch: Scratch,
     seq: u64,
+    /// Per peer: messages sent to it, and received from it, so far.
+    messages: Vec<(u64, u64)>,
+}
+
+impl Ring {
+    fn new(rendezvous: Option<Rendezvous>, links: RingLinks) -> Ring {
+        Ring {
+            messages: vec![(0, 0); links.world_size],
+            rendezvous,
+            links: Ok(links),
+            scratch: Scratch::default(),
+            seq: 0,
+        }
+    }
 }
 
 impl TcpCommunicator {
@@ -47,23 +66,16 @@ impl TcpCommunicator {
         let deadline = Instant::now() + config.timeout;
         config.validate()?;
         if config.world_size == 1 {
-            return Ok(TcpCommunicator {
-                rank: 0,
-                world_size: 1,
-                ring: None,
-            });
+            return Ok(Self::alone());
         }
         let mut rendezvous = Rendezvous::join(config)?;
-        let links = connect_ring(&mut rendezvous, deadline)?;
+        let group = Group::whole(config.rank, config.world_size);
+        let links = connect_ring(&mut rendezvous, &group, deadline)?;
         let mut comm = TcpCommunicator {
             rank: config.rank,
             world_size: config.world_size,
-            ring: Some(Ring {
-                rendezvous,
-                links: Ok(links),
-                scratch: Scratch::default(),
-                seq: 0,
-            }),
+            ring: Some(Ring::new(Some(rendezvous), links)),
+            groups_made: 0,
         };
         // Until every rank is through here, some may still read addresses
         // from the store, so rank 0 must not return (and maybe drop it) yet.
@@ -75,7 +87,47 @@ impl TcpCommunicator {
     /// (e.g. a NCCL unique id published by rank 0). `None` at world size 1,
     /// where there is no store. Keys under `comm/` are used by this crate.
     pub fn store(&mut self) -> Option<&mut Store> {
-        self.ring.as_mut().map(|ring| ring.rendezvous.store())
+        let rendezvous = self.ring.as_mut()?.rendezvous.as_mut()?;
+        Some(rendezvous.store())
+    }
+
+    /// The communicator of a world of one rank: no store, no sockets.
+    fn alone() -> Self {
+        TcpCommunicator {
+            rank: 0,
+            world_size: 1,
+            ring: None,
+            groups_made: 0,
+        }
+    }
+
+    /// A ring over `members` (see [`Communicator::subgroup`]), formed
+    /// through this communicator's store within its timeout, and proven
+    /// by a first barrier. Only the job's communicator (the one
+    /// [`TcpCommunicator::connect`] returns) has a store to form them.
+    pub fn subgroup(&mut self, members: &[usize]) -> Result<TcpCommunicator, CommError> {
+        self.groups_made += 1;
+        let group = Group::sub(self.groups_made, members, self.rank, self.world_size)?;
+        if group.world() == 1 {
+            return Ok(Self::alone());
+        }
+        let Some(rendezvous) = self.ring.as_mut().and_then(|r| r.rendezvous.as_mut()) else {
+            return Err(CommError::InvalidArgument {
+                op: "subgroup",
+                reason: "sub-groups are made from the job's communicator, not from a sub-group"
+                    .to_string(),
+            });
+        };
+        let deadline = Instant::now() + rendezvous.config().timeout;
+        let links = connect_ring(rendezvous, &group, deadline)?;
+        let mut comm = TcpCommunicator {
+            rank: group.rank,
+            world_size: group.world(),
+            ring: Some(Ring::new(None, links)),
+            groups_made: 0,
+        };
+        comm.barrier()?;
+        Ok(comm)
     }
 
     /// Runs one collective on the ring, turning failures into errors that
@@ -160,6 +212,70 @@ impl Communicator for TcpCommunicator {
     fn barrier(&mut self) -> Result<(), CommError> {
         let mut token = vec![0.0_f64; self.world_size];
         self.all_reduce_elements(&mut token, ReduceOp::Sum, Kind::Barrier)
+    }
+
+    fn send_recv(
+        &mut self,
+        send: Option<(&[f32], usize)>,
+        recv: Option<(&mut [f32], usize)>,
+    ) -> Result<(), CommError> {
+        let (rank, world) = (self.rank, self.world_size);
+        let peers = [send.as_ref().map(|s| s.1), recv.as_ref().map(|r| r.1)];
+        if let Some(peer) = peers
+            .into_iter()
+            .flatten()
+            .find(|&p| p >= world || p == rank)
+        {
+            return Err(CommError::InvalidArgument {
+                op: "send_recv",
+                reason: format!("rank {peer} is not another rank of a group of {world}"),
+            });
+        }
+        let Some(ring) = &mut self.ring else {
+            return Ok(());
+        };
+        let links = match &ring.links {
+            Ok(links) => links,
+            Err(reason) => return Err(CommError::Broken(reason.clone())),
+        };
+        let header = |count: usize, from: usize, seq: u64| Header {
+            kind: Kind::Send { from },
+            dtype: Dtype::F32,
+            count,
+            seq,
+        };
+        let out = send.map(|(buf, to)| Outgoing {
+            header: header(buf.len(), rank, ring.messages[to].0 + 1),
+            data: bytemuck::cast_slice(buf),
+            to,
+        });
+        let inc = recv.map(|(buf, from)| Incoming {
+            expected: header(buf.len(), from, ring.messages[from].1 + 1),
+            data: bytemuck::cast_slice_mut(buf),
+            from,
+        });
+        let (to, from) = (out.as_ref().map(|o| o.to), inc.as_ref().map(|i| i.from));
+        match p2p::send_recv(links, out, inc) {
+            Ok(()) => {
+                if let Some(to) = to {
+                    ring.messages[to].0 += 1;
+                }
+                if let Some(from) = from {
+                    ring.messages[from].1 += 1;
+                }
+                Ok(())
+            }
+            Err(e @ CommError::InvalidArgument { .. }) => Err(e),
+            Err(e) => {
+                // Dropping the links closes both sockets now.
+                ring.links = Err(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    fn subgroup(&mut self, members: &[usize]) -> Result<Box<dyn Communicator>, CommError> {
+        Ok(Box::new(TcpCommunicator::subgroup(self, members)?))
     }
 }
 

@@ -10,7 +10,12 @@
 use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Listeners bound by this process so far: ranks that run as threads of
+/// one process, and the sub-groups of one rank, bind several.
+static BOUND: AtomicU64 = AtomicU64::new(0);
 
 /// A non-blocking listener under a fresh abstract name; `None` if binding
 /// fails (the ring then offers TCP only).
@@ -19,7 +24,8 @@ pub(crate) fn bind(rank: usize) -> Option<(UnixListener, String)> {
         .duration_since(UNIX_EPOCH)
         .ok()?
         .subsec_nanos();
-    let name = format!("comm-ring/{}/{rank}/{nanos}", std::process::id());
+    let nth = BOUND.fetch_add(1, Ordering::Relaxed);
+    let name = format!("comm-ring/{}/{rank}/{nth}/{nanos}", std::process::id());
     let addr = SocketAddr::from_abstract_name(name.as_bytes()).ok()?;
     let listener = UnixListener::bind_addr(&addr).ok()?;
     listener.set_nonblocking(true).ok()?;

@@ -225,37 +225,8 @@ impl<B: Ops> Model<B> for CnnMnist {
         params: &B::Storage<f32>,
         mode: Mode,
     ) -> Result<()> {
-        let n = act.batch;
-        b.conv2d_fwd(&conv(CONV1, n), &act.x, params, &self.conv1, &mut act.a1)?;
-        b.relu_fwd(&mut act.a1)?;
-        b.conv2d_fwd(&conv(CONV2, n), &act.a1, params, &self.conv2, &mut act.a2)?;
-        b.relu_fwd(&mut act.a2)?;
-        b.maxpool2d_fwd(&pool(n), &act.a2, &mut act.pooled)?;
-        let seeds = match mode {
-            Mode::Train { dropout_seed } => Some(Self::dropout_seeds(dropout_seed)),
-            Mode::Eval => None,
-        };
-        if let Some((s1, _)) = seeds {
-            b.dropout_fwd(self.dropout.pool, s1, &mut act.pooled)?;
-        }
-        b.linear_fwd(
-            &linear(FC1, n),
-            &act.pooled,
-            params,
-            &self.fc1,
-            &mut act.hidden,
-        )?;
-        b.relu_fwd(&mut act.hidden)?;
-        if let Some((_, s2)) = seeds {
-            b.dropout_fwd(self.dropout.hidden, s2, &mut act.hidden)?;
-        }
-        b.linear_fwd(
-            &linear(FC2, n),
-            &act.hidden,
-            params,
-            &self.fc2,
-            &mut act.logits,
-        )
+        self.forward_features(b, act, params, mode)?;
+        self.forward_head(b, act, params, mode)
     }
 
     fn count_correct(
@@ -282,9 +253,6 @@ impl<B: Ops> Model<B> for CnnMnist {
         Ok(b.cross_entropy_fwd_bwd(&geom, logits, labels, &mut grads.dlogits, loss_sum)?)
     }
 
-    /// The ReLU masks read the post-dropout activations: where dropout
-    /// zeroed a unit its gradient is already zero, elsewhere the sign is
-    /// unchanged.
     fn backward(
         &self,
         b: &B,
@@ -294,15 +262,89 @@ impl<B: Ops> Model<B> for CnnMnist {
         dropout_seed: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
+        self.backward_head(b, act, params, grads, dropout_seed, hook)?;
+        self.backward_features(b, act, params, grads, dropout_seed, hook)
+    }
+}
+
+/// The network in two parts, for pipeline stages: the features (the
+/// convolution stack, up to the pooled and dropped-out activations) and the
+/// head (the fully connected stack, to the logits). [`Model::forward`] and
+/// [`Model::backward`] are the two in sequence.
+impl CnnMnist {
+    /// Forward from `act.x` to `act.pooled`.
+    pub(crate) fn forward_features<B: Ops>(
+        &self,
+        b: &B,
+        act: &mut Activations<B>,
+        params: &B::Storage<f32>,
+        mode: Mode,
+    ) -> Result<()> {
         let n = act.batch;
-        let (s1, s2) = Self::dropout_seeds(dropout_seed);
+        b.conv2d_fwd(&conv(CONV1, n), &act.x, params, &self.conv1, &mut act.a1)?;
+        b.relu_fwd(&mut act.a1)?;
+        b.conv2d_fwd(&conv(CONV2, n), &act.a1, params, &self.conv2, &mut act.a2)?;
+        b.relu_fwd(&mut act.a2)?;
+        b.maxpool2d_fwd(&pool(n), &act.a2, &mut act.pooled)?;
+        if let Mode::Train { dropout_seed } = mode {
+            let (s1, _) = Self::dropout_seeds(dropout_seed);
+            b.dropout_fwd(self.dropout.pool, s1, &mut act.pooled)?;
+        }
+        Ok(())
+    }
+
+    /// Forward from `act.pooled` to `act.logits`.
+    pub(crate) fn forward_head<B: Ops>(
+        &self,
+        b: &B,
+        act: &mut Activations<B>,
+        params: &B::Storage<f32>,
+        mode: Mode,
+    ) -> Result<()> {
+        let n = act.batch;
+        b.linear_fwd(
+            &linear(FC1, n),
+            &act.pooled,
+            params,
+            &self.fc1,
+            &mut act.hidden,
+        )?;
+        b.relu_fwd(&mut act.hidden)?;
+        if let Mode::Train { dropout_seed } = mode {
+            let (_, s2) = Self::dropout_seeds(dropout_seed);
+            b.dropout_fwd(self.dropout.hidden, s2, &mut act.hidden)?;
+        }
+        b.linear_fwd(
+            &linear(FC2, n),
+            &act.hidden,
+            params,
+            &self.fc2,
+            &mut act.logits,
+        )
+    }
+
+    /// Backward from the loss gradient to the pooled activations' gradient
+    /// (`dpooled`, before the pool dropout), writing the head's gradients.
+    /// The ReLU masks read the post-dropout activations: where dropout
+    /// zeroed a unit its gradient is already zero, elsewhere the sign is
+    /// unchanged.
+    pub(crate) fn backward_head<B: Ops>(
+        &self,
+        b: &B,
+        act: &mut Activations<B>,
+        params: &B::Storage<f32>,
+        grads: &mut B::Storage<f32>,
+        dropout_seed: u64,
+        hook: &mut dyn GradsReady<B>,
+    ) -> anyhow::Result<()> {
+        let n = act.batch;
+        let (_, s2) = Self::dropout_seeds(dropout_seed);
         let g = act
             .grads
             .as_mut()
             .context("backward needs buffers built for training")?;
-        let fc2 = linear(FC2, n);
         b.linear_bwd(
-            &fc2,
+            &linear(FC2, n),
             &act.hidden,
             params,
             &self.fc2,
@@ -313,9 +355,8 @@ impl<B: Ops> Model<B> for CnnMnist {
         hook.ready(b, grads, self.fc2.weight.start)?;
         b.dropout_bwd(self.dropout.hidden, s2, &mut g.dhidden)?;
         b.relu_bwd(&act.hidden, &mut g.dhidden)?;
-        let fc1 = linear(FC1, n);
         b.linear_bwd(
-            &fc1,
+            &linear(FC1, n),
             &act.pooled,
             params,
             &self.fc1,
@@ -323,13 +364,31 @@ impl<B: Ops> Model<B> for CnnMnist {
             grads,
             Some(&mut g.dpooled),
         )?;
-        hook.ready(b, grads, self.fc1.weight.start)?;
+        hook.ready(b, grads, self.fc1.weight.start)
+    }
+
+    /// Backward from `dpooled` (as the head left it) to the input, writing
+    /// the features' gradients.
+    pub(crate) fn backward_features<B: Ops>(
+        &self,
+        b: &B,
+        act: &mut Activations<B>,
+        params: &B::Storage<f32>,
+        grads: &mut B::Storage<f32>,
+        dropout_seed: u64,
+        hook: &mut dyn GradsReady<B>,
+    ) -> anyhow::Result<()> {
+        let n = act.batch;
+        let (s1, _) = Self::dropout_seeds(dropout_seed);
+        let g = act
+            .grads
+            .as_mut()
+            .context("backward needs buffers built for training")?;
         b.dropout_bwd(self.dropout.pool, s1, &mut g.dpooled)?;
         b.maxpool2d_bwd(&pool(n), &act.a2, &g.dpooled, &mut g.da2)?;
         b.relu_bwd(&act.a2, &mut g.da2)?;
-        let conv2 = conv(CONV2, n);
         b.conv2d_bwd(
-            &conv2,
+            &conv(CONV2, n),
             &act.a1,
             params,
             &self.conv2,
@@ -353,77 +412,5 @@ impl<B: Ops> Model<B> for CnnMnist {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parameters_are_named_and_shaped_like_pytorchs_state_dict() {
-        let got: Vec<(String, Vec<usize>)> = cnn_layout()
-            .views()
-            .iter()
-            .map(|v| (v.spec.name.clone(), v.spec.shape.clone()))
-            .collect();
-        let want = [
-            ("conv1.weight", vec![32, 1, 3, 3]),
-            ("conv1.bias", vec![32]),
-            ("conv2.weight", vec![64, 32, 3, 3]),
-            ("conv2.bias", vec![64]),
-            ("fc1.weight", vec![128, 9216]),
-            ("fc1.bias", vec![128]),
-            ("fc2.weight", vec![10, 128]),
-            ("fc2.bias", vec![10]),
-        ];
-        assert_eq!(got, want.map(|(n, s)| (n.to_string(), s)));
-        assert_eq!(cnn_layout().len(), PARAM_COUNT);
-    }
-
-    #[test]
-    fn layer_geometries_chain() {
-        assert_eq!((CONV2.in_h, CONV2.in_w), (CONV1.out_h(), CONV1.out_w()));
-        assert_eq!((POOL.in_h, POOL.in_w), (CONV2.out_h(), CONV2.out_w()));
-        assert_eq!(FC1.in_features, POOL.output_len());
-    }
-
-    #[test]
-    fn init_is_uniform_within_pytorchs_bounds_and_seeded() {
-        let model = CnnMnist::new(DropoutRates::REFERENCE);
-        let init = |seed| model.init_params(seed);
-        let params = init(0);
-        assert_eq!(params, init(0));
-        assert_ne!(params, init(1));
-        for (name, fan_in) in [
-            ("conv1", 9.0f32),
-            ("conv2", 288.0),
-            ("fc1", 9216.0),
-            ("fc2", 128.0),
-        ] {
-            let bound = 1.0 / fan_in.sqrt();
-            for part in ["weight", "bias"] {
-                let values = &params[cnn_layout().range(&format!("{name}.{part}")).unwrap()];
-                let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-                assert!(max <= bound, "{name}.{part}: max |w| {max}, bound {bound}");
-                // Thousands of weights per layer: their largest must come close.
-                if part == "weight" {
-                    assert!(
-                        max > 0.9 * bound,
-                        "{name}.weight spans only ±{max} of ±{bound}"
-                    );
-                }
-            }
-        }
-    }
-
-    /// The initial weights are pinned: a change of generator or of the
-    /// float conversion changes every run's numbers, so it must be seen.
-    #[test]
-    fn init_values_are_pinned() {
-        let model = CnnMnist::new(DropoutRates::REFERENCE);
-        let params = model.init_params(0);
-        let sum: f64 = params.iter().map(|&p| f64::from(p)).sum();
-        let first: Vec<f32> = params[..3].to_vec();
-        assert_eq!((first, sum), (PINNED_FIRST.to_vec(), PINNED_SUM));
-    }
-
-    const PINNED_FIRST: [f32; 3] = [0.103_131_41, 0.139_383_6, 0.153_246_57];
-    const PINNED_SUM: f64 = -1.938_792_443_700_45;
-}
+#[path = "cnn_tests.rs"]
+mod tests;

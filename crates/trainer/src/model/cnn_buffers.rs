@@ -13,7 +13,8 @@ pub struct Activations<B: Ops> {
     pub labels: B::Storage<u8>,
     pub(super) a1: B::Storage<f32>,
     pub(super) a2: B::Storage<f32>,
-    pub(super) pooled: B::Storage<f32>,
+    /// Where a two-stage pipeline cuts the network (see `pipeline`).
+    pub(crate) pooled: B::Storage<f32>,
     pub(super) hidden: B::Storage<f32>,
     pub logits: B::Storage<f32>,
     /// What backward needs; `None` for evaluation, which allocates none of
@@ -27,7 +28,7 @@ pub struct ActivationGrads<B: Ops> {
     /// Written by the loss, read by backward.
     pub dlogits: B::Storage<f32>,
     pub(super) dhidden: B::Storage<f32>,
-    pub(super) dpooled: B::Storage<f32>,
+    pub(crate) dpooled: B::Storage<f32>,
     pub(super) da2: B::Storage<f32>,
     pub(super) da1: B::Storage<f32>,
 }

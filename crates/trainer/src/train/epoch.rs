@@ -51,7 +51,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 "rank {rank}: the checkpoint is at step {first} of epoch {epoch}, but this run's epochs have {steps} steps (another --max-steps?)"
             );
         }
-        let images_before = batches[..first].iter().map(|b| b.len() as u64).sum();
+        let images_before = if self.share.counts {
+            batches[..first].iter().map(|b| b.len() as u64).sum()
+        } else {
+            0
+        };
         self.meter
             .start(&self.backend, resumed.as_ref(), images_before)?;
         // The epoch's monitoring leaves out setup and the last checkpoint.
@@ -67,7 +71,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 progress.finish_epoch();
                 return Ok(EpochEnd::Stopped(RunOutcome::Interrupted { at }));
             }
-            self.meter.images += positions.len() as u64;
+            if self.share.counts {
+                self.meter.images += positions.len() as u64;
+            }
             let seed = rng::derive_seed(self.cfg.seed, &[rank as u64, epoch as u64, s as u64]);
             let vote = request == Some(StopKind::Preempt);
             self.train_step(&device_indices, positions, seed, vote)
@@ -125,7 +131,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     fn report_running(&self, progress: &mut dyn Progress) -> anyhow::Result<()> {
         let due = progress
             .running_every()
-            .is_some_and(|every| B::IN_HOST_MEMORY && self.replica.step % every == 0);
+            .is_some_and(|every| B::IN_HOST_MEMORY && self.replica.step % every == 0)
+            && self.share.counts;
         if due {
             let [loss_sum, correct] = self.meter.read(&self.backend)?;
             let images = self.meter.images as f64;
@@ -133,7 +140,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 global_step: self.replica.step,
                 loss: loss_sum / images,
                 accuracy: correct / images,
-                images: self.meter.images * self.world_size as u64,
+                images: self.meter.images * self.share.replicas as u64,
             });
         }
         Ok(())

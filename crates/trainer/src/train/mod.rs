@@ -150,6 +150,19 @@ pub struct Setup<B: Ops> {
     pub checkpoints: Option<Checkpoints>,
     /// Checked once per step.
     pub stop: StopRequest,
+    /// The data this rank trains on; `None`: its own shard, as one of
+    /// `world_size` replicas.
+    pub share: Option<DataShare>,
+}
+
+/// Which shard of the data a rank trains on, and whether it counts the
+/// samples in the epoch's numbers: the stages of one pipeline train on
+/// the same samples, and only the last stage (which has the loss) counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataShare {
+    pub replica: usize,
+    pub replicas: usize,
+    pub counts: bool,
 }
 
 impl<B: Ops> Setup<B> {
@@ -161,6 +174,7 @@ impl<B: Ops> Setup<B> {
             device_hook: None,
             checkpoints: None,
             stop: StopRequest::new(),
+            share: None,
         }
     }
 }
@@ -192,6 +206,7 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     monitor: Monitor,
     /// The newest end-of-epoch checkpoint this rank saved.
     last_saved: Option<PathBuf>,
+    share: DataShare,
 }
 
 impl<B: Ops> Trainer<B> {
@@ -237,8 +252,14 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             device_hook,
             checkpoints,
             stop,
+            share,
         } = setup;
         let (rank, world_size) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
+        let share = share.unwrap_or(DataShare {
+            replica: rank,
+            replicas: world_size,
+            counts: true,
+        });
         let layout = model.layout();
         let start = origin::agree(
             origin,
@@ -272,6 +293,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             timer: StepTimer::new(backend.clone()),
             monitor: Monitor::off(),
             last_saved: None,
+            share,
             reducer,
             comm,
             backend,
@@ -315,8 +337,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// This rank's sampler for the training split.
     pub fn sampler(&self) -> anyhow::Result<DistributedSampler> {
         let config = SamplerConfig {
-            num_replicas: self.world_size,
-            rank: self.rank,
+            num_replicas: self.share.replicas,
+            rank: self.share.replica,
             shuffle: true,
             seed: self.cfg.seed,
             drop_last: false,

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
-use comm::TcpCommunicator;
 use comm::nccl::{NcclCommunicator, require_nccl};
+use comm::{Communicator, Store};
 use core_tensor::{Backend, Cpu, Cuda};
 
 use super::RankInfo;
@@ -53,15 +53,15 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
 
 /// The gradient transport every rank agrees on (`--backend`), or `None`
 /// for a single rank that needs none. Each rank states its device; the
-/// statements travel over the TCP ring, so all ranks apply one rule to the
-/// same facts.
+/// statements travel over the job's communicator, so all ranks apply one
+/// rule to the same facts.
 pub(super) fn choose_transport(
     cli: &Cli,
     info: &RankInfo,
     device: &Device,
-    tcp: Option<&mut TcpCommunicator>,
+    comm: Option<&mut dyn Communicator>,
 ) -> anyhow::Result<Option<Transport>> {
-    if tcp.is_none() && cli.backend != BackendChoice::Nccl {
+    if comm.is_none() && cli.backend != BackendChoice::Nccl {
         return Ok(None);
     }
     let rank = info.rank;
@@ -84,8 +84,8 @@ pub(super) fn choose_transport(
             (device, missing)
         }
     };
-    let ranks = match tcp {
-        Some(tcp) => transport::exchange(tcp, &mine)
+    let ranks = match comm {
+        Some(comm) => transport::exchange(comm, &mine)
             .with_context(|| format!("rank {rank}: agreeing on the gradient transport"))?,
         None => vec![mine],
     };
@@ -103,25 +103,25 @@ pub(super) fn choose_transport(
     }
 }
 
-/// This rank's NCCL communicator, on a side stream of its GPU; rank 0's
-/// unique id travels through the TCP ring's store.
+/// This rank's NCCL communicator `name` (the job's gradients, or one
+/// pipeline's), on a side stream of its GPU, as rank `rank` of `world`;
+/// the group's rank 0's unique id travels through the TCP ring's `store`.
 pub(super) fn connect_nccl(
     cli: &Cli,
-    info: &RankInfo,
     gpu: &Cuda,
-    tcp: Option<&mut TcpCommunicator>,
+    store: Option<&mut Store>,
+    name: &str,
+    (rank, world): (usize, usize),
 ) -> anyhow::Result<NcclCommunicator> {
-    let rank = info.rank;
     let context = || {
         format!(
-            "rank {rank}: creating the NCCL communicator on {}",
+            "rank {rank}: creating the NCCL communicator {name:?} on {}",
             gpu.describe()
         )
     };
     let stream = gpu.side_stream().with_context(context)?;
-    let store = tcp.and_then(TcpCommunicator::store);
     let timeout = Duration::from_secs_f64(cli.timeout);
-    NcclCommunicator::connect(stream, rank, info.world_size, store, timeout).with_context(context)
+    NcclCommunicator::connect_named(stream, rank, world, store, timeout, name).with_context(context)
 }
 
 /// The CPU backend, with `--threads` or a fair share of this machine's cores.

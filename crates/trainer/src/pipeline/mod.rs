@@ -1,0 +1,344 @@
+//! Pipeline parallelism for the CNN (`--pipeline-stages 2`): the network
+//! cut where the convolution stack meets the fully connected stack, one
+//! stage per rank, a batch split into micro-batches that flow through the
+//! stages on a 1F1B schedule (`schedule.rs`): activations forward, their
+//! gradients backward, over the pipeline's own communicator (a sub-group).
+//!
+//! A stage is a [`Model`], so the trainer drives it like any other: the
+//! schedule runs inside [`Model::forward`], and [`Model::backward`] hands
+//! the stage's accumulated gradients (zeros for the other stage's
+//! parameters) to the trainer's averaging. Every rank keeps the whole
+//! parameter vector: the average over all `S x D` ranks, with each
+//! stage's gradients scaled by `S`, is exactly the average over the
+//! stage's `D` replicas (the other stages add zeros), and it leaves every
+//! rank with every updated parameter. So checkpoints stay whole models
+//! saved by rank 0, any layout resumes any other, and evaluation runs the
+//! whole network on each rank. The price: each rank all-reduces and steps
+//! the whole vector, as plain data parallelism does (see docs/scaling.md).
+//!
+//! Ranks: pipeline `p` is ranks `p*S .. p*S + S` (stage = rank mod S), so
+//! a pipeline's stages sit on one machine when the ranks per machine are a
+//! multiple of `S`; stage `s` of every pipeline forms its data-parallel
+//! group.
+
+mod link;
+mod schedule;
+
+pub use link::{HostLink, NcclLink, StageLink};
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::time::Duration;
+
+use anyhow::bail;
+use core_tensor::ops::ClassGeom;
+use core_tensor::{FlatLayout, Ops, Result};
+
+use crate::model::{
+    Activations, CLASSES, CnnMnist, GradsReady, IMAGE_SIDE, Mode, Model, cnn_layout,
+};
+use crate::train::DataShare;
+
+/// `--micro-batches` when not given.
+pub const DEFAULT_MICRO_BATCHES: usize = 4;
+
+/// Where a rank sits in a `stages x replicas` layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PipelinePlace {
+    pub stages: usize,
+    pub stage: usize,
+    pub replica: usize,
+    pub replicas: usize,
+}
+
+impl PipelinePlace {
+    /// Rank `rank` of `world` in pipelines of `stages` stages.
+    pub fn of(rank: usize, world: usize, stages: usize) -> anyhow::Result<Self> {
+        if stages != 2 {
+            bail!(
+                "--pipeline-stages {stages}: this CNN splits into 2 stages (the convolution stack and the fully connected stack); use 2"
+            );
+        }
+        if world % stages != 0 {
+            bail!(
+                "world size {world} is not a multiple of --pipeline-stages {stages}: the world is stages x data-parallel replicas"
+            );
+        }
+        Ok(Self {
+            stages,
+            stage: rank % stages,
+            replica: rank / stages,
+            replicas: world / stages,
+        })
+    }
+
+    /// The job ranks of this rank's pipeline, in stage order.
+    pub fn members(&self) -> Vec<usize> {
+        (self.replica * self.stages..(self.replica + 1) * self.stages).collect()
+    }
+
+    /// The samples this rank trains on: its replica's.
+    pub fn share(&self) -> DataShare {
+        DataShare {
+            replica: self.replica,
+            replicas: self.replicas,
+            counts: self.stage + 1 == self.stages,
+        }
+    }
+}
+
+/// The parameters stage `stage` (of 2) trains.
+pub fn stage_params(stage: usize) -> Range<usize> {
+    let layout = cnn_layout();
+    let cut = layout.range("fc1.weight").map_or(0, |r| r.start);
+    if stage == 0 {
+        0..cut
+    } else {
+        cut..layout.len()
+    }
+}
+
+/// The split, for the start-up line: each stage's layers, parameters and
+/// share of a sample's forward multiply-adds (the time balance: the cut
+/// at the flatten is the only one between the two stacks, and it leaves
+/// the convolutions with most of the work).
+pub fn describe_split() -> String {
+    let layout = cnn_layout();
+    let weights = |name: &str| layout.range(name).map_or(0, |r| r.len());
+    let side = |shrink: usize| (IMAGE_SIDE - shrink) * (IMAGE_SIDE - shrink);
+    let convs = weights("conv1.weight") * side(2) + weights("conv2.weight") * side(4);
+    let fcs = weights("fc1.weight") + weights("fc2.weight");
+    let share = |part: usize| 100.0 * part as f64 / (convs + fcs) as f64;
+    format!(
+        "stage 0: conv1, conv2, pool ({} parameters, {:.1}% of the multiply-adds); stage 1: fc1, fc2, loss ({} parameters, {:.1}%)",
+        stage_params(0).len(),
+        share(convs),
+        stage_params(1).len(),
+        share(fcs)
+    )
+}
+
+/// Where a stage's time went in the steps so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StageTimes {
+    /// Running the schedule, waits included.
+    pub total: Duration,
+    /// Waiting for the neighbouring stage (inside send/receive).
+    pub waiting: Duration,
+}
+
+impl StageTimes {
+    /// The stage's bubble: the fraction of the schedule it sat idle.
+    pub fn idle_fraction(&self) -> f64 {
+        self.waiting.as_secs_f64() / self.total.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+}
+
+/// One stage of the pipelined CNN on one rank (see the module docs).
+pub struct PipelineStage<B: Ops> {
+    cnn: CnnMnist,
+    place: PipelinePlace,
+    micro_batches: usize,
+    /// The way to the other stages: stage `s` is its rank `s`.
+    link: RefCell<Box<dyn StageLink<B>>>,
+    times: RefCell<StageTimes>,
+}
+
+impl<B: Ops> PipelineStage<B> {
+    /// Stage `place.stage` of `cnn`, reaching its neighbours over `link`,
+    /// with `micro_batches` per batch.
+    pub fn new(
+        cnn: CnnMnist,
+        place: PipelinePlace,
+        micro_batches: usize,
+        link: Box<dyn StageLink<B>>,
+    ) -> anyhow::Result<Self> {
+        if micro_batches == 0 {
+            bail!("--micro-batches must be at least 1");
+        }
+        if link.world_size() != place.stages || link.rank() != place.stage {
+            bail!(
+                "the pipeline communicator has rank {} of {}, not stage {} of {}",
+                link.rank(),
+                link.world_size(),
+                place.stage,
+                place.stages
+            );
+        }
+        Ok(Self {
+            cnn,
+            place,
+            micro_batches,
+            link: RefCell::new(link),
+            times: RefCell::new(StageTimes::default()),
+        })
+    }
+
+    pub fn place(&self) -> PipelinePlace {
+        self.place
+    }
+
+    /// Where this stage's time went so far.
+    pub fn times(&self) -> StageTimes {
+        *self.times.borrow()
+    }
+}
+
+/// A stage's buffers: the whole batch (filled by the trainer, used whole
+/// for evaluation) and one set per micro-batch.
+pub struct PipeBuffers<B: Ops> {
+    full: Activations<B>,
+    micro: Vec<Activations<B>>,
+    /// Where each micro-batch starts in the batch.
+    starts: Vec<usize>,
+    /// One micro-batch's parameter gradients (whole length).
+    grads: Option<B::Storage<f32>>,
+    /// The stage's gradients summed over the micro-batches, on the host.
+    acc: Vec<f32>,
+    /// One micro-batch's stage gradients, read from the device.
+    host: Vec<f32>,
+    /// A loss sum the schedule writes and nobody reads.
+    loss: Option<B::Storage<f32>>,
+}
+
+fn classes(batch: usize) -> ClassGeom {
+    ClassGeom {
+        batch,
+        classes: CLASSES,
+    }
+}
+
+impl<B: Ops> Model<B> for PipelineStage<B> {
+    type Buffers = PipeBuffers<B>;
+
+    fn layout(&self) -> &FlatLayout {
+        cnn_layout()
+    }
+
+    fn init_params(&self, seed: u64) -> Vec<f32> {
+        self.cnn.init_params(seed)
+    }
+
+    fn buffers(&self, b: &B, batch: usize, train: bool) -> Result<PipeBuffers<B>> {
+        let full = Activations::new(b, batch, false)?;
+        if !train {
+            return Ok(PipeBuffers {
+                full,
+                micro: Vec::new(),
+                starts: Vec::new(),
+                grads: None,
+                acc: Vec::new(),
+                host: Vec::new(),
+                loss: None,
+            });
+        }
+        let m = self.micro_batches.min(batch).max(1);
+        let (base, extra) = (batch / m, batch % m);
+        let sizes: Vec<usize> = (0..m).map(|i| base + usize::from(i < extra)).collect();
+        let starts = sizes
+            .iter()
+            .scan(0, |at, &n| Some(std::mem::replace(at, *at + n)))
+            .collect();
+        Ok(PipeBuffers {
+            full,
+            micro: sizes
+                .iter()
+                .map(|&n| Activations::new(b, n, true))
+                .collect::<Result<_>>()?,
+            starts,
+            grads: Some(b.zeros(cnn_layout().len())?),
+            acc: vec![0.0; stage_params(self.place.stage).len()],
+            host: vec![0.0; stage_params(self.place.stage).len()],
+            loss: Some(b.zeros(1)?),
+        })
+    }
+
+    fn inputs<'a>(
+        &self,
+        buffers: &'a mut PipeBuffers<B>,
+    ) -> (&'a mut B::Storage<f32>, &'a mut B::Storage<u8>) {
+        (&mut buffers.full.x, &mut buffers.full.labels)
+    }
+
+    fn forward(
+        &self,
+        b: &B,
+        buffers: &mut PipeBuffers<B>,
+        params: &B::Storage<f32>,
+        mode: Mode,
+    ) -> Result<()> {
+        let Mode::Train { dropout_seed } = mode else {
+            return self.cnn.forward(b, &mut buffers.full, params, mode);
+        };
+        // Forward returns kernel errors only: a communication failure
+        // travels as its text.
+        schedule::run(self, b, buffers, params, dropout_seed).map_err(|e| {
+            core_tensor::Error::InvalidArgument {
+                op: "pipeline schedule",
+                reason: format!("{e:#}"),
+            }
+        })
+    }
+
+    fn count_correct(
+        &self,
+        b: &B,
+        buffers: &PipeBuffers<B>,
+        correct: &mut B::Storage<f32>,
+    ) -> Result<()> {
+        if buffers.micro.is_empty() {
+            // Evaluation: the whole network ran on the whole batch.
+            let full = &buffers.full;
+            return b.count_correct(&classes(full.batch), &full.logits, &full.labels, correct);
+        }
+        if self.place.stage + 1 < self.place.stages {
+            return Ok(());
+        }
+        for act in &buffers.micro {
+            b.count_correct(&classes(act.batch), &act.logits, &act.labels, correct)?;
+        }
+        Ok(())
+    }
+
+    /// The last stage adds every micro-batch's loss (computed again: the
+    /// schedule needed the gradients before the trainer asks for this).
+    fn loss(
+        &self,
+        b: &B,
+        buffers: &mut PipeBuffers<B>,
+        loss_sum: &mut B::Storage<f32>,
+    ) -> anyhow::Result<()> {
+        if self.place.stage + 1 < self.place.stages {
+            return Ok(());
+        }
+        for act in &mut buffers.micro {
+            let Some(g) = act.grads.as_mut() else {
+                bail!("the loss needs buffers built for training");
+            };
+            b.cross_entropy_fwd_bwd(
+                &classes(act.batch),
+                &act.logits,
+                &act.labels,
+                &mut g.dlogits,
+                loss_sum,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Hands the accumulated gradients of this stage (zeros elsewhere) to
+    /// `hook` at once: they were final when the schedule ended.
+    fn backward(
+        &self,
+        b: &B,
+        buffers: &mut PipeBuffers<B>,
+        _params: &B::Storage<f32>,
+        grads: &mut B::Storage<f32>,
+        _dropout_seed: u64,
+        hook: &mut dyn GradsReady<B>,
+    ) -> anyhow::Result<()> {
+        b.fill(grads, 0.0)?;
+        b.write_range(&buffers.acc, grads, stage_params(self.place.stage).start)?;
+        hook.ready(b, grads, 0)
+    }
+}

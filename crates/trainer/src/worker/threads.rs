@@ -1,0 +1,108 @@
+//! `--spawn threads`: the ranks of one machine as threads of this process
+//! (PyTorch's DataParallel in spirit), through the same per-rank code as
+//! worker processes. The data set is read once and shared read-only; the
+//! ranks meet in memory ([`LocalCommunicator`], bitwise the TCP ring's
+//! results), so there is no port, no store and no child process.
+//!
+//! Signals: the process's handlers feed one [`StopRequest`] that every
+//! rank checks, and the ranks agree on the stop step as processes do. A
+//! rank that fails drops its communicator, so the others fail at their
+//! next collective instead of waiting for the timeout.
+
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use comm::LocalCommunicator;
+use fashion_mnist::FashionMnist;
+
+use super::{JobComm, RankInfo, Shared, choose_device, run_rank};
+use crate::cli::Cli;
+use crate::launcher::NodePlan;
+use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
+
+/// Who started the ranks, for the start-up line.
+pub(crate) const THREADS: &str = "ranks run as threads of one process";
+
+/// Runs the `plan.nproc` ranks of a one-machine job as threads and returns
+/// how they ended; an error names every rank that failed.
+pub fn run(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
+    if plan.nnodes > 1 {
+        bail!(
+            "--spawn threads runs the ranks of one machine; a job of {} machines needs --spawn processes",
+            plan.nnodes
+        );
+    }
+    if cli.max_restarts > 0 {
+        bail!(
+            "--max-restarts restarts worker processes; with --spawn threads restart the whole run with --resume auto"
+        );
+    }
+    let stop = StopRequest::new();
+    install_worker_handlers(&stop)?;
+    let data_dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
+    let data = FashionMnist::load(&data_dir)?;
+    let shared = Shared {
+        cli,
+        data: &data,
+        data_dir: &data_dir,
+        started_by: THREADS,
+    };
+    let world = plan.nproc;
+    let comms = LocalCommunicator::job(world, Duration::from_secs_f64(cli.timeout));
+    let ends: Vec<anyhow::Result<RunEnd>> = std::thread::scope(|scope| {
+        let ranks: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, comm)| {
+                let (shared, stop) = (&shared, stop.clone());
+                std::thread::Builder::new()
+                    .name(format!("rank{rank}"))
+                    .spawn_scoped(scope, move || {
+                        let info = RankInfo {
+                            rank,
+                            local_rank: rank,
+                            world_size: world,
+                            local_world_size: world,
+                        };
+                        let device = choose_device(cli, &info)?;
+                        let comm = (world > 1).then_some(JobComm::Local(comm));
+                        run_rank(shared, &info, device, comm, stop)
+                    })
+                    .with_context(|| format!("starting the thread of rank {rank}"))
+            })
+            .collect();
+        ranks
+            .into_iter()
+            .enumerate()
+            .map(|(rank, thread)| {
+                thread?
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow!("rank {rank} panicked")))
+            })
+            .collect()
+    });
+    combine(ends)
+}
+
+/// One ending for the job: every failure is printed (the first one found
+/// is often a peer noticing the real one), then the job fails; otherwise a
+/// preemption or signal of any rank stands for all.
+fn combine(ends: Vec<anyhow::Result<RunEnd>>) -> anyhow::Result<RunEnd> {
+    let world = ends.len();
+    let mut failed = 0;
+    let mut end = RunEnd::Finished;
+    for result in ends {
+        match result {
+            Ok(RunEnd::Finished) => {}
+            Ok(other) => end = other,
+            Err(e) => {
+                failed += 1;
+                eprintln!("error: {e:#}");
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {world} rank threads failed (their errors are above)");
+    }
+    Ok(end)
+}

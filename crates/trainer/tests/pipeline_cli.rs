@@ -1,0 +1,103 @@
+//! `--pipeline-stages 2` end to end: the split is printed, each stage says
+//! how idle it was, rank 0 saves a whole model, and that checkpoint
+//! resumes in another layout (one rank) as any other does.
+
+mod common;
+
+use std::path::Path;
+
+use common::{data_arg, dataset, final_state, run, stderr, trainer};
+
+fn train(dir: &Path, args: &[&str]) -> String {
+    let out = run(trainer()
+        .args(["--max-steps", "4", "--threads", "1", "--device", "cpu"])
+        .args(["--no-dropout", "--checkpoint-dir"])
+        .arg(dir)
+        .args(args)
+        .args(data_arg(dataset())));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{args:?}: {err}");
+    err
+}
+
+#[test]
+fn a_pipeline_trains_saves_a_whole_model_and_resumes_on_one_rank() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ck");
+    let layout = [
+        "--world-size",
+        "2",
+        "--pipeline-stages",
+        "2",
+        "--micro-batches",
+        "2",
+    ];
+    let log = train(&dir, &[&layout[..], &["--epochs", "1"]].concat());
+    for needle in [
+        "pipeline: 2 stages x 1 data-parallel replicas, 2 micro-batches",
+        "stage 0: conv1, conv2, pool",
+        "pipeline stage 0 (rank 0): idle",
+        "pipeline stage 1 (rank 1): idle",
+    ] {
+        assert!(log.contains(needle), "{needle:?} missing from:\n{log}");
+    }
+    let saved = final_state(&dir);
+    assert_eq!(saved.optimizer_step, 4);
+    // The same checkpoint, continued by a single rank for a second epoch.
+    let log = train(&dir, &["--resume", "auto", "--epochs", "2"]);
+    assert!(log.contains("resuming from"), "{log}");
+    let end = dir.join(trainer::checkpoint::Position { epoch: 3, step: 0 }.dir_name());
+    let resumed = trainer::checkpoint::load(&end, trainer::model::cnn_layout()).unwrap();
+    assert_eq!(resumed.optimizer_step, 8);
+}
+
+#[test]
+fn pipelines_as_threads_match_pipelines_as_processes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = |spawn| {
+        let layout = ["--world-size", "4", "--pipeline-stages", "2"];
+        [&layout[..], &["--epochs", "1", "--spawn", spawn]].concat()
+    };
+    train(&tmp.path().join("t"), &args("threads"));
+    train(&tmp.path().join("p"), &args("processes"));
+    let (t, p) = (
+        final_state(&tmp.path().join("t")),
+        final_state(&tmp.path().join("p")),
+    );
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&t.params), bits(&p.params));
+}
+
+#[test]
+fn layouts_that_do_not_fit_say_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (args, needle) in [
+        (
+            &["--world-size", "3", "--pipeline-stages", "2"][..],
+            "not a multiple",
+        ),
+        (&["--pipeline-stages", "2"][..], "needs at least 2 ranks"),
+        (
+            &["--world-size", "2", "--pipeline-stages", "3"][..],
+            "2 stages",
+        ),
+    ] {
+        let out = run(trainer()
+            .args([
+                "--epochs",
+                "1",
+                "--max-steps",
+                "1",
+                "--device",
+                "cpu",
+                "--spawn",
+                "threads",
+            ])
+            .args(args)
+            .arg("--metrics")
+            .arg(tmp.path().join("m.jsonl"))
+            .args(data_arg(dataset())));
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    }
+}

@@ -1,0 +1,187 @@
+//! Pipeline parallelism on GPUs, run without a GPU on `cuda-emu`: NCCL
+//! point-to-point (`ncclSend`/`ncclRecv` in one group) between two
+//! emulated GPUs, on a communicator of its own made through the job's
+//! store (a sub-group's), and a two-stage pipeline training on two
+//! emulated GPUs, its activations and their gradients going GPU to GPU
+//! over NCCL send/recv, its parameters' gradients averaged by NCCL.
+//!
+//! `pipeline_on_the_cuda_emulator` builds the emulator and re-runs this
+//! binary with it loaded; there the `emulated_*` tests do the work.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use comm::nccl::NcclCommunicator;
+use comm::{CommConfig, TcpCommunicator};
+use common::free_port;
+use core_tensor::ops::AdamConfig;
+use core_tensor::{Backend, Cpu, Cuda};
+use trainer::ddp::{CommThread, NcclHook};
+use trainer::model::{CnnMnist, DropoutRates};
+use trainer::pipeline::{NcclLink, PipelinePlace, PipelineStage};
+use trainer::train::{Setup, Silent, TrainConfig, Trainer};
+
+/// A device buffer of the CUDA backend.
+type Buf = <Cuda as Backend>::Storage<f32>;
+
+const EMULATED: [&str; 2] = [
+    "emulated_nccl_send_recv_between_two_gpus",
+    "emulated_two_stages_on_two_gpus_follow_one_cpu_rank",
+];
+
+#[test]
+fn pipeline_on_the_cuda_emulator() {
+    let mut args = vec!["--exact", "--test-threads=1"];
+    args.extend(EMULATED);
+    cuda_emu::rerun_on_emulator(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &args,
+        &[("CUDA_EMU_DEVICES", "2")],
+        EMULATED.len(),
+    );
+}
+
+/// The emulated GPU `ordinal`, in the re-run only.
+fn emulated_gpu(ordinal: usize) -> Option<Cuda> {
+    if !cuda_emu::in_emulator() {
+        return None;
+    }
+    let gpu = Cuda::new(ordinal).expect("the emulator is loaded");
+    assert!(gpu.describe().contains("cuda-emu"), "{}", gpu.describe());
+    Some(gpu)
+}
+
+fn values(rank: usize, len: usize) -> Vec<f32> {
+    (0..len).map(|i| (rank * 1_000_003 + i) as f32).collect()
+}
+
+/// Both directions at once (longer than the emulator's staging slot), then
+/// one direction only, then a peer that is this rank itself (refused).
+#[test]
+fn emulated_nccl_send_recv_between_two_gpus() {
+    const LEN: usize = 600_001;
+    if emulated_gpu(0).is_none() {
+        return;
+    }
+    let port = free_port();
+    let got = common::on_two_ranks(|rank| {
+        let gpu = emulated_gpu(rank).unwrap();
+        let timeout = Duration::from_secs(60);
+        let cfg = CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(timeout);
+        let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
+        let stream = gpu.side_stream().unwrap();
+        let nccl =
+            NcclCommunicator::connect_named(stream, rank, 2, tcp.store(), timeout, "pipeline-0")
+                .unwrap();
+        let peer = 1 - rank;
+        let mine = gpu.upload(&values(rank, LEN)).unwrap();
+        let mut theirs = gpu.upload(&vec![0.0_f32; LEN]).unwrap();
+        let mut one_way = gpu.upload(&[0.0_f32; 7]).unwrap();
+        nccl.stream().join(gpu.stream()).unwrap();
+        // SAFETY: the buffers outlive `nccl.wait()`, which returns once the
+        // exchanges completed, and no other stream touches them meanwhile.
+        unsafe {
+            nccl.send_recv(Some((&mine, peer)), Some((&mut theirs, peer)), "exchange")
+                .unwrap();
+            if rank == 0 {
+                nccl.send_recv(None::<(&Buf, usize)>, Some((&mut one_way, peer)), "one way")
+                    .unwrap();
+            } else {
+                let seven = gpu.upload(&values(rank, 7)).unwrap();
+                nccl.send_recv(Some((&seven, peer)), None::<(&mut Buf, usize)>, "one way")
+                    .unwrap();
+                nccl.wait().unwrap();
+            }
+        }
+        nccl.wait().unwrap();
+        // SAFETY: refused before anything is queued.
+        let refused =
+            unsafe { nccl.send_recv(Some((&mine, rank)), None::<(&mut Buf, usize)>, "self") };
+        assert!(
+            refused
+                .unwrap_err()
+                .to_string()
+                .contains("not another rank")
+        );
+        (
+            gpu.download(&theirs).unwrap(),
+            gpu.download(&one_way).unwrap(),
+        )
+    });
+    for (rank, (theirs, one_way)) in got.into_iter().enumerate() {
+        assert!(
+            theirs == values(1 - rank, LEN),
+            "rank {rank} got a wrong message"
+        );
+        if rank == 0 {
+            assert_eq!(one_way, values(1, 7));
+        }
+    }
+}
+
+fn config() -> TrainConfig {
+    TrainConfig {
+        epochs: 1,
+        batch_size: 16,
+        adam: AdamConfig::default(),
+        seed: 5,
+        max_steps: Some(3),
+        dropout: DropoutRates::OFF,
+        bucket_mb: 0.5,
+    }
+}
+
+/// Stage `rank` on emulated GPU `rank`; the CPU rank it must follow.
+#[test]
+fn emulated_two_stages_on_two_gpus_follow_one_cpu_rank() {
+    if emulated_gpu(0).is_none() {
+        return;
+    }
+    let data = common::small_data(16 * 3, 20);
+    let port = free_port();
+    let stages = common::on_two_ranks(|rank| {
+        let gpu = emulated_gpu(rank).unwrap();
+        let timeout = Duration::from_secs(120);
+        let cfg = CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(timeout);
+        let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
+        let place = PipelinePlace::of(rank, 2, 2).unwrap();
+        let stream = gpu.side_stream().unwrap();
+        let nccl = NcclCommunicator::connect(stream, rank, 2, tcp.store(), timeout).unwrap();
+        let stream = gpu.side_stream().unwrap();
+        let pipe = NcclCommunicator::connect_named(
+            stream,
+            place.stage,
+            2,
+            tcp.store(),
+            timeout,
+            "pipeline-0",
+        )
+        .unwrap();
+        let model = CnnMnist::new(DropoutRates::OFF);
+        let link = Box::new(NcclLink::new(pipe, &gpu));
+        let stage = PipelineStage::new(model, place, 2, link).unwrap();
+        let setup = Setup {
+            device_hook: Some(Box::new(NcclHook::new(nccl, &gpu).unwrap())),
+            share: Some(place.share()),
+            ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
+        };
+        let mut trainer = Trainer::with_model(gpu, stage, &data, config(), setup).unwrap();
+        trainer
+            .train_epoch(1, &mut Silent, &mut |_| Ok(()))
+            .unwrap();
+        trainer.params().unwrap()
+    });
+    let mut single = Trainer::new(Cpu::new(1).unwrap(), &data, config(), None).unwrap();
+    single.train_epoch(1, &mut Silent, &mut |_| Ok(())).unwrap();
+    let single = single.params().unwrap();
+    assert!(stages[0] == stages[1], "the stages hold different models");
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    let diff = norm(&mut stages[0].iter().zip(&single).map(|(a, b)| f64::from(a - b)));
+    let relative = diff / norm(&mut single.iter().map(|&b| f64::from(b)));
+    assert!(
+        relative <= 1e-4,
+        "2 GPU stages and 1 CPU rank differ by {relative:e}"
+    );
+}

@@ -1,0 +1,174 @@
+//! Pipeline parallelism changes where layers run, not what is learned:
+//! with dropout off, 2 stages follow 1 rank, and 2 stages x 2 replicas
+//! follow 2 data-parallel ranks, within 1e-4 after 30 steps (micro-batches
+//! sum gradients in another order); every rank of a layout holds the same
+//! whole model, bit for bit.
+
+mod common;
+
+use std::time::Duration;
+
+use comm::{CommConfig, Communicator, LocalCommunicator, TcpCommunicator};
+use common::free_port;
+use core_tensor::Cpu;
+use core_tensor::ops::AdamConfig;
+use fashion_mnist::FashionMnist;
+use trainer::ddp::CommThread;
+use trainer::model::{CnnMnist, DropoutRates};
+use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage};
+use trainer::train::{Setup, Silent, TrainConfig, Trainer};
+
+const STEPS: usize = 30;
+
+fn data() -> FashionMnist {
+    common::small_data(2 * 32 * STEPS, 100)
+}
+
+fn config() -> TrainConfig {
+    TrainConfig {
+        epochs: 1,
+        batch_size: 32,
+        adam: AdamConfig::default(),
+        seed: 11,
+        max_steps: Some(STEPS),
+        dropout: DropoutRates::OFF,
+        bucket_mb: 0.05,
+    }
+}
+
+/// The final parameters of one rank: a plain data-parallel rank (no
+/// `stages`) or a pipeline stage, over `comm` (`None`: alone).
+fn train(
+    data: &FashionMnist,
+    comm: Option<Box<dyn Communicator>>,
+    stages: Option<usize>,
+) -> Vec<f32> {
+    let backend = Cpu::new(1).unwrap();
+    let Some(stages) = stages else {
+        let comm = comm.map(|c| CommThread::spawn(c).unwrap());
+        let mut trainer = Trainer::new(backend, data, config(), comm).unwrap();
+        trainer
+            .train_epoch(1, &mut Silent, &mut |_| Ok(()))
+            .unwrap();
+        return trainer.params().unwrap();
+    };
+    let mut comm = comm.expect("a pipeline has several ranks");
+    let place = PipelinePlace::of(comm.rank(), comm.world_size(), stages).unwrap();
+    let group = comm.subgroup(&place.members()).unwrap();
+    let link = Box::new(HostLink::new(group));
+    let stage = PipelineStage::new(CnnMnist::new(DropoutRates::OFF), place, 4, link).unwrap();
+    let setup = Setup {
+        share: Some(place.share()),
+        ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
+    };
+    let mut trainer = Trainer::with_model(backend, stage, data, config(), setup).unwrap();
+    trainer
+        .train_epoch(1, &mut Silent, &mut |_| Ok(()))
+        .unwrap();
+    let times = trainer.model().times();
+    assert!(times.total > Duration::ZERO && times.waiting <= times.total);
+    trainer.params().unwrap()
+}
+
+/// Each rank's result, `body(rank, comm)` on a thread per rank.
+fn on_ranks<T: Send>(
+    comms: Vec<Box<dyn Communicator>>,
+    body: impl Fn(Box<dyn Communicator>) -> T + Sync,
+) -> Vec<T> {
+    let body = &body;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|c| s.spawn(move || body(c)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn tcp_job(world: usize) -> Vec<Box<dyn Communicator>> {
+    let port = free_port();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..world)
+            .map(|rank| {
+                s.spawn(move || {
+                    let cfg = CommConfig::new(rank, world, "127.0.0.1", port)
+                        .with_timeout(Duration::from_secs(30));
+                    Box::new(TcpCommunicator::connect(&cfg).unwrap()) as Box<dyn Communicator>
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// ‖a − b‖₂ / ‖b‖₂.
+fn relative(a: &[f32], b: &[f32]) -> f64 {
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    norm(&mut a.iter().zip(b).map(|(x, y)| f64::from(x - y)))
+        / norm(&mut b.iter().map(|&y| f64::from(y)))
+}
+
+fn all_identical(ranks: &[Vec<f32>]) {
+    for (r, p) in ranks.iter().enumerate() {
+        assert!(
+            p.iter()
+                .zip(&ranks[0])
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "rank {r} holds another model than rank 0"
+        );
+    }
+}
+
+#[test]
+fn two_stages_follow_one_rank() {
+    let data = data();
+    let single = train(&data, None, None);
+    let stages = on_ranks(tcp_job(2), |comm| train(&data, Some(comm), Some(2)));
+    all_identical(&stages);
+    let diff = relative(&stages[0], &single);
+    println!("2 stages vs 1 rank: relative difference {diff:e}");
+    assert!(
+        diff <= 1e-4,
+        "relative difference {diff:e} after {STEPS} steps"
+    );
+    let init = CnnMnist::new(DropoutRates::OFF).init_params(config().seed);
+    assert!(
+        relative(&single, &init) > 1e-3,
+        "training must move the parameters"
+    );
+}
+
+/// Ranks as threads (the in-process transport) this time: stages 0 and 1
+/// of replica 0 are ranks 0 and 1, of replica 1 ranks 2 and 3.
+#[test]
+fn two_stages_by_two_replicas_follow_two_data_parallel_ranks() {
+    let data = data();
+    let local = |world| {
+        LocalCommunicator::job(world, Duration::from_secs(30))
+            .into_iter()
+            .map(|c| Box::new(c) as Box<dyn Communicator>)
+            .collect()
+    };
+    let ddp = on_ranks(local(2), |comm| train(&data, Some(comm), None));
+    let grid = on_ranks(local(4), |comm| train(&data, Some(comm), Some(2)));
+    all_identical(&grid);
+    let diff = relative(&grid[0], &ddp[0]);
+    println!("2 x 2 vs 2 data-parallel ranks: relative difference {diff:e}");
+    assert!(
+        diff <= 1e-4,
+        "relative difference {diff:e} after {STEPS} steps"
+    );
+}
+
+#[test]
+fn layouts_that_do_not_fit_are_errors() {
+    let err = PipelinePlace::of(0, 3, 2).unwrap_err().to_string();
+    assert!(err.contains("not a multiple"), "{err}");
+    let err = PipelinePlace::of(0, 4, 4).unwrap_err().to_string();
+    assert!(err.contains("2 stages"), "{err}");
+    let place = PipelinePlace::of(5, 6, 2).unwrap();
+    assert_eq!(
+        (place.stage, place.replica, place.members()),
+        (1, 2, vec![4, 5])
+    );
+}
