@@ -15,6 +15,7 @@ pub mod gather;
 pub mod linear;
 pub mod maxpool2d;
 pub mod relu;
+pub mod sgd;
 
 use std::ops::Range;
 
@@ -28,6 +29,7 @@ pub use gather::GatherKernel;
 pub use linear::{LinearGeom, LinearKernel};
 pub use maxpool2d::{MaxPool2dKernel, PoolGeom};
 pub use relu::ReluKernel;
+pub use sgd::SgdKernel;
 
 use crate::Backend;
 use crate::error::check_len;
@@ -53,6 +55,7 @@ all_ops!(
     LinearKernel,
     MaxPool2dKernel,
     ReluKernel,
+    SgdKernel,
 );
 
 /// Where a layer's weight and bias sit in the flat parameter (and gradient)

@@ -1,8 +1,8 @@
-//! The loss, the metric, the finiteness guard and the Adam step.
+//! The loss, the metric, the finiteness guard and the Adam and SGD steps.
 
 use core_tensor::Ops;
 use core_tensor::ops::{
-    AccuracyKernel, AdamConfig, AdamKernel, ClassGeom, CrossEntropyKernel, GUARD_CLEAR,
+    AccuracyKernel, AdamConfig, AdamKernel, ClassGeom, CrossEntropyKernel, GUARD_CLEAR, SgdKernel,
 };
 
 use crate::on_each_device;
@@ -125,6 +125,38 @@ fn adam_matches<B: Ops>(dev: &B) {
     assert_same_bits("params after a tripped guard", &down(dev, &p_d), &before);
 }
 
+fn sgd_matches<B: Ops>(dev: &B) {
+    let n = 50_001;
+    let start = uniform(810, n, -1.0, 1.0);
+    let mut p_d = up(dev, &start);
+    let mut p = start.clone();
+    let cpu = reference();
+    let clear = GUARD_CLEAR.to_vec();
+    let clear_d = dev.upload(&clear).unwrap();
+    for step in 1..=3 {
+        let grads = uniform(810 + step, n, -1.0, 1.0);
+        dev.sgd_step(0.01, &mut p_d, &up(dev, &grads), &clear_d)
+            .unwrap();
+        cpu.sgd_step(0.01, &mut p, &grads, &clear).unwrap();
+        let what = format!("{} sgd step {step} params", dev.describe());
+        assert_same_bits(&what, &down(dev, &p_d), &p);
+    }
+    assert!(
+        p.iter().zip(&start).filter(|(a, b)| a != b).count() > n / 2,
+        "the parameters moved"
+    );
+    let tripped = dev.upload(&[5u32, 0]).unwrap();
+    let before = down(dev, &p_d);
+    dev.sgd_step(
+        0.01,
+        &mut p_d,
+        &up(dev, &uniform(820, n, -1.0, 1.0)),
+        &tripped,
+    )
+    .unwrap();
+    assert_same_bits("params after a tripped guard", &down(dev, &p_d), &before);
+}
+
 /// The guard on each device equals the CPU's: the first bad step, and the
 /// smallest bad index whatever order the GPU's threads run in.
 fn guard_finite_matches<B: Ops>(dev: &B) {
@@ -172,4 +204,9 @@ fn guard_finite() {
 #[test]
 fn adam() {
     on_each_device!(adam_matches);
+}
+
+#[test]
+fn sgd() {
+    on_each_device!(sgd_matches);
 }

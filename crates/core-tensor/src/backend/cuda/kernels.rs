@@ -114,6 +114,9 @@ kernel_table! {
         relu_fwd_f32(x: Out<f32>, n: Val<u64>);
         relu_bwd_f32(y: In<f32>, dy: Out<f32>, n: Val<u64>);
     }
+    sgd (SGD_SRC, SGD_PTX) {
+        sgd_step_f32(params: Out<f32>, grads: In<f32>, guard: In<u32>, minus_lr: Val<f32>, n: Val<u64>);
+    }
 }
 
 /// Every kernel module, in name order.
