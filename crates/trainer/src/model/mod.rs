@@ -5,15 +5,56 @@
 //! which buffers a pass over a batch needs ([`Model::Buffers`]), and how
 //! forward, the loss and backward run on a backend. The trainer holds the
 //! parameters, gradients and optimizer state, so every model gets data
-//! parallelism, checkpoints and the finiteness guard for free.
+//! parallelism, checkpoints and the finiteness guard for free. The data a
+//! pass reads comes from a [`crate::data::Batches`] of the model's own,
+//! which fills the model's input buffers. Each model is one folder.
 
-mod cnn;
-mod cnn_buffers;
+pub mod cnn;
 
-pub use cnn::{CLASSES, CnnMnist, DropoutRates, IMAGE_SIDE, PARAM_COUNT, cnn_layout};
-pub use cnn_buffers::{ActivationGrads, Activations};
+pub use cnn::{
+    ActivationGrads, Activations, CLASSES, CnnMnist, DropoutRates, IMAGE_SIDE, PARAM_COUNT,
+    cnn_layout,
+};
 
 use core_tensor::{FlatLayout, Ops, Result};
+
+/// What a model reports besides its loss: the sum [`Model::metric_sum`]
+/// accumulates over samples, and how a mean over samples becomes the
+/// number reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// The fraction of samples classified correctly (the sum counts them).
+    Accuracy,
+    /// No metric: the loss alone (the test pass is skipped).
+    None,
+}
+
+impl Metric {
+    /// The short name on the epoch line (`acc`), `None` for no metric.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Metric::Accuracy => Some("acc"),
+            Metric::None => None,
+        }
+    }
+
+    /// The reported value of a metric summed to `sum` over `count` samples.
+    pub fn value(self, sum: f64, count: f64) -> f64 {
+        match self {
+            Metric::Accuracy => sum / count,
+            Metric::None => f64::NAN,
+        }
+    }
+}
+
+/// Which optimizer updates the parameters (the learning rate is the run's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Optimizer {
+    /// PyTorch's `torch.optim.Adam` with its default betas and epsilon.
+    Adam,
+    /// Plain SGD, `p -= lr * g`, as `torch.optim.SGD` without momentum.
+    Sgd,
+}
 
 /// Whether a forward pass trains (dropout on, seeded per step) or evaluates.
 #[derive(Clone, Copy, Debug)]
@@ -51,6 +92,18 @@ pub trait Model<B: Ops> {
     /// once per batch size and reused.
     type Buffers;
 
+    /// The model's name on the command line (`--model`), recorded in
+    /// checkpoints.
+    fn kind(&self) -> &'static str;
+
+    /// What the model reports besides the loss.
+    fn metric(&self) -> Metric;
+
+    /// The optimizer the model trains with.
+    fn optimizer(&self) -> Optimizer {
+        Optimizer::Adam
+    }
+
     /// Where each parameter lives in the flat buffer.
     fn layout(&self) -> &FlatLayout;
 
@@ -61,12 +114,6 @@ pub trait Model<B: Ops> {
     /// evaluation needs.
     fn buffers(&self, backend: &B, batch: usize, train: bool) -> Result<Self::Buffers>;
 
-    /// The input and label buffers the data set fills before each pass.
-    fn inputs<'a>(
-        &self,
-        buffers: &'a mut Self::Buffers,
-    ) -> (&'a mut B::Storage<f32>, &'a mut B::Storage<u8>);
-
     /// Runs the network on the inputs, keeping what backward needs.
     fn forward(
         &self,
@@ -76,12 +123,13 @@ pub trait Model<B: Ops> {
         mode: Mode,
     ) -> Result<()>;
 
-    /// Adds the batch's correct predictions to `correct`.
-    fn count_correct(
+    /// Adds the batch's share of the [`Model::metric`] sum to `sum` (the
+    /// correct predictions, for accuracy); nothing for [`Metric::None`].
+    fn metric_sum(
         &self,
         backend: &B,
         buffers: &Self::Buffers,
-        correct: &mut B::Storage<f32>,
+        sum: &mut B::Storage<f32>,
     ) -> Result<()>;
 
     /// Adds the batch's summed loss to `loss_sum` and writes the loss

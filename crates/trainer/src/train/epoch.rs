@@ -9,7 +9,6 @@ use core_tensor::{Ops, rng};
 use super::guard::GUARD_READ_EVERY;
 use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
-use crate::data::to_device_indices;
 use crate::model::Model;
 use crate::monitor::RankStats;
 use crate::stop::StopKind;
@@ -36,14 +35,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             ),
             None => None,
         };
-        let mut sampler = self.sampler()?;
-        sampler.set_epoch(epoch as u64 - 1);
-        let indices = sampler.indices();
-        let device_indices = to_device_indices(&self.backend, &indices)?;
-        let batches: Vec<_> = sampler
-            .batch_positions(self.cfg.batch_size)?
-            .take(self.cfg.max_steps.unwrap_or(usize::MAX))
-            .collect();
+        let order = self.order();
+        let mut batches =
+            self.train
+                .start_epoch(&self.backend, &order, epoch as u64, self.cfg.batch_size)?;
+        batches.truncate(self.cfg.max_steps.unwrap_or(usize::MAX));
         let steps = batches.len();
         let first = resumed.as_ref().map_or(0, |p| p.step);
         if first > steps {
@@ -51,13 +47,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 "rank {rank}: the checkpoint is at step {first} of epoch {epoch}, but this run's epochs have {steps} steps (another --max-steps?)"
             );
         }
-        let images_before = batches[..first].iter().map(|b| b.len() as u64).sum();
+        let images_before = batches[..first].iter().map(|&n| n as u64).sum();
         self.meter
             .start(&self.backend, resumed.as_ref(), images_before)?;
         // The epoch's monitoring leaves out setup and the last checkpoint.
         self.monitor.take();
         progress.start_epoch(epoch, steps - first);
-        for (s, positions) in batches.into_iter().enumerate().skip(first) {
+        for (s, n) in batches.into_iter().enumerate().skip(first) {
             let at = Position {
                 epoch: epoch as u64,
                 step: s as u64 + 1,
@@ -67,10 +63,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 progress.finish_epoch();
                 return Ok(EpochEnd::Stopped(RunOutcome::Interrupted { at }));
             }
-            self.meter.images += positions.len() as u64;
+            self.meter.images += n as u64;
             let seed = rng::derive_seed(self.cfg.seed, &[rank as u64, epoch as u64, s as u64]);
             let vote = request == Some(StopKind::Preempt);
-            self.train_step(&device_indices, positions, seed, vote)
+            self.train_step(s, n, seed, vote)
                 .with_context(|| format!("rank {rank}: epoch {epoch}, step {}", s + 1))?;
             progress.step();
             self.report_running(progress)?;
@@ -109,7 +105,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch,
             epochs: self.cfg.epochs,
             loss: loss_sum / images,
-            accuracy: correct / images,
+            metric: self.model.metric(),
+            accuracy: self.model.metric().value(correct, images),
             test_accuracy,
             train_seconds,
             images_per_second: images / train_seconds,
@@ -132,7 +129,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             progress.running(&Running {
                 global_step: self.replica.step,
                 loss: loss_sum / images,
-                accuracy: correct / images,
+                accuracy: self.model.metric().value(correct, images),
                 images: self.meter.images * self.world_size as u64,
             });
         }

@@ -22,15 +22,15 @@ use anyhow::{Context, bail};
 use core_tensor::Ops;
 use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
-use sampler::{DistributedSampler, SamplerConfig};
 
 pub use timer::{Phase, PhaseSeconds};
 
 use crate::checkpoint::origin::{self, Origin};
 use crate::checkpoint::{Checkpoints, Position, Settings};
-use crate::data::DeviceSplit;
+use crate::data::{Batches, Order};
 use crate::ddp::{CommHook, CommThread, HostHook, Reducer, plan_buckets};
-use crate::model::{CnnMnist, DropoutRates, Model};
+use crate::model::cnn::DeviceSplit;
+use crate::model::{CnnMnist, DropoutRates, Metric, Model};
 use crate::monitor::{Monitor, RankStats};
 use crate::stop::StopRequest;
 use eval::Evaluator;
@@ -72,6 +72,9 @@ pub struct EpochReport {
     pub epochs: usize,
     /// Mean training loss per sample.
     pub loss: f64,
+    /// What `accuracy` and `test_accuracy` hold: the model's metric
+    /// (`NaN` both for [`Metric::None`]).
+    pub metric: Metric,
     pub accuracy: f64,
     pub test_accuracy: f64,
     /// Seconds spent training (evaluation excluded).
@@ -178,7 +181,7 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     rank: usize,
     world_size: usize,
     replica: Replica<B>,
-    train: DeviceSplit<B>,
+    train: Box<dyn Batches<B, M::Buffers>>,
     /// Training buffers per batch size (the full batch, the last partial one).
     buffers: HashMap<usize, M::Buffers>,
     meter: EpochMeter<B>,
@@ -214,16 +217,19 @@ impl<B: Ops> Trainer<B> {
         setup: Setup<B>,
     ) -> anyhow::Result<Self> {
         let model = CnnMnist::new(cfg.dropout);
-        Trainer::with_model(backend, model, data, cfg, setup)
+        let train = DeviceSplit::upload(&backend, &data.train, "training")?;
+        let test = DeviceSplit::upload(&backend, &data.test, "test")?;
+        Trainer::with_model(backend, model, Box::new(train), Box::new(test), cfg, setup)
     }
 }
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
-    /// A replica of `model`.
+    /// A replica of `model`, trained on `train` and evaluated on `test`.
     pub fn with_model(
         backend: B,
         model: M,
-        data: &FashionMnist,
+        train: Box<dyn Batches<B, M::Buffers>>,
+        test: Box<dyn Batches<B, M::Buffers>>,
         cfg: TrainConfig,
         setup: Setup<B>,
     ) -> anyhow::Result<Self> {
@@ -263,8 +269,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             replica: Replica::upload(&backend, &start)?,
             first_epoch: start.position.epoch as usize,
             resume_at,
-            train: DeviceSplit::upload(&backend, &data.train, "training")?,
-            evaluator: Evaluator::new(&backend, &data.test, rank, world_size)?,
+            train,
+            evaluator: Evaluator::new(&backend, test, rank, world_size)?,
             meter: EpochMeter::new(&backend)?,
             buffers: HashMap::new(),
             checkpoints,
@@ -312,16 +318,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         Ok(self.backend.download(&self.replica.params)?)
     }
 
-    /// This rank's sampler for the training split.
-    pub fn sampler(&self) -> anyhow::Result<DistributedSampler> {
-        let config = SamplerConfig {
-            num_replicas: self.world_size,
+    /// This rank's samples of the training split.
+    pub fn order(&self) -> Order {
+        Order::Shuffled {
             rank: self.rank,
-            shuffle: true,
+            world_size: self.world_size,
             seed: self.cfg.seed,
-            drop_last: false,
-        };
-        Ok(DistributedSampler::new(self.train.len, config)?)
+        }
     }
 
     /// Trains from where this replica starts through epoch `cfg.epochs`,
@@ -368,12 +371,19 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         }
     }
 
-    /// Test-set accuracy, each rank evaluating every `world_size`-th sample.
+    /// The model's metric on the test set (accuracy for the CNN), each
+    /// rank evaluating every `world_size`-th sample; `NaN` for a model
+    /// without one, which skips the pass.
     pub fn evaluate(&mut self) -> anyhow::Result<f64> {
-        let local =
-            self.evaluator
-                .count_correct(&self.backend, &self.model, &self.replica.params)?;
-        Ok(self.sum_over_ranks(vec![local])?[0] / self.evaluator.total() as f64)
+        let metric = self.model.metric();
+        if metric == Metric::None {
+            return Ok(f64::NAN);
+        }
+        let local = self
+            .evaluator
+            .metric_sum(&self.backend, &self.model, &self.replica.params)?;
+        let sum = self.sum_over_ranks(vec![local])?[0];
+        Ok(metric.value(sum, self.evaluator.total() as f64))
     }
 
     fn sum_over_ranks(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {

@@ -2,7 +2,7 @@
 
 use core_tensor::{Ops, Result};
 
-use super::cnn::{CONV1, CONV2, FC1, FC2};
+use super::{CONV1, CONV2, FC1, FC2};
 
 /// Every buffer one forward/backward pass over `batch` images needs,
 /// allocated once and reused step after step.

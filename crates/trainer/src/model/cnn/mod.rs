@@ -18,8 +18,13 @@ use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::cnn_buffers::Activations;
-use super::{GradsReady, Mode, Model};
+mod buffers;
+mod data;
+
+pub use buffers::{ActivationGrads, Activations};
+pub use data::DeviceSplit;
+
+use super::{GradsReady, Metric, Mode, Model};
 
 /// Values in the flat parameter buffer.
 pub const PARAM_COUNT: usize = 1_199_882;
@@ -199,6 +204,14 @@ fn classes(batch: usize) -> ClassGeom {
 impl<B: Ops> Model<B> for CnnMnist {
     type Buffers = Activations<B>;
 
+    fn kind(&self) -> &'static str {
+        "cnn"
+    }
+
+    fn metric(&self) -> Metric {
+        Metric::Accuracy
+    }
+
     fn layout(&self) -> &FlatLayout {
         cnn_layout()
     }
@@ -209,13 +222,6 @@ impl<B: Ops> Model<B> for CnnMnist {
 
     fn buffers(&self, backend: &B, batch: usize, train: bool) -> Result<Activations<B>> {
         Activations::new(backend, batch, train)
-    }
-
-    fn inputs<'a>(
-        &self,
-        act: &'a mut Activations<B>,
-    ) -> (&'a mut B::Storage<f32>, &'a mut B::Storage<u8>) {
-        (&mut act.x, &mut act.labels)
     }
 
     fn forward(
@@ -258,12 +264,7 @@ impl<B: Ops> Model<B> for CnnMnist {
         )
     }
 
-    fn count_correct(
-        &self,
-        b: &B,
-        act: &Activations<B>,
-        correct: &mut B::Storage<f32>,
-    ) -> Result<()> {
+    fn metric_sum(&self, b: &B, act: &Activations<B>, correct: &mut B::Storage<f32>) -> Result<()> {
         b.count_correct(&classes(act.batch), &act.logits, &act.labels, correct)
     }
 
