@@ -14,6 +14,7 @@ pub mod finite;
 pub mod gather;
 pub mod linear;
 pub mod maxpool2d;
+pub mod mse;
 pub mod relu;
 pub mod sgd;
 
@@ -28,6 +29,7 @@ pub use finite::{FiniteKernel, GUARD_CLEAR, GUARD_LEN, GuardState};
 pub use gather::GatherKernel;
 pub use linear::{LinearGeom, LinearKernel};
 pub use maxpool2d::{MaxPool2dKernel, PoolGeom};
+pub use mse::{MseGeom, MseKernel};
 pub use relu::ReluKernel;
 pub use sgd::SgdKernel;
 
@@ -54,6 +56,7 @@ all_ops!(
     GatherKernel,
     LinearKernel,
     MaxPool2dKernel,
+    MseKernel,
     ReluKernel,
     SgdKernel,
 );

@@ -1,8 +1,9 @@
-//! The loss, the metric, the finiteness guard and the Adam and SGD steps.
+//! The losses, the metric, the finiteness guard and the Adam and SGD steps.
 
 use core_tensor::Ops;
 use core_tensor::ops::{
-    AccuracyKernel, AdamConfig, AdamKernel, ClassGeom, CrossEntropyKernel, GUARD_CLEAR, SgdKernel,
+    AccuracyKernel, AdamConfig, AdamKernel, ClassGeom, CrossEntropyKernel, GUARD_CLEAR, MseGeom,
+    MseKernel, SgdKernel,
 };
 
 use crate::on_each_device;
@@ -125,6 +126,35 @@ fn adam_matches<B: Ops>(dev: &B) {
     assert_same_bits("params after a tripped guard", &down(dev, &p_d), &before);
 }
 
+/// The gradient bit for bit; the loss sum within float reordering.
+fn mse_matches<B: Ops>(dev: &B) {
+    for (batch, features) in [(1, 1), (300, 5), (1000, 1)] {
+        let g = MseGeom { batch, features };
+        let n = batch * features;
+        let (y, t) = (uniform(700, n, -3.0, 3.0), uniform(701, n, 1.0, 5.0));
+        let (y_d, t_d) = (up(dev, &y), up(dev, &t));
+        let mut dy_d = dev.zeros(n).unwrap();
+        let (mut sum_d, mut fwd_d) = (up(dev, &[0.5f32]), up(dev, &[0.5f32]));
+        dev.mse_fwd_bwd(&g, &y_d, &t_d, Some(&mut dy_d), &mut sum_d)
+            .unwrap();
+        dev.mse_fwd_bwd(&g, &y_d, &t_d, None, &mut fwd_d).unwrap();
+        let (mut dy, mut sum) = (vec![0.0f32; n], vec![0.5f32]);
+        reference()
+            .mse_fwd_bwd(&g, &y, &t, Some(&mut dy), &mut sum)
+            .unwrap();
+        let what = format!("{} mse {batch}x{features}", dev.describe());
+        assert_same_bits(&format!("{what} dy"), &down(dev, &dy_d), &dy);
+        for got in [down(dev, &sum_d)[0], down(dev, &fwd_d)[0]] {
+            let tol = 1e-5 * sum[0].abs();
+            assert!(
+                (got - sum[0]).abs() <= tol,
+                "{what}: loss {got}, want {}",
+                sum[0]
+            );
+        }
+    }
+}
+
 fn sgd_matches<B: Ops>(dev: &B) {
     let n = 50_001;
     let start = uniform(810, n, -1.0, 1.0);
@@ -209,4 +239,9 @@ fn adam() {
 #[test]
 fn sgd() {
     on_each_device!(sgd_matches);
+}
+
+#[test]
+fn mse() {
+    on_each_device!(mse_matches);
 }

@@ -16,7 +16,7 @@ use super::Cuda;
 use super::gemm::GemmLaunch;
 use super::launch::{DropoutArgs, GatherArgs, In, Out, Val, kernel_table};
 use crate::Result;
-use crate::ops::{AdamScalars, ClassGeom, Conv2dGeom, LinearGeom, PoolGeom};
+use crate::ops::{AdamScalars, ClassGeom, Conv2dGeom, LinearGeom, MseGeom, PoolGeom};
 
 /// The launch parameters of the conv2d GEMM kernels (`Conv2dLaunch` in C).
 pub(crate) type Conv2dLaunch = GemmLaunch<Conv2dGeom>;
@@ -110,6 +110,10 @@ kernel_table! {
         maxpool2d_fwd_f32(x: In<f32>, y: Out<f32>, g: Val<PoolGeom>);
         maxpool2d_bwd_f32(x: In<f32>, dy: In<f32>, dx: Out<f32>, g: Val<PoolGeom>);
     }
+    mse (MSE_SRC, MSE_PTX) {
+        mse_fwd_bwd_f32(y: In<f32>, target: In<f32>, dy: Out<f32>, loss_sum: Out<f32>, g: Val<MseGeom>);
+        mse_fwd_f32(y: In<f32>, target: In<f32>, loss_sum: Out<f32>, g: Val<MseGeom>);
+    }
     relu (RELU_SRC, RELU_PTX) {
         relu_fwd_f32(x: Out<f32>, n: Val<u64>);
         relu_bwd_f32(y: In<f32>, dy: Out<f32>, n: Val<u64>);
@@ -157,6 +161,7 @@ mod tests {
         GatherArgs => "GatherArgs",
         LinearGeom => "LinearGeom",
         LinearLaunch => "LinearLaunch",
+        MseGeom => "MseGeom",
         PoolGeom => "PoolGeom",
     }
 
