@@ -71,7 +71,18 @@ pub enum BackendChoice {
     Tcp,
 }
 
-/// Data-parallel training of the FashionMNIST CNN.
+/// Which model trains, on which data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModelChoice {
+    /// The FashionMNIST CNN (Adam; --data-dir).
+    Cnn,
+    /// PyTorch's DDP-tutorial ToyModel (Linear 10->10, ReLU, Linear 10->5,
+    /// MSE, SGD) on --samples synthetic samples generated from --seed.
+    Toy,
+}
+
+/// Data-parallel training of the FashionMNIST CNN (or of another model:
+/// --model).
 #[derive(Clone, Debug, Parser)]
 #[command(name = "trainer", version, about, after_help = AFTER_HELP, allow_negative_numbers = true)]
 pub struct Cli {
@@ -79,6 +90,14 @@ pub struct Cli {
     /// names this process's rank, which must then agree) [default: 1].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub world_size: Option<u32>,
+
+    /// The model to train.
+    #[arg(long, value_enum, default_value_t = ModelChoice::Cnn, value_name = "cnn|toy")]
+    pub model: ModelChoice,
+
+    /// Synthetic samples for --model toy [default: 8192].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=(1 << 32)))]
+    pub samples: Option<u64>,
 
     /// Passes over the training set.
     #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -88,7 +107,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub batch_size: u32,
 
-    /// Adam learning rate.
+    /// Learning rate (Adam's; SGD's for --model toy).
     #[arg(long, default_value_t = 1e-3, value_name = "RATE", value_parser = positive_finite)]
     pub lr: f64,
 
@@ -194,6 +213,14 @@ pub struct Cli {
 impl Cli {
     /// The rules between flags that clap does not express in one line.
     pub fn validate(&self) -> anyhow::Result<()> {
+        if self.model != ModelChoice::Toy && self.samples.is_some() {
+            bail!(
+                "--samples sizes the synthetic data of --model toy; other models read a data set"
+            );
+        }
+        if self.model != ModelChoice::Cnn && (self.data_dir.is_some() || self.no_dropout) {
+            bail!("--data-dir and --no-dropout are for --model cnn (the FashionMNIST CNN)");
+        }
         let has_dir = self.checkpoint_dir.is_some();
         if self.checkpoint_every.is_some() && !has_dir {
             bail!("--checkpoint-every needs --checkpoint-dir");

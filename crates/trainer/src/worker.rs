@@ -11,6 +11,7 @@ use comm::{
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Cuda, Ops};
 use fashion_mnist::FashionMnist;
+use std::path::PathBuf;
 
 mod device;
 
@@ -19,12 +20,15 @@ use device::{Device, choose_device, choose_transport, connect_nccl};
 use crate::announce::{report_outcome, started_by};
 use crate::checkpoint::origin::Origin;
 use crate::checkpoint::resume::{self, Request};
-use crate::checkpoint::{CheckpointDir, Checkpoints};
-use crate::cli::Cli;
+use crate::checkpoint::{CheckpointDir, Checkpoints, Settings};
+use crate::cli::{Cli, ModelChoice};
+use crate::data::Batches;
 use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::metrics::{MetricsFile, epoch_line};
-use crate::model::{DropoutRates, cnn_layout};
+use crate::model::cnn::DeviceSplit;
+use crate::model::toy::{ToyData, ToyModel};
+use crate::model::{CnnMnist, DropoutRates, Model};
 use crate::monitor::{Monitor, Straggler};
 use crate::progress::Console;
 use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
@@ -61,8 +65,7 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
             local_world_size: env.local_world_size.max(1),
         },
     );
-    let data_dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
-    let data = FashionMnist::load(&data_dir)?;
+    let data = Dataset::load(cli)?;
     // The device comes before the rendezvous: a rank without its GPU fails
     // here, alone and at once, instead of after its peers' timeout.
     let device = choose_device(cli, &info)?;
@@ -82,7 +85,6 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
         cli,
         info: &info,
         data: &data,
-        data_dir: &data_dir,
         gradients: match transport {
             None => "",
             Some(Transport::Tcp) => ", gradients over the TCP ring",
@@ -123,13 +125,57 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
 struct Job<'a> {
     cli: &'a Cli,
     info: &'a RankInfo,
-    data: &'a FashionMnist,
-    data_dir: &'a std::path::Path,
+    data: &'a Dataset,
     /// How gradients travel, for the start-up line.
     gradients: &'static str,
     /// Who started the ranks, for the start-up line.
     started_by: &'static str,
 }
+
+/// What the ranks train on, loaded before the device is chosen.
+enum Dataset {
+    Fashion { data: FashionMnist, dir: PathBuf },
+    Toy { samples: usize },
+}
+
+impl Dataset {
+    fn load(cli: &Cli) -> anyhow::Result<Self> {
+        Ok(match cli.model {
+            ModelChoice::Cnn => {
+                let dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
+                let data = FashionMnist::load(&dir)?;
+                Dataset::Fashion { data, dir }
+            }
+            ModelChoice::Toy => Dataset::Toy {
+                samples: usize::try_from(cli.samples.unwrap_or(8192))?,
+            },
+        })
+    }
+
+    /// For the start-up line.
+    fn describe(&self, seed: u64) -> String {
+        match self {
+            Dataset::Fashion { dir, .. } => format!("data from {}", dir.display()),
+            Dataset::Toy { samples } => {
+                format!("model toy, {samples} synthetic samples from seed {seed}")
+            }
+        }
+    }
+}
+
+/// A rank's links to the others and to the outside.
+struct Links<B: Ops> {
+    comm: Option<CommThread>,
+    device_hook: Option<Box<dyn CommHook<B>>>,
+    stop: StopRequest,
+    monitor: Monitor,
+}
+
+/// A model's training and (if it has one) test split.
+type Splits<B, M> = (
+    Box<dyn Batches<B, <M as Model<B>>::Buffers>>,
+    Option<Box<dyn Batches<B, <M as Model<B>>::Buffers>>>,
+);
 
 fn train_on<B: Ops>(
     backend: B,
@@ -139,15 +185,7 @@ fn train_on<B: Ops>(
     stop: StopRequest,
     monitor: Monitor,
 ) -> anyhow::Result<RunOutcome> {
-    let Job {
-        cli,
-        info,
-        data,
-        data_dir,
-        gradients,
-        ..
-    } = *job;
-    let rank = info.rank;
+    let cli = job.cli;
     let cfg = TrainConfig {
         epochs: cli.epochs as usize,
         batch_size: cli.batch_size as usize,
@@ -164,6 +202,47 @@ fn train_on<B: Ops>(
         },
         bucket_mb: cli.bucket_mb,
     };
+    let links = Links {
+        comm,
+        device_hook,
+        stop,
+        monitor,
+    };
+    let rank = job.info.rank;
+    match job.data {
+        Dataset::Fashion { data, .. } => {
+            let upload = || -> anyhow::Result<Splits<B, CnnMnist>> {
+                let train = DeviceSplit::upload(&backend, &data.train, "training")?;
+                let test = DeviceSplit::upload(&backend, &data.test, "test")?;
+                Ok((Box::new(train), Some(Box::new(test))))
+            };
+            let splits = upload().with_context(|| format!("rank {rank}: setting up"))?;
+            let model = CnnMnist::new(cfg.dropout);
+            train_model(backend, model, splits, cfg, job, links)
+        }
+        Dataset::Toy { samples } => {
+            let data = ToyData::generate(cfg.seed, *samples);
+            let splits: Splits<B, ToyModel> = (Box::new(data), None);
+            train_model(backend, ToyModel::default(), splits, cfg, job, links)
+        }
+    }
+}
+
+fn train_model<B: Ops, M: Model<B>>(
+    backend: B,
+    model: M,
+    (train, test): Splits<B, M>,
+    cfg: TrainConfig,
+    job: &Job<'_>,
+    links: Links<B>,
+) -> anyhow::Result<RunOutcome> {
+    let Job {
+        cli,
+        info,
+        gradients,
+        ..
+    } = *job;
+    let rank = info.rank;
     let device = backend.describe();
     let lead = rank == 0;
     let checkpoint_dir = cli
@@ -173,30 +252,30 @@ fn train_on<B: Ops>(
     // Rank 0 alone reads checkpoints (other hosts may not see them) and
     // sends what it found to the others.
     let origin = if lead {
-        choose_origin(cli, checkpoint_dir.as_ref(), &cfg, info.world_size)?
+        let settings = cfg.settings(info.world_size, model.kind());
+        choose_origin(cli, checkpoint_dir.as_ref(), &settings, model.layout())?
     } else {
         Origin::Fresh
     };
     let resumed = matches!(origin, Origin::Resume(_));
     let setup = Setup {
-        comm,
+        comm: links.comm,
         origin,
-        device_hook,
+        device_hook: links.device_hook,
         checkpoints: checkpoint_dir.map(|dir| Checkpoints {
             dir,
             every: cli.checkpoint_every,
         }),
-        stop,
+        stop: links.stop,
     };
-    let mut trainer = Trainer::start(backend, data, cfg, setup)
+    let data = job.data.describe(cfg.seed);
+    let mut trainer = Trainer::with_model(backend, model, train, test, cfg, setup)
         .with_context(|| format!("rank {rank}: setting up"))?;
-    trainer.watch(monitor);
+    trainer.watch(links.monitor);
     if lead {
         eprintln!(
-            "training on {device}, world size {} ({}){gradients}, data from {}",
-            info.world_size,
-            job.started_by,
-            data_dir.display()
+            "training on {device}, world size {} ({}){gradients}, {data}",
+            info.world_size, job.started_by,
         );
         if trainer.first_epoch() > cli.epochs as usize {
             eprintln!(
@@ -253,8 +332,8 @@ fn train_on<B: Ops>(
 fn choose_origin(
     cli: &Cli,
     dir: Option<&CheckpointDir>,
-    cfg: &TrainConfig,
-    world_size: usize,
+    settings: &Settings,
+    layout: &core_tensor::FlatLayout,
 ) -> anyhow::Result<Origin> {
     let choose = || -> anyhow::Result<Origin> {
         if let Some(dir) = dir {
@@ -270,7 +349,7 @@ fn choose_origin(
             init_from: cli.init_from.as_deref(),
             dir,
         };
-        resume::choose(&request, &cfg.settings(world_size), cnn_layout())
+        resume::choose(&request, settings, layout)
     };
     choose().context("rank 0")
 }

@@ -53,9 +53,11 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
-    /// What a checkpoint records of this configuration.
-    pub fn settings(&self, world_size: usize) -> Settings {
+    /// What a checkpoint records of this configuration, training `model`
+    /// (its `--model` name).
+    pub fn settings(&self, world_size: usize, model: &str) -> Settings {
         Settings {
+            model: model.to_string(),
             seed: self.seed,
             world_size,
             batch_size: self.batch_size,
@@ -185,7 +187,8 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     /// Training buffers per batch size (the full batch, the last partial one).
     buffers: HashMap<usize, M::Buffers>,
     meter: EpochMeter<B>,
-    evaluator: Evaluator<B, M>,
+    /// The test-set pass; `None` without a test set.
+    evaluator: Option<Evaluator<B, M>>,
     /// The epoch training starts in, and where inside it (if not at step 0).
     first_epoch: usize,
     resume_at: Option<ResumePoint>,
@@ -219,17 +222,19 @@ impl<B: Ops> Trainer<B> {
         let model = CnnMnist::new(cfg.dropout);
         let train = DeviceSplit::upload(&backend, &data.train, "training")?;
         let test = DeviceSplit::upload(&backend, &data.test, "test")?;
-        Trainer::with_model(backend, model, Box::new(train), Box::new(test), cfg, setup)
+        let test: Box<dyn Batches<B, _>> = Box::new(test);
+        Trainer::with_model(backend, model, Box::new(train), Some(test), cfg, setup)
     }
 }
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
-    /// A replica of `model`, trained on `train` and evaluated on `test`.
+    /// A replica of `model`, trained on `train` and evaluated on `test`
+    /// (`None` for a model without a metric).
     pub fn with_model(
         backend: B,
         model: M,
         train: Box<dyn Batches<B, M::Buffers>>,
-        test: Box<dyn Batches<B, M::Buffers>>,
+        test: Option<Box<dyn Batches<B, M::Buffers>>>,
         cfg: TrainConfig,
         setup: Setup<B>,
     ) -> anyhow::Result<Self> {
@@ -270,7 +275,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             first_epoch: start.position.epoch as usize,
             resume_at,
             train,
-            evaluator: Evaluator::new(&backend, test, rank, world_size)?,
+            evaluator: test
+                .map(|test| Evaluator::new(&backend, test, rank, world_size))
+                .transpose()?,
             meter: EpochMeter::new(&backend)?,
             buffers: HashMap::new(),
             checkpoints,
@@ -373,17 +380,16 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
     /// The model's metric on the test set (accuracy for the CNN), each
     /// rank evaluating every `world_size`-th sample; `NaN` for a model
-    /// without one, which skips the pass.
+    /// without a metric or a test set, which skips the pass.
     pub fn evaluate(&mut self) -> anyhow::Result<f64> {
         let metric = self.model.metric();
-        if metric == Metric::None {
+        let Some(evaluator) = self.evaluator.as_mut().filter(|_| metric != Metric::None) else {
             return Ok(f64::NAN);
-        }
-        let local = self
-            .evaluator
-            .metric_sum(&self.backend, &self.model, &self.replica.params)?;
+        };
+        let local = evaluator.metric_sum(&self.backend, &self.model, &self.replica.params)?;
+        let total = evaluator.total() as f64;
         let sum = self.sum_over_ranks(vec![local])?[0];
-        Ok(metric.value(sum, self.evaluator.total() as f64))
+        Ok(metric.value(sum, total))
     }
 
     fn sum_over_ranks(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {

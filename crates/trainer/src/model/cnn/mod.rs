@@ -15,8 +15,6 @@ use std::sync::LazyLock;
 use anyhow::Context as _;
 use core_tensor::ops::{ClassGeom, Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
-use rand::{RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 mod buffers;
 mod data;
@@ -24,7 +22,7 @@ mod data;
 pub use buffers::{ActivationGrads, Activations};
 pub use data::DeviceSplit;
 
-use super::{GradsReady, Metric, Mode, Model};
+use super::{GradsReady, Metric, Mode, Model, pytorch_default_init};
 
 /// Values in the flat parameter buffer.
 pub const PARAM_COUNT: usize = 1_199_882;
@@ -159,23 +157,10 @@ impl CnnMnist {
         cnn_layout()
     }
 
-    /// PyTorch's default distributions: for both `Conv2d` and `Linear`,
-    /// weights (kaiming-uniform with a = √5) and biases are uniform in
-    /// ±1/√fan_in. ChaCha8 words turned into floats here, not by `rand`'s
-    /// distributions, so the values stay the same across `rand` releases.
+    /// PyTorch's default distributions (see [`pytorch_default_init`]).
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut params = Vec::with_capacity(PARAM_COUNT);
-        for (_, shape, fan_in) in param_specs() {
-            let bound = 1.0 / (fan_in as f32).sqrt();
-            let count: usize = shape.iter().product();
-            params.extend((0..count).map(|_| {
-                // 24 random bits: a uniform f32 in [0, 1), exactly.
-                let unit = (rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32;
-                (2.0 * unit - 1.0) * bound
-            }));
-        }
-        params
+        let tensors = param_specs().map(|(_, shape, fan_in)| (shape.iter().product(), fan_in));
+        pytorch_default_init(seed, &tensors)
     }
 
     /// The two dropout layers' seeds for one step: independent streams.
