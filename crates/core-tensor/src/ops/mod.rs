@@ -10,6 +10,7 @@ pub mod adam;
 pub mod conv2d;
 pub mod cross_entropy;
 pub mod dropout;
+pub mod embedding;
 pub mod finite;
 pub mod gather;
 pub mod linear;
@@ -25,6 +26,7 @@ pub use adam::{AdamConfig, AdamKernel, AdamScalars};
 pub use conv2d::{Conv2dGeom, Conv2dKernel};
 pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
 pub use dropout::DropoutKernel;
+pub use embedding::{EmbeddingGeom, EmbeddingKernel};
 pub use finite::{FiniteKernel, GUARD_CLEAR, GUARD_LEN, GuardState};
 pub use gather::GatherKernel;
 pub use linear::{LinearGeom, LinearKernel};
@@ -52,6 +54,7 @@ all_ops!(
     Conv2dKernel,
     CrossEntropyKernel,
     DropoutKernel,
+    EmbeddingKernel,
     FiniteKernel,
     GatherKernel,
     LinearKernel,

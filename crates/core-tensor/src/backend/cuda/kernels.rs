@@ -16,7 +16,9 @@ use super::Cuda;
 use super::gemm::GemmLaunch;
 use super::launch::{DropoutArgs, GatherArgs, In, Out, Val, kernel_table};
 use crate::Result;
-use crate::ops::{AdamScalars, ClassGeom, Conv2dGeom, LinearGeom, MseGeom, PoolGeom};
+use crate::ops::{
+    AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, PoolGeom,
+};
 
 /// The launch parameters of the conv2d GEMM kernels (`Conv2dLaunch` in C).
 pub(crate) type Conv2dLaunch = GemmLaunch<Conv2dGeom>;
@@ -79,6 +81,11 @@ kernel_table! {
     dropout (DROPOUT_SRC, DROPOUT_PTX) {
         dropout_fwd_f32(x: Out<f32>, a: Val<DropoutArgs>);
         dropout_bwd_f32(dy: Out<f32>, a: Val<DropoutArgs>);
+    }
+    embedding (EMBEDDING_SRC, EMBEDDING_PTX) {
+        embedding_fwd_f32(ids: In<u32>, params: In<f32>, out: Out<f32>, fault: Out<u32>, g: Val<EmbeddingGeom>);
+        embedding_bwd_zero_f32(grads: Out<f32>, g: Val<EmbeddingGeom>);
+        embedding_bwd_f32(ids: In<u32>, dout: In<f32>, grads: Out<f32>, fault: Out<u32>, g: Val<EmbeddingGeom>);
     }
     finite (FINITE_SRC, FINITE_PTX) {
         guard_finite_f32(values: In<f32>, loss: In<f32>, guard: Out<u32>, step: Val<u32>, n: Val<u64>);
@@ -158,6 +165,7 @@ mod tests {
         Conv2dGeom => "Conv2dGeom",
         Conv2dLaunch => "Conv2dLaunch",
         DropoutArgs => "DropoutArgs",
+        EmbeddingGeom => "EmbeddingGeom",
         GatherArgs => "GatherArgs",
         LinearGeom => "LinearGeom",
         LinearLaunch => "LinearLaunch",
