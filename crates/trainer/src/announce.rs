@@ -79,6 +79,7 @@ fn finished(cli: &Cli, info: &RankInfo, saved: Option<&Path>) -> String {
             match cli.model {
                 ModelChoice::Cnn => "CNN_MNIST",
                 ModelChoice::Toy => "ToyModel",
+                ModelChoice::Recsys => "recommender",
             }
         ),
     }

@@ -79,6 +79,9 @@ pub enum ModelChoice {
     /// PyTorch's DDP-tutorial ToyModel (Linear 10->10, ReLU, Linear 10->5,
     /// MSE, SGD) on --samples synthetic samples generated from --seed.
     Toy,
+    /// A MovieLens recommender (user and movie embeddings, an MLP, MSE,
+    /// Adam; test RMSE on a held-out 10%) on --ratings, streamed in shards.
+    Recsys,
 }
 
 /// Data-parallel training of the FashionMNIST CNN (or of another model:
@@ -92,12 +95,21 @@ pub struct Cli {
     pub world_size: Option<u32>,
 
     /// The model to train.
-    #[arg(long, value_enum, default_value_t = ModelChoice::Cnn, value_name = "cnn|toy")]
+    #[arg(long, value_enum, default_value_t = ModelChoice::Cnn, value_name = "cnn|toy|recsys")]
     pub model: ModelChoice,
 
     /// Synthetic samples for --model toy [default: 8192].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=(1 << 32)))]
     pub samples: Option<u64>,
+
+    /// MovieLens ratings.csv for --model recsys (`cargo xtask fetch-data
+    /// movielens` downloads ml-latest-small).
+    #[arg(long, value_name = "PATH")]
+    pub ratings: Option<PathBuf>,
+
+    /// Embedding size of --model recsys [default: 32].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub embedding_dim: Option<u32>,
 
     /// Passes over the training set.
     #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -217,6 +229,15 @@ impl Cli {
             bail!(
                 "--samples sizes the synthetic data of --model toy; other models read a data set"
             );
+        }
+        let recsys = self.model == ModelChoice::Recsys;
+        if recsys != self.ratings.is_some() {
+            bail!(
+                "--model recsys trains on --ratings PATH (a MovieLens ratings.csv); give both or neither"
+            );
+        }
+        if !recsys && self.embedding_dim.is_some() {
+            bail!("--embedding-dim is for --model recsys");
         }
         if self.model != ModelChoice::Cnn && (self.data_dir.is_some() || self.no_dropout) {
             bail!("--data-dir and --no-dropout are for --model cnn (the FashionMNIST CNN)");

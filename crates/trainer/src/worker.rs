@@ -12,6 +12,7 @@ use core_tensor::ops::AdamConfig;
 use core_tensor::{Cuda, Ops};
 use fashion_mnist::FashionMnist;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 mod device;
 
@@ -27,6 +28,7 @@ use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::cnn::DeviceSplit;
+use crate::model::recsys::{RatingsIndex, RatingsShard, RecsysModel};
 use crate::model::toy::{ToyData, ToyModel};
 use crate::model::{CnnMnist, DropoutRates, Model};
 use crate::monitor::{Monitor, Straggler};
@@ -134,8 +136,17 @@ struct Job<'a> {
 
 /// What the ranks train on, loaded before the device is chosen.
 enum Dataset {
-    Fashion { data: FashionMnist, dir: PathBuf },
-    Toy { samples: usize },
+    Fashion {
+        data: FashionMnist,
+        dir: PathBuf,
+    },
+    Toy {
+        samples: usize,
+    },
+    Recsys {
+        index: Arc<RatingsIndex>,
+        dim: usize,
+    },
 }
 
 impl Dataset {
@@ -149,6 +160,16 @@ impl Dataset {
             ModelChoice::Toy => Dataset::Toy {
                 samples: usize::try_from(cli.samples.unwrap_or(8192))?,
             },
+            ModelChoice::Recsys => {
+                let path = cli
+                    .ratings
+                    .as_deref()
+                    .context("--model recsys needs --ratings")?;
+                Dataset::Recsys {
+                    index: Arc::new(RatingsIndex::build(path)?),
+                    dim: cli.embedding_dim.unwrap_or(32) as usize,
+                }
+            }
         })
     }
 
@@ -158,6 +179,15 @@ impl Dataset {
             Dataset::Fashion { dir, .. } => format!("data from {}", dir.display()),
             Dataset::Toy { samples } => {
                 format!("model toy, {samples} synthetic samples from seed {seed}")
+            }
+            Dataset::Recsys { index, .. } => {
+                let (train, test) = index.counts();
+                format!(
+                    "model recsys, {train} training and {test} test ratings from {} (ratings' mean {:.3}, std {:.3})",
+                    index.path.display(),
+                    index.mean,
+                    index.std
+                )
             }
         }
     }
@@ -224,6 +254,13 @@ fn train_on<B: Ops>(
             let data = ToyData::generate(cfg.seed, *samples);
             let splits: Splits<B, ToyModel> = (Box::new(data), None);
             train_model(backend, ToyModel::default(), splits, cfg, job, links)
+        }
+        Dataset::Recsys { index, dim } => {
+            let model = RecsysModel::new(index, *dim)?;
+            let train = RatingsShard::new(index.clone(), false);
+            let test: Box<dyn Batches<B, _>> = Box::new(RatingsShard::new(index.clone(), true));
+            let splits: Splits<B, RecsysModel> = (Box::new(train), Some(test));
+            train_model(backend, model, splits, cfg, job, links)
         }
     }
 }

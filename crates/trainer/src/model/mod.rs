@@ -10,6 +10,7 @@
 //! which fills the model's input buffers. Each model is one folder.
 
 pub mod cnn;
+pub mod recsys;
 pub mod toy;
 
 pub use cnn::{
@@ -50,6 +51,8 @@ pub fn pytorch_default_init(seed: u64, tensors: &[(usize, usize)]) -> Vec<f32> {
 pub enum Metric {
     /// The fraction of samples classified correctly (the sum counts them).
     Accuracy,
+    /// The root of the mean squared error (the sum adds squared errors).
+    Rmse,
     /// No metric: the loss alone (the test pass is skipped).
     None,
 }
@@ -59,6 +62,7 @@ impl Metric {
     pub fn name(self) -> Option<&'static str> {
         match self {
             Metric::Accuracy => Some("acc"),
+            Metric::Rmse => Some("rmse"),
             Metric::None => None,
         }
     }
@@ -67,6 +71,7 @@ impl Metric {
     pub fn value(self, sum: f64, count: f64) -> f64 {
         match self {
             Metric::Accuracy => sum / count,
+            Metric::Rmse => (sum / count).sqrt(),
             Metric::None => f64::NAN,
         }
     }
