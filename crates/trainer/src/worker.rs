@@ -10,25 +10,24 @@ use comm::{
 };
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Cuda, Ops};
-use fashion_mnist::FashionMnist;
-use std::path::PathBuf;
-use std::sync::Arc;
 
+mod dataset;
 mod device;
 
+use dataset::Dataset;
 use device::{Device, choose_device, choose_transport, connect_nccl};
 
 use crate::announce::{report_outcome, started_by};
 use crate::checkpoint::origin::Origin;
 use crate::checkpoint::resume::{self, Request};
 use crate::checkpoint::{CheckpointDir, Checkpoints, Settings};
-use crate::cli::{Cli, ModelChoice};
+use crate::cli::Cli;
 use crate::data::Batches;
 use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::cnn::DeviceSplit;
-use crate::model::recsys::{RatingsIndex, RatingsShard, RecsysModel};
+use crate::model::recsys::{RatingsShard, RecsysModel};
 use crate::model::toy::{ToyData, ToyModel};
 use crate::model::{CnnMnist, DropoutRates, Model};
 use crate::monitor::{Monitor, Straggler};
@@ -132,65 +131,6 @@ struct Job<'a> {
     gradients: &'static str,
     /// Who started the ranks, for the start-up line.
     started_by: &'static str,
-}
-
-/// What the ranks train on, loaded before the device is chosen.
-enum Dataset {
-    Fashion {
-        data: FashionMnist,
-        dir: PathBuf,
-    },
-    Toy {
-        samples: usize,
-    },
-    Recsys {
-        index: Arc<RatingsIndex>,
-        dim: usize,
-    },
-}
-
-impl Dataset {
-    fn load(cli: &Cli) -> anyhow::Result<Self> {
-        Ok(match cli.model {
-            ModelChoice::Cnn => {
-                let dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
-                let data = FashionMnist::load(&dir)?;
-                Dataset::Fashion { data, dir }
-            }
-            ModelChoice::Toy => Dataset::Toy {
-                samples: usize::try_from(cli.samples.unwrap_or(8192))?,
-            },
-            ModelChoice::Recsys => {
-                let path = cli
-                    .ratings
-                    .as_deref()
-                    .context("--model recsys needs --ratings")?;
-                Dataset::Recsys {
-                    index: Arc::new(RatingsIndex::build(path)?),
-                    dim: cli.embedding_dim.unwrap_or(32) as usize,
-                }
-            }
-        })
-    }
-
-    /// For the start-up line.
-    fn describe(&self, seed: u64) -> String {
-        match self {
-            Dataset::Fashion { dir, .. } => format!("data from {}", dir.display()),
-            Dataset::Toy { samples } => {
-                format!("model toy, {samples} synthetic samples from seed {seed}")
-            }
-            Dataset::Recsys { index, .. } => {
-                let (train, test) = index.counts();
-                format!(
-                    "model recsys, {train} training and {test} test ratings from {} (ratings' mean {:.3}, std {:.3})",
-                    index.path.display(),
-                    index.mean,
-                    index.std
-                )
-            }
-        }
-    }
 }
 
 /// A rank's links to the others and to the outside.
