@@ -10,6 +10,7 @@
 //! which fills the model's input buffers. Each model is one folder.
 
 pub mod cnn;
+mod mlp;
 pub mod recsys;
 pub mod toy;
 

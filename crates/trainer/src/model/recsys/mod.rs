@@ -17,12 +17,13 @@ pub mod synth;
 use std::ops::Range;
 
 use anyhow::Context as _;
-use core_tensor::ops::{EmbeddingGeom, LinearGeom, MseGeom, ParamAt};
+use core_tensor::ops::EmbeddingGeom;
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result};
 
 pub use ratings::RatingsIndex;
 pub use shard::RatingsShard;
 
+use super::mlp::{Mlp, MlpBuffers};
 use super::{GradsReady, Metric, Mode, Model, pytorch_default_init};
 
 pub const HIDDEN: usize = 64;
@@ -38,8 +39,7 @@ pub struct RecsysModel {
     mean: f32,
     layout: FlatLayout,
     embedding: Range<usize>,
-    fc1: ParamAt,
-    fc2: ParamAt,
+    mlp: Mlp,
 }
 
 impl RecsysModel {
@@ -53,20 +53,12 @@ impl RecsysModel {
             ParamSpec::new("fc2.weight", &[1, HIDDEN]),
             ParamSpec::new("fc2.bias", &[1]),
         ])?;
-        let range = |name: &str| layout.range(name).context("declared above");
-        let at = |layer: &str| -> anyhow::Result<ParamAt> {
-            Ok(ParamAt {
-                weight: range(&format!("{layer}.weight"))?,
-                bias: range(&format!("{layer}.bias"))?,
-            })
-        };
         Ok(Self {
             rows,
             dim,
             mean: index.mean as f32,
-            embedding: range("embedding.weight")?,
-            fc1: at("fc1")?,
-            fc2: at("fc2")?,
+            embedding: layout.range("embedding.weight").context("declared above")?,
+            mlp: Mlp::new(&layout, "fc1", "fc2")?,
             layout,
         })
     }
@@ -80,26 +72,6 @@ impl RecsysModel {
             offset: self.embedding.start,
         }
     }
-
-    fn fc1(&self, batch: usize) -> LinearGeom {
-        LinearGeom {
-            batch,
-            in_features: 2 * self.dim,
-            out_features: HIDDEN,
-        }
-    }
-}
-
-fn fc2(batch: usize) -> LinearGeom {
-    LinearGeom {
-        batch,
-        in_features: HIDDEN,
-        out_features: 1,
-    }
-}
-
-fn ratings(batch: usize) -> MseGeom {
-    MseGeom { batch, features: 1 }
 }
 
 /// Every buffer one pass over `batch` ratings needs.
@@ -110,11 +82,10 @@ pub struct RecsysBuffers<B: Ops> {
     /// movie's; and the rating.
     pub ids: B::Storage<u32>,
     pub target: B::Storage<f32>,
+    /// The two rows of each rating, side by side, and their gradient.
     x: B::Storage<f32>,
-    hidden: B::Storage<f32>,
-    pred: B::Storage<f32>,
-    /// `(dpred, dhidden, dx)`, for training only.
-    grads: Option<[B::Storage<f32>; 3]>,
+    dx: Option<B::Storage<f32>>,
+    mlp: MlpBuffers<B>,
 }
 
 impl<B: Ops> Model<B> for RecsysModel {
@@ -144,29 +115,19 @@ impl<B: Ops> Model<B> for RecsysModel {
                 (1, HIDDEN),
             ],
         );
-        params[self.fc2.bias.start] = self.mean;
+        params[self.mlp.output_bias()] = self.mean;
         params
     }
 
     fn buffers(&self, b: &B, batch: usize, train: bool) -> Result<RecsysBuffers<B>> {
         let x = 2 * batch * self.dim;
-        let grads = train
-            .then(|| {
-                Ok::<_, core_tensor::Error>([
-                    b.zeros(batch)?,
-                    b.zeros(batch * HIDDEN)?,
-                    b.zeros(x)?,
-                ])
-            })
-            .transpose()?;
         Ok(RecsysBuffers {
             batch,
             ids: b.zeros(2 * batch)?,
             target: b.zeros(batch)?,
             x: b.zeros(x)?,
-            hidden: b.zeros(batch * HIDDEN)?,
-            pred: b.zeros(batch)?,
-            grads,
+            dx: train.then(|| b.zeros(x)).transpose()?,
+            mlp: self.mlp.buffers(b, batch, train)?,
         })
     }
 
@@ -177,16 +138,13 @@ impl<B: Ops> Model<B> for RecsysModel {
         params: &B::Storage<f32>,
         _: Mode,
     ) -> Result<()> {
-        let n = buf.batch;
-        b.embedding_fwd(&self.lookup(n), &buf.ids, params, &mut buf.x)?;
-        b.linear_fwd(&self.fc1(n), &buf.x, params, &self.fc1, &mut buf.hidden)?;
-        b.relu_fwd(&mut buf.hidden)?;
-        b.linear_fwd(&fc2(n), &buf.hidden, params, &self.fc2, &mut buf.pred)
+        b.embedding_fwd(&self.lookup(buf.batch), &buf.ids, params, &mut buf.x)?;
+        self.mlp.forward(b, &buf.x, params, &mut buf.mlp)
     }
 
     /// The squared errors' sum.
     fn metric_sum(&self, b: &B, buf: &RecsysBuffers<B>, sum: &mut B::Storage<f32>) -> Result<()> {
-        b.mse_fwd_bwd(&ratings(buf.batch), &buf.pred, &buf.target, None, sum)
+        self.mlp.squared_error(b, &buf.mlp, &buf.target, sum)
     }
 
     fn loss(
@@ -195,12 +153,7 @@ impl<B: Ops> Model<B> for RecsysModel {
         buf: &mut RecsysBuffers<B>,
         loss_sum: &mut B::Storage<f32>,
     ) -> anyhow::Result<()> {
-        let [dpred, ..] = buf
-            .grads
-            .as_mut()
-            .context("the loss gradient needs buffers built for training")?;
-        let geom = ratings(buf.batch);
-        Ok(b.mse_fwd_bwd(&geom, &buf.pred, &buf.target, Some(dpred), loss_sum)?)
+        self.mlp.mse(b, &mut buf.mlp, &buf.target, loss_sum)
     }
 
     fn backward(
@@ -212,33 +165,13 @@ impl<B: Ops> Model<B> for RecsysModel {
         _: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
-        let n = buf.batch;
-        let [dpred, dhidden, dx] = buf
-            .grads
+        let dx = buf
+            .dx
             .as_mut()
             .context("backward needs buffers built for training")?;
-        b.linear_bwd(
-            &fc2(n),
-            &buf.hidden,
-            params,
-            &self.fc2,
-            dpred,
-            grads,
-            Some(dhidden),
-        )?;
-        hook.ready(b, grads, self.fc2.weight.start)?;
-        b.relu_bwd(&buf.hidden, dhidden)?;
-        b.linear_bwd(
-            &self.fc1(n),
-            &buf.x,
-            params,
-            &self.fc1,
-            dhidden,
-            grads,
-            Some(dx),
-        )?;
-        hook.ready(b, grads, self.fc1.weight.start)?;
-        b.embedding_bwd(&self.lookup(n), &buf.ids, dx, grads)?;
+        self.mlp
+            .backward(b, &buf.x, params, grads, &mut buf.mlp, Some(dx), hook)?;
+        b.embedding_bwd(&self.lookup(buf.batch), &buf.ids, dx, grads)?;
         hook.ready(b, grads, self.embedding.start)
     }
 }
