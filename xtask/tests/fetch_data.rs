@@ -251,7 +251,7 @@ fn fetches_verifies_and_then_skips_the_real_files() {
 #[test]
 fn movielens_without_a_network_is_a_clear_error() {
     let dest = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+    let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()

@@ -13,7 +13,7 @@ use sampler::{DistributedSampler, SamplerConfig};
 /// epoch, batch by batch. `Buf` is the model's [`crate::model::Model::Buffers`].
 pub trait Batches<B: Ops, Buf> {
     /// Samples in the split, over all ranks.
-    fn len(&self) -> usize;
+    fn sample_count(&self) -> usize;
 
     /// Starts `epoch` (from 1) of the samples `order` gives this rank:
     /// returns the size of each batch of at most `batch` samples, in order.

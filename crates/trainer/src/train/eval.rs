@@ -37,7 +37,7 @@ impl<B: Ops, M: Model<B>> Evaluator<B, M> {
 
     /// Samples in the test set, over all ranks.
     pub fn total(&self) -> usize {
-        self.test.len()
+        self.test.sample_count()
     }
 
     /// The [`Model::metric`] sum of `model` with `params` over this rank's

@@ -36,7 +36,7 @@ impl<B: Ops> DeviceSplit<B> {
 }
 
 impl<B: Ops> Batches<B, Activations<B>> for DeviceSplit<B> {
-    fn len(&self) -> usize {
+    fn sample_count(&self) -> usize {
         self.len
     }
 

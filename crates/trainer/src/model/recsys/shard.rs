@@ -89,7 +89,7 @@ impl RatingsShard {
 }
 
 impl<B: Ops> Batches<B, RecsysBuffers<B>> for RatingsShard {
-    fn len(&self) -> usize {
+    fn sample_count(&self) -> usize {
         let (train, test) = self.index.counts();
         if self.test { test } else { train }
     }

@@ -69,6 +69,6 @@ trait Below {
 
 impl Below for ChaCha8Rng {
     fn next_u32_below(&mut self, n: u32) -> u32 {
-        (u64::from(rand::RngCore::next_u32(self)) * u64::from(n) >> 32) as u32
+        ((u64::from(rand::RngCore::next_u32(self)) * u64::from(n)) >> 32) as u32
     }
 }

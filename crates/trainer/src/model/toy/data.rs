@@ -55,7 +55,7 @@ impl ToyData {
 }
 
 impl<B: Ops> Batches<B, ToyBuffers<B>> for ToyData {
-    fn len(&self) -> usize {
+    fn sample_count(&self) -> usize {
         self.len
     }
 

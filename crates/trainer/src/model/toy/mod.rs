@@ -33,8 +33,8 @@ pub fn toy_layout() -> &'static FlatLayout {
     static LAYOUT: LazyLock<FlatLayout> = LazyLock::new(|| {
         let mut specs = Vec::new();
         for (name, out, inp) in LAYERS {
-            specs.push(ParamSpec::new(&format!("{name}.weight"), &[out, inp]));
-            specs.push(ParamSpec::new(&format!("{name}.bias"), &[out]));
+            specs.push(ParamSpec::new(format!("{name}.weight"), &[out, inp]));
+            specs.push(ParamSpec::new(format!("{name}.bias"), &[out]));
         }
         FlatLayout::new(specs).expect("parameter names are distinct")
     });
