@@ -60,6 +60,35 @@ fn the_test_rmse_falls_well_under_the_ratings_std() {
     );
 }
 
+/// A run resumed from a mid-epoch checkpoint streams past the batches
+/// already trained and prints the same epochs as the run that wrote it.
+#[test]
+fn a_mid_epoch_checkpoint_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratings.csv");
+    write_ratings(&path, 20_000, 100, 80, 2).unwrap();
+    let (first, second) = (dir.path().join("a"), dir.path().join("b"));
+    let common = ["--world-size", "2", "--epochs", "2", "--checkpoint-dir"];
+    let mut args: Vec<&str> = common.to_vec();
+    args.extend([
+        first.to_str().unwrap(),
+        "--checkpoint-every",
+        "30",
+        "--keep",
+        "100",
+    ]);
+    let straight = recsys(&path, &args);
+    let mid = first.join("ckpt-e0001-s000030");
+    let mut args: Vec<&str> = common.to_vec();
+    args.extend([second.to_str().unwrap(), "--resume", mid.to_str().unwrap()]);
+    let resumed = recsys(&path, &args);
+    for key in ["loss", "rmse", "test_rmse"] {
+        let want = column(&straight, key);
+        assert_eq!(want.len(), 2, "{}", stdout(&straight));
+        assert_eq!(column(&resumed, key), want, "{key}: {}", stderr(&resumed));
+    }
+}
+
 #[test]
 fn bad_ratings_files_are_one_clear_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,7 @@
 //! MovieLens `ratings.csv` (`userId,movieId,rating,timestamp`, the
 //! ml-latest-small and ml-25m format), never loaded whole: one streaming
-//! pass validates every line and splits the file into chunks of about
-//! [`CHUNK_BYTES`] at line starts, counting each chunk's training and test
+//! pass validates every line and splits the file into chunks at line
+//! starts (about a 64th of the file, from 4 KiB to [`CHUNK_BYTES`]), counting each chunk's training and test
 //! ratings; afterwards a rank reads only its own chunks, one at a time.
 
 use std::fs::File;
@@ -13,8 +13,11 @@ use core_tensor::rng;
 
 /// User and movie ids index embedding rows: at most this many of each.
 pub const MAX_ID: u32 = 1 << 24;
-/// The size a chunk grows to before the next line starts a new one.
+/// The most a chunk grows to before the next line starts a new one.
 pub const CHUNK_BYTES: u64 = 1 << 20;
+/// Chunks per file when that keeps them between 4 KiB and [`CHUNK_BYTES`]:
+/// enough for the ranks' shards to stay balanced on a small file.
+const CHUNKS: u64 = 64;
 const HEADER: &str = "userId,movieId,rating";
 
 /// One rating.
@@ -100,6 +103,8 @@ impl RatingsIndex {
                 path.display()
             )
         })?;
+        let size = file.metadata().map_or(0, |m| m.len());
+        let chunk_bytes = (size / CHUNKS).clamp(4096, CHUNK_BYTES);
         let mut reader = BufReader::with_capacity(1 << 16, file);
         let mut line = String::new();
         let mut offset = reader.read_line(&mut line)? as u64;
@@ -142,7 +147,7 @@ impl RatingsIndex {
             }
             offset += read as u64;
             chunk.end = offset;
-            if chunk.end - chunk.start >= CHUNK_BYTES {
+            if chunk.end - chunk.start >= chunk_bytes {
                 let next = Chunk {
                     start: offset,
                     end: offset,

@@ -119,9 +119,9 @@ impl<B: Ops> Batches<B, RecsysBuffers<B>> for RatingsShard {
                     .unwrap_or(0);
                 if steps == 0 {
                     bail!(
-                        "{} has too few ratings for a batch of {batch} on each of {world_size} ranks (each rank reads every {world_size}th chunk of {} KiB): lower --batch-size or the world size",
+                        "{} has too few ratings for a batch of {batch} on each of {world_size} ranks (rank r reads chunks r, r + {world_size}, ... of {}): lower --batch-size or the world size",
                         self.index.path.display(),
-                        super::ratings::CHUNK_BYTES / 1024
+                        chunks
                     );
                 }
                 let seed = rng::derive_seed(seed, &[epoch, rank as u64]);
