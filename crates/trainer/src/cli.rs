@@ -45,7 +45,9 @@ CURVES: trainer plot run.jsonl -o curves.png draws a --metrics file's loss,
 accuracy and img/s per epoch (labels in DejaVu Sans: fonts-dejavu-core).
 
 DATA: --data-dir, else data/fashion-mnist/, else /usr/share/datasets/fashion-mnist/
-(Debian/Ubuntu: apt-get install dataset-fashion-mnist; elsewhere: cargo xtask fetch-data).";
+(Debian/Ubuntu: apt-get install dataset-fashion-mnist; elsewhere: cargo xtask fetch-data).
+--model toy generates --samples samples from --seed; --model recsys streams --ratings
+(a MovieLens ratings.csv: cargo xtask fetch-data movielens).";
 
 /// Which device trains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
