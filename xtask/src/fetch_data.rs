@@ -1,5 +1,6 @@
 //! `cargo xtask fetch-data`: downloads FashionMNIST for machines without
-//! Debian's `dataset-fashion-mnist` package.
+//! Debian's `dataset-fashion-mnist` package (`fetch-data movielens`: the
+//! MovieLens ratings instead, see `movielens.rs`).
 //!
 //! Each file is verified against `fashion_mnist::FILES` (length and SHA-256
 //! of the decompressed content) before it appears under its final name, so
@@ -8,6 +9,7 @@
 //! again, which makes the task safe to re-run.
 
 mod download;
+mod movielens;
 
 use anyhow::{Context, Result, bail};
 use fashion_mnist::{DataFile, FILES};
@@ -17,30 +19,51 @@ use std::path::{Path, PathBuf};
 /// The official mirror of the Fashion-MNIST authors.
 const DEFAULT_URL: &str = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/";
 
+/// Which data set to fetch.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataSet {
+    /// The four FashionMNIST .gz files, verified against their checksums.
+    FashionMnist,
+    /// MovieLens ml-latest-small's ratings.csv (with curl and unzip).
+    Movielens,
+}
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Base URL the four .gz files are fetched from (plain http://).
-    #[arg(long, default_value = DEFAULT_URL)]
-    url: String,
+    /// The data set.
+    #[arg(value_enum, default_value = "fashion-mnist")]
+    data_set: DataSet,
+    /// FashionMNIST: base URL the four .gz files are fetched from (plain
+    /// http://) [default: the authors' mirror]. MovieLens: the zip's URL
+    /// [default: GroupLens' ml-latest-small.zip].
+    #[arg(long)]
+    url: Option<String>,
     /// Directory to put the files in, relative to the current directory; the
-    /// trainer looks in data/fashion-mnist/ when run from the workspace root.
-    #[arg(long, default_value = fashion_mnist::LOCAL_DIR, value_name = "DIR")]
-    dest: PathBuf,
+    /// trainer looks in data/fashion-mnist/ when run from the workspace root
+    /// [default: data/fashion-mnist, or data/movielens].
+    #[arg(long, value_name = "DIR")]
+    dest: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let base = base_url(&args.url)?;
-    std::fs::create_dir_all(&args.dest).with_context(|| {
-        format!(
-            "cannot create destination directory {}",
-            args.dest.display()
-        )
-    })?;
+    if args.data_set == DataSet::Movielens {
+        let dest = args.dest.unwrap_or_else(|| movielens::DEFAULT_DEST.into());
+        return movielens::run(args.url.as_deref().unwrap_or(movielens::DEFAULT_URL), &dest);
+    }
+    let url = args.url.unwrap_or_else(|| DEFAULT_URL.into());
+    let dest = args.dest.unwrap_or_else(|| fashion_mnist::LOCAL_DIR.into());
+    fetch_fashion_mnist(&url, &dest)
+}
+
+fn fetch_fashion_mnist(url: &str, dest: &Path) -> Result<()> {
+    let base = base_url(url)?;
+    std::fs::create_dir_all(dest)
+        .with_context(|| format!("cannot create destination directory {}", dest.display()))?;
     let show_progress = std::io::stderr().is_terminal();
     for file in &FILES {
-        fetch_one(file, &base, &args.dest, show_progress)?;
+        fetch_one(file, &base, dest, show_progress)?;
     }
-    eprintln!("FashionMNIST is ready in {}", args.dest.display());
+    eprintln!("FashionMNIST is ready in {}", dest.display());
     Ok(())
 }
 

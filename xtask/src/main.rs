@@ -18,7 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Download the four FashionMNIST files into data/fashion-mnist/, verifying checksums.
+    /// Download the four FashionMNIST files into data/fashion-mnist/, verifying checksums
+    /// (`fetch-data movielens`: MovieLens ratings into data/movielens/).
     FetchData(fetch_data::Args),
     /// Render a SLURM batch script for the trainer and submit it with sbatch.
     SlurmSubmit(slurm_submit::Args),

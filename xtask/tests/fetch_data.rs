@@ -245,3 +245,28 @@ fn fetches_verifies_and_then_skips_the_real_files() {
     );
     assert_eq!(server.requests().len(), 4, "nothing is downloaded twice");
 }
+
+/// Without a network (here: a closed local port) the MovieLens download is
+/// one clear error and leaves no ratings file.
+#[test]
+fn movielens_without_a_network_is_a_clear_error() {
+    let dest = tempfile::tempdir().unwrap();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/ml-latest-small.zip");
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["fetch-data", "movielens", "--url", &url, "--dest"])
+        .arg(dest.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("is there a network?") || err.contains("cannot run `curl`"),
+        "{err}"
+    );
+    assert!(!dest.path().join("ratings.csv").exists());
+}

@@ -7,7 +7,7 @@ use std::path::Path;
 use comm::{LaunchEnv, LaunchSource};
 
 use crate::checkpoint::MODEL_FILE;
-use crate::cli::Cli;
+use crate::cli::{Cli, ModelChoice};
 use crate::train::RunOutcome;
 use crate::worker::RankInfo;
 
@@ -72,10 +72,15 @@ fn finished(cli: &Cli, info: &RankInfo, saved: Option<&Path>) -> String {
         None => format!("{done}; no model saved (--checkpoint-dir DIR keeps it)"),
         Some(model) => format!(
             "{done}; model saved in {0}\n\
-             load it into PyTorch's CNN_MNIST `model`:\n  \
+             load it into PyTorch's {1} `model`:\n  \
              from safetensors.torch import load_file\n  \
              model.load_state_dict(load_file({0:?}))",
-            model.display().to_string()
+            model.display().to_string(),
+            match cli.model {
+                ModelChoice::Cnn => "CNN_MNIST",
+                ModelChoice::Toy => "ToyModel",
+                ModelChoice::Recsys => "recommender",
+            }
         ),
     }
 }

@@ -45,7 +45,9 @@ CURVES: trainer plot run.jsonl -o curves.png draws a --metrics file's loss,
 accuracy and img/s per epoch (labels in DejaVu Sans: fonts-dejavu-core).
 
 DATA: --data-dir, else data/fashion-mnist/, else /usr/share/datasets/fashion-mnist/
-(Debian/Ubuntu: apt-get install dataset-fashion-mnist; elsewhere: cargo xtask fetch-data).";
+(Debian/Ubuntu: apt-get install dataset-fashion-mnist; elsewhere: cargo xtask fetch-data).
+--model toy generates --samples samples from --seed; --model recsys streams --ratings
+(a MovieLens ratings.csv: cargo xtask fetch-data movielens).";
 
 /// Which device trains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -83,7 +85,21 @@ pub enum Spawn {
     Threads,
 }
 
-/// Data-parallel training of the FashionMNIST CNN.
+/// Which model trains, on which data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModelChoice {
+    /// The FashionMNIST CNN (Adam; --data-dir).
+    Cnn,
+    /// PyTorch's DDP-tutorial ToyModel (Linear 10->10, ReLU, Linear 10->5,
+    /// MSE, SGD) on --samples synthetic samples generated from --seed.
+    Toy,
+    /// A MovieLens recommender (user and movie embeddings, an MLP, MSE,
+    /// Adam; test RMSE on a held-out 10%) on --ratings, streamed in shards.
+    Recsys,
+}
+
+/// Data-parallel training of the FashionMNIST CNN (or of another model:
+/// --model).
 #[derive(Clone, Debug, Parser)]
 #[command(name = "trainer", version, about, after_help = AFTER_HELP, allow_negative_numbers = true)]
 pub struct Cli {
@@ -91,6 +107,23 @@ pub struct Cli {
     /// names this process's rank, which must then agree) [default: 1].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub world_size: Option<u32>,
+
+    /// The model to train.
+    #[arg(long, value_enum, default_value_t = ModelChoice::Cnn, value_name = "cnn|toy|recsys")]
+    pub model: ModelChoice,
+
+    /// Synthetic samples for --model toy [default: 8192].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=(1 << 32)))]
+    pub samples: Option<u64>,
+
+    /// MovieLens ratings.csv for --model recsys (`cargo xtask fetch-data
+    /// movielens` downloads ml-latest-small).
+    #[arg(long, value_name = "PATH")]
+    pub ratings: Option<PathBuf>,
+
+    /// Embedding size of --model recsys [default: 32].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub embedding_dim: Option<u32>,
 
     /// Passes over the training set.
     #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -100,7 +133,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub batch_size: u32,
 
-    /// Adam learning rate.
+    /// Learning rate (Adam's; SGD's for --model toy).
     #[arg(long, default_value_t = 1e-3, value_name = "RATE", value_parser = positive_finite)]
     pub lr: f64,
 
@@ -221,6 +254,23 @@ pub struct Cli {
 impl Cli {
     /// The rules between flags that clap does not express in one line.
     pub fn validate(&self) -> anyhow::Result<()> {
+        if self.model != ModelChoice::Toy && self.samples.is_some() {
+            bail!(
+                "--samples sizes the synthetic data of --model toy; other models read a data set"
+            );
+        }
+        let recsys = self.model == ModelChoice::Recsys;
+        if recsys != self.ratings.is_some() {
+            bail!(
+                "--model recsys trains on --ratings PATH (a MovieLens ratings.csv); give both or neither"
+            );
+        }
+        if !recsys && self.embedding_dim.is_some() {
+            bail!("--embedding-dim is for --model recsys");
+        }
+        if self.model != ModelChoice::Cnn && (self.data_dir.is_some() || self.no_dropout) {
+            bail!("--data-dir and --no-dropout are for --model cnn (the FashionMNIST CNN)");
+        }
         let has_dir = self.checkpoint_dir.is_some();
         if self.checkpoint_every.is_some() && !has_dir {
             bail!("--checkpoint-every needs --checkpoint-dir");

@@ -1,41 +1,94 @@
-//! The dataset, resident on the training device: uploaded once as raw bytes
-//! (47 MB for the training split), batches gathered on the device by index.
+//! The data seam: a model's data set hands the trainer an epoch's batches
+//! and fills the model's input buffers with each ([`Batches`]). Which
+//! samples a rank reads, in which order, is an [`Order`] every index-based
+//! data set shares.
+
+use std::ops::Range;
 
 use anyhow::Context;
 use core_tensor::Ops;
-use fashion_mnist::{PIXELS, Split};
+use sampler::{DistributedSampler, SamplerConfig};
 
-/// One split of FashionMNIST on a device.
-#[derive(Debug)]
-pub struct DeviceSplit<B: Ops> {
-    pub images: B::Storage<u8>,
-    pub labels: B::Storage<u8>,
-    pub len: usize,
+/// One split of a model's data set, as the trainer reads it: epoch by
+/// epoch, batch by batch. `Buf` is the model's [`crate::model::Model::Buffers`].
+pub trait Batches<B: Ops, Buf> {
+    /// Samples in the split, over all ranks.
+    fn sample_count(&self) -> usize;
+
+    /// Starts `epoch` (from 1) of the samples `order` gives this rank:
+    /// returns the size of each batch of at most `batch` samples, in order.
+    fn start_epoch(
+        &mut self,
+        backend: &B,
+        order: &Order,
+        epoch: u64,
+        batch: usize,
+    ) -> anyhow::Result<Vec<usize>>;
+
+    /// Fills `buffers` with batch `step` (from 0) of the epoch started last.
+    fn fill(&mut self, backend: &B, step: usize, buffers: &mut Buf) -> anyhow::Result<()>;
 }
 
-impl<B: Ops> DeviceSplit<B> {
-    pub fn upload(backend: &B, split: &Split, what: &str) -> anyhow::Result<Self> {
-        Ok(Self {
-            images: backend
-                .upload(&split.images)
-                .with_context(|| format!("uploading the {what} images"))?,
-            labels: backend
-                .upload(&split.labels)
-                .with_context(|| format!("uploading the {what} labels"))?,
-            len: split.len,
-        })
-    }
+/// Which samples a rank reads in an epoch.
+#[derive(Clone, Copy, Debug)]
+pub enum Order {
+    /// Training: `DistributedSampler`'s shuffled shard, reshuffled every
+    /// epoch from `seed`.
+    Shuffled {
+        rank: usize,
+        world_size: usize,
+        seed: u64,
+    },
+    /// Evaluation: every `world_size`-th sample from `rank`, in order.
+    Strided { rank: usize, world_size: usize },
+}
 
-    /// Fills `x`/`y` with the samples `indices[positions]`.
-    pub fn gather(
-        &self,
-        backend: &B,
-        indices: &B::Storage<u32>,
-        positions: std::ops::Range<usize>,
-        x: &mut B::Storage<f32>,
-        y: &mut B::Storage<u8>,
-    ) -> core_tensor::Result<()> {
-        backend.gather_batch(&self.images, &self.labels, PIXELS, indices, positions, x, y)
+/// An epoch's sample indices and the positions of each batch in them.
+#[derive(Debug, Default)]
+pub struct EpochPlan {
+    pub indices: Vec<usize>,
+    pub batches: Vec<Range<usize>>,
+}
+
+impl EpochPlan {
+    /// The size of each batch.
+    pub fn sizes(&self) -> Vec<usize> {
+        self.batches.iter().map(|b| b.len()).collect()
+    }
+}
+
+impl Order {
+    /// The samples of `epoch` (from 1) out of `len`, in batches of `batch`.
+    pub fn plan(&self, len: usize, epoch: u64, batch: usize) -> anyhow::Result<EpochPlan> {
+        match *self {
+            Order::Shuffled {
+                rank,
+                world_size,
+                seed,
+            } => {
+                let config = SamplerConfig {
+                    num_replicas: world_size,
+                    rank,
+                    shuffle: true,
+                    seed,
+                    drop_last: false,
+                };
+                let mut sampler = DistributedSampler::new(len, config)?;
+                sampler.set_epoch(epoch - 1);
+                Ok(EpochPlan {
+                    indices: sampler.indices(),
+                    batches: sampler.batch_positions(batch)?.collect(),
+                })
+            }
+            Order::Strided { rank, world_size } => {
+                let indices: Vec<usize> = (rank..len).step_by(world_size).collect();
+                let batches = (0..indices.len())
+                    .step_by(batch)
+                    .map(|start| start..(start + batch).min(indices.len()))
+                    .collect();
+                Ok(EpochPlan { indices, batches })
+            }
+        }
     }
 }
 

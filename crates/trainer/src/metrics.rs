@@ -8,20 +8,29 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
+use crate::model::Metric;
 use crate::monitor::{GpuUsage, Straggler, Summary};
 use crate::train::{EpochReport, Phase, PhaseSeconds};
 
 /// The epoch line, in the spirit of the reference script.
+/// A model without a metric leaves its two columns out; one that is not
+/// the image classifier counts samples instead of images.
 pub fn epoch_line(r: &EpochReport) -> String {
+    let metric = match r.metric.name() {
+        Some(name) => format!(
+            " | {name} {:.4} | test_{name} {:.4}",
+            r.accuracy, r.test_accuracy
+        ),
+        None => String::new(),
+    };
+    let unit = if r.metric == Metric::Accuracy {
+        "img/s"
+    } else {
+        "samples/s"
+    };
     format!(
-        "Epoch {:02}/{:02} | loss {:.4} | acc {:.4} | test_acc {:.4} | time {:.1}s | {:.0} img/s",
-        r.epoch,
-        r.epochs,
-        r.loss,
-        r.accuracy,
-        r.test_accuracy,
-        r.train_seconds,
-        r.images_per_second
+        "Epoch {:02}/{:02} | loss {:.4}{metric} | time {:.1}s | {:.0} {unit}",
+        r.epoch, r.epochs, r.loss, r.train_seconds, r.images_per_second
     )
 }
 
@@ -149,6 +158,7 @@ mod tests {
             epoch: 1,
             epochs: 5,
             loss: 0.51234,
+            metric: Metric::Accuracy,
             accuracy: 0.81234,
             test_accuracy: 0.874,
             train_seconds: 45.94,
@@ -182,6 +192,16 @@ mod tests {
         assert_eq!(
             epoch_line(&report()),
             "Epoch 01/05 | loss 0.5123 | acc 0.8123 | test_acc 0.8740 | time 45.9s | 1306 img/s"
+        );
+        let toy = EpochReport {
+            metric: Metric::None,
+            accuracy: f64::NAN,
+            test_accuracy: f64::NAN,
+            ..report()
+        };
+        assert_eq!(
+            epoch_line(&toy),
+            "Epoch 01/05 | loss 0.5123 | time 45.9s | 1306 samples/s"
         );
     }
 

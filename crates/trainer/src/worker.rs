@@ -10,12 +10,13 @@ use comm::{
 };
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Cuda, Ops};
-use fashion_mnist::FashionMnist;
 
+mod dataset;
 mod device;
 mod drive;
 pub mod threads;
 
+use dataset::Dataset;
 use device::{Device, choose_device, choose_transport, connect_nccl};
 use drive::drive;
 use threads::THREADS;
@@ -23,17 +24,21 @@ use threads::THREADS;
 use crate::announce::started_by;
 use crate::checkpoint::origin::Origin;
 use crate::checkpoint::resume::{self, Request};
-use crate::checkpoint::{CheckpointDir, Checkpoints};
+use crate::checkpoint::{CheckpointDir, Checkpoints, Settings};
 use crate::cli::Cli;
+use crate::data::Batches;
 use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
-use crate::model::{CnnMnist, DropoutRates, cnn_layout};
+use crate::model::cnn::DeviceSplit;
+use crate::model::recsys::{RatingsShard, RecsysModel};
+use crate::model::toy::{ToyData, ToyModel};
+use crate::model::{CnnMnist, DropoutRates, Model};
 use crate::monitor::Monitor;
 use crate::pipeline::{
     HostLink, NcclLink, PipelinePlace, PipelineStage, StageLink, describe_split,
 };
 use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
-use crate::train::{RunOutcome, Setup, TrainConfig, Trainer};
+use crate::train::{DataShare, RunOutcome, Setup, TrainConfig, Trainer};
 
 /// This process's place in the job.
 #[derive(Clone, Debug)]
@@ -65,8 +70,7 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
             local_world_size: env.local_world_size.max(1),
         },
     );
-    let data_dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
-    let data = FashionMnist::load(&data_dir)?;
+    let data = Dataset::load(cli)?;
     // The device comes before the rendezvous: a rank without its GPU fails
     // here, alone and at once, instead of after its peers' timeout.
     let device = choose_device(cli, &info)?;
@@ -77,7 +81,6 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
     let shared = Shared {
         cli,
         data: &data,
-        data_dir: &data_dir,
         started_by: started_by(launch),
     };
     run_rank(
@@ -92,8 +95,7 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
 /// What every rank of a process reads and never changes.
 struct Shared<'a> {
     cli: &'a Cli,
-    data: &'a FashionMnist,
-    data_dir: &'a std::path::Path,
+    data: &'a Dataset,
     /// Who started the ranks, for the start-up line.
     started_by: &'static str,
 }
@@ -178,7 +180,6 @@ fn run_rank(
         cli,
         info,
         data: shared.data,
-        data_dir: shared.data_dir,
         gradients: match transport {
             None => "",
             Some(Transport::Tcp) => match shared.started_by {
@@ -203,7 +204,14 @@ fn run_rank(
     let outcome = match device {
         Device::Cpu(cpu) => {
             let pipeline = pipeline.map(|(place, group)| (place, host_link(group)));
-            train_on(cpu, &job, comm, None, stop, monitor, pipeline)
+            let links = Links {
+                comm,
+                device_hook: None,
+                stop,
+                monitor,
+                share: None,
+            };
+            train_on(cpu, &job, links, pipeline)
         }
         Device::Cuda(gpu) => {
             let hook = match nccl {
@@ -214,7 +222,14 @@ fn run_rank(
                 Some(nccl) => (place, Box::new(NcclLink::new(nccl, &gpu)) as Box<_>),
                 None => (place, host_link(group)),
             });
-            train_on(gpu, &job, comm, hook, stop, monitor, pipeline)
+            let links = Links {
+                comm,
+                device_hook: hook,
+                stop,
+                monitor,
+                share: None,
+            };
+            train_on(gpu, &job, links, pipeline)
         }
     }?;
     Ok(match outcome {
@@ -229,27 +244,37 @@ fn run_rank(
 struct Job<'a> {
     cli: &'a Cli,
     info: &'a RankInfo,
-    data: &'a FashionMnist,
-    data_dir: &'a std::path::Path,
+    data: &'a Dataset,
     /// How gradients travel, for the start-up line.
     gradients: &'static str,
     /// Who started the ranks, for the start-up line.
     started_by: &'static str,
 }
 
-fn train_on<B: Ops>(
-    backend: B,
-    job: &Job<'_>,
+/// A rank's links to the others and to the outside.
+struct Links<B: Ops> {
     comm: Option<CommThread>,
     device_hook: Option<Box<dyn CommHook<B>>>,
     stop: StopRequest,
     monitor: Monitor,
+    /// The samples this rank trains on, where not its own shard.
+    share: Option<DataShare>,
+}
+
+/// A model's training and (if it has one) test split.
+type Splits<B, M> = (
+    Box<dyn Batches<B, <M as Model<B>>::Buffers>>,
+    Option<Box<dyn Batches<B, <M as Model<B>>::Buffers>>>,
+);
+
+/// Trains `--model` as this rank: a pipeline stage where `pipeline` says.
+fn train_on<B: Ops>(
+    backend: B,
+    job: &Job<'_>,
+    links: Links<B>,
     pipeline: Option<(PipelinePlace, Box<dyn StageLink<B>>)>,
 ) -> anyhow::Result<RunOutcome> {
-    let Job {
-        cli, info, data, ..
-    } = *job;
-    let rank = info.rank;
+    let cli = job.cli;
     let cfg = TrainConfig {
         epochs: cli.epochs as usize,
         batch_size: cli.batch_size as usize,
@@ -266,6 +291,88 @@ fn train_on<B: Ops>(
         },
         bucket_mb: cli.bucket_mb,
     };
+    let rank = job.info.rank;
+    let context = || format!("rank {rank}: setting up");
+    match job.data {
+        Dataset::Fashion { data, .. } => {
+            let upload = || -> anyhow::Result<(DeviceSplit<B>, DeviceSplit<B>)> {
+                let train = DeviceSplit::upload(&backend, &data.train, "training")?;
+                let test = DeviceSplit::upload(&backend, &data.test, "test")?;
+                Ok((train, test))
+            };
+            let (train, test) = upload().with_context(context)?;
+            let model = CnnMnist::new(cfg.dropout);
+            match pipeline {
+                None => {
+                    let splits: Splits<B, CnnMnist> = (Box::new(train), Some(Box::new(test)));
+                    train_model(backend, model, splits, cfg, job, links, |_| {})
+                }
+                Some((place, group)) => {
+                    let micro = cli.micro_batches as usize;
+                    let stage =
+                        PipelineStage::new(model, place, micro, group).with_context(context)?;
+                    if rank == 0 {
+                        eprintln!(
+                            "pipeline: {} stages x {} data-parallel replicas, {micro} micro-batches per batch (1F1B); {}",
+                            place.stages,
+                            place.replicas,
+                            describe_split()
+                        );
+                    }
+                    let links = Links {
+                        share: Some(place.share()),
+                        ..links
+                    };
+                    let splits: Splits<B, PipelineStage<B>> =
+                        (Box::new(train), Some(Box::new(test)));
+                    train_model(backend, stage, splits, cfg, job, links, |stage| {
+                        let times = stage.times();
+                        eprintln!(
+                            "pipeline stage {} (rank {rank}): idle {:.1}% of {:.1} s in the schedule (waiting for the other stage)",
+                            place.stage,
+                            100.0 * times.idle_fraction(),
+                            times.total.as_secs_f64()
+                        );
+                    })
+                }
+            }
+        }
+        Dataset::Toy { samples } => {
+            let data = ToyData::generate(cfg.seed, *samples);
+            let splits: Splits<B, ToyModel> = (Box::new(data), None);
+            train_model(
+                backend,
+                ToyModel::default(),
+                splits,
+                cfg,
+                job,
+                links,
+                |_| {},
+            )
+        }
+        Dataset::Recsys { index, dim } => {
+            let model = RecsysModel::new(index, *dim)?;
+            let train = RatingsShard::new(index.clone(), false);
+            let test: Box<dyn Batches<B, _>> = Box::new(RatingsShard::new(index.clone(), true));
+            let splits: Splits<B, RecsysModel> = (Box::new(train), Some(test));
+            train_model(backend, model, splits, cfg, job, links, |_| {})
+        }
+    }
+}
+
+/// Trains `model` on `splits` to the end; `finish` then sees the model,
+/// for what it measured.
+fn train_model<B: Ops, M: Model<B>>(
+    backend: B,
+    model: M,
+    (train, test): Splits<B, M>,
+    cfg: TrainConfig,
+    job: &Job<'_>,
+    links: Links<B>,
+    finish: impl FnOnce(&M),
+) -> anyhow::Result<RunOutcome> {
+    let Job { cli, info, .. } = *job;
+    let rank = info.rank;
     let device = backend.describe();
     let lead = rank == 0;
     let checkpoint_dir = cli
@@ -275,48 +382,27 @@ fn train_on<B: Ops>(
     // Rank 0 alone reads checkpoints (other hosts may not see them) and
     // sends what it found to the others.
     let origin = if lead {
-        choose_origin(cli, checkpoint_dir.as_ref(), &cfg, info.world_size)?
+        let settings = cfg.settings(info.world_size, model.kind());
+        choose_origin(cli, checkpoint_dir.as_ref(), &settings, model.layout())?
     } else {
         Origin::Fresh
     };
     let resumed = matches!(origin, Origin::Resume(_));
     let setup = Setup {
-        comm,
+        comm: links.comm,
         origin,
-        device_hook,
+        device_hook: links.device_hook,
         checkpoints: checkpoint_dir.map(|dir| Checkpoints {
             dir,
             every: cli.checkpoint_every,
         }),
-        stop,
-        share: pipeline.as_ref().map(|(place, _)| place.share()),
+        stop: links.stop,
+        share: links.share,
     };
-    let context = || format!("rank {rank}: setting up");
-    let Some((place, group)) = pipeline else {
-        let mut trainer = Trainer::start(backend, data, cfg, setup).with_context(context)?;
-        return drive(&mut trainer, job, device, resumed, monitor);
-    };
-    let micro = cli.micro_batches as usize;
-    let stage = PipelineStage::new(CnnMnist::new(cfg.dropout), place, micro, group)
-        .with_context(context)?;
-    if lead {
-        eprintln!(
-            "pipeline: {} stages x {} data-parallel replicas, {micro} micro-batches per batch (1F1B); {}",
-            place.stages,
-            place.replicas,
-            describe_split()
-        );
-    }
-    let mut trainer =
-        Trainer::with_model(backend, stage, data, cfg, setup).with_context(context)?;
-    let outcome = drive(&mut trainer, job, device, resumed, monitor);
-    let times = trainer.model().times();
-    eprintln!(
-        "pipeline stage {} (rank {rank}): idle {:.1}% of {:.1} s in the schedule (waiting for the other stage)",
-        place.stage,
-        100.0 * times.idle_fraction(),
-        times.total.as_secs_f64()
-    );
+    let mut trainer = Trainer::with_model(backend, model, train, test, cfg, setup)
+        .with_context(|| format!("rank {rank}: setting up"))?;
+    let outcome = drive(&mut trainer, job, device, resumed, links.monitor);
+    finish(trainer.model());
     outcome
 }
 
@@ -330,8 +416,8 @@ fn host_link<B: Ops>(group: Box<dyn Communicator>) -> Box<dyn StageLink<B>> {
 fn choose_origin(
     cli: &Cli,
     dir: Option<&CheckpointDir>,
-    cfg: &TrainConfig,
-    world_size: usize,
+    settings: &Settings,
+    layout: &core_tensor::FlatLayout,
 ) -> anyhow::Result<Origin> {
     let choose = || -> anyhow::Result<Origin> {
         if let Some(dir) = dir {
@@ -347,7 +433,7 @@ fn choose_origin(
             init_from: cli.init_from.as_deref(),
             dir,
         };
-        resume::choose(&request, &cfg.settings(world_size), cnn_layout())
+        resume::choose(&request, settings, layout)
     };
     choose().context("rank 0")
 }

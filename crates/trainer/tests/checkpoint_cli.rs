@@ -179,6 +179,7 @@ fn checkpoint(dir: &Path, position: Position, settings: Settings) -> PathBuf {
 fn bad_checkpoints_and_flags_are_one_line_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let defaults = Settings {
+        model: "cnn".into(),
         seed: 0,
         world_size: 1,
         batch_size: 64,

@@ -22,6 +22,7 @@ fn layout() -> FlatLayout {
 
 fn settings() -> Settings {
     Settings {
+        model: "cnn".into(),
         seed: 4,
         world_size: 2,
         batch_size: 32,

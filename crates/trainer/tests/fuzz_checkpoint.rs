@@ -46,6 +46,7 @@ fn seed() -> &'static (Vec<u8>, Vec<u8>) {
             epoch_correct: vec![20.0, 23.0],
             epoch_train_seconds: 12.5,
             settings: Settings {
+                model: "cnn".into(),
                 seed: 4,
                 world_size: 2,
                 batch_size: 32,

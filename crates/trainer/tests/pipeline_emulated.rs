@@ -167,7 +167,7 @@ fn emulated_two_stages_on_two_gpus_follow_one_cpu_rank() {
             share: Some(place.share()),
             ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
         };
-        let mut trainer = Trainer::with_model(gpu, stage, &data, config(), setup).unwrap();
+        let mut trainer = Trainer::on_fashion_mnist(gpu, stage, &data, config(), setup).unwrap();
         trainer
             .train_epoch(1, &mut Silent, &mut |_| Ok(()))
             .unwrap();

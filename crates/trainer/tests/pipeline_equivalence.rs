@@ -61,7 +61,7 @@ fn train(
         share: Some(place.share()),
         ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
     };
-    let mut trainer = Trainer::with_model(backend, stage, data, config(), setup).unwrap();
+    let mut trainer = Trainer::on_fashion_mnist(backend, stage, data, config(), setup).unwrap();
     trainer
         .train_epoch(1, &mut Silent, &mut |_| Ok(()))
         .unwrap();

@@ -10,11 +10,14 @@ pub mod adam;
 pub mod conv2d;
 pub mod cross_entropy;
 pub mod dropout;
+pub mod embedding;
 pub mod finite;
 pub mod gather;
 pub mod linear;
 pub mod maxpool2d;
+pub mod mse;
 pub mod relu;
+pub mod sgd;
 
 use std::ops::Range;
 
@@ -23,11 +26,14 @@ pub use adam::{AdamConfig, AdamKernel, AdamScalars};
 pub use conv2d::{Conv2dGeom, Conv2dKernel};
 pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
 pub use dropout::DropoutKernel;
+pub use embedding::{EmbeddingGeom, EmbeddingKernel};
 pub use finite::{FiniteKernel, GUARD_CLEAR, GUARD_LEN, GuardState};
 pub use gather::GatherKernel;
 pub use linear::{LinearGeom, LinearKernel};
 pub use maxpool2d::{MaxPool2dKernel, PoolGeom};
+pub use mse::{MseGeom, MseKernel};
 pub use relu::ReluKernel;
+pub use sgd::SgdKernel;
 
 use crate::Backend;
 use crate::error::check_len;
@@ -48,11 +54,14 @@ all_ops!(
     Conv2dKernel,
     CrossEntropyKernel,
     DropoutKernel,
+    EmbeddingKernel,
     FiniteKernel,
     GatherKernel,
     LinearKernel,
     MaxPool2dKernel,
+    MseKernel,
     ReluKernel,
+    SgdKernel,
 );
 
 /// Where a layer's weight and bias sit in the flat parameter (and gradient)

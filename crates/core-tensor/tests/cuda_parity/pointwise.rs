@@ -2,7 +2,10 @@
 //! correctly rounded operations on every device: equal bit for bit.
 
 use core_tensor::Ops;
-use core_tensor::ops::{DropoutKernel, GatherKernel, MaxPool2dKernel, PoolGeom, ReluKernel};
+use core_tensor::ops::{
+    DropoutKernel, EmbeddingGeom, EmbeddingKernel, GatherKernel, MaxPool2dKernel, PoolGeom,
+    ReluKernel,
+};
 
 use crate::on_each_device;
 use crate::support::{assert_same_bits, down, reference, uniform, up};
@@ -144,4 +147,38 @@ fn gather_matches<B: Ops>(dev: &B) {
 #[test]
 fn gather() {
     on_each_device!(gather_matches);
+}
+
+/// Forward copies rows; backward sums repeated ids in batch order on every
+/// device, so both are exact.
+fn embedding_matches<B: Ops>(dev: &B) {
+    let g = EmbeddingGeom {
+        batch: 700,
+        dim: 32,
+        rows: 50,
+        offset: 7,
+    };
+    let params = uniform(400, 7 + 50 * 32 + 5, -1.0, 1.0);
+    let ids: Vec<u32> = (0..700u32).map(|i| (i * 37 + i / 3) % 50).collect();
+    let dout = uniform(401, 700 * 32, -1.0, 1.0);
+    let cpu = reference();
+    let (ids_d, params_d) = (up(dev, &ids), up(dev, &params));
+    let mut out_d = dev.zeros(700 * 32).unwrap();
+    dev.embedding_fwd(&g, &ids_d, &params_d, &mut out_d)
+        .unwrap();
+    let mut out = vec![0.0f32; 700 * 32];
+    cpu.embedding_fwd(&g, &ids, &params, &mut out).unwrap();
+    let what = format!("{} embedding", dev.describe());
+    assert_same_bits(&format!("{what} fwd"), &down(dev, &out_d), &out);
+    let mut grads_d = up(dev, &params);
+    dev.embedding_bwd(&g, &ids_d, &up(dev, &dout), &mut grads_d)
+        .unwrap();
+    let mut grads = params.clone();
+    cpu.embedding_bwd(&g, &ids, &dout, &mut grads).unwrap();
+    assert_same_bits(&format!("{what} bwd"), &down(dev, &grads_d), &grads);
+}
+
+#[test]
+fn embedding() {
+    on_each_device!(embedding_matches);
 }

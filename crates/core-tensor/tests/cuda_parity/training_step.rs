@@ -1,8 +1,9 @@
-//! The loss, the metric, the finiteness guard and the Adam step.
+//! The losses, the metric, the finiteness guard and the Adam and SGD steps.
 
 use core_tensor::Ops;
 use core_tensor::ops::{
-    AccuracyKernel, AdamConfig, AdamKernel, ClassGeom, CrossEntropyKernel, GUARD_CLEAR,
+    AccuracyKernel, AdamConfig, AdamKernel, ClassGeom, CrossEntropyKernel, GUARD_CLEAR, MseGeom,
+    MseKernel, SgdKernel,
 };
 
 use crate::on_each_device;
@@ -125,6 +126,67 @@ fn adam_matches<B: Ops>(dev: &B) {
     assert_same_bits("params after a tripped guard", &down(dev, &p_d), &before);
 }
 
+/// The gradient bit for bit; the loss sum within float reordering.
+fn mse_matches<B: Ops>(dev: &B) {
+    for (batch, features) in [(1, 1), (300, 5), (1000, 1)] {
+        let g = MseGeom { batch, features };
+        let n = batch * features;
+        let (y, t) = (uniform(700, n, -3.0, 3.0), uniform(701, n, 1.0, 5.0));
+        let (y_d, t_d) = (up(dev, &y), up(dev, &t));
+        let mut dy_d = dev.zeros(n).unwrap();
+        let (mut sum_d, mut fwd_d) = (up(dev, &[0.5f32]), up(dev, &[0.5f32]));
+        dev.mse_fwd_bwd(&g, &y_d, &t_d, Some(&mut dy_d), &mut sum_d)
+            .unwrap();
+        dev.mse_fwd_bwd(&g, &y_d, &t_d, None, &mut fwd_d).unwrap();
+        let (mut dy, mut sum) = (vec![0.0f32; n], vec![0.5f32]);
+        reference()
+            .mse_fwd_bwd(&g, &y, &t, Some(&mut dy), &mut sum)
+            .unwrap();
+        let what = format!("{} mse {batch}x{features}", dev.describe());
+        assert_same_bits(&format!("{what} dy"), &down(dev, &dy_d), &dy);
+        for got in [down(dev, &sum_d)[0], down(dev, &fwd_d)[0]] {
+            let tol = 1e-5 * sum[0].abs();
+            assert!(
+                (got - sum[0]).abs() <= tol,
+                "{what}: loss {got}, want {}",
+                sum[0]
+            );
+        }
+    }
+}
+
+fn sgd_matches<B: Ops>(dev: &B) {
+    let n = 50_001;
+    let start = uniform(810, n, -1.0, 1.0);
+    let mut p_d = up(dev, &start);
+    let mut p = start.clone();
+    let cpu = reference();
+    let clear = GUARD_CLEAR.to_vec();
+    let clear_d = dev.upload(&clear).unwrap();
+    for step in 1..=3 {
+        let grads = uniform(810 + step, n, -1.0, 1.0);
+        dev.sgd_step(0.01, &mut p_d, &up(dev, &grads), &clear_d)
+            .unwrap();
+        cpu.sgd_step(0.01, &mut p, &grads, &clear).unwrap();
+        let what = format!("{} sgd step {step} params", dev.describe());
+        assert_same_bits(&what, &down(dev, &p_d), &p);
+    }
+    assert!(
+        p.iter().zip(&start).filter(|(a, b)| a != b).count() > n / 2,
+        "the parameters moved"
+    );
+    let tripped = dev.upload(&[5u32, 0]).unwrap();
+    let before = down(dev, &p_d);
+    dev.sgd_step(
+        0.01,
+        &mut p_d,
+        &up(dev, &uniform(820, n, -1.0, 1.0)),
+        &tripped,
+    )
+    .unwrap();
+    assert_same_bits("params after a tripped guard", &down(dev, &p_d), &before);
+}
+
 /// The guard on each device equals the CPU's: the first bad step, and the
 /// smallest bad index whatever order the GPU's threads run in.
 fn guard_finite_matches<B: Ops>(dev: &B) {
@@ -172,4 +234,14 @@ fn guard_finite() {
 #[test]
 fn adam() {
     on_each_device!(adam_matches);
+}
+
+#[test]
+fn sgd() {
+    on_each_device!(sgd_matches);
+}
+
+#[test]
+fn mse() {
+    on_each_device!(mse_matches);
 }

@@ -156,6 +156,13 @@ pub fn compatibility(
     now: &Settings,
     at: Position,
 ) -> anyhow::Result<Vec<String>> {
+    if saved.model != now.model {
+        bail!(
+            "the checkpoint is of --model {}, this run trains --model {}: resume it with --model {0}, or use another --checkpoint-dir",
+            saved.model,
+            now.model
+        );
+    }
     if saved.batch_size != now.batch_size {
         bail!(
             "the checkpoint was written with --batch-size {} per rank, this run has {}: continue with the same batch size",

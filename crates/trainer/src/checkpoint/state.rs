@@ -29,6 +29,9 @@ pub struct Settings {
     pub batch_size: usize,
     pub lr: f64,
     pub dropout: DropoutRates,
+    /// The model's `--model` name (checkpoints from before it was
+    /// recorded are the CNN's).
+    pub model: String,
 }
 
 /// Everything needed to continue training exactly where it stopped.
@@ -72,6 +75,7 @@ impl TrainingState {
             ("world_size", s.world_size.to_string()),
             ("batch_size", s.batch_size.to_string()),
             ("lr", s.lr.to_string()),
+            ("model", s.model.clone()),
             (
                 "dropout",
                 format!("{},{}", s.dropout.pool, s.dropout.hidden),
@@ -140,10 +144,6 @@ pub fn load(dir: &Path, layout: &FlatLayout) -> anyhow::Result<TrainingState> {
         |name: &str| std::fs::read(dir.join(name)).with_context(|| format!("reading {name}"));
     let (model_bytes, state_bytes) = (read(MODEL_FILE)?, read(STATE_FILE)?);
     let model = files::parse(&model_bytes, Checksum::Required).context(MODEL_FILE)?;
-    let params = model
-        .tensors(&files::param_specs(layout, ""))
-        .context(MODEL_FILE)?
-        .concat();
     let state = files::parse(&state_bytes, Checksum::Required).context(STATE_FILE)?;
     let meta = Meta(&state.metadata);
     let version: u32 = meta.get("format_version")?;
@@ -151,6 +151,10 @@ pub fn load(dir: &Path, layout: &FlatLayout) -> anyhow::Result<TrainingState> {
         bail!("{STATE_FILE}: format version {version}; this build reads version {FORMAT_VERSION}");
     }
     let settings = meta.settings()?;
+    let params = model
+        .tensors(&files::param_specs(layout, ""))
+        .with_context(|| format!("{MODEL_FILE} (a checkpoint of --model {})", settings.model))?
+        .concat();
     if model.metadata.get("sha256") != state.metadata.get("model_sha256") {
         bail!("{MODEL_FILE} is not the one {STATE_FILE} was written with (their checksums differ)");
     }
@@ -217,6 +221,7 @@ impl Meta<'_> {
             batch_size: self.get("batch_size")?,
             lr: self.get("lr")?,
             dropout: DropoutRates { pool, hidden },
+            model: self.0.get("model").cloned().unwrap_or_else(|| "cnn".into()),
         };
         if settings.world_size == 0 || settings.batch_size == 0 {
             bail!("{STATE_FILE}: world size and batch size must be at least 1");

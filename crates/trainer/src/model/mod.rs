@@ -5,15 +5,87 @@
 //! which buffers a pass over a batch needs ([`Model::Buffers`]), and how
 //! forward, the loss and backward run on a backend. The trainer holds the
 //! parameters, gradients and optimizer state, so every model gets data
-//! parallelism, checkpoints and the finiteness guard for free.
+//! parallelism, checkpoints and the finiteness guard for free. The data a
+//! pass reads comes from a [`crate::data::Batches`] of the model's own,
+//! which fills the model's input buffers. Each model is one folder.
 
-mod cnn;
-mod cnn_buffers;
+pub mod cnn;
+mod mlp;
+pub mod recsys;
+pub mod toy;
 
-pub use cnn::{CLASSES, CnnMnist, DropoutRates, IMAGE_SIDE, PARAM_COUNT, cnn_layout};
-pub use cnn_buffers::{ActivationGrads, Activations};
+pub use cnn::{
+    ActivationGrads, Activations, CLASSES, CnnMnist, DropoutRates, IMAGE_SIDE, PARAM_COUNT,
+    cnn_layout,
+};
 
 use core_tensor::{FlatLayout, Ops, Result};
+use rand::RngCore;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// A uniform f32 in `[0, 1)` from 24 random bits, exactly: ChaCha8 words
+/// turned into floats here, not by `rand`'s distributions, so the values
+/// stay the same across `rand` releases.
+pub fn unit_f32(rng: &mut ChaCha8Rng) -> f32 {
+    (rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32
+}
+
+/// PyTorch's default distributions for `Conv2d` and `Linear`: weights
+/// (kaiming-uniform with a = √5) and biases uniform in ±1/√fan_in, drawn
+/// from one ChaCha8 stream seeded with `seed`, tensor after tensor; each
+/// tensor is `(element count, fan_in)`.
+pub fn pytorch_default_init(seed: u64, tensors: &[(usize, usize)]) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut params = Vec::with_capacity(tensors.iter().map(|t| t.0).sum());
+    for &(count, fan_in) in tensors {
+        let bound = 1.0 / (fan_in as f32).sqrt();
+        params.extend((0..count).map(|_| (2.0 * unit_f32(&mut rng) - 1.0) * bound));
+    }
+    params
+}
+
+/// What a model reports besides its loss: the sum [`Model::metric_sum`]
+/// accumulates over samples, and how a mean over samples becomes the
+/// number reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// The fraction of samples classified correctly (the sum counts them).
+    Accuracy,
+    /// The root of the mean squared error (the sum adds squared errors).
+    Rmse,
+    /// No metric: the loss alone (the test pass is skipped).
+    None,
+}
+
+impl Metric {
+    /// The short name on the epoch line (`acc`), `None` for no metric.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Metric::Accuracy => Some("acc"),
+            Metric::Rmse => Some("rmse"),
+            Metric::None => None,
+        }
+    }
+
+    /// The reported value of a metric summed to `sum` over `count` samples.
+    pub fn value(self, sum: f64, count: f64) -> f64 {
+        match self {
+            Metric::Accuracy => sum / count,
+            Metric::Rmse => (sum / count).sqrt(),
+            Metric::None => f64::NAN,
+        }
+    }
+}
+
+/// Which optimizer updates the parameters (the learning rate is the run's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Optimizer {
+    /// PyTorch's `torch.optim.Adam` with its default betas and epsilon.
+    Adam,
+    /// Plain SGD, `p -= lr * g`, as `torch.optim.SGD` without momentum.
+    Sgd,
+}
 
 /// Whether a forward pass trains (dropout on, seeded per step) or evaluates.
 #[derive(Clone, Copy, Debug)]
@@ -51,6 +123,18 @@ pub trait Model<B: Ops> {
     /// once per batch size and reused.
     type Buffers;
 
+    /// The model's name on the command line (`--model`), recorded in
+    /// checkpoints.
+    fn kind(&self) -> &'static str;
+
+    /// What the model reports besides the loss.
+    fn metric(&self) -> Metric;
+
+    /// The optimizer the model trains with.
+    fn optimizer(&self) -> Optimizer {
+        Optimizer::Adam
+    }
+
     /// Where each parameter lives in the flat buffer.
     fn layout(&self) -> &FlatLayout;
 
@@ -61,12 +145,6 @@ pub trait Model<B: Ops> {
     /// evaluation needs.
     fn buffers(&self, backend: &B, batch: usize, train: bool) -> Result<Self::Buffers>;
 
-    /// The input and label buffers the data set fills before each pass.
-    fn inputs<'a>(
-        &self,
-        buffers: &'a mut Self::Buffers,
-    ) -> (&'a mut B::Storage<f32>, &'a mut B::Storage<u8>);
-
     /// Runs the network on the inputs, keeping what backward needs.
     fn forward(
         &self,
@@ -76,12 +154,13 @@ pub trait Model<B: Ops> {
         mode: Mode,
     ) -> Result<()>;
 
-    /// Adds the batch's correct predictions to `correct`.
-    fn count_correct(
+    /// Adds the batch's share of the [`Model::metric`] sum to `sum` (the
+    /// correct predictions, for accuracy); nothing for [`Metric::None`].
+    fn metric_sum(
         &self,
         backend: &B,
         buffers: &Self::Buffers,
-        correct: &mut B::Storage<f32>,
+        sum: &mut B::Storage<f32>,
     ) -> Result<()>;
 
     /// Adds the batch's summed loss to `loss_sum` and writes the loss

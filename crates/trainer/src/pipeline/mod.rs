@@ -35,7 +35,7 @@ use core_tensor::ops::ClassGeom;
 use core_tensor::{FlatLayout, Ops, Result};
 
 use crate::model::{
-    Activations, CLASSES, CnnMnist, GradsReady, IMAGE_SIDE, Mode, Model, cnn_layout,
+    Activations, CLASSES, CnnMnist, GradsReady, IMAGE_SIDE, Metric, Mode, Model, cnn_layout,
 };
 use crate::train::DataShare;
 
@@ -201,6 +201,13 @@ pub struct PipeBuffers<B: Ops> {
     loss: Option<B::Storage<f32>>,
 }
 
+/// The CNN's data set fills the whole batch; the schedule splits it.
+impl<B: Ops> AsMut<Activations<B>> for PipeBuffers<B> {
+    fn as_mut(&mut self) -> &mut Activations<B> {
+        &mut self.full
+    }
+}
+
 fn classes(batch: usize) -> ClassGeom {
     ClassGeom {
         batch,
@@ -210,6 +217,15 @@ fn classes(batch: usize) -> ClassGeom {
 
 impl<B: Ops> Model<B> for PipelineStage<B> {
     type Buffers = PipeBuffers<B>;
+
+    /// The whole CNN, whose checkpoints any layout resumes.
+    fn kind(&self) -> &'static str {
+        Model::<B>::kind(&self.cnn)
+    }
+
+    fn metric(&self) -> Metric {
+        Metric::Accuracy
+    }
 
     fn layout(&self) -> &FlatLayout {
         cnn_layout()
@@ -253,13 +269,6 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         })
     }
 
-    fn inputs<'a>(
-        &self,
-        buffers: &'a mut PipeBuffers<B>,
-    ) -> (&'a mut B::Storage<f32>, &'a mut B::Storage<u8>) {
-        (&mut buffers.full.x, &mut buffers.full.labels)
-    }
-
     fn forward(
         &self,
         b: &B,
@@ -280,7 +289,7 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         })
     }
 
-    fn count_correct(
+    fn metric_sum(
         &self,
         b: &B,
         buffers: &PipeBuffers<B>,

@@ -47,7 +47,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch_loss_sum,
             epoch_correct,
             epoch_train_seconds: train_seconds,
-            settings: self.cfg.settings(self.world_size),
+            settings: self.cfg.settings(self.world_size, self.model.kind()),
         };
         let saved = checkpoints
             .dir

@@ -9,7 +9,6 @@ use core_tensor::{Ops, rng};
 use super::guard::GUARD_READ_EVERY;
 use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
-use crate::data::to_device_indices;
 use crate::model::Model;
 use crate::monitor::RankStats;
 use crate::stop::StopKind;
@@ -36,14 +35,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             ),
             None => None,
         };
-        let mut sampler = self.sampler()?;
-        sampler.set_epoch(epoch as u64 - 1);
-        let indices = sampler.indices();
-        let device_indices = to_device_indices(&self.backend, &indices)?;
-        let batches: Vec<_> = sampler
-            .batch_positions(self.cfg.batch_size)?
-            .take(self.cfg.max_steps.unwrap_or(usize::MAX))
-            .collect();
+        let order = self.order();
+        let mut batches =
+            self.train
+                .start_epoch(&self.backend, &order, epoch as u64, self.cfg.batch_size)?;
+        batches.truncate(self.cfg.max_steps.unwrap_or(usize::MAX));
         let steps = batches.len();
         let first = resumed.as_ref().map_or(0, |p| p.step);
         if first > steps {
@@ -52,7 +48,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             );
         }
         let images_before = if self.share.counts {
-            batches[..first].iter().map(|b| b.len() as u64).sum()
+            batches[..first].iter().map(|&n| n as u64).sum()
         } else {
             0
         };
@@ -61,7 +57,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         // The epoch's monitoring leaves out setup and the last checkpoint.
         self.monitor.take();
         progress.start_epoch(epoch, steps - first);
-        for (s, positions) in batches.into_iter().enumerate().skip(first) {
+        for (s, n) in batches.into_iter().enumerate().skip(first) {
             let at = Position {
                 epoch: epoch as u64,
                 step: s as u64 + 1,
@@ -72,11 +68,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 return Ok(EpochEnd::Stopped(RunOutcome::Interrupted { at }));
             }
             if self.share.counts {
-                self.meter.images += positions.len() as u64;
+                self.meter.images += n as u64;
             }
             let seed = rng::derive_seed(self.cfg.seed, &[rank as u64, epoch as u64, s as u64]);
             let vote = request == Some(StopKind::Preempt);
-            self.train_step(&device_indices, positions, seed, vote)
+            self.train_step(s, n, seed, vote)
                 .with_context(|| format!("rank {rank}: epoch {epoch}, step {}", s + 1))?;
             progress.step();
             self.report_running(progress)?;
@@ -115,7 +111,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch,
             epochs: self.cfg.epochs,
             loss: loss_sum / images,
-            accuracy: correct / images,
+            metric: self.model.metric(),
+            accuracy: self.model.metric().value(correct, images),
             test_accuracy,
             train_seconds,
             images_per_second: images / train_seconds,
@@ -139,7 +136,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             progress.running(&Running {
                 global_step: self.replica.step,
                 loss: loss_sum / images,
-                accuracy: correct / images,
+                accuracy: self.model.metric().value(correct, images),
                 images: self.meter.images * self.share.replicas as u64,
             });
         }

@@ -22,15 +22,15 @@ use anyhow::{Context, bail};
 use core_tensor::Ops;
 use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
-use sampler::{DistributedSampler, SamplerConfig};
 
 pub use timer::{Phase, PhaseSeconds};
 
 use crate::checkpoint::origin::{self, Origin};
 use crate::checkpoint::{Checkpoints, Position, Settings};
-use crate::data::DeviceSplit;
+use crate::data::{Batches, Order};
 use crate::ddp::{CommHook, CommThread, HostHook, Reducer, plan_buckets};
-use crate::model::{CnnMnist, DropoutRates, Model};
+use crate::model::cnn::DeviceSplit;
+use crate::model::{Activations, CnnMnist, DropoutRates, Metric, Model};
 use crate::monitor::{Monitor, RankStats};
 use crate::stop::StopRequest;
 use eval::Evaluator;
@@ -53,9 +53,11 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
-    /// What a checkpoint records of this configuration.
-    pub fn settings(&self, world_size: usize) -> Settings {
+    /// What a checkpoint records of this configuration, training `model`
+    /// (its `--model` name).
+    pub fn settings(&self, world_size: usize, model: &str) -> Settings {
         Settings {
+            model: model.to_string(),
             seed: self.seed,
             world_size,
             batch_size: self.batch_size,
@@ -72,6 +74,9 @@ pub struct EpochReport {
     pub epochs: usize,
     /// Mean training loss per sample.
     pub loss: f64,
+    /// What `accuracy` and `test_accuracy` hold: the model's metric
+    /// (`NaN` both for [`Metric::None`]).
+    pub metric: Metric,
     pub accuracy: f64,
     pub test_accuracy: f64,
     /// Seconds spent training (evaluation excluded).
@@ -192,11 +197,12 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     rank: usize,
     world_size: usize,
     replica: Replica<B>,
-    train: DeviceSplit<B>,
+    train: Box<dyn Batches<B, M::Buffers>>,
     /// Training buffers per batch size (the full batch, the last partial one).
     buffers: HashMap<usize, M::Buffers>,
     meter: EpochMeter<B>,
-    evaluator: Evaluator<B, M>,
+    /// The test-set pass; `None` without a test set.
+    evaluator: Option<Evaluator<B, M>>,
     /// The epoch training starts in, and where inside it (if not at step 0).
     first_epoch: usize,
     resume_at: Option<ResumePoint>,
@@ -229,16 +235,38 @@ impl<B: Ops> Trainer<B> {
         setup: Setup<B>,
     ) -> anyhow::Result<Self> {
         let model = CnnMnist::new(cfg.dropout);
-        Trainer::with_model(backend, model, data, cfg, setup)
+        Trainer::on_fashion_mnist(backend, model, data, cfg, setup)
+    }
+}
+
+impl<B: Ops, M: Model<B>> Trainer<B, M>
+where
+    M::Buffers: AsMut<Activations<B>>,
+{
+    /// A replica of `model`, a network over the CNN's buffers (the CNN, or
+    /// a pipeline stage of it), trained and evaluated on `data`.
+    pub fn on_fashion_mnist(
+        backend: B,
+        model: M,
+        data: &FashionMnist,
+        cfg: TrainConfig,
+        setup: Setup<B>,
+    ) -> anyhow::Result<Self> {
+        let train = DeviceSplit::upload(&backend, &data.train, "training")?;
+        let test = DeviceSplit::upload(&backend, &data.test, "test")?;
+        let test: Box<dyn Batches<B, M::Buffers>> = Box::new(test);
+        Trainer::with_model(backend, model, Box::new(train), Some(test), cfg, setup)
     }
 }
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
-    /// A replica of `model`.
+    /// A replica of `model`, trained on `train` and evaluated on `test`
+    /// (`None` for a model without a metric).
     pub fn with_model(
         backend: B,
         model: M,
-        data: &FashionMnist,
+        train: Box<dyn Batches<B, M::Buffers>>,
+        test: Option<Box<dyn Batches<B, M::Buffers>>>,
         cfg: TrainConfig,
         setup: Setup<B>,
     ) -> anyhow::Result<Self> {
@@ -284,8 +312,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             replica: Replica::upload(&backend, &start)?,
             first_epoch: start.position.epoch as usize,
             resume_at,
-            train: DeviceSplit::upload(&backend, &data.train, "training")?,
-            evaluator: Evaluator::new(&backend, &data.test, rank, world_size)?,
+            train,
+            evaluator: test
+                .map(|test| Evaluator::new(&backend, test, rank, world_size))
+                .transpose()?,
             meter: EpochMeter::new(&backend)?,
             buffers: HashMap::new(),
             checkpoints,
@@ -334,16 +364,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         Ok(self.backend.download(&self.replica.params)?)
     }
 
-    /// This rank's sampler for the training split.
-    pub fn sampler(&self) -> anyhow::Result<DistributedSampler> {
-        let config = SamplerConfig {
-            num_replicas: self.share.replicas,
+    /// This rank's samples of the training split: its replica's.
+    pub fn order(&self) -> Order {
+        Order::Shuffled {
             rank: self.share.replica,
-            shuffle: true,
+            world_size: self.share.replicas,
             seed: self.cfg.seed,
-            drop_last: false,
-        };
-        Ok(DistributedSampler::new(self.train.len, config)?)
+        }
     }
 
     /// Trains from where this replica starts through epoch `cfg.epochs`,
@@ -390,12 +417,18 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         }
     }
 
-    /// Test-set accuracy, each rank evaluating every `world_size`-th sample.
+    /// The model's metric on the test set (accuracy for the CNN), each
+    /// rank evaluating every `world_size`-th sample; `NaN` for a model
+    /// without a metric or a test set, which skips the pass.
     pub fn evaluate(&mut self) -> anyhow::Result<f64> {
-        let local =
-            self.evaluator
-                .count_correct(&self.backend, &self.model, &self.replica.params)?;
-        Ok(self.sum_over_ranks(vec![local])?[0] / self.evaluator.total() as f64)
+        let metric = self.model.metric();
+        let Some(evaluator) = self.evaluator.as_mut().filter(|_| metric != Metric::None) else {
+            return Ok(f64::NAN);
+        };
+        let local = evaluator.metric_sum(&self.backend, &self.model, &self.replica.params)?;
+        let total = evaluator.total() as f64;
+        let sum = self.sum_over_ranks(vec![local])?[0];
+        Ok(metric.value(sum, total))
     }
 
     fn sum_over_ranks(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {

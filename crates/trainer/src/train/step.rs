@@ -1,22 +1,21 @@
 //! One optimizer step, top to bottom.
 
-use std::ops::Range;
-
 use core_tensor::Ops;
 
 use super::Trainer;
 use super::guard::GUARD_READ_EVERY;
 use super::timer::Phase;
-use crate::model::{Mode, Model, NoSync};
+use crate::model::{Mode, Model, NoSync, Optimizer};
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
-    /// One optimizer step on the samples `indices[positions]`. `stop_vote`
+    /// One optimizer step on batch `step` (of `n` samples) of the epoch the
+    /// training data started last. `stop_vote`
     /// travels with the gradients where that costs nothing (see
     /// [`crate::ddp::CommHook::carry_vote`]).
     pub(super) fn train_step(
         &mut self,
-        indices: &B::Storage<u32>,
-        positions: Range<usize>,
+        step: usize,
+        n: usize,
         dropout_seed: u64,
         stop_vote: bool,
     ) -> anyhow::Result<()> {
@@ -26,16 +25,14 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             &mut self.replica,
             &mut self.timer,
         );
-        let n = positions.len();
         let mut buffers = match self.buffers.remove(&n) {
             Some(buffers) => buffers,
             None => model.buffers(b, n, true)?,
         };
 
-        // 1. The batch, gathered on the device from the resident data set.
+        // 1. The batch, filled in by the model's data set.
         timer.enter(Phase::Data)?;
-        let (x, labels) = model.inputs(&mut buffers);
-        self.train.gather(b, indices, positions, x, labels)?;
+        self.train.fill(b, step, &mut buffers)?;
 
         // 2. Forward, the running metrics, and the loss gradient.
         timer.enter(Phase::Forward)?;
@@ -45,7 +42,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             &replica.params,
             Mode::Train { dropout_seed },
         )?;
-        model.count_correct(b, &buffers, &mut self.meter.correct)?;
+        model.metric_sum(b, &buffers, &mut self.meter.correct)?;
         model.loss(b, &mut buffers, &mut self.meter.loss_sum)?;
 
         // 3. Backward; each bucket of gradients starts its all-reduce as
@@ -63,8 +60,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         }
         self.buffers.insert(n, buffers);
 
-        // 4. Adam, behind the guard that skips it on a non-finite loss or
-        //    gradient (on the device: the host looks only now and then).
+        // 4. The optimizer, behind the guard that skips it on a non-finite
+        //    loss or gradient (on the device: the host looks only now and
+        //    then).
         timer.enter(Phase::Optimizer)?;
         replica.step += 1;
         let step = u32::try_from(replica.step).unwrap_or(u32::MAX);
@@ -74,15 +72,22 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             &replica.grads,
             &mut replica.guard,
         )?;
-        let scalars = self.cfg.adam.scalars(replica.step);
-        b.adam_step(
-            &scalars,
-            &mut replica.params,
-            &replica.grads,
-            &mut replica.adam_m,
-            &mut replica.adam_v,
-            &replica.guard,
-        )?;
+        match model.optimizer() {
+            Optimizer::Adam => b.adam_step(
+                &self.cfg.adam.scalars(replica.step),
+                &mut replica.params,
+                &replica.grads,
+                &mut replica.adam_m,
+                &mut replica.adam_v,
+                &replica.guard,
+            )?,
+            Optimizer::Sgd => b.sgd_step(
+                self.cfg.adam.lr as f32,
+                &mut replica.params,
+                &replica.grads,
+                &replica.guard,
+            )?,
+        }
         timer.end_step()?;
         if B::IN_HOST_MEMORY || replica.step % GUARD_READ_EVERY == 0 {
             self.check_guard()?;

@@ -29,7 +29,7 @@ pub(super) fn drive<B: Ops, M: Model<B>>(
     let Job {
         cli,
         info,
-        data_dir,
+        data,
         gradients,
         ..
     } = *job;
@@ -37,10 +37,10 @@ pub(super) fn drive<B: Ops, M: Model<B>>(
     trainer.watch(monitor);
     if lead {
         eprintln!(
-            "training on {device}, world size {} ({}){gradients}, data from {}",
+            "training on {device}, world size {} ({}){gradients}, {}",
             info.world_size,
             job.started_by,
-            data_dir.display()
+            data.describe(cli.seed)
         );
         if trainer.first_epoch() > cli.epochs as usize {
             eprintln!(

@@ -13,9 +13,8 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use comm::LocalCommunicator;
-use fashion_mnist::FashionMnist;
 
-use super::{JobComm, RankInfo, Shared, choose_device, run_rank};
+use super::{Dataset, JobComm, RankInfo, Shared, choose_device, run_rank};
 use crate::cli::Cli;
 use crate::launcher::NodePlan;
 use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
@@ -39,12 +38,10 @@ pub fn run(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     }
     let stop = StopRequest::new();
     install_worker_handlers(&stop)?;
-    let data_dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
-    let data = FashionMnist::load(&data_dir)?;
+    let data = Dataset::load(cli)?;
     let shared = Shared {
         cli,
         data: &data,
-        data_dir: &data_dir,
         started_by: THREADS,
     };
     let world = plan.nproc;

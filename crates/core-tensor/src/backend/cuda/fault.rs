@@ -9,6 +9,8 @@
 const LABEL: u32 = 1;
 /// gather.cu `FAULT_INDEX`.
 const INDEX: u32 = 2;
+/// embedding.cu `FAULT_EMBEDDING`.
+const EMBEDDING: u32 = 4;
 
 /// A sentence naming every fault in `bits`.
 pub(super) fn describe(bits: u32) -> String {
@@ -19,7 +21,10 @@ pub(super) fn describe(bits: u32) -> String {
     if bits & INDEX != 0 {
         what.push("gather_batch: a sample index is beyond the dataset");
     }
-    if bits & !(LABEL | INDEX) != 0 {
+    if bits & EMBEDDING != 0 {
+        what.push("embedding: an id is not below the table's rows");
+    }
+    if bits & !(LABEL | INDEX | EMBEDDING) != 0 {
         what.push("unknown fault bits");
     }
     what.join("; ")
@@ -37,5 +42,6 @@ mod tests {
              gather_batch: a sample index is beyond the dataset"
         );
         assert_eq!(describe(8), "unknown fault bits");
+        assert!(describe(EMBEDDING).starts_with("embedding"));
     }
 }

@@ -16,7 +16,9 @@ use super::Cuda;
 use super::gemm::GemmLaunch;
 use super::launch::{DropoutArgs, GatherArgs, In, Out, Val, kernel_table};
 use crate::Result;
-use crate::ops::{AdamScalars, ClassGeom, Conv2dGeom, LinearGeom, PoolGeom};
+use crate::ops::{
+    AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, PoolGeom,
+};
 
 /// The launch parameters of the conv2d GEMM kernels (`Conv2dLaunch` in C).
 pub(crate) type Conv2dLaunch = GemmLaunch<Conv2dGeom>;
@@ -80,6 +82,11 @@ kernel_table! {
         dropout_fwd_f32(x: Out<f32>, a: Val<DropoutArgs>);
         dropout_bwd_f32(dy: Out<f32>, a: Val<DropoutArgs>);
     }
+    embedding (EMBEDDING_SRC, EMBEDDING_PTX) {
+        embedding_fwd_f32(ids: In<u32>, params: In<f32>, out: Out<f32>, fault: Out<u32>, g: Val<EmbeddingGeom>);
+        embedding_bwd_zero_f32(grads: Out<f32>, g: Val<EmbeddingGeom>);
+        embedding_bwd_f32(ids: In<u32>, dout: In<f32>, grads: Out<f32>, fault: Out<u32>, g: Val<EmbeddingGeom>);
+    }
     finite (FINITE_SRC, FINITE_PTX) {
         guard_finite_f32(values: In<f32>, loss: In<f32>, guard: Out<u32>, step: Val<u32>, n: Val<u64>);
     }
@@ -110,9 +117,16 @@ kernel_table! {
         maxpool2d_fwd_f32(x: In<f32>, y: Out<f32>, g: Val<PoolGeom>);
         maxpool2d_bwd_f32(x: In<f32>, dy: In<f32>, dx: Out<f32>, g: Val<PoolGeom>);
     }
+    mse (MSE_SRC, MSE_PTX) {
+        mse_fwd_bwd_f32(y: In<f32>, target: In<f32>, dy: Out<f32>, loss_sum: Out<f32>, g: Val<MseGeom>);
+        mse_fwd_f32(y: In<f32>, target: In<f32>, loss_sum: Out<f32>, g: Val<MseGeom>);
+    }
     relu (RELU_SRC, RELU_PTX) {
         relu_fwd_f32(x: Out<f32>, n: Val<u64>);
         relu_bwd_f32(y: In<f32>, dy: Out<f32>, n: Val<u64>);
+    }
+    sgd (SGD_SRC, SGD_PTX) {
+        sgd_step_f32(params: Out<f32>, grads: In<f32>, guard: In<u32>, minus_lr: Val<f32>, n: Val<u64>);
     }
 }
 
@@ -151,9 +165,11 @@ mod tests {
         Conv2dGeom => "Conv2dGeom",
         Conv2dLaunch => "Conv2dLaunch",
         DropoutArgs => "DropoutArgs",
+        EmbeddingGeom => "EmbeddingGeom",
         GatherArgs => "GatherArgs",
         LinearGeom => "LinearGeom",
         LinearLaunch => "LinearLaunch",
+        MseGeom => "MseGeom",
         PoolGeom => "PoolGeom",
     }
 

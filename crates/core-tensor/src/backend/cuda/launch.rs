@@ -15,7 +15,9 @@ use cudarc::driver::{
 
 use super::Cuda;
 use super::gemm::GemmLaunch;
-use crate::ops::{AdamScalars, ClassGeom, Conv2dGeom, LinearGeom, PoolGeom};
+use crate::ops::{
+    AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, PoolGeom,
+};
 use crate::{Elem, Error, Result};
 
 /// Launch parameters of the dropout kernels; mirrored by `DropoutArgs` in
@@ -55,6 +57,11 @@ unsafe impl DeviceRepr for LinearGeom {}
 // SAFETY: repr(C), two usize fields, mirrored by `ClassGeom` in
 // cross_entropy.cu and accuracy.cu.
 unsafe impl DeviceRepr for ClassGeom {}
+// SAFETY: repr(C), four usize fields, mirrored by `EmbeddingGeom` in
+// embedding.cu.
+unsafe impl DeviceRepr for EmbeddingGeom {}
+// SAFETY: repr(C), two usize fields, mirrored by `MseGeom` in mse.cu.
+unsafe impl DeviceRepr for MseGeom {}
 // SAFETY: repr(C), seven f32 fields, mirrored by `AdamScalars` in adam.cu.
 unsafe impl DeviceRepr for AdamScalars {}
 // SAFETY: repr(C), two u64 then two f32 fields (no padding), mirrored by

@@ -15,11 +15,14 @@ use std::sync::LazyLock;
 use anyhow::Context as _;
 use core_tensor::ops::{ClassGeom, Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
-use rand::{RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
-use super::cnn_buffers::Activations;
-use super::{GradsReady, Mode, Model};
+mod buffers;
+mod data;
+
+pub use buffers::{ActivationGrads, Activations};
+pub use data::DeviceSplit;
+
+use super::{GradsReady, Metric, Mode, Model, pytorch_default_init};
 
 /// Values in the flat parameter buffer.
 pub const PARAM_COUNT: usize = 1_199_882;
@@ -154,23 +157,10 @@ impl CnnMnist {
         cnn_layout()
     }
 
-    /// PyTorch's default distributions: for both `Conv2d` and `Linear`,
-    /// weights (kaiming-uniform with a = √5) and biases are uniform in
-    /// ±1/√fan_in. ChaCha8 words turned into floats here, not by `rand`'s
-    /// distributions, so the values stay the same across `rand` releases.
+    /// PyTorch's default distributions (see [`pytorch_default_init`]).
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut params = Vec::with_capacity(PARAM_COUNT);
-        for (_, shape, fan_in) in param_specs() {
-            let bound = 1.0 / (fan_in as f32).sqrt();
-            let count: usize = shape.iter().product();
-            params.extend((0..count).map(|_| {
-                // 24 random bits: a uniform f32 in [0, 1), exactly.
-                let unit = (rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32;
-                (2.0 * unit - 1.0) * bound
-            }));
-        }
-        params
+        let tensors = param_specs().map(|(_, shape, fan_in)| (shape.iter().product(), fan_in));
+        pytorch_default_init(seed, &tensors)
     }
 
     /// The two dropout layers' seeds for one step: independent streams.
@@ -199,6 +189,14 @@ fn classes(batch: usize) -> ClassGeom {
 impl<B: Ops> Model<B> for CnnMnist {
     type Buffers = Activations<B>;
 
+    fn kind(&self) -> &'static str {
+        "cnn"
+    }
+
+    fn metric(&self) -> Metric {
+        Metric::Accuracy
+    }
+
     fn layout(&self) -> &FlatLayout {
         cnn_layout()
     }
@@ -209,13 +207,6 @@ impl<B: Ops> Model<B> for CnnMnist {
 
     fn buffers(&self, backend: &B, batch: usize, train: bool) -> Result<Activations<B>> {
         Activations::new(backend, batch, train)
-    }
-
-    fn inputs<'a>(
-        &self,
-        act: &'a mut Activations<B>,
-    ) -> (&'a mut B::Storage<f32>, &'a mut B::Storage<u8>) {
-        (&mut act.x, &mut act.labels)
     }
 
     fn forward(
@@ -229,12 +220,7 @@ impl<B: Ops> Model<B> for CnnMnist {
         self.forward_head(b, act, params, mode)
     }
 
-    fn count_correct(
-        &self,
-        b: &B,
-        act: &Activations<B>,
-        correct: &mut B::Storage<f32>,
-    ) -> Result<()> {
+    fn metric_sum(&self, b: &B, act: &Activations<B>, correct: &mut B::Storage<f32>) -> Result<()> {
         b.count_correct(&classes(act.batch), &act.logits, &act.labels, correct)
     }
 
@@ -412,5 +398,4 @@ impl CnnMnist {
 }
 
 #[cfg(test)]
-#[path = "cnn_tests.rs"]
 mod tests;

@@ -2,7 +2,7 @@
 
 use core_tensor::{Ops, Result};
 
-use super::cnn::{CONV1, CONV2, FC1, FC2};
+use super::{CONV1, CONV2, FC1, FC2};
 
 /// Every buffer one forward/backward pass over `batch` images needs,
 /// allocated once and reused step after step.
@@ -31,6 +31,12 @@ pub struct ActivationGrads<B: Ops> {
     pub(crate) dpooled: B::Storage<f32>,
     pub(super) da2: B::Storage<f32>,
     pub(super) da1: B::Storage<f32>,
+}
+
+impl<B: Ops> AsMut<Activations<B>> for Activations<B> {
+    fn as_mut(&mut self) -> &mut Activations<B> {
+        self
+    }
 }
 
 impl<B: Ops> Activations<B> {

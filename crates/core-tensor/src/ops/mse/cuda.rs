@@ -1,0 +1,30 @@
+use cudarc::driver::CudaSlice;
+
+use super::{MseGeom, MseKernel};
+use crate::backend::cuda::gemm::check_i32;
+use crate::backend::cuda::kernels;
+use crate::backend::cuda::launch::ONE_REDUCE_BLOCK;
+use crate::{Cuda, Result};
+
+impl MseKernel for Cuda {
+    fn mse_fwd_bwd(
+        &self,
+        g: &MseGeom,
+        y: &CudaSlice<f32>,
+        target: &CudaSlice<f32>,
+        dy: Option<&mut CudaSlice<f32>>,
+        loss_sum: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        g.check::<Self>(y, target, dy.as_deref(), loss_sum)?;
+        check_i32("mse", &[y.len()])?;
+        match dy {
+            // SAFETY: `y`, `target` and `dy` were checked against `g`,
+            // `loss_sum` holds one element; the kernel reduces with one block.
+            Some(dy) => unsafe {
+                kernels::mse_fwd_bwd_f32(self, ONE_REDUCE_BLOCK, y, target, dy, loss_sum, g)
+            },
+            // SAFETY: as above, without `dy`.
+            None => unsafe { kernels::mse_fwd_f32(self, ONE_REDUCE_BLOCK, y, target, loss_sum, g) },
+        }
+    }
+}

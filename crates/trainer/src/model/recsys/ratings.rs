@@ -1,0 +1,211 @@
+//! MovieLens `ratings.csv` (`userId,movieId,rating,timestamp`, the
+//! ml-latest-small and ml-25m format), never loaded whole: one streaming
+//! pass validates every line and splits the file into chunks at line
+//! starts (about a 64th of the file, from 4 KiB to [`CHUNK_BYTES`]), counting each chunk's training and test
+//! ratings; afterwards a rank reads only its own chunks, one at a time.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use core_tensor::rng;
+
+/// User and movie ids index embedding rows: at most this many of each.
+pub const MAX_ID: u32 = 1 << 24;
+/// The most a chunk grows to before the next line starts a new one.
+pub const CHUNK_BYTES: u64 = 1 << 20;
+/// Chunks per file when that keeps them between 4 KiB and [`CHUNK_BYTES`]:
+/// enough for the ranks' shards to stay balanced on a small file.
+const CHUNKS: u64 = 64;
+const HEADER: &str = "userId,movieId,rating";
+
+/// One rating.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rating {
+    pub user: u32,
+    pub item: u32,
+    pub rating: f32,
+}
+
+impl Rating {
+    /// The held-out 10%: a deterministic hash of (user, movie), so every
+    /// rank and every run agree without coordination.
+    pub fn is_test(&self) -> bool {
+        rng::derive_seed(0x7e57, &[u64::from(self.user), u64::from(self.item)]) % 10 == 0
+    }
+}
+
+/// A run of whole lines: bytes `start..end`, the first being line `first_line`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chunk {
+    pub start: u64,
+    pub end: u64,
+    pub first_line: u64,
+    pub train: usize,
+    pub test: usize,
+}
+
+/// What the first pass learned about a ratings file.
+#[derive(Clone, Debug)]
+pub struct RatingsIndex {
+    pub path: PathBuf,
+    /// One more than the largest user id, and movie id.
+    pub users: u32,
+    pub items: u32,
+    pub chunks: Vec<Chunk>,
+    /// Mean and standard deviation of the training ratings.
+    pub mean: f64,
+    pub std: f64,
+}
+
+/// Parses line number `number` (from 1) of the file.
+pub fn parse_line(line: &str, number: u64) -> anyhow::Result<Rating> {
+    let bad = |why: &str| {
+        anyhow::anyhow!(
+            "line {number}: {why} (want `userId,movieId,rating,timestamp`, got {:?})",
+            line.chars().take(80).collect::<String>()
+        )
+    };
+    let mut fields = line.split(',');
+    let mut id = |what: &str| -> anyhow::Result<u32> {
+        let field = fields.next().ok_or_else(|| bad(&format!("no {what}")))?;
+        let id: u64 = field
+            .trim()
+            .parse()
+            .map_err(|_| bad(&format!("{what} is not a whole number")))?;
+        if id >= u64::from(MAX_ID) {
+            bail!(
+                "line {number}: {what} {id} is beyond the limit of {} (ids index embedding rows; renumber the ids)",
+                MAX_ID - 1
+            );
+        }
+        Ok(id as u32)
+    };
+    let (user, item) = (id("userId")?, id("movieId")?);
+    let rating: f32 = fields
+        .next()
+        .and_then(|f| f.trim().parse().ok())
+        .filter(|r: &f32| r.is_finite())
+        .ok_or_else(|| bad("the rating is not a number"))?;
+    if fields.next().is_none() {
+        return Err(bad("no timestamp"));
+    }
+    Ok(Rating { user, item, rating })
+}
+
+impl RatingsIndex {
+    /// The first pass over `path`: streams the file once.
+    pub fn build(path: &Path) -> anyhow::Result<Self> {
+        let file = File::open(path).with_context(|| {
+            format!(
+                "--ratings {}: cannot open it (cargo xtask fetch-data movielens downloads one)",
+                path.display()
+            )
+        })?;
+        let size = file.metadata().map_or(0, |m| m.len());
+        let chunk_bytes = (size / CHUNKS).clamp(4096, CHUNK_BYTES);
+        let mut reader = BufReader::with_capacity(1 << 16, file);
+        let mut line = String::new();
+        let mut offset = reader.read_line(&mut line)? as u64;
+        if offset == 0 {
+            bail!("--ratings {}: the file is empty", path.display());
+        }
+        if !line.starts_with(HEADER) {
+            bail!(
+                "--ratings {}: line 1 is not the header `{HEADER},timestamp` of MovieLens ratings.csv",
+                path.display()
+            );
+        }
+        let (mut users, mut items) = (0u32, 0u32);
+        let (mut sum, mut sum_sq) = (0.0f64, 0.0f64);
+        let mut chunks = Vec::new();
+        let mut chunk = Chunk {
+            start: offset,
+            end: offset,
+            first_line: 2,
+            train: 0,
+            test: 0,
+        };
+        for number in 2.. {
+            line.clear();
+            let read = reader
+                .read_line(&mut line)
+                .with_context(|| format!("--ratings {}: line {number}", path.display()))?;
+            if read == 0 {
+                break;
+            }
+            let r = parse_line(line.trim_end_matches(['\n', '\r']), number)
+                .with_context(|| format!("--ratings {}", path.display()))?;
+            (users, items) = (users.max(r.user + 1), items.max(r.item + 1));
+            if r.is_test() {
+                chunk.test += 1;
+            } else {
+                chunk.train += 1;
+                sum += f64::from(r.rating);
+                sum_sq += f64::from(r.rating) * f64::from(r.rating);
+            }
+            offset += read as u64;
+            chunk.end = offset;
+            if chunk.end - chunk.start >= chunk_bytes {
+                let next = Chunk {
+                    start: offset,
+                    end: offset,
+                    first_line: number + 1,
+                    train: 0,
+                    test: 0,
+                };
+                chunks.push(std::mem::replace(&mut chunk, next));
+            }
+        }
+        if chunk.end > chunk.start {
+            chunks.push(chunk);
+        }
+        let train: usize = chunks.iter().map(|c| c.train).sum();
+        if train == 0 {
+            bail!("--ratings {}: no training ratings in it", path.display());
+        }
+        let mean = sum / train as f64;
+        Ok(Self {
+            path: path.to_path_buf(),
+            users,
+            items,
+            chunks,
+            mean,
+            std: (sum_sq / train as f64 - mean * mean).max(0.0).sqrt(),
+        })
+    }
+
+    /// Training and test ratings in the whole file.
+    pub fn counts(&self) -> (usize, usize) {
+        let train = self.chunks.iter().map(|c| c.train).sum();
+        (train, self.chunks.iter().map(|c| c.test).sum())
+    }
+
+    /// The ratings of chunk `i` (read from disk now), appended to `out`;
+    /// `test` picks the held-out ones or the others.
+    pub fn read_chunk(&self, i: usize, test: bool, out: &mut Vec<Rating>) -> anyhow::Result<()> {
+        let c = &self.chunks[i];
+        let mut file = File::open(&self.path)
+            .with_context(|| format!("--ratings {}: reopening it", self.path.display()))?;
+        file.seek(SeekFrom::Start(c.start))?;
+        let mut bytes = Vec::with_capacity((c.end - c.start) as usize);
+        file.take(c.end - c.start).read_to_end(&mut bytes)?;
+        let text = std::str::from_utf8(&bytes).with_context(|| {
+            format!(
+                "--ratings {}: lines from {} are not UTF-8 (did the file change?)",
+                self.path.display(),
+                c.first_line
+            )
+        })?;
+        for (n, line) in text.lines().enumerate() {
+            let r = parse_line(line, c.first_line + n as u64).with_context(|| {
+                format!("--ratings {} (did the file change?)", self.path.display())
+            })?;
+            if r.is_test() == test {
+                out.push(r);
+            }
+        }
+        Ok(())
+    }
+}

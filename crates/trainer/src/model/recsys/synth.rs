@@ -1,0 +1,74 @@
+//! MovieLens-format ratings with learnable structure, for tests and
+//! benchmarks on machines without the real data: every user and movie has
+//! four hidden factors and an offset, and a rating is their dot product
+//! plus the offsets around 3.5, clamped to 0.5..5 and rounded to halves,
+//! as MovieLens ratings are.
+
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use anyhow::Context;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::model::unit_f32;
+
+const FACTORS: usize = 4;
+
+/// Writes `rows` ratings by `users` users of `movies` movies (sparse movie
+/// ids, as MovieLens has) to `path`, the same for the same `seed`.
+pub fn write_ratings(
+    path: &Path,
+    rows: u64,
+    users: u32,
+    movies: u32,
+    seed: u64,
+) -> anyhow::Result<()> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let uniform = |rng: &mut ChaCha8Rng| 2.0 * unit_f32(rng) - 1.0;
+    let factors = |n: u32, rng: &mut ChaCha8Rng| -> Vec<f32> {
+        (0..n as usize * (FACTORS + 1))
+            .map(|_| uniform(rng))
+            .collect()
+    };
+    let (u, m) = (factors(users, &mut rng), factors(movies, &mut rng));
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut out = BufWriter::new(file);
+    writeln!(out, "userId,movieId,rating,timestamp")?;
+    for row in 0..rows {
+        let user = (rng.next_u32_below(users)) as usize;
+        let movie = (rng.next_u32_below(movies)) as usize;
+        let (fu, fm) = (
+            &u[user * (FACTORS + 1)..][..FACTORS + 1],
+            &m[movie * (FACTORS + 1)..][..FACTORS + 1],
+        );
+        let dot: f32 = fu[..FACTORS]
+            .iter()
+            .zip(&fm[..FACTORS])
+            .map(|(a, b)| a * b)
+            .sum();
+        let rating = (3.5 + 0.8 * dot + 0.6 * (fu[FACTORS] + fm[FACTORS])).clamp(0.5, 5.0);
+        let rating = (rating * 2.0).round() / 2.0;
+        writeln!(
+            out,
+            "{},{},{rating:.1},{}",
+            user + 1,
+            movie * 3 + 1,
+            964_982_703 + row
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// A uniform draw below `n` (`n` ≥ 1) from one ChaCha8 word.
+trait Below {
+    fn next_u32_below(&mut self, n: u32) -> u32;
+}
+
+impl Below for ChaCha8Rng {
+    fn next_u32_below(&mut self, n: u32) -> u32 {
+        ((u64::from(rand::RngCore::next_u32(self)) * u64::from(n)) >> 32) as u32
+    }
+}

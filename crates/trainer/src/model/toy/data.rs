@@ -1,0 +1,107 @@
+//! The toy model's synthetic data set, generated from the run's seed: inputs
+//! uniform in ±1, targets a fixed random linear teacher's outputs plus a
+//! little uniform noise, so that the loss can fall. Small enough to live in
+//! host memory; each batch is copied to the device.
+
+use core_tensor::{Ops, rng};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::{IN_FEATURES, OUT_FEATURES, ToyBuffers};
+use crate::data::{Batches, EpochPlan, Order};
+use crate::model::unit_f32;
+
+/// The amplitude of the uniform noise added to the teacher's outputs.
+const NOISE: f32 = 0.05;
+
+/// `len` samples of `IN_FEATURES` inputs and `OUT_FEATURES` targets.
+#[derive(Debug)]
+pub struct ToyData {
+    x: Vec<f32>,
+    y: Vec<f32>,
+    len: usize,
+    plan: EpochPlan,
+    /// One batch, gathered on the host before its copy to the device.
+    batch_x: Vec<f32>,
+    batch_y: Vec<f32>,
+}
+
+impl ToyData {
+    /// `len` samples, the same for the same `seed` on every machine.
+    pub fn generate(seed: u64, len: usize) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(rng::derive_seed(seed, &[0x7079]));
+        let mut uniform = |bound: f32| (2.0 * unit_f32(&mut rng) - 1.0) * bound;
+        let teacher_w: Vec<f32> = (0..OUT_FEATURES * IN_FEATURES)
+            .map(|_| uniform(1.0))
+            .collect();
+        let teacher_b: Vec<f32> = (0..OUT_FEATURES).map(|_| uniform(0.5)).collect();
+        let x: Vec<f32> = (0..len * IN_FEATURES).map(|_| uniform(1.0)).collect();
+        let mut y = Vec::with_capacity(len * OUT_FEATURES);
+        for row in x.chunks(IN_FEATURES) {
+            for (w, &b) in teacher_w.chunks(IN_FEATURES).zip(&teacher_b) {
+                let dot: f32 = w.iter().zip(row).map(|(w, x)| w * x).sum();
+                y.push(dot + b + uniform(NOISE));
+            }
+        }
+        Self {
+            x,
+            y,
+            len,
+            plan: EpochPlan::default(),
+            batch_x: Vec::new(),
+            batch_y: Vec::new(),
+        }
+    }
+}
+
+impl<B: Ops> Batches<B, ToyBuffers<B>> for ToyData {
+    fn sample_count(&self) -> usize {
+        self.len
+    }
+
+    fn start_epoch(
+        &mut self,
+        _: &B,
+        order: &Order,
+        epoch: u64,
+        batch: usize,
+    ) -> anyhow::Result<Vec<usize>> {
+        self.plan = order.plan(self.len, epoch, batch)?;
+        Ok(self.plan.sizes())
+    }
+
+    fn fill(&mut self, backend: &B, step: usize, buf: &mut ToyBuffers<B>) -> anyhow::Result<()> {
+        let Some(positions) = self.plan.batches.get(step) else {
+            anyhow::bail!("batch {step} is not in this epoch");
+        };
+        self.batch_x.clear();
+        self.batch_y.clear();
+        for &i in &self.plan.indices[positions.clone()] {
+            self.batch_x
+                .extend_from_slice(&self.x[i * IN_FEATURES..(i + 1) * IN_FEATURES]);
+            self.batch_y
+                .extend_from_slice(&self.y[i * OUT_FEATURES..(i + 1) * OUT_FEATURES]);
+        }
+        backend.write_range(&self.batch_x, &mut buf.x, 0)?;
+        backend.write_range(&self.batch_y, &mut buf.target, 0)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_data_is_a_function_of_the_seed() {
+        let (a, b, c) = (
+            ToyData::generate(1, 50),
+            ToyData::generate(1, 50),
+            ToyData::generate(2, 50),
+        );
+        assert_eq!((&a.x, &a.y), (&b.x, &b.y));
+        assert_ne!(a.y, c.y);
+        assert_eq!((a.x.len(), a.y.len()), (500, 250));
+        assert!(a.x.iter().all(|v| v.abs() <= 1.0));
+    }
+}

@@ -1,0 +1,70 @@
+//! What the ranks train on, by `--model`: FashionMNIST for the CNN,
+//! generated samples for the toy, a MovieLens ratings index for recsys.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use fashion_mnist::FashionMnist;
+
+use crate::cli::{Cli, ModelChoice};
+use crate::model::recsys::RatingsIndex;
+
+/// What the ranks train on, loaded before the device is chosen.
+pub(super) enum Dataset {
+    Fashion {
+        data: FashionMnist,
+        dir: PathBuf,
+    },
+    Toy {
+        samples: usize,
+    },
+    Recsys {
+        index: Arc<RatingsIndex>,
+        dim: usize,
+    },
+}
+
+impl Dataset {
+    pub(super) fn load(cli: &Cli) -> anyhow::Result<Self> {
+        Ok(match cli.model {
+            ModelChoice::Cnn => {
+                let dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
+                let data = FashionMnist::load(&dir)?;
+                Dataset::Fashion { data, dir }
+            }
+            ModelChoice::Toy => Dataset::Toy {
+                samples: usize::try_from(cli.samples.unwrap_or(8192))?,
+            },
+            ModelChoice::Recsys => {
+                let path = cli
+                    .ratings
+                    .as_deref()
+                    .context("--model recsys needs --ratings")?;
+                Dataset::Recsys {
+                    index: Arc::new(RatingsIndex::build(path)?),
+                    dim: cli.embedding_dim.unwrap_or(32) as usize,
+                }
+            }
+        })
+    }
+
+    /// For the start-up line.
+    pub(super) fn describe(&self, seed: u64) -> String {
+        match self {
+            Dataset::Fashion { dir, .. } => format!("data from {}", dir.display()),
+            Dataset::Toy { samples } => {
+                format!("model toy, {samples} synthetic samples from seed {seed}")
+            }
+            Dataset::Recsys { index, .. } => {
+                let (train, test) = index.counts();
+                format!(
+                    "model recsys, {train} training and {test} test ratings from {} (ratings' mean {:.3}, std {:.3})",
+                    index.path.display(),
+                    index.mean,
+                    index.std
+                )
+            }
+        }
+    }
+}
