@@ -1,6 +1,6 @@
 use rayon::prelude::*;
 
-use super::{Conv2dGeom, Conv2dKernel};
+use super::{Conv2dGeom, Conv2dKernel, winograd};
 use crate::gemm::{MatMut, MatRef, matmul};
 use crate::ops::ParamAt;
 use crate::{Cpu, Result};
@@ -18,13 +18,27 @@ impl Conv2dKernel for Cpu {
         let (w, b) = (&params[at.weight.clone()], &params[at.bias.clone()]);
         let (in_len, out_len, ohw) = (g.in_image_len(), g.out_image_len(), g.out_h() * g.out_w());
         let per_group = g.batch.div_ceil(self.threads()).max(1);
+        // Winograd's transformed weights are computed once and shared by
+        // every image.
+        let u = winograd::applies(g).then(|| winograd::transform_weights(g, w));
         // Images are split into one contiguous group per thread; each group
-        // reuses one im2col scratch buffer, sized to stay in L2.
+        // reuses one scratch buffer (im2col or Winograd), sized to stay in L2.
         self.for_each_chunk(y, per_group * out_len, |group, y_group| {
-            let mut col = vec![0.0; g.patch_len() * ohw];
-            for (i, y_n) in y_group.chunks_mut(out_len).enumerate() {
+            let images = y_group.chunks_mut(out_len).enumerate();
+            let x_of = |i: usize| {
                 let n = group * per_group + i;
-                im2col(g, &x[n * in_len..(n + 1) * in_len], &mut col);
+                &x[n * in_len..(n + 1) * in_len]
+            };
+            if let Some(u) = &u {
+                let mut scratch = winograd::Scratch::new(g);
+                for (i, y_n) in images {
+                    winograd::forward_image(g, u, b, x_of(i), y_n, &mut scratch);
+                }
+                return;
+            }
+            let mut col = vec![0.0; g.patch_len() * ohw];
+            for (i, y_n) in images {
+                im2col(g, x_of(i), &mut col);
                 for (row, &bias) in y_n.chunks_mut(ohw).zip(b) {
                     row.fill(bias);
                 }
@@ -53,7 +67,13 @@ impl Conv2dKernel for Cpu {
         g.lens()?
             .check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         let w = &params[at.weight.clone()];
-        let (wlen, blen) = (g.weight_len(), g.out_channels);
+        let u = winograd::applies(g).then(|| winograd::transform_weights(g, w));
+        // A group's partial weight gradient: in Winograd's transformed
+        // domain on that path, turned into dW once the partials are summed.
+        let (wlen, blen) = match u {
+            Some(_) => (winograd::weight_len(g), g.out_channels),
+            None => (g.weight_len(), g.out_channels),
+        };
         let groups = self.threads().min(g.batch).max(1);
         let per_group = g.batch.div_ceil(groups);
         // Each group of images accumulates its own partial dW/db; the partials
@@ -63,7 +83,10 @@ impl Conv2dKernel for Cpu {
         let group_work = |group: usize, partial: &mut [f32], dx: Option<&mut [f32]>| {
             let first = group * per_group;
             let images = first..(first + per_group).min(g.batch);
-            bwd_group(g, x, w, dy, images, partial, dx);
+            match &u {
+                Some(u) => winograd_bwd_group(g, x, u, dy, images, partial, dx),
+                None => bwd_group(g, x, w, dy, images, partial, dx),
+            }
         };
         let in_group = per_group * g.in_image_len();
         match dx {
@@ -82,20 +105,44 @@ impl Conv2dKernel for Cpu {
                     .for_each(|(i, p)| group_work(i, p, None))
             }),
         }
-        let (dw, db) = (at.weight.clone(), at.bias.clone());
-        grads[dw.clone()].copy_from_slice(&partials[..wlen]);
-        grads[db.clone()].copy_from_slice(&partials[wlen..wlen + blen]);
-        for partial in partials.chunks(wlen + blen).skip(1) {
-            grads[dw.clone()]
-                .iter_mut()
-                .zip(&partial[..wlen])
-                .for_each(|(a, b)| *a += b);
-            grads[db.clone()]
-                .iter_mut()
-                .zip(&partial[wlen..])
-                .for_each(|(a, b)| *a += b);
+        let (sum, rest) = partials.split_at_mut(wlen + blen);
+        for partial in rest.chunks(wlen + blen) {
+            sum.iter_mut().zip(partial).for_each(|(a, b)| *a += b);
         }
+        let (dw, db) = sum.split_at(wlen);
+        match u {
+            Some(_) => winograd::weight_grad(g, dw, &mut grads[at.weight.clone()]),
+            None => grads[at.weight.clone()].copy_from_slice(dw),
+        }
+        grads[at.bias.clone()].copy_from_slice(db);
         Ok(())
+    }
+}
+
+/// [`bwd_group`] on the Winograd path: `partial` is `[dU | db]`, with `dU`
+/// the transformed weight gradient.
+fn winograd_bwd_group(
+    g: &Conv2dGeom,
+    x: &[f32],
+    u: &[f32],
+    dy: &[f32],
+    images: std::ops::Range<usize>,
+    partial: &mut [f32],
+    mut dx: Option<&mut [f32]>,
+) {
+    let (in_len, out_len, ohw) = (g.in_image_len(), g.out_image_len(), g.out_h() * g.out_w());
+    let (du, db) = partial.split_at_mut(winograd::weight_len(g));
+    let mut scratch = winograd::Scratch::new(g);
+    for (i, n) in images.enumerate() {
+        let dy_n = &dy[n * out_len..(n + 1) * out_len];
+        for (acc, row) in db.iter_mut().zip(dy_n.chunks(ohw)) {
+            *acc += row.iter().sum::<f32>();
+        }
+        let dx_n = dx
+            .as_deref_mut()
+            .map(|d| &mut d[i * in_len..(i + 1) * in_len]);
+        let x_n = &x[n * in_len..(n + 1) * in_len];
+        winograd::backward_image(g, u, x_n, dy_n, du, i == 0, dx_n, &mut scratch);
     }
 }
 

@@ -1,10 +1,13 @@
 //! 2-D convolution, NCHW input, OIHW weight, per-channel bias, square kernel,
-//! stride and zero padding. Computed as im2col + GEMM.
+//! stride and zero padding. Computed as im2col + GEMM, except on the CPU
+//! for 3×3 stride-1 kernels over several input channels, which take
+//! Winograd F(2×2, 3×3) (see `winograd.rs`).
 
 mod cpu;
 mod cuda;
 #[cfg(test)]
 mod tests;
+mod winograd;
 
 use super::{LayerLens, ParamAt};
 use crate::{Backend, Error, Result};
