@@ -255,3 +255,121 @@ fn matches_pytorch_reference_values() {
     );
     assert_close("db", &grads[36..], &[1.447567, 1.423617], 1e-5);
 }
+
+/// The backward pass by its definition, in f64: `(dx, dW)`.
+fn naive_conv_bwd(g: &Conv2dGeom, x: &[f32], w: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let (k, (oh_n, ow_n)) = (g.kernel, (g.out_h(), g.out_w()));
+    let (mut dx, mut dw) = (vec![0.0f64; x.len()], vec![0.0f64; w.len()]);
+    for n in 0..g.batch {
+        for o in 0..g.out_channels {
+            for (oh, ow) in (0..oh_n).flat_map(|oh| (0..ow_n).map(move |ow| (oh, ow))) {
+                let d = f64::from(dy[((n * g.out_channels + o) * oh_n + oh) * ow_n + ow]);
+                for (c, kh, kw) in (0..g.in_channels)
+                    .flat_map(|c| (0..k).flat_map(move |kh| (0..k).map(move |kw| (c, kh, kw))))
+                {
+                    let ih = (oh * g.stride + kh).checked_sub(g.padding);
+                    let iw = (ow * g.stride + kw).checked_sub(g.padding);
+                    let (Some(ih), Some(iw)) = (ih, iw) else {
+                        continue;
+                    };
+                    if ih >= g.in_h || iw >= g.in_w {
+                        continue;
+                    }
+                    let xi = ((n * g.in_channels + c) * g.in_h + ih) * g.in_w + iw;
+                    let wi = ((o * g.in_channels + c) * k + kh) * k + kw;
+                    dx[xi] += d * f64::from(w[wi]);
+                    dw[wi] += d * f64::from(x[xi]);
+                }
+            }
+        }
+    }
+    let f32s = |v: Vec<f64>| v.into_iter().map(|v| v as f32).collect();
+    (f32s(dx), f32s(dw))
+}
+
+/// The largest error of `got` against `want`, relative to the largest
+/// magnitude in `want` (element-wise ratios would measure the cancellation
+/// near zero that every summation order suffers, not the method).
+fn max_rel_error(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0.0f32, |m, w| m.max(w.abs()));
+    let err = got.iter().zip(want).map(|(g, w)| (g - w).abs());
+    err.fold(0.0, f32::max) / scale
+}
+
+/// CNN_MNIST's conv2 (32→64, 3×3 over 26×26) takes the Winograd path; its
+/// forward pass, input and weight gradients stay within 1e-5 of the f64
+/// definition (the measured maxima are in docs/benchmarks.md; print them
+/// with `--nocapture`). Also a padded, odd-sized case (partial tiles).
+#[test]
+fn winograd_path_matches_the_definition_on_conv2s_shape() {
+    let conv2 = Conv2dGeom {
+        batch: 2,
+        in_channels: 32,
+        in_h: 26,
+        in_w: 26,
+        out_channels: 64,
+        kernel: 3,
+        stride: 1,
+        padding: 0,
+    };
+    let odd = Conv2dGeom {
+        batch: 3,
+        in_channels: 5,
+        in_h: 9,
+        in_w: 6,
+        out_channels: 3,
+        padding: 1,
+        ..conv2
+    };
+    for g in [conv2, odd] {
+        assert!(winograd::applies(&g));
+        let c = case(&g, 21);
+        let (w, b) = (&c.params[c.at.weight.clone()], &c.params[c.at.bias.clone()]);
+        let y = forward(&cpu(), &g, &c.x, &c.params, &c.at);
+        let dy = uniform(22, y.len(), -1.0, 1.0);
+        let (mut grads, mut dx) = (vec![0.0; c.params.len()], vec![0.0; c.x.len()]);
+        cpu()
+            .conv2d_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut grads, Some(&mut dx))
+            .unwrap();
+        let (want_dx, want_dw) = naive_conv_bwd(&g, &c.x, w, &dy);
+        let errors = [
+            ("y", max_rel_error(&y, &naive_conv(&g, &c.x, w, b))),
+            ("dx", max_rel_error(&dx, &want_dx)),
+            ("dW", max_rel_error(&grads[c.at.weight.clone()], &want_dw)),
+        ];
+        println!("winograd max relative error, {g:?}: {errors:?}");
+        for (what, err) in errors {
+            assert!(err <= 1e-5, "{what}: max relative error {err}");
+        }
+    }
+}
+
+#[test]
+fn winograd_path_is_deterministic_and_splits_images_like_the_direct_one() {
+    let g = Conv2dGeom {
+        batch: 5,
+        ..geoms()[0]
+    };
+    assert!(winograd::applies(&g));
+    let c = case(&g, 8);
+    let three = Cpu::new(3).unwrap();
+    assert_eq!(
+        forward(&three, &g, &c.x, &c.params, &c.at),
+        forward(&cpu(), &g, &c.x, &c.params, &c.at)
+    );
+    let dy = uniform(9, g.batch * g.out_image_len(), -1.0, 1.0);
+    let run = |b: &Cpu| {
+        let (mut grads, mut dx) = (vec![0.0; c.params.len()], vec![0.0; c.x.len()]);
+        b.conv2d_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut grads, Some(&mut dx))
+            .unwrap();
+        (grads, dx)
+    };
+    let ((g1, dx1), (g3, dx3)) = (run(&cpu()), run(&three));
+    assert_eq!(dx1, dx3, "dx is computed per image");
+    assert_close("dW across thread counts", &g3, &g1, 1e-5);
+    assert_eq!(
+        run(&three),
+        (g3, dx3),
+        "a fixed thread count is deterministic"
+    );
+}

@@ -1,9 +1,8 @@
 //! Winograd F(2×2, 3×3) for the CPU's 3×3, stride-1 convolutions (Lavin &
 //! Gray, 2015): each 2×2 block of outputs comes from a 4×4 input tile, and
-//! the 3×3 products of a direct convolution become 16 element-wise products
-//! in a transformed domain, one GEMM per tile position over all channels.
-//! That is 2.25× fewer multiplications than im2col + GEMM, for the forward
-//! pass, the input gradient and the weight gradient alike:
+//! its 36 products become 16 in a transformed domain, one GEMM per tile
+//! position over all channels: 2.25× fewer multiplications than im2col +
+//! GEMM, for the forward pass, the input and the weight gradient alike:
 //!
 //! ```text
 //! forward   Y  = Aᵀ [ U ⊙ V ] A        U = G w Gᵀ,  V = Bᵀ d B
@@ -14,12 +13,14 @@
 //! The backward formulas are the exact adjoints of the forward one, so the
 //! three stay consistent; outputs past an odd edge are computed and
 //! dropped, inputs past the border (padding, or a partial tile) read zero.
-//! The constants are 0, ±1 and ½, so the transforms round little: against
-//! the f64 definition the largest relative error on CNN_MNIST's conv2 shape
-//! is documented in docs/benchmarks.md, and the op's tests bound it.
+//! The constants are 0, ±1 and ½, so the transforms round little: on
+//! CNN_MNIST's conv2 shape the largest error against the f64 definition,
+//! relative to the largest magnitude, was 2.2e-7 (y), 2.8e-7 (dx) and
+//! 5.4e-7 (dW), where im2col + GEMM gave 6.5e-7, 1.8e-7 and 5.0e-7 (the
+//! op's tests hold it under 1e-5).
 //!
-//! Buffers hold one image, laid out `[16 tile positions][channels][tiles]`,
-//! so each tile position's product is one row-major GEMM.
+//! Buffers hold one image as `[16 tile positions][channels][tiles]`: each
+//! position's product is one GEMM; transforms run a row of tiles at a time.
 
 use super::Conv2dGeom;
 use crate::gemm::{MatMut, MatRef, matmul};
@@ -31,11 +32,6 @@ const POS: usize = 16;
 /// input channel (with one, the GEMMs would have an inner dimension of 1).
 pub(super) fn applies(g: &Conv2dGeom) -> bool {
     g.kernel == 3 && g.stride == 1 && g.in_channels > 1
-}
-
-/// 2×2 output tiles per image: `(rows, cols)`.
-fn tile_grid(g: &Conv2dGeom) -> (usize, usize) {
-    (g.out_h().div_ceil(2), g.out_w().div_ceil(2))
 }
 
 /// Elements of the transformed weights (and of their gradient).
@@ -139,7 +135,7 @@ fn lanes<const I: usize, const O: usize>(
     }
 }
 
-/// Lanes per block of [`lanes`]: one AVX2 vector, half an AVX-512 one.
+/// Lanes per block of [`lanes`]: one AVX2 vector.
 const LANES: usize = 8;
 
 /// Copies `src` onto `dst` in whole blocks of [`LANES`].
@@ -224,7 +220,8 @@ struct Tiling {
 
 impl Tiling {
     fn of(g: &Conv2dGeom) -> Self {
-        let (th, tw) = tile_grid(g);
+        // 2×2 output tiles per image: rows and columns.
+        let (th, tw) = (g.out_h().div_ceil(2), g.out_w().div_ceil(2));
         Self {
             th,
             tw,
