@@ -67,13 +67,8 @@ impl Conv2dKernel for Cpu {
         g.lens()?
             .check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         let w = &params[at.weight.clone()];
-        let u = winograd::applies(g).then(|| winograd::transform_weights(g, w));
-        // A group's partial weight gradient: in Winograd's transformed
-        // domain on that path, turned into dW once the partials are summed.
-        let (wlen, blen) = match u {
-            Some(_) => (winograd::weight_len(g), g.out_channels),
-            None => (g.weight_len(), g.out_channels),
-        };
+        let u = (dx.is_some() && winograd::applies(g)).then(|| winograd::transform_weights(g, w));
+        let (wlen, blen) = (g.weight_len(), g.out_channels);
         let groups = self.threads().min(g.batch).max(1);
         let per_group = g.batch.div_ceil(groups);
         // Each group of images accumulates its own partial dW/db; the partials
@@ -83,10 +78,7 @@ impl Conv2dKernel for Cpu {
         let group_work = |group: usize, partial: &mut [f32], dx: Option<&mut [f32]>| {
             let first = group * per_group;
             let images = first..(first + per_group).min(g.batch);
-            match &u {
-                Some(u) => winograd_bwd_group(g, x, u, dy, images, partial, dx),
-                None => bwd_group(g, x, w, dy, images, partial, dx),
-            }
+            bwd_group(g, x, w, u.as_deref(), dy, images, partial, dx);
         };
         let in_group = per_group * g.in_image_len();
         match dx {
@@ -105,53 +97,32 @@ impl Conv2dKernel for Cpu {
                     .for_each(|(i, p)| group_work(i, p, None))
             }),
         }
-        let (sum, rest) = partials.split_at_mut(wlen + blen);
-        for partial in rest.chunks(wlen + blen) {
-            sum.iter_mut().zip(partial).for_each(|(a, b)| *a += b);
+        let (dw, db) = (at.weight.clone(), at.bias.clone());
+        grads[dw.clone()].copy_from_slice(&partials[..wlen]);
+        grads[db.clone()].copy_from_slice(&partials[wlen..wlen + blen]);
+        for partial in partials.chunks(wlen + blen).skip(1) {
+            grads[dw.clone()]
+                .iter_mut()
+                .zip(&partial[..wlen])
+                .for_each(|(a, b)| *a += b);
+            grads[db.clone()]
+                .iter_mut()
+                .zip(&partial[wlen..])
+                .for_each(|(a, b)| *a += b);
         }
-        let (dw, db) = sum.split_at(wlen);
-        match u {
-            Some(_) => winograd::weight_grad(g, dw, &mut grads[at.weight.clone()]),
-            None => grads[at.weight.clone()].copy_from_slice(dw),
-        }
-        grads[at.bias.clone()].copy_from_slice(db);
         Ok(())
     }
 }
 
-/// [`bwd_group`] on the Winograd path: `partial` is `[dU | db]`, with `dU`
-/// the transformed weight gradient.
-fn winograd_bwd_group(
-    g: &Conv2dGeom,
-    x: &[f32],
-    u: &[f32],
-    dy: &[f32],
-    images: std::ops::Range<usize>,
-    partial: &mut [f32],
-    mut dx: Option<&mut [f32]>,
-) {
-    let (in_len, out_len, ohw) = (g.in_image_len(), g.out_image_len(), g.out_h() * g.out_w());
-    let (du, db) = partial.split_at_mut(winograd::weight_len(g));
-    let mut scratch = winograd::Scratch::new(g);
-    for (i, n) in images.enumerate() {
-        let dy_n = &dy[n * out_len..(n + 1) * out_len];
-        for (acc, row) in db.iter_mut().zip(dy_n.chunks(ohw)) {
-            *acc += row.iter().sum::<f32>();
-        }
-        let dx_n = dx
-            .as_deref_mut()
-            .map(|d| &mut d[i * in_len..(i + 1) * in_len]);
-        let x_n = &x[n * in_len..(n + 1) * in_len];
-        winograd::backward_image(g, u, x_n, dy_n, du, i == 0, dx_n, &mut scratch);
-    }
-}
-
 /// The backward pass over a contiguous range of images: accumulates dW and db
-/// into `partial` (`[dW | db]`) and writes each image's dx when asked.
+/// into `partial` (`[dW | db]`) and writes each image's dx when asked, by
+/// Winograd when given its transformed weights `u`.
+#[allow(clippy::too_many_arguments)]
 fn bwd_group(
     g: &Conv2dGeom,
     x: &[f32],
     w: &[f32],
+    u: Option<&[f32]>,
     dy: &[f32],
     images: std::ops::Range<usize>,
     partial: &mut [f32],
@@ -165,6 +136,7 @@ fn bwd_group(
     );
     let (dw, db) = partial.split_at_mut(g.weight_len());
     let mut col = vec![0.0; patch * ohw];
+    let mut scratch = u.map(|_| winograd::Scratch::new(g));
     for (i, n) in images.enumerate() {
         let dy_n = &dy[n * out_len..(n + 1) * out_len];
         for (acc, row) in db.iter_mut().zip(dy_n.chunks(ohw)) {
@@ -180,17 +152,23 @@ fn bwd_group(
             MatRef::row_major(&col, patch, ohw).t(),
             gemm::Parallelism::None,
         );
-        if let Some(dx) = dx.as_deref_mut() {
-            // dcol = Wᵀ · dy_n, scattered back onto the image.
-            matmul(
-                MatMut::row_major(&mut col, patch, ohw),
-                false,
-                MatRef::row_major(w, g.out_channels, patch).t(),
-                dy_mat,
-                gemm::Parallelism::None,
-            );
-            col2im(g, &col, &mut dx[i * in_len..(i + 1) * in_len]);
+        let Some(dx) = dx.as_deref_mut() else {
+            continue;
+        };
+        let dx_n = &mut dx[i * in_len..(i + 1) * in_len];
+        if let (Some(u), Some(s)) = (u, scratch.as_mut()) {
+            winograd::input_grad_image(g, u, dy_n, dx_n, s);
+            continue;
         }
+        // dcol = Wᵀ · dy_n, scattered back onto the image.
+        matmul(
+            MatMut::row_major(&mut col, patch, ohw),
+            false,
+            MatRef::row_major(w, g.out_channels, patch).t(),
+            dy_mat,
+            gemm::Parallelism::None,
+        );
+        col2im(g, &col, dx_n);
     }
 }
 

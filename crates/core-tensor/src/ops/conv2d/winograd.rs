@@ -2,22 +2,27 @@
 //! Gray, 2015): each 2×2 block of outputs comes from a 4×4 input tile, and
 //! its 36 products become 16 in a transformed domain, one GEMM per tile
 //! position over all channels: 2.25× fewer multiplications than im2col +
-//! GEMM, for the forward pass, the input and the weight gradient alike:
+//! GEMM, for the forward pass and the input gradient:
 //!
 //! ```text
 //! forward   Y  = Aᵀ [ U ⊙ V ] A        U = G w Gᵀ,  V = Bᵀ d B
 //! dx        dd = B [ Uᵀ · dM ] Bᵀ      dM = A dY Aᵀ
-//! dW        dw = Gᵀ [ Σ dM · Vᵀ ] G
 //! ```
 //!
-//! The backward formulas are the exact adjoints of the forward one, so the
-//! three stay consistent; outputs past an odd edge are computed and
+//! The weight gradient stays im2col + GEMM, although `Gᵀ [Σ dM · Vᵀ] G`
+//! would be as cheap: a weight whose products `dy·x` are all zero (ReLU and
+//! max-pool leave many) gets exactly zero from the direct sum, but rounding
+//! noise from the transformed one, and Adam scales such noise up to whole
+//! steps (2 ranks × 32 then drift 2e-3 from 1 rank × 64 in 20 steps, against
+//! 3e-7 with the direct sum).
+//!
+//! The dx formula is the exact adjoint of the forward one, so the two stay
+//! consistent; outputs past an odd edge are computed and
 //! dropped, inputs past the border (padding, or a partial tile) read zero.
 //! The constants are 0, ±1 and ½, so the transforms round little: on
 //! CNN_MNIST's conv2 shape the largest error against the f64 definition,
-//! relative to the largest magnitude, was 2.2e-7 (y), 2.8e-7 (dx) and
-//! 5.4e-7 (dW), where im2col + GEMM gave 6.5e-7, 1.8e-7 and 5.0e-7 (the
-//! op's tests hold it under 1e-5).
+//! relative to the largest magnitude, was 2.2e-7 (y) and 2.8e-7 (dx), where
+//! im2col + GEMM gave 6.5e-7 and 1.8e-7 (the op's tests hold it under 1e-5).
 //!
 //! Buffers hold one image as `[16 tile positions][channels][tiles]`: each
 //! position's product is one GEMM; transforms run a row of tiles at a time.
@@ -34,7 +39,7 @@ pub(super) fn applies(g: &Conv2dGeom) -> bool {
     g.kernel == 3 && g.stride == 1 && g.in_channels > 1
 }
 
-/// Elements of the transformed weights (and of their gradient).
+/// Elements of the transformed weights.
 pub(super) fn weight_len(g: &Conv2dGeom) -> usize {
     POS * g.out_channels * g.in_channels
 }
@@ -59,10 +64,6 @@ fn sandwich<const I: usize, const O: usize>(
 /// `G k`: kernel column to tile.
 fn g_of([a, b, c]: [f32; 3]) -> [f32; 4] {
     [a, 0.5 * (a + b + c), 0.5 * (a - b + c), c]
-}
-/// `Gᵀ u`, its adjoint.
-fn gt_of([a, b, c, d]: [f32; 4]) -> [f32; 3] {
-    [a + 0.5 * (b + c), 0.5 * (b - c), 0.5 * (b + c) + d]
 }
 /// `Bᵀ d`: input tile to transformed tile.
 fn bt_of([a, b, c, d]: [f32; 4]) -> [f32; 4] {
@@ -94,16 +95,6 @@ pub(super) fn transform_weights(g: &Conv2dGeom, w: &[f32]) -> Vec<f32> {
         }
     }
     u
-}
-
-/// `dW = Gᵀ dU G`: the weight gradient from its transformed form.
-pub(super) fn weight_grad(g: &Conv2dGeom, du: &[f32], dw: &mut [f32]) {
-    let oc_n = g.out_channels * g.in_channels;
-    for (oc, k) in dw.chunks_exact_mut(9).enumerate() {
-        let t: [[f32; 4]; 4] =
-            std::array::from_fn(|r| std::array::from_fn(|s| du[(4 * r + s) * oc_n + oc]));
-        k.copy_from_slice(sandwich(&t, gt_of).as_flattened());
-    }
 }
 
 /// `out[k·len + i] = f(ins[·][i])[k]` for every lane `i < len`: one of the
@@ -361,18 +352,12 @@ pub(super) fn forward_image(
     }
 }
 
-/// One image's backward pass: adds its transformed weight gradient to `du`
-/// (`[16][O][C]`, overwritten when `first`), and writes its input gradient
-/// into `dx` when asked.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn backward_image(
+/// One image's input gradient `dx` from its output gradient `dy`.
+pub(super) fn input_grad_image(
     g: &Conv2dGeom,
     u: &[f32],
-    x: &[f32],
     dy: &[f32],
-    du: &mut [f32],
-    first: bool,
-    dx: Option<&mut [f32]>,
+    dx: &mut [f32],
     s: &mut Scratch,
 ) {
     let (t, r) = (s.tiling, &mut s.rows);
@@ -394,17 +379,6 @@ pub(super) fn backward_image(
             t.store(&mut s.m, o_n, o, ti, &r.b);
         }
     }
-    transform_input(g, &t, x, &mut s.v, r);
-    for (p, du) in du.chunks_exact_mut(o_n * c_n).enumerate() {
-        matmul(
-            MatMut::row_major(du, o_n, c_n),
-            !first,
-            t.matrix(&s.m, o_n, p),
-            t.matrix(&s.v, c_n, p).t(),
-            gemm::Parallelism::None,
-        );
-    }
-    let Some(dx) = dx else { return };
     for (p, dv) in s.v.chunks_exact_mut(t.slab(c_n)).enumerate() {
         matmul(
             MatMut::row_major(dv, c_n, t.t_n),
