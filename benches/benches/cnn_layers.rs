@@ -54,7 +54,9 @@ fn layer_params(weight: usize, bias: usize) -> (Vec<f32>, ParamAt) {
     (filled(weight + bias, 7), at)
 }
 
-fn median_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+/// Median and minimum milliseconds of `f` over `reps` calls (on a shared
+/// machine the minimum is the least disturbed).
+fn median_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
     f()?;
     let mut secs = Vec::with_capacity(reps);
     for _ in 0..reps {
@@ -63,7 +65,7 @@ fn median_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
         secs.push(t.elapsed().as_secs_f64());
     }
     secs.sort_by(f64::total_cmp);
-    Ok(secs[secs.len() / 2] * 1e3)
+    Ok((secs[secs.len() / 2] * 1e3, secs[0] * 1e3))
 }
 
 fn conv_rows(
@@ -72,7 +74,7 @@ fn conv_rows(
     name: &str,
     g: Conv2dGeom,
     dx: bool,
-) -> Result<Vec<(String, f64)>> {
+) -> Result<Vec<(String, (f64, f64))>> {
     let (params, at) = layer_params(g.weight_len(), g.out_channels);
     let x = filled(g.batch * g.in_image_len(), 1);
     let dy = filled(g.batch * g.out_image_len(), 2);
@@ -89,7 +91,12 @@ fn conv_rows(
     ])
 }
 
-fn linear_rows(cpu: &Cpu, a: &Args, name: &str, g: LinearGeom) -> Result<Vec<(String, f64)>> {
+fn linear_rows(
+    cpu: &Cpu,
+    a: &Args,
+    name: &str,
+    g: LinearGeom,
+) -> Result<Vec<(String, (f64, f64))>> {
     let (params, at) = layer_params(g.in_features * g.out_features, g.out_features);
     let x = filled(g.batch * g.in_features, 3);
     let dy = filled(g.batch * g.out_features, 4);
@@ -159,10 +166,16 @@ fn main() -> Result<()> {
         "# cnn_layers: CPU backend, {} thread(s), batch {n}, median of {} calls",
         a.threads, a.reps
     );
-    for (name, ms) in &rows {
-        println!("  {name:<18} {ms:>9.3} ms");
+    println!("# {:<18} {:>10} {:>10}", "call", "median(ms)", "min(ms)");
+    for (name, (median, min)) in &rows {
+        println!("  {name:<18} {median:>10.3} {min:>10.3}");
     }
-    let sum: f64 = rows.iter().map(|r| r.1).sum();
-    println!("  {:<18} {sum:>9.3} ms", "sum");
+    let sum = |f: fn(&(f64, f64)) -> f64| rows.iter().map(|r| f(&r.1)).sum::<f64>();
+    println!(
+        "  {:<18} {:>10.3} {:>10.3}",
+        "sum",
+        sum(|r| r.0),
+        sum(|r| r.1)
+    );
     Ok(())
 }
