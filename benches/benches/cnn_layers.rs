@@ -27,6 +27,9 @@ struct Args {
     /// Timed repetitions of each call (after one untimed).
     #[arg(long, default_value_t = 30)]
     reps: usize,
+    /// Time only the calls whose name starts with this (e.g. `conv2`).
+    #[arg(long, default_value = "")]
+    only: String,
     /// `cargo bench` passes `--bench`; accepted and ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -126,8 +129,14 @@ fn main() -> Result<()> {
         stride: 1,
         padding: 0,
     };
-    let mut rows = conv_rows(&cpu, &a, "conv1", conv(1, 28, 32), false)?;
-    rows.extend(conv_rows(&cpu, &a, "conv2", conv(32, 26, 64), true)?);
+    let want = |name: &str| name.starts_with(&a.only);
+    let mut rows = Vec::new();
+    if want("conv1") {
+        rows.extend(conv_rows(&cpu, &a, "conv1", conv(1, 28, 32), false)?);
+    }
+    if want("conv2") {
+        rows.extend(conv_rows(&cpu, &a, "conv2", conv(32, 26, 64), true)?);
+    }
     let pool = PoolGeom {
         batch: n,
         channels: 64,
@@ -136,32 +145,33 @@ fn main() -> Result<()> {
     };
     let (a2, dpool) = (filled(pool.input_len(), 5), filled(pool.output_len(), 6));
     let (mut pooled, mut da2) = (vec![0.0; pool.output_len()], vec![0.0; a2.len()]);
-    rows.push((
-        "maxpool fwd".into(),
-        median_ms(a.reps, || Ok(cpu.maxpool2d_fwd(&pool, &a2, &mut pooled)?))?,
-    ));
-    rows.push((
-        "maxpool bwd".into(),
-        median_ms(a.reps, || {
+    if want("maxpool") {
+        let fwd = median_ms(a.reps, || Ok(cpu.maxpool2d_fwd(&pool, &a2, &mut pooled)?))?;
+        let bwd = median_ms(a.reps, || {
             Ok(cpu.maxpool2d_bwd(&pool, &a2, &dpool, &mut da2)?)
-        })?,
-    ));
-    let mut act = a2.clone();
-    rows.push((
-        "relu fwd (conv2)".into(),
-        median_ms(a.reps, || Ok(cpu.relu_fwd(&mut act)?))?,
-    ));
-    rows.push((
-        "relu bwd (conv2)".into(),
-        median_ms(a.reps, || Ok(cpu.relu_bwd(&a2, &mut da2)?))?,
-    ));
+        })?;
+        rows.extend([("maxpool fwd".into(), fwd), ("maxpool bwd".into(), bwd)]);
+    }
+    if want("relu") {
+        let mut act = a2.clone();
+        let fwd = median_ms(a.reps, || Ok(cpu.relu_fwd(&mut act)?))?;
+        let bwd = median_ms(a.reps, || Ok(cpu.relu_bwd(&a2, &mut da2)?))?;
+        rows.extend([
+            ("relu fwd (conv2)".into(), fwd),
+            ("relu bwd (conv2)".into(), bwd),
+        ]);
+    }
     let fc = |in_features, out_features| LinearGeom {
         batch: n,
         in_features,
         out_features,
     };
-    rows.extend(linear_rows(&cpu, &a, "fc1", fc(9216, 128))?);
-    rows.extend(linear_rows(&cpu, &a, "fc2", fc(128, 10))?);
+    if want("fc1") {
+        rows.extend(linear_rows(&cpu, &a, "fc1", fc(9216, 128))?);
+    }
+    if want("fc2") {
+        rows.extend(linear_rows(&cpu, &a, "fc2", fc(128, 10))?);
+    }
     println!(
         "# cnn_layers: CPU backend, {} thread(s), batch {n}, median of {} calls",
         a.threads, a.reps
