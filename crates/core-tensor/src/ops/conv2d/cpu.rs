@@ -67,7 +67,6 @@ impl Conv2dKernel for Cpu {
         g.lens()?
             .check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         let w = &params[at.weight.clone()];
-        let u = (dx.is_some() && winograd::applies(g)).then(|| winograd::transform_weights(g, w));
         let (wlen, blen) = (g.weight_len(), g.out_channels);
         let groups = self.threads().min(g.batch).max(1);
         let per_group = g.batch.div_ceil(groups);
@@ -78,7 +77,7 @@ impl Conv2dKernel for Cpu {
         let group_work = |group: usize, partial: &mut [f32], dx: Option<&mut [f32]>| {
             let first = group * per_group;
             let images = first..(first + per_group).min(g.batch);
-            bwd_group(g, x, w, u.as_deref(), dy, images, partial, dx);
+            bwd_group(g, x, w, dy, images, partial, dx);
         };
         let in_group = per_group * g.in_image_len();
         match dx {
@@ -115,14 +114,11 @@ impl Conv2dKernel for Cpu {
 }
 
 /// The backward pass over a contiguous range of images: accumulates dW and db
-/// into `partial` (`[dW | db]`) and writes each image's dx when asked, by
-/// Winograd when given its transformed weights `u`.
-#[allow(clippy::too_many_arguments)]
+/// into `partial` (`[dW | db]`) and writes each image's dx when asked.
 fn bwd_group(
     g: &Conv2dGeom,
     x: &[f32],
     w: &[f32],
-    u: Option<&[f32]>,
     dy: &[f32],
     images: std::ops::Range<usize>,
     partial: &mut [f32],
@@ -136,7 +132,6 @@ fn bwd_group(
     );
     let (dw, db) = partial.split_at_mut(g.weight_len());
     let mut col = vec![0.0; patch * ohw];
-    let mut scratch = u.map(|_| winograd::Scratch::new(g));
     for (i, n) in images.enumerate() {
         let dy_n = &dy[n * out_len..(n + 1) * out_len];
         for (acc, row) in db.iter_mut().zip(dy_n.chunks(ohw)) {
@@ -152,23 +147,17 @@ fn bwd_group(
             MatRef::row_major(&col, patch, ohw).t(),
             gemm::Parallelism::None,
         );
-        let Some(dx) = dx.as_deref_mut() else {
-            continue;
-        };
-        let dx_n = &mut dx[i * in_len..(i + 1) * in_len];
-        if let (Some(u), Some(s)) = (u, scratch.as_mut()) {
-            winograd::input_grad_image(g, u, dy_n, dx_n, s);
-            continue;
+        if let Some(dx) = dx.as_deref_mut() {
+            // dcol = Wᵀ · dy_n, scattered back onto the image.
+            matmul(
+                MatMut::row_major(&mut col, patch, ohw),
+                false,
+                MatRef::row_major(w, g.out_channels, patch).t(),
+                dy_mat,
+                gemm::Parallelism::None,
+            );
+            col2im(g, &col, &mut dx[i * in_len..(i + 1) * in_len]);
         }
-        // dcol = Wᵀ · dy_n, scattered back onto the image.
-        matmul(
-            MatMut::row_major(&mut col, patch, ohw),
-            false,
-            MatRef::row_major(w, g.out_channels, patch).t(),
-            dy_mat,
-            gemm::Parallelism::None,
-        );
-        col2im(g, &col, dx_n);
     }
 }
 

@@ -1,7 +1,7 @@
 //! 2-D convolution, NCHW input, OIHW weight, per-channel bias, square kernel,
 //! stride and zero padding. Computed as im2col + GEMM, except on the CPU
-//! for 3×3 stride-1 kernels over several input channels, whose forward pass
-//! and input gradient take Winograd F(2×2, 3×3) (see `winograd.rs`).
+//! for the forward pass of 3×3 stride-1 kernels over several input
+//! channels, which takes Winograd F(2×2, 3×3) (see `winograd.rs`).
 
 mod cpu;
 mod cuda;

@@ -297,10 +297,10 @@ fn max_rel_error(got: &[f32], want: &[f32]) -> f32 {
 }
 
 /// CNN_MNIST's conv2 (32→64, 3×3 over 26×26) takes the Winograd path for
-/// its forward pass and input gradient (the weight gradient stays direct);
-/// all three stay within 1e-5 of the f64 definition (the measured maxima
-/// are in docs/benchmarks.md; print them with `--nocapture`). Also a
-/// padded, odd-sized case (partial tiles).
+/// its forward pass (the backward pass stays direct); y, dx and dW stay
+/// within 1e-5 of the f64 definition (the measured maxima are in
+/// docs/benchmarks.md; print them with `--nocapture`). Also a padded,
+/// odd-sized case (partial tiles).
 #[test]
 fn winograd_path_matches_the_definition_on_conv2s_shape() {
     let conv2 = Conv2dGeom {

@@ -1,28 +1,27 @@
-//! Winograd F(2×2, 3×3) for the CPU's 3×3, stride-1 convolutions (Lavin &
-//! Gray, 2015): each 2×2 block of outputs comes from a 4×4 input tile, and
-//! its 36 products become 16 in a transformed domain, one GEMM per tile
-//! position over all channels: 2.25× fewer multiplications than im2col +
-//! GEMM, for the forward pass and the input gradient:
+//! Winograd F(2×2, 3×3) for the forward pass of the CPU's 3×3, stride-1
+//! convolutions (Lavin & Gray, 2015): each 2×2 block of outputs comes from
+//! a 4×4 input tile, and its 36 products become 16 in a transformed domain,
+//! one GEMM per tile position over all channels, 2.25× fewer
+//! multiplications than im2col + GEMM:
 //!
 //! ```text
-//! forward   Y  = Aᵀ [ U ⊙ V ] A        U = G w Gᵀ,  V = Bᵀ d B
-//! dx        dd = B [ Uᵀ · dM ] Bᵀ      dM = A dY Aᵀ
+//! Y = Aᵀ [ U ⊙ V ] A        U = G w Gᵀ,  V = Bᵀ d B
 //! ```
 //!
-//! The weight gradient stays im2col + GEMM, although `Gᵀ [Σ dM · Vᵀ] G`
-//! would be as cheap: a weight whose products `dy·x` are all zero (ReLU and
-//! max-pool leave many) gets exactly zero from the direct sum, but rounding
-//! noise from the transformed one, and Adam scales such noise up to whole
-//! steps (2 ranks × 32 then drift 2e-3 from 1 rank × 64 in 20 steps, against
-//! 3e-7 with the direct sum).
+//! Outputs past an odd edge are computed and dropped, inputs past the
+//! border (padding, or a partial tile) read zero. The constants are 0, ±1
+//! and ½, so the transforms round little: on CNN_MNIST's conv2 shape the
+//! largest error against the f64 definition, relative to the largest
+//! magnitude, was 2.2e-7, where im2col + GEMM gave 6.5e-7 (the op's tests
+//! hold it under 1e-5).
 //!
-//! The dx formula is the exact adjoint of the forward one, so the two stay
-//! consistent; outputs past an odd edge are computed and
-//! dropped, inputs past the border (padding, or a partial tile) read zero.
-//! The constants are 0, ±1 and ½, so the transforms round little: on
-//! CNN_MNIST's conv2 shape the largest error against the f64 definition,
-//! relative to the largest magnitude, was 2.2e-7 (y) and 2.8e-7 (dx), where
-//! im2col + GEMM gave 6.5e-7 and 1.8e-7 (the op's tests hold it under 1e-5).
+//! The backward pass stays im2col + GEMM. Its Winograd forms were tried:
+//! the input gradient `B [Uᵀ · A dY Aᵀ] Bᵀ` measured slower than the direct
+//! GEMM here, and the weight gradient `Gᵀ [Σ dM · Vᵀ] G` turns the exact
+//! zeros of a direct sum (weights whose products `dy·x` are all zero, which
+//! ReLU and max-pool leave) into rounding noise that Adam scales up to
+//! whole steps: 2 ranks × 32 drifted 2e-3 from 1 rank × 64 in 20 steps
+//! (ddp_equivalence), against 3e-7 with the direct sum.
 //!
 //! Buffers hold one image as `[16 tile positions][channels][tiles]`: each
 //! position's product is one GEMM; transforms run a row of tiles at a time.
@@ -69,19 +68,10 @@ fn g_of([a, b, c]: [f32; 3]) -> [f32; 4] {
 fn bt_of([a, b, c, d]: [f32; 4]) -> [f32; 4] {
     [a - c, b + c, c - b, b - d]
 }
-/// `B v`, its adjoint.
-fn b_of([a, b, c, d]: [f32; 4]) -> [f32; 4] {
-    [a, b - c + d, b + c - a, -d]
-}
 /// `Aᵀ m`: transformed tile to 2×2 outputs.
 fn at_of([a, b, c, d]: [f32; 4]) -> [f32; 2] {
     [a + b + c, b - c - d]
 }
-/// `A e`, its adjoint.
-fn a_of([a, b]: [f32; 2]) -> [f32; 4] {
-    [a, a + b, a - b, -b]
-}
-
 /// `U = G w Gᵀ` for every (output, input) channel pair, `[16][O][C]`:
 /// computed once per call and shared by every image.
 pub(super) fn transform_weights(g: &Conv2dGeom, w: &[f32]) -> Vec<f32> {
@@ -163,29 +153,6 @@ fn split_row(plane: &[f32], width: usize, ih: Option<usize>, pad: usize, edge: &
         let at = |col: usize| col.checked_sub(pad).and_then(|c| row.get(c)).copied();
         even[k] = at(2 * k).unwrap_or(0.0);
         odd[k] = at(2 * k + 1).unwrap_or(0.0);
-    }
-}
-
-/// The adjoint of [`split_row`]: adds `edge` back onto row `ih`, dropping
-/// what falls outside the image.
-fn merge_row(plane: &mut [f32], width: usize, ih: usize, pad: usize, edge: &[f32]) {
-    let n = edge.len() / 2;
-    let row = &mut plane[ih * width..(ih + 1) * width];
-    let (even, odd) = edge.split_at(n);
-    let mut done = 0;
-    if pad == 0 {
-        for ((e, o), pair) in even.iter().zip(odd).zip(row.chunks_exact_mut(2)) {
-            pair[0] += e;
-            pair[1] += o;
-            done += 1;
-        }
-    }
-    for k in done..n {
-        for (col, v) in [(2 * k, even[k]), (2 * k + 1, odd[k])] {
-            if let Some(d) = col.checked_sub(pad).and_then(|c| row.get_mut(c)) {
-                *d += v;
-            }
-        }
     }
 }
 
@@ -347,74 +314,6 @@ pub(super) fn forward_image(
                 if let [last] = pairs.into_remainder() {
                     *last = even[t.tw - 1] + bias;
                 }
-            }
-        }
-    }
-}
-
-/// One image's input gradient `dx` from its output gradient `dy`.
-pub(super) fn input_grad_image(
-    g: &Conv2dGeom,
-    u: &[f32],
-    dy: &[f32],
-    dx: &mut [f32],
-    s: &mut Scratch,
-) {
-    let (t, r) = (s.tiling, &mut s.rows);
-    let (o_n, c_n, w) = (g.out_channels, g.in_channels, t.lanes);
-    let (oh_n, ow_n) = (g.out_h(), g.out_w());
-    // dM = A dY Aᵀ, zero past the output's edge.
-    for (o, plane) in dy.chunks_exact(oh_n * ow_n).enumerate() {
-        for ti in 0..t.th {
-            for row in 0..2 {
-                let ih = Some(2 * ti + row).filter(|&i| i < oh_n);
-                split_row(plane, ow_n, ih, 0, &mut r.edge);
-                let (even, odd) = r.edge.split_at(w + 1);
-                lanes(&mut r.a[4 * row * w..], [&even[..w], &odd[..w]], w, a_of);
-            }
-            for col in 0..4 {
-                let ins = rows_of(&r.a, w, [col, 4 + col]);
-                lanes(&mut r.b[4 * col * w..], ins, w, a_of);
-            }
-            t.store(&mut s.m, o_n, o, ti, &r.b);
-        }
-    }
-    for (p, dv) in s.v.chunks_exact_mut(t.slab(c_n)).enumerate() {
-        matmul(
-            MatMut::row_major(dv, c_n, t.t_n),
-            false,
-            MatRef::row_major(&u[p * o_n * c_n..(p + 1) * o_n * c_n], o_n, c_n).t(),
-            t.matrix(&s.m, o_n, p),
-            gemm::Parallelism::None,
-        );
-    }
-    dx.fill(0.0);
-    for (c, plane) in dx.chunks_exact_mut(g.in_h * g.in_w).enumerate() {
-        for ti in 0..t.th {
-            // dV Bᵀ per tile row, then B (dV Bᵀ): r.b[(4·col + row)·w + tj].
-            let dv = t.tile_row(&s.v, c_n, c, ti);
-            for i in 0..4 {
-                let ins = [dv[4 * i], dv[4 * i + 1], dv[4 * i + 2], dv[4 * i + 3]];
-                lanes(&mut r.a[4 * i * w..], ins, w, b_of);
-            }
-            for col in 0..4 {
-                let ins = rows_of(&r.a, w, [col, 4 + col, 8 + col, 12 + col]);
-                lanes(&mut r.b[4 * col * w..], ins, w, b_of);
-            }
-            for row in 0..4 {
-                let Some(ih) = in_row(g, ti, row) else {
-                    continue;
-                };
-                // Columns 2 and 3 of a tile land on columns 0 and 1 of the
-                // next; the spare lanes past the last tile add nothing.
-                let col = |c: usize| &r.b[(4 * c + row) * w..][..t.tw];
-                let (even, odd) = r.edge.split_at_mut(w + 1);
-                for (k, (e, o)) in even.iter_mut().zip(odd.iter_mut()).enumerate() {
-                    let at = |c: usize, k: usize| col(c).get(k).copied().unwrap_or(0.0);
-                    *e = at(0, k) + k.checked_sub(1).map_or(0.0, |j| at(2, j));
-                    *o = at(1, k) + k.checked_sub(1).map_or(0.0, |j| at(3, j));
-                }
-                merge_row(plane, g.in_w, ih, g.padding, &r.edge);
             }
         }
     }
