@@ -1,6 +1,6 @@
 use rayon::prelude::*;
 
-use super::{Conv2dGeom, Conv2dKernel, winograd};
+use super::{Conv2dGeom, Conv2dKernel};
 use crate::gemm::{MatMut, MatRef, matmul};
 use crate::ops::ParamAt;
 use crate::{Cpu, Result};
@@ -18,27 +18,13 @@ impl Conv2dKernel for Cpu {
         let (w, b) = (&params[at.weight.clone()], &params[at.bias.clone()]);
         let (in_len, out_len, ohw) = (g.in_image_len(), g.out_image_len(), g.out_h() * g.out_w());
         let per_group = g.batch.div_ceil(self.threads()).max(1);
-        // Winograd's transformed weights are computed once and shared by
-        // every image.
-        let u = winograd::applies(g).then(|| winograd::transform_weights(g, w));
         // Images are split into one contiguous group per thread; each group
-        // reuses one scratch buffer (im2col or Winograd), sized to stay in L2.
+        // reuses one im2col scratch buffer, sized to stay in L2.
         self.for_each_chunk(y, per_group * out_len, |group, y_group| {
-            let images = y_group.chunks_mut(out_len).enumerate();
-            let x_of = |i: usize| {
-                let n = group * per_group + i;
-                &x[n * in_len..(n + 1) * in_len]
-            };
-            if let Some(u) = &u {
-                let mut scratch = winograd::Scratch::new(g);
-                for (i, y_n) in images {
-                    winograd::forward_image(g, u, b, x_of(i), y_n, &mut scratch);
-                }
-                return;
-            }
             let mut col = vec![0.0; g.patch_len() * ohw];
-            for (i, y_n) in images {
-                im2col(g, x_of(i), &mut col);
+            for (i, y_n) in y_group.chunks_mut(out_len).enumerate() {
+                let n = group * per_group + i;
+                im2col(g, &x[n * in_len..(n + 1) * in_len], &mut col);
                 for (row, &bias) in y_n.chunks_mut(ohw).zip(b) {
                     row.fill(bias);
                 }

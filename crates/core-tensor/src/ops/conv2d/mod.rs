@@ -1,13 +1,10 @@
 //! 2-D convolution, NCHW input, OIHW weight, per-channel bias, square kernel,
-//! stride and zero padding. Computed as im2col + GEMM, except on the CPU
-//! for the forward pass of 3×3 stride-1 kernels over several input
-//! channels, which takes Winograd F(2×2, 3×3) (see `winograd.rs`).
+//! stride and zero padding. Computed as im2col + GEMM.
 
 mod cpu;
 mod cuda;
 #[cfg(test)]
 mod tests;
-mod winograd;
 
 use super::{LayerLens, ParamAt};
 use crate::{Backend, Error, Result};

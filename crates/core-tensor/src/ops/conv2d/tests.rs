@@ -296,13 +296,13 @@ fn max_rel_error(got: &[f32], want: &[f32]) -> f32 {
     err.fold(0.0, f32::max) / scale
 }
 
-/// CNN_MNIST's conv2 (32→64, 3×3 over 26×26) takes the Winograd path for
-/// its forward pass (the backward pass stays direct); y, dx and dW stay
-/// within 1e-5 of the f64 definition (the measured maxima are in
-/// docs/benchmarks.md; print them with `--nocapture`). Also a padded,
-/// odd-sized case (partial tiles).
+/// On CNN_MNIST's conv2 shape (32→64, 3×3 over 26×26), and on a padded,
+/// odd-sized one, y, dx and dW stay within 1e-5 of the f64 definition,
+/// relative to the largest magnitude (the measured maxima are in
+/// docs/benchmarks.md; print them with `--nocapture`): the bar any faster
+/// kernel (Winograd, say) must clear.
 #[test]
-fn winograd_path_matches_the_definition_on_conv2s_shape() {
+fn conv2s_shape_matches_the_definition_in_every_gradient() {
     let conv2 = Conv2dGeom {
         batch: 2,
         in_channels: 32,
@@ -323,7 +323,6 @@ fn winograd_path_matches_the_definition_on_conv2s_shape() {
         ..conv2
     };
     for g in [conv2, odd] {
-        assert!(winograd::applies(&g));
         let c = case(&g, 21);
         let (w, b) = (&c.params[c.at.weight.clone()], &c.params[c.at.bias.clone()]);
         let y = forward(&cpu(), &g, &c.x, &c.params, &c.at);
@@ -338,20 +337,21 @@ fn winograd_path_matches_the_definition_on_conv2s_shape() {
             ("dx", max_rel_error(&dx, &want_dx)),
             ("dW", max_rel_error(&grads[c.at.weight.clone()], &want_dw)),
         ];
-        println!("winograd max relative error, {g:?}: {errors:?}");
+        println!("max relative error, {g:?}: {errors:?}");
         for (what, err) in errors {
             assert!(err <= 1e-5, "{what}: max relative error {err}");
         }
     }
 }
 
+/// The same for a stride-1, unpadded geometry (the test above takes a
+/// strided one).
 #[test]
-fn winograd_path_is_deterministic_and_splits_images_like_the_direct_one() {
+fn stride_one_threads_do_not_change_the_forward_bits_and_barely_the_backward() {
     let g = Conv2dGeom {
         batch: 5,
         ..geoms()[0]
     };
-    assert!(winograd::applies(&g));
     let c = case(&g, 8);
     let three = Cpu::new(3).unwrap();
     assert_eq!(
