@@ -343,34 +343,3 @@ fn conv2s_shape_matches_the_definition_in_every_gradient() {
         }
     }
 }
-
-/// The same for a stride-1, unpadded geometry (the test above takes a
-/// strided one).
-#[test]
-fn stride_one_threads_do_not_change_the_forward_bits_and_barely_the_backward() {
-    let g = Conv2dGeom {
-        batch: 5,
-        ..geoms()[0]
-    };
-    let c = case(&g, 8);
-    let three = Cpu::new(3).unwrap();
-    assert_eq!(
-        forward(&three, &g, &c.x, &c.params, &c.at),
-        forward(&cpu(), &g, &c.x, &c.params, &c.at)
-    );
-    let dy = uniform(9, g.batch * g.out_image_len(), -1.0, 1.0);
-    let run = |b: &Cpu| {
-        let (mut grads, mut dx) = (vec![0.0; c.params.len()], vec![0.0; c.x.len()]);
-        b.conv2d_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut grads, Some(&mut dx))
-            .unwrap();
-        (grads, dx)
-    };
-    let ((g1, dx1), (g3, dx3)) = (run(&cpu()), run(&three));
-    assert_eq!(dx1, dx3, "dx is computed per image");
-    assert_close("dW across thread counts", &g3, &g1, 1e-5);
-    assert_eq!(
-        run(&three),
-        (g3, dx3),
-        "a fixed thread count is deterministic"
-    );
-}
