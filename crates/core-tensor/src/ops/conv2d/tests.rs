@@ -255,3 +255,91 @@ fn matches_pytorch_reference_values() {
     );
     assert_close("db", &grads[36..], &[1.447567, 1.423617], 1e-5);
 }
+
+/// The backward pass by its definition, in f64: `(dx, dW)`.
+fn naive_conv_bwd(g: &Conv2dGeom, x: &[f32], w: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let (k, (oh_n, ow_n)) = (g.kernel, (g.out_h(), g.out_w()));
+    let (mut dx, mut dw) = (vec![0.0f64; x.len()], vec![0.0f64; w.len()]);
+    for n in 0..g.batch {
+        for o in 0..g.out_channels {
+            for (oh, ow) in (0..oh_n).flat_map(|oh| (0..ow_n).map(move |ow| (oh, ow))) {
+                let d = f64::from(dy[((n * g.out_channels + o) * oh_n + oh) * ow_n + ow]);
+                for (c, kh, kw) in (0..g.in_channels)
+                    .flat_map(|c| (0..k).flat_map(move |kh| (0..k).map(move |kw| (c, kh, kw))))
+                {
+                    let ih = (oh * g.stride + kh).checked_sub(g.padding);
+                    let iw = (ow * g.stride + kw).checked_sub(g.padding);
+                    let (Some(ih), Some(iw)) = (ih, iw) else {
+                        continue;
+                    };
+                    if ih >= g.in_h || iw >= g.in_w {
+                        continue;
+                    }
+                    let xi = ((n * g.in_channels + c) * g.in_h + ih) * g.in_w + iw;
+                    let wi = ((o * g.in_channels + c) * k + kh) * k + kw;
+                    dx[xi] += d * f64::from(w[wi]);
+                    dw[wi] += d * f64::from(x[xi]);
+                }
+            }
+        }
+    }
+    let f32s = |v: Vec<f64>| v.into_iter().map(|v| v as f32).collect();
+    (f32s(dx), f32s(dw))
+}
+
+/// The largest error of `got` against `want`, relative to the largest
+/// magnitude in `want` (element-wise ratios would measure the cancellation
+/// near zero that every summation order suffers, not the method).
+fn max_rel_error(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0.0f32, |m, w| m.max(w.abs()));
+    let err = got.iter().zip(want).map(|(g, w)| (g - w).abs());
+    err.fold(0.0, f32::max) / scale
+}
+
+/// On CNN_MNIST's conv2 shape (32→64, 3×3 over 26×26), and on a padded,
+/// odd-sized one, y, dx and dW stay within 1e-5 of the f64 definition,
+/// relative to the largest magnitude (the measured maxima are in
+/// docs/benchmarks.md; print them with `--nocapture`): the bar any faster
+/// kernel (Winograd, say) must clear.
+#[test]
+fn conv2s_shape_matches_the_definition_in_every_gradient() {
+    let conv2 = Conv2dGeom {
+        batch: 2,
+        in_channels: 32,
+        in_h: 26,
+        in_w: 26,
+        out_channels: 64,
+        kernel: 3,
+        stride: 1,
+        padding: 0,
+    };
+    let odd = Conv2dGeom {
+        batch: 3,
+        in_channels: 5,
+        in_h: 9,
+        in_w: 6,
+        out_channels: 3,
+        padding: 1,
+        ..conv2
+    };
+    for g in [conv2, odd] {
+        let c = case(&g, 21);
+        let (w, b) = (&c.params[c.at.weight.clone()], &c.params[c.at.bias.clone()]);
+        let y = forward(&cpu(), &g, &c.x, &c.params, &c.at);
+        let dy = uniform(22, y.len(), -1.0, 1.0);
+        let (mut grads, mut dx) = (vec![0.0; c.params.len()], vec![0.0; c.x.len()]);
+        cpu()
+            .conv2d_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut grads, Some(&mut dx))
+            .unwrap();
+        let (want_dx, want_dw) = naive_conv_bwd(&g, &c.x, w, &dy);
+        let errors = [
+            ("y", max_rel_error(&y, &naive_conv(&g, &c.x, w, b))),
+            ("dx", max_rel_error(&dx, &want_dx)),
+            ("dW", max_rel_error(&grads[c.at.weight.clone()], &want_dw)),
+        ];
+        println!("max relative error, {g:?}: {errors:?}");
+        for (what, err) in errors {
+            assert!(err <= 1e-5, "{what}: max relative error {err}");
+        }
+    }
+}

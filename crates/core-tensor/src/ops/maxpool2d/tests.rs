@@ -81,3 +81,19 @@ fn wrong_lengths_are_errors() {
         "{err}"
     );
 }
+
+/// Planes are split between threads (here 6 planes over 4 threads: three
+/// groups of 2), which must not change a bit, odd trailing row included.
+#[test]
+fn threads_do_not_change_the_bits() {
+    let x = uniform(5, G.input_len(), -1.0, 1.0);
+    let dy = uniform(6, G.output_len(), -1.0, 1.0);
+    let run = |b: &crate::Cpu| {
+        let (mut y, mut dx) = (vec![0.0; G.output_len()], vec![7.0; x.len()]);
+        b.maxpool2d_fwd(&G, &x, &mut y).unwrap();
+        b.maxpool2d_bwd(&G, &x, &dy, &mut dx).unwrap();
+        (y, dx)
+    };
+    let four = crate::Cpu::new(4).unwrap();
+    assert_eq!(run(&four), run(&cpu()));
+}
