@@ -47,7 +47,8 @@ accuracy and img/s per epoch (labels in DejaVu Sans: fonts-dejavu-core).
 DATA: --data-dir, else data/fashion-mnist/, else /usr/share/datasets/fashion-mnist/
 (Debian/Ubuntu: apt-get install dataset-fashion-mnist; elsewhere: cargo xtask fetch-data).
 --model toy generates --samples samples from --seed; --model recsys streams --ratings
-(a MovieLens ratings.csv: cargo xtask fetch-data movielens).";
+(a MovieLens ratings.csv: cargo xtask fetch-data movielens, or without a network
+trainer synth-ratings ratings.csv --rows N for a generated one).";
 
 /// Which device trains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -3,18 +3,26 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 use trainer::cli::Cli;
-use trainer::plot::{self, PlotArgs};
+use trainer::model::recsys::synth;
+use trainer::plot;
+
+/// A subcommand: its own flags, parsed from the arguments after its name.
+fn subcommand<A: Parser>(run: fn(&A) -> anyhow::Result<()>) -> ExitCode {
+    let args = A::parse_from(std::env::args_os().skip(1));
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 fn main() -> ExitCode {
-    if std::env::args_os().nth(1).is_some_and(|a| a == "plot") {
-        let args = PlotArgs::parse_from(std::env::args_os().skip(1));
-        return match plot::run(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+    match std::env::args_os().nth(1) {
+        Some(a) if a == "plot" => return subcommand(plot::run),
+        Some(a) if a == "synth-ratings" => return subcommand(synth::run),
+        _ => {}
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

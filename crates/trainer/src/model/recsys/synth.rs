@@ -5,7 +5,7 @@
 //! as MovieLens ratings are.
 
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use rand::SeedableRng;
@@ -59,6 +59,49 @@ pub fn write_ratings(
         )?;
     }
     out.flush()?;
+    Ok(())
+}
+
+/// `trainer synth-ratings`: a ratings file to try `--model recsys` on
+/// without the real data.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "trainer synth-ratings",
+    about = "Write a MovieLens-format ratings.csv with learnable structure (hidden user and movie factors), for --model recsys without a network"
+)]
+pub struct SynthArgs {
+    /// The ratings file to write.
+    #[arg(value_name = "PATH")]
+    pub output: PathBuf,
+
+    /// Ratings to write.
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rows: u64,
+
+    /// Users rating.
+    #[arg(long, value_name = "N", default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub users: u32,
+
+    /// Movies rated (ids are sparse, as in MovieLens: 1, 4, 7, ...).
+    #[arg(long, value_name = "N", default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub movies: u32,
+
+    /// Seed of the factors and the ratings.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Writes the file `args` describe.
+pub fn run(args: &SynthArgs) -> anyhow::Result<()> {
+    write_ratings(&args.output, args.rows, args.users, args.movies, args.seed)?;
+    println!(
+        "{}: {} ratings by {} users of {} movies; train on it with --model recsys --ratings {}",
+        args.output.display(),
+        args.rows,
+        args.users,
+        args.movies,
+        args.output.display()
+    );
     Ok(())
 }
 

@@ -1,0 +1,52 @@
+//! `trainer synth-ratings`: a generated ratings file that `--model recsys`
+//! trains on, the same bytes for the same seed.
+
+mod common;
+
+use common::{run, stderr, trainer};
+
+#[test]
+fn synth_ratings_writes_a_file_recsys_trains_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, seed: &str| {
+        let path = tmp.path().join(name);
+        let out = run(trainer().arg("synth-ratings").arg(&path).args([
+            "--rows", "600", "--users", "50", "--movies", "80", "--seed", seed,
+        ]));
+        assert!(out.status.success(), "{}", stderr(&out));
+        std::fs::read_to_string(path).unwrap()
+    };
+    let (a, again, other) = (
+        write("a.csv", "3"),
+        write("b.csv", "3"),
+        write("c.csv", "4"),
+    );
+    assert_eq!(a, again, "the same seed writes the same file");
+    assert_ne!(a, other, "another seed another file");
+    let lines: Vec<&str> = a.lines().collect();
+    assert_eq!(lines[0], "userId,movieId,rating,timestamp");
+    assert_eq!(lines.len(), 601);
+
+    let out = run(trainer()
+        .args([
+            "--model",
+            "recsys",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "32",
+            "--ratings",
+        ])
+        .arg(tmp.path().join("a.csv")));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("model recsys"), "{err}");
+    assert!(common::stdout(&out).contains("test_rmse"), "{err}");
+}
+
+#[test]
+fn synth_ratings_without_a_path_says_so() {
+    let out = run(trainer().arg("synth-ratings"));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("<PATH>"), "{}", stderr(&out));
+}
