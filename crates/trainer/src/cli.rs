@@ -73,6 +73,19 @@ pub enum BackendChoice {
     Tcp,
 }
 
+/// How a model's row-sparse gradients (the recsys embedding table) travel
+/// between ranks over the host transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SparseGrads {
+    /// The touched rows when they are fewer bytes than the dense
+    /// all-reduce, else the dense all-reduce; decided every step.
+    Auto,
+    /// Always the touched rows (indices + rows).
+    Always,
+    /// Always the dense all-reduce.
+    Never,
+}
+
 /// How the built-in launcher runs the ranks of one machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Spawn {
@@ -182,6 +195,12 @@ pub struct Cli {
     /// at most 1 MiB, as in PyTorch DDP).
     #[arg(long, default_value_t = 25.0, value_name = "MIB", value_parser = positive_finite)]
     pub bucket_mb: f64,
+
+    /// Row-sparse gradients (recsys' embedding table): send only the rows a
+    /// step touched, or the dense all-reduce, whichever moves fewer bytes
+    /// (auto). NCCL ranks always use the dense all-reduce.
+    #[arg(long, value_enum, default_value_t = SparseGrads::Auto, value_name = "auto|always|never")]
+    pub sparse_grads: SparseGrads,
 
     /// Seconds a rank waits for its peers (rendezvous, each collective)
     /// before failing.
