@@ -344,6 +344,7 @@ mod tests {
         assert_eq!(cli.device, DeviceChoice::Auto);
         assert_eq!(cli.backend, BackendChoice::Auto);
         assert_eq!(cli.bucket_mb, 25.0);
+        assert_eq!(cli.sparse_grads, SparseGrads::Auto);
         assert_eq!(
             (cli.checkpoint_dir, cli.keep, cli.max_restarts, cli.resume),
             (None, 3, 0, None)
