@@ -65,7 +65,7 @@ fn tensor_bytes(path: &Path, bytes: Vec<u8>) -> Vec<u8> {
 fn choice(err: &str) -> (u64, u64, String) {
     let line = err
         .lines()
-        .find(|l| l.contains("sparse gradients, step 1"))
+        .find(|l| l.contains("sparse gradients, first step"))
         .unwrap_or_else(|| panic!("no sparse-gradient line in:\n{err}"));
     let words: Vec<&str> = line.split_whitespace().collect();
     let before = |w: &str| words[words.iter().position(|x| *x == w).unwrap() - 2];
