@@ -69,6 +69,7 @@ fn step_seconds(args: &Args, data: &FashionMnist, monitor: Monitor) -> Result<Ve
         max_steps: Some(args.warmup + args.steps),
         dropout: DropoutRates::REFERENCE,
         bucket_mb: 25.0,
+        sparse_grads: trainer::cli::SparseGrads::Auto,
     };
     let mut trainer =
         Trainer::new(Cpu::new(args.threads)?, data, cfg, None).context("building the trainer")?;

@@ -45,6 +45,33 @@ pub trait Communicator: Send {
     /// Returns once every rank has entered the barrier.
     fn barrier(&mut self) -> Result<(), CommError>;
 
+    /// Gathers every rank's `send`, whose lengths may differ between ranks,
+    /// into one vector per rank in rank order; the result is identical on
+    /// every rank. The lengths travel first (an exact f64 all-reduce), then
+    /// each rank's data is broadcast from it in rank order (ranks sending
+    /// nothing are skipped), so each element crosses every ring link once:
+    /// the bytes of a ring all-gather, through the transport's broadcast.
+    fn all_gather_v(&mut self, send: &[f32]) -> Result<Vec<Vec<f32>>, CommError> {
+        let (rank, world) = (self.rank(), self.world_size());
+        let mut counts = vec![0.0_f64; world];
+        // Exact: lengths are integers far below 2^53, summed with zeros.
+        counts[rank] = send.len() as f64;
+        self.all_reduce_f64(&mut counts, ReduceOp::Sum)?;
+        let mut gathered = Vec::with_capacity(world);
+        for (root, &count) in counts.iter().enumerate() {
+            let mut buf = if root == rank {
+                send.to_vec()
+            } else {
+                vec![0.0; count as usize]
+            };
+            if !buf.is_empty() {
+                self.broadcast(&mut buf, root)?;
+            }
+            gathered.push(buf);
+        }
+        Ok(gathered)
+    }
+
     // ---- Point to point and sub-groups (pipeline parallelism) ----
 
     /// Sends `send.0` to rank `send.1` and receives `recv.0` from rank

@@ -74,6 +74,19 @@ pub enum BackendChoice {
     Tcp,
 }
 
+/// How a model's row-sparse gradients (the recsys embedding table) travel
+/// between ranks over the host transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SparseGrads {
+    /// The touched rows when they are fewer bytes than the dense
+    /// all-reduce, else the dense all-reduce; decided every step.
+    Auto,
+    /// Always the touched rows (indices + rows).
+    Always,
+    /// Always the dense all-reduce.
+    Never,
+}
+
 /// How the built-in launcher runs the ranks of one machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Spawn {
@@ -183,6 +196,12 @@ pub struct Cli {
     /// at most 1 MiB, as in PyTorch DDP).
     #[arg(long, default_value_t = 25.0, value_name = "MIB", value_parser = positive_finite)]
     pub bucket_mb: f64,
+
+    /// Row-sparse gradients (recsys' embedding table): send only the rows a
+    /// step touched, or the dense all-reduce, whichever moves fewer bytes
+    /// (auto). NCCL ranks always use the dense all-reduce.
+    #[arg(long, value_enum, default_value_t = SparseGrads::Auto, value_name = "auto|always|never")]
+    pub sparse_grads: SparseGrads,
 
     /// Seconds a rank waits for its peers (rendezvous, each collective)
     /// before failing.
@@ -326,6 +345,7 @@ mod tests {
         assert_eq!(cli.device, DeviceChoice::Auto);
         assert_eq!(cli.backend, BackendChoice::Auto);
         assert_eq!(cli.bucket_mb, 25.0);
+        assert_eq!(cli.sparse_grads, SparseGrads::Auto);
         assert_eq!(
             (cli.checkpoint_dir, cli.keep, cli.max_restarts, cli.resume),
             (None, 3, 0, None)

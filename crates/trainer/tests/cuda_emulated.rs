@@ -69,6 +69,7 @@ fn config(batch_size: usize, dropout: DropoutRates) -> TrainConfig {
         dropout,
         // Small buckets: several all-reduces per step.
         bucket_mb: 0.5,
+        sparse_grads: trainer::cli::SparseGrads::Auto,
     }
 }
 
@@ -220,6 +221,7 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
         let (tcp, nccl) = nccl_rank(rank, port, &gpu, Duration::from_secs(60));
         let cfg = TrainConfig {
             bucket_mb: 0.05,
+            sparse_grads: trainer::cli::SparseGrads::Auto,
             ..config(16, DropoutRates::OFF)
         };
         let buckets = plan_buckets(trainer::model::cnn_layout(), cfg.bucket_mb);

@@ -31,6 +31,7 @@ fn config(batch_size: usize) -> TrainConfig {
         dropout: DropoutRates::OFF,
         // Small buckets, so that several all-reduces overlap backward.
         bucket_mb: 0.05,
+        sparse_grads: trainer::cli::SparseGrads::Auto,
     }
 }
 

@@ -130,6 +130,7 @@ fn config() -> TrainConfig {
         max_steps: Some(3),
         dropout: DropoutRates::OFF,
         bucket_mb: 0.5,
+        sparse_grads: trainer::cli::SparseGrads::Auto,
     }
 }
 

@@ -33,6 +33,7 @@ fn config() -> TrainConfig {
         max_steps: Some(STEPS),
         dropout: DropoutRates::OFF,
         bucket_mb: 0.05,
+        sparse_grads: trainer::cli::SparseGrads::Auto,
     }
 }
 

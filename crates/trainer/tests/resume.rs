@@ -45,6 +45,7 @@ fn config(epochs: usize) -> TrainConfig {
         max_steps: Some(STEPS),
         dropout: DropoutRates::REFERENCE,
         bucket_mb: 0.05,
+        sparse_grads: trainer::cli::SparseGrads::Auto,
     }
 }
 

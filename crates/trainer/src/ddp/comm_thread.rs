@@ -20,10 +20,12 @@ pub(super) enum Op {
     AverageF32(Staged),
     SumF64(Vec<f64>),
     Broadcast(Vec<f32>, usize),
+    GatherF32(Vec<f32>),
 }
 
 enum Reply {
     F32(Vec<f32>),
+    Gathered(Vec<Vec<f32>>),
     Staged(Staged),
     F64(Vec<f64>),
 }
@@ -76,6 +78,7 @@ impl CommThread {
                         Op::Broadcast(mut buf, root) => {
                             comm.broadcast(&mut buf, root).map(|()| Reply::F32(buf))
                         }
+                        Op::GatherF32(buf) => comm.all_gather_v(&buf).map(Reply::Gathered),
                     };
                     let failed = result.is_err();
                     if reply.send(result).is_err() || failed {
@@ -133,11 +136,7 @@ impl CommThread {
 
     /// Sums `values` over all ranks (exactly, in f64).
     pub fn sum_f64(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
-        self.handle.submit(Op::SumF64(values))?;
-        match self.handle.next_reply()? {
-            Reply::F64(v) => Ok(v),
-            _ => Err(out_of_order()),
-        }
+        self.handle.sum_f64(values)
     }
 }
 
@@ -172,6 +171,24 @@ impl CommHandle {
             .map_err(|_| anyhow!("rank {}: the communication thread has stopped", self.rank))?;
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         reply.with_context(|| format!("rank {} of {}", self.rank, self.world_size))
+    }
+
+    /// Sums `values` over all ranks (exactly, in f64), waiting for it.
+    pub(super) fn sum_f64(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
+        self.submit(Op::SumF64(values))?;
+        match self.next_reply()? {
+            Reply::F64(v) => Ok(v),
+            _ => Err(out_of_order()),
+        }
+    }
+
+    /// Every rank's `values` (lengths may differ), in rank order.
+    pub(super) fn all_gather(&mut self, values: Vec<f32>) -> anyhow::Result<Vec<Vec<f32>>> {
+        self.submit(Op::GatherF32(values))?;
+        match self.next_reply()? {
+            Reply::Gathered(v) => Ok(v),
+            _ => Err(out_of_order()),
+        }
     }
 
     /// The next reply, which must be an averaged [`Staged`] buffer.

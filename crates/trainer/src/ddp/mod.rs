@@ -23,6 +23,7 @@ mod buckets;
 mod comm_thread;
 mod host_hook;
 mod nccl_hook;
+mod sparse;
 pub mod transport;
 
 use std::ops::Range;
@@ -31,6 +32,7 @@ pub use buckets::plan_buckets;
 pub use comm_thread::{CommHandle, CommThread};
 pub use host_hook::HostHook;
 pub use nccl_hook::NcclHook;
+pub use sparse::SparseExchange;
 
 use buckets::BucketQueue;
 use core_tensor::Ops;
@@ -96,6 +98,8 @@ pub struct Reducer<B: Ops> {
     hook: Box<dyn CommHook<B>>,
     /// Whether the hook carries this step's stop votes.
     carries_votes: bool,
+    /// The row-sparse table, exchanged apart from the buckets.
+    sparse: Option<SparseExchange>,
 }
 
 impl<B: Ops> Reducer<B> {
@@ -104,7 +108,15 @@ impl<B: Ops> Reducer<B> {
             queue: BucketQueue::new(buckets),
             hook,
             carries_votes: false,
+            sparse: None,
         }
+    }
+
+    /// Exchanges a row-sparse table apart from the buckets (which must not
+    /// cover it), after them, every step.
+    pub fn with_sparse(mut self, sparse: Option<SparseExchange>) -> Self {
+        self.sparse = sparse;
+        self
     }
 
     pub fn hook(&self) -> &dyn CommHook<B> {
@@ -125,7 +137,11 @@ impl<B: Ops> Reducer<B> {
     /// Ends the step's communication: every bucket must have been launched.
     pub fn finish(&mut self, backend: &B, grads: &mut B::Storage<f32>) -> anyhow::Result<()> {
         self.queue.end_step()?;
-        self.hook.finish(backend, grads, self.queue.buckets())
+        self.hook.finish(backend, grads, self.queue.buckets())?;
+        match &mut self.sparse {
+            Some(sparse) => sparse.exchange(backend, grads),
+            None => Ok(()),
+        }
     }
 }
 

@@ -19,6 +19,8 @@ pub use cnn::{
     cnn_layout,
 };
 
+use std::ops::Range;
+
 use core_tensor::{FlatLayout, Ops, Result};
 use rand::RngCore;
 use rand::SeedableRng;
@@ -137,6 +139,14 @@ pub trait Model<B: Ops> {
 
     /// Where each parameter lives in the flat buffer.
     fn layout(&self) -> &FlatLayout;
+
+    /// The part of the flat gradient that is a row-sparse table (its range
+    /// and row width): a step writes only the rows its batch looked up, so
+    /// ranks may exchange those rows instead of the whole table. `None`
+    /// when every gradient is dense.
+    fn sparse_table(&self) -> Option<(Range<usize>, usize)> {
+        None
+    }
 
     /// Fresh parameters, deterministic in `seed`.
     fn init_params(&self, seed: u64) -> Vec<f32>;

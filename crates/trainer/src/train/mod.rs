@@ -27,8 +27,9 @@ pub use timer::{Phase, PhaseSeconds};
 
 use crate::checkpoint::origin::{self, Origin};
 use crate::checkpoint::{Checkpoints, Position, Settings};
+use crate::cli::SparseGrads;
 use crate::data::{Batches, Order};
-use crate::ddp::{CommHook, CommThread, HostHook, Reducer, plan_buckets};
+use crate::ddp::{CommHook, CommThread, HostHook, Reducer, SparseExchange, plan_buckets};
 use crate::model::cnn::DeviceSplit;
 use crate::model::{Activations, CnnMnist, DropoutRates, Metric, Model};
 use crate::monitor::{Monitor, RankStats};
@@ -50,6 +51,7 @@ pub struct TrainConfig {
     pub max_steps: Option<usize>,
     pub dropout: DropoutRates,
     pub bucket_mb: f64,
+    pub sparse_grads: SparseGrads,
 }
 
 impl TrainConfig {
@@ -302,8 +304,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let reducer = match (device_hook, &comm) {
             (Some(hook), _) => Some(Reducer::new(buckets, hook)),
             (None, Some(comm)) => {
+                let sparse = SparseExchange::plan(model.sparse_table(), cfg.sparse_grads, comm)?;
+                let buckets = SparseExchange::dense_buckets(sparse.as_ref(), buckets);
                 let hook = HostHook::new(&backend, &buckets, comm.handle())?;
-                Some(Reducer::new(buckets, Box::new(hook)))
+                Some(Reducer::new(buckets, Box::new(hook)).with_sparse(sparse))
             }
             (None, None) => None,
         };

@@ -60,6 +60,7 @@ pub(super) fn train_on<B: Ops>(
             DropoutRates::REFERENCE
         },
         bucket_mb: cli.bucket_mb,
+        sparse_grads: cli.sparse_grads,
     };
     let rank = job.info.rank;
     let context = || format!("rank {rank}: setting up");

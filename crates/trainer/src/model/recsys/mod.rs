@@ -103,6 +103,10 @@ impl<B: Ops> Model<B> for RecsysModel {
         &self.layout
     }
 
+    fn sparse_table(&self) -> Option<(Range<usize>, usize)> {
+        Some((self.embedding.clone(), self.dim))
+    }
+
     fn init_params(&self, seed: u64) -> Vec<f32> {
         let d = 2 * self.dim;
         let mut params = pytorch_default_init(

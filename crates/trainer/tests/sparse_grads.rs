@@ -1,0 +1,110 @@
+//! `--sparse-grads`: recsys' embedding gradients as touched rows or as the
+//! dense all-reduce give the same weights and optimizer state, bit for bit,
+//! at two ranks; and `auto` reports which it chose and why.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{run, stderr, trainer};
+use trainer::model::recsys::synth::write_ratings;
+
+/// Trains one epoch of at most 25 steps on two ranks and returns the
+/// checkpoint directory's files (name, bytes) and rank 0's stderr.
+fn train(
+    ratings: &Path,
+    dir: &Path,
+    mode: &str,
+    extra: &[&str],
+) -> (Vec<(PathBuf, Vec<u8>)>, String) {
+    let ckpt = dir.join(mode);
+    let out = run(trainer()
+        .args(["--model", "recsys", "--device", "cpu", "--ratings"])
+        .arg(ratings)
+        .args(["--world-size", "2", "--epochs", "1", "--max-steps", "25"])
+        .args(extra)
+        .args([
+            "--batch-size",
+            "64",
+            "--sparse-grads",
+            mode,
+            "--checkpoint-dir",
+        ])
+        .arg(&ckpt));
+    assert!(out.status.success(), "{mode}: {}", stderr(&out));
+    let mut files = Vec::new();
+    let mut dirs = vec![ckpt.clone()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let bytes = tensor_bytes(&path, std::fs::read(&path).unwrap());
+                files.push((path.strip_prefix(&ckpt).unwrap().to_path_buf(), bytes));
+            }
+        }
+    }
+    files.sort();
+    assert!(!files.is_empty(), "{mode}: no checkpoint written");
+    (files, stderr(&out))
+}
+
+/// A file's bytes; of a safetensors file only the tensors', since its
+/// header's metadata keys come in no fixed order (the header's sha256
+/// covers the tensors anyway).
+fn tensor_bytes(path: &Path, bytes: Vec<u8>) -> Vec<u8> {
+    if path.extension().is_none_or(|e| e != "safetensors") {
+        return bytes;
+    }
+    let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    bytes[8 + header..].to_vec()
+}
+
+/// The choice line: (bytes as rows, bytes dense, what was chosen).
+fn choice(err: &str) -> (u64, u64, String) {
+    let line = err
+        .lines()
+        .find(|l| l.contains("sparse gradients, first step"))
+        .unwrap_or_else(|| panic!("no sparse-gradient line in:\n{err}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let before = |w: &str| words[words.iter().position(|x| *x == w).unwrap() - 2];
+    let rows: u64 = before("as").parse().unwrap();
+    let dense: u64 = before("dense").parse().unwrap();
+    (rows, dense, words.last().unwrap().to_string())
+}
+
+#[test]
+fn rows_and_dense_all_reduce_give_the_same_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let ratings = dir.path().join("ratings.csv");
+    // 5000 rows of which a step touches at most 256: rows are smaller.
+    write_ratings(&ratings, 20_000, 3000, 2000, 3).unwrap();
+    let (always, err) = train(&ratings, dir.path(), "always", &[]);
+    assert_eq!(choice(&err).2, "rows", "{err}");
+    let (never, err) = train(&ratings, dir.path(), "never", &[]);
+    assert!(!err.contains("sparse gradients"), "{err}");
+    let (auto, err) = train(&ratings, dir.path(), "auto", &[]);
+    let (rows, dense, chosen) = choice(&err);
+    assert!(rows < dense && chosen == "rows", "{err}");
+    assert_eq!(always.len(), never.len());
+    for ((name, a), (_, n)) in always.iter().zip(&never) {
+        assert!(a == n, "{}: sparse and dense runs differ", name.display());
+    }
+    assert!(auto == always, "auto (rows) differs from always");
+}
+
+#[test]
+fn auto_keeps_the_dense_all_reduce_for_a_small_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let ratings = dir.path().join("ratings.csv");
+    // 10 ids, all touched by both ranks every step, in rows of one: two
+    // floats a row as rows against two a row for the dense all-reduce.
+    write_ratings(&ratings, 20_000, 6, 4, 4).unwrap();
+    let small = ["--embedding-dim", "1"];
+    let (auto, err) = train(&ratings, dir.path(), "auto", &small);
+    let (rows, dense, chosen) = choice(&err);
+    assert!(rows >= dense && chosen == "dense", "{err}");
+    let (never, _) = train(&ratings, dir.path(), "never", &small);
+    assert!(auto == never, "auto (dense) differs from never");
+}
