@@ -16,6 +16,7 @@ pub mod gather;
 pub mod linear;
 pub mod maxpool2d;
 pub mod mse;
+pub mod offset;
 pub mod relu;
 pub mod sgd;
 
@@ -32,6 +33,7 @@ pub use gather::GatherKernel;
 pub use linear::{LinearGeom, LinearKernel};
 pub use maxpool2d::{MaxPool2dKernel, PoolGeom};
 pub use mse::{MseGeom, MseKernel};
+pub use offset::{OffsetGeom, OffsetKernel};
 pub use relu::ReluKernel;
 pub use sgd::SgdKernel;
 
@@ -60,6 +62,7 @@ all_ops!(
     LinearKernel,
     MaxPool2dKernel,
     MseKernel,
+    OffsetKernel,
     ReluKernel,
     SgdKernel,
 );

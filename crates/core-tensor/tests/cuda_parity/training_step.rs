@@ -3,7 +3,7 @@
 use core_tensor::Ops;
 use core_tensor::ops::{
     AccuracyKernel, AdamConfig, AdamKernel, ClassGeom, CrossEntropyKernel, GUARD_CLEAR, MseGeom,
-    MseKernel, SgdKernel,
+    MseKernel, OffsetGeom, OffsetKernel, SgdKernel,
 };
 
 use crate::on_each_device;
@@ -155,6 +155,29 @@ fn mse_matches<B: Ops>(dev: &B) {
     }
 }
 
+/// Both directions bit for bit: each output is a fixed sequence of rounded
+/// additions (forward) or a copy (backward).
+fn offset_matches<B: Ops>(dev: &B) {
+    for (batch, k) in [(1, 1), (300, 2), (1000, 3)] {
+        let g = OffsetGeom { batch, k };
+        let (o, y0, dy) = (
+            uniform(720, batch * k, -1.0, 1.0),
+            uniform(721, batch, 1.0, 5.0),
+            uniform(722, batch, -1.0, 1.0),
+        );
+        let (o_d, dy_d, mut y_d) = (up(dev, &o), up(dev, &dy), up(dev, &y0));
+        let mut d_d = dev.zeros(batch * k).unwrap();
+        dev.offset_fwd(&g, &o_d, &mut y_d).unwrap();
+        dev.offset_bwd(&g, &dy_d, &mut d_d).unwrap();
+        let (mut y, mut d) = (y0.clone(), vec![0.0f32; batch * k]);
+        reference().offset_fwd(&g, &o, &mut y).unwrap();
+        reference().offset_bwd(&g, &dy, &mut d).unwrap();
+        let what = format!("{} offset {batch}x{k}", dev.describe());
+        assert_same_bits(&format!("{what} y"), &down(dev, &y_d), &y);
+        assert_same_bits(&format!("{what} d_offsets"), &down(dev, &d_d), &d);
+    }
+}
+
 fn sgd_matches<B: Ops>(dev: &B) {
     let n = 50_001;
     let start = uniform(810, n, -1.0, 1.0);
@@ -244,4 +267,9 @@ fn sgd() {
 #[test]
 fn mse() {
     on_each_device!(mse_matches);
+}
+
+#[test]
+fn offset() {
+    on_each_device!(offset_matches);
 }

@@ -17,7 +17,7 @@ use super::gemm::GemmLaunch;
 use super::launch::{DropoutArgs, GatherArgs, In, Out, Val, kernel_table};
 use crate::Result;
 use crate::ops::{
-    AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, PoolGeom,
+    AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
 };
 
 /// The launch parameters of the conv2d GEMM kernels (`Conv2dLaunch` in C).
@@ -121,6 +121,10 @@ kernel_table! {
         mse_fwd_bwd_f32(y: In<f32>, target: In<f32>, dy: Out<f32>, loss_sum: Out<f32>, g: Val<MseGeom>);
         mse_fwd_f32(y: In<f32>, target: In<f32>, loss_sum: Out<f32>, g: Val<MseGeom>);
     }
+    offset (OFFSET_SRC, OFFSET_PTX) {
+        offset_fwd_f32(offsets: In<f32>, y: Out<f32>, g: Val<OffsetGeom>);
+        offset_bwd_f32(dy: In<f32>, d_offsets: Out<f32>, g: Val<OffsetGeom>);
+    }
     relu (RELU_SRC, RELU_PTX) {
         relu_fwd_f32(x: Out<f32>, n: Val<u64>);
         relu_bwd_f32(y: In<f32>, dy: Out<f32>, n: Val<u64>);
@@ -170,6 +174,7 @@ mod tests {
         LinearGeom => "LinearGeom",
         LinearLaunch => "LinearLaunch",
         MseGeom => "MseGeom",
+        OffsetGeom => "OffsetGeom",
         PoolGeom => "PoolGeom",
     }
 

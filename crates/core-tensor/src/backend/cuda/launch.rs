@@ -16,7 +16,7 @@ use cudarc::driver::{
 use super::Cuda;
 use super::gemm::GemmLaunch;
 use crate::ops::{
-    AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, PoolGeom,
+    AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
 };
 use crate::{Elem, Error, Result};
 
@@ -62,6 +62,8 @@ unsafe impl DeviceRepr for ClassGeom {}
 unsafe impl DeviceRepr for EmbeddingGeom {}
 // SAFETY: repr(C), two usize fields, mirrored by `MseGeom` in mse.cu.
 unsafe impl DeviceRepr for MseGeom {}
+// SAFETY: repr(C), two usize fields, mirrored by `OffsetGeom` in offset.cu.
+unsafe impl DeviceRepr for OffsetGeom {}
 // SAFETY: repr(C), seven f32 fields, mirrored by `AdamScalars` in adam.cu.
 unsafe impl DeviceRepr for AdamScalars {}
 // SAFETY: repr(C), two u64 then two f32 fields (no padding), mirrored by
