@@ -27,6 +27,13 @@ pub struct MlpBuffers<B: Ops> {
     grads: Option<(B::Storage<f32>, B::Storage<f32>)>,
 }
 
+impl<B: Ops> MlpBuffers<B> {
+    /// The loss gradient at the output, once [`Mlp::mse`] has written it.
+    pub fn dout(&self) -> Option<&B::Storage<f32>> {
+        self.grads.as_ref().map(|(dout, _)| dout)
+    }
+}
+
 impl Mlp {
     /// The layers named `fc1` and `fc2` in `layout` (their shapes give the
     /// sizes).

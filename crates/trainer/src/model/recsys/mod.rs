@@ -1,14 +1,15 @@
 //! A MovieLens recommender: user and movie embeddings (one table, users'
-//! rows first) and a small MLP on their concatenation predict the rating;
-//! MSE loss, Adam, test RMSE on a held-out 10%.
+//! rows first) and a small MLP on their concatenation, plus a bias per user
+//! and per movie, predict the rating; MSE loss, Adam, test RMSE on a
+//! held-out 10%.
 //!
 //! ```text
 //! [user row ; movie row] (2·dim) · fc1 → 64 · relu · fc2 → 1
+//!     + user bias + movie bias
 //! ```
 //!
-//! The user and movie bias terms are the MLP's: `fc1` is linear in each
-//! row, so a per-user and per-movie offset is one direction of it; `fc2`'s
-//! bias starts at the training ratings' mean.
+//! `fc2`'s bias starts at the training ratings' mean, the user and movie
+//! biases at zero.
 
 pub mod ratings;
 mod shard;
@@ -17,7 +18,7 @@ pub mod synth;
 use std::ops::Range;
 
 use anyhow::Context as _;
-use core_tensor::ops::EmbeddingGeom;
+use core_tensor::ops::{EmbeddingGeom, OffsetGeom};
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result};
 
 pub use ratings::RatingsIndex;
@@ -39,6 +40,8 @@ pub struct RecsysModel {
     mean: f32,
     layout: FlatLayout,
     embedding: Range<usize>,
+    /// One bias per row of the embedding table (users', then movies').
+    biases: Range<usize>,
     mlp: Mlp,
 }
 
@@ -48,6 +51,7 @@ impl RecsysModel {
         let rows = index.users as usize + index.items as usize;
         let layout = FlatLayout::new(vec![
             ParamSpec::new("embedding.weight", &[rows, dim]),
+            ParamSpec::new("bias.weight", &[rows, 1]),
             ParamSpec::new("fc1.weight", &[HIDDEN, 2 * dim]),
             ParamSpec::new("fc1.bias", &[HIDDEN]),
             ParamSpec::new("fc2.weight", &[1, HIDDEN]),
@@ -58,6 +62,7 @@ impl RecsysModel {
             dim,
             mean: index.mean as f32,
             embedding: layout.range("embedding.weight").context("declared above")?,
+            biases: layout.range("bias.weight").context("declared above")?,
             mlp: Mlp::new(&layout, "fc1", "fc2")?,
             layout,
         })
@@ -70,6 +75,21 @@ impl RecsysModel {
             dim: self.dim,
             rows: self.rows,
             offset: self.embedding.start,
+        }
+    }
+
+    /// Each of `batch` predictions gets its two biases.
+    fn offsets(&self, batch: usize) -> OffsetGeom {
+        OffsetGeom { batch, k: 2 }
+    }
+
+    /// Both biases of `batch` samples (the same ids, a table of width 1).
+    fn bias_lookup(&self, batch: usize) -> EmbeddingGeom {
+        EmbeddingGeom {
+            batch: 2 * batch,
+            dim: 1,
+            rows: self.rows,
+            offset: self.biases.start,
         }
     }
 }
@@ -85,6 +105,9 @@ pub struct RecsysBuffers<B: Ops> {
     /// The two rows of each rating, side by side, and their gradient.
     x: B::Storage<f32>,
     dx: Option<B::Storage<f32>>,
+    /// The user and movie bias of each rating, and their gradient.
+    bias: B::Storage<f32>,
+    dbias: Option<B::Storage<f32>>,
     mlp: MlpBuffers<B>,
 }
 
@@ -113,12 +136,14 @@ impl<B: Ops> Model<B> for RecsysModel {
             seed,
             &[
                 (self.embedding.len(), EMBEDDING_FAN_IN),
+                (self.biases.len(), 1),
                 (HIDDEN * d, d),
                 (HIDDEN, d),
                 (HIDDEN, HIDDEN),
                 (1, HIDDEN),
             ],
         );
+        params[self.biases.clone()].fill(0.0);
         params[self.mlp.output_bias()] = self.mean;
         params
     }
@@ -131,6 +156,8 @@ impl<B: Ops> Model<B> for RecsysModel {
             target: b.zeros(batch)?,
             x: b.zeros(x)?,
             dx: train.then(|| b.zeros(x)).transpose()?,
+            bias: b.zeros(2 * batch)?,
+            dbias: train.then(|| b.zeros(2 * batch)).transpose()?,
             mlp: self.mlp.buffers(b, batch, train)?,
         })
     }
@@ -143,7 +170,14 @@ impl<B: Ops> Model<B> for RecsysModel {
         _: Mode,
     ) -> Result<()> {
         b.embedding_fwd(&self.lookup(buf.batch), &buf.ids, params, &mut buf.x)?;
-        self.mlp.forward(b, &buf.x, params, &mut buf.mlp)
+        self.mlp.forward(b, &buf.x, params, &mut buf.mlp)?;
+        b.embedding_fwd(
+            &self.bias_lookup(buf.batch),
+            &buf.ids,
+            params,
+            &mut buf.bias,
+        )?;
+        b.offset_fwd(&self.offsets(buf.batch), &buf.bias, &mut buf.mlp.out)
     }
 
     /// The squared errors' sum.
@@ -169,13 +203,63 @@ impl<B: Ops> Model<B> for RecsysModel {
         _: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
-        let dx = buf
-            .dx
-            .as_mut()
-            .context("backward needs buffers built for training")?;
+        let training = "backward needs buffers built for training";
+        let (dx, dbias) = (
+            buf.dx.as_mut().context(training)?,
+            buf.dbias.as_mut().context(training)?,
+        );
         self.mlp
             .backward(b, &buf.x, params, grads, &mut buf.mlp, Some(dx), hook)?;
+        let dout = buf.mlp.dout().context(training)?;
+        b.offset_bwd(&self.offsets(buf.batch), dout, dbias)?;
+        b.embedding_bwd(&self.bias_lookup(buf.batch), &buf.ids, dbias, grads)?;
+        hook.ready(b, grads, self.biases.start)?;
         b.embedding_bwd(&self.lookup(buf.batch), &buf.ids, dx, grads)?;
         hook.ready(b, grads, self.embedding.start)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core_tensor::{Backend, Cpu};
+
+    use super::*;
+
+    /// A prediction moves by exactly its user's and its movie's bias, and
+    /// backward hands each bias the prediction's gradient.
+    #[test]
+    fn each_rating_gets_its_users_and_its_movies_bias() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ratings.csv");
+        synth::write_ratings(&path, 200, 5, 7, 1).unwrap();
+        let model = RecsysModel::new(&RatingsIndex::build(&path).unwrap(), 4).unwrap();
+        let b = Cpu::new(1).unwrap();
+        let predict = |params: &[f32]| -> (f32, Vec<f32>) {
+            let mut buf = Model::<Cpu>::buffers(&model, &b, 1, true).unwrap();
+            buf.ids = vec![1, 6];
+            buf.target = vec![3.0];
+            let params = b.upload(params).unwrap();
+            model.forward(&b, &mut buf, &params, Mode::Eval).unwrap();
+            let out = buf.mlp.out[0];
+            let mut loss = vec![0.0];
+            model.loss(&b, &mut buf, &mut loss).unwrap();
+            let mut grads = vec![0.0; params.len()];
+            let mut hook = super::super::NoSync;
+            model
+                .backward(&b, &mut buf, &params, &mut grads, 0, &mut hook)
+                .unwrap();
+            (out, grads)
+        };
+        let mut params = Model::<Cpu>::init_params(&model, 3);
+        assert!(params[model.biases.clone()].iter().all(|&p| p == 0.0));
+        let (plain, grads) = predict(&params);
+        params[model.biases.start + 1] = 0.5;
+        params[model.biases.start + 6] = 0.25;
+        let (biased, _) = predict(&params);
+        assert_eq!(biased, plain + 0.5 + 0.25);
+        let dout = 2.0 * (plain - 3.0);
+        let g = &grads[model.biases.clone()];
+        assert_eq!((g[1], g[6]), (dout, dout));
+        assert_eq!(g.iter().filter(|&&x| x != 0.0).count(), 2);
     }
 }
