@@ -137,7 +137,7 @@ impl MetricsFile {
                     eval_s: s.eval_seconds,
                 })
                 .collect(),
-            straggler: Straggler::find(&r.ranks),
+            straggler: r.straggler,
         };
         let write = |out: &mut BufWriter<File>| -> std::io::Result<()> {
             serde_json::to_writer(&mut *out, &row)?;
@@ -154,6 +154,24 @@ mod tests {
     use crate::monitor::{RankStats, Usage};
 
     fn report() -> EpochReport {
+        let ranks = vec![
+            RankStats {
+                phases: PhaseSeconds([0.5, 20.0, 22.0, 1.5, 1.9]),
+                ..RankStats::default()
+            },
+            RankStats {
+                usage: Usage {
+                    rss_mib: Some(Summary {
+                        min: 300.0,
+                        mean: 310.0,
+                        max: 320.0,
+                    }),
+                    ..Usage::default()
+                },
+                phases: PhaseSeconds([0.5, 30.0, 22.0, 0.1, 1.9]),
+                eval_seconds: 0.25,
+            },
+        ];
         EpochReport {
             epoch: 1,
             epochs: 5,
@@ -166,24 +184,8 @@ mod tests {
             steps: 938,
             images: 60000,
             global_step: 938,
-            ranks: vec![
-                RankStats {
-                    phases: PhaseSeconds([0.5, 20.0, 22.0, 1.5, 1.9]),
-                    ..RankStats::default()
-                },
-                RankStats {
-                    usage: Usage {
-                        rss_mib: Some(Summary {
-                            min: 300.0,
-                            mean: 310.0,
-                            max: 320.0,
-                        }),
-                        ..Usage::default()
-                    },
-                    phases: PhaseSeconds([0.5, 30.0, 22.0, 0.1, 1.9]),
-                    eval_seconds: 0.25,
-                },
-            ],
+            straggler: Straggler::find(&ranks, 1),
+            ranks,
         }
     }
 

@@ -94,19 +94,38 @@ impl Straggler {
     /// How far behind the median the slowest rank may be before it is named.
     pub const TOLERANCE: f64 = 1.1;
 
-    /// The slowest of `ranks`, when it is a straggler.
-    pub fn find(ranks: &[RankStats]) -> Option<Straggler> {
-        let mut busy: Vec<f64> = ranks.iter().map(RankStats::busy_seconds).collect();
-        let (rank, slowest) = busy
+    /// The slowest of `ranks` against its peers, when it is a straggler:
+    /// rank `r`'s peers are the ranks `r mod groups` (pipeline stages do
+    /// different work, so stage `s` is compared with stage `s` only; one
+    /// group for plain data parallelism).
+    pub fn find(ranks: &[RankStats], groups: usize) -> Option<Straggler> {
+        let groups = groups.max(1);
+        (0..groups)
+            .filter_map(|g| {
+                let members: Vec<usize> = (g..ranks.len()).step_by(groups).collect();
+                let busy: Vec<f64> = members.iter().map(|&r| ranks[r].busy_seconds()).collect();
+                Self::slowest(&busy).map(|(i, ratio)| Straggler {
+                    rank: members[i],
+                    ratio,
+                })
+            })
+            .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
+    }
+
+    /// The index and ratio to the median of the largest of `busy`, when
+    /// past the tolerance.
+    fn slowest(busy: &[f64]) -> Option<(usize, f64)> {
+        let (index, slowest) = busy
             .iter()
             .copied()
             .enumerate()
             .max_by(|a, b| a.1.total_cmp(&b.1))?;
-        busy.sort_by(f64::total_cmp);
-        let n = busy.len();
-        let median = (busy[(n - 1) / 2] + busy[n / 2]) / 2.0;
+        let mut sorted = busy.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median = (sorted[(n - 1) / 2] + sorted[n / 2]) / 2.0;
         let ratio = slowest / median;
-        (median > 0.0 && ratio > Self::TOLERANCE).then_some(Straggler { rank, ratio })
+        (median > 0.0 && ratio > Self::TOLERANCE).then_some((index, ratio))
     }
 }
 
@@ -148,13 +167,27 @@ mod tests {
     #[test]
     fn the_straggler_is_named_past_ten_percent_of_the_median() {
         assert_eq!(
-            Straggler::find(&[stats(1.0), stats(1.05), stats(1.0)]),
+            Straggler::find(&[stats(1.0), stats(1.05), stats(1.0)], 1),
             None
         );
-        let found = Straggler::find(&[stats(1.0), stats(1.0), stats(1.9)]).unwrap();
+        let found = Straggler::find(&[stats(1.0), stats(1.0), stats(1.9)], 1).unwrap();
         assert_eq!(found.rank, 2);
         assert!((found.ratio - 2.0 / 1.1).abs() < 1e-12, "{found:?}");
-        assert_eq!(Straggler::find(&[stats(1.0)]), None);
-        assert_eq!(Straggler::find(&[]), None);
+        assert_eq!(Straggler::find(&[stats(1.0)], 1), None);
+        assert_eq!(Straggler::find(&[], 1), None);
+    }
+
+    /// Two pipelines of two stages: the stages differ by far, which is no
+    /// straggler; one stage behind its twin in the other pipeline is.
+    #[test]
+    fn pipeline_stages_are_compared_with_their_own_stage() {
+        let even = [stats(1.0), stats(3.0), stats(1.0), stats(3.0)];
+        assert!(
+            Straggler::find(&even, 1).is_some(),
+            "across stages: a false straggler"
+        );
+        assert_eq!(Straggler::find(&even, 2), None);
+        let slow = [stats(1.0), stats(3.0), stats(1.0), stats(6.0)];
+        assert_eq!(Straggler::find(&slow, 2).map(|s| s.rank), Some(3));
     }
 }

@@ -10,7 +10,7 @@ use super::guard::GUARD_READ_EVERY;
 use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
 use crate::model::Model;
-use crate::monitor::RankStats;
+use crate::monitor::{RankStats, Straggler};
 use crate::stop::StopKind;
 
 /// How an epoch ended.
@@ -119,6 +119,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             steps,
             images: images as u64,
             global_step: self.replica.step,
+            // A pipeline's stages do different work: compare each rank
+            // with the same stage of the other replicas.
+            straggler: Straggler::find(&ranks, self.world_size / self.share.replicas),
             ranks,
         }))
     }

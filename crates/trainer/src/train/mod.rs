@@ -32,7 +32,7 @@ use crate::data::{Batches, Order};
 use crate::ddp::{CommHook, CommThread, HostHook, Reducer, SparseExchange, plan_buckets};
 use crate::model::cnn::DeviceSplit;
 use crate::model::{Activations, CnnMnist, DropoutRates, Metric, Model};
-use crate::monitor::{Monitor, RankStats};
+use crate::monitor::{Monitor, RankStats, Straggler};
 use crate::stop::StopRequest;
 use eval::Evaluator;
 use meter::{EpochMeter, ResumePoint};
@@ -92,6 +92,8 @@ pub struct EpochReport {
     /// Every rank's resource use and where its time went (device time: the
     /// work itself on a CPU, CUDA events on a GPU), in rank order.
     pub ranks: Vec<RankStats>,
+    /// The rank far behind the others doing the same work, if one is.
+    pub straggler: Option<Straggler>,
 }
 
 /// How a run ended.

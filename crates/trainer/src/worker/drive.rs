@@ -12,7 +12,7 @@ use super::{Job, hostname};
 use crate::announce::report_outcome;
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::Model;
-use crate::monitor::{Monitor, Straggler};
+use crate::monitor::Monitor;
 use crate::progress::Console;
 use crate::tensorboard::EventWriter;
 use crate::train::{Progress, RunOutcome, Silent, Trainer};
@@ -72,7 +72,7 @@ pub(super) fn drive<B: Ops, M: Model<B>>(
     let outcome = trainer.run(progress.as_mut(), &mut |report| {
         if lead {
             println!("{}", epoch_line(report));
-            if let Some(s) = Straggler::find(&report.ranks) {
+            if let Some(s) = report.straggler {
                 eprintln!(
                     "note: rank {} is {:.0}% behind the median rank (its steps' time, waiting for gradients excluded)",
                     s.rank,
