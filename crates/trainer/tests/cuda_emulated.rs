@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use comm::nccl::NcclCommunicator;
@@ -34,25 +33,7 @@ const STEPS: usize = 4;
 
 #[test]
 fn training_on_the_cuda_emulator() {
-    let mut args = vec!["--exact", "--test-threads=1"];
-    args.extend(EMULATED);
-    // Two emulated GPUs, so that two ranks have one each and may use NCCL.
-    cuda_emu::rerun_on_emulator(
-        Path::new(env!("CARGO_TARGET_TMPDIR")),
-        &args,
-        &[("CUDA_EMU_DEVICES", "2")],
-        EMULATED.len(),
-    );
-}
-
-/// The emulated GPU `ordinal`, in the re-run only.
-fn emulated_gpu(ordinal: usize) -> Option<Cuda> {
-    if !cuda_emu::in_emulator() {
-        return None;
-    }
-    let gpu = Cuda::new(ordinal).expect("the emulator is loaded");
-    assert!(gpu.describe().contains("cuda-emu"), "{}", gpu.describe());
-    Some(gpu)
+    common::rerun_on_two_emulated_gpus(&EMULATED);
 }
 
 fn data() -> FashionMnist {
@@ -149,7 +130,9 @@ fn relative_difference(a: &[f32], b: &[f32]) -> f64 {
 /// so the GPU follows the CPU up to the order of its sums.
 #[test]
 fn emulated_gpu_training_follows_the_cpu() {
-    let Some(gpu) = emulated_gpu(0) else { return };
+    let Some(gpu) = common::emulated_gpu(0) else {
+        return;
+    };
     let data = data();
     let cfg = config(16, DropoutRates::REFERENCE);
     let (on_gpu, gpu_accuracy) = train(gpu, &data, cfg.clone(), None);
@@ -176,7 +159,9 @@ fn emulated_gpu_training_follows_the_cpu() {
 /// batch.
 #[test]
 fn emulated_gpu_ranks_sharing_one_gpu_stay_identical() {
-    let Some(gpu) = emulated_gpu(0) else { return };
+    let Some(gpu) = common::emulated_gpu(0) else {
+        return;
+    };
     let data = data();
     let port = free_port();
     let ranks: Vec<Vec<Vec<f32>>> = common::on_two_ranks(|rank| {
@@ -211,13 +196,13 @@ fn nccl_rank(
 /// the batch.
 #[test]
 fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
-    if emulated_gpu(0).is_none() {
+    if common::emulated_gpu(0).is_none() {
         return;
     }
     let data = data();
     let port = free_port();
     let ranks: Vec<Vec<Vec<f32>>> = common::on_two_ranks(|rank| {
-        let gpu = emulated_gpu(rank).unwrap();
+        let gpu = common::emulated_gpu(rank).unwrap();
         let (tcp, nccl) = nccl_rank(rank, port, &gpu, Duration::from_secs(60));
         let cfg = TrainConfig {
             bucket_mb: 0.05,
@@ -240,19 +225,19 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
 #[test]
 fn emulated_nccl_collective_without_its_peer_times_out() {
     const TIMEOUT: Duration = Duration::from_secs(2);
-    if emulated_gpu(0).is_none() {
+    if common::emulated_gpu(0).is_none() {
         return;
     }
     let port = free_port();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
         s.spawn(move || {
-            let gpu = emulated_gpu(1).unwrap();
+            let gpu = common::emulated_gpu(1).unwrap();
             let _peer = nccl_rank(1, port, &gpu, TIMEOUT);
             // Connected, but never joins the collective.
             done_rx.recv().unwrap();
         });
-        let gpu = emulated_gpu(0).unwrap();
+        let gpu = common::emulated_gpu(0).unwrap();
         let (_tcp, nccl) = nccl_rank(0, port, &gpu, TIMEOUT);
         let mut buf = gpu.upload(&[1.0f32; 64]).unwrap();
         nccl.stream().join(gpu.stream()).unwrap();

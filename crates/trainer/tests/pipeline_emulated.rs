@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use comm::nccl::NcclCommunicator;
@@ -33,24 +32,7 @@ const EMULATED: [&str; 2] = [
 
 #[test]
 fn pipeline_on_the_cuda_emulator() {
-    let mut args = vec!["--exact", "--test-threads=1"];
-    args.extend(EMULATED);
-    cuda_emu::rerun_on_emulator(
-        Path::new(env!("CARGO_TARGET_TMPDIR")),
-        &args,
-        &[("CUDA_EMU_DEVICES", "2")],
-        EMULATED.len(),
-    );
-}
-
-/// The emulated GPU `ordinal`, in the re-run only.
-fn emulated_gpu(ordinal: usize) -> Option<Cuda> {
-    if !cuda_emu::in_emulator() {
-        return None;
-    }
-    let gpu = Cuda::new(ordinal).expect("the emulator is loaded");
-    assert!(gpu.describe().contains("cuda-emu"), "{}", gpu.describe());
-    Some(gpu)
+    common::rerun_on_two_emulated_gpus(&EMULATED);
 }
 
 fn values(rank: usize, len: usize) -> Vec<f32> {
@@ -62,12 +44,12 @@ fn values(rank: usize, len: usize) -> Vec<f32> {
 #[test]
 fn emulated_nccl_send_recv_between_two_gpus() {
     const LEN: usize = 600_001;
-    if emulated_gpu(0).is_none() {
+    if common::emulated_gpu(0).is_none() {
         return;
     }
     let port = free_port();
     let got = common::on_two_ranks(|rank| {
-        let gpu = emulated_gpu(rank).unwrap();
+        let gpu = common::emulated_gpu(rank).unwrap();
         let timeout = Duration::from_secs(60);
         let cfg = CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(timeout);
         let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
@@ -137,13 +119,13 @@ fn config() -> TrainConfig {
 /// Stage `rank` on emulated GPU `rank`; the CPU rank it must follow.
 #[test]
 fn emulated_two_stages_on_two_gpus_follow_one_cpu_rank() {
-    if emulated_gpu(0).is_none() {
+    if common::emulated_gpu(0).is_none() {
         return;
     }
     let data = common::small_data(16 * 3, 20);
     let port = free_port();
     let stages = common::on_two_ranks(|rank| {
-        let gpu = emulated_gpu(rank).unwrap();
+        let gpu = common::emulated_gpu(rank).unwrap();
         let timeout = Duration::from_secs(120);
         let cfg = CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(timeout);
         let mut tcp = TcpCommunicator::connect(&cfg).unwrap();

@@ -175,3 +175,28 @@ pub fn wait_for_dir(dir: &Path, limit: std::time::Duration) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Re-runs `tests` of this binary on cuda-emu with two emulated GPUs (so
+/// that two ranks have one each and may use NCCL); see
+/// [`cuda_emu::rerun_on_emulator`].
+pub fn rerun_on_two_emulated_gpus(tests: &[&str]) {
+    let mut args = vec!["--exact", "--test-threads=1"];
+    args.extend(tests);
+    cuda_emu::rerun_on_emulator(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &args,
+        &[("CUDA_EMU_DEVICES", "2")],
+        tests.len(),
+    );
+}
+
+/// The emulated GPU `ordinal`, in the re-run only.
+pub fn emulated_gpu(ordinal: usize) -> Option<core_tensor::Cuda> {
+    use core_tensor::Backend;
+    if !cuda_emu::in_emulator() {
+        return None;
+    }
+    let gpu = core_tensor::Cuda::new(ordinal).expect("the emulator is loaded");
+    assert!(gpu.describe().contains("cuda-emu"), "{}", gpu.describe());
+    Some(gpu)
+}
