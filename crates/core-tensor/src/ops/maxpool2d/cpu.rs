@@ -14,15 +14,27 @@ fn window_max(w: [f32; 4]) -> f32 {
     }
 }
 
-/// The window position (0..4, row-major) the gradient goes to: the first
-/// input equal to the pooled value, which is exactly the first maximum of a
-/// strict `>` scan, as PyTorch picks it (or the first NaN).
+/// The gradient `d` routed within one window: all of it to the first input
+/// equal to the pooled value, which is exactly the first maximum of a
+/// strict `>` scan, as PyTorch picks it (or the first NaN, since with a NaN
+/// in the window the pooled value is NaN and only NaNs match). Branch-free:
+/// which position wins is data-dependent, and a branch per window
+/// mispredicts often enough to dominate the pass.
 #[inline]
-fn window_argmax(w: [f32; 4]) -> usize {
-    let m = window_max(w);
-    w.iter()
-        .position(|&v| v == m || (m.is_nan() && v.is_nan()))
-        .unwrap_or(0)
+fn window_route(w: [f32; 4], d: f32) -> [f32; 4] {
+    // Non-short-circuit `&`/`|` and a bit mask rather than `if`, so that
+    // the compiler emits compares and selects, not branches.
+    let nan = w.iter().fold(false, |n, v| n | v.is_nan());
+    let max = w[0].max(w[1]).max(w[2].max(w[3]));
+    let hit = w.map(|v| (!nan & (v == max)) | (nan & v.is_nan()));
+    let earlier = [false, hit[0], hit[0] | hit[1], hit[0] | hit[1] | hit[2]];
+    let taken = [
+        hit[0],
+        hit[1] & !earlier[1],
+        hit[2] & !earlier[2],
+        !earlier[3],
+    ];
+    taken.map(|t| f32::from_bits(d.to_bits() & u32::from(t).wrapping_neg()))
 }
 
 impl MaxPool2dKernel for Cpu {
@@ -90,7 +102,11 @@ fn bwd_planes(g: &PoolGeom, x: &[f32], dy: &[f32], dx: &mut [f32]) {
         // below writes there.
         dx.fill(0.0);
     }
-    let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h() * g.out_w());
+    let (in_plane, out_plane, ow) = (g.in_h * g.in_w, g.out_h() * g.out_w(), g.out_w());
+    // One output row's windows as structure of arrays: `soa[k][j]` is
+    // position k (row-major) of window j. Routed over unit-stride arrays the
+    // loop vectorizes; over the interleaved rows it stayed scalar.
+    let mut soa = [(); 4].map(|_| vec![0.0f32; ow]);
     let planes = x
         .chunks_exact(in_plane)
         .zip(dy.chunks_exact(out_plane))
@@ -99,16 +115,36 @@ fn bwd_planes(g: &PoolGeom, x: &[f32], dy: &[f32], dx: &mut [f32]) {
         let rows = src
             .chunks_exact(2 * g.in_w)
             .zip(dst.chunks_exact_mut(2 * g.in_w));
-        for ((pair, dpair), grad_row) in rows.zip(grad.chunks_exact(g.out_w())) {
+        for ((pair, dpair), grad_row) in rows.zip(grad.chunks_exact(ow)) {
             let (top, bottom) = pair.split_at(g.in_w);
-            let (dtop, dbottom) = dpair.split_at_mut(g.in_w);
-            let windows = top.chunks_exact(2).zip(bottom.chunks_exact(2));
-            let dwindows = dtop.chunks_exact_mut(2).zip(dbottom.chunks_exact_mut(2));
-            for ((&d, (t, b)), (dt, db)) in grad_row.iter().zip(windows).zip(dwindows) {
-                let k = window_argmax([t[0], t[1], b[0], b[1]]);
-                let pick = |i: usize| if i == k { d } else { 0.0 };
-                (dt[0], dt[1], db[0], db[1]) = (pick(0), pick(1), pick(2), pick(3));
+            let [p0, p1, p2, p3] = &mut soa;
+            deinterleave(top, p0, p1);
+            deinterleave(bottom, p2, p3);
+            let windows = p0
+                .iter_mut()
+                .zip(p1.iter_mut())
+                .zip(p2.iter_mut().zip(p3.iter_mut()));
+            for (&d, ((a, b), (c, e))) in grad_row.iter().zip(windows) {
+                [*a, *b, *c, *e] = window_route([*a, *b, *c, *e], d);
             }
+            let (dtop, dbottom) = dpair.split_at_mut(g.in_w);
+            interleave(p0, p1, dtop);
+            interleave(p2, p3, dbottom);
         }
+    }
+}
+
+/// Splits the window columns of one input row into the left and right
+/// positions (a trailing odd column is skipped).
+fn deinterleave(row: &[f32], left: &mut [f32], right: &mut [f32]) {
+    for ((pair, l), r) in row.chunks_exact(2).zip(left).zip(right) {
+        (*l, *r) = (pair[0], pair[1]);
+    }
+}
+
+/// The inverse of [`deinterleave`].
+fn interleave(left: &[f32], right: &[f32], row: &mut [f32]) {
+    for ((pair, l), r) in row.chunks_exact_mut(2).zip(left).zip(right) {
+        (pair[0], pair[1]) = (*l, *r);
     }
 }

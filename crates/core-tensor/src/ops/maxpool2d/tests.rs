@@ -53,6 +53,33 @@ fn backward_routes_to_the_first_maximum_or_nan() {
 }
 
 #[test]
+fn backward_picks_a_nan_after_the_maximum_and_the_first_of_equal_maxima() {
+    let g = PoolGeom {
+        batch: 1,
+        channels: 3,
+        in_h: 2,
+        in_w: 2,
+    };
+    #[rustfmt::skip]
+    let x = vec![
+        7.0, 1.0, f32::NAN, f32::NAN, // the first NaN wins over 7
+        -1.0, 5.0, 2.0, 5.0,          // the first 5
+        0.0, -0.0, -3.0, 0.0,         // 0 == -0: the first
+    ];
+    let mut dx = vec![9.0; 12];
+    cpu()
+        .maxpool2d_bwd(&g, &x, &vec![1.0, 2.0, 3.0], &mut dx)
+        .unwrap();
+    #[rustfmt::skip]
+    let want = vec![
+        0.0, 0.0, 1.0, 0.0,
+        0.0, 2.0, 0.0, 0.0,
+        3.0, 0.0, 0.0, 0.0,
+    ];
+    assert_eq!(dx, want);
+}
+
+#[test]
 fn backward_passes_the_finite_difference_check() {
     // Distinct values spaced wider than the probe step keep every argmax stable.
     let mut x: Vec<f32> = (0..G.input_len())
