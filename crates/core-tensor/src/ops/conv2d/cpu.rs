@@ -121,7 +121,7 @@ fn bwd_group(
     for (i, n) in images.enumerate() {
         let dy_n = &dy[n * out_len..(n + 1) * out_len];
         for (acc, row) in db.iter_mut().zip(dy_n.chunks(ohw)) {
-            *acc += row.iter().sum::<f32>();
+            *acc += lane_sum(row);
         }
         im2col(g, &x[n * in_len..(n + 1) * in_len], &mut col);
         let dy_mat = MatRef::row_major(dy_n, g.out_channels, ohw);
@@ -145,6 +145,20 @@ fn bwd_group(
             col2im(g, &col, &mut dx[i * in_len..(i + 1) * in_len]);
         }
     }
+}
+
+/// The sum of `xs` in eight interleaved partial sums, added pairwise: it
+/// vectorizes, where one running sum is a chain of dependent adds (the bias
+/// gradient's sums took as long as the col2im scatter).
+fn lane_sum(xs: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = xs.chunks_exact(8);
+    let tail = chunks.remainder().iter().sum::<f32>();
+    for chunk in chunks {
+        acc.iter_mut().zip(chunk).for_each(|(a, v)| *a += v);
+    }
+    let [a, b, c, d, e, f, g, h] = acc;
+    ((a + e) + (b + f)) + ((c + g) + (d + h)) + tail
 }
 
 /// The output columns `[lo, hi)` whose input column `ow·stride + kw − pad`
