@@ -40,7 +40,7 @@ fn train(
             if path.is_dir() {
                 dirs.push(path);
             } else {
-                let bytes = tensor_bytes(&path, std::fs::read(&path).unwrap());
+                let bytes = std::fs::read(&path).unwrap();
                 files.push((path.strip_prefix(&ckpt).unwrap().to_path_buf(), bytes));
             }
         }
@@ -48,17 +48,6 @@ fn train(
     files.sort();
     assert!(!files.is_empty(), "{mode}: no checkpoint written");
     (files, stderr(&out))
-}
-
-/// A file's bytes; of a safetensors file only the tensors', since its
-/// header's metadata keys come in no fixed order (the header's sha256
-/// covers the tensors anyway).
-fn tensor_bytes(path: &Path, bytes: Vec<u8>) -> Vec<u8> {
-    if path.extension().is_none_or(|e| e != "safetensors") {
-        return bytes;
-    }
-    let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    bytes[8 + header..].to_vec()
 }
 
 /// The choice line: (bytes as rows, bytes dense, what was chosen).

@@ -59,7 +59,43 @@ pub(super) fn encode(
             ))
         })
         .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
-    Ok((safetensors::serialize(views, Some(metadata))?, sum))
+    let file = safetensors::serialize(views, Some(metadata))?;
+    Ok((with_sorted_header(&file)?, sum))
+}
+
+/// `file` with its JSON header's keys in sorted order. The safetensors crate
+/// writes `__metadata__` from a `HashMap`, whose order changes from run to
+/// run; sorted, the same model gives the same bytes, so checkpoints can be
+/// compared and hashed as files. Tensors are addressed by their offsets,
+/// which do not move.
+fn with_sorted_header(file: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let len_bytes: [u8; 8] = file
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .context("the serialized checkpoint has no header length")?;
+    let end = usize::try_from(u64::from_le_bytes(len_bytes))
+        .ok()
+        .and_then(|n| n.checked_add(8))
+        .filter(|&end| end <= file.len())
+        .context("the serialized checkpoint's header length is out of range")?;
+    let header: BTreeMap<String, serde_json::Value> = serde_json::from_slice(&file[8..end])
+        .context("the serialized checkpoint's header is not a JSON object")?;
+    let sorted = |v: serde_json::Value| -> anyhow::Result<serde_json::Value> {
+        let object: BTreeMap<String, serde_json::Value> = serde_json::from_value(v)?;
+        Ok(serde_json::to_value(object)?)
+    };
+    let header = header
+        .into_iter()
+        .map(|(k, v)| Ok((k, sorted(v)?)))
+        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    let mut json = serde_json::to_vec(&header)?;
+    // The data that follows starts 8-byte aligned, as the crate lays it out.
+    json.resize(json.len().next_multiple_of(8), b' ');
+    let mut out = Vec::with_capacity(8 + json.len() + file.len() - end);
+    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&file[end..]);
+    Ok(out)
 }
 
 /// Whether a file must carry a checksum: ours always do; PyTorch's never.
@@ -206,4 +242,48 @@ pub fn load_weights(path: &Path, layout: &FlatLayout) -> anyhow::Result<Vec<f32>
         Ok(params)
     };
     read().with_context(|| path.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_of(values: &[f32]) -> Vec<u8> {
+        let tensors = [
+            Named {
+                name: "b.weight".into(),
+                shape: vec![2, 2],
+                values,
+            },
+            Named {
+                name: "a.bias".into(),
+                shape: vec![2],
+                values: &values[..2],
+            },
+        ];
+        // A fresh HashMap each time: its iteration order is seeded per map.
+        let metadata = (0..16)
+            .map(|i| (format!("key{i}"), format!("{i}")))
+            .collect();
+        encode(&tensors, metadata).unwrap().0
+    }
+
+    #[test]
+    fn the_same_tensors_and_metadata_give_the_same_bytes_and_read_back() {
+        let values = [1.0, -2.0, 3.5, 0.25];
+        let first = file_of(&values);
+        for _ in 0..8 {
+            assert_eq!(file_of(&values), first);
+        }
+        let parsed = parse(&first, Checksum::Required).unwrap();
+        assert_eq!(parsed.metadata.len(), 17, "16 keys and the checksum");
+        assert_eq!(parsed.metadata["key7"], "7");
+        let file = SafeTensors::deserialize(&first).unwrap();
+        let weight = file.tensor("b.weight").unwrap();
+        assert_eq!(weight.shape(), [2, 2]);
+        assert_eq!(weight.data(), values.map(f32::to_le_bytes).concat());
+        assert_eq!(file.tensor("a.bias").unwrap().data().len(), 8);
+        let header_len = u64::from_le_bytes(first[..8].try_into().unwrap());
+        assert_eq!(header_len % 8, 0, "the data stays 8-byte aligned");
+    }
 }
