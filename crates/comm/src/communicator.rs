@@ -94,6 +94,26 @@ pub trait Communicator: Send {
     // ---- End of point to point and sub-groups ----
 }
 
+/// Refuses a `send_recv` whose peers (`send` and `recv`, where present) are
+/// not other ranks of a group of `world_size`, before anything moves.
+pub(crate) fn check_peers(
+    rank: usize,
+    world_size: usize,
+    peers: [Option<usize>; 2],
+) -> Result<(), CommError> {
+    match peers
+        .into_iter()
+        .flatten()
+        .find(|&p| p >= world_size || p == rank)
+    {
+        Some(peer) => Err(CommError::InvalidArgument {
+            op: "send_recv",
+            reason: format!("rank {peer} is not another rank of a group of {world_size}"),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Refuses a broadcast `root` outside a world of `world_size` before
 /// anything is sent: every rank fails at once, instead of waiting on a root
 /// that does not exist.

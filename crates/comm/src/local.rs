@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::communicator::{Communicator, ReduceOp, check_root};
+use crate::communicator::{Communicator, ReduceOp, check_peers, check_root};
 use crate::error::CommError;
 use crate::tcp::element::{Dtype, Element};
 use crate::tcp::group::Group;
@@ -356,17 +356,11 @@ impl Communicator for LocalCommunicator {
         recv: Option<(&mut [f32], usize)>,
     ) -> Result<(), CommError> {
         let (rank, world) = (self.rank, self.board.world);
-        let peers = [send.as_ref().map(|s| s.1), recv.as_ref().map(|r| r.1)];
-        if let Some(peer) = peers
-            .into_iter()
-            .flatten()
-            .find(|&p| p >= world || p == rank)
-        {
-            return Err(CommError::InvalidArgument {
-                op: "send_recv",
-                reason: format!("rank {peer} is not another rank of a group of {world}"),
-            });
-        }
+        check_peers(
+            rank,
+            world,
+            [send.as_ref().map(|s| s.1), recv.as_ref().map(|r| r.1)],
+        )?;
         let board = &self.board;
         if let Some((buf, to)) = send {
             let mut state = board.lock();

@@ -11,7 +11,7 @@ use super::ffi::{self, CallError, Progress, RawComm};
 use super::library::{SearchRoots, search};
 use super::unique_id::exchange_unique_id;
 use super::watchdog::{self, Failure, InFlight, Shared};
-use crate::communicator::{ReduceOp, check_root};
+use crate::communicator::{ReduceOp, check_peers, check_root};
 use crate::error::CommError;
 use crate::store::Store;
 
@@ -254,19 +254,7 @@ impl NcclCommunicator {
         what: &str,
     ) -> Result<(), CommError> {
         let peers = [send.as_ref().map(|s| s.1), recv.as_ref().map(|r| r.1)];
-        if let Some(peer) = peers
-            .into_iter()
-            .flatten()
-            .find(|&p| p >= self.world_size || p == self.rank)
-        {
-            return Err(CommError::InvalidArgument {
-                op: "send_recv",
-                reason: format!(
-                    "rank {peer} is not another rank of a group of {}",
-                    self.world_size
-                ),
-            });
-        }
+        check_peers(self.rank, self.world_size, peers)?;
         let send = send.map(|(buf, peer)| {
             let (ptr, record) = buf.device_ptr(&self.stream);
             (

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::communicator::{Communicator, ReduceOp, check_root};
+use crate::communicator::{Communicator, ReduceOp, check_peers, check_root};
 use crate::config::CommConfig;
 use crate::error::CommError;
 use crate::rendezvous::Rendezvous;
@@ -220,17 +220,11 @@ impl Communicator for TcpCommunicator {
         recv: Option<(&mut [f32], usize)>,
     ) -> Result<(), CommError> {
         let (rank, world) = (self.rank, self.world_size);
-        let peers = [send.as_ref().map(|s| s.1), recv.as_ref().map(|r| r.1)];
-        if let Some(peer) = peers
-            .into_iter()
-            .flatten()
-            .find(|&p| p >= world || p == rank)
-        {
-            return Err(CommError::InvalidArgument {
-                op: "send_recv",
-                reason: format!("rank {peer} is not another rank of a group of {world}"),
-            });
-        }
+        check_peers(
+            rank,
+            world,
+            [send.as_ref().map(|s| s.1), recv.as_ref().map(|r| r.1)],
+        )?;
         let Some(ring) = &mut self.ring else {
             return Ok(());
         };
