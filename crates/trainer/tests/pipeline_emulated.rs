@@ -3,7 +3,7 @@
 //! emulated GPUs, on a communicator of its own made through the job's
 //! store (a sub-group's), and a two-stage pipeline training on two
 //! emulated GPUs, its activations and their gradients going GPU to GPU
-//! over NCCL send/recv, its parameters' gradients averaged by NCCL.
+//! over NCCL send/recv (one replica per stage: no gradient to average).
 //!
 //! `pipeline_on_the_cuda_emulator` builds the emulator and re-runs this
 //! binary with it loaded; there the `emulated_*` tests do the work.
@@ -17,7 +17,7 @@ use comm::{CommConfig, TcpCommunicator};
 use common::free_port;
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Backend, Cpu, Cuda};
-use trainer::ddp::{CommThread, NcclHook};
+use trainer::ddp::CommThread;
 use trainer::model::{CnnMnist, DropoutRates};
 use trainer::pipeline::{NcclLink, PipelinePlace, PipelineStage};
 use trainer::train::{Setup, Silent, TrainConfig, Trainer};
@@ -131,8 +131,6 @@ fn emulated_two_stages_on_two_gpus_follow_one_cpu_rank() {
         let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
         let place = PipelinePlace::of(rank, 2, 2).unwrap();
         let stream = gpu.side_stream().unwrap();
-        let nccl = NcclCommunicator::connect(stream, rank, 2, tcp.store(), timeout).unwrap();
-        let stream = gpu.side_stream().unwrap();
         let pipe = NcclCommunicator::connect_named(
             stream,
             place.stage,
@@ -145,8 +143,8 @@ fn emulated_two_stages_on_two_gpus_follow_one_cpu_rank() {
         let model = CnnMnist::new(DropoutRates::OFF);
         let link = Box::new(NcclLink::new(pipe, &gpu));
         let stage = PipelineStage::new(model, place, 2, link).unwrap();
+        // One replica per stage: no gradient to average.
         let setup = Setup {
-            device_hook: Some(Box::new(NcclHook::new(nccl, &gpu).unwrap())),
             share: Some(place.share()),
             ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
         };

@@ -2,20 +2,23 @@
 //! with dropout off, 2 stages follow 1 rank, and 2 stages x 2 replicas
 //! follow 2 data-parallel ranks, within 1e-4 after 30 steps (micro-batches
 //! sum gradients in another order); every rank of a layout holds the same
-//! whole model, bit for bit.
+//! whole model, bit for bit. A stage's gradients travel within its
+//! data-parallel group only, and only the stage's own.
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use comm::{CommConfig, Communicator, LocalCommunicator, TcpCommunicator};
+use comm::{CommConfig, CommError, Communicator, LocalCommunicator, ReduceOp, TcpCommunicator};
 use common::free_port;
 use core_tensor::Cpu;
 use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
 use trainer::ddp::CommThread;
 use trainer::model::{CnnMnist, DropoutRates};
-use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage};
+use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage, stage_params};
 use trainer::train::{Setup, Silent, TrainConfig, Trainer};
 
 const STEPS: usize = 30;
@@ -37,13 +40,71 @@ fn config() -> TrainConfig {
     }
 }
 
+/// A communicator that counts the f32 elements it all-reduces.
+struct Counting {
+    inner: Box<dyn Communicator>,
+    f32s: Arc<AtomicUsize>,
+}
+
+impl Counting {
+    fn wrap(inner: Box<dyn Communicator>) -> (Box<dyn Communicator>, Arc<AtomicUsize>) {
+        let f32s = Arc::new(AtomicUsize::new(0));
+        let counting = Counting {
+            inner,
+            f32s: Arc::clone(&f32s),
+        };
+        (Box::new(counting), f32s)
+    }
+}
+
+impl Communicator for Counting {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn world_size(&self) -> usize {
+        self.inner.world_size()
+    }
+    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
+        self.f32s.fetch_add(buf.len(), Ordering::Relaxed);
+        self.inner.all_reduce(buf, op)
+    }
+    fn all_reduce_f64(&mut self, buf: &mut [f64], op: ReduceOp) -> Result<(), CommError> {
+        self.inner.all_reduce_f64(buf, op)
+    }
+    fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
+        self.inner.broadcast(buf, root)
+    }
+    fn barrier(&mut self) -> Result<(), CommError> {
+        self.inner.barrier()
+    }
+    fn send_recv(
+        &mut self,
+        send: Option<(&[f32], usize)>,
+        recv: Option<(&mut [f32], usize)>,
+    ) -> Result<(), CommError> {
+        self.inner.send_recv(send, recv)
+    }
+    fn subgroup(&mut self, members: &[usize]) -> Result<Box<dyn Communicator>, CommError> {
+        self.inner.subgroup(members)
+    }
+}
+
+/// What one rank ended with.
+struct Trained {
+    params: Vec<f32>,
+    /// f32 elements all-reduced over the whole job's communicator, and
+    /// over a pipeline stage's data-parallel group.
+    job_f32s: usize,
+    group_f32s: usize,
+}
+
 /// The final parameters of one rank: a plain data-parallel rank (no
 /// `stages`) or a pipeline stage, over `comm` (`None`: alone).
 fn train(
     data: &FashionMnist,
     comm: Option<Box<dyn Communicator>>,
     stages: Option<usize>,
-) -> Vec<f32> {
+) -> Trained {
     let backend = Cpu::new(1).unwrap();
     let Some(stages) = stages else {
         let comm = comm.map(|c| CommThread::spawn(c).unwrap());
@@ -51,15 +112,29 @@ fn train(
         trainer
             .train_epoch(1, &mut Silent, &mut |_| Ok(()))
             .unwrap();
-        return trainer.params().unwrap();
+        return Trained {
+            params: trainer.params().unwrap(),
+            job_f32s: 0,
+            group_f32s: 0,
+        };
     };
     let mut comm = comm.expect("a pipeline has several ranks");
     let place = PipelinePlace::of(comm.rank(), comm.world_size(), stages).unwrap();
-    let group = comm.subgroup(&place.members()).unwrap();
-    let link = Box::new(HostLink::new(group));
+    let pipeline = comm.subgroup(&place.members()).unwrap();
+    let link = Box::new(HostLink::new(pipeline));
     let stage = PipelineStage::new(CnnMnist::new(DropoutRates::OFF), place, 4, link).unwrap();
+    let (group, group_f32s) = match place.replicas {
+        1 => (None, None),
+        _ => {
+            let group = comm.subgroup(&place.replica_group()).unwrap();
+            let (group, count) = Counting::wrap(group);
+            (Some(CommThread::spawn(group).unwrap()), Some(count))
+        }
+    };
+    let (comm, job_f32s) = Counting::wrap(comm);
     let setup = Setup {
         share: Some(place.share()),
+        group,
         ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
     };
     let mut trainer = Trainer::on_fashion_mnist(backend, stage, data, config(), setup).unwrap();
@@ -68,7 +143,11 @@ fn train(
         .unwrap();
     let times = trainer.model().times();
     assert!(times.total > Duration::ZERO && times.waiting <= times.total);
-    trainer.params().unwrap()
+    Trained {
+        params: trainer.params().unwrap(),
+        job_f32s: job_f32s.load(Ordering::Relaxed),
+        group_f32s: group_f32s.map_or(0, |c| c.load(Ordering::Relaxed)),
+    }
 }
 
 /// Each rank's result, `body(rank, comm)` on a thread per rank.
@@ -109,11 +188,12 @@ fn relative(a: &[f32], b: &[f32]) -> f64 {
         / norm(&mut b.iter().map(|&y| f64::from(y)))
 }
 
-fn all_identical(ranks: &[Vec<f32>]) {
-    for (r, p) in ranks.iter().enumerate() {
+fn all_identical(ranks: &[Trained]) {
+    for (r, t) in ranks.iter().enumerate() {
         assert!(
-            p.iter()
-                .zip(&ranks[0])
+            t.params
+                .iter()
+                .zip(&ranks[0].params)
                 .all(|(a, b)| a.to_bits() == b.to_bits()),
             "rank {r} holds another model than rank 0"
         );
@@ -123,10 +203,15 @@ fn all_identical(ranks: &[Vec<f32>]) {
 #[test]
 fn two_stages_follow_one_rank() {
     let data = data();
-    let single = train(&data, None, None);
+    let single = train(&data, None, None).params;
     let stages = on_ranks(tcp_job(2), |comm| train(&data, Some(comm), Some(2)));
     all_identical(&stages);
-    let diff = relative(&stages[0], &single);
+    // One replica per stage: no gradient is averaged anywhere (the whole
+    // model is assembled by broadcasts at the epoch's end).
+    for (rank, t) in stages.iter().enumerate() {
+        assert_eq!((t.job_f32s, t.group_f32s), (0, 0), "rank {rank}");
+    }
+    let diff = relative(&stages[0].params, &single);
     println!("2 stages vs 1 rank: relative difference {diff:e}");
     assert!(
         diff <= 1e-4,
@@ -153,7 +238,15 @@ fn two_stages_by_two_replicas_follow_two_data_parallel_ranks() {
     let ddp = on_ranks(local(2), |comm| train(&data, Some(comm), None));
     let grid = on_ranks(local(4), |comm| train(&data, Some(comm), Some(2)));
     all_identical(&grid);
-    let diff = relative(&grid[0], &ddp[0]);
+    // Each stage's gradients, and only those, travel within its group
+    // (plus the one slot the last bucket keeps for the stop vote, unused
+    // there); none over the whole job.
+    for (rank, t) in grid.iter().enumerate() {
+        let stage = stage_params(rank % 2).len();
+        assert_eq!(t.job_f32s, 0, "rank {rank} averaged over the whole job");
+        assert_eq!(t.group_f32s, STEPS * (stage + 1), "rank {rank}");
+    }
+    let diff = relative(&grid[0].params, &ddp[0].params);
     println!("2 x 2 vs 2 data-parallel ranks: relative difference {diff:e}");
     assert!(
         diff <= 1e-4,

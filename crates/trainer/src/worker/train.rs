@@ -24,6 +24,8 @@ use crate::train::{DataShare, RunOutcome, Setup, TrainConfig, Trainer};
 /// A rank's links to the others and to the outside.
 pub(super) struct Links<B: Ops> {
     pub comm: Option<CommThread>,
+    /// A pipeline stage's data-parallel group (see [`Setup::group`]).
+    pub group: Option<CommThread>,
     pub device_hook: Option<Box<dyn CommHook<B>>>,
     pub stop: StopRequest,
     pub monitor: Monitor,
@@ -163,6 +165,7 @@ fn train_model<B: Ops, M: Model<B>>(
         comm: links.comm,
         origin,
         device_hook: links.device_hook,
+        group: links.group,
         checkpoints: checkpoint_dir.map(|dir| Checkpoints {
             dir,
             every: cli.checkpoint_every,
