@@ -33,7 +33,7 @@ use crate::checkpoint::{Checkpoints, Position, Settings};
 use crate::cli::SparseGrads;
 use crate::data::{Batches, Order};
 use crate::ddp::{CommThread, Reducer};
-use crate::model::cnn::DeviceSplit;
+use crate::model::cnn::{DeviceSplit, HostSplit};
 use crate::model::{Activations, CnnMnist, DropoutRates, Metric, Model};
 use crate::monitor::{Monitor, RankStats, Straggler};
 use crate::stop::StopRequest;
@@ -221,8 +221,10 @@ where
         cfg: TrainConfig,
         setup: Setup<B>,
     ) -> anyhow::Result<Self> {
-        let train = DeviceSplit::upload(&backend, &data.train, "training")?;
-        let test = DeviceSplit::upload(&backend, &data.test, "test")?;
+        let train = HostSplit::from(data.train.clone());
+        let test = HostSplit::from(data.test.clone());
+        let train = DeviceSplit::upload(&backend, &train, "training")?;
+        let test = DeviceSplit::upload(&backend, &test, "test")?;
         let test: Box<dyn Batches<B, M::Buffers>> = Box::new(test);
         Trainer::with_model(backend, model, Box::new(train), Some(test), cfg, setup)
     }

@@ -67,10 +67,10 @@ pub(super) fn train_on<B: Ops>(
     let rank = job.info.rank;
     let context = || format!("rank {rank}: setting up");
     match job.data {
-        Dataset::Fashion { data, .. } => {
+        Dataset::Fashion { train, test, .. } => {
             let upload = || -> anyhow::Result<(DeviceSplit<B>, DeviceSplit<B>)> {
-                let train = DeviceSplit::upload(&backend, &data.train, "training")?;
-                let test = DeviceSplit::upload(&backend, &data.test, "test")?;
+                let train = DeviceSplit::upload(&backend, train, "training")?;
+                let test = DeviceSplit::upload(&backend, test, "test")?;
                 Ok((train, test))
             };
             let (train, test) = upload().with_context(context)?;
