@@ -33,7 +33,7 @@ const STEPS: usize = 4;
 
 #[test]
 fn training_on_the_cuda_emulator() {
-    common::rerun_on_two_emulated_gpus(&EMULATED);
+    common::rerun_on_emulated_gpus(2, &EMULATED);
 }
 
 fn data() -> FashionMnist {
