@@ -16,10 +16,12 @@ use common::free_port;
 use core_tensor::Cpu;
 use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
+use trainer::checkpoint::{CheckpointDir, Checkpoints, Position};
 use trainer::ddp::CommThread;
-use trainer::model::{CnnMnist, DropoutRates};
+use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
 use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage, stage_params};
-use trainer::train::{Setup, Silent, TrainConfig, Trainer};
+use trainer::stop::{StopKind, StopRequest};
+use trainer::train::{RunOutcome, Setup, Silent, TrainConfig, Trainer};
 
 const STEPS: usize = 30;
 
@@ -98,28 +100,18 @@ struct Trained {
     group_f32s: usize,
 }
 
-/// The final parameters of one rank: a plain data-parallel rank (no
-/// `stages`) or a pipeline stage, over `comm` (`None`: alone).
-fn train(
+/// A counter of f32 elements all-reduced.
+type Count = Arc<AtomicUsize>;
+
+/// A rank of 2-stage pipelines over `comm` (its job communicator) as the
+/// worker builds it, `setup` adding to a fresh start; with the counts of
+/// what it all-reduces over the job and over its stage's group.
+fn stage_trainer(
     data: &FashionMnist,
-    comm: Option<Box<dyn Communicator>>,
-    stages: Option<usize>,
-) -> Trained {
-    let backend = Cpu::new(1).unwrap();
-    let Some(stages) = stages else {
-        let comm = comm.map(|c| CommThread::spawn(c).unwrap());
-        let mut trainer = Trainer::new(backend, data, config(), comm).unwrap();
-        trainer
-            .train_epoch(1, &mut Silent, &mut |_| Ok(()))
-            .unwrap();
-        return Trained {
-            params: trainer.params().unwrap(),
-            job_f32s: 0,
-            group_f32s: 0,
-        };
-    };
-    let mut comm = comm.expect("a pipeline has several ranks");
-    let place = PipelinePlace::of(comm.rank(), comm.world_size(), stages).unwrap();
+    mut comm: Box<dyn Communicator>,
+    setup: impl FnOnce(Setup<Cpu>) -> Setup<Cpu>,
+) -> (Trainer<Cpu, PipelineStage<Cpu>>, Count, Option<Count>) {
+    let place = PipelinePlace::of(comm.rank(), comm.world_size(), 2).unwrap();
     let pipeline = comm.subgroup(&place.members()).unwrap();
     let link = Box::new(HostLink::new(pipeline));
     let stage = PipelineStage::new(CnnMnist::new(DropoutRates::OFF), place, 4, link).unwrap();
@@ -132,12 +124,37 @@ fn train(
         }
     };
     let (comm, job_f32s) = Counting::wrap(comm);
-    let setup = Setup {
+    let setup = setup(Setup {
         share: Some(place.share()),
         group,
         ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
-    };
-    let mut trainer = Trainer::on_fashion_mnist(backend, stage, data, config(), setup).unwrap();
+    });
+    let backend = Cpu::new(1).unwrap();
+    let trainer = Trainer::on_fashion_mnist(backend, stage, data, config(), setup).unwrap();
+    (trainer, job_f32s, group_f32s)
+}
+
+/// The final parameters of one rank: a plain data-parallel rank (no
+/// `stages`) or a pipeline stage, over `comm` (`None`: alone).
+fn train(
+    data: &FashionMnist,
+    comm: Option<Box<dyn Communicator>>,
+    stages: Option<usize>,
+) -> Trained {
+    if stages.is_none() {
+        let comm = comm.map(|c| CommThread::spawn(c).unwrap());
+        let mut trainer = Trainer::new(Cpu::new(1).unwrap(), data, config(), comm).unwrap();
+        trainer
+            .train_epoch(1, &mut Silent, &mut |_| Ok(()))
+            .unwrap();
+        return Trained {
+            params: trainer.params().unwrap(),
+            job_f32s: 0,
+            group_f32s: 0,
+        };
+    }
+    let comm = comm.expect("a pipeline has several ranks");
+    let (mut trainer, job_f32s, group_f32s) = stage_trainer(data, comm, |s| s);
     trainer
         .train_epoch(1, &mut Silent, &mut |_| Ok(()))
         .unwrap();
@@ -163,6 +180,13 @@ fn on_ranks<T: Send>(
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+fn local_job(world: usize) -> Vec<Box<dyn Communicator>> {
+    LocalCommunicator::job(world, Duration::from_secs(30))
+        .into_iter()
+        .map(|c| Box::new(c) as Box<dyn Communicator>)
+        .collect()
 }
 
 fn tcp_job(world: usize) -> Vec<Box<dyn Communicator>> {
@@ -229,14 +253,8 @@ fn two_stages_follow_one_rank() {
 #[test]
 fn two_stages_by_two_replicas_follow_two_data_parallel_ranks() {
     let data = data();
-    let local = |world| {
-        LocalCommunicator::job(world, Duration::from_secs(30))
-            .into_iter()
-            .map(|c| Box::new(c) as Box<dyn Communicator>)
-            .collect()
-    };
-    let ddp = on_ranks(local(2), |comm| train(&data, Some(comm), None));
-    let grid = on_ranks(local(4), |comm| train(&data, Some(comm), Some(2)));
+    let ddp = on_ranks(local_job(2), |comm| train(&data, Some(comm), None));
+    let grid = on_ranks(local_job(4), |comm| train(&data, Some(comm), Some(2)));
     all_identical(&grid);
     // Each stage's gradients, and only those, travel within its group
     // (plus the one slot the last bucket keeps for the stop vote, unused
@@ -265,4 +283,50 @@ fn layouts_that_do_not_fit_are_errors() {
         (place.stage, place.replica, place.members()),
         (1, 2, vec![4, 5])
     );
+}
+
+/// A preemption asked of one stage's rank alone reaches every rank (its
+/// vote cannot ride the stage group's all-reduce): all stop after the same
+/// step, and rank 0 saves the whole model there, each stage's parameters
+/// and moments from that stage's rank.
+#[test]
+fn a_preemption_of_one_stage_stops_every_rank_with_a_whole_checkpoint() {
+    let data = data();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ends = on_ranks(local_job(4), |comm| {
+        let rank = comm.rank();
+        let stop = StopRequest::new();
+        if rank == 3 {
+            stop.request(StopKind::Preempt);
+        }
+        let checkpoints = Some(Checkpoints {
+            dir: CheckpointDir::new(dir, 2),
+            every: None,
+        });
+        let (mut trainer, ..) = stage_trainer(&data, comm, |s| Setup {
+            stop,
+            checkpoints,
+            ..s
+        });
+        let end = trainer.run(&mut Silent, &mut |_| Ok(())).unwrap();
+        (end, trainer.params().unwrap())
+    });
+    let at = Position { epoch: 1, step: 1 };
+    for (rank, (end, _)) in ends.iter().enumerate() {
+        let saved = (rank == 0).then(|| dir.join(at.dir_name()));
+        assert_eq!(end, &RunOutcome::Preempted { at, saved }, "rank {rank}");
+    }
+    let state = trainer::checkpoint::load(&dir.join(at.dir_name()), cnn_layout()).unwrap();
+    assert_eq!(state.optimizer_step, 1);
+    // Stage s's part as rank s (its first replica) trained it.
+    for (stage, (_, params)) in ends.iter().take(2).enumerate() {
+        let range = stage_params(stage);
+        let trained = &params[range.clone()];
+        assert!(state.params[range.clone()] == *trained, "stage {stage}");
+        assert!(
+            state.exp_avg[range].iter().any(|&m| m != 0.0),
+            "stage {stage}"
+        );
+    }
 }
