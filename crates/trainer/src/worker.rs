@@ -133,7 +133,19 @@ fn run_rank(
             let group = comm.as_dyn().subgroup(&place.members()).with_context(|| {
                 format!("rank {}: forming pipeline {}", info.rank, place.replica)
             })?;
-            Some((place, group))
+            // The stage's data-parallel group averages its gradients
+            // (through the host; NCCL has its own below).
+            let replicas = match (place.replicas, transport) {
+                (1, _) | (_, Some(Transport::Nccl)) => None,
+                _ => Some(
+                    comm.as_dyn()
+                        .subgroup(&place.replica_group())
+                        .with_context(|| {
+                            format!("rank {}: forming stage {}'s group", info.rank, place.stage)
+                        })?,
+                ),
+            };
+            Some((place, group, replicas))
         }
         (stages, None) => bail!(
             "--pipeline-stages {stages} needs at least {stages} ranks (--world-size, a multiple of the stages)"
@@ -149,11 +161,31 @@ fn run_rank(
                 Some(JobComm::Tcp(tcp)) => tcp.store(),
                 _ => None,
             };
-            let whole = (info.rank, info.world_size);
-            let grads = connect_nccl(cli, gpu, store.as_deref_mut(), "gradients", whole)?;
+            // Gradients are averaged over the whole job, or over a pipeline
+            // stage's replicas (none with one replica).
+            let grads = match &pipeline {
+                None => {
+                    let whole = (info.rank, info.world_size);
+                    Some(connect_nccl(
+                        cli,
+                        gpu,
+                        store.as_deref_mut(),
+                        "gradients",
+                        whole,
+                    )?)
+                }
+                Some((place, ..)) if place.replicas > 1 => Some(connect_nccl(
+                    cli,
+                    gpu,
+                    store.as_deref_mut(),
+                    &format!("gradients-stage-{}", place.stage),
+                    (place.replica, place.replicas),
+                )?),
+                Some(_) => None,
+            };
             // Each pipeline's own communicator carries its activations.
             let stages = match &pipeline {
-                Some((place, _)) => Some(connect_nccl(
+                Some((place, ..)) => Some(connect_nccl(
                     cli,
                     gpu,
                     store,
@@ -162,11 +194,18 @@ fn run_rank(
                 )?),
                 None => None,
             };
-            (Some(grads), stages)
+            (grads, stages)
         }
         _ => (None, None),
     };
     let comm = comm.map(|c| CommThread::spawn(c.boxed())).transpose()?;
+    let (pipeline, group) = match pipeline {
+        Some((place, link, replicas)) => {
+            let group = replicas.map(CommThread::spawn).transpose()?;
+            (Some((place, link)), group)
+        }
+        None => (None, None),
+    };
     let job = Job {
         cli,
         info,
@@ -197,6 +236,7 @@ fn run_rank(
             let pipeline = pipeline.map(|(place, group)| (place, host_link(group)));
             let links = Links {
                 comm,
+                group,
                 device_hook: None,
                 stop,
                 monitor,
@@ -215,6 +255,7 @@ fn run_rank(
             });
             let links = Links {
                 comm,
+                group,
                 device_hook: hook,
                 stop,
                 monitor,

@@ -33,7 +33,7 @@ const STEPS: usize = 4;
 
 #[test]
 fn training_on_the_cuda_emulator() {
-    common::rerun_on_two_emulated_gpus(&EMULATED);
+    common::rerun_on_emulated_gpus(2, &EMULATED);
 }
 
 fn data() -> FashionMnist {
@@ -209,7 +209,8 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
             sparse_grads: trainer::cli::SparseGrads::Auto,
             ..config(16, DropoutRates::OFF)
         };
-        let buckets = plan_buckets(trainer::model::cnn_layout(), cfg.bucket_mb);
+        let layout = trainer::model::cnn_layout();
+        let buckets = plan_buckets(layout, 0..layout.len(), cfg.bucket_mb);
         assert!(buckets.len() > 2, "several buckets overlap backward");
         let setup = Setup {
             device_hook: Some(Box::new(NcclHook::new(nccl, &gpu).unwrap())),

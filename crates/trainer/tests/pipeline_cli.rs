@@ -1,6 +1,7 @@
 //! `--pipeline-stages 2` end to end: the split is printed, each stage says
 //! how idle it was, rank 0 saves a whole model, and that checkpoint
-//! resumes in another layout (one rank) as any other does.
+//! resumes in another layout (one rank) as any other does, whose
+//! checkpoint a pipeline of 2 stages x 2 replicas resumes in turn.
 
 mod common;
 
@@ -49,6 +50,33 @@ fn a_pipeline_trains_saves_a_whole_model_and_resumes_on_one_rank() {
     let end = dir.join(trainer::checkpoint::Position { epoch: 3, step: 0 }.dir_name());
     let resumed = trainer::checkpoint::load(&end, trainer::model::cnn_layout()).unwrap();
     assert_eq!(resumed.optimizer_step, 8);
+    // And on, as 2 stages x 2 replicas (each stage's Adam moments come
+    // from the whole ones): rank 0 gathers both stages' parameters and
+    // moments into a whole checkpoint again.
+    let grid = [&layout[..1], &["4"], &layout[2..]].concat();
+    train(
+        &dir,
+        &[&grid[..], &["--resume", "auto", "--epochs", "3"]].concat(),
+    );
+    let end = dir.join(trainer::checkpoint::Position { epoch: 4, step: 0 }.dir_name());
+    let last = trainer::checkpoint::load(&end, trainer::model::cnn_layout()).unwrap();
+    assert_eq!(last.optimizer_step, 12);
+    for stage in 0..2 {
+        let range = trainer::pipeline::stage_params(stage);
+        let moved = |a: &[f32], b: &[f32]| a[range.clone()] != b[range.clone()];
+        assert!(
+            moved(&last.params, &resumed.params),
+            "stage {stage} did not train"
+        );
+        assert!(
+            moved(&last.exp_avg, &resumed.exp_avg),
+            "stage {stage}'s moments"
+        );
+        assert!(
+            moved(&last.exp_avg_sq, &resumed.exp_avg_sq),
+            "stage {stage}'s moments"
+        );
+    }
 }
 
 #[test]

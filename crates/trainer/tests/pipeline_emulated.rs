@@ -3,7 +3,9 @@
 //! emulated GPUs, on a communicator of its own made through the job's
 //! store (a sub-group's), and a two-stage pipeline training on two
 //! emulated GPUs, its activations and their gradients going GPU to GPU
-//! over NCCL send/recv, its parameters' gradients averaged by NCCL.
+//! over NCCL send/recv (one replica per stage: no gradient to average),
+//! and 2 stages x 2 replicas on four emulated GPUs, each stage's gradients
+//! averaged by NCCL within its data-parallel group.
 //!
 //! `pipeline_on_the_cuda_emulator` builds the emulator and re-runs this
 //! binary with it loaded; there the `emulated_*` tests do the work.
@@ -13,11 +15,12 @@ mod common;
 use std::time::Duration;
 
 use comm::nccl::NcclCommunicator;
-use comm::{CommConfig, TcpCommunicator};
+use comm::{CommConfig, LocalCommunicator, TcpCommunicator};
 use common::free_port;
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Backend, Cpu, Cuda};
-use trainer::ddp::{CommThread, NcclHook};
+use fashion_mnist::FashionMnist;
+use trainer::ddp::{CommHook, CommThread, NcclHook};
 use trainer::model::{CnnMnist, DropoutRates};
 use trainer::pipeline::{NcclLink, PipelinePlace, PipelineStage};
 use trainer::train::{Setup, Silent, TrainConfig, Trainer};
@@ -25,14 +28,15 @@ use trainer::train::{Setup, Silent, TrainConfig, Trainer};
 /// A device buffer of the CUDA backend.
 type Buf = <Cuda as Backend>::Storage<f32>;
 
-const EMULATED: [&str; 2] = [
+const EMULATED: [&str; 3] = [
     "emulated_nccl_send_recv_between_two_gpus",
     "emulated_two_stages_on_two_gpus_follow_one_cpu_rank",
+    "emulated_two_stages_by_two_replicas_on_four_gpus_follow_two_cpu_ranks",
 ];
 
 #[test]
 fn pipeline_on_the_cuda_emulator() {
-    common::rerun_on_two_emulated_gpus(&EMULATED);
+    common::rerun_on_emulated_gpus(4, &EMULATED);
 }
 
 fn values(rank: usize, len: usize) -> Vec<f32> {
@@ -116,6 +120,46 @@ fn config() -> TrainConfig {
     }
 }
 
+/// Rank `rank` of `world` (2 stages x `world / 2` replicas) on emulated
+/// GPU `rank`, connected as the worker connects them: each stage's
+/// gradients over NCCL within its data-parallel group (none with one
+/// replica), each pipeline's activations over its own NCCL communicator.
+/// Its parameters after one epoch of `data`.
+fn train_gpu_stage(rank: usize, world: usize, port: u16, data: &FashionMnist) -> Vec<f32> {
+    let gpu = common::emulated_gpu(rank).unwrap();
+    let timeout = Duration::from_secs(120);
+    let cfg = CommConfig::new(rank, world, "127.0.0.1", port).with_timeout(timeout);
+    let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
+    let place = PipelinePlace::of(rank, world, 2).unwrap();
+    let mut nccl = |rank, name: String| {
+        let stream = gpu.side_stream().unwrap();
+        NcclCommunicator::connect_named(stream, rank, 2, tcp.store(), timeout, &name).unwrap()
+    };
+    let grads = (place.replicas > 1)
+        .then(|| nccl(place.replica, format!("gradients-stage-{}", place.stage)));
+    let pipe = nccl(place.stage, format!("pipeline-{}", place.replica));
+    let link = Box::new(NcclLink::new(pipe, &gpu));
+    let stage = PipelineStage::new(CnnMnist::new(DropoutRates::OFF), place, 2, link).unwrap();
+    let hook = grads.map(|g| Box::new(NcclHook::new(g, &gpu).unwrap()) as Box<dyn CommHook<Cuda>>);
+    let setup = Setup {
+        device_hook: hook,
+        share: Some(place.share()),
+        ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
+    };
+    let mut trainer = Trainer::on_fashion_mnist(gpu, stage, data, config(), setup).unwrap();
+    trainer
+        .train_epoch(1, &mut Silent, &mut |_| Ok(()))
+        .unwrap();
+    trainer.params().unwrap()
+}
+
+/// ‖a − b‖₂ / ‖b‖₂.
+fn relative(a: &[f32], b: &[f32]) -> f64 {
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    norm(&mut a.iter().zip(b).map(|(x, y)| f64::from(x - y)))
+        / norm(&mut b.iter().map(|&y| f64::from(y)))
+}
+
 /// Stage `rank` on emulated GPU `rank`; the CPU rank it must follow.
 #[test]
 fn emulated_two_stages_on_two_gpus_follow_one_cpu_rank() {
@@ -124,47 +168,60 @@ fn emulated_two_stages_on_two_gpus_follow_one_cpu_rank() {
     }
     let data = common::small_data(16 * 3, 20);
     let port = free_port();
-    let stages = common::on_two_ranks(|rank| {
-        let gpu = common::emulated_gpu(rank).unwrap();
-        let timeout = Duration::from_secs(120);
-        let cfg = CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(timeout);
-        let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
-        let place = PipelinePlace::of(rank, 2, 2).unwrap();
-        let stream = gpu.side_stream().unwrap();
-        let nccl = NcclCommunicator::connect(stream, rank, 2, tcp.store(), timeout).unwrap();
-        let stream = gpu.side_stream().unwrap();
-        let pipe = NcclCommunicator::connect_named(
-            stream,
-            place.stage,
-            2,
-            tcp.store(),
-            timeout,
-            "pipeline-0",
-        )
-        .unwrap();
-        let model = CnnMnist::new(DropoutRates::OFF);
-        let link = Box::new(NcclLink::new(pipe, &gpu));
-        let stage = PipelineStage::new(model, place, 2, link).unwrap();
-        let setup = Setup {
-            device_hook: Some(Box::new(NcclHook::new(nccl, &gpu).unwrap())),
-            share: Some(place.share()),
-            ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
-        };
-        let mut trainer = Trainer::on_fashion_mnist(gpu, stage, &data, config(), setup).unwrap();
-        trainer
-            .train_epoch(1, &mut Silent, &mut |_| Ok(()))
-            .unwrap();
-        trainer.params().unwrap()
-    });
+    let stages = common::on_two_ranks(|rank| train_gpu_stage(rank, 2, port, &data));
     let mut single = Trainer::new(Cpu::new(1).unwrap(), &data, config(), None).unwrap();
     single.train_epoch(1, &mut Silent, &mut |_| Ok(())).unwrap();
     let single = single.params().unwrap();
     assert!(stages[0] == stages[1], "the stages hold different models");
-    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
-    let diff = norm(&mut stages[0].iter().zip(&single).map(|(a, b)| f64::from(a - b)));
-    let relative = diff / norm(&mut single.iter().map(|&b| f64::from(b)));
+    let diff = relative(&stages[0], &single);
     assert!(
-        relative <= 1e-4,
-        "2 GPU stages and 1 CPU rank differ by {relative:e}"
+        diff <= 1e-4,
+        "2 GPU stages and 1 CPU rank differ by {diff:e}"
+    );
+}
+
+/// 2 stages x 2 replicas on four emulated GPUs; the 2 CPU data-parallel
+/// ranks they must follow.
+#[test]
+fn emulated_two_stages_by_two_replicas_on_four_gpus_follow_two_cpu_ranks() {
+    if common::emulated_gpu(0).is_none() {
+        return;
+    }
+    let data = common::small_data(2 * 16 * 3, 20);
+    let port = free_port();
+    let data = &data;
+    let grid: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let ranks: Vec<_> = (0..4)
+            .map(|r| s.spawn(move || train_gpu_stage(r, 4, port, data)))
+            .collect();
+        ranks.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let ddp: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let ranks: Vec<_> = LocalCommunicator::job(2, Duration::from_secs(120))
+            .into_iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let comm = CommThread::spawn(Box::new(comm)).unwrap();
+                    let mut trainer =
+                        Trainer::new(Cpu::new(1).unwrap(), data, config(), Some(comm)).unwrap();
+                    trainer
+                        .train_epoch(1, &mut Silent, &mut |_| Ok(()))
+                        .unwrap();
+                    trainer.params().unwrap()
+                })
+            })
+            .collect();
+        ranks.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (r, params) in grid.iter().enumerate() {
+        assert!(
+            params == &grid[0],
+            "rank {r} holds another model than rank 0"
+        );
+    }
+    let diff = relative(&grid[0], &ddp[0]);
+    assert!(
+        diff <= 1e-4,
+        "2 x 2 GPU stages and 2 CPU ranks differ by {diff:e}"
     );
 }

@@ -2,21 +2,26 @@
 //! with dropout off, 2 stages follow 1 rank, and 2 stages x 2 replicas
 //! follow 2 data-parallel ranks, within 1e-4 after 30 steps (micro-batches
 //! sum gradients in another order); every rank of a layout holds the same
-//! whole model, bit for bit.
+//! whole model, bit for bit. A stage's gradients travel within its
+//! data-parallel group only, and only the stage's own.
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use comm::{CommConfig, Communicator, LocalCommunicator, TcpCommunicator};
+use comm::{CommConfig, CommError, Communicator, LocalCommunicator, ReduceOp, TcpCommunicator};
 use common::free_port;
 use core_tensor::Cpu;
 use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
+use trainer::checkpoint::{CheckpointDir, Checkpoints, Position};
 use trainer::ddp::CommThread;
-use trainer::model::{CnnMnist, DropoutRates};
-use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage};
-use trainer::train::{Setup, Silent, TrainConfig, Trainer};
+use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
+use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage, stage_params};
+use trainer::stop::{StopKind, StopRequest};
+use trainer::train::{RunOutcome, Setup, Silent, TrainConfig, Trainer};
 
 const STEPS: usize = 30;
 
@@ -37,38 +42,129 @@ fn config() -> TrainConfig {
     }
 }
 
+/// A communicator that counts the f32 elements it all-reduces.
+struct Counting {
+    inner: Box<dyn Communicator>,
+    f32s: Arc<AtomicUsize>,
+}
+
+impl Counting {
+    fn wrap(inner: Box<dyn Communicator>) -> (Box<dyn Communicator>, Arc<AtomicUsize>) {
+        let f32s = Arc::new(AtomicUsize::new(0));
+        let counting = Counting {
+            inner,
+            f32s: Arc::clone(&f32s),
+        };
+        (Box::new(counting), f32s)
+    }
+}
+
+impl Communicator for Counting {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn world_size(&self) -> usize {
+        self.inner.world_size()
+    }
+    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
+        self.f32s.fetch_add(buf.len(), Ordering::Relaxed);
+        self.inner.all_reduce(buf, op)
+    }
+    fn all_reduce_f64(&mut self, buf: &mut [f64], op: ReduceOp) -> Result<(), CommError> {
+        self.inner.all_reduce_f64(buf, op)
+    }
+    fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
+        self.inner.broadcast(buf, root)
+    }
+    fn barrier(&mut self) -> Result<(), CommError> {
+        self.inner.barrier()
+    }
+    fn send_recv(
+        &mut self,
+        send: Option<(&[f32], usize)>,
+        recv: Option<(&mut [f32], usize)>,
+    ) -> Result<(), CommError> {
+        self.inner.send_recv(send, recv)
+    }
+    fn subgroup(&mut self, members: &[usize]) -> Result<Box<dyn Communicator>, CommError> {
+        self.inner.subgroup(members)
+    }
+}
+
+/// What one rank ended with.
+struct Trained {
+    params: Vec<f32>,
+    /// f32 elements all-reduced over the whole job's communicator, and
+    /// over a pipeline stage's data-parallel group.
+    job_f32s: usize,
+    group_f32s: usize,
+}
+
+/// A counter of f32 elements all-reduced.
+type Count = Arc<AtomicUsize>;
+
+/// A rank of 2-stage pipelines over `comm` (its job communicator) as the
+/// worker builds it, `setup` adding to a fresh start; with the counts of
+/// what it all-reduces over the job and over its stage's group.
+fn stage_trainer(
+    data: &FashionMnist,
+    mut comm: Box<dyn Communicator>,
+    setup: impl FnOnce(Setup<Cpu>) -> Setup<Cpu>,
+) -> (Trainer<Cpu, PipelineStage<Cpu>>, Count, Option<Count>) {
+    let place = PipelinePlace::of(comm.rank(), comm.world_size(), 2).unwrap();
+    let pipeline = comm.subgroup(&place.members()).unwrap();
+    let link = Box::new(HostLink::new(pipeline));
+    let stage = PipelineStage::new(CnnMnist::new(DropoutRates::OFF), place, 4, link).unwrap();
+    let (group, group_f32s) = match place.replicas {
+        1 => (None, None),
+        _ => {
+            let group = comm.subgroup(&place.replica_group()).unwrap();
+            let (group, count) = Counting::wrap(group);
+            (Some(CommThread::spawn(group).unwrap()), Some(count))
+        }
+    };
+    let (comm, job_f32s) = Counting::wrap(comm);
+    let setup = setup(Setup {
+        share: Some(place.share()),
+        group,
+        ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
+    });
+    let backend = Cpu::new(1).unwrap();
+    let trainer = Trainer::on_fashion_mnist(backend, stage, data, config(), setup).unwrap();
+    (trainer, job_f32s, group_f32s)
+}
+
 /// The final parameters of one rank: a plain data-parallel rank (no
 /// `stages`) or a pipeline stage, over `comm` (`None`: alone).
 fn train(
     data: &FashionMnist,
     comm: Option<Box<dyn Communicator>>,
     stages: Option<usize>,
-) -> Vec<f32> {
-    let backend = Cpu::new(1).unwrap();
-    let Some(stages) = stages else {
+) -> Trained {
+    if stages.is_none() {
         let comm = comm.map(|c| CommThread::spawn(c).unwrap());
-        let mut trainer = Trainer::new(backend, data, config(), comm).unwrap();
+        let mut trainer = Trainer::new(Cpu::new(1).unwrap(), data, config(), comm).unwrap();
         trainer
             .train_epoch(1, &mut Silent, &mut |_| Ok(()))
             .unwrap();
-        return trainer.params().unwrap();
-    };
-    let mut comm = comm.expect("a pipeline has several ranks");
-    let place = PipelinePlace::of(comm.rank(), comm.world_size(), stages).unwrap();
-    let group = comm.subgroup(&place.members()).unwrap();
-    let link = Box::new(HostLink::new(group));
-    let stage = PipelineStage::new(CnnMnist::new(DropoutRates::OFF), place, 4, link).unwrap();
-    let setup = Setup {
-        share: Some(place.share()),
-        ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
-    };
-    let mut trainer = Trainer::on_fashion_mnist(backend, stage, data, config(), setup).unwrap();
+        return Trained {
+            params: trainer.params().unwrap(),
+            job_f32s: 0,
+            group_f32s: 0,
+        };
+    }
+    let comm = comm.expect("a pipeline has several ranks");
+    let (mut trainer, job_f32s, group_f32s) = stage_trainer(data, comm, |s| s);
     trainer
         .train_epoch(1, &mut Silent, &mut |_| Ok(()))
         .unwrap();
     let times = trainer.model().times();
     assert!(times.total > Duration::ZERO && times.waiting <= times.total);
-    trainer.params().unwrap()
+    Trained {
+        params: trainer.params().unwrap(),
+        job_f32s: job_f32s.load(Ordering::Relaxed),
+        group_f32s: group_f32s.map_or(0, |c| c.load(Ordering::Relaxed)),
+    }
 }
 
 /// Each rank's result, `body(rank, comm)` on a thread per rank.
@@ -84,6 +180,13 @@ fn on_ranks<T: Send>(
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+fn local_job(world: usize) -> Vec<Box<dyn Communicator>> {
+    LocalCommunicator::job(world, Duration::from_secs(30))
+        .into_iter()
+        .map(|c| Box::new(c) as Box<dyn Communicator>)
+        .collect()
 }
 
 fn tcp_job(world: usize) -> Vec<Box<dyn Communicator>> {
@@ -109,11 +212,12 @@ fn relative(a: &[f32], b: &[f32]) -> f64 {
         / norm(&mut b.iter().map(|&y| f64::from(y)))
 }
 
-fn all_identical(ranks: &[Vec<f32>]) {
-    for (r, p) in ranks.iter().enumerate() {
+fn all_identical(ranks: &[Trained]) {
+    for (r, t) in ranks.iter().enumerate() {
         assert!(
-            p.iter()
-                .zip(&ranks[0])
+            t.params
+                .iter()
+                .zip(&ranks[0].params)
                 .all(|(a, b)| a.to_bits() == b.to_bits()),
             "rank {r} holds another model than rank 0"
         );
@@ -123,10 +227,15 @@ fn all_identical(ranks: &[Vec<f32>]) {
 #[test]
 fn two_stages_follow_one_rank() {
     let data = data();
-    let single = train(&data, None, None);
+    let single = train(&data, None, None).params;
     let stages = on_ranks(tcp_job(2), |comm| train(&data, Some(comm), Some(2)));
     all_identical(&stages);
-    let diff = relative(&stages[0], &single);
+    // One replica per stage: no gradient is averaged anywhere (the whole
+    // model is assembled by broadcasts at the epoch's end).
+    for (rank, t) in stages.iter().enumerate() {
+        assert_eq!((t.job_f32s, t.group_f32s), (0, 0), "rank {rank}");
+    }
+    let diff = relative(&stages[0].params, &single);
     println!("2 stages vs 1 rank: relative difference {diff:e}");
     assert!(
         diff <= 1e-4,
@@ -144,16 +253,18 @@ fn two_stages_follow_one_rank() {
 #[test]
 fn two_stages_by_two_replicas_follow_two_data_parallel_ranks() {
     let data = data();
-    let local = |world| {
-        LocalCommunicator::job(world, Duration::from_secs(30))
-            .into_iter()
-            .map(|c| Box::new(c) as Box<dyn Communicator>)
-            .collect()
-    };
-    let ddp = on_ranks(local(2), |comm| train(&data, Some(comm), None));
-    let grid = on_ranks(local(4), |comm| train(&data, Some(comm), Some(2)));
+    let ddp = on_ranks(local_job(2), |comm| train(&data, Some(comm), None));
+    let grid = on_ranks(local_job(4), |comm| train(&data, Some(comm), Some(2)));
     all_identical(&grid);
-    let diff = relative(&grid[0], &ddp[0]);
+    // Each stage's gradients, and only those, travel within its group
+    // (plus the one slot the last bucket keeps for the stop vote, unused
+    // there); none over the whole job.
+    for (rank, t) in grid.iter().enumerate() {
+        let stage = stage_params(rank % 2).len();
+        assert_eq!(t.job_f32s, 0, "rank {rank} averaged over the whole job");
+        assert_eq!(t.group_f32s, STEPS * (stage + 1), "rank {rank}");
+    }
+    let diff = relative(&grid[0].params, &ddp[0].params);
     println!("2 x 2 vs 2 data-parallel ranks: relative difference {diff:e}");
     assert!(
         diff <= 1e-4,
@@ -172,4 +283,50 @@ fn layouts_that_do_not_fit_are_errors() {
         (place.stage, place.replica, place.members()),
         (1, 2, vec![4, 5])
     );
+}
+
+/// A preemption asked of one stage's rank alone reaches every rank (its
+/// vote cannot ride the stage group's all-reduce): all stop after the same
+/// step, and rank 0 saves the whole model there, each stage's parameters
+/// and moments from that stage's rank.
+#[test]
+fn a_preemption_of_one_stage_stops_every_rank_with_a_whole_checkpoint() {
+    let data = data();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ends = on_ranks(local_job(4), |comm| {
+        let rank = comm.rank();
+        let stop = StopRequest::new();
+        if rank == 3 {
+            stop.request(StopKind::Preempt);
+        }
+        let checkpoints = Some(Checkpoints {
+            dir: CheckpointDir::new(dir, 2),
+            every: None,
+        });
+        let (mut trainer, ..) = stage_trainer(&data, comm, |s| Setup {
+            stop,
+            checkpoints,
+            ..s
+        });
+        let end = trainer.run(&mut Silent, &mut |_| Ok(())).unwrap();
+        (end, trainer.params().unwrap())
+    });
+    let at = Position { epoch: 1, step: 1 };
+    for (rank, (end, _)) in ends.iter().enumerate() {
+        let saved = (rank == 0).then(|| dir.join(at.dir_name()));
+        assert_eq!(end, &RunOutcome::Preempted { at, saved }, "rank {rank}");
+    }
+    let state = trainer::checkpoint::load(&dir.join(at.dir_name()), cnn_layout()).unwrap();
+    assert_eq!(state.optimizer_step, 1);
+    // Stage s's part as rank s (its first replica) trained it.
+    for (stage, (_, params)) in ends.iter().take(2).enumerate() {
+        let range = stage_params(stage);
+        let trained = &params[range.clone()];
+        assert!(state.params[range.clone()] == *trained, "stage {stage}");
+        assert!(
+            state.exp_avg[range].iter().any(|&m| m != 0.0),
+            "stage {stage}"
+        );
+    }
 }

@@ -127,6 +127,16 @@ impl Backend for Cpu {
         storage.len()
     }
 
+    type Shared<T: Elem> = Arc<Vec<T>>;
+
+    fn share<T: Elem>(&self, host: &Arc<Vec<T>>) -> Result<Arc<Vec<T>>> {
+        Ok(Arc::clone(host))
+    }
+
+    fn shared_len<T: Elem>(shared: &Arc<Vec<T>>) -> usize {
+        shared.len()
+    }
+
     fn staging(&self, len: usize) -> Result<Vec<f32>> {
         Ok(vec![0.0; len])
     }

@@ -10,6 +10,7 @@ pub use cuda::{Cuda, cuda_available};
 
 use std::fmt::Debug;
 use std::ops::{DerefMut, Range};
+use std::sync::Arc;
 
 use crate::Result;
 
@@ -71,6 +72,18 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
 
     /// The number of elements in `storage`.
     fn len<T: Elem>(storage: &Self::Storage<T>) -> usize;
+
+    /// A read-only buffer the ranks of one process may share (a data set
+    /// read once, trained on by rank threads): in host memory the host
+    /// allocation itself, on a GPU a device copy.
+    type Shared<T: Elem>: Debug + Send + Sync;
+
+    /// `host` as a read-only buffer: on the CPU the same allocation,
+    /// counted once more (no copy); on a GPU an upload (not empty).
+    fn share<T: Elem>(&self, host: &Arc<Vec<T>>) -> Result<Self::Shared<T>>;
+
+    /// The number of elements in `shared`.
+    fn shared_len<T: Elem>(shared: &Self::Shared<T>) -> usize;
 
     /// Copies `storage[range]` into `host` (whose length must match).
     fn read_range<T: Elem>(

@@ -48,7 +48,8 @@ fn invalid_input_is_an_error<B: Ops>(dev: &B) {
         .unwrap();
     dev.synchronize().unwrap();
 
-    let (images, labels) = (up(dev, &[7u8; 6]), up(dev, &[1u8; 3]));
+    let share = |host: Vec<u8>| dev.share(&std::sync::Arc::new(host)).unwrap();
+    let (images, labels) = (share(vec![7u8; 6]), share(vec![1u8; 3]));
     let indices = up(dev, &[0u32, 3]);
     let (mut x, mut y) = (dev.zeros(4).unwrap(), dev.zeros(2).unwrap());
     let err = dev

@@ -1,6 +1,8 @@
 //! The ops computed element by element or window by window, the same
 //! correctly rounded operations on every device: equal bit for bit.
 
+use std::sync::Arc;
+
 use core_tensor::Ops;
 use core_tensor::ops::{
     DropoutKernel, EmbeddingGeom, EmbeddingKernel, GatherKernel, MaxPool2dKernel, PoolGeom,
@@ -117,7 +119,9 @@ fn gather_matches<B: Ops>(dev: &B) {
         .collect();
     let positions = 10..42;
     let batch = positions.len();
-    let (im_d, lb_d, ix_d) = (up(dev, &images), up(dev, &labels), up(dev, &indices));
+    let (images, labels) = (Arc::new(images), Arc::new(labels));
+    let (im_d, lb_d) = (dev.share(&images).unwrap(), dev.share(&labels).unwrap());
+    let ix_d = up(dev, &indices);
     let mut x = dev.zeros(batch * pixels).unwrap();
     let mut y = dev.zeros(batch).unwrap();
     dev.gather_batch(

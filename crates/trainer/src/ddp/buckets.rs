@@ -7,14 +7,25 @@ use core_tensor::FlatLayout;
 
 const FIRST_BUCKET_BYTES: usize = 1 << 20;
 
-/// The bucket plan: ranges of the flat gradient buffer, in the order
+/// The bucket plan for the parameters in `within` (whole tensors of
+/// `layout`: all of them, or a pipeline stage's): ranges of a gradient
+/// buffer holding just those (element 0 is `within.start`), in the order
 /// backward completes them (from the end of the buffer to the start).
-pub fn plan_buckets(layout: &FlatLayout, bucket_mb: f64) -> Vec<Range<usize>> {
+pub fn plan_buckets(
+    layout: &FlatLayout,
+    within: Range<usize>,
+    bucket_mb: f64,
+) -> Vec<Range<usize>> {
     let cap_bytes = (bucket_mb * 1024.0 * 1024.0).max(1.0) as usize;
     let mut buckets = Vec::new();
-    let mut end = layout.len();
+    let base = within.start;
+    let mut end = within.len();
     let mut bytes = 0;
-    for view in layout.views().iter().rev() {
+    let views = layout
+        .views()
+        .iter()
+        .filter(|v| within.contains(&v.range.start));
+    for view in views.rev() {
         bytes += view.range.len() * 4;
         let cap = if buckets.is_empty() {
             FIRST_BUCKET_BYTES.min(cap_bytes)
@@ -22,8 +33,9 @@ pub fn plan_buckets(layout: &FlatLayout, bucket_mb: f64) -> Vec<Range<usize>> {
             cap_bytes
         };
         if bytes >= cap {
-            buckets.push(view.range.start..end);
-            end = view.range.start;
+            let start = view.range.start - base;
+            buckets.push(start..end);
+            end = start;
             bytes = 0;
         }
     }
@@ -88,13 +100,31 @@ mod tests {
         let fc1 = layout.range("fc1.weight").unwrap().start;
         // fc2 and fc1.bias are only 5.6 kB; fc1.weight pushes the first
         // bucket past 1 MiB and closes it; the rest fits in one 25 MB bucket.
-        assert_eq!(plan_buckets(layout, 25.0), vec![fc1..layout.len(), 0..fc1]);
+        let all = 0..layout.len();
+        assert_eq!(
+            plan_buckets(layout, all.clone(), 25.0),
+            vec![fc1..layout.len(), 0..fc1]
+        );
         // Tiny caps give one bucket per parameter, still contiguous.
-        let tiny = plan_buckets(layout, 1e-6);
+        let tiny = plan_buckets(layout, all, 1e-6);
         assert_eq!(tiny.len(), layout.views().len());
         assert_eq!(tiny.first().unwrap().end, layout.len());
         assert_eq!(tiny.last().unwrap().start, 0);
         assert!(tiny.windows(2).all(|w| w[0].start == w[1].end));
+    }
+
+    #[test]
+    fn a_stages_buckets_cover_its_part_counted_from_its_start() {
+        let layout = crate::model::cnn_layout();
+        let fc1 = layout.range("fc1.weight").unwrap();
+        let head = fc1.start..layout.len();
+        let tiny = plan_buckets(layout, head.clone(), 1e-6);
+        assert_eq!(tiny.len(), 4, "fc1 and fc2, weights and biases");
+        assert_eq!(tiny.first().unwrap().end, head.len());
+        assert_eq!(tiny.last().unwrap(), &(0..fc1.len()));
+        assert!(tiny.windows(2).all(|w| w[0].start == w[1].end));
+        let features = 0..fc1.start;
+        assert_eq!(plan_buckets(layout, features.clone(), 25.0), vec![features]);
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub trait CommHook<B: Ops> {
 pub struct Reducer<B: Ops> {
     queue: BucketQueue,
     hook: Box<dyn CommHook<B>>,
+    /// Whether the hook may carry stop votes: not when it averages over a
+    /// sub-group (a pipeline stage's replicas), where other ranks vote.
+    may_carry_votes: bool,
     /// Whether the hook carries this step's stop votes.
     carries_votes: bool,
     /// The row-sparse table, exchanged apart from the buckets.
@@ -107,9 +110,17 @@ impl<B: Ops> Reducer<B> {
         Self {
             queue: BucketQueue::new(buckets),
             hook,
+            may_carry_votes: true,
             carries_votes: false,
             sparse: None,
         }
+    }
+
+    /// A reducer whose hook averages over a sub-group of the job: the stop
+    /// votes, which every rank must see, travel some other way.
+    pub fn over_subgroup(mut self) -> Self {
+        self.may_carry_votes = false;
+        self
     }
 
     /// Exchanges a row-sparse table apart from the buckets (which must not
@@ -125,7 +136,7 @@ impl<B: Ops> Reducer<B> {
 
     /// Hands this rank's stop vote to the step about to run.
     pub fn carry_vote(&mut self, vote: bool) {
-        self.carries_votes = self.hook.carry_vote(vote);
+        self.carries_votes = self.may_carry_votes && self.hook.carry_vote(vote);
     }
 
     /// After [`Reducer::finish`]: whether any rank voted to stop, if the

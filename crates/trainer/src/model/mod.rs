@@ -119,6 +119,28 @@ impl<B: Ops> GradsReady<B> for NoSync {
     }
 }
 
+/// How the parameters are split between ranks that train one part each
+/// (pipeline stages): rank `r` trains part `r % parts.len()`, and its part's
+/// gradients are averaged over the `replicas` ranks training the same part.
+/// Rank `p` (`p < parts.len()`, the first replica) is where the whole model
+/// is assembled from, part by part, for evaluation and checkpoints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partition {
+    /// Each part's range of the flat parameter buffer, in order.
+    pub parts: Vec<Range<usize>>,
+    /// The part this rank trains.
+    pub part: usize,
+    /// The ranks training each part.
+    pub replicas: usize,
+}
+
+impl Partition {
+    /// The range this rank trains.
+    pub fn mine(&self) -> Range<usize> {
+        self.parts[self.part].clone()
+    }
+}
+
 /// A network the trainer can train: structure, buffers, and the passes.
 pub trait Model<B: Ops> {
     /// Every buffer one forward/backward pass over a batch needs, allocated
@@ -145,6 +167,12 @@ pub trait Model<B: Ops> {
     /// ranks may exchange those rows instead of the whole table. `None`
     /// when every gradient is dense.
     fn sparse_table(&self) -> Option<(Range<usize>, usize)> {
+        None
+    }
+
+    /// The part of the parameters this rank trains, when it trains only a
+    /// part (a pipeline stage); `None` (the default): all of them.
+    fn partition(&self) -> Option<Partition> {
         None
     }
 
@@ -185,6 +213,9 @@ pub trait Model<B: Ops> {
     /// Back-propagates the loss gradient, writing every parameter gradient
     /// into `grads` and telling `hook` as soon as each layer's gradients
     /// are final (last layer first). `dropout_seed` is the forward pass's.
+    /// With a [`Model::partition`], `grads` holds the rank's part only
+    /// (element 0 is the part's first parameter), and so do the offsets
+    /// `hook` hears.
     fn backward(
         &self,
         backend: &B,

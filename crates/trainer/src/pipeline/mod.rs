@@ -6,20 +6,24 @@
 //!
 //! A stage is a [`Model`], so the trainer drives it like any other: the
 //! schedule runs inside [`Model::forward`], and [`Model::backward`] hands
-//! the stage's accumulated gradients (zeros for the other stage's
-//! parameters) to the trainer's averaging. Every rank keeps the whole
-//! parameter vector: the average over all `S x D` ranks, with each
-//! stage's gradients scaled by `S`, is exactly the average over the
-//! stage's `D` replicas (the other stages add zeros), and it leaves every
-//! rank with every updated parameter. So checkpoints stay whole models
-//! saved by rank 0, any layout resumes any other, and evaluation runs the
-//! whole network on each rank. The price: each rank all-reduces and steps
-//! the whole vector, as plain data parallelism does (see docs/scaling.md).
+//! the stage's accumulated gradients to the trainer's averaging. The stage
+//! is a [`Partition`] of the parameters: its rank's gradient buffer, the
+//! DDP buckets and Adam's state cover the stage's range
+//! ([`stage_params`]) only, averaged over the stage's data-parallel group
+//! (stage `s` of every pipeline, a sub-group communicator; with one
+//! replica nothing is averaged and no communicator is called), and only
+//! that range is stepped. Each rank keeps the whole parameter vector for
+//! the forward pass and evaluation; the other stage's part of it is brought
+//! up to date where the whole model is needed: at each epoch's end (before
+//! evaluation) and at every checkpoint, each stage's part is broadcast from
+//! the first replica's rank of that stage (with Adam's moments for a
+//! checkpoint). So checkpoints stay whole models saved by rank 0, exactly
+//! as a data-parallel run writes them, and any layout resumes any other.
 //!
 //! Ranks: pipeline `p` is ranks `p*S .. p*S + S` (stage = rank mod S), so
 //! a pipeline's stages sit on one machine when the ranks per machine are a
 //! multiple of `S`; stage `s` of every pipeline forms its data-parallel
-//! group.
+//! group ([`PipelinePlace::replica_group`]).
 
 mod link;
 mod schedule;
@@ -35,7 +39,8 @@ use core_tensor::ops::ClassGeom;
 use core_tensor::{FlatLayout, Ops, Result};
 
 use crate::model::{
-    Activations, CLASSES, CnnMnist, GradsReady, IMAGE_SIDE, Metric, Mode, Model, cnn_layout,
+    Activations, CLASSES, CnnMnist, GradsReady, IMAGE_SIDE, Metric, Mode, Model, Partition,
+    cnn_layout,
 };
 use crate::train::DataShare;
 
@@ -75,6 +80,14 @@ impl PipelinePlace {
     /// The job ranks of this rank's pipeline, in stage order.
     pub fn members(&self) -> Vec<usize> {
         (self.replica * self.stages..(self.replica + 1) * self.stages).collect()
+    }
+
+    /// The job ranks of this rank's stage in every pipeline (its
+    /// data-parallel group), in replica order.
+    pub fn replica_group(&self) -> Vec<usize> {
+        (0..self.replicas)
+            .map(|r| r * self.stages + self.stage)
+            .collect()
     }
 
     /// The samples this rank trains on: its replica's.
@@ -235,6 +248,14 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         self.cnn.init_params(seed)
     }
 
+    fn partition(&self) -> Option<Partition> {
+        Some(Partition {
+            parts: (0..self.place.stages).map(stage_params).collect(),
+            part: self.place.stage,
+            replicas: self.place.replicas,
+        })
+    }
+
     fn buffers(&self, b: &B, batch: usize, train: bool) -> Result<PipeBuffers<B>> {
         let full = Activations::new(b, batch, false)?;
         if !train {
@@ -335,8 +356,9 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         Ok(())
     }
 
-    /// Hands the accumulated gradients of this stage (zeros elsewhere) to
-    /// `hook` at once: they were final when the schedule ended.
+    /// Hands the accumulated gradients of this stage (`grads` is the
+    /// stage's part: see [`Model::partition`]) to `hook` at once: they were
+    /// final when the schedule ended.
     fn backward(
         &self,
         b: &B,
@@ -346,8 +368,7 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         _dropout_seed: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
-        b.fill(grads, 0.0)?;
-        b.write_range(&buffers.acc, grads, stage_params(self.place.stage).start)?;
+        b.write_range(&buffers.acc, grads, 0)?;
         hook.ready(b, grads, 0)
     }
 }

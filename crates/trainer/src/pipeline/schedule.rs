@@ -15,9 +15,9 @@
 //! Activations and their gradients travel from device buffer to device
 //! buffer over the stage's [`StageLink`] (through the host, or NCCL
 //! between GPUs). Each micro-batch's parameter gradients are added into
-//! the stage's host accumulator scaled by `S x m / n` (`m` its samples,
-//! `n` the batch's): the batch mean, times the number of stages that the
-//! trainer's average over all ranks divides back out.
+//! the stage's host accumulator scaled by `m / n` (`m` its samples, `n`
+//! the batch's): the batch mean, which the trainer then averages over the
+//! stage's replicas.
 
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,7 @@ pub(super) fn run<B: Ops>(
         b,
         params,
         seeds: &seeds,
-        scale: place.stages as f32 / bufs.full.batch as f32,
+        scale: 1.0 / bufs.full.batch as f32,
     };
     if place.stage == 0 {
         work.forward_features(bufs, 0)?;
@@ -199,7 +199,7 @@ impl<B: Ops> Work<'_, B> {
     }
 
     /// Adds micro-batch `i`'s gradients of this stage's parameters into
-    /// the accumulator, scaled to the batch mean (times the stages).
+    /// the accumulator, scaled to the batch mean.
     fn accumulate(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
         let range = stage_params(self.stage.place.stage);
         let grads = bufs.grads.as_ref().context("training buffers")?;

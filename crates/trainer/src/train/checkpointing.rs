@@ -34,16 +34,20 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             let (loss, correct) = self.gather_epoch_metrics()?;
             (loss, correct, self.meter.train_seconds())
         };
-        let Some(checkpoints) = self.checkpoints.as_ref().filter(|_| self.rank == 0) else {
+        let whole = self
+            .whole_state()
+            .with_context(|| format!("rank {}: checkpointing at {position}", self.rank))?;
+        let (Some(checkpoints), Some([params, exp_avg, exp_avg_sq])) =
+            (self.checkpoints.as_ref(), whole)
+        else {
             return Ok(None);
         };
-        let b = &self.backend;
         let state = TrainingState {
             position,
             optimizer_step: self.replica.step,
-            params: b.download(&self.replica.params)?,
-            exp_avg: b.download(&self.replica.adam_m)?,
-            exp_avg_sq: b.download(&self.replica.adam_v)?,
+            params,
+            exp_avg,
+            exp_avg_sq,
             epoch_loss_sum,
             epoch_correct,
             epoch_train_seconds: train_seconds,

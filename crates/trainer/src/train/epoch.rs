@@ -103,6 +103,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let train_seconds = self.meter.train_seconds();
         progress.finish_epoch();
         let eval_began = Instant::now();
+        // Evaluation runs the whole model: a pipeline stage's rank fetches
+        // the other stages' parts first.
+        self.assemble_params()
+            .with_context(|| format!("rank {rank}: end of epoch {epoch}"))?;
         let test_accuracy = self.evaluate()?;
         let ranks = self
             .gather_rank_stats(eval_began.elapsed().as_secs_f64())
@@ -160,17 +164,21 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
     /// Whether every rank stops after this step: a rank's vote counts for
     /// all. The votes ride the step's last all-reduce where the hook can
-    /// carry them; otherwise (NCCL) they travel through the host
-    /// communicator every [`GUARD_READ_EVERY`] steps, when the host waits
-    /// for the device anyway. One rank decides alone.
+    /// carry them to every rank; otherwise they travel through the host
+    /// communicator: every step in host memory (a pipeline stage, whose
+    /// averaging reaches its group only), every [`GUARD_READ_EVERY`] steps
+    /// on a device (NCCL), when the host waits for it anyway. One rank
+    /// decides alone.
     fn all_ranks_stop(&mut self, vote: bool) -> anyhow::Result<bool> {
-        let Some(reducer) = &self.reducer else {
+        if self.world_size == 1 {
             return Ok(vote);
-        };
-        if let Some(any) = reducer.carried_votes() {
+        }
+        if let Some(any) = self.reducer.as_ref().and_then(|r| r.carried_votes()) {
             return Ok(any);
         }
-        if self.replica.step % GUARD_READ_EVERY != 0 {
+        // In host memory a vote costs no device synchronisation: every
+        // step (a pipeline stage, whose averaging covers its group only).
+        if !B::IN_HOST_MEMORY && self.replica.step % GUARD_READ_EVERY != 0 {
             return Ok(false);
         }
         let votes = self.sum_over_ranks(vec![f64::from(u8::from(vote))])?;

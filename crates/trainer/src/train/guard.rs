@@ -35,6 +35,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         };
         let what = match index {
             Some(i) => {
+                let i = i + self.replica.offset();
                 let views = self.model.layout().views();
                 let name = views.iter().find(|v| v.range.contains(&i));
                 format!("gradient in {}", name.map_or("?", |v| v.spec.name.as_str()))

@@ -11,7 +11,9 @@ mod epoch;
 mod eval;
 mod guard;
 mod meter;
+mod parts;
 mod replica;
+mod setup;
 mod step;
 mod timer;
 
@@ -23,14 +25,15 @@ use core_tensor::Ops;
 use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
 
+pub use setup::{DataShare, Setup};
 pub use timer::{Phase, PhaseSeconds};
 
-use crate::checkpoint::origin::{self, Origin};
+use crate::checkpoint::origin;
 use crate::checkpoint::{Checkpoints, Position, Settings};
 use crate::cli::SparseGrads;
 use crate::data::{Batches, Order};
-use crate::ddp::{CommHook, CommThread, HostHook, Reducer, SparseExchange, plan_buckets};
-use crate::model::cnn::DeviceSplit;
+use crate::ddp::{CommThread, Reducer};
+use crate::model::cnn::{DeviceSplit, HostSplit};
 use crate::model::{Activations, CnnMnist, DropoutRates, Metric, Model};
 use crate::monitor::{Monitor, RankStats, Straggler};
 use crate::stop::StopRequest;
@@ -146,48 +149,6 @@ impl Progress for Silent {
     fn finish_epoch(&mut self) {}
 }
 
-/// How a replica comes to be, beyond the backend, data and configuration.
-pub struct Setup<B: Ops> {
-    /// The host communicator (metrics, the starting state, and gradients
-    /// unless `device_hook` averages them); `None` for one rank.
-    pub comm: Option<CommThread>,
-    /// Rank 0's starting point (ignored on other ranks, which receive it).
-    pub origin: Origin,
-    /// Averages gradients on the device (NCCL) instead of through `comm`.
-    pub device_hook: Option<Box<dyn CommHook<B>>>,
-    /// Checkpoints (on every rank: mid-epoch ones are collective).
-    pub checkpoints: Option<Checkpoints>,
-    /// Checked once per step.
-    pub stop: StopRequest,
-    /// The data this rank trains on; `None`: its own shard, as one of
-    /// `world_size` replicas.
-    pub share: Option<DataShare>,
-}
-
-/// Which shard of the data a rank trains on, and whether it counts the
-/// samples in the epoch's numbers: the stages of one pipeline train on
-/// the same samples, and only the last stage (which has the loss) counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DataShare {
-    pub replica: usize,
-    pub replicas: usize,
-    pub counts: bool,
-}
-
-impl<B: Ops> Setup<B> {
-    /// A fresh start over `comm`, averaging through it.
-    pub fn fresh(comm: Option<CommThread>) -> Self {
-        Self {
-            comm,
-            origin: Origin::Fresh,
-            device_hook: None,
-            checkpoints: None,
-            stop: StopRequest::new(),
-            share: None,
-        }
-    }
-}
-
 /// One rank's replica and optimizer state, and what it trains on.
 pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     /// First, so it is dropped first: an NCCL hook makes the compute
@@ -195,6 +156,10 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     reducer: Option<Reducer<B>>,
     /// The host communicator; `None` for one rank.
     comm: Option<CommThread>,
+    /// The sub-group communicator whose thread serves the reducer's hook
+    /// for a partitioned model (see [`Setup::group`]), held so that it is
+    /// joined after the reducer is gone.
+    _group: Option<CommThread>,
     backend: B,
     model: M,
     cfg: TrainConfig,
@@ -256,8 +221,10 @@ where
         cfg: TrainConfig,
         setup: Setup<B>,
     ) -> anyhow::Result<Self> {
-        let train = DeviceSplit::upload(&backend, &data.train, "training")?;
-        let test = DeviceSplit::upload(&backend, &data.test, "test")?;
+        let train = HostSplit::from(data.train.clone());
+        let test = HostSplit::from(data.test.clone());
+        let train = DeviceSplit::upload(&backend, &train, "training")?;
+        let test = DeviceSplit::upload(&backend, &test, "test")?;
         let test: Box<dyn Batches<B, M::Buffers>> = Box::new(test);
         Trainer::with_model(backend, model, Box::new(train), Some(test), cfg, setup)
     }
@@ -282,6 +249,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             mut comm,
             origin,
             device_hook,
+            group,
             checkpoints,
             stop,
             share,
@@ -302,20 +270,19 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             cfg.batch_size,
         )
         .with_context(|| format!("rank {rank}: agreeing on the starting point"))?;
-        let buckets = plan_buckets(layout, cfg.bucket_mb);
-        let reducer = match (device_hook, &comm) {
-            (Some(hook), _) => Some(Reducer::new(buckets, hook)),
-            (None, Some(comm)) => {
-                let sparse = SparseExchange::plan(model.sparse_table(), cfg.sparse_grads, comm)?;
-                let buckets = SparseExchange::dense_buckets(sparse.as_ref(), buckets);
-                let hook = HostHook::new(&backend, &buckets, comm.handle())?;
-                Some(Reducer::new(buckets, Box::new(hook)).with_sparse(sparse))
-            }
-            (None, None) => None,
-        };
+        let reducer = parts::plan_reducer(
+            &backend,
+            &model,
+            &cfg,
+            device_hook,
+            comm.as_ref(),
+            group.as_ref(),
+        )
+        .with_context(|| format!("rank {rank}: planning the gradient averaging"))?;
+        let trained = model.partition().map(|p| p.mine());
         let resume_at = (start.position.step > 0).then(|| ResumePoint::of(&start));
         Ok(Self {
-            replica: Replica::upload(&backend, &start)?,
+            replica: Replica::upload(&backend, &start, trained)?,
             first_epoch: start.position.epoch as usize,
             resume_at,
             train,
@@ -332,6 +299,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             share,
             reducer,
             comm,
+            _group: group,
             backend,
             model,
             cfg,
@@ -365,7 +333,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         self.first_epoch
     }
 
-    /// The parameters, copied to the host.
+    /// The parameters, copied to the host. For a model split between
+    /// ranks, the other parts are as of the last epoch end or checkpoint.
     pub fn params(&self) -> anyhow::Result<Vec<f32>> {
         Ok(self.backend.download(&self.replica.params)?)
     }

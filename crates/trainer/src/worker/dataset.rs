@@ -8,12 +8,16 @@ use anyhow::Context;
 use fashion_mnist::FashionMnist;
 
 use crate::cli::{Cli, ModelChoice};
+use crate::model::cnn::HostSplit;
 use crate::model::recsys::RatingsIndex;
 
-/// What the ranks train on, loaded before the device is chosen.
+/// What the ranks train on, loaded before the device is chosen, once per
+/// process: rank threads share it.
 pub(super) enum Dataset {
+    /// The splits read-only, so that CPU ranks train on these very bytes.
     Fashion {
-        data: FashionMnist,
+        train: HostSplit,
+        test: HostSplit,
         dir: PathBuf,
     },
     Toy {
@@ -30,8 +34,12 @@ impl Dataset {
         Ok(match cli.model {
             ModelChoice::Cnn => {
                 let dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
-                let data = FashionMnist::load(&dir)?;
-                Dataset::Fashion { data, dir }
+                let FashionMnist { train, test, .. } = FashionMnist::load(&dir)?;
+                Dataset::Fashion {
+                    train: train.into(),
+                    test: test.into(),
+                    dir,
+                }
             }
             ModelChoice::Toy => Dataset::Toy {
                 samples: usize::try_from(cli.samples.unwrap_or(8192))?,

@@ -24,6 +24,8 @@ use crate::train::{DataShare, RunOutcome, Setup, TrainConfig, Trainer};
 /// A rank's links to the others and to the outside.
 pub(super) struct Links<B: Ops> {
     pub comm: Option<CommThread>,
+    /// A pipeline stage's data-parallel group (see [`Setup::group`]).
+    pub group: Option<CommThread>,
     pub device_hook: Option<Box<dyn CommHook<B>>>,
     pub stop: StopRequest,
     pub monitor: Monitor,
@@ -65,10 +67,10 @@ pub(super) fn train_on<B: Ops>(
     let rank = job.info.rank;
     let context = || format!("rank {rank}: setting up");
     match job.data {
-        Dataset::Fashion { data, .. } => {
+        Dataset::Fashion { train, test, .. } => {
             let upload = || -> anyhow::Result<(DeviceSplit<B>, DeviceSplit<B>)> {
-                let train = DeviceSplit::upload(&backend, &data.train, "training")?;
-                let test = DeviceSplit::upload(&backend, &data.test, "test")?;
+                let train = DeviceSplit::upload(&backend, train, "training")?;
+                let test = DeviceSplit::upload(&backend, test, "test")?;
                 Ok((train, test))
             };
             let (train, test) = upload().with_context(context)?;
@@ -163,6 +165,7 @@ fn train_model<B: Ops, M: Model<B>>(
         comm: links.comm,
         origin,
         device_hook: links.device_hook,
+        group: links.group,
         checkpoints: checkpoint_dir.map(|dir| Checkpoints {
             dir,
             every: cli.checkpoint_every,

@@ -176,16 +176,16 @@ pub fn wait_for_dir(dir: &Path, limit: std::time::Duration) {
     }
 }
 
-/// Re-runs `tests` of this binary on cuda-emu with two emulated GPUs (so
-/// that two ranks have one each and may use NCCL); see
+/// Re-runs `tests` of this binary on cuda-emu with `gpus` emulated GPUs
+/// (so that each rank has one and may use NCCL); see
 /// [`cuda_emu::rerun_on_emulator`].
-pub fn rerun_on_two_emulated_gpus(tests: &[&str]) {
+pub fn rerun_on_emulated_gpus(gpus: usize, tests: &[&str]) {
     let mut args = vec!["--exact", "--test-threads=1"];
     args.extend(tests);
     cuda_emu::rerun_on_emulator(
         Path::new(env!("CARGO_TARGET_TMPDIR")),
         &args,
-        &[("CUDA_EMU_DEVICES", "2")],
+        &[("CUDA_EMU_DEVICES", &gpus.to_string())],
         tests.len(),
     );
 }

@@ -214,6 +214,16 @@ impl Backend for Cuda {
         storage.len()
     }
 
+    type Shared<T: Elem> = CudaSlice<T>;
+
+    fn share<T: Elem>(&self, host: &Arc<Vec<T>>) -> Result<CudaSlice<T>> {
+        self.upload(host)
+    }
+
+    fn shared_len<T: Elem>(shared: &CudaSlice<T>) -> usize {
+        shared.len()
+    }
+
     fn read_range<T: Elem>(
         &self,
         storage: &CudaSlice<T>,

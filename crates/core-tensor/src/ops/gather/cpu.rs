@@ -1,4 +1,5 @@
 use std::ops::Range;
+use std::sync::Arc;
 
 use super::GatherKernel;
 use crate::{Cpu, Error, Result};
@@ -6,8 +7,8 @@ use crate::{Cpu, Error, Result};
 impl GatherKernel for Cpu {
     fn gather_batch(
         &self,
-        images: &Vec<u8>,
-        labels: &Vec<u8>,
+        images: &Arc<Vec<u8>>,
+        labels: &Arc<Vec<u8>>,
         pixels: usize,
         indices: &Vec<u32>,
         positions: Range<usize>,

@@ -15,8 +15,8 @@ use crate::{Backend, Error, Result};
 /// Validates the buffers of a gather of `positions` from `indices`, for
 /// every backend alike.
 pub(crate) fn check<B: Backend>(
-    images: &B::Storage<u8>,
-    labels: &B::Storage<u8>,
+    images: &B::Shared<u8>,
+    labels: &B::Shared<u8>,
     pixels: usize,
     indices: &B::Storage<u32>,
     positions: &Range<usize>,
@@ -29,8 +29,8 @@ pub(crate) fn check<B: Backend>(
     check_len(
         "gather_batch",
         "images",
-        B::len(images),
-        B::len(labels) * pixels,
+        B::shared_len(images),
+        B::shared_len(labels) * pixels,
     )?;
     if positions.start > positions.end || positions.end > B::len(indices) {
         return Err(Error::InvalidArgument {
@@ -48,12 +48,13 @@ pub(crate) fn check<B: Backend>(
 pub trait GatherKernel: Backend {
     /// For each `b`, copies sample `indices[positions.start + b]` of
     /// `images`/`labels` into row `b` of `x`/`y`. `x` holds
-    /// `positions.len() · pixels` values.
+    /// `positions.len() · pixels` values. The data set is read-only, and
+    /// may be shared by the ranks of a process ([`Backend::share`]).
     #[allow(clippy::too_many_arguments)]
     fn gather_batch(
         &self,
-        images: &Self::Storage<u8>,
-        labels: &Self::Storage<u8>,
+        images: &Self::Shared<u8>,
+        labels: &Self::Shared<u8>,
         pixels: usize,
         indices: &Self::Storage<u32>,
         positions: Range<usize>,

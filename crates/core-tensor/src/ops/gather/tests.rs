@@ -1,10 +1,12 @@
+use std::sync::Arc;
+
 use super::*;
 use crate::testing::cpu;
 
 #[test]
 fn gathers_rows_by_index_and_scales_like_to_tensor() {
-    let images: Vec<u8> = vec![0, 255, 10, 20, 51, 102];
-    let labels: Vec<u8> = vec![4, 5, 6];
+    let images = Arc::new(vec![0u8, 255, 10, 20, 51, 102]);
+    let labels = Arc::new(vec![4u8, 5, 6]);
     let indices: Vec<u32> = vec![9, 2, 0, 9];
     let (mut x, mut y) = (vec![0.0; 4], vec![0; 2]);
     cpu()
@@ -16,7 +18,8 @@ fn gathers_rows_by_index_and_scales_like_to_tensor() {
 
 #[test]
 fn out_of_range_indices_are_errors() {
-    let (images, labels, indices) = (vec![0u8; 4], vec![0u8; 2], vec![0u32, 9]);
+    let (images, labels) = (Arc::new(vec![0u8; 4]), Arc::new(vec![0u8; 2]));
+    let indices = vec![0u32, 9];
     let (mut x, mut y) = (vec![0.0; 4], vec![0; 2]);
     let err = cpu()
         .gather_batch(&images, &labels, 2, &indices, 0..2, &mut x, &mut y)
@@ -29,4 +32,13 @@ fn out_of_range_indices_are_errors() {
         err.to_string().contains("buffer `x`") || err.to_string().contains("positions"),
         "{err}"
     );
+}
+
+#[test]
+fn a_shared_data_set_is_the_same_allocation_on_the_cpu() {
+    let images = Arc::new(vec![7u8; 6]);
+    let (a, b) = (cpu(), crate::Cpu::new(2).unwrap());
+    let (mine, theirs) = (a.share(&images).unwrap(), b.share(&images).unwrap());
+    assert!(Arc::ptr_eq(&mine, &images) && Arc::ptr_eq(&theirs, &images));
+    assert_eq!(Arc::strong_count(&images), 3);
 }

@@ -20,7 +20,7 @@ mod buffers;
 mod data;
 
 pub use buffers::{ActivationGrads, Activations};
-pub use data::DeviceSplit;
+pub use data::{DeviceSplit, HostSplit};
 
 use super::{GradsReady, Metric, Mode, Model, pytorch_default_init};
 
