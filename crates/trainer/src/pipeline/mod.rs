@@ -39,8 +39,8 @@ use core_tensor::ops::ClassGeom;
 use core_tensor::{FlatLayout, Ops, Result};
 
 use crate::model::{
-    Activations, CLASSES, CnnMnist, GradsReady, IMAGE_SIDE, Metric, Mode, Model, Partition,
-    cnn_layout,
+    ActivationGrads, Activations, CLASSES, CnnMnist, GradsReady, IMAGE_SIDE, Metric, Mode, Model,
+    Partition, cnn_layout,
 };
 use crate::train::DataShare;
 
@@ -342,9 +342,7 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
             return Ok(());
         }
         for act in &mut buffers.micro {
-            let Some(g) = act.grads.as_mut() else {
-                bail!("the loss needs buffers built for training");
-            };
+            let g = ActivationGrads::of(&mut act.grads)?;
             b.cross_entropy_fwd_bwd(
                 &classes(act.batch),
                 &act.logits,

@@ -25,7 +25,7 @@ use anyhow::Context;
 use core_tensor::{Ops, rng};
 
 use super::{PipeBuffers, PipelineStage, StageLink, classes, stage_params};
-use crate::model::{Activations, Mode, NoSync};
+use crate::model::{ActivationGrads, Activations, Mode, NoSync};
 
 /// One batch through this rank's stage.
 pub(super) fn run<B: Ops>(
@@ -73,19 +73,11 @@ pub(super) fn run<B: Ops>(
         work.head(bufs, 0)?;
         for i in 1..m {
             let (done, now) = bufs.micro.split_at_mut(i);
-            let back = &done[i - 1]
-                .grads
-                .as_ref()
-                .context("training buffers")?
-                .dpooled;
+            let back = &ActivationGrads::of_ref(&done[i - 1].grads)?.dpooled;
             link.exchange(Some(back), Some(&mut now[0].pooled))?;
             work.head(bufs, i)?;
         }
-        let last = &bufs.micro[m - 1]
-            .grads
-            .as_ref()
-            .context("training buffers")?
-            .dpooled;
+        let last = &ActivationGrads::of_ref(&bufs.micro[m - 1].grads)?.dpooled;
         link.exchange(Some(last), None)?;
     }
     let mut times = stage.times.borrow_mut();
@@ -95,7 +87,7 @@ pub(super) fn run<B: Ops>(
 }
 
 fn dpooled<B: Ops>(act: &mut Activations<B>) -> anyhow::Result<&mut B::Storage<f32>> {
-    Ok(&mut act.grads.as_mut().context("training buffers")?.dpooled)
+    Ok(&mut ActivationGrads::of(&mut act.grads)?.dpooled)
 }
 
 /// Copies each micro-batch's share of the batch the trainer gathered:
@@ -190,7 +182,7 @@ impl<B: Ops> Work<'_, B> {
         let loss = bufs.loss.as_mut().context("training buffers")?;
         let act = &mut bufs.micro[i];
         cnn.forward_head(b, act, self.params, self.mode(i))?;
-        let g = act.grads.as_mut().context("training buffers")?;
+        let g = ActivationGrads::of(&mut act.grads)?;
         let geom = classes(act.batch);
         b.cross_entropy_fwd_bwd(&geom, &act.logits, &act.labels, &mut g.dlogits, loss)?;
         let (act, grads) = micro_and_grads(bufs, i)?;

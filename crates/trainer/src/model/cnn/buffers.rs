@@ -1,8 +1,12 @@
 //! The CNN's activation buffers, sized from the layer geometry in `cnn.rs`.
 
+use anyhow::Context;
 use core_tensor::{Ops, Result};
 
 use super::{CONV1, CONV2, FC1, FC2};
+
+/// What a use of the gradients of evaluation buffers is told.
+const TRAINING_ONLY: &str = "backward needs buffers built for training";
 
 /// Every buffer one forward/backward pass over `batch` images needs,
 /// allocated once and reused step after step.
@@ -31,6 +35,19 @@ pub struct ActivationGrads<B: Ops> {
     pub(crate) dpooled: B::Storage<f32>,
     pub(super) da2: B::Storage<f32>,
     pub(super) da1: B::Storage<f32>,
+}
+
+impl<B: Ops> ActivationGrads<B> {
+    /// The gradients in `grads` (an `Activations`' field, borrowed alone so
+    /// the other buffers stay free); an error for evaluation buffers.
+    pub(crate) fn of(grads: &mut Option<Self>) -> anyhow::Result<&mut Self> {
+        grads.as_mut().context(TRAINING_ONLY)
+    }
+
+    /// [`Self::of`], to read.
+    pub(crate) fn of_ref(grads: &Option<Self>) -> anyhow::Result<&Self> {
+        grads.as_ref().context(TRAINING_ONLY)
+    }
 }
 
 impl<B: Ops> AsMut<Activations<B>> for Activations<B> {

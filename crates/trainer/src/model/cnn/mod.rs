@@ -12,7 +12,6 @@
 
 use std::sync::LazyLock;
 
-use anyhow::Context as _;
 use core_tensor::ops::{ClassGeom, Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
 
@@ -231,10 +230,7 @@ impl<B: Ops> Model<B> for CnnMnist {
         loss_sum: &mut B::Storage<f32>,
     ) -> anyhow::Result<()> {
         let geom = classes(act.batch);
-        let grads = act
-            .grads
-            .as_mut()
-            .context("the loss gradient needs buffers built for training")?;
+        let grads = ActivationGrads::of(&mut act.grads)?;
         let (logits, labels) = (&act.logits, &act.labels);
         Ok(b.cross_entropy_fwd_bwd(&geom, logits, labels, &mut grads.dlogits, loss_sum)?)
     }
@@ -325,10 +321,7 @@ impl CnnMnist {
     ) -> anyhow::Result<()> {
         let n = act.batch;
         let (_, s2) = Self::dropout_seeds(dropout_seed);
-        let g = act
-            .grads
-            .as_mut()
-            .context("backward needs buffers built for training")?;
+        let g = ActivationGrads::of(&mut act.grads)?;
         b.linear_bwd(
             &linear(FC2, n),
             &act.hidden,
@@ -366,10 +359,7 @@ impl CnnMnist {
     ) -> anyhow::Result<()> {
         let n = act.batch;
         let (s1, _) = Self::dropout_seeds(dropout_seed);
-        let g = act
-            .grads
-            .as_mut()
-            .context("backward needs buffers built for training")?;
+        let g = ActivationGrads::of(&mut act.grads)?;
         b.dropout_bwd(self.dropout.pool, s1, &mut g.dpooled)?;
         b.maxpool2d_bwd(&pool(n), &act.a2, &g.dpooled, &mut g.da2)?;
         b.relu_bwd(&act.a2, &mut g.da2)?;
