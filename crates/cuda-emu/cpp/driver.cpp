@@ -387,6 +387,11 @@ CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, std::size_t bytes, Str
     drain(stream);
     return cuda_emu::copy_to_host(dst, src, bytes);
 }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes,
+                              Stream* stream) {
+    drain(stream);
+    return cuda_emu::copy_on_device(dst, src, bytes);
+}
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t count,
                          Stream* stream) {
     drain(stream);

@@ -60,6 +60,7 @@ char* device_range(CUdeviceptr ptr, std::size_t bytes);
 // The copies and memsets, refused (and said why) outside one allocation.
 CUresult copy_to_device(CUdeviceptr dst, const void* src, std::size_t bytes);
 CUresult copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes);
+CUresult copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes);
 // Writes the `width`-byte `word` `count` times from `dst` on.
 CUresult fill(CUdeviceptr dst, const void* word, std::size_t width, std::size_t count);
 

@@ -105,6 +105,15 @@ CUresult copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes) {
     return CUDA_SUCCESS;
 }
 
+CUresult copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
+    const char* from = device_range(src, bytes);
+    if (from == nullptr) return outside("cuMemcpyDtoD", src, bytes);
+    char* to = device_range(dst, bytes);
+    if (to == nullptr) return outside("cuMemcpyDtoD", dst, bytes);
+    std::memmove(to, from, bytes);
+    return CUDA_SUCCESS;
+}
+
 CUresult fill(CUdeviceptr dst, const void* word, std::size_t width, std::size_t count) {
     char* to = device_range(dst, count * width);
     if (to == nullptr) return outside("cuMemset", dst, count * width);

@@ -156,13 +156,11 @@ impl Backend for Cpu {
     }
 
     fn write_range<T: Elem>(&self, host: &[T], storage: &mut Vec<T>, offset: usize) -> Result<()> {
-        let range = offset..offset + host.len();
-        let len = storage.len();
-        let dst = storage
-            .get_mut(range.clone())
-            .ok_or_else(|| out_of_bounds("write_range", &range, len))?;
-        dst.copy_from_slice(host);
-        Ok(())
+        copy_at("write_range", host, storage, offset)
+    }
+
+    fn copy_into<T: Elem>(&self, src: &Vec<T>, dst: &mut Vec<T>, offset: usize) -> Result<()> {
+        copy_at("copy_into", src, dst, offset)
     }
 
     fn fill<T: Elem>(&self, storage: &mut Vec<T>, value: T) -> Result<()> {
@@ -188,6 +186,17 @@ impl Backend for Cpu {
     fn seconds_between(&self, start: &Instant, end: &Instant) -> Result<f64> {
         Ok(end.saturating_duration_since(*start).as_secs_f64())
     }
+}
+
+/// `dst[offset..offset + src.len()] = src`, or `op`'s error when that
+/// range is not inside `dst`.
+fn copy_at<T: Elem>(op: &'static str, src: &[T], dst: &mut [T], offset: usize) -> Result<()> {
+    let range = offset..offset.saturating_add(src.len());
+    let len = dst.len();
+    dst.get_mut(range.clone())
+        .ok_or_else(|| out_of_bounds(op, &range, len))?
+        .copy_from_slice(src);
+    Ok(())
 }
 
 fn out_of_bounds(op: &'static str, range: &Range<usize>, len: usize) -> Error {

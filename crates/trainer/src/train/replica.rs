@@ -31,10 +31,8 @@ pub(super) struct Part<B: Ops> {
     /// Where the part lies in the whole.
     pub range: Range<usize>,
     /// The part's parameters, which the optimizer steps; copied into the
-    /// whole after every step ([`Replica::publish`]).
+    /// whole on the device after every step ([`Replica::publish`]).
     pub params: B::Storage<f32>,
-    /// The host buffer that copy goes through.
-    host: Vec<f32>,
 }
 
 impl<B: Ops> Replica<B> {
@@ -49,7 +47,6 @@ impl<B: Ops> Replica<B> {
         let part = match trained {
             Some(range) => Some(Part {
                 params: backend.upload(&start.params[range.clone()])?,
-                host: vec![0.0; range.len()],
                 range,
             }),
             None => None,
@@ -73,9 +70,8 @@ impl<B: Ops> Replica<B> {
     /// After an optimizer step on a part: the part's new values into the
     /// whole model, which the next forward pass reads.
     pub fn publish(&mut self, backend: &B) -> anyhow::Result<()> {
-        if let Some(part) = &mut self.part {
-            backend.read_range(&part.params, 0..part.host.len(), &mut part.host)?;
-            backend.write_range(&part.host, &mut self.params, part.range.start)?;
+        if let Some(part) = &self.part {
+            backend.copy_into(&part.params, &mut self.params, part.range.start)?;
         }
         Ok(())
     }

@@ -251,6 +251,18 @@ impl Backend for Cuda {
         Ok(())
     }
 
+    fn copy_into<T: Elem>(
+        &self,
+        src: &CudaSlice<T>,
+        dst: &mut CudaSlice<T>,
+        offset: usize,
+    ) -> Result<()> {
+        let range = offset..offset.saturating_add(src.len());
+        let mut to = view_mut("copy_into", dst, range)?;
+        self.inner.stream.memcpy_dtod(src, &mut to)?;
+        Ok(())
+    }
+
     fn fill<T: Elem>(&self, storage: &mut CudaSlice<T>, value: T) -> Result<()> {
         launch::fill(&self.inner.stream, storage, value)
     }
