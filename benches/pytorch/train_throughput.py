@@ -10,7 +10,8 @@ when torchvision is missing), a DataLoader with shuffle=True, num_workers=4
 and pin_memory on CUDA, and each batch moved with .to(device).
 --mode on-device is what the trainer does: the training images are uploaded
 once as uint8, and each step gathers a random index batch and converts it to
-float on the device, with no DataLoader.
+float on the device, with no DataLoader; cudnn.benchmark is on. Both modes
+keep TF32 off, as the trainer computes in full float32.
 
 Times --steps steps after --warmup untimed ones (synchronizing the GPU around
 the timed region) and prints one line.
@@ -103,6 +104,12 @@ def main():
     cuda = device.type == "cuda"
     name = torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        # The trainer's kernels compute in full float32: no TF32 here either.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        # The tuned mode lets cuDNN time its algorithms for these shapes.
+        torch.backends.cudnn.benchmark = a.mode == "on-device"
 
     torch.manual_seed(0)
     images, labels = load_train(a.data_dir)

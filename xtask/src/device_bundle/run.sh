@@ -153,8 +153,10 @@ else
 fi
 step train_tcp_ws2 'Epoch' "${trainer[@]}" --world-size 2 --backend tcp --epochs "$epochs" \
   --metrics "$logs/train_tcp_ws2.jsonl"
-step train_b512 'Epoch' "${trainer[@]}" --batch-size 512 --epochs 1 \
-  --metrics "$logs/train_b512.jsonl"
+for batch in 256 512; do
+  step "train_b$batch" 'Epoch' "${trainer[@]}" --batch-size "$batch" --epochs 1 \
+    --metrics "$logs/train_b$batch.jsonl"
+done
 
 # PyTorch on the same model and data, and its all-reduce.
 if [ -n "$orig_ld" ]; then
@@ -165,14 +167,14 @@ fi
 if "${torch_env[@]}" "$python" -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
   throughput=("${torch_env[@]}" "$python" "$here/pytorch/train_throughput.py" --device cuda
     --data-dir "$data_dir")
-  step torch_ref_b64 'img/s' "${throughput[@]}" --mode reference --batch-size 64
-  step torch_ref_b512 'img/s' "${throughput[@]}" --mode reference --batch-size 512
-  step torch_gpu_b64 'img/s' "${throughput[@]}" --mode on-device --batch-size 64
-  step torch_gpu_b512 'img/s' "${throughput[@]}" --mode on-device --batch-size 512
+  for batch in 64 256 512; do
+    step "torch_ref_b$batch" 'img/s' "${throughput[@]}" --mode reference --batch-size "$batch"
+    step "torch_gpu_b$batch" 'img/s' "${throughput[@]}" --mode on-device --batch-size "$batch"
+  done
   step torch_allreduce "$largest" "${torch_env[@]}" "$python" "$here/pytorch/allreduce_nccl.py" \
     --min-bytes 8 --max-bytes 268435456
 else
-  for name in torch_ref_b64 torch_ref_b512 torch_gpu_b64 torch_gpu_b512 torch_allreduce; do
+  for name in torch_ref_b{64,256,512} torch_gpu_b{64,256,512} torch_allreduce; do
     if selected "$name"; then
       row torch skipped "no torch that sees a GPU in $python (set PYTHON=.../python)"
       break
@@ -187,6 +189,15 @@ if [ "$have_nccl" = 1 ]; then
   step bench_allreduce_nccl "$largest" "$here/benches/allreduce" --transport nccl --ranks 1
 else
   skip bench_allreduce_nccl "no libnccl"
+fi
+
+# Per-kernel device times of 100 launches in the middle of training (Nsight
+# Compute, one metric, so each kernel runs once).
+if command -v ncu >/dev/null; then
+  step ncu_kernels '==PROF==|gpu__time_duration' ncu --metrics gpu__time_duration.sum --csv \
+    --launch-skip 400 --launch-count 100 "${trainer[@]}" --epochs 1 --max-steps 40
+else
+  skip ncu_kernels "no ncu on PATH"
 fi
 
 echo
