@@ -3,12 +3,20 @@
 // self-contained source per op.
 //
 // C[M, N] = A[M, K] · B[K, N], one 64x64 tile of C per block of 256 threads,
-// each thread owning a 4x4 register block. A and B are "loaders": functors
-// `float operator()(int mn, int k) const` that read one element, so an op can
-// describe an implicit matrix (im2col of an image, a transposed weight)
-// without materialising it. A loader's `K_FAST` says whether consecutive k
-// are adjacent in memory; consecutive threads then walk k, so that global
-// reads coalesce either way.
+// each thread owning a 4x4 register block. A and B are "loaders" that read
+// one element of an implicit matrix (im2col of an image, a transposed
+// weight) without materialising it. An element's address is split in two
+// halves so that no integer division runs per element:
+//
+//   typename L::Mn  mn_part(int mn)   once per thread, before the k loop
+//   typename L::K   k_part(int k)     once per k per block, into shared memory
+//   float at(const Mn&, const K&)     a few adds and compares
+//
+// A loader whose k half is a multiply or less says `K_TABLE = false`; its
+// k halves are then computed where they are used, with no shared table.
+//
+// A loader's `K_FAST` says whether consecutive k are adjacent in memory;
+// consecutive threads then walk k, so that global reads coalesce either way.
 //
 // K may be split over gridDim.z (split-K) for outputs with few tiles: each
 // split writes its partial tile to a workspace, and a second kernel sums the
@@ -39,17 +47,49 @@ __device__ __forceinline__ int tile_k(int tid, int i) {
     return K_FAST ? tid % GEMM_BK : tid / GEMM_BM + i * (GEMM_THREADS / GEMM_BM);
 }
 
-// Reads this thread's four elements of the operand tile at (mn0, kt) into
-// registers; elements outside [0, MN) x [kt, k_end) read as zero.
+// This thread's four elements of the operand tile at (mn0, ·): the mn half
+// of each address and whether it lies inside [0, MN).
 template <class L>
-__device__ __forceinline__ void gemm_fetch(const L& load, int mn0, int MN, int kt, int k_end,
-                                           float (&r)[4]) {
-    const int tid = threadIdx.x;
+struct Rows {
+    typename L::Mn part[4];
+    bool inside[4];
+};
+
+template <class L>
+__device__ __forceinline__ Rows<L> gemm_rows(const L& load, int mn0, int MN) {
+    Rows<L> rows;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const int mn = mn0 + tile_mn<L::K_FAST>(tid, i);
-        const int k = kt + tile_k<L::K_FAST>(tid, i);
-        r[i] = (mn < MN && k < k_end) ? load(mn, k) : 0.0f;
+        const int mn = mn0 + tile_mn<L::K_FAST>(threadIdx.x, i);
+        rows.inside[i] = mn < MN;
+        rows.part[i] = load.mn_part(rows.inside[i] ? mn : 0);
+    }
+    return rows;
+}
+
+// The k halves of the tile starting at kt, one thread per k: threads
+// [first, first + GEMM_BK) fill `ks`. Past the end the entries are never read.
+template <class L>
+__device__ __forceinline__ void gemm_k_parts(const L& load, int first, int kt, int k_end,
+                                             typename L::K* ks) {
+    const int j = (int)threadIdx.x - first;
+    if (L::K_TABLE && j >= 0 && j < GEMM_BK) ks[j] = load.k_part(gemm_min(kt + j, k_end - 1));
+}
+
+// Reads this thread's four elements of the operand tile at kt into
+// registers; elements outside [0, MN) x [kt, k_end) read as zero.
+template <class L>
+__device__ __forceinline__ void gemm_fetch(const L& load, const Rows<L>& rows,
+                                           const typename L::K* ks, int kt, int k_end,
+                                           float (&r)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int j = tile_k<L::K_FAST>(threadIdx.x, i);
+        if (rows.inside[i] && kt + j < k_end) {
+            r[i] = load.at(rows.part[i], L::K_TABLE ? ks[j] : load.k_part(kt + j));
+        } else {
+            r[i] = 0.0f;
+        }
     }
 }
 
@@ -69,6 +109,10 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
                                           int k_chunk, float (&acc)[4][4]) {
     __shared__ __align__(16) float As[GEMM_BK][GEMM_LDS];
     __shared__ __align__(16) float Bs[GEMM_BK][GEMM_LDS];
+    // The k halves of the next tile's addresses, double-buffered: one buffer
+    // is read by this tile's fetch while the other is filled for the next.
+    __shared__ typename LA::K a_ks[2][GEMM_BK];
+    __shared__ typename LB::K b_ks[2][GEMM_BK];
     const int tid = threadIdx.x;
     const int tx = tid % 16, ty = tid / 16;
     const int m0 = blockIdx.y * GEMM_BM, n0 = blockIdx.x * GEMM_BN;
@@ -79,19 +123,30 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
     }
+    if (k_begin >= k_end) return;
+    const Rows<LA> a_rows = gemm_rows(a, m0, M);
+    const Rows<LB> b_rows = gemm_rows(b, n0, N);
+    gemm_k_parts(a, 0, k_begin, k_end, a_ks[0]);
+    gemm_k_parts(b, GEMM_BK, k_begin, k_end, b_ks[0]);
+    __syncthreads();
     float ra[4], rb[4];
-    if (k_begin < k_end) {
-        gemm_fetch(a, m0, M, k_begin, k_end, ra);
-        gemm_fetch(b, n0, N, k_begin, k_end, rb);
-    }
+    gemm_fetch(a, a_rows, a_ks[0], k_begin, k_end, ra);
+    gemm_fetch(b, b_rows, b_ks[0], k_begin, k_end, rb);
+    int buf = 0;
     for (int kt = k_begin; kt < k_end; kt += GEMM_BK) {
+        const bool more = kt + GEMM_BK < k_end;
         gemm_stash<LA>(As, ra);
         gemm_stash<LB>(Bs, rb);
+        if (more) {
+            gemm_k_parts(a, 0, kt + GEMM_BK, k_end, a_ks[buf ^ 1]);
+            gemm_k_parts(b, GEMM_BK, kt + GEMM_BK, k_end, b_ks[buf ^ 1]);
+        }
         __syncthreads();
         // The next tile's global reads are in flight while this one computes.
-        if (kt + GEMM_BK < k_end) {
-            gemm_fetch(a, m0, M, kt + GEMM_BK, k_end, ra);
-            gemm_fetch(b, n0, N, kt + GEMM_BK, k_end, rb);
+        if (more) {
+            buf ^= 1;
+            gemm_fetch(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
+            gemm_fetch(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
         }
 #pragma unroll
         for (int k = 0; k < GEMM_BK; ++k) {
@@ -123,6 +178,15 @@ __device__ __forceinline__ void gemm_store(const float (&acc)[4][4], int M, int 
         }
     }
 }
+
+// An operand whose element (mn, k) lies at p[mn_part + k_part]: both halves
+// are plain offsets.
+// Loaders derive from it and add `mn_part`/`k_part` returning ints.
+struct Offsets {
+    static const bool K_TABLE = false;
+    const float* p;
+    __device__ float at(int mn, int k) const { return p[mn + k]; }
+};
 
 // The partial-result store of split blockIdx.z: workspace[z][M][N].
 struct PartialStore {

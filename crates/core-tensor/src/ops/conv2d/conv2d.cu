@@ -47,84 +47,163 @@ __device__ __forceinline__ Dims dims(const Conv2dGeom& g) {
     return d;
 }
 
-// im2col(x)[row, col] with row = (c, kh, kw) and col = (image, oh, ow);
-// zero in the padding.
-__device__ __forceinline__ float im2col_at(const float* x, const Dims& d, int col, int row) {
+// One column of im2col(x): an output pixel of one image, as the offset of
+// its window's top-left corner in x (which may lie in the padding) and that
+// corner's coordinates.
+struct Window {
+    int base, ih, iw;
+};
+
+// One row of im2col(x): a tap (c, kh, kw) of the kernel, as its offset
+// from a window's corner and its place in the window.
+struct Tap {
+    int off, kh, kw;
+};
+
+__device__ __forceinline__ Window window_at(const Dims& d, int col) {
     const int img = col / d.ohw, p = col - img * d.ohw;
     const int oh = p / d.ow, ow = p - oh * d.ow;
+    const int ih = oh * d.s - d.pad, iw = ow * d.s - d.pad;
+    return Window{(img * d.c * d.h + ih) * d.w + iw, ih, iw};
+}
+
+__device__ __forceinline__ Tap tap_at(const Dims& d, int row) {
     const int c = row / d.kk, r = row - c * d.kk;
     const int kh = r / d.k, kw = r - kh * d.k;
-    const int ih = oh * d.s + kh - d.pad, iw = ow * d.s + kw - d.pad;
+    return Tap{(c * d.h + kh) * d.w + kw, kh, kw};
+}
+
+// im2col(x) at (window, tap); zero in the padding.
+__device__ __forceinline__ float im2col_at(const float* x, const Dims& d, const Window& win,
+                                           const Tap& tap) {
+    const int ih = win.ih + tap.kh, iw = win.iw + tap.kw;
     if ((unsigned)ih >= (unsigned)d.h || (unsigned)iw >= (unsigned)d.w) return 0.0f;
-    return x[((img * d.c + c) * d.h + ih) * d.w + iw];
+    return x[win.base + tap.off];
 }
 
 // Forward B operand, B(k = row, n = col): walks output pixels.
 struct Im2col {
+    static const bool K_TABLE = true;
     static const bool K_FAST = false;
+    typedef Window Mn;
+    typedef Tap K;
     const float* x;
     Dims d;
-    __device__ float operator()(int n, int k) const { return im2col_at(x, d, n, k); }
+    __device__ Window mn_part(int n) const { return window_at(d, n); }
+    __device__ Tap k_part(int k) const { return tap_at(d, k); }
+    __device__ float at(const Window& w, const Tap& t) const { return im2col_at(x, d, w, t); }
 };
 
 // Weight-grad B operand, B(k = col, n = row): the transpose, walking pixels as k.
 struct Im2colT {
+    static const bool K_TABLE = true;
     static const bool K_FAST = true;
+    typedef Tap Mn;
+    typedef Window K;
     const float* x;
     Dims d;
-    __device__ float operator()(int n, int k) const { return im2col_at(x, d, k, n); }
+    __device__ Tap mn_part(int n) const { return tap_at(d, n); }
+    __device__ Window k_part(int k) const { return window_at(d, k); }
+    __device__ float at(const Tap& t, const Window& w) const { return im2col_at(x, d, w, t); }
 };
 
 // W [O, C·K·K] as A(o, row).
-struct WeightRows {
+struct WeightRows : Offsets {
     static const bool K_FAST = true;
-    const float* w;
+    typedef int Mn;
+    typedef int K;
     int ckk;
-    __device__ float operator()(int m, int k) const { return w[m * ckk + k]; }
+    __device__ int mn_part(int m) const { return m * ckk; }
+    __device__ int k_part(int k) const { return k; }
 };
 
 // dy [N, O, OH·OW] as A(o, col) with col = (image, pixel).
-struct DyRows {
+struct DyRows : Offsets {
+    static const bool K_TABLE = true;
     static const bool K_FAST = true;
-    const float* dy;
+    typedef int Mn;
+    typedef int K;
     int o, ohw;
-    __device__ float operator()(int m, int k) const {
-        const int img = k / ohw, p = k - img * ohw;
-        return dy[(img * o + m) * ohw + p];
+    __device__ int mn_part(int m) const { return m * ohw; }
+    __device__ int k_part(int k) const {
+        const int img = k / ohw;
+        return img * o * ohw + (k - img * ohw);
     }
 };
 
 // Wᵀ as A(c, (o, kh, kw)) = W[o, c, kh, kw].
-struct WeightCols {
+struct WeightCols : Offsets {
+    static const bool K_TABLE = true;
     static const bool K_FAST = true;
-    const float* w;
+    typedef int Mn;
+    typedef int K;
     int c, kk;
-    __device__ float operator()(int m, int k) const {
-        const int o = k / kk, r = k - o * kk;
-        return w[(o * c + m) * kk + r];
+    __device__ int mn_part(int m) const { return m * kk; }
+    __device__ int k_part(int k) const {
+        const int o = k / kk;
+        return o * c * kk + (k - o * kk);
     }
+};
+
+// An input pixel (image, ih, iw) seen from dy: its image's offset in dy and
+// its coordinates in the padded input.
+struct InputPixel {
+    int base, th, tw;
+};
+
+// A tap (o, kh, kw) seen from dy: output channel o's plane offset and the tap.
+struct OutputTap {
+    int off, kh, kw;
 };
 
 // The input-grad B operand, B((o, kh, kw), (image, ih, iw)): the dy element
 // whose window placed tap (kh, kw) on input pixel (ih, iw), zero when no
-// output position did (stride gaps, borders).
+// output position did (stride gaps, borders). UNIT_STRIDE leaves the
+// stride's divisibility test and division out of the inner loop.
+template <bool UNIT_STRIDE>
 struct DyTaps {
+    static const bool K_TABLE = true;
     static const bool K_FAST = false;
+    typedef InputPixel Mn;
+    typedef OutputTap K;
     const float* dy;
     Dims d;
-    __device__ float operator()(int n, int k) const {
+    __device__ InputPixel mn_part(int n) const {
         const int hw = d.h * d.w;
         const int img = n / hw, q = n - img * hw;
         const int ih = q / d.w, iw = q - ih * d.w;
+        return InputPixel{img * d.o * d.ohw, ih + d.pad, iw + d.pad};
+    }
+    __device__ OutputTap k_part(int k) const {
         const int o = k / d.kk, r = k - o * d.kk;
-        const int kh = r / d.k, kw = r - kh * d.k;
-        const int th = ih + d.pad - kh, tw = iw + d.pad - kw;
-        if (th < 0 || tw < 0) return 0.0f;
-        const int oh = th / d.s, ow = tw / d.s;
-        if (oh * d.s != th || ow * d.s != tw || oh >= d.oh || ow >= d.ow) return 0.0f;
-        return dy[((img * d.o + o) * d.oh + oh) * d.ow + ow];
+        const int kh = r / d.k;
+        return OutputTap{o * d.ohw, kh, r - kh * d.k};
+    }
+    __device__ float at(const InputPixel& px, const OutputTap& tap) const {
+        int oh = px.th - tap.kh, ow = px.tw - tap.kw;
+        if (oh < 0 || ow < 0) return 0.0f;
+        if (!UNIT_STRIDE) {
+            if (oh % d.s != 0 || ow % d.s != 0) return 0.0f;
+            oh /= d.s;
+            ow /= d.s;
+        }
+        if (oh >= d.oh || ow >= d.ow) return 0.0f;
+        return dy[px.base + tap.off + oh * d.ow + ow];
     }
 };
+
+// dx's tile (or one split's partial tile) of Wᵀ · taps(dy), for either stride.
+__device__ __forceinline__ void conv2d_bwd_input_tile(const float* dy, const float* w,
+                                                      const Dims& d, int k_chunk,
+                                                      float (&acc)[4][4]) {
+    const WeightCols wt{w, d.c, d.kk};
+    const int n = d.n * d.h * d.w, k = d.o * d.kk;
+    if (d.s == 1) {
+        gemm_tile(wt, DyTaps<true>{dy, d}, d.c, n, k, k_chunk, acc);
+    } else {
+        gemm_tile(wt, DyTaps<false>{dy, d}, d.c, n, k, k_chunk, acc);
+    }
+}
 
 // C(m = channel, n = (image, pixel)) stored into an NCHW tensor with `planes`
 // channels of `plane` pixels, plus bias[m] when there is one.
@@ -169,8 +248,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     const Dims d = dims(p.g);
     const int hw = d.h * d.w;
     float acc[4][4];
-    gemm_tile(WeightCols{w, d.c, d.kk}, DyTaps{dy, d}, d.c, d.n * hw, d.o * d.kk, (int)p.k_chunk,
-              acc);
+    conv2d_bwd_input_tile(dy, w, d, (int)p.k_chunk, acc);
     gemm_store(acc, d.c, d.n * hw, NchwStore{dx, nullptr, d.c, hw});
 }
 
@@ -179,8 +257,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     const Dims d = dims(p.g);
     const int hw = d.h * d.w;
     float acc[4][4];
-    gemm_tile(WeightCols{w, d.c, d.kk}, DyTaps{dy, d}, d.c, d.n * hw, d.o * d.kk, (int)p.k_chunk,
-              acc);
+    conv2d_bwd_input_tile(dy, w, d, (int)p.k_chunk, acc);
     gemm_store(acc, d.c, d.n * hw, PartialStore{ws, d.c, d.n * hw});
 }
 
@@ -215,15 +292,33 @@ extern "C" __global__ void conv2d_bwd_weight_reduce_f32(const float* ws, float* 
 
 // ---- bias gradient: db[o] = Σ dy[n, o, :], one block per channel ----
 
+// Each thread keeps BIAS_LANES partial sums over elements BIAS_LANES block
+// widths apart, so that many loads are in flight instead of one dependent
+// chain; the lanes are added in a fixed order.
+#define BIAS_LANES 8
+
 extern "C" __global__ void __launch_bounds__(REDUCE_THREADS)
     conv2d_bwd_bias_f32(const float* dy, float* db, Conv2dGeom g) {
     const Dims d = dims(g);
     const int o = blockIdx.x;
-    float sum = 0.0f;
-    for (int img = 0; img < d.n; ++img) {
-        const float* plane = dy + (img * d.o + o) * d.ohw;
-        for (int p = threadIdx.x; p < d.ohw; p += REDUCE_THREADS) sum += plane[p];
+    const int total = d.n * d.ohw;
+    // Element e of channel o: image e / ohw, pixel e % ohw.
+    float lane[BIAS_LANES];
+#pragma unroll
+    for (int u = 0; u < BIAS_LANES; ++u) lane[u] = 0.0f;
+    for (int e0 = threadIdx.x; e0 < total; e0 += BIAS_LANES * REDUCE_THREADS) {
+#pragma unroll
+        for (int u = 0; u < BIAS_LANES; ++u) {
+            const int e = e0 + u * REDUCE_THREADS;
+            if (e < total) {
+                const int img = e / d.ohw;
+                lane[u] += dy[(img * d.o + o) * d.ohw + (e - img * d.ohw)];
+            }
+        }
     }
+    float sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < BIAS_LANES; ++u) sum += lane[u];
     sum = block_sum(sum);
     if (threadIdx.x == 0) db[o] = sum;
 }

@@ -20,19 +20,23 @@ struct LinearLaunch {
 };
 
 // A row-major matrix read as (mn, k): element [mn · ld + k].
-struct RowsByK {
+struct RowsByK : Offsets {
     static const bool K_FAST = true;
-    const float* p;
+    typedef int Mn;
+    typedef int K;
     int ld;
-    __device__ float operator()(int mn, int k) const { return p[mn * ld + k]; }
+    __device__ int mn_part(int mn) const { return mn * ld; }
+    __device__ int k_part(int k) const { return k; }
 };
 
 // A row-major matrix read transposed, as (mn, k): element [k · ld + mn].
-struct ColsByK {
+struct ColsByK : Offsets {
     static const bool K_FAST = false;
-    const float* p;
+    typedef int Mn;
+    typedef int K;
     int ld;
-    __device__ float operator()(int mn, int k) const { return p[k * ld + mn]; }
+    __device__ int mn_part(int mn) const { return mn; }
+    __device__ int k_part(int k) const { return k * ld; }
 };
 
 // y[b, o] = acc + bias[o].
