@@ -11,12 +11,19 @@ use super::launch::{In, Out, Val};
 
 use crate::{Cuda, Error, Result};
 
-/// The tile shape; mirrors `GEMM_BM`, `GEMM_BN`, `GEMM_BK` and
-/// `GEMM_THREADS` in sgemm.cuh.
-const BM: usize = 64;
-const BN: usize = 64;
+/// The tiles; mirror `GEMM_BK`, `GEMM_THREADS` and `GEMM_TILE_ELEMS` in
+/// sgemm.cuh. A tile has `tile_m` rows (64, or 32 for short products) and
+/// `TILE_ELEMS / tile_m` columns.
 const BK: usize = 16;
 const THREADS: u32 = 256;
+const TILE_ELEMS: usize = 4096;
+
+/// Rows of the tile for an `m × n` output: 32 when m fits in 32 rows and the
+/// output is wide enough to fill a 128-column tile, so that half of every
+/// tile's FMAs are not spent on padding rows; 64 otherwise.
+fn tile_rows(m: usize, n: usize) -> usize {
+    if m <= 32 && n > 64 { 32 } else { 64 }
+}
 /// K is split until about this many blocks run: two waves on a 132-SM H100.
 /// Small outputs with a long K (a conv weight gradient sums over every pixel
 /// of the batch) would otherwise run on a handful of SMs.
@@ -35,6 +42,7 @@ pub(crate) struct GemmLaunch<G> {
     pub geom: G,
     pub k_chunk: u64,
     pub splits: u64,
+    pub tile_m: u64,
 }
 
 /// How one `M × N × K` product is cut into blocks.
@@ -42,6 +50,8 @@ pub(crate) struct GemmLaunch<G> {
 pub(crate) struct GemmPlan {
     m: usize,
     n: usize,
+    /// Rows of one tile (32 or 64); its columns are `TILE_ELEMS / tile_m`.
+    tile_m: usize,
     tiles_m: usize,
     tiles_n: usize,
     /// Blocks along K; 1 means the tile kernel stores the result directly.
@@ -53,8 +63,9 @@ pub(crate) struct GemmPlan {
 impl GemmPlan {
     /// The plan for a non-empty output (`m, n ≥ 1`).
     pub(crate) fn new(op: &'static str, m: usize, n: usize, k: usize) -> Result<Self> {
-        let tiles_m = m.div_ceil(BM);
-        let tiles_n = n.div_ceil(BN);
+        let tile_m = tile_rows(m, n);
+        let tiles_m = m.div_ceil(tile_m);
+        let tiles_n = n.div_ceil(TILE_ELEMS / tile_m);
         let wanted = TARGET_BLOCKS.div_ceil(tiles_m * tiles_n);
         let most = (k / MIN_K_CHUNK).max(1);
         let k_chunk = k.div_ceil(wanted.min(most)).next_multiple_of(BK).max(BK);
@@ -62,6 +73,7 @@ impl GemmPlan {
         let plan = Self {
             m,
             n,
+            tile_m,
             tiles_m,
             tiles_n,
             splits,
@@ -119,6 +131,7 @@ impl GemmPlan {
             geom,
             k_chunk: self.k_chunk as u64,
             splits: self.splits as u64,
+            tile_m: self.tile_m as u64,
         }
     }
 }
@@ -277,6 +290,21 @@ mod tests {
         let plan = GemmPlan::new("test", 64, 10, 128).unwrap();
         assert!(!plan.is_split());
         covers_k_exactly(&plan, 128);
+    }
+
+    #[test]
+    fn short_wide_products_take_the_32_row_tile() {
+        // conv2's input gradient at batch 64: 32 channels x 64·26·26 pixels.
+        let plan = GemmPlan::new("test", 32, 64 * 26 * 26, 576).unwrap();
+        assert_eq!(plan.tile_m, 32);
+        assert_eq!(
+            plan.tiles().grid_dim,
+            ((64 * 26 * 26usize).div_ceil(128) as u32, 1, 1)
+        );
+        assert_eq!(plan.args(()).tile_m, 32);
+        // 33 rows, or an output too narrow for 128 columns, keep 64 x 64.
+        assert_eq!(GemmPlan::new("test", 33, 10_000, 16).unwrap().tile_m, 64);
+        assert_eq!(GemmPlan::new("test", 32, 64, 16).unwrap().tile_m, 64);
     }
 
     #[test]

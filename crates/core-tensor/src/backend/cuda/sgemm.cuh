@@ -2,11 +2,16 @@
 // pastes this file in place of `#include "sgemm.cuh"`, so NVRTC sees one
 // self-contained source per op.
 //
-// C[M, N] = A[M, K] · B[K, N], one 64x64 tile of C per block of 256 threads,
-// each thread owning a 4x4 register block. A and B are "loaders" that read
-// one element of an implicit matrix (im2col of an image, a transposed
-// weight) without materialising it. An element's address is split in two
-// halves so that no integer division runs per element:
+// C[M, N] = A[M, K] · B[K, N], one BM x BN tile of C per block of 256
+// threads, each thread owning a 4x4 register block. Two tile shapes: 64x64,
+// and 32x128 for products with at most 32 rows (a layer with 32 channels),
+// whose 64-row tiles would be half padding. The host picks one per product
+// and passes it as `tile_m`; `gemm` dispatches on it.
+//
+// A and B are "loaders" that read one element of an implicit matrix (im2col
+// of an image, a transposed weight) without materialising it. An element's
+// address is split in two halves so that no integer division runs per
+// element:
 //
 //   typename L::Mn  mn_part(int mn)   once per thread, before the k loop
 //   typename L::K   k_part(int k)     once per k per block, into shared memory
@@ -24,43 +29,49 @@
 // alone (backend/cuda/gemm.rs), so results are identical run to run and on
 // every GPU: no atomics, every sum has one fixed order.
 //
-// The host mirrors GEMM_BM/GEMM_BN/GEMM_BK/GEMM_THREADS in gemm.rs.
+// The host mirrors GEMM_BK, GEMM_THREADS and the two tile shapes in gemm.rs.
 
-#define GEMM_BM 64
-#define GEMM_BN 64
 #define GEMM_BK 16
 #define GEMM_THREADS 256
-// Row stride of the shared tiles: 68 floats keeps rows 16-byte aligned for
-// the float4 reads, and turns the 16-way bank conflict of K-fast stores
-// (stride 64) into a 2-way one.
-#define GEMM_LDS (GEMM_BM + 4)
+// Outputs per block: 256 threads x 4 x 4.
+#define GEMM_TILE_ELEMS 4096
 
 __device__ __forceinline__ int gemm_min(int a, int b) { return a < b ? a : b; }
 
-// Where thread `tid` stores its i-th element of a 64x16 operand tile.
-template <bool K_FAST>
-__device__ __forceinline__ int tile_mn(int tid, int i) {
-    return K_FAST ? tid / GEMM_BK + i * (GEMM_THREADS / GEMM_BK) : tid % GEMM_BM;
-}
-template <bool K_FAST>
-__device__ __forceinline__ int tile_k(int tid, int i) {
-    return K_FAST ? tid % GEMM_BK : tid / GEMM_BM + i * (GEMM_THREADS / GEMM_BM);
-}
-
-// This thread's four elements of the operand tile at (mn0, ·): the mn half
-// of each address and whether it lies inside [0, MN).
-template <class L>
-struct Rows {
-    typename L::Mn part[4];
-    bool inside[4];
+// An operand tile of R (BM or BN) rows by GEMM_BK k: each thread holds
+// PER = R / 16 of its elements, and LDS is the shared row stride. R + 4 keeps
+// rows 16-byte aligned for the float4 reads and turns the 16-way bank
+// conflict of K-fast stores (a stride of R) into a 2-way one.
+template <int R>
+struct OperandTile {
+    static const int PER = R * GEMM_BK / GEMM_THREADS;
+    static const int LDS = R + 4;
 };
 
-template <class L>
-__device__ __forceinline__ Rows<L> gemm_rows(const L& load, int mn0, int MN) {
-    Rows<L> rows;
+// Where thread `tid` stores its i-th element of an R x 16 operand tile.
+template <int R, bool K_FAST>
+__device__ __forceinline__ int tile_mn(int tid, int i) {
+    return K_FAST ? tid / GEMM_BK + i * (GEMM_THREADS / GEMM_BK) : tid % R;
+}
+template <int R, bool K_FAST>
+__device__ __forceinline__ int tile_k(int tid, int i) {
+    return K_FAST ? tid % GEMM_BK : tid / R + i * (GEMM_THREADS / R);
+}
+
+// This thread's elements of an R-row operand tile at (mn0, ·): the mn half
+// of each address and whether it lies inside [0, MN).
+template <int R, class L>
+struct Rows {
+    typename L::Mn part[OperandTile<R>::PER];
+    bool inside[OperandTile<R>::PER];
+};
+
+template <int R, class L>
+__device__ __forceinline__ Rows<R, L> gemm_rows(const L& load, int mn0, int MN) {
+    Rows<R, L> rows;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int mn = mn0 + tile_mn<L::K_FAST>(threadIdx.x, i);
+    for (int i = 0; i < OperandTile<R>::PER; ++i) {
+        const int mn = mn0 + tile_mn<R, L::K_FAST>(threadIdx.x, i);
         rows.inside[i] = mn < MN;
         rows.part[i] = load.mn_part(rows.inside[i] ? mn : 0);
     }
@@ -76,15 +87,15 @@ __device__ __forceinline__ void gemm_k_parts(const L& load, int first, int kt, i
     if (L::K_TABLE && j >= 0 && j < GEMM_BK) ks[j] = load.k_part(gemm_min(kt + j, k_end - 1));
 }
 
-// Reads this thread's four elements of the operand tile at kt into
-// registers; elements outside [0, MN) x [kt, k_end) read as zero.
-template <class L>
-__device__ __forceinline__ void gemm_fetch(const L& load, const Rows<L>& rows,
+// Reads this thread's elements of the operand tile at kt into registers;
+// elements outside [0, MN) x [kt, k_end) read as zero.
+template <int R, class L>
+__device__ __forceinline__ void gemm_fetch(const L& load, const Rows<R, L>& rows,
                                            const typename L::K* ks, int kt, int k_end,
-                                           float (&r)[4]) {
+                                           float (&r)[OperandTile<R>::PER]) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int j = tile_k<L::K_FAST>(threadIdx.x, i);
+    for (int i = 0; i < OperandTile<R>::PER; ++i) {
+        const int j = tile_k<R, L::K_FAST>(threadIdx.x, i);
         if (rows.inside[i] && kt + j < k_end) {
             r[i] = load.at(rows.part[i], L::K_TABLE ? ks[j] : load.k_part(kt + j));
         } else {
@@ -93,29 +104,34 @@ __device__ __forceinline__ void gemm_fetch(const L& load, const Rows<L>& rows,
     }
 }
 
-template <class L>
-__device__ __forceinline__ void gemm_stash(float (*tile)[GEMM_LDS], const float (&r)[4]) {
+template <int R, class L>
+__device__ __forceinline__ void gemm_stash(float (*tile)[OperandTile<R>::LDS],
+                                           const float (&r)[OperandTile<R>::PER]) {
     const int tid = threadIdx.x;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        tile[tile_k<L::K_FAST>(tid, i)][tile_mn<L::K_FAST>(tid, i)] = r[i];
+    for (int i = 0; i < OperandTile<R>::PER; ++i) {
+        tile[tile_k<R, L::K_FAST>(tid, i)][tile_mn<R, L::K_FAST>(tid, i)] = r[i];
     }
 }
 
 // acc[i][j] = C(m0 + 4·ty + i, n0 + 4·tx + j) over this block's k range
-// (split blockIdx.z of k_chunk), with (m0, n0) = (64·blockIdx.y, 64·blockIdx.x).
-template <class LA, class LB>
+// (split blockIdx.z of k_chunk), with (m0, n0) = (BM·blockIdx.y, BN·blockIdx.x)
+// and (tx, ty) = (tid % (BN / 4), tid / (BN / 4)).
+template <int BM, class LA, class LB>
 __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N, int K,
                                           int k_chunk, float (&acc)[4][4]) {
-    __shared__ __align__(16) float As[GEMM_BK][GEMM_LDS];
-    __shared__ __align__(16) float Bs[GEMM_BK][GEMM_LDS];
+    const int BN = GEMM_TILE_ELEMS / BM;
+    typedef OperandTile<BM> TA;
+    typedef OperandTile<GEMM_TILE_ELEMS / BM> TB;
+    __shared__ __align__(16) float As[GEMM_BK][TA::LDS];
+    __shared__ __align__(16) float Bs[GEMM_BK][TB::LDS];
     // The k halves of the next tile's addresses, double-buffered: one buffer
     // is read by this tile's fetch while the other is filled for the next.
     __shared__ typename LA::K a_ks[2][GEMM_BK];
     __shared__ typename LB::K b_ks[2][GEMM_BK];
     const int tid = threadIdx.x;
-    const int tx = tid % 16, ty = tid / 16;
-    const int m0 = blockIdx.y * GEMM_BM, n0 = blockIdx.x * GEMM_BN;
+    const int tx = tid % (BN / 4), ty = tid / (BN / 4);
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int k_begin = blockIdx.z * k_chunk;
     const int k_end = gemm_min(K, k_begin + k_chunk);
 #pragma unroll
@@ -124,19 +140,19 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
     }
     if (k_begin >= k_end) return;
-    const Rows<LA> a_rows = gemm_rows(a, m0, M);
-    const Rows<LB> b_rows = gemm_rows(b, n0, N);
+    const Rows<BM, LA> a_rows = gemm_rows<BM>(a, m0, M);
+    const Rows<BN, LB> b_rows = gemm_rows<BN>(b, n0, N);
     gemm_k_parts(a, 0, k_begin, k_end, a_ks[0]);
     gemm_k_parts(b, GEMM_BK, k_begin, k_end, b_ks[0]);
     __syncthreads();
-    float ra[4], rb[4];
-    gemm_fetch(a, a_rows, a_ks[0], k_begin, k_end, ra);
-    gemm_fetch(b, b_rows, b_ks[0], k_begin, k_end, rb);
+    float ra[TA::PER], rb[TB::PER];
+    gemm_fetch<BM>(a, a_rows, a_ks[0], k_begin, k_end, ra);
+    gemm_fetch<BN>(b, b_rows, b_ks[0], k_begin, k_end, rb);
     int buf = 0;
     for (int kt = k_begin; kt < k_end; kt += GEMM_BK) {
         const bool more = kt + GEMM_BK < k_end;
-        gemm_stash<LA>(As, ra);
-        gemm_stash<LB>(Bs, rb);
+        gemm_stash<BM, LA>(As, ra);
+        gemm_stash<BN, LB>(Bs, rb);
         if (more) {
             gemm_k_parts(a, 0, kt + GEMM_BK, k_end, a_ks[buf ^ 1]);
             gemm_k_parts(b, GEMM_BK, kt + GEMM_BK, k_end, b_ks[buf ^ 1]);
@@ -145,8 +161,8 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
         // The next tile's global reads are in flight while this one computes.
         if (more) {
             buf ^= 1;
-            gemm_fetch(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
-            gemm_fetch(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
+            gemm_fetch<BM>(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
+            gemm_fetch<BN>(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
         }
 #pragma unroll
         for (int k = 0; k < GEMM_BK; ++k) {
@@ -165,17 +181,33 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
 }
 
 // Hands each in-range element of the tile to `store(m, n, value)`.
-template <class S>
+template <int BM, class S>
 __device__ __forceinline__ void gemm_store(const float (&acc)[4][4], int M, int N, const S& store) {
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int BN = GEMM_TILE_ELEMS / BM;
+    const int tx = threadIdx.x % (BN / 4), ty = threadIdx.x / (BN / 4);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const int m = blockIdx.y * GEMM_BM + ty * 4 + i;
+        const int m = blockIdx.y * BM + ty * 4 + i;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const int n = blockIdx.x * GEMM_BN + tx * 4 + j;
+            const int n = blockIdx.x * BN + tx * 4 + j;
             if (m < M && n < N) store(m, n, acc[i][j]);
         }
+    }
+}
+
+// The block's tile (or split's partial tile) of a·b, handed to `store`, in
+// the tile shape the host chose: `tile_m` rows (32 or 64).
+template <class LA, class LB, class S>
+__device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int K, int k_chunk,
+                                     int tile_m, const S& store) {
+    float acc[4][4];
+    if (tile_m == 32) {
+        gemm_tile<32>(a, b, M, N, K, k_chunk, acc);
+        gemm_store<32>(acc, M, N, store);
+    } else {
+        gemm_tile<64>(a, b, M, N, K, k_chunk, acc);
+        gemm_store<64>(acc, M, N, store);
     }
 }
 

@@ -20,7 +20,7 @@ struct Conv2dGeom {
 // Mirrors `GemmLaunch<Conv2dGeom>` in backend/cuda/gemm.rs.
 struct Conv2dLaunch {
     Conv2dGeom g;
-    unsigned long long k_chunk, splits;
+    unsigned long long k_chunk, splits, tile_m;
 };
 
 // The geometry in 32-bit ints (the host checks that every buffer fits), with
@@ -193,15 +193,15 @@ struct DyTaps {
 };
 
 // dx's tile (or one split's partial tile) of Wᵀ · taps(dy), for either stride.
-__device__ __forceinline__ void conv2d_bwd_input_tile(const float* dy, const float* w,
-                                                      const Dims& d, int k_chunk,
-                                                      float (&acc)[4][4]) {
+template <class S>
+__device__ __forceinline__ void conv2d_bwd_input(const float* dy, const float* w, const Dims& d,
+                                                 const Conv2dLaunch& p, const S& store) {
     const WeightCols wt{w, d.c, d.kk};
     const int n = d.n * d.h * d.w, k = d.o * d.kk;
     if (d.s == 1) {
-        gemm_tile(wt, DyTaps<true>{dy, d}, d.c, n, k, k_chunk, acc);
+        gemm(wt, DyTaps<true>{dy, d}, d.c, n, k, (int)p.k_chunk, (int)p.tile_m, store);
     } else {
-        gemm_tile(wt, DyTaps<false>{dy, d}, d.c, n, k, k_chunk, acc);
+        gemm(wt, DyTaps<false>{dy, d}, d.c, n, k, (int)p.k_chunk, (int)p.tile_m, store);
     }
 }
 
@@ -222,17 +222,15 @@ struct NchwStore {
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_fwd_f32(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    float acc[4][4];
-    gemm_tile(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, (int)p.k_chunk, acc);
-    gemm_store(acc, d.o, d.n * d.ohw, NchwStore{y, bias, d.o, d.ohw});
+    gemm(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, (int)p.k_chunk,
+         (int)p.tile_m, NchwStore{y, bias, d.o, d.ohw});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_fwd_partial_f32(const float* x, const float* w, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    float acc[4][4];
-    gemm_tile(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, (int)p.k_chunk, acc);
-    gemm_store(acc, d.o, d.n * d.ohw, PartialStore{ws, d.o, d.n * d.ohw});
+    gemm(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, (int)p.k_chunk,
+         (int)p.tile_m, PartialStore{ws, d.o, d.n * d.ohw});
 }
 
 extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* bias, float* y,
@@ -247,18 +245,14 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_input_f32(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
     const Dims d = dims(p.g);
     const int hw = d.h * d.w;
-    float acc[4][4];
-    conv2d_bwd_input_tile(dy, w, d, (int)p.k_chunk, acc);
-    gemm_store(acc, d.c, d.n * hw, NchwStore{dx, nullptr, d.c, hw});
+    conv2d_bwd_input(dy, w, d, p, NchwStore{dx, nullptr, d.c, hw});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_input_partial_f32(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
     const int hw = d.h * d.w;
-    float acc[4][4];
-    conv2d_bwd_input_tile(dy, w, d, (int)p.k_chunk, acc);
-    gemm_store(acc, d.c, d.n * hw, PartialStore{ws, d.c, d.n * hw});
+    conv2d_bwd_input(dy, w, d, p, PartialStore{ws, d.c, d.n * hw});
 }
 
 extern "C" __global__ void conv2d_bwd_input_reduce_f32(const float* ws, float* dx, Conv2dLaunch p) {
@@ -272,17 +266,15 @@ extern "C" __global__ void conv2d_bwd_input_reduce_f32(const float* ws, float* d
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_f32(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    float acc[4][4];
-    gemm_tile(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, (int)p.k_chunk, acc);
-    gemm_store(acc, d.o, d.ckk, PlainStore{dw, d.ckk});
+    gemm(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, (int)p.k_chunk,
+         (int)p.tile_m, PlainStore{dw, d.ckk});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_partial_f32(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    float acc[4][4];
-    gemm_tile(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, (int)p.k_chunk, acc);
-    gemm_store(acc, d.o, d.ckk, PartialStore{ws, d.o, d.ckk});
+    gemm(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, (int)p.k_chunk,
+         (int)p.tile_m, PartialStore{ws, d.o, d.ckk});
 }
 
 extern "C" __global__ void conv2d_bwd_weight_reduce_f32(const float* ws, float* dw, Conv2dLaunch p) {

@@ -16,7 +16,7 @@ struct LinearGeom {
 // Mirrors `GemmLaunch<LinearGeom>` in backend/cuda/gemm.rs.
 struct LinearLaunch {
     LinearGeom g;
-    unsigned long long k_chunk, splits;
+    unsigned long long k_chunk, splits, tile_m;
 };
 
 // A row-major matrix read as (mn, k): element [mn · ld + k].
@@ -51,17 +51,15 @@ struct BiasStore {
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_f32(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) {
     const int I = (int)p.g.in_features, O = (int)p.g.out_features;
-    float acc[4][4];
-    gemm_tile(RowsByK{x, I}, RowsByK{w, I}, (int)p.g.batch, O, I, (int)p.k_chunk, acc);
-    gemm_store(acc, (int)p.g.batch, O, BiasStore{y, bias, O});
+    gemm(RowsByK{x, I}, RowsByK{w, I}, (int)p.g.batch, O, I, (int)p.k_chunk, (int)p.tile_m,
+         BiasStore{y, bias, O});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_partial_f32(const float* x, const float* w, float* ws, LinearLaunch p) {
     const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    float acc[4][4];
-    gemm_tile(RowsByK{x, I}, RowsByK{w, I}, B, O, I, (int)p.k_chunk, acc);
-    gemm_store(acc, B, O, PartialStore{ws, B, O});
+    gemm(RowsByK{x, I}, RowsByK{w, I}, B, O, I, (int)p.k_chunk, (int)p.tile_m,
+         PartialStore{ws, B, O});
 }
 
 extern "C" __global__ void linear_fwd_reduce_f32(const float* ws, const float* bias, float* y,
@@ -74,17 +72,15 @@ extern "C" __global__ void linear_fwd_reduce_f32(const float* ws, const float* b
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_f32(const float* x, const float* dy, float* dw, LinearLaunch p) {
     const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    float acc[4][4];
-    gemm_tile(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, (int)p.k_chunk, acc);
-    gemm_store(acc, O, I, PlainStore{dw, I});
+    gemm(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, (int)p.k_chunk, (int)p.tile_m,
+         PlainStore{dw, I});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_partial_f32(const float* x, const float* dy, float* ws, LinearLaunch p) {
     const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    float acc[4][4];
-    gemm_tile(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, (int)p.k_chunk, acc);
-    gemm_store(acc, O, I, PartialStore{ws, O, I});
+    gemm(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, (int)p.k_chunk, (int)p.tile_m,
+         PartialStore{ws, O, I});
 }
 
 extern "C" __global__ void linear_bwd_weight_reduce_f32(const float* ws, float* dw, LinearLaunch p) {
@@ -96,17 +92,15 @@ extern "C" __global__ void linear_bwd_weight_reduce_f32(const float* ws, float* 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_f32(const float* dy, const float* w, float* dx, LinearLaunch p) {
     const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    float acc[4][4];
-    gemm_tile(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, (int)p.k_chunk, acc);
-    gemm_store(acc, B, I, PlainStore{dx, I});
+    gemm(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, (int)p.k_chunk, (int)p.tile_m,
+         PlainStore{dx, I});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_partial_f32(const float* dy, const float* w, float* ws, LinearLaunch p) {
     const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    float acc[4][4];
-    gemm_tile(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, (int)p.k_chunk, acc);
-    gemm_store(acc, B, I, PartialStore{ws, B, I});
+    gemm(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, (int)p.k_chunk, (int)p.tile_m,
+         PartialStore{ws, B, I});
 }
 
 extern "C" __global__ void linear_bwd_input_reduce_f32(const float* ws, float* dx, LinearLaunch p) {
