@@ -92,9 +92,10 @@ impl SparseExchange {
     ) -> anyhow::Result<()> {
         let (w, world) = (self.width, self.world);
         backend.read_range(grads, self.table.clone(), &mut self.host)?;
-        // The rows this rank wrote: those not all `+0.0`.
+        // The rows this rank wrote: those not all `+0.0` (an OR of the bits,
+        // which vectorizes, unlike a search that stops early).
         let touched: Vec<usize> = (self.host.chunks_exact(w).enumerate())
-            .filter(|(_, row)| row.iter().any(|x| x.to_bits() != 0))
+            .filter(|(_, row)| row.iter().fold(0, |bits, x| bits | x.to_bits()) != 0)
             .map(|(i, _)| i)
             .collect();
         let mut counts = vec![0.0; world];
@@ -136,7 +137,7 @@ impl SparseExchange {
         }
         let gathered = self.comm.all_gather(payload)?;
         let mut parsed = Vec::with_capacity(gathered.len());
-        let mut union = vec![false; rows];
+        let mut in_union = vec![false; rows];
         for (from, data) in gathered.iter().enumerate() {
             let k = data.len() / (1 + w);
             let (ids, values) = data.split_at(k);
@@ -149,25 +150,31 @@ impl SparseExchange {
                         .with_context(|| format!("rank {from} sent a bad sparse gradient row {id}"))
                 })
                 .collect::<anyhow::Result<Vec<usize>>>()?;
-            ids.iter().for_each(|&r| union[r] = true);
+            ids.iter().for_each(|&r| in_union[r] = true);
             parsed.push((ids, values));
         }
-        self.host.fill(0.0);
-        let mut slot = vec![usize::MAX; rows];
+        let union: Vec<usize> = (0..rows).filter(|&r| in_union[r]).collect();
+        // Rows outside the union are `+0.0` in `host` already: this rank
+        // did not write them. Each union row is summed in rank order; a rank
+        // that sent no such row adds `+0.0`, as it would in the dense sum.
+        let mut slot = vec![NOT_SENT; rows];
         for (from, (ids, values)) in parsed.iter().enumerate() {
-            slot.fill(usize::MAX);
             ids.iter().enumerate().for_each(|(j, &r)| slot[r] = j);
-            for r in (0..rows).filter(|&r| union[r]) {
+            for &r in &union {
                 let out = &mut self.host[r * w..(r + 1) * w];
-                let theirs = values.get(slot[r] * w..(slot[r] + 1) * w);
-                for (e, o) in out.iter_mut().enumerate() {
-                    let v = theirs.map_or(0.0, |t| t[e]);
-                    *o = if from == 0 { v } else { *o + v };
+                match (slot[r], from) {
+                    (NOT_SENT, 0) => out.fill(0.0),
+                    (NOT_SENT, _) => out.iter_mut().for_each(|o| *o += 0.0),
+                    (j, 0) => out.copy_from_slice(&values[j * w..(j + 1) * w]),
+                    (j, _) => {
+                        (out.iter_mut().zip(&values[j * w..(j + 1) * w])).for_each(|(o, v)| *o += v)
+                    }
                 }
             }
+            ids.iter().for_each(|&r| slot[r] = NOT_SENT);
         }
         let scale = 1.0 / self.world as f32;
-        for r in (0..rows).filter(|&r| union[r]) {
+        for &r in &union {
             self.host[r * w..(r + 1) * w]
                 .iter_mut()
                 .for_each(|x| *x *= scale);
@@ -175,6 +182,9 @@ impl SparseExchange {
         Ok(())
     }
 }
+
+/// A row a rank did not send, in `sum_rows`' row-to-slot map.
+const NOT_SENT: usize = usize::MAX;
 
 /// `buckets` less the elements of `table`, in the same order.
 fn without(table: &Range<usize>, buckets: Vec<Range<usize>>) -> Vec<Range<usize>> {
