@@ -129,3 +129,31 @@ fn layouts_that_do_not_fit_say_why() {
         assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
     }
 }
+
+#[test]
+fn a_stage_that_fails_alone_is_named_before_the_peer_that_lost_it() {
+    // A huge learning rate overflows stage 1's gradients at step 2; stage 0
+    // then only loses its connection to rank 1. The summary names rank 1's
+    // own error first, whichever rank the launcher saw exit first.
+    let out = run(trainer()
+        .args([
+            "--world-size",
+            "2",
+            "--pipeline-stages",
+            "2",
+            "--lr",
+            "1e20",
+        ])
+        .args(["--epochs", "1", "--max-steps", "50", "--threads", "1"])
+        .args(["--device", "cpu"])
+        .args(data_arg(dataset())));
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.starts_with(
+            "error: rank 1 failed (exit status: 1): rank 1: epoch 1, step 2: non-finite"
+        ),
+        "{err}"
+    );
+}

@@ -28,6 +28,8 @@ pub(super) fn supervise(
     mut group: Option<(&mut NodeGroup, u32)>,
 ) -> Outcome {
     let mut first_failure: Option<usize> = None;
+    // Every rank seen failing on its own (before the launcher stopped any).
+    let mut failed_alone: Vec<usize> = Vec::new();
     // A failure another node reported first: the cause of any here.
     let mut elsewhere: Option<String> = None;
     let mut received: Option<i32> = None;
@@ -64,6 +66,7 @@ pub(super) fn supervise(
                 w.status = Some(status);
                 if !status.success() && status.code() != Some(PREEMPTED_EXIT_CODE) {
                     failed_now.push((i, status));
+                    failed_alone.push(i);
                 }
             }
         }
@@ -117,6 +120,9 @@ pub(super) fn supervise(
             RunEnd::Signalled(signal)
         });
     }
+    // A rank seen first that only lost its peer points at the peer's own
+    // error, when the peer failed too.
+    let first_failure = first_failure.map(|i| blame(workers, i, &failed_alone));
     let first = match (first_failure, elsewhere) {
         (Some(i), _) => format!("{node}{}", workers[i].describe_failure()),
         (None, Some(cause)) => cause,
@@ -152,9 +158,73 @@ fn root_cause(failed: &[(usize, ExitStatus)]) -> Option<(usize, ExitStatus)> {
         .copied()
 }
 
+/// How comm's `Error::PeerLost` reads: a rank's reaction to a peer that
+/// ended, not a cause of its own.
+const PEER_LOST: &str = "lost connection to rank";
+
+/// The rank to name first: `first`, unless its error only says it lost a
+/// peer and another rank in `failed_alone` failed for a reason of its own
+/// (killed by a signal, or any other error), which is then the cause.
+fn blame(workers: &[Worker], first: usize, failed_alone: &[usize]) -> usize {
+    let reaction = |i: usize| workers[i].said().is_some_and(|e| e.contains(PEER_LOST));
+    if !reaction(first) {
+        return first;
+    }
+    failed_alone
+        .iter()
+        .copied()
+        .find(|&i| !reaction(i))
+        .unwrap_or(first)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker that printed `error: {said}` and exited 1.
+    fn failed_with(rank: usize, said: &str) -> Worker {
+        let child = std::process::Command::new("sh")
+            .args(["-c", &format!("echo 'error: {said}' >&2; exit 1")])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut worker = Worker::attach(rank, child);
+        worker.status = Some(worker.child.wait().unwrap());
+        worker.settle();
+        worker
+    }
+
+    #[test]
+    fn a_rank_that_only_lost_its_peer_points_at_the_peers_own_error() {
+        let lost = "rank 0 of 3: lost connection to rank 2 (127.0.0.1:1) during all_reduce: eof";
+        let workers = [
+            failed_with(0, lost),
+            failed_with(1, lost),
+            failed_with(
+                2,
+                "rank 2: epoch 1, step 2: non-finite gradient in fc1.weight",
+            ),
+        ];
+        assert_eq!(blame(&workers, 0, &[0, 1, 2]), 2);
+        assert_eq!(blame(&workers, 2, &[0, 1, 2]), 2);
+        // The cause must have failed on its own, not been stopped later.
+        assert_eq!(blame(&workers, 0, &[0, 1]), 0);
+        // A first failure with a cause of its own keeps the blame.
+        let workers = [failed_with(0, "out of memory"), failed_with(1, "disk full")];
+        assert_eq!(blame(&workers, 1, &[1, 0]), 1);
+    }
+
+    #[test]
+    fn the_launcher_recognises_comms_peer_lost_error() {
+        let lost = comm::CommError::PeerLost {
+            peer: 1,
+            addr: "127.0.0.1:1".into(),
+            op: "all_reduce",
+            detail: "connection closed by peer".into(),
+        };
+        assert!(lost.to_string().contains(PEER_LOST), "{lost}");
+    }
 
     #[test]
     fn a_rank_killed_by_a_signal_is_blamed_before_its_peers_reaction() {

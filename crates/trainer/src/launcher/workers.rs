@@ -45,12 +45,16 @@ impl Worker {
         }
     }
 
+    /// The last `error:` line the worker printed, if any.
+    pub fn said(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|e| e.clone())
+    }
+
     pub fn describe_failure(&self) -> String {
         let status = self
             .status
             .map_or("killed by the launcher".to_string(), |s| s.to_string());
-        let said = self.last_error.lock().ok().and_then(|e| e.clone());
-        match said {
+        match self.said() {
             Some(line) => format!("rank {} failed ({status}): {line}", self.rank),
             None => format!(
                 "rank {} failed ({status}) without an error message",
