@@ -1,25 +1,33 @@
-//! Where a CPU training step's time goes: the median time of each kernel
-//! call of CNN_MNIST's forward and backward pass at one batch size, on the
-//! CPU backend, with the layer shapes of `trainer::model::CnnMnist`.
+//! Where a training step's time goes: the median device time of each kernel
+//! call of CNN_MNIST's forward and backward pass at one batch size, with the
+//! layer shapes of `trainer::model::CnnMnist`, on the CPU backend or a GPU.
 //!
 //! `cargo bench -p benches --bench cnn_layers -- --threads 1 --batch-size 64 --reps 30`
+//! `cargo bench -p benches --bench cnn_layers -- --device cuda --batch-size 512`
 //!
-//! Inputs are random: the kernels' cost does not depend on the values.
+//! Each call is timed between two [`Backend::mark`]s: the host clock on the
+//! CPU, CUDA events on the GPU's compute stream (so a GPU figure is the
+//! kernels' time, launch gaps included, without host synchronisation in
+//! it). Inputs are random: the kernels' cost does not depend on the values.
 //! Prints one line per call and their sum; asserts nothing.
 
-use std::time::Instant;
+use anyhow::{Context, Result};
+use clap::{Parser, ValueEnum};
+use core_tensor::ops::{Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
+use core_tensor::{Backend, Cpu, Cuda, Ops};
 
-use anyhow::Result;
-use clap::Parser;
-use core_tensor::Cpu;
-use core_tensor::ops::{
-    Conv2dGeom, Conv2dKernel, LinearGeom, LinearKernel, MaxPool2dKernel, ParamAt, PoolGeom,
-    ReluKernel,
-};
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Device {
+    Cpu,
+    Cuda,
+}
 
 #[derive(Parser, Debug)]
-#[command(about = "Median time of each CNN_MNIST kernel call on the CPU backend")]
+#[command(about = "Median time of each CNN_MNIST kernel call on the CPU backend or a GPU")]
 struct Args {
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
+    /// CPU threads (`--device cpu`).
     #[arg(long, default_value_t = 1)]
     threads: usize,
     #[arg(long, default_value_t = 64)]
@@ -48,76 +56,120 @@ fn filled(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// A parameter buffer holding one layer, weight first.
-fn layer_params(weight: usize, bias: usize) -> (Vec<f32>, ParamAt) {
-    let at = ParamAt {
-        weight: 0..weight,
-        bias: weight..weight + bias,
-    };
-    (filled(weight + bias, 7), at)
+/// Median and minimum (ms, ms) of one call.
+type Timing = (f64, f64);
+
+/// The backend, its buffers and the timing loop.
+struct Bench<'b, B: Ops> {
+    b: &'b B,
+    reps: usize,
 }
 
-/// Median and minimum milliseconds of `f` over `reps` calls (on a shared
-/// machine the minimum is the least disturbed).
-fn median_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
-    f()?;
-    let mut secs = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t = Instant::now();
-        f()?;
-        secs.push(t.elapsed().as_secs_f64());
+impl<B: Ops> Bench<'_, B> {
+    fn random(&self, len: usize, seed: u64) -> Result<B::Storage<f32>> {
+        Ok(self.b.upload(&filled(len, seed))?)
     }
-    secs.sort_by(f64::total_cmp);
-    Ok((secs[secs.len() / 2] * 1e3, secs[0] * 1e3))
+
+    fn zeros(&self, len: usize) -> Result<B::Storage<f32>> {
+        Ok(self.b.zeros(len)?)
+    }
+
+    /// A parameter buffer holding one layer, weight first.
+    fn layer_params(&self, weight: usize, bias: usize) -> Result<(B::Storage<f32>, ParamAt)> {
+        let at = ParamAt {
+            weight: 0..weight,
+            bias: weight..weight + bias,
+        };
+        Ok((self.random(weight + bias, 7)?, at))
+    }
+
+    /// Median and minimum milliseconds of `f` between two marks, over
+    /// `reps` calls after one untimed (on a shared machine the minimum is
+    /// the least disturbed).
+    fn time(&self, mut f: impl FnMut() -> core_tensor::Result<()>) -> Result<Timing> {
+        f()?;
+        self.b.synchronize()?;
+        let (mut start, mut end) = (self.b.mark()?, self.b.mark()?);
+        let mut secs = Vec::with_capacity(self.reps);
+        for _ in 0..self.reps {
+            self.b.record_mark(&mut start)?;
+            f()?;
+            self.b.record_mark(&mut end)?;
+            secs.push(self.b.seconds_between(&start, &end)?);
+        }
+        secs.sort_by(f64::total_cmp);
+        Ok((secs[secs.len() / 2] * 1e3, secs[0] * 1e3))
+    }
+
+    fn conv(&self, name: &str, g: Conv2dGeom, dx: bool) -> Result<Vec<(String, Timing)>> {
+        let b = self.b;
+        let (params, at) = self.layer_params(g.weight_len(), g.out_channels)?;
+        let x = self.random(g.batch * g.in_image_len(), 1)?;
+        let dy = self.random(g.batch * g.out_image_len(), 2)?;
+        let (mut y, mut grads) = (self.zeros(B::len(&dy))?, self.zeros(B::len(&params))?);
+        let mut dxb = self.zeros(B::len(&x))?;
+        let fwd = self.time(|| b.conv2d_fwd(&g, &x, &params, &at, &mut y))?;
+        let bwd = self.time(|| {
+            let dx = dx.then_some(&mut dxb);
+            b.conv2d_bwd(&g, &x, &params, &at, &dy, &mut grads, dx)
+        })?;
+        Ok(vec![
+            (format!("{name} fwd"), fwd),
+            (format!("{name} bwd"), bwd),
+        ])
+    }
+
+    fn linear(&self, name: &str, g: LinearGeom) -> Result<Vec<(String, Timing)>> {
+        let b = self.b;
+        let (params, at) = self.layer_params(g.in_features * g.out_features, g.out_features)?;
+        let x = self.random(g.batch * g.in_features, 3)?;
+        let dy = self.random(g.batch * g.out_features, 4)?;
+        let (mut y, mut grads) = (self.zeros(B::len(&dy))?, self.zeros(B::len(&params))?);
+        let mut dx = self.zeros(B::len(&x))?;
+        let fwd = self.time(|| b.linear_fwd(&g, &x, &params, &at, &mut y))?;
+        let bwd =
+            self.time(|| b.linear_bwd(&g, &x, &params, &at, &dy, &mut grads, Some(&mut dx)))?;
+        Ok(vec![
+            (format!("{name} fwd"), fwd),
+            (format!("{name} bwd"), bwd),
+        ])
+    }
+
+    /// Max-pool and the ReLU before it, on conv2's output.
+    fn pool_and_relu(
+        &self,
+        pool: PoolGeom,
+        want: impl Fn(&str) -> bool,
+    ) -> Result<Vec<(String, Timing)>> {
+        let b = self.b;
+        let a2 = self.random(pool.input_len(), 5)?;
+        let dpool = self.random(pool.output_len(), 6)?;
+        let (mut pooled, mut da2) = (
+            self.zeros(pool.output_len())?,
+            self.zeros(pool.input_len())?,
+        );
+        let mut rows = Vec::new();
+        if want("maxpool") {
+            let fwd = self.time(|| b.maxpool2d_fwd(&pool, &a2, &mut pooled))?;
+            let bwd = self.time(|| b.maxpool2d_bwd(&pool, &a2, &dpool, &mut da2))?;
+            rows.extend([("maxpool fwd".into(), fwd), ("maxpool bwd".into(), bwd)]);
+        }
+        if want("relu") {
+            let mut act = self.random(pool.input_len(), 5)?;
+            let fwd = self.time(|| b.relu_fwd(&mut act))?;
+            let bwd = self.time(|| b.relu_bwd(&a2, &mut da2))?;
+            rows.extend([
+                ("relu fwd (conv2)".into(), fwd),
+                ("relu bwd (conv2)".into(), bwd),
+            ]);
+        }
+        Ok(rows)
+    }
 }
 
-fn conv_rows(
-    cpu: &Cpu,
-    a: &Args,
-    name: &str,
-    g: Conv2dGeom,
-    dx: bool,
-) -> Result<Vec<(String, (f64, f64))>> {
-    let (params, at) = layer_params(g.weight_len(), g.out_channels);
-    let x = filled(g.batch * g.in_image_len(), 1);
-    let dy = filled(g.batch * g.out_image_len(), 2);
-    let (mut y, mut grads) = (vec![0.0; dy.len()], vec![0.0; params.len()]);
-    let mut dxb = vec![0.0; x.len()];
-    let fwd = median_ms(a.reps, || Ok(cpu.conv2d_fwd(&g, &x, &params, &at, &mut y)?))?;
-    let bwd = median_ms(a.reps, || {
-        let dx = dx.then_some(&mut dxb);
-        Ok(cpu.conv2d_bwd(&g, &x, &params, &at, &dy, &mut grads, dx)?)
-    })?;
-    Ok(vec![
-        (format!("{name} fwd"), fwd),
-        (format!("{name} bwd"), bwd),
-    ])
-}
-
-fn linear_rows(
-    cpu: &Cpu,
-    a: &Args,
-    name: &str,
-    g: LinearGeom,
-) -> Result<Vec<(String, (f64, f64))>> {
-    let (params, at) = layer_params(g.in_features * g.out_features, g.out_features);
-    let x = filled(g.batch * g.in_features, 3);
-    let dy = filled(g.batch * g.out_features, 4);
-    let (mut y, mut grads) = (vec![0.0; dy.len()], vec![0.0; params.len()]);
-    let mut dx = vec![0.0; x.len()];
-    let fwd = median_ms(a.reps, || Ok(cpu.linear_fwd(&g, &x, &params, &at, &mut y)?))?;
-    let bwd = median_ms(a.reps, || {
-        Ok(cpu.linear_bwd(&g, &x, &params, &at, &dy, &mut grads, Some(&mut dx))?)
-    })?;
-    Ok(vec![
-        (format!("{name} fwd"), fwd),
-        (format!("{name} bwd"), bwd),
-    ])
-}
-
-fn main() -> Result<()> {
-    let a = Args::parse();
-    let cpu = Cpu::new(a.threads)?;
+/// Every call `a.only` selects, in the order of a training step.
+fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
+    let bench = Bench { b, reps: a.reps };
     let n = a.batch_size;
     let conv = |in_channels, side, out_channels| Conv2dGeom {
         batch: n,
@@ -129,13 +181,18 @@ fn main() -> Result<()> {
         stride: 1,
         padding: 0,
     };
+    let fc = |in_features, out_features| LinearGeom {
+        batch: n,
+        in_features,
+        out_features,
+    };
     let want = |name: &str| name.starts_with(&a.only);
     let mut rows = Vec::new();
     if want("conv1") {
-        rows.extend(conv_rows(&cpu, &a, "conv1", conv(1, 28, 32), false)?);
+        rows.extend(bench.conv("conv1", conv(1, 28, 32), false)?);
     }
     if want("conv2") {
-        rows.extend(conv_rows(&cpu, &a, "conv2", conv(32, 26, 64), true)?);
+        rows.extend(bench.conv("conv2", conv(32, 26, 64), true)?);
     }
     let pool = PoolGeom {
         batch: n,
@@ -143,44 +200,37 @@ fn main() -> Result<()> {
         in_h: 24,
         in_w: 24,
     };
-    let (a2, dpool) = (filled(pool.input_len(), 5), filled(pool.output_len(), 6));
-    let (mut pooled, mut da2) = (vec![0.0; pool.output_len()], vec![0.0; a2.len()]);
-    if want("maxpool") {
-        let fwd = median_ms(a.reps, || Ok(cpu.maxpool2d_fwd(&pool, &a2, &mut pooled)?))?;
-        let bwd = median_ms(a.reps, || {
-            Ok(cpu.maxpool2d_bwd(&pool, &a2, &dpool, &mut da2)?)
-        })?;
-        rows.extend([("maxpool fwd".into(), fwd), ("maxpool bwd".into(), bwd)]);
-    }
-    if want("relu") {
-        let mut act = a2.clone();
-        let fwd = median_ms(a.reps, || Ok(cpu.relu_fwd(&mut act)?))?;
-        let bwd = median_ms(a.reps, || Ok(cpu.relu_bwd(&a2, &mut da2)?))?;
-        rows.extend([
-            ("relu fwd (conv2)".into(), fwd),
-            ("relu bwd (conv2)".into(), bwd),
-        ]);
-    }
-    let fc = |in_features, out_features| LinearGeom {
-        batch: n,
-        in_features,
-        out_features,
-    };
+    rows.extend(bench.pool_and_relu(pool, want)?);
     if want("fc1") {
-        rows.extend(linear_rows(&cpu, &a, "fc1", fc(9216, 128))?);
+        rows.extend(bench.linear("fc1", fc(9216, 128))?);
     }
     if want("fc2") {
-        rows.extend(linear_rows(&cpu, &a, "fc2", fc(128, 10))?);
+        rows.extend(bench.linear("fc2", fc(128, 10))?);
     }
+    Ok(rows)
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    let (described, rows) = match a.device {
+        Device::Cpu => {
+            let cpu = Cpu::new(a.threads)?;
+            (cpu.describe(), rows(&cpu, &a)?)
+        }
+        Device::Cuda => {
+            let cuda = Cuda::new(0).context("--device cuda: no usable GPU 0")?;
+            (cuda.describe(), rows(&cuda, &a)?)
+        }
+    };
     println!(
-        "# cnn_layers: CPU backend, {} thread(s), batch {n}, median of {} calls",
-        a.threads, a.reps
+        "# cnn_layers: {described}, batch {}, median of {} calls",
+        a.batch_size, a.reps
     );
     println!("# {:<18} {:>10} {:>10}", "call", "median(ms)", "min(ms)");
     for (name, (median, min)) in &rows {
         println!("  {name:<18} {median:>10.3} {min:>10.3}");
     }
-    let sum = |f: fn(&(f64, f64)) -> f64| rows.iter().map(|r| f(&r.1)).sum::<f64>();
+    let sum = |f: fn(&Timing) -> f64| rows.iter().map(|r| f(&r.1)).sum::<f64>();
     println!(
         "  {:<18} {:>10.3} {:>10.3}",
         "sum",

@@ -182,8 +182,13 @@ else
   done
 fi
 
-# The benches (train_step is the CPU backend, one thread).
+# The benches (train_step is the CPU backend, one thread; cnn_layers times
+# each layer's kernels on the GPU with CUDA events).
 step bench_train_step '.' "$here/benches/train_step"
+for batch in 64 512; do
+  step "bench_cnn_layers_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
+    --batch-size "$batch" --reps 50
+done
 step bench_allreduce_unix "$largest" "$here/benches/allreduce" --ranks 2 --max-bytes 67108864
 if [ "$have_nccl" = 1 ]; then
   step bench_allreduce_nccl "$largest" "$here/benches/allreduce" --transport nccl --ranks 1
