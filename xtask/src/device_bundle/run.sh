@@ -2,6 +2,7 @@
 # The CUDA checks of this device bundle (built by `cargo xtask device-bundle`,
 # see docs/gpu.md). Usage:
 #   ./run.sh [--data-dir DIR] [--epochs N] [--budget SECS] [--only REGEX] [--logs DIR]
+#            [--archive FILE]
 #
 # Needs the NVIDIA driver, and NVRTC from a CUDA toolkit or a pip wheel (a
 # PyTorch venv has one: run with that python on PATH or PYTHON=.../python);
@@ -10,6 +11,8 @@
 # (default 900): a step is stopped when the budget runs out, and skipped
 # when less than 30 s of it is left.
 # --only runs just the steps whose names match the (bash) regex.
+# --archive also packs the logs into one .tar.gz at the end (a device session
+# brings back only a few files).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 data_dir="$here/data/fashion-mnist"
@@ -17,6 +20,7 @@ epochs=5
 budget=900
 only=
 logs="$here/logs"
+archive=
 while [ $# -gt 0 ]; do
   case "$1" in
     --data-dir) data_dir=$2; shift 2 ;;
@@ -24,7 +28,8 @@ while [ $# -gt 0 ]; do
     --budget) budget=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --logs) logs=$2; shift 2 ;;
-    *) echo "usage: $0 [--data-dir DIR] [--epochs N] [--budget SECS] [--only REGEX] [--logs DIR]" >&2; exit 2 ;;
+    --archive) archive=$2; shift 2 ;;
+    *) echo "usage: $0 [--data-dir DIR] [--epochs N] [--budget SECS] [--only REGEX] [--logs DIR] [--archive FILE]" >&2; exit 2 ;;
   esac
 done
 deadline=$((SECONDS + budget))
@@ -207,6 +212,11 @@ fi
 
 echo
 echo "== summary ($(head -n 1 "$here/build-info.txt"); logs in $logs)"
-printf '%-22s %-7s %s\n' step result detail
-printf '%s\n' "${summary[@]}"
+{
+  printf '%-22s %-7s %s\n' step result detail
+  printf '%s\n' "${summary[@]}"
+} | tee "$logs/summary.txt"
+if [ -n "$archive" ]; then
+  tar czf "$archive" -C "$(dirname "$logs")" "$(basename "$logs")" && echo "logs packed into $archive"
+fi
 exit "$failed"
