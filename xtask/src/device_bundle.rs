@@ -10,6 +10,8 @@
 //!   pytorch/*.py           benches/pytorch: the same measurements in PyTorch
 //!   data/fashion-mnist/    the four .gz files (the folder is git-ignored)
 //!   build-info.txt         the commit and toolchain it was built from
+//!   baseline/bin/trainer   with --baseline REV: the trainer at REV, timed beside
+//!   baseline/build-info.txt  this one by run.sh's base_* steps
 //! ```
 //!
 //! Executables are found from cargo's JSON messages, so test and bench
@@ -20,6 +22,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 use fashion_mnist::FILES;
+
+mod baseline;
 
 /// The core-tensor integration tests that exercise a GPU (or NVRTC).
 const GPU_TESTS: [&str; 2] = ["cuda_parity", "nvrtc_compile"];
@@ -36,6 +40,10 @@ pub struct Args {
     /// data/fashion-mnist/, else /usr/share/datasets/fashion-mnist/].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Also bundle the trainer built at this git revision (a commit, tag or
+    /// branch), so that one device session times both builds on one GPU.
+    #[arg(long, value_name = "REV")]
+    baseline: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -76,7 +84,13 @@ pub fn run(args: Args) -> Result<()> {
         std::fs::copy(data.join(file.name), data_out.join(file.name))
             .with_context(|| format!("copying {}", file.name))?;
     }
-    std::fs::write(args.out.join("build-info.txt"), build_info())?;
+    std::fs::write(
+        args.out.join("build-info.txt"),
+        build_info(&workspace_root()),
+    )?;
+    if let Some(rev) = &args.baseline {
+        baseline::bundle(rev, &args.out)?;
+    }
     let script = args.out.join("run.sh");
     std::fs::write(&script, RUN_SH)?;
     make_executable(&script)?;
@@ -115,17 +129,29 @@ struct Artifact {
 /// tenth of their size, and the bundle with the data stays under the 64 MiB
 /// a device session can carry.
 fn artifacts(args: &[&str]) -> Result<Vec<Artifact>> {
+    artifacts_in(&workspace_root(), &target_dir().join("device-bundle"), args)
+}
+
+/// This workspace's root.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Cargo's target folder for this workspace.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from)
+}
+
+/// [`artifacts`] for the workspace at `root`, built into `target`.
+fn artifacts_in(root: &Path, target: &Path, args: &[&str]) -> Result<Vec<Artifact>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root.join("target"), PathBuf::from)
-        .join("device-bundle");
-    eprintln!("cargo {}", args.join(" "));
+    eprintln!("cargo {} (in {})", args.join(" "), root.display());
     let out = Command::new(cargo)
-        .current_dir(&root)
+        .current_dir(root)
         .args(args)
         .arg("--target-dir")
-        .arg(&target)
+        .arg(target)
         .envs(["RELEASE", "BENCH"].iter().flat_map(|profile| {
             [
                 (format!("CARGO_PROFILE_{profile}_STRIP"), "symbols"),
@@ -191,10 +217,12 @@ fn copy_pytorch(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The commit (marked when the tree had changes) and the toolchain.
-fn build_info() -> String {
+/// The commit of the tree at `root` (marked when it had changes) and the
+/// toolchain.
+fn build_info(root: &Path) -> String {
     let run = |cmd: &str, args: &[&str]| {
         Command::new(cmd)
+            .current_dir(root)
             .args(args)
             .output()
             .ok()

@@ -210,6 +210,20 @@ else
   skip ncu_kernels "no ncu on PATH"
 fi
 
+# The trainer of `cargo xtask device-bundle --baseline REV`, timed as above,
+# so that one session compares the two builds on the same GPU.
+if [ -x "$here/baseline/bin/trainer" ]; then
+  base=("$here/baseline/bin/trainer" --device cuda --data-dir "$data_dir")
+  for batch in 64 512; do
+    step "base_train_b$batch" 'Epoch' "${base[@]}" --batch-size "$batch" --epochs 1 \
+      --metrics "$logs/base_train_b$batch.jsonl"
+  done
+  if command -v ncu >/dev/null; then
+    step base_ncu_kernels '==PROF==|gpu__time_duration' ncu --metrics gpu__time_duration.sum \
+      --csv --launch-skip 400 --launch-count 100 "${base[@]}" --epochs 1 --max-steps 40
+  fi
+fi
+
 echo
 echo "== summary ($(head -n 1 "$here/build-info.txt"); logs in $logs)"
 {
