@@ -47,6 +47,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(rev) = &args.baseline {
+        baseline::check(rev)?;
+    }
     let data = fashion_mnist::locate(args.data_dir.as_deref())
         .context("the bundle carries the data set: pass --data-dir or fetch it first")?;
     fresh_dir(&args.out)?;

@@ -11,6 +11,21 @@ use anyhow::{Context, Result, bail};
 
 use super::{artifacts_in, build_info, copy_all, target_dir, workspace_root};
 
+/// Fails, naming `rev`, unless it names a commit of this repository (so
+/// that a typo stops the bundle before minutes of building).
+pub(super) fn check(rev: &str) -> Result<()> {
+    let out = Command::new("git")
+        .current_dir(workspace_root())
+        .args(["rev-parse", "--verify", "--quiet"])
+        .arg(format!("{rev}^{{commit}}"))
+        .output()
+        .context("running git")?;
+    if !out.status.success() {
+        bail!("--baseline {rev}: not a commit of this repository (see `git log --oneline`)");
+    }
+    Ok(())
+}
+
 /// Builds the trainer at `rev` in a temporary worktree and copies it into
 /// `out/baseline/bin`, with its `build-info.txt`.
 pub(super) fn bundle(rev: &str, out: &Path) -> Result<()> {
