@@ -143,9 +143,26 @@ fn two_ranks_on_one_gpu_train_over_tcp_under_auto() {
     assert!(err.contains("gradients over the TCP ring"), "{err}");
 }
 
+#[test]
+fn two_ranks_on_one_gpu_are_refused_nccl_with_the_way_out() {
+    if gpu("two_ranks_refused_nccl").is_none() {
+        return;
+    }
+    // Refused before NCCL is reached: NCCL itself would fail less clearly.
+    let out = run(trainer()
+        .args(["--world-size", "2", "--device", "cuda", "--backend", "nccl"])
+        .args(["--epochs", "1", "--max-steps", "1"])
+        .args(data_arg(dataset())));
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("ranks [0, 1] share one GPU"), "{err}");
+    assert!(err.contains("use --backend tcp"), "{err}");
+}
+
 /// The tests above (but the full training run, too slow there) again on
 /// `cuda-emu`, whose NCCL runs the collectives through shared memory: the
-/// communicator, its watchdog and the staging buffers run without a GPU.
+/// communicator, its watchdog and the staging buffers run without a GPU,
+/// and its one GPU is shared by the refused NCCL ranks.
 #[test]
 fn nccl_tests_on_the_cuda_emulator() {
     cuda_emu::rerun_on_emulator(
@@ -157,6 +174,6 @@ fn nccl_tests_on_the_cuda_emulator() {
             "two_ranks_on_one_gpu_train_over_tcp_under_auto",
         ],
         &[("REQUIRE_GPU", "1"), ("REQUIRE_NCCL", "1")],
-        3,
+        4,
     );
 }
