@@ -158,7 +158,7 @@ fn root_cause(failed: &[(usize, ExitStatus)]) -> Option<(usize, ExitStatus)> {
         .copied()
 }
 
-/// How comm's `Error::PeerLost` reads: a rank's reaction to a peer that
+/// How comm's `CommError::PeerLost` reads: a rank's reaction to a peer that
 /// ended, not a cause of its own.
 const PEER_LOST: &str = "lost connection to rank";
 
