@@ -8,6 +8,9 @@ docs/benchmarks.md.
     cargo build --release -p trainer && cargo bench -p benches --bench train_step --no-run
     /path/to/venv/bin/python benches/pytorch/side_by_side.py --rounds 3
 
+Where there is no cargo (the device bundle), --trainer and --train-step name
+the release trainer and the train_step bench executable instead.
+
 | configuration | ours | PyTorch |
 |---|---|---|
 | 1 rank x 1 thread | train_step bench, median step | train_step.py, median step |
@@ -37,19 +40,24 @@ def run(cmd, cwd=ROOT):
     return out.stdout
 
 
+# Set from the command line in main().
+ARGS = None
+
+
 def ours_step(threads, steps):
-    cmd = ["cargo", "bench", "-q", "-p", "benches", "--bench", "train_step", "--",
-           "--threads", str(threads), "--batch-size", "64", "--steps", str(steps)]
+    bench = [ARGS.train_step] if ARGS.train_step else [
+        "cargo", "bench", "-q", "-p", "benches", "--bench", "train_step", "--"]
+    cmd = bench + ["--threads", str(threads), "--batch-size", "64", "--steps", str(steps)]
     last = run(cmd).strip().splitlines()[-1].split()
     return float(last[-1])  # threads batch steps median min img/s
 
 
 def ours_ranks(ranks, steps):
+    data = ["--data-dir", ARGS.data_dir] if ARGS.data_dir else []
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "metrics.jsonl")
-        run([os.path.join(ROOT, "target", "release", "trainer"), "--world-size", str(ranks),
-             "--threads", "1", "--epochs", "1", "--max-steps", str(steps),
-             "--metrics", metrics])
+        run([ARGS.trainer, "--device", "cpu", "--world-size", str(ranks), "--threads", "1",
+             "--epochs", "1", "--max-steps", str(steps), "--metrics", metrics] + data)
         with open(metrics) as f:
             return json.loads(f.readline())["img_per_s"]
 
@@ -80,7 +88,12 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=50, help="timed steps per single-rank run")
-    a = p.parse_args()
+    p.add_argument("--trainer", default=os.path.join(ROOT, "target", "release", "trainer"),
+                   help="the release trainer [default: target/release/trainer]")
+    p.add_argument("--train-step", help="the train_step bench executable [default: cargo bench]")
+    p.add_argument("--data-dir", help="FashionMNIST for the trainer [default: its own search]")
+    global ARGS
+    a = ARGS = p.parse_args()
     import torch
 
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_model()}; "

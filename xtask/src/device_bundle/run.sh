@@ -178,8 +178,12 @@ if "${torch_env[@]}" "$python" -c 'import torch; assert torch.cuda.is_available(
   done
   step torch_allreduce "$largest" "${torch_env[@]}" "$python" "$here/pytorch/allreduce_nccl.py" \
     --min-bytes 8 --max-bytes 268435456
+  # The CPU-speed goals on this host's CPU (its model and ISA head the table).
+  step cpu_side_by_side '^\| 1 rank x 1 thread' "${torch_env[@]}" "$python" "$here/pytorch/side_by_side.py" \
+    --rounds 3 --steps 50 --trainer "$here/bin/trainer" --train-step "$here/benches/train_step" \
+    --data-dir "$data_dir"
 else
-  for name in torch_ref_b{64,256,512} torch_gpu_b{64,256,512} torch_allreduce; do
+  for name in torch_ref_b{64,256,512} torch_gpu_b{64,256,512} torch_allreduce cpu_side_by_side; do
     if selected "$name"; then
       row torch skipped "no torch that sees a GPU in $python (set PYTHON=.../python)"
       break
