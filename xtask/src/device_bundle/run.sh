@@ -169,7 +169,9 @@ if [ -n "$orig_ld" ]; then
 else
   torch_env=(env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1)
 fi
+have_torch=0
 if "${torch_env[@]}" "$python" -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+  have_torch=1
   throughput=("${torch_env[@]}" "$python" "$here/pytorch/train_throughput.py" --device cuda
     --data-dir "$data_dir")
   for batch in 64 256 512; do
@@ -178,12 +180,8 @@ if "${torch_env[@]}" "$python" -c 'import torch; assert torch.cuda.is_available(
   done
   step torch_allreduce "$largest" "${torch_env[@]}" "$python" "$here/pytorch/allreduce_nccl.py" \
     --min-bytes 8 --max-bytes 268435456
-  # The CPU-speed goals on this host's CPU (its model and ISA head the table).
-  step cpu_side_by_side '^\| 1 rank x 1 thread' "${torch_env[@]}" "$python" "$here/pytorch/side_by_side.py" \
-    --rounds 3 --steps 50 --trainer "$here/bin/trainer" --train-step "$here/benches/train_step" \
-    --data-dir "$data_dir"
 else
-  for name in torch_ref_b{64,256,512} torch_gpu_b{64,256,512} torch_allreduce cpu_side_by_side; do
+  for name in torch_ref_b{64,256,512} torch_gpu_b{64,256,512} torch_allreduce; do
     if selected "$name"; then
       row torch skipped "no torch that sees a GPU in $python (set PYTHON=.../python)"
       break
@@ -226,6 +224,16 @@ if [ -x "$here/baseline/bin/trainer" ]; then
     step base_ncu_kernels '==PROF==|gpu__time_duration' ncu --metrics gpu__time_duration.sum \
       --csv --launch-skip 400 --launch-count 100 "${base[@]}" --epochs 1 --max-steps 40
   fi
+fi
+
+# Last, as the GPU steps come first: the CPU-speed goals on this host's CPU
+# (its model and ISA head the table).
+if [ "$have_torch" = 1 ]; then
+  step cpu_side_by_side '^\| 1 rank x 1 thread' "${torch_env[@]}" "$python" \
+    "$here/pytorch/side_by_side.py" --rounds 3 --steps 50 --trainer "$here/bin/trainer" \
+    --train-step "$here/benches/train_step" --data-dir "$data_dir"
+else
+  skip cpu_side_by_side "no torch that sees a GPU in $python"
 fi
 
 echo
