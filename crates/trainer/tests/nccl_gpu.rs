@@ -128,17 +128,30 @@ fn staging_buffers_are_page_locked_and_round_trip() {
     assert_eq!(gpu.download(&back).unwrap(), expected);
 }
 
+/// Two ranks of `trainer --backend <backend>` on this machine's one GPU,
+/// for `steps` steps: whether they succeeded, and the launcher's stderr.
+fn two_ranks_on_one_gpu(backend: &str, steps: &str) -> (bool, String) {
+    let out = run(trainer()
+        .args([
+            "--world-size",
+            "2",
+            "--device",
+            "cuda",
+            "--backend",
+            backend,
+        ])
+        .args(["--epochs", "1", "--max-steps", steps])
+        .args(data_arg(dataset())));
+    (out.status.success(), stderr(&out))
+}
+
 #[test]
 fn two_ranks_on_one_gpu_train_over_tcp_under_auto() {
     if gpu("two_ranks_on_one_gpu").is_none() {
         return;
     }
-    let out = run(trainer()
-        .args(["--world-size", "2", "--device", "cuda", "--backend", "auto"])
-        .args(["--epochs", "1", "--max-steps", "20"])
-        .args(data_arg(dataset())));
-    let err = stderr(&out);
-    assert!(out.status.success(), "{err}");
+    let (ok, err) = two_ranks_on_one_gpu("auto", "20");
+    assert!(ok, "{err}");
     assert!(err.contains("ranks [0, 1] share one GPU"), "{err}");
     assert!(err.contains("gradients over the TCP ring"), "{err}");
 }
@@ -149,12 +162,8 @@ fn two_ranks_on_one_gpu_are_refused_nccl_with_the_way_out() {
         return;
     }
     // Refused before NCCL is reached: NCCL itself would fail less clearly.
-    let out = run(trainer()
-        .args(["--world-size", "2", "--device", "cuda", "--backend", "nccl"])
-        .args(["--epochs", "1", "--max-steps", "1"])
-        .args(data_arg(dataset())));
-    let err = stderr(&out);
-    assert!(!out.status.success(), "{err}");
+    let (ok, err) = two_ranks_on_one_gpu("nccl", "1");
+    assert!(!ok, "{err}");
     assert!(err.contains("ranks [0, 1] share one GPU"), "{err}");
     assert!(err.contains("use --backend tcp"), "{err}");
 }
