@@ -242,8 +242,7 @@ impl Backend for Cuda {
         storage: &mut CudaSlice<T>,
         offset: usize,
     ) -> Result<()> {
-        let range = offset..offset.saturating_add(host.len());
-        let mut dst = view_mut("write_range", storage, range)?;
+        let mut dst = view_mut_at("write_range", storage, offset, host.len())?;
         self.inner.stream.memcpy_htod(host, &mut dst)?;
         // From page-locked memory (a `PinnedVec`) the copy is asynchronous;
         // wait for it, so `host` may be reused at once whatever it is.
@@ -257,8 +256,7 @@ impl Backend for Cuda {
         dst: &mut CudaSlice<T>,
         offset: usize,
     ) -> Result<()> {
-        let range = offset..offset.saturating_add(src.len());
-        let mut to = view_mut("copy_into", dst, range)?;
+        let mut to = view_mut_at("copy_into", dst, offset, src.len())?;
         self.inner.stream.memcpy_dtod(src, &mut to)?;
         Ok(())
     }
@@ -330,6 +328,17 @@ pub(crate) fn view_mut<'a, T>(
     storage
         .try_slice_mut(range.clone())
         .ok_or_else(|| out_of_bounds(op, &range, len))
+}
+
+/// The `len` elements of `storage` from `offset` on, as [`view_mut`]: where
+/// a copy into `storage` at `offset` lands.
+fn view_mut_at<'a, T>(
+    op: &'static str,
+    storage: &'a mut CudaSlice<T>,
+    offset: usize,
+    len: usize,
+) -> Result<CudaViewMut<'a, T>> {
+    view_mut(op, storage, offset..offset.saturating_add(len))
 }
 
 fn out_of_bounds(op: &'static str, range: &Range<usize>, len: usize) -> Error {

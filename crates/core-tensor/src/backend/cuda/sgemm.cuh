@@ -212,8 +212,8 @@ __device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int
 }
 
 // An operand whose element (mn, k) lies at p[mn_part + k_part]: both halves
-// are plain offsets.
-// Loaders derive from it and add `mn_part`/`k_part` returning ints.
+// are plain offsets. Loaders derive from it and add `mn_part` and `k_part`
+// returning ints.
 struct Offsets {
     static const bool K_TABLE = false;
     const float* p;
