@@ -33,8 +33,21 @@ namespace {
 using CUdevice = int;
 
 constexpr int kMaxDevices = 8;
-constexpr int kComputeMajor = 9;
-constexpr int kComputeMinor = 0;
+// The compute capability the emulator reports: $CUDA_EMU_COMPUTE_CAP as
+// nvidia-smi prints it (7.5) or as a number (75), else 9.0, a Hopper. An
+// older one lets tests meet what the backend refuses on older GPUs; the
+// kernels it runs are the same C++ whatever it reports.
+int compute_cap() {
+    static const int cap = [] {
+        const char* text = std::getenv("CUDA_EMU_COMPUTE_CAP");
+        if (!text) return 90;
+        int major = 0, minor = 0;
+        if (std::sscanf(text, "%d.%d", &major, &minor) == 2) return major * 10 + minor;
+        const int n = std::atoi(text);
+        return n >= 10 && n <= 99 ? n : 90;
+    }();
+    return cap;
+}
 
 struct Context {
     CUdevice device;
@@ -236,8 +249,8 @@ CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) {
         case 8: *value = 48 * 1024; break;  // MAX_SHARED_MEMORY_PER_BLOCK
         case 10: *value = 32; break;    // WARP_SIZE
         case 16: *value = 1; break;     // MULTIPROCESSOR_COUNT
-        case 75: *value = kComputeMajor; break;
-        case 76: *value = kComputeMinor; break;
+        case 75: *value = compute_cap() / 10; break;  // COMPUTE_CAPABILITY_MAJOR
+        case 76: *value = compute_cap() % 10; break;  // COMPUTE_CAPABILITY_MINOR
         case 115: *value = 1; break;    // MEMORY_POOLS_SUPPORTED: cuMemAllocAsync
         default: *value = 0;
     }

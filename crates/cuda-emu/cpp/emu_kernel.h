@@ -83,6 +83,59 @@ inline unsigned int atomicCAS(unsigned int* address, unsigned int compare, unsig
     return old;
 }
 
+// ---- Tensor cores (sgemm.cuh's TF32 products) ----
+//
+// CUDA_EMU tells sgemm.cuh to use these instead of its inline PTX.
+#define CUDA_EMU 1
+
+// cvt.rna.tf32.f32: to the nearest TF32 (10 stored mantissa bits), ties away
+// from zero; infinities and NaNs pass through.
+inline float tf32_round(float x) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
+    std::memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 for the calling warp:
+// d += a·b, with the fragment layouts sgemm.cuh lists. A warp-wide
+// instruction on fibers: every lane publishes its fragments, the block meets
+// (every warp of a tensor-core tile issues the same products, so the block
+// barrier stands in for the warp's), each lane sums its four outputs from
+// its warp's fragments, and the block meets again before the fragments are
+// overwritten. Like the hardware, it ignores the 13 low mantissa bits of
+// every input; products are exact, and summed in k order (the hardware's
+// order is unspecified).
+inline void mma_m16n8k8_tf32(float (&d)[4], const float (&a)[4], const float (&b)[2]) {
+    static float frag_a[1024][4], frag_b[1024][2];
+    const unsigned tid =
+        threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned lane = tid % 32, warp = tid - lane;
+    const auto tf32 = [](float x) {
+        uint32_t bits;
+        std::memcpy(&bits, &x, sizeof bits);
+        bits &= 0xffffe000u;
+        std::memcpy(&x, &bits, sizeof x);
+        return x;
+    };
+    for (int r = 0; r < 4; ++r) frag_a[tid][r] = tf32(a[r]);
+    for (int r = 0; r < 2; ++r) frag_b[tid][r] = tf32(b[r]);
+    cuda_emu::syncthreads();
+    const unsigned g = lane / 4, t = lane % 4;
+    for (unsigned r = 0; r < 4; ++r) {
+        const unsigned row = g + 8 * (r / 2), col = 2 * t + r % 2;
+        float sum = 0.0f;
+        for (unsigned k = 0; k < 8; ++k) {
+            const float x = frag_a[warp + (row % 8) * 4 + k % 4][row / 8 + 2 * (k / 4)];
+            const float y = frag_b[warp + col * 4 + k % 4][k / 4];
+            sum += x * y;
+        }
+        d[r] += sum;
+    }
+    cuda_emu::syncthreads();
+}
+
 // A kernel entry point called with the driver's `kernelParams`: one pointer
 // per argument, each to the argument's value.
 namespace cuda_emu {

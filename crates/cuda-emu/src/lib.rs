@@ -11,8 +11,10 @@
 //! of `comm::nccl`) into a `libcuda.so`, also linked as `libnccl.so`. A
 //! process started with that folder first on `LD_LIBRARY_PATH`
 //! ([`Emulator::library_path`], or a test's [`rerun_on_emulator`]) loads it
-//! instead of the NVIDIA driver and sees `$CUDA_EMU_DEVICES` GPUs (default
-//! 1) named "cuda-emu", of compute capability 9.0.
+//! instead of the NVIDIA driver and sees `$CUDA_EMU_DEVICES` GPUs (default:
+//! one) named "cuda-emu", of compute capability 9.0, or
+//! `$CUDA_EMU_COMPUTE_CAP` (e.g. 7.5, to meet what the backend refuses on
+//! older GPUs).
 //!
 //! What it checks and what it cannot:
 //! * Kernel arithmetic and indexing run as written, every block and thread,
@@ -33,8 +35,13 @@
 //!   non-blocking initialisation, all-reduce (sum, average), broadcast,
 //!   asynchronous errors, and abort, which releases the collectives of this
 //!   rank and fails those of its peers.
+//! * Tensor cores: `mma.sync` m16n8k8 TF32 (sgemm.cuh) as a block-wide
+//!   exchange of the fragments in the PTX ISA's layouts, so a fragment
+//!   mapped to the wrong element gives wrong numbers; its sums round in k
+//!   order, where the hardware's order is unspecified.
 //! * Not: timing (its bandwidths mean nothing), races between kernels on
-//!   different streams (they run one at a time), warp-level behaviour.
+//!   different streams (they run one at a time), other warp-level
+//!   behaviour.
 
 use std::collections::hash_map::DefaultHasher;
 use std::ffi::OsString;
