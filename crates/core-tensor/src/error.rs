@@ -24,6 +24,18 @@ pub enum Error {
         provider: &'static str,
         hint: &'static str,
     },
+    /// The GPU is too old for a feature that was asked for.
+    #[error(
+        "{feature} needs compute capability {}.{} or later; {device} has {}.{}: {fix}",
+        need.0, need.1, have.0, have.1
+    )]
+    GpuTooOld {
+        feature: &'static str,
+        device: String,
+        have: (i32, i32),
+        need: (i32, i32),
+        fix: &'static str,
+    },
     /// The requested GPU does not exist.
     #[error("CUDA device {ordinal} requested, but {count} device(s) are visible")]
     NoCudaDevice { ordinal: usize, count: usize },

@@ -19,7 +19,7 @@ pub mod rng;
 #[cfg(test)]
 mod testing;
 
-pub use backend::{Backend, Cpu, Cuda, Elem, cuda_available};
+pub use backend::{Backend, Cpu, Cuda, Elem, MatmulPrecision, cuda_available};
 pub use error::{Error, Result};
 pub use flat::{FlatLayout, ParamSpec, ParamView};
 pub use ops::Ops;

@@ -6,7 +6,7 @@ mod cpu;
 pub mod cuda;
 
 pub use cpu::Cpu;
-pub use cuda::{Cuda, cuda_available};
+pub use cuda::{Cuda, MatmulPrecision, cuda_available};
 
 use std::fmt::Debug;
 use std::ops::{DerefMut, Range};

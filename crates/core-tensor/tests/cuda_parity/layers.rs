@@ -9,7 +9,8 @@ use core_tensor::ops::{Conv2dGeom, LinearGeom, ParamAt};
 
 use crate::on_each_device;
 use crate::support::{
-    abs, assert_same_bits, assert_within_sum_bound, down, reference, uniform, up,
+    TF32_PRODUCT_ERROR, abs, assert_same_bits, assert_within_rounded_sum_bound,
+    assert_within_sum_bound, down, gpu_tf32, reference, small_integers, uniform, up,
 };
 
 /// A layer's two kernels, as the suite drives them: forward into `y`,
@@ -84,6 +85,61 @@ fn conv_params(g: &Conv2dGeom, seed: u64) -> (Vec<f32>, ParamAt) {
 }
 
 fn conv2d_matches<B: Ops>(dev: &B) {
+    conv2d_within(dev, 0.0);
+}
+
+/// Conv2d on `dev` against the reference, each product of the device's
+/// GEMMs off by up to `product_error` relative (0 for float32).
+fn conv2d_within<B: Ops>(dev: &B, product_error: f64) {
+    for (i, g) in conv_geoms().iter().enumerate() {
+        let seed = 100 + i as u64;
+        let x = uniform(seed, g.batch * g.in_image_len(), -1.0, 1.0);
+        let dy = uniform(seed + 1, g.batch * g.out_image_len(), -1.0, 1.0);
+        let (params, at) = conv_params(g, seed + 2);
+        let what = |part: &str| format!("{} conv2d {part} {g:?}", dev.describe());
+        let bound = |part: &str, got: &[f32], want: &[f32], abs_sum: &[f32], terms: usize| {
+            assert_within_rounded_sum_bound(&what(part), got, want, abs_sum, terms, product_error)
+        };
+        let (y, grads, dx) = layer_run(dev, g, &x, &params, &at, &dy);
+        let (y_ref, grads_ref, dx_ref) = layer_run(&reference(), g, &x, &params, &at, &dy);
+        // Σ|terms| per output: the same op on absolute values.
+        let (y_abs, grads_abs, dx_abs) =
+            layer_run(&reference(), g, &abs(&x), &abs(&params), &at, &abs(&dy));
+        let pixels = g.batch * g.out_h() * g.out_w();
+        bound("y", &y, &y_ref, &y_abs, g.patch_len() + 1);
+        let (w, b) = (at.weight.clone(), at.bias.clone());
+        bound(
+            "dW",
+            &grads[w.clone()],
+            &grads_ref[w.clone()],
+            &grads_abs[w],
+            pixels,
+        );
+        // The bias gradient is a plain sum on every device, no GEMM.
+        assert_within_sum_bound(
+            &what("db"),
+            &grads[b.clone()],
+            &grads_ref[b.clone()],
+            &grads_abs[b],
+            pixels,
+        );
+        let taps = g.out_channels * g.kernel * g.kernel;
+        bound("dx", &dx, &dx_ref, &dx_abs, taps);
+        // Deterministic: a second run gives the same bits.
+        let (y2, grads2, dx2) = layer_run(dev, g, &x, &params, &at, &dy);
+        assert_same_bits(&what("y rerun"), &y2, &y);
+        assert_same_bits(
+            &what("grads rerun"),
+            &grads2[at.weight.start..at.bias.end],
+            &grads[at.weight.start..at.bias.end],
+        );
+        assert_same_bits(&what("dx rerun"), &dx2, &dx);
+    }
+}
+
+/// Strides, padding, the model's two convolutions, and more than one tile
+/// of output channels.
+fn conv_geoms() -> [Conv2dGeom; 6] {
     let base = Conv2dGeom {
         batch: 3,
         in_channels: 3,
@@ -94,7 +150,7 @@ fn conv2d_matches<B: Ops>(dev: &B) {
         stride: 1,
         padding: 0,
     };
-    let geoms = [
+    [
         base,
         Conv2dGeom {
             stride: 2,
@@ -131,47 +187,7 @@ fn conv2d_matches<B: Ops>(dev: &B) {
             padding: 1,
             ..base
         },
-    ];
-    for (i, g) in geoms.iter().enumerate() {
-        let seed = 100 + i as u64;
-        let x = uniform(seed, g.batch * g.in_image_len(), -1.0, 1.0);
-        let dy = uniform(seed + 1, g.batch * g.out_image_len(), -1.0, 1.0);
-        let (params, at) = conv_params(g, seed + 2);
-        let what = |part: &str| format!("{} conv2d {part} {g:?}", dev.describe());
-        let (y, grads, dx) = layer_run(dev, g, &x, &params, &at, &dy);
-        let (y_ref, grads_ref, dx_ref) = layer_run(&reference(), g, &x, &params, &at, &dy);
-        // Σ|terms| per output: the same op on absolute values.
-        let (y_abs, grads_abs, dx_abs) =
-            layer_run(&reference(), g, &abs(&x), &abs(&params), &at, &abs(&dy));
-        let pixels = g.batch * g.out_h() * g.out_w();
-        assert_within_sum_bound(&what("y"), &y, &y_ref, &y_abs, g.patch_len() + 1);
-        let (w, b) = (at.weight.clone(), at.bias.clone());
-        assert_within_sum_bound(
-            &what("dW"),
-            &grads[w.clone()],
-            &grads_ref[w.clone()],
-            &grads_abs[w],
-            pixels,
-        );
-        assert_within_sum_bound(
-            &what("db"),
-            &grads[b.clone()],
-            &grads_ref[b.clone()],
-            &grads_abs[b],
-            pixels,
-        );
-        let taps = g.out_channels * g.kernel * g.kernel;
-        assert_within_sum_bound(&what("dx"), &dx, &dx_ref, &dx_abs, taps);
-        // Deterministic: a second run gives the same bits.
-        let (y2, grads2, dx2) = layer_run(dev, g, &x, &params, &at, &dy);
-        assert_same_bits(&what("y rerun"), &y2, &y);
-        assert_same_bits(
-            &what("grads rerun"),
-            &grads2[at.weight.start..at.bias.end],
-            &grads[at.weight.start..at.bias.end],
-        );
-        assert_same_bits(&what("dx rerun"), &dx2, &dx);
-    }
+    ]
 }
 
 #[test]
@@ -180,7 +196,12 @@ fn conv2d() {
 }
 
 fn linear_matches<B: Ops>(dev: &B) {
-    let geoms = [
+    linear_within(dev, 0.0);
+}
+
+/// Fc1, fc2, and shapes with tiles in every direction.
+fn linear_geoms() -> [LinearGeom; 4] {
+    [
         LinearGeom {
             batch: 7,
             in_features: 33,
@@ -203,8 +224,12 @@ fn linear_matches<B: Ops>(dev: &B) {
             in_features: 70,
             out_features: 65,
         },
-    ];
-    for (i, g) in geoms.iter().enumerate() {
+    ]
+}
+
+/// Linear on `dev` against the reference, as [`conv2d_within`].
+fn linear_within<B: Ops>(dev: &B, product_error: f64) {
+    for (i, g) in linear_geoms().iter().enumerate() {
         let seed = 200 + i as u64;
         let x = uniform(seed, g.batch * g.in_features, -1.0, 1.0);
         let dy = uniform(seed + 1, g.batch * g.out_features, -1.0, 1.0);
@@ -215,14 +240,17 @@ fn linear_matches<B: Ops>(dev: &B) {
             bias: 1 + wl..1 + wl + g.out_features,
         };
         let what = |part: &str| format!("{} linear {part} {g:?}", dev.describe());
+        let bound = |part: &str, got: &[f32], want: &[f32], abs_sum: &[f32], terms: usize| {
+            assert_within_rounded_sum_bound(&what(part), got, want, abs_sum, terms, product_error)
+        };
         let (y, grads, dx) = layer_run(dev, g, &x, &params, &at, &dy);
         let (y_ref, grads_ref, dx_ref) = layer_run(&reference(), g, &x, &params, &at, &dy);
         let (y_abs, grads_abs, dx_abs) =
             layer_run(&reference(), g, &abs(&x), &abs(&params), &at, &abs(&dy));
-        assert_within_sum_bound(&what("y"), &y, &y_ref, &y_abs, g.in_features + 1);
+        bound("y", &y, &y_ref, &y_abs, g.in_features + 1);
         let w = at.weight.clone();
-        assert_within_sum_bound(
-            &what("dW"),
+        bound(
+            "dW",
             &grads[w.clone()],
             &grads_ref[w.clone()],
             &grads_abs[w],
@@ -234,7 +262,7 @@ fn linear_matches<B: Ops>(dev: &B) {
             &grads[at.bias.clone()],
             &grads_ref[at.bias.clone()],
         );
-        assert_within_sum_bound(&what("dx"), &dx, &dx_ref, &dx_abs, g.out_features);
+        bound("dx", &dx, &dx_ref, &dx_abs, g.out_features);
         let (y2, grads2, dx2) = layer_run(dev, g, &x, &params, &at, &dy);
         assert_same_bits(&what("y rerun"), &y2, &y);
         assert_same_bits(&what("grads rerun"), &grads2[1..], &grads[1..]);
@@ -245,4 +273,70 @@ fn linear_matches<B: Ops>(dev: &B) {
 #[test]
 fn linear() {
     on_each_device!(linear_matches);
+}
+
+/// TF32 on the tensor cores: within the sum bound widened by the inputs'
+/// rounding to TF32, for every shape the float32 kernels are checked on.
+#[test]
+fn conv2d_and_linear_in_tf32() {
+    if let Some(gpu) = gpu_tf32("conv2d_and_linear_in_tf32") {
+        conv2d_within(&gpu, TF32_PRODUCT_ERROR);
+        linear_within(&gpu, TF32_PRODUCT_ERROR);
+    }
+}
+
+/// Small integers are exact in TF32 and every sum of their products is an
+/// exact float32 integer, so every device and precision must give the
+/// reference's bits: a fragment or tile mapped to the wrong element cannot
+/// hide inside a rounding bound.
+fn small_integer_products_are_exact<B: Ops>(dev: &B) {
+    for (i, g) in conv_geoms().iter().enumerate() {
+        let seed = 300 + i as u64;
+        let x = small_integers(seed, g.batch * g.in_image_len());
+        let dy = small_integers(seed + 1, g.batch * g.out_image_len());
+        let (_, at) = conv_params(g, seed + 2);
+        let params = small_integers(seed + 2, at.bias.end);
+        exact_run(dev, g, &x, &params, &at, &dy, "conv2d");
+    }
+    for (i, g) in linear_geoms().iter().enumerate() {
+        let seed = 400 + i as u64;
+        let x = small_integers(seed, g.batch * g.in_features);
+        let dy = small_integers(seed + 1, g.batch * g.out_features);
+        let wl = g.in_features * g.out_features;
+        let params = small_integers(seed + 2, wl + g.out_features);
+        let at = ParamAt {
+            weight: 0..wl,
+            bias: wl..wl + g.out_features,
+        };
+        exact_run(dev, g, &x, &params, &at, &dy, "linear");
+    }
+}
+
+fn exact_run<B: Ops>(
+    dev: &B,
+    g: &impl Layer,
+    x: &[f32],
+    params: &[f32],
+    at: &ParamAt,
+    dy: &[f32],
+    op: &str,
+) {
+    let what = |part: &str| format!("{} {op} {part} {g:?}", dev.describe());
+    let (y, grads, dx) = layer_run(dev, g, x, params, at, dy);
+    let (y_ref, grads_ref, dx_ref) = layer_run(&reference(), g, x, params, at, dy);
+    assert_same_bits(&what("y"), &y, &y_ref);
+    assert_same_bits(
+        &what("grads"),
+        &grads[at.weight.start..at.bias.end],
+        &grads_ref[at.weight.start..at.bias.end],
+    );
+    assert_same_bits(&what("dx"), &dx, &dx_ref);
+}
+
+#[test]
+fn small_integer_products() {
+    on_each_device!(small_integer_products_are_exact);
+    if let Some(gpu) = gpu_tf32("small_integer_products") {
+        small_integer_products_are_exact(&gpu);
+    }
 }

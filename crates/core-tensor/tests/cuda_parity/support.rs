@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use core_tensor::{Backend, Cpu, Cuda, Elem};
+use core_tensor::{Backend, Cpu, Cuda, Elem, MatmulPrecision};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -46,6 +46,15 @@ fn skip_gpu(test: &str, why: &str) -> Option<Cuda> {
     None
 }
 
+/// GPU 0 with TF32 matmuls, as [`gpu`] (skipped, or under REQUIRE_GPU=1 a
+/// failure, when there is no GPU or it cannot do TF32).
+pub fn gpu_tf32(test: &str) -> Option<Cuda> {
+    match Cuda::with_precision(0, MatmulPrecision::Tf32) {
+        Ok(gpu) => Some(gpu),
+        Err(e) => skip_gpu(test, &e.to_string()),
+    }
+}
+
 /// Runs a generic test body on every device under test.
 #[macro_export]
 macro_rules! on_each_device {
@@ -61,6 +70,13 @@ macro_rules! on_each_device {
 pub fn uniform(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..n).map(|_| rng.random_range(lo..hi)).collect()
+}
+
+/// `n` integers in `[-3, 3]` as f32: exact in TF32, and every sum of their
+/// products the layers form is an exact float32 integer in any order.
+pub fn small_integers(seed: u64, n: usize) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(-3i8..=3) as f32).collect()
 }
 
 pub fn abs(v: &[f32]) -> Vec<f32> {
@@ -97,13 +113,33 @@ pub fn assert_within_sum_bound(
     abs_sum: &[f32],
     terms: usize,
 ) {
+    assert_within_rounded_sum_bound(what, got, want, abs_sum, terms, 0.0);
+}
+
+/// The relative error of one product of two inputs rounded to TF32 (10
+/// stored mantissa bits, to nearest): (1 + 2⁻¹¹)² − 1.
+pub const TF32_PRODUCT_ERROR: f64 = 2.0 / 2048.0 + 1.0 / (2048.0 * 2048.0);
+
+/// [`assert_within_sum_bound`] for a device whose products carry a relative
+/// error of up to `product_error` (its inputs rounded to a narrower type):
+/// that adds product_error·Σ|aᵢbᵢ|. Its accumulation may also truncate
+/// rather than round (tensor cores), so the order term is doubled too.
+pub fn assert_within_rounded_sum_bound(
+    what: &str,
+    got: &[f32],
+    want: &[f32],
+    abs_sum: &[f32],
+    terms: usize,
+    product_error: f64,
+) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     let u = f64::powi(2.0, -24);
     let n = terms as f64;
     let gamma = n * u / (1.0 - n * u);
+    let order = if product_error > 0.0 { 4.0 } else { 2.0 } * gamma;
     for (i, ((&g, &w), &a)) in got.iter().zip(want).zip(abs_sum).enumerate() {
         // 1.001 covers the rounding of `abs_sum` itself.
-        let tol = 2.0 * gamma * f64::from(a) * 1.001 + f64::from(f32::MIN_POSITIVE);
+        let tol = (order + product_error) * f64::from(a) * 1.001 + f64::from(f32::MIN_POSITIVE);
         let err = (f64::from(g) - f64::from(w)).abs();
         assert!(
             err <= tol,

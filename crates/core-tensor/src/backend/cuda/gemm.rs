@@ -9,7 +9,7 @@ use cudarc::driver::LaunchConfig;
 
 use super::launch::{In, Out, Val};
 
-use crate::{Cuda, Error, Result};
+use crate::{Cuda, Error, MatmulPrecision, Result};
 
 /// The tiles; mirror `GEMM_BK`, `GEMM_THREADS` and `GEMM_TILE_ELEMS` in
 /// sgemm.cuh. A tile has `tile_m` rows (64, or 32 for short products) and
@@ -35,11 +35,19 @@ const MIN_K_CHUNK: usize = 256;
 const MAX_GRID_YZ: usize = 65_535;
 
 /// The parameter struct of every GEMM kernel: the op's geometry plus the
-/// plan. Mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
+/// tiling. Mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub(crate) struct GemmLaunch<G> {
     pub geom: G,
+    pub tiling: GemmTiling,
+}
+
+/// How one product is cut into blocks; mirrored by `GemmTiling` in
+/// sgemm.cuh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub(crate) struct GemmTiling {
     pub k_chunk: u64,
     pub splits: u64,
     pub tile_m: u64,
@@ -129,9 +137,11 @@ impl GemmPlan {
     pub(crate) fn args<G>(&self, geom: G) -> GemmLaunch<G> {
         GemmLaunch {
             geom,
-            k_chunk: self.k_chunk as u64,
-            splits: self.splits as u64,
-            tile_m: self.tile_m as u64,
+            tiling: GemmTiling {
+                k_chunk: self.k_chunk as u64,
+                splits: self.splits as u64,
+                tile_m: self.tile_m as u64,
+            },
         }
     }
 }
@@ -160,18 +170,35 @@ type BiasProduct<G> = unsafe fn(
 /// A `_reduce` kernel: sums the workspace's splits into the result.
 type Reduce<G> =
     unsafe fn(&Cuda, LaunchConfig, In<'_, f32>, Out<'_, f32>, Val<'_, GemmLaunch<G>>) -> Result<()>;
+/// A tile kernel's two entry points: `_f32` (CUDA cores) and `_tf32`
+/// (tensor cores).
+#[derive(Clone, Copy)]
+pub(crate) struct ByPrecision<K> {
+    pub fp32: K,
+    pub tf32: K,
+}
+
+impl<K: Copy> ByPrecision<K> {
+    fn pick(&self, precision: MatmulPrecision) -> K {
+        match precision {
+            MatmulPrecision::Fp32 => self.fp32,
+            MatmulPrecision::Tf32 => self.tf32,
+        }
+    }
+}
+
 /// The kernels of one GEMM-based op direction, from the kernel table: the
 /// tile kernel that stores the result, and the split-K pair.
 pub(crate) struct GemmKernels<G: 'static> {
-    pub whole: Product<G>,
-    pub partial: Product<G>,
+    pub whole: ByPrecision<Product<G>>,
+    pub partial: ByPrecision<Product<G>>,
     pub reduce: Reduce<G>,
 }
 
 /// [`GemmKernels`] for a product with a bias per output row.
 pub(crate) struct BiasGemmKernels<G: 'static> {
-    pub whole: BiasProduct<G>,
-    pub partial: Product<G>,
+    pub whole: ByPrecision<BiasProduct<G>>,
+    pub partial: ByPrecision<Product<G>>,
     /// `(workspace, bias, out, args)`: the shape of a [`Product`].
     pub reduce: Product<G>,
 }
@@ -183,7 +210,7 @@ pub(crate) enum Store<'k, 'v, G: 'static> {
 }
 
 impl<G> Store<'_, '_, G> {
-    fn partial(&self) -> Product<G> {
+    fn partial(&self) -> ByPrecision<Product<G>> {
         match self {
             Self::Plain(k) => k.partial,
             Self::Bias(k, _) => k.partial,
@@ -210,12 +237,13 @@ impl Cuda {
         out: Out<'_, f32>,
     ) -> Result<()> {
         let args = plan.args(geom);
+        let precision = self.matmul_precision();
         if plan.is_split() {
             let mut ws = self.scratch(plan.workspace_len())?;
             // SAFETY: `a`, `b` as promised by the caller; `ws` holds
             // `workspace_len()` = splits·m·n elements, what the partial
             // kernel writes for this plan.
-            unsafe { store.partial()(self, plan.tiles(), a, b, &mut ws, &args)? };
+            unsafe { store.partial().pick(precision)(self, plan.tiles(), a, b, &mut ws, &args)? };
             match store {
                 // SAFETY: as above; the reduce kernel reads the same `ws`.
                 Store::Plain(k) => unsafe { (k.reduce)(self, plan.reduce(), &ws, out, &args) },
@@ -227,10 +255,12 @@ impl Cuda {
         } else {
             match store {
                 // SAFETY: the caller's promise for every buffer.
-                Store::Plain(k) => unsafe { (k.whole)(self, plan.tiles(), a, b, out, &args) },
+                Store::Plain(k) => unsafe {
+                    k.whole.pick(precision)(self, plan.tiles(), a, b, out, &args)
+                },
                 // SAFETY: the caller's promise for every buffer.
                 Store::Bias(k, bias) => unsafe {
-                    (k.whole)(self, plan.tiles(), a, b, bias, out, &args)
+                    k.whole.pick(precision)(self, plan.tiles(), a, b, bias, out, &args)
                 },
             }
         }
@@ -301,7 +331,7 @@ mod tests {
             plan.tiles().grid_dim,
             ((64 * 26 * 26usize).div_ceil(128) as u32, 1, 1)
         );
-        assert_eq!(plan.args(()).tile_m, 32);
+        assert_eq!(plan.args(()).tiling.tile_m, 32);
         // 33 rows, or an output too narrow for 128 columns, keep 64 x 64.
         assert_eq!(GemmPlan::new("test", 33, 10_000, 16).unwrap().tile_m, 64);
         assert_eq!(GemmPlan::new("test", 32, 64, 16).unwrap().tile_m, 64);

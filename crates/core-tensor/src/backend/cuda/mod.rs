@@ -66,6 +66,20 @@ pub fn cuda_available() -> Result<usize> {
 #[derive(Clone)]
 pub struct Cuda {
     inner: Arc<Inner>,
+    matmul: MatmulPrecision,
+}
+
+/// How the matrix products inside conv2d and linear multiply on the GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatmulPrecision {
+    /// Float32 fused multiply-adds on the CUDA cores: the CPU backend's
+    /// arithmetic up to summation order (parity within 1e-5).
+    #[default]
+    Fp32,
+    /// TF32 on the tensor cores (compute capability 8.0 and later): inputs
+    /// rounded to a 10-bit mantissa, products accumulated in float32. Faster,
+    /// and about 1e-3 from float32 (PyTorch's `allow_tf32`).
+    Tf32,
 }
 
 struct Inner {
@@ -84,14 +98,23 @@ impl fmt::Debug for Cuda {
         f.debug_struct("Cuda")
             .field("ordinal", &self.inner.ordinal)
             .field("name", &self.inner.name)
+            .field("matmul", &self.matmul)
             .finish()
     }
 }
 
 impl Cuda {
     /// Opens GPU `ordinal` (a data-parallel rank passes its local rank) and
-    /// loads every kernel on it.
+    /// loads every kernel on it; products in float32.
     pub fn new(ordinal: usize) -> Result<Self> {
+        Self::with_precision(ordinal, MatmulPrecision::Fp32)
+    }
+
+    /// [`Cuda::new`] with the conv2d and linear products in `precision`.
+    /// TF32 on a GPU older than compute capability 8.0 is
+    /// [`Error::GpuTooOld`]; embedded PTX for an older architecture is then
+    /// passed over for NVRTC's code for this GPU.
+    pub fn with_precision(ordinal: usize, precision: MatmulPrecision) -> Result<Self> {
         let count = cuda_available()?;
         if ordinal >= count {
             return Err(Error::NoCudaDevice { ordinal, count });
@@ -99,7 +122,20 @@ impl Cuda {
         let ctx = CudaContext::new(ordinal)?;
         launch::untracked_streams(&ctx);
         let compute_cap = ctx.compute_capability()?;
-        let (functions, kernels_from) = modules::load_all(&ctx, compute_cap)?;
+        let min_arch = match precision {
+            MatmulPrecision::Fp32 => 0,
+            MatmulPrecision::Tf32 if compute_cap.0 < 8 => {
+                return Err(Error::GpuTooOld {
+                    feature: "TF32 on the tensor cores",
+                    device: ctx.name()?,
+                    have: compute_cap,
+                    need: (8, 0),
+                    fix: "leave the products in float32 (the default)",
+                });
+            }
+            MatmulPrecision::Tf32 => 80,
+        };
+        let loaded = modules::load_all(&ctx, compute_cap, min_arch)?;
         // One stream for all of this backend's work (see `untracked_streams`).
         let stream = ctx.default_stream();
         let fault = Mutex::new(stream.alloc_zeros::<u32>(1)?);
@@ -108,12 +144,18 @@ impl Cuda {
                 ordinal,
                 name: ctx.name()?,
                 compute_cap,
-                kernels_from,
+                kernels_from: loaded.origin,
                 stream,
-                functions,
+                functions: loaded.functions,
                 fault,
             }),
+            matmul: precision,
         })
+    }
+
+    /// How this backend's conv2d and linear products multiply.
+    pub fn matmul_precision(&self) -> MatmulPrecision {
+        self.matmul
     }
 
     /// The device ordinal.
@@ -194,8 +236,12 @@ impl Backend for Cuda {
 
     fn describe(&self) -> String {
         let (major, minor) = self.inner.compute_cap;
+        let tf32 = match self.matmul {
+            MatmulPrecision::Fp32 => "",
+            MatmulPrecision::Tf32 => ", TF32 matmuls",
+        };
         format!(
-            "cuda:{} ({}, sm_{major}{minor}, kernels from {})",
+            "cuda:{} ({}, sm_{major}{minor}, kernels from {}{tf32})",
             self.inner.ordinal, self.inner.name, self.inner.kernels_from
         )
     }

@@ -47,18 +47,32 @@ pub fn compile_cubin(module: &KernelModule, compute_cap: u32) -> Result<Vec<u8>>
     nvrtc::compile(module.name, module.source, &[arch], Output::Cubin)
 }
 
-/// Loads every module on `ctx` (a GPU of compute capability `cap`) and
-/// returns its functions by name, plus a note on where the code came from.
+/// Every kernel loaded on one GPU.
+pub(super) struct Loaded {
+    pub functions: HashMap<&'static str, CudaFunction>,
+    /// Where the code came from, for `describe`.
+    pub origin: String,
+}
+
+/// Loads every module on `ctx` (a GPU of compute capability `cap`). The
+/// embedded PTX is used only when it targets `min_arch` (e.g. 80) or later:
+/// code for an older architecture leaves out what needs a newer one (the
+/// TF32 products), so NVRTC compiles for this GPU instead.
 pub(super) fn load_all(
     ctx: &Arc<CudaContext>,
     (major, minor): (i32, i32),
-) -> Result<(HashMap<&'static str, CudaFunction>, String)> {
+    min_arch: u32,
+) -> Result<Loaded> {
     let sm = u32::try_from(major * 10 + minor).unwrap_or(0);
+    let ptx_arch: u32 = PTX_ARCH
+        .and_then(|a| a.strip_prefix("compute_")?.parse().ok())
+        .unwrap_or(0);
     let mut loaded = Vec::new();
     let mut need_nvrtc = Vec::new();
     let mut ptx_failures = Vec::new();
     for module in kernel_modules() {
-        match module.ptx.map(|ptx| ctx.load_module(Ptx::from_src(ptx))) {
+        let ptx = module.ptx.filter(|_| ptx_arch >= min_arch);
+        match ptx.map(|ptx| ctx.load_module(Ptx::from_src(ptx))) {
             Some(Ok(m)) => loaded.push((module, m)),
             Some(Err(e)) => {
                 ptx_failures.push(format!("{}: {e}", module.name));
@@ -98,7 +112,10 @@ pub(super) fn load_all(
             functions.insert(name, function);
         }
     }
-    Ok((functions, origin.join(" + ")))
+    Ok(Loaded {
+        functions,
+        origin: origin.join(" + "),
+    })
 }
 
 fn load_function(

@@ -29,14 +29,80 @@
 // alone (backend/cuda/gemm.rs), so results are identical run to run and on
 // every GPU: no atomics, every sum has one fixed order.
 //
-// The host mirrors GEMM_BK, GEMM_THREADS and the two tile shapes in gemm.rs.
+// Every GEMM kernel comes in two entry points: `_f32` multiplies on the CUDA
+// cores, `_tf32` on the tensor cores (see "Tensor cores" below; the host's
+// `MatmulPrecision`). Staging, loaders, split-K and stores are the same; a
+// kernel holds only the products it runs, so neither costs the other
+// registers.
+//
+// The host mirrors GEMM_BK, GEMM_THREADS, the two tile shapes and
+// `GemmTiling` in gemm.rs.
 
 #define GEMM_BK 16
 #define GEMM_THREADS 256
 // Outputs per block: 256 threads x 4 x 4.
 #define GEMM_TILE_ELEMS 4096
 
+// Mirrors `GemmTiling` in backend/cuda/gemm.rs: how one product is cut
+// into blocks.
+struct GemmTiling {
+    unsigned long long k_chunk, splits, tile_m;
+};
+
 __device__ __forceinline__ int gemm_min(int a, int b) { return a < b ? a : b; }
+
+// ---- Tensor cores ----
+//
+// mma.sync m16n8k8 with TF32 inputs (a 10-bit mantissa: operands are rounded
+// to nearest as they are staged) and float32 accumulation, on compute
+// capability 8.0 and later (the host refuses TF32 below). Each warp owns a
+// 32 x 16 sub-tile of C: 2 x 2 products of 16 x 8. Fragments (PTX ISA,
+// "Matrix fragments for mma.m16n8k8", .tf32), for lane = 4·g + t:
+//   A (16 x 8):  a0 (g, t)   a1 (g + 8, t)   a2 (g, t + 4)   a3 (g + 8, t + 4)
+//   B (8 x 8):   b0 (k = t, n = g)           b1 (k = t + 4, n = g)
+//   C (16 x 8):  c0 (g, 2t)  c1 (g, 2t + 1)  c2 (g + 8, 2t)  c3 (g + 8, 2t + 1)
+// cuda-emu defines CUDA_EMU and supplies both functions in C++.
+#ifndef CUDA_EMU
+__device__ __forceinline__ float tf32_round(float x) {
+#if __CUDA_ARCH__ >= 800
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+#else
+    return x;  // never runs: TF32 is refused below compute capability 8.0
+#endif
+}
+
+// d += a·b for the calling warp.
+__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const float (&a)[4],
+                                                 const float (&b)[2]) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
+          "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
+#else
+    __trap();  // never runs: TF32 is refused below compute capability 8.0
+#endif
+}
+#endif
+
+// A tensor-core warp's place in a BM-row tile: its sub-tile's corner
+// (wm, wn) and the lane's (g, t).
+template <int BM>
+struct MmaLane {
+    int wm, wn, g, t;
+    __device__ MmaLane() {
+        const int warps_n = GEMM_TILE_ELEMS / BM / 16;
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        wm = warp / warps_n * 32;
+        wn = warp % warps_n * 16;
+        g = lane / 4;
+        t = lane % 4;
+    }
+};
 
 // An operand tile of R (BM or BN) rows by GEMM_BK k: each thread holds
 // PER = R / 16 of its elements, and LDS is the shared row stride. R + 4 keeps
@@ -104,20 +170,75 @@ __device__ __forceinline__ void gemm_fetch(const L& load, const Rows<R, L>& rows
     }
 }
 
-template <int R, class L>
+template <int R, class L, bool TF32>
 __device__ __forceinline__ void gemm_stash(float (*tile)[OperandTile<R>::LDS],
                                            const float (&r)[OperandTile<R>::PER]) {
     const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < OperandTile<R>::PER; ++i) {
-        tile[tile_k<R, L::K_FAST>(tid, i)][tile_mn<R, L::K_FAST>(tid, i)] = r[i];
+        tile[tile_k<R, L::K_FAST>(tid, i)][tile_mn<R, L::K_FAST>(tid, i)] =
+            TF32 ? tf32_round(r[i]) : r[i];
     }
 }
 
-// acc[i][j] = C(m0 + 4·ty + i, n0 + 4·tx + j) over this block's k range
-// (split blockIdx.z of k_chunk), with (m0, n0) = (BM·blockIdx.y, BN·blockIdx.x)
-// and (tx, ty) = (tid % (BN / 4), tid / (BN / 4)).
-template <int BM, class LA, class LB>
+// acc += this thread's share of As·Bs on the CUDA cores: a 4 x 4 block at
+// rows 4·ty, columns 4·tx of the tile.
+template <int BM>
+__device__ __forceinline__ void fma_k_tile(
+    const float (*As)[OperandTile<BM>::LDS],
+    const float (*Bs)[OperandTile<GEMM_TILE_ELEMS / BM>::LDS], float (&acc)[4][4]) {
+    const int BN = GEMM_TILE_ELEMS / BM;
+    const int tx = threadIdx.x % (BN / 4), ty = threadIdx.x / (BN / 4);
+#pragma unroll
+    for (int k = 0; k < GEMM_BK; ++k) {
+        const float4 av = *reinterpret_cast<const float4*>(&As[k][ty * 4]);
+        const float4 bv = *reinterpret_cast<const float4*>(&Bs[k][tx * 4]);
+        const float ai[4] = {av.x, av.y, av.z, av.w};
+        const float bj[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(ai[i], bj[j], acc[i][j]);
+        }
+    }
+}
+
+// acc += this warp's share of As·Bs on the tensor cores; acc[2·mi + ni] is
+// the C fragment of the 16 x 8 product (mi, ni) of the warp's sub-tile.
+template <int BM>
+__device__ __forceinline__ void mma_k_tile(
+    const float (*As)[OperandTile<BM>::LDS],
+    const float (*Bs)[OperandTile<GEMM_TILE_ELEMS / BM>::LDS], float (&acc)[4][4]) {
+    const MmaLane<BM> l;
+#pragma unroll
+    for (int k0 = 0; k0 < GEMM_BK; k0 += 8) {
+        float a[2][4], b[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+            const int m = l.wm + mi * 16 + l.g;
+            a[mi][0] = As[k0 + l.t][m];
+            a[mi][1] = As[k0 + l.t][m + 8];
+            a[mi][2] = As[k0 + l.t + 4][m];
+            a[mi][3] = As[k0 + l.t + 4][m + 8];
+        }
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+            const int n = l.wn + ni * 8 + l.g;
+            b[ni][0] = Bs[k0 + l.t][n];
+            b[ni][1] = Bs[k0 + l.t + 4][n];
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+            for (int ni = 0; ni < 2; ++ni) mma_m16n8k8_tf32(acc[2 * mi + ni], a[mi], b[ni]);
+        }
+    }
+}
+
+// This thread's 16 elements of the tile at (m0, n0) = (BM·blockIdx.y,
+// BN·blockIdx.x) over the block's k range (split blockIdx.z of k_chunk), in
+// the layout of `fma_k_tile` or `mma_k_tile` (`gemm_store` maps them).
+template <int BM, bool TF32, class LA, class LB>
 __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N, int K,
                                           int k_chunk, float (&acc)[4][4]) {
     const int BN = GEMM_TILE_ELEMS / BM;
@@ -129,8 +250,6 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
     // is read by this tile's fetch while the other is filled for the next.
     __shared__ typename LA::K a_ks[2][GEMM_BK];
     __shared__ typename LB::K b_ks[2][GEMM_BK];
-    const int tid = threadIdx.x;
-    const int tx = tid % (BN / 4), ty = tid / (BN / 4);
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int k_begin = blockIdx.z * k_chunk;
     const int k_end = gemm_min(K, k_begin + k_chunk);
@@ -151,8 +270,8 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
     int buf = 0;
     for (int kt = k_begin; kt < k_end; kt += GEMM_BK) {
         const bool more = kt + GEMM_BK < k_end;
-        gemm_stash<BM, LA>(As, ra);
-        gemm_stash<BN, LB>(Bs, rb);
+        gemm_stash<BM, LA, TF32>(As, ra);
+        gemm_stash<BN, LB, TF32>(Bs, rb);
         if (more) {
             gemm_k_parts(a, 0, kt + GEMM_BK, k_end, a_ks[buf ^ 1]);
             gemm_k_parts(b, GEMM_BK, kt + GEMM_BK, k_end, b_ks[buf ^ 1]);
@@ -164,50 +283,65 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
             gemm_fetch<BM>(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
             gemm_fetch<BN>(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
         }
-#pragma unroll
-        for (int k = 0; k < GEMM_BK; ++k) {
-            const float4 av = *reinterpret_cast<const float4*>(&As[k][ty * 4]);
-            const float4 bv = *reinterpret_cast<const float4*>(&Bs[k][tx * 4]);
-            const float ai[4] = {av.x, av.y, av.z, av.w};
-            const float bj[4] = {bv.x, bv.y, bv.z, bv.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-#pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(ai[i], bj[j], acc[i][j]);
-            }
+        if (TF32) {
+            mma_k_tile<BM>(As, Bs, acc);
+        } else {
+            fma_k_tile<BM>(As, Bs, acc);
         }
         __syncthreads();
     }
 }
 
-// Hands each in-range element of the tile to `store(m, n, value)`.
-template <int BM, class S>
+// Hands each in-range element of the tile to `store(m, n, value)`; acc is
+// laid out as `fma_k_tile` or `mma_k_tile` left it.
+template <int BM, bool TF32, class S>
 __device__ __forceinline__ void gemm_store(const float (&acc)[4][4], int M, int N, const S& store) {
     const int BN = GEMM_TILE_ELEMS / BM;
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    if (TF32) {
+        // acc[2·mi + ni][r]: C fragment element r of the warp's product (mi, ni).
+        const MmaLane<BM> l;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int m = m0 + l.wm + i / 2 * 16 + l.g + r / 2 * 8;
+                const int n = n0 + l.wn + i % 2 * 8 + 2 * l.t + r % 2;
+                if (m < M && n < N) store(m, n, acc[i][r]);
+            }
+        }
+        return;
+    }
     const int tx = threadIdx.x % (BN / 4), ty = threadIdx.x / (BN / 4);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const int m = blockIdx.y * BM + ty * 4 + i;
+        const int m = m0 + ty * 4 + i;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const int n = blockIdx.x * BN + tx * 4 + j;
+            const int n = n0 + tx * 4 + j;
             if (m < M && n < N) store(m, n, acc[i][j]);
         }
     }
 }
 
-// The block's tile (or split's partial tile) of a·b, handed to `store`, in
-// the tile shape the host chose: `tile_m` rows (32 or 64).
-template <class LA, class LB, class S>
-__device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int K, int k_chunk,
-                                     int tile_m, const S& store) {
+template <int BM, bool TF32, class LA, class LB, class S>
+__device__ __forceinline__ void gemm_shaped(const LA& a, const LB& b, int M, int N, int K,
+                                            int k_chunk, const S& store) {
     float acc[4][4];
-    if (tile_m == 32) {
-        gemm_tile<32>(a, b, M, N, K, k_chunk, acc);
-        gemm_store<32>(acc, M, N, store);
+    gemm_tile<BM, TF32>(a, b, M, N, K, k_chunk, acc);
+    gemm_store<BM, TF32>(acc, M, N, store);
+}
+
+// The block's tile (or split's partial tile) of a·b, handed to `store`, in
+// the tile shape the host chose (`tile_m` rows, 32 or 64), on the tensor
+// cores when TF32.
+template <bool TF32, class LA, class LB, class S>
+__device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int K,
+                                     const GemmTiling& t, const S& store) {
+    if (t.tile_m == 32) {
+        gemm_shaped<32, TF32>(a, b, M, N, K, (int)t.k_chunk, store);
     } else {
-        gemm_tile<64>(a, b, M, N, K, k_chunk, acc);
-        gemm_store<64>(acc, M, N, store);
+        gemm_shaped<64, TF32>(a, b, M, N, K, (int)t.k_chunk, store);
     }
 }
 

@@ -6,8 +6,9 @@
 //   input grad   dx [C, (n, ih, iw)]  = Wᵀ[C, (o, kh, kw)] · taps of dy
 //   weight grad  dW [O, C·K·K]        = dy [O, (n, oh, ow)] · im2col(x)ᵀ
 //
-// Each GEMM has `_f32` (whole tiles), `_partial_f32` (one K split into the
-// workspace) and `_reduce_f32` (sum of the splits in order) entry points.
+// Each GEMM has whole-tile entry points (`_f32`, `_tf32`), split-K ones that
+// fill the workspace with one K split each (`_partial_f32`, `_partial_tf32`),
+// and `_reduce_f32`, which sums the splits in order.
 
 #include "sgemm.cuh"
 #include "reduce.cuh"
@@ -20,7 +21,7 @@ struct Conv2dGeom {
 // Mirrors `GemmLaunch<Conv2dGeom>` in backend/cuda/gemm.rs.
 struct Conv2dLaunch {
     Conv2dGeom g;
-    unsigned long long k_chunk, splits, tile_m;
+    GemmTiling t;
 };
 
 // The geometry in 32-bit ints (the host checks that every buffer fits), with
@@ -193,15 +194,15 @@ struct DyTaps {
 };
 
 // dx's tile (or one split's partial tile) of Wᵀ · taps(dy), for either stride.
-template <class S>
+template <bool TF32, class S>
 __device__ __forceinline__ void conv2d_bwd_input(const float* dy, const float* w, const Dims& d,
                                                  const Conv2dLaunch& p, const S& store) {
     const WeightCols wt{w, d.c, d.kk};
     const int n = d.n * d.h * d.w, k = d.o * d.kk;
     if (d.s == 1) {
-        gemm(wt, DyTaps<true>{dy, d}, d.c, n, k, (int)p.k_chunk, (int)p.tile_m, store);
+        gemm<TF32>(wt, DyTaps<true>{dy, d}, d.c, n, k, p.t, store);
     } else {
-        gemm(wt, DyTaps<false>{dy, d}, d.c, n, k, (int)p.k_chunk, (int)p.tile_m, store);
+        gemm<TF32>(wt, DyTaps<false>{dy, d}, d.c, n, k, p.t, store);
     }
 }
 
@@ -217,26 +218,46 @@ struct NchwStore {
     }
 };
 
+// Each product below is one device function templated on TF32, behind two
+// entry points, `_f32` and `_tf32` (see sgemm.cuh).
+
 // ---- forward: M = O, N = batch·OH·OW, K = C·K·K ----
+
+template <bool TF32, class S>
+__device__ __forceinline__ void conv2d_fwd(const float* x, const float* w, const Conv2dLaunch& p,
+                                           const S& store) {
+    const Dims d = dims(p.g);
+    gemm<TF32>(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, p.t, store);
+}
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_fwd_f32(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    gemm(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, (int)p.k_chunk,
-         (int)p.tile_m, NchwStore{y, bias, d.o, d.ohw});
+    conv2d_fwd<false>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_tf32(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<true>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_fwd_partial_f32(const float* x, const float* w, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    gemm(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, (int)p.k_chunk,
-         (int)p.tile_m, PartialStore{ws, d.o, d.n * d.ohw});
+    conv2d_fwd<false>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_partial_tf32(const float* x, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<true>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
 }
 
 extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* bias, float* y,
                                                  Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    gemm_reduce(ws, d.o, d.n * d.ohw, (int)p.splits, NchwStore{y, bias, d.o, d.ohw});
+    gemm_reduce(ws, d.o, d.n * d.ohw, (int)p.t.splits, NchwStore{y, bias, d.o, d.ohw});
 }
 
 // ---- input gradient: M = C, N = batch·H·W, K = O·K·K ----
@@ -244,42 +265,67 @@ extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* b
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_input_f32(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    const int hw = d.h * d.w;
-    conv2d_bwd_input(dy, w, d, p, NchwStore{dx, nullptr, d.c, hw});
+    conv2d_bwd_input<false>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_tf32(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<true>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_input_partial_f32(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    const int hw = d.h * d.w;
-    conv2d_bwd_input(dy, w, d, p, PartialStore{ws, d.c, d.n * hw});
+    conv2d_bwd_input<false>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_partial_tf32(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<true>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
 }
 
 extern "C" __global__ void conv2d_bwd_input_reduce_f32(const float* ws, float* dx, Conv2dLaunch p) {
     const Dims d = dims(p.g);
     const int hw = d.h * d.w;
-    gemm_reduce(ws, d.c, d.n * hw, (int)p.splits, NchwStore{dx, nullptr, d.c, hw});
+    gemm_reduce(ws, d.c, d.n * hw, (int)p.t.splits, NchwStore{dx, nullptr, d.c, hw});
 }
 
 // ---- weight gradient: M = O, N = C·K·K, K = batch·OH·OW ----
 
+template <bool TF32, class S>
+__device__ __forceinline__ void conv2d_bwd_weight(const float* x, const float* dy,
+                                                  const Conv2dLaunch& p, const S& store) {
+    const Dims d = dims(p.g);
+    gemm<TF32>(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, p.t, store);
+}
+
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_f32(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    gemm(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, (int)p.k_chunk,
-         (int)p.tile_m, PlainStore{dw, d.ckk});
+    conv2d_bwd_weight<false>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_tf32(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
+    conv2d_bwd_weight<true>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_partial_f32(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    gemm(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, (int)p.k_chunk,
-         (int)p.tile_m, PartialStore{ws, d.o, d.ckk});
+    conv2d_bwd_weight<false>(x, dy, p, PartialStore{ws, d.o, d.ckk});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_partial_tf32(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_weight<true>(x, dy, p, PartialStore{ws, d.o, d.ckk});
 }
 
 extern "C" __global__ void conv2d_bwd_weight_reduce_f32(const float* ws, float* dw, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    gemm_reduce(ws, d.o, d.ckk, (int)p.splits, PlainStore{dw, d.ckk});
+    gemm_reduce(ws, d.o, d.ckk, (int)p.t.splits, PlainStore{dw, d.ckk});
 }
 
 // ---- bias gradient: db[o] = Σ dy[n, o, :], one block per channel ----

@@ -1,10 +1,11 @@
 // Linear layer y = x·Wᵀ + b with PyTorch's [out, in] weight: three GEMMs on
 // the shared tile (sgemm.cuh) and a column sum for the bias gradient.
 //
-// Each GEMM has three entry points: `<name>_f32` computes whole tiles and
-// stores the result, `<name>_partial_f32` computes one K split into the
-// workspace, `<name>_reduce_f32` sums the splits in order and stores. The
-// host picks direct or split from the shape alone (backend/cuda/gemm.rs).
+// Each GEMM has whole-tile entry points that store the result (`<name>_f32`,
+// `<name>_tf32`), split-K ones that compute one K split into the workspace
+// (`<name>_partial_f32`, `<name>_partial_tf32`), and `<name>_reduce_f32`,
+// which sums the splits in order and stores. The host picks direct or split
+// from the shape alone (backend/cuda/gemm.rs).
 
 #include "sgemm.cuh"
 
@@ -16,7 +17,7 @@ struct LinearGeom {
 // Mirrors `GemmLaunch<LinearGeom>` in backend/cuda/gemm.rs.
 struct LinearLaunch {
     LinearGeom g;
-    unsigned long long k_chunk, splits, tile_m;
+    GemmTiling t;
 };
 
 // A row-major matrix read as (mn, k): element [mn · ld + k].
@@ -47,65 +48,109 @@ struct BiasStore {
     __device__ void operator()(int m, int n, float v) const { y[m * ld + n] = v + bias[n]; }
 };
 
+// Each product is one device function templated on TF32, behind two entry
+// points, `_f32` and `_tf32` (see sgemm.cuh).
+
 // Forward: M = batch, N = out, K = in; A = x, B(k = i, n = o) = W[o, i].
+template <bool TF32, class S>
+__device__ __forceinline__ void linear_fwd(const float* x, const float* w, const LinearLaunch& p,
+                                           const S& store) {
+    const int I = (int)p.g.in_features, O = (int)p.g.out_features;
+    gemm<TF32>(RowsByK{x, I}, RowsByK{w, I}, (int)p.g.batch, O, I, p.t, store);
+}
+
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_f32(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) {
-    const int I = (int)p.g.in_features, O = (int)p.g.out_features;
-    gemm(RowsByK{x, I}, RowsByK{w, I}, (int)p.g.batch, O, I, (int)p.k_chunk, (int)p.tile_m,
-         BiasStore{y, bias, O});
+    linear_fwd<false>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_fwd_tf32(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) {
+    linear_fwd<true>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_partial_f32(const float* x, const float* w, float* ws, LinearLaunch p) {
-    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    gemm(RowsByK{x, I}, RowsByK{w, I}, B, O, I, (int)p.k_chunk, (int)p.tile_m,
-         PartialStore{ws, B, O});
+    linear_fwd<false>(x, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.out_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_fwd_partial_tf32(const float* x, const float* w, float* ws, LinearLaunch p) {
+    linear_fwd<true>(x, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.out_features});
 }
 
 extern "C" __global__ void linear_fwd_reduce_f32(const float* ws, const float* bias, float* y,
                                                  LinearLaunch p) {
     const int O = (int)p.g.out_features;
-    gemm_reduce(ws, (int)p.g.batch, O, (int)p.splits, BiasStore{y, bias, O});
+    gemm_reduce(ws, (int)p.g.batch, O, (int)p.t.splits, BiasStore{y, bias, O});
 }
 
 // Weight gradient: dW[o, i] = Σ_b dy[b, o] · x[b, i]; M = out, N = in, K = batch.
+template <bool TF32, class S>
+__device__ __forceinline__ void linear_bwd_weight(const float* x, const float* dy,
+                                                  const LinearLaunch& p, const S& store) {
+    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
+    gemm<TF32>(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, p.t, store);
+}
+
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_f32(const float* x, const float* dy, float* dw, LinearLaunch p) {
-    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    gemm(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, (int)p.k_chunk, (int)p.tile_m,
-         PlainStore{dw, I});
+    linear_bwd_weight<false>(x, dy, p, PlainStore{dw, (int)p.g.in_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_weight_tf32(const float* x, const float* dy, float* dw, LinearLaunch p) {
+    linear_bwd_weight<true>(x, dy, p, PlainStore{dw, (int)p.g.in_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_partial_f32(const float* x, const float* dy, float* ws, LinearLaunch p) {
-    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    gemm(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, (int)p.k_chunk, (int)p.tile_m,
-         PartialStore{ws, O, I});
+    linear_bwd_weight<false>(x, dy, p,
+                             PartialStore{ws, (int)p.g.out_features, (int)p.g.in_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_weight_partial_tf32(const float* x, const float* dy, float* ws, LinearLaunch p) {
+    linear_bwd_weight<true>(x, dy, p,
+                            PartialStore{ws, (int)p.g.out_features, (int)p.g.in_features});
 }
 
 extern "C" __global__ void linear_bwd_weight_reduce_f32(const float* ws, float* dw, LinearLaunch p) {
     const int I = (int)p.g.in_features;
-    gemm_reduce(ws, (int)p.g.out_features, I, (int)p.splits, PlainStore{dw, I});
+    gemm_reduce(ws, (int)p.g.out_features, I, (int)p.t.splits, PlainStore{dw, I});
 }
 
 // Input gradient: dx[b, i] = Σ_o dy[b, o] · W[o, i]; M = batch, N = in, K = out.
+template <bool TF32, class S>
+__device__ __forceinline__ void linear_bwd_input(const float* dy, const float* w,
+                                                 const LinearLaunch& p, const S& store) {
+    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
+    gemm<TF32>(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, p.t, store);
+}
+
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_f32(const float* dy, const float* w, float* dx, LinearLaunch p) {
-    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    gemm(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, (int)p.k_chunk, (int)p.tile_m,
-         PlainStore{dx, I});
+    linear_bwd_input<false>(dy, w, p, PlainStore{dx, (int)p.g.in_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_input_tf32(const float* dy, const float* w, float* dx, LinearLaunch p) {
+    linear_bwd_input<true>(dy, w, p, PlainStore{dx, (int)p.g.in_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_partial_f32(const float* dy, const float* w, float* ws, LinearLaunch p) {
-    const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    gemm(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, (int)p.k_chunk, (int)p.tile_m,
-         PartialStore{ws, B, I});
+    linear_bwd_input<false>(dy, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.in_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_input_partial_tf32(const float* dy, const float* w, float* ws, LinearLaunch p) {
+    linear_bwd_input<true>(dy, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.in_features});
 }
 
 extern "C" __global__ void linear_bwd_input_reduce_f32(const float* ws, float* dx, LinearLaunch p) {
     const int I = (int)p.g.in_features;
-    gemm_reduce(ws, (int)p.g.batch, I, (int)p.splits, PlainStore{dx, I});
+    gemm_reduce(ws, (int)p.g.batch, I, (int)p.t.splits, PlainStore{dx, I});
 }
 
 // Bias gradient: db[o] = Σ_b dy[b, o], one thread per column summing the rows
