@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use comm::nccl::{NcclCommunicator, require_nccl};
 use comm::{Communicator, Store};
-use core_tensor::{Backend, Cpu, Cuda};
+use core_tensor::{Backend, Cpu, Cuda, MatmulPrecision};
 
 use super::RankInfo;
 use crate::cli::{BackendChoice, Cli, DeviceChoice};
@@ -21,6 +21,11 @@ pub(super) enum Device {
 /// local rank (wrapping around when ranks outnumber GPUs), `auto` takes it
 /// when one is usable and otherwise says why it trains on the CPU.
 pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device> {
+    let precision = if cli.tf32 {
+        MatmulPrecision::Tf32
+    } else {
+        MatmulPrecision::Fp32
+    };
     let gpu = || -> anyhow::Result<Cuda> {
         let count = core_tensor::cuda_available()?;
         let ordinal = if count == 0 {
@@ -28,20 +33,30 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
         } else {
             info.local_rank % count
         };
-        Ok(Cuda::new(ordinal)?)
+        Ok(Cuda::with_precision(ordinal, precision)?)
     };
+    let flag = if cli.tf32 { "--tf32" } else { "--device cuda" };
     match cli.device {
         DeviceChoice::Cpu => Ok(Device::Cpu(cpu_backend(cli, info)?)),
         DeviceChoice::Cuda => gpu()
             .map(Device::Cuda)
-            .with_context(|| format!("rank {}: --device cuda", info.rank)),
+            .with_context(|| format!("rank {}: {flag}", info.rank)),
         DeviceChoice::Auto => match gpu() {
             Ok(gpu) => Ok(Device::Cuda(gpu)),
+            // A GPU too old for --tf32 is an error, not a quiet CPU run.
+            Err(why) if is_gpu_too_old(&why) => {
+                Err(why.context(format!("rank {}: {flag}", info.rank)))
+            }
             Err(why) => {
                 // Once per machine: its ranks share the reason.
                 if info.local_rank == 0 {
+                    let tf32 = if cli.tf32 {
+                        "; --tf32 has no effect there"
+                    } else {
+                        ""
+                    };
                     eprintln!(
-                        "note: no usable GPU ({why:#}); training on the CPU (every rank on {})",
+                        "note: no usable GPU ({why:#}); training on the CPU (every rank on {}){tf32}",
                         super::hostname()
                     );
                 }
@@ -49,6 +64,13 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
             }
         },
     }
+}
+
+fn is_gpu_too_old(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<core_tensor::Error>(),
+        Some(core_tensor::Error::GpuTooOld { .. })
+    )
 }
 
 /// The gradient transport every rank agrees on (`--backend`), or `None`
