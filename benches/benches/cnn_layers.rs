@@ -3,7 +3,7 @@
 //! layer shapes of `trainer::model::CnnMnist`, on the CPU backend or a GPU.
 //!
 //! `cargo bench -p benches --bench cnn_layers -- --threads 1 --batch-size 64 --reps 30`
-//! `cargo bench -p benches --bench cnn_layers -- --device cuda --batch-size 512`
+//! `cargo bench -p benches --bench cnn_layers -- --device cuda --batch-size 512 [--tf32]`
 //!
 //! Each call is timed between two [`Backend::mark`]s: the host clock on the
 //! CPU, CUDA events on the GPU's compute stream (so a GPU figure is the
@@ -11,10 +11,10 @@
 //! it). Inputs are random: the kernels' cost does not depend on the values.
 //! Prints one line per call and their sum; asserts nothing.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use core_tensor::ops::{Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
-use core_tensor::{Backend, Cpu, Cuda, Ops};
+use core_tensor::{Backend, Cpu, Cuda, MatmulPrecision, Ops};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Device {
@@ -35,6 +35,9 @@ struct Args {
     /// Timed repetitions of each call (after one untimed).
     #[arg(long, default_value_t = 30)]
     reps: usize,
+    /// TF32 tensor cores for the conv and linear products (`--device cuda`).
+    #[arg(long)]
+    tf32: bool,
     /// Time only the calls whose name starts with this (e.g. `conv2`).
     #[arg(long, default_value = "")]
     only: String,
@@ -213,12 +216,19 @@ fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
 fn main() -> Result<()> {
     let a = Args::parse();
     let (described, rows) = match a.device {
+        Device::Cpu if a.tf32 => bail!("--tf32 is for --device cuda"),
         Device::Cpu => {
             let cpu = Cpu::new(a.threads)?;
             (cpu.describe(), rows(&cpu, &a)?)
         }
         Device::Cuda => {
-            let cuda = Cuda::new(0).context("--device cuda: no usable GPU 0")?;
+            let precision = if a.tf32 {
+                MatmulPrecision::Tf32
+            } else {
+                MatmulPrecision::Fp32
+            };
+            let cuda =
+                Cuda::with_precision(0, precision).context("--device cuda: no usable GPU 0")?;
             (cuda.describe(), rows(&cuda, &a)?)
         }
     };

@@ -11,7 +11,8 @@ and pin_memory on CUDA, and each batch moved with .to(device).
 --mode on-device is what the trainer does: the training images are uploaded
 once as uint8, and each step gathers a random index batch and converts it to
 float on the device, with no DataLoader; cudnn.benchmark is on. Both modes
-keep TF32 off, as the trainer computes in full float32.
+keep TF32 off, as the trainer computes in full float32, unless --tf32 turns
+it on for matmuls and cuDNN alike (to set beside `trainer --tf32`).
 
 Times --steps steps after --warmup untimed ones (synchronizing the GPU around
 the timed region) and prints one line.
@@ -96,6 +97,8 @@ def main():
     p.add_argument("--steps", type=int, default=300, help="timed steps")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     p.add_argument("--threads", type=int, help="CPU threads [default: torch's]")
+    p.add_argument("--tf32", action="store_true",
+                   help="TF32 tensor cores for matmuls and convolutions (as trainer --tf32)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     a = p.parse_args()
     if a.threads:
@@ -105,9 +108,9 @@ def main():
     name = torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
-        # The trainer's kernels compute in full float32: no TF32 here either.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        # The same precision as the trainer's: float32, or TF32 with --tf32.
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
         # The tuned mode lets cuDNN time its algorithms for these shapes.
         torch.backends.cudnn.benchmark = a.mode == "on-device"
 
@@ -133,7 +136,8 @@ def main():
     seen = sum(step() for _ in range(a.steps))
     sync()
     secs = time.perf_counter() - start
-    print(f"torch {torch.__version__} {a.mode} {name} batch {a.batch_size}: "
+    precision = " tf32" if a.tf32 else ""
+    print(f"torch {torch.__version__} {a.mode}{precision} {name} batch {a.batch_size}: "
           f"{seen / secs:.0f} img/s ({secs / a.steps * 1e3:.2f} ms/step over {a.steps} steps)")
 
 

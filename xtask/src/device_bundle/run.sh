@@ -162,6 +162,14 @@ for batch in 256 512; do
   step "train_b$batch" 'Epoch' "${trainer[@]}" --batch-size "$batch" --epochs 1 \
     --metrics "$logs/train_b$batch.jsonl"
 done
+# The same on the tensor cores (--tf32): accuracy over the full run, speed
+# at each batch size.
+step train_tf32 'Epoch' "${trainer[@]}" --tf32 --epochs "$epochs" \
+  --metrics "$logs/train_tf32.jsonl"
+for batch in 256 512; do
+  step "train_tf32_b$batch" 'Epoch' "${trainer[@]}" --tf32 --batch-size "$batch" --epochs 1 \
+    --metrics "$logs/train_tf32_b$batch.jsonl"
+done
 
 # PyTorch on the same model and data, and its all-reduce.
 if [ -n "$orig_ld" ]; then
@@ -177,11 +185,14 @@ if "${torch_env[@]}" "$python" -c 'import torch; assert torch.cuda.is_available(
   for batch in 64 256 512; do
     step "torch_ref_b$batch" 'img/s' "${throughput[@]}" --mode reference --batch-size "$batch"
     step "torch_gpu_b$batch" 'img/s' "${throughput[@]}" --mode on-device --batch-size "$batch"
+    step "torch_gpu_tf32_b$batch" 'img/s' "${throughput[@]}" --mode on-device --tf32 \
+      --batch-size "$batch"
   done
   step torch_allreduce "$largest" "${torch_env[@]}" "$python" "$here/pytorch/allreduce_nccl.py" \
     --min-bytes 8 --max-bytes 268435456
 else
-  for name in torch_ref_b{64,256,512} torch_gpu_b{64,256,512} torch_allreduce; do
+  for name in torch_ref_b{64,256,512} torch_gpu_b{64,256,512} torch_gpu_tf32_b{64,256,512} \
+    torch_allreduce; do
     if selected "$name"; then
       row torch skipped "no torch that sees a GPU in $python (set PYTHON=.../python)"
       break
@@ -195,6 +206,8 @@ step bench_train_step '.' "$here/benches/train_step"
 for batch in 64 512; do
   step "bench_cnn_layers_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
     --batch-size "$batch" --reps 50
+  step "bench_cnn_layers_tf32_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
+    --tf32 --batch-size "$batch" --reps 50
 done
 step bench_allreduce_unix "$largest" "$here/benches/allreduce" --ranks 2 --max-bytes 67108864
 if [ "$have_nccl" = 1 ]; then
@@ -208,6 +221,8 @@ fi
 if command -v ncu >/dev/null; then
   step ncu_kernels '==PROF==|gpu__time_duration' ncu --metrics gpu__time_duration.sum --csv \
     --launch-skip 400 --launch-count 100 "${trainer[@]}" --epochs 1 --max-steps 40
+  step ncu_kernels_tf32 '==PROF==|gpu__time_duration' ncu --metrics gpu__time_duration.sum \
+    --csv --launch-skip 400 --launch-count 100 "${trainer[@]}" --tf32 --epochs 1 --max-steps 40
 else
   skip ncu_kernels "no ncu on PATH"
 fi
