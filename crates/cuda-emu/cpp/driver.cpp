@@ -33,18 +33,14 @@ namespace {
 using CUdevice = int;
 
 constexpr int kMaxDevices = 8;
-// The compute capability the emulator reports: $CUDA_EMU_COMPUTE_CAP as
-// nvidia-smi prints it (7.5) or as a number (75), else 9.0, a Hopper. An
-// older one lets tests meet what the backend refuses on older GPUs; the
-// kernels it runs are the same C++ whatever it reports.
+// The compute capability reported: $CUDA_EMU_COMPUTE_CAP as nvidia-smi prints
+// it (7.5), else 9.0; tests set an older one to meet what the backend refuses.
 int compute_cap() {
     static const int cap = [] {
         const char* text = std::getenv("CUDA_EMU_COMPUTE_CAP");
-        if (!text) return 90;
         int major = 0, minor = 0;
-        if (std::sscanf(text, "%d.%d", &major, &minor) == 2) return major * 10 + minor;
-        const int n = std::atoi(text);
-        return n >= 10 && n <= 99 ? n : 90;
+        const bool given = text && std::sscanf(text, "%d.%d", &major, &minor) == 2;
+        return given ? major * 10 + minor : 90;
     }();
     return cap;
 }

@@ -404,29 +404,21 @@ mod tests {
     }
 
     #[test]
-    fn nccl_with_the_cpu_is_refused_before_anything_starts() {
-        let err = parse(&["--device", "cpu", "--backend", "nccl"])
-            .unwrap()
-            .validate()
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("--backend tcp"), "{err}");
-        for backend in ["auto", "tcp", "nccl"] {
-            let cli = parse(&["--device", "cuda", "--backend", backend]).unwrap();
-            cli.validate().unwrap();
+    fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
+        for (flags, hint) in [
+            (&["--backend", "nccl"][..], "--backend tcp"),
+            (&["--tf32"], "--tf32"),
+        ] {
+            let cpu = [&["--device", "cpu"][..], flags].concat();
+            let err = parse(&cpu).unwrap().validate().unwrap_err().to_string();
+            assert!(err.contains(hint), "{err}");
+            for device in ["auto", "cuda"] {
+                let gpu = [&["--device", device][..], flags].concat();
+                parse(&gpu).unwrap().validate().unwrap();
+            }
         }
-    }
-
-    #[test]
-    fn tf32_on_the_cpu_is_refused_before_anything_starts() {
-        let err = parse(&["--device", "cpu", "--tf32"])
-            .unwrap()
-            .validate()
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("--tf32"), "{err}");
-        for device in ["auto", "cuda"] {
-            parse(&["--device", device, "--tf32"])
+        for backend in ["auto", "tcp"] {
+            parse(&["--device", "cuda", "--backend", backend])
                 .unwrap()
                 .validate()
                 .unwrap();
