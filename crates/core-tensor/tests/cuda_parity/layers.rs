@@ -96,45 +96,66 @@ fn conv2d_within<B: Ops>(dev: &B, product_error: f64) {
         let x = uniform(seed, g.batch * g.in_image_len(), -1.0, 1.0);
         let dy = uniform(seed + 1, g.batch * g.out_image_len(), -1.0, 1.0);
         let (params, at) = conv_params(g, seed + 2);
-        let what = |part: &str| format!("{} conv2d {part} {g:?}", dev.describe());
-        let bound = |part: &str, got: &[f32], want: &[f32], abs_sum: &[f32], terms: usize| {
-            assert_within_rounded_sum_bound(&what(part), got, want, abs_sum, terms, product_error)
-        };
-        let (y, grads, dx) = layer_run(dev, g, &x, &params, &at, &dy);
-        let (y_ref, grads_ref, dx_ref) = layer_run(&reference(), g, &x, &params, &at, &dy);
-        // Σ|terms| per output: the same op on absolute values.
-        let (y_abs, grads_abs, dx_abs) =
-            layer_run(&reference(), g, &abs(&x), &abs(&params), &at, &abs(&dy));
         let pixels = g.batch * g.out_h() * g.out_w();
-        bound("y", &y, &y_ref, &y_abs, g.patch_len() + 1);
-        let (w, b) = (at.weight.clone(), at.bias.clone());
-        bound(
-            "dW",
-            &grads[w.clone()],
-            &grads_ref[w.clone()],
-            &grads_abs[w],
-            pixels,
-        );
+        let terms = Terms {
+            y: g.patch_len() + 1,
+            dw: pixels,
+            dx: g.out_channels * g.kernel * g.kernel,
+        };
+        let [grads, grads_ref, grads_abs] =
+            check_gemm_layer(dev, g, (&x, &params, &at, &dy), terms, product_error);
         // The bias gradient is a plain sum on every device, no GEMM.
+        let b = at.bias.clone();
         assert_within_sum_bound(
-            &what("db"),
+            &format!("{} db {g:?}", dev.describe()),
             &grads[b.clone()],
             &grads_ref[b.clone()],
             &grads_abs[b],
             pixels,
         );
-        let taps = g.out_channels * g.kernel * g.kernel;
-        bound("dx", &dx, &dx_ref, &dx_abs, taps);
-        // Deterministic: a second run gives the same bits.
-        let (y2, grads2, dx2) = layer_run(dev, g, &x, &params, &at, &dy);
-        assert_same_bits(&what("y rerun"), &y2, &y);
-        assert_same_bits(
-            &what("grads rerun"),
-            &grads2[at.weight.start..at.bias.end],
-            &grads[at.weight.start..at.bias.end],
-        );
-        assert_same_bits(&what("dx rerun"), &dx2, &dx);
     }
+}
+
+/// How many terms each GEMM output of a layer sums: y (the bias counted),
+/// dW and dx.
+struct Terms {
+    y: usize,
+    dw: usize,
+    dx: usize,
+}
+
+/// Runs `g` on `dev` and on the reference, holds y, dW and dx to the sum
+/// bound (widened by `product_error`) and a rerun to the same bits, and
+/// returns the gradients of the device, the reference and the reference on
+/// absolute values, for the caller's bias check.
+fn check_gemm_layer<B: Ops>(
+    dev: &B,
+    g: &impl Layer,
+    (x, params, at, dy): (&[f32], &[f32], &ParamAt, &[f32]),
+    terms: Terms,
+    product_error: f64,
+) -> [Vec<f32>; 3] {
+    let what = |part: &str| format!("{} {part} {g:?}", dev.describe());
+    let bound = |part: &str, got: &[f32], want: &[f32], abs_sum: &[f32], terms: usize| {
+        assert_within_rounded_sum_bound(&what(part), got, want, abs_sum, terms, product_error)
+    };
+    let (y, grads, dx) = layer_run(dev, g, x, params, at, dy);
+    let (y_ref, grads_ref, dx_ref) = layer_run(&reference(), g, x, params, at, dy);
+    // Σ|terms| per output: the same op on absolute values.
+    let (y_abs, grads_abs, dx_abs) =
+        layer_run(&reference(), g, &abs(x), &abs(params), at, &abs(dy));
+    bound("y", &y, &y_ref, &y_abs, terms.y);
+    let w = at.weight.clone();
+    let dw = (&grads[w.clone()], &grads_ref[w.clone()], &grads_abs[w]);
+    bound("dW", dw.0, dw.1, dw.2, terms.dw);
+    bound("dx", &dx, &dx_ref, &dx_abs, terms.dx);
+    // Deterministic: a second run gives the same bits.
+    let (y2, grads2, dx2) = layer_run(dev, g, x, params, at, dy);
+    assert_same_bits(&what("y rerun"), &y2, &y);
+    let both = at.weight.start..at.bias.end;
+    assert_same_bits(&what("grads rerun"), &grads2[both.clone()], &grads[both]);
+    assert_same_bits(&what("dx rerun"), &dx2, &dx);
+    [grads, grads_ref, grads_abs]
 }
 
 /// Strides, padding, the model's two convolutions, and more than one tile
@@ -239,34 +260,19 @@ fn linear_within<B: Ops>(dev: &B, product_error: f64) {
             weight: 1..1 + wl,
             bias: 1 + wl..1 + wl + g.out_features,
         };
-        let what = |part: &str| format!("{} linear {part} {g:?}", dev.describe());
-        let bound = |part: &str, got: &[f32], want: &[f32], abs_sum: &[f32], terms: usize| {
-            assert_within_rounded_sum_bound(&what(part), got, want, abs_sum, terms, product_error)
+        let terms = Terms {
+            y: g.in_features + 1,
+            dw: g.batch,
+            dx: g.out_features,
         };
-        let (y, grads, dx) = layer_run(dev, g, &x, &params, &at, &dy);
-        let (y_ref, grads_ref, dx_ref) = layer_run(&reference(), g, &x, &params, &at, &dy);
-        let (y_abs, grads_abs, dx_abs) =
-            layer_run(&reference(), g, &abs(&x), &abs(&params), &at, &abs(&dy));
-        bound("y", &y, &y_ref, &y_abs, g.in_features + 1);
-        let w = at.weight.clone();
-        bound(
-            "dW",
-            &grads[w.clone()],
-            &grads_ref[w.clone()],
-            &grads_abs[w],
-            g.batch,
-        );
+        let [grads, grads_ref, _] =
+            check_gemm_layer(dev, g, (&x, &params, &at, &dy), terms, product_error);
         // One sequential sum per column on every device: the same bits.
         assert_same_bits(
-            &what("db"),
+            &format!("{} db {g:?}", dev.describe()),
             &grads[at.bias.clone()],
             &grads_ref[at.bias.clone()],
         );
-        bound("dx", &dx, &dx_ref, &dx_abs, g.out_features);
-        let (y2, grads2, dx2) = layer_run(dev, g, &x, &params, &at, &dy);
-        assert_same_bits(&what("y rerun"), &y2, &y);
-        assert_same_bits(&what("grads rerun"), &grads2[1..], &grads[1..]);
-        assert_same_bits(&what("dx rerun"), &dx2, &dx);
     }
 }
 
@@ -296,7 +302,7 @@ fn small_integer_products_are_exact<B: Ops>(dev: &B) {
         let dy = small_integers(seed + 1, g.batch * g.out_image_len());
         let (_, at) = conv_params(g, seed + 2);
         let params = small_integers(seed + 2, at.bias.end);
-        exact_run(dev, g, &x, &params, &at, &dy, "conv2d");
+        exact_run(dev, g, (&x, &params, &at, &dy));
     }
     for (i, g) in linear_geoms().iter().enumerate() {
         let seed = 400 + i as u64;
@@ -308,20 +314,17 @@ fn small_integer_products_are_exact<B: Ops>(dev: &B) {
             weight: 0..wl,
             bias: wl..wl + g.out_features,
         };
-        exact_run(dev, g, &x, &params, &at, &dy, "linear");
+        exact_run(dev, g, (&x, &params, &at, &dy));
     }
 }
 
+/// `g` on `dev` gives the reference's bits.
 fn exact_run<B: Ops>(
     dev: &B,
     g: &impl Layer,
-    x: &[f32],
-    params: &[f32],
-    at: &ParamAt,
-    dy: &[f32],
-    op: &str,
+    (x, params, at, dy): (&[f32], &[f32], &ParamAt, &[f32]),
 ) {
-    let what = |part: &str| format!("{} {op} {part} {g:?}", dev.describe());
+    let what = |part: &str| format!("{} {part} {g:?}", dev.describe());
     let (y, grads, dx) = layer_run(dev, g, x, params, at, dy);
     let (y_ref, grads_ref, dx_ref) = layer_run(&reference(), g, x, params, at, dy);
     assert_same_bits(&what("y"), &y, &y_ref);
