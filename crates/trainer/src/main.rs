@@ -13,7 +13,7 @@ fn subcommand<A: Parser>(run: fn(&A) -> anyhow::Result<()>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(u8::try_from(trainer::stop::failure_exit_code(&e)).unwrap_or(1))
         }
     }
 }
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         Ok(end) => ExitCode::from(u8::try_from(end.exit_code()).unwrap_or(u8::MAX)),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(u8::try_from(trainer::stop::failure_exit_code(&e)).unwrap_or(1))
         }
     }
 }

@@ -164,4 +164,6 @@ fn a_killed_worker_stops_the_whole_launch_with_the_lost_rank_named() {
         "{err}"
     );
     assert!(err.contains("rank 1 failed (signal: 9"), "{err}");
+    // The survivor says by its exit code that it only lost its peer.
+    assert!(err.contains("rank 0 failed (exit status: 69)"), "{err}");
 }

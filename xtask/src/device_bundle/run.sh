@@ -223,17 +223,6 @@ if command -v ncu >/dev/null; then
     --launch-skip 400 --launch-count 100 "${trainer[@]}" --epochs 1 --max-steps 40
   step ncu_kernels_tf32 '==PROF==|gpu__time_duration' ncu --metrics gpu__time_duration.sum \
     --csv --launch-skip 400 --launch-count 100 "${trainer[@]}" --tf32 --epochs 1 --max-steps 40
-  # Why the GEMM kernels take what they take: throughput against peak, the
-  # warps' stall reasons, shared-memory bank conflicts; one launch of each.
-  for precision in f32 tf32; do
-    flags=()
-    [ "$precision" = tf32 ] && flags=(--tf32)
-    gemms="regex:^(conv2d|linear)_(fwd|bwd_input|bwd_weight)(_partial)?_$precision\$"
-    step "ncu_detail_$precision" '==PROF==|Duration' ncu --section SpeedOfLight \
-      --section WarpStateStats --section MemoryWorkloadAnalysis_Tables --csv \
-      --kernel-name "$gemms" --launch-skip 20 --launch-count 8 \
-      "${trainer[@]}" "${flags[@]}" --epochs 1 --max-steps 10
-  done
 else
   skip ncu_kernels "no ncu on PATH"
 fi
@@ -250,6 +239,20 @@ if [ -x "$here/baseline/bin/trainer" ]; then
     step base_ncu_kernels '==PROF==|gpu__time_duration' ncu --metrics gpu__time_duration.sum \
       --csv --launch-skip 400 --launch-count 100 "${base[@]}" --epochs 1 --max-steps 40
   fi
+fi
+
+# Why the GEMM kernels take what they take: throughput against peak, the
+# warps' stall reasons, shared-memory bank conflicts; one launch of each.
+if command -v ncu >/dev/null; then
+  for precision in f32 tf32; do
+    flags=()
+    [ "$precision" = tf32 ] && flags=(--tf32)
+    gemms="regex:^(conv2d|linear)_(fwd|bwd_input|bwd_weight)(_partial)?_$precision\$"
+    step "ncu_detail_$precision" '==PROF==|Duration' ncu --section SpeedOfLight \
+      --section WarpStateStats --section MemoryWorkloadAnalysis_Tables --csv \
+      --kernel-name "$gemms" --launch-skip 24 --launch-count 12 \
+      "${trainer[@]}" "${flags[@]}" --epochs 1 --max-steps 10
+  done
 fi
 
 # Last, as the GPU steps come first: the CPU-speed goals on this host's CPU

@@ -10,7 +10,7 @@ use signal_hook::iterator::Signals;
 use super::group::NodeGroup;
 use super::workers::{Worker, forward, stop};
 use super::{Failure, Graces, Outcome, POLL};
-use crate::stop::{PREEMPTED_EXIT_CODE, RunEnd, describe};
+use crate::stop::{PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, RunEnd, describe};
 
 /// How long a launcher whose rank exited with an error (often its reaction
 /// to losing a peer elsewhere) waits for another node to report the cause.
@@ -158,15 +158,12 @@ fn root_cause(failed: &[(usize, ExitStatus)]) -> Option<(usize, ExitStatus)> {
         .copied()
 }
 
-/// How comm's `CommError::PeerLost` reads: a rank's reaction to a peer that
-/// ended, not a cause of its own.
-const PEER_LOST: &str = "lost connection to rank";
-
-/// The rank to name first: `first`, unless its error only says it lost a
-/// peer and another rank in `failed_alone` failed for a reason of its own
-/// (killed by a signal, or any other error), which is then the cause.
+/// The rank to name first: `first`, unless it only lost a peer (it exited
+/// with [`PEER_LOST_EXIT_CODE`]) and another rank in `failed_alone` failed
+/// for a reason of its own (killed by a signal, or any other error), which
+/// is then the cause.
 fn blame(workers: &[Worker], first: usize, failed_alone: &[usize]) -> usize {
-    let reaction = |i: usize| workers[i].said().is_some_and(|e| e.contains(PEER_LOST));
+    let reaction = |i: usize| workers[i].status.and_then(|s| s.code()) == Some(PEER_LOST_EXIT_CODE);
     if !reaction(first) {
         return first;
     }
@@ -181,10 +178,10 @@ fn blame(workers: &[Worker], first: usize, failed_alone: &[usize]) -> usize {
 mod tests {
     use super::*;
 
-    /// A worker that printed `error: {said}` and exited 1.
-    fn failed_with(rank: usize, said: &str) -> Worker {
+    /// A worker that printed `error: {said}` and exited with `code`.
+    fn failed_with(rank: usize, said: &str, code: i32) -> Worker {
         let child = std::process::Command::new("sh")
-            .args(["-c", &format!("echo 'error: {said}' >&2; exit 1")])
+            .args(["-c", &format!("echo 'error: {said}' >&2; exit {code}")])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -199,11 +196,12 @@ mod tests {
     fn a_rank_that_only_lost_its_peer_points_at_the_peers_own_error() {
         let lost = "rank 0 of 3: lost connection to rank 2 (127.0.0.1:1) during all_reduce: eof";
         let workers = [
-            failed_with(0, lost),
-            failed_with(1, lost),
+            failed_with(0, lost, PEER_LOST_EXIT_CODE),
+            failed_with(1, lost, PEER_LOST_EXIT_CODE),
             failed_with(
                 2,
                 "rank 2: epoch 1, step 2: non-finite gradient in fc1.weight",
+                1,
             ),
         ];
         assert_eq!(blame(&workers, 0, &[0, 1, 2]), 2);
@@ -211,19 +209,36 @@ mod tests {
         // The cause must have failed on its own, not been stopped later.
         assert_eq!(blame(&workers, 0, &[0, 1]), 0);
         // A first failure with a cause of its own keeps the blame.
-        let workers = [failed_with(0, "out of memory"), failed_with(1, "disk full")];
+        let workers = [
+            failed_with(0, "out of memory", 1),
+            failed_with(1, "disk full", 1),
+        ];
         assert_eq!(blame(&workers, 1, &[1, 0]), 1);
+        // The exit code decides, not the words: an own error that mentions
+        // a lost connection is still its own.
+        let workers = [failed_with(0, lost, 1), failed_with(1, "disk full", 1)];
+        assert_eq!(blame(&workers, 0, &[0, 1]), 0);
     }
 
     #[test]
-    fn the_launcher_recognises_comms_peer_lost_error() {
+    fn a_lost_peer_anywhere_in_the_chain_sets_its_exit_code() {
         let lost = comm::CommError::PeerLost {
             peer: 1,
             addr: "127.0.0.1:1".into(),
             op: "all_reduce",
             detail: "connection closed by peer".into(),
         };
-        assert!(lost.to_string().contains(PEER_LOST), "{lost}");
+        let e = anyhow::Error::new(lost).context("rank 0: epoch 1, step 3");
+        assert_eq!(crate::stop::failure_exit_code(&e), PEER_LOST_EXIT_CODE);
+        let other = comm::CommError::InvalidArgument {
+            op: "all_reduce",
+            reason: "lengths differ".into(),
+        };
+        assert_eq!(crate::stop::failure_exit_code(&other.into()), 1);
+        assert_eq!(
+            crate::stop::failure_exit_code(&anyhow::anyhow!("disk full")),
+            1
+        );
     }
 
     #[test]
