@@ -5,6 +5,7 @@
 mod cuda_emu;
 mod device_bundle;
 mod fetch_data;
+mod gpu_report;
 mod slurm_submit;
 
 use clap::{Parser, Subcommand};
@@ -27,6 +28,8 @@ enum Task {
     DeviceBundle(device_bundle::Args),
     /// Build the CUDA driver and NCCL emulator (CPU only) and print how to run a command on it.
     CudaEmu(cuda_emu::Args),
+    /// Print docs/gpu.md's tables (throughput, goals, kernels) from a device-bundle run's logs.
+    GpuReport(gpu_report::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -35,5 +38,6 @@ fn main() -> anyhow::Result<()> {
         Task::SlurmSubmit(args) => slurm_submit::run(args),
         Task::DeviceBundle(args) => device_bundle::run(args),
         Task::CudaEmu(args) => cuda_emu::run(args),
+        Task::GpuReport(args) => gpu_report::run(args),
     }
 }

@@ -1,0 +1,356 @@
+//! `cargo xtask gpu-report LOGS`: the tables of docs/gpu.md from the logs of
+//! one device-bundle run (the `logs/` folder `run.sh` writes, or the
+//! `--archive` it packs), so that a session with a GPU spends its time on
+//! the numbers rather than on copying them out of twenty files.
+//!
+//! Prints Markdown: images/s per batch size for ours and PyTorch (float32
+//! and TF32), the issue's three goals against them, the baseline build
+//! beside this one, and the per-kernel device times Nsight Compute
+//! measured. A step that did not run leaves its cells at "–".
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The logs folder of `run.sh` (`--logs`), or the `.tgz` of `--archive`.
+    logs: PathBuf,
+    /// The GPU's float32 peak in TFLOP/s, for the FLOP floor (67: the H100
+    /// SXM datasheet; an H200 is the same chip).
+    #[arg(long, default_value_t = 67.0)]
+    peak_tflops: f64,
+}
+
+/// Forward and backward of CNN_MNIST per image (the issue's figure).
+const FLOP_PER_IMAGE: f64 = 72e6;
+const BATCHES: [u32; 3] = [64, 256, 512];
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let unpacked;
+    let dir = if args.logs.is_dir() {
+        args.logs.clone()
+    } else {
+        unpacked = tempfile::tempdir()?;
+        let status = Command::new("tar")
+            .arg("xzf")
+            .arg(&args.logs)
+            .arg("-C")
+            .arg(unpacked.path())
+            .status()
+            .context("running tar")?;
+        if !status.success() {
+            bail!(
+                "{}: not a logs folder, and tar could not unpack it",
+                args.logs.display()
+            );
+        }
+        find_logs(unpacked.path())?
+    };
+    print!("{}", report(&dir, args.peak_tflops));
+    Ok(())
+}
+
+/// The folder of step logs under `root`: `root` itself or one folder down
+/// (the archive packs `logs/`).
+fn find_logs(root: &Path) -> anyhow::Result<PathBuf> {
+    let has_logs = |dir: &Path| {
+        fs::read_dir(dir).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "log"))
+        })
+    };
+    if has_logs(root) {
+        return Ok(root.to_path_buf());
+    }
+    for entry in fs::read_dir(root)? {
+        let path = entry?.path();
+        if has_logs(&path) {
+            return Ok(path);
+        }
+    }
+    bail!(
+        "no step logs (*.log) in {}: is this run.sh's logs?",
+        root.display()
+    )
+}
+
+/// The whole report for the logs in `dir`.
+fn report(dir: &Path, peak_tflops: f64) -> String {
+    let read = |name: &str| fs::read_to_string(dir.join(format!("{name}.log"))).ok();
+    let rate = |name: String| read(&name).and_then(|log| images_per_second(&log));
+    let mut out = String::from(
+        "| batch | ours | ours `--tf32` | PyTorch (a) | PyTorch (b) | PyTorch (b) TF32 | FLOP floor |\n|---|---|---|---|---|---|---|\n",
+    );
+    let floor = peak_tflops * 1e12 / FLOP_PER_IMAGE;
+    let ours = |b: u32, tf32: bool| {
+        let name = match (b, tf32) {
+            (64, false) => "train".to_string(),
+            (64, true) => "train_tf32".to_string(),
+            (b, false) => format!("train_b{b}"),
+            (b, true) => format!("train_tf32_b{b}"),
+        };
+        rate(name)
+    };
+    for b in BATCHES {
+        let cells = [
+            ours(b, false),
+            ours(b, true),
+            rate(format!("torch_ref_b{b}")),
+            rate(format!("torch_gpu_b{b}")),
+            rate(format!("torch_gpu_tf32_b{b}")),
+            Some(floor),
+        ];
+        let cells: Vec<String> = cells.iter().map(|c| cell(*c)).collect();
+        out.push_str(&format!("| {b} | {} |\n", cells.join(" | ")));
+    }
+    out.push_str(&format!(
+        "\nFLOP floor: {peak_tflops} TFLOP/s float32 / {} MFLOP per image.\n\n",
+        FLOP_PER_IMAGE / 1e6
+    ));
+    out.push_str(&goals(&ours, &rate, floor));
+    out.push_str(&baseline(&rate, &ours));
+    for (name, title) in [
+        ("ncu_kernels", "this build, float32"),
+        ("ncu_kernels_tf32", "this build, `--tf32`"),
+        ("base_ncu_kernels", "the baseline build"),
+    ] {
+        if let Some(kernels) = read(name).map(|log| kernel_times(&log)) {
+            out.push_str(&kernel_table(title, &kernels));
+        }
+    }
+    out
+}
+
+fn goals(
+    ours: &dyn Fn(u32, bool) -> Option<f64>,
+    rate: &dyn Fn(String) -> Option<f64>,
+    floor: f64,
+) -> String {
+    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    let best = |tf32: bool| {
+        [256, 512]
+            .into_iter()
+            .filter_map(|b| ours(b, tf32))
+            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
+    };
+    let times = |r: Option<f64>| r.map_or("–".to_string(), |r| format!("{r:.2}×"));
+    let mut out = String::from("| goal | float32 | `--tf32` |\n|---|---|---|\n");
+    let rows = [
+        (
+            "≥ 1.5× tuned PyTorch at batch 64 (same precision)",
+            ratio(ours(64, false), rate("torch_gpu_b64".into())),
+            ratio(ours(64, true), rate("torch_gpu_tf32_b64".into())),
+        ),
+        (
+            "≥ 10× the seeds' loop at batch 64",
+            ratio(ours(64, false), rate("torch_ref_b64".into())),
+            ratio(ours(64, true), rate("torch_ref_b64".into())),
+        ),
+        (
+            "FLOP floor ÷ ours at batch ≥ 256 (goal ≤ 4×)",
+            best(false).map(|r| floor / r),
+            best(true).map(|r| floor / r),
+        ),
+    ];
+    for (goal, fp32, tf32) in rows {
+        out.push_str(&format!("| {goal} | {} | {} |\n", times(fp32), times(tf32)));
+    }
+    out.push('\n');
+    out
+}
+
+fn baseline(
+    rate: &dyn Fn(String) -> Option<f64>,
+    ours: &dyn Fn(u32, bool) -> Option<f64>,
+) -> String {
+    let rows: Vec<String> = [64, 512]
+        .into_iter()
+        .filter_map(|b| {
+            let base = rate(format!("base_train_b{b}"))?;
+            let this = ours(b, false);
+            let ratio = this.map_or("–".into(), |t| format!("{:.2}×", t / base));
+            Some(format!(
+                "| {b} | {} | {} | {ratio} |\n",
+                cell(Some(base)),
+                cell(this)
+            ))
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "| batch | baseline img/s | this build img/s | this ÷ baseline |\n|---|---|---|---|\n{}\n",
+        rows.concat()
+    )
+}
+
+/// The last `N img/s` figure of a trainer or PyTorch log.
+fn images_per_second(log: &str) -> Option<f64> {
+    log.lines().rev().find_map(|line| {
+        let before = line
+            .split(" img/s")
+            .next()
+            .filter(|b| b.len() < line.len())?;
+        before.rsplit([' ', '|']).next()?.trim().parse().ok()
+    })
+}
+
+/// Per kernel name and grid (which tells conv1's launches from conv2's):
+/// launches and summed device time in µs, from Nsight Compute's `--csv`
+/// rows of `gpu__time_duration.sum` (columns found by the header's names).
+fn kernel_times(log: &str) -> BTreeMap<String, (u32, f64)> {
+    let mut times = BTreeMap::new();
+    let Some(header) = log.lines().find(|l| l.starts_with("\"ID\",")) else {
+        return times;
+    };
+    let header = csv_fields(header);
+    let column = |name: &str| header.iter().position(|h| h == name);
+    let columns = ["Kernel Name", "Grid Size", "Metric Unit", "Metric Value"].map(column);
+    let [Some(name), Some(grid), Some(unit), Some(value)] = columns else {
+        return times;
+    };
+    for line in log.lines().filter(|l| l.contains("gpu__time_duration")) {
+        let fields = csv_fields(line);
+        let field = |at: usize| fields.get(at).map(String::as_str).unwrap_or("");
+        let Ok(amount) = field(value).replace(',', "").parse::<f64>() else {
+            continue;
+        };
+        let us = match field(unit) {
+            "ns" | "nsecond" => amount / 1e3,
+            "us" | "usecond" => amount,
+            "ms" | "msecond" => amount * 1e3,
+            _ => continue,
+        };
+        let key = format!("{} {}", field(name), field(grid));
+        let entry = times.entry(key).or_insert((0, 0.0));
+        entry.0 += 1;
+        entry.1 += us;
+    }
+    times
+}
+
+/// The fields of one CSV line whose fields are all quoted.
+fn csv_fields(line: &str) -> Vec<String> {
+    line.trim()
+        .trim_start_matches('"')
+        .trim_end_matches('"')
+        .split("\",\"")
+        .map(str::to_owned)
+        .collect()
+}
+
+fn kernel_table(title: &str, kernels: &BTreeMap<String, (u32, f64)>) -> String {
+    let total: f64 = kernels.values().map(|k| k.1).sum();
+    let mut rows: Vec<_> = kernels.iter().collect();
+    rows.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+    let mut out = format!(
+        "Kernels, {title} (Nsight Compute, {} launches, {total:.0} µs):\n\n| kernel, grid | launches | µs each | share |\n|---|---|---|---|\n",
+        kernels.values().map(|k| k.0).sum::<u32>()
+    );
+    for (name, (count, us)) in rows {
+        out.push_str(&format!(
+            "| `{name}` | {count} | {:.1} | {:.1}% |\n",
+            us / f64::from(*count),
+            100.0 * us / total
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+/// A rate with thousands separators, or "–".
+fn cell(rate: Option<f64>) -> String {
+    let Some(rate) = rate else {
+        return "–".to_string();
+    };
+    let digits = format!("{:.0}", rate);
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    grouped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_come_from_the_last_trainer_or_pytorch_line() {
+        let train = "Epoch 01/05 | loss 0.5 | time 0.9s | 65405 img/s\n\
+                     Epoch 05/05 | loss 0.2 | time 0.9s | 65557 img/s\ntraining finished";
+        assert_eq!(images_per_second(train), Some(65557.0));
+        let torch = "torch 2.11.0 on-device H100 batch 64: 23439 img/s (2.73 ms/step)";
+        assert_eq!(images_per_second(torch), Some(23439.0));
+        assert_eq!(images_per_second("error: no GPU"), None);
+    }
+
+    #[test]
+    fn kernel_times_sum_per_name_in_microseconds() {
+        let log = "==PROF== Connected\n\
+            \"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\",\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n\
+            \"0\",\"1\",\"trainer\",\"h\",\"relu_fwd_f32\",\"1\",\"7\",\"(256, 1, 1)\",\"(32, 1, 1)\",\"0\",\"9.0\",\"m\",\"gpu__time_duration.sum\",\"ns\",\"5,248\"\n\
+            \"1\",\"1\",\"trainer\",\"h\",\"relu_fwd_f32\",\"1\",\"7\",\"(256, 1, 1)\",\"(32, 1, 1)\",\"0\",\"9.0\",\"m\",\"gpu__time_duration.sum\",\"usecond\",\"4.75\"\n\
+            \"2\",\"1\",\"trainer\",\"h\",\"conv2d_fwd_f32\",\"1\",\"7\",\"(256, 1, 1)\",\"(9, 1, 1)\",\"0\",\"9.0\",\"m\",\"gpu__time_duration.sum\",\"msecond\",\"0.14\"\n";
+        let times = kernel_times(log);
+        let relu = times["relu_fwd_f32 (32, 1, 1)"];
+        assert_eq!(relu.0, 2);
+        assert!((relu.1 - 9.998).abs() < 1e-9);
+        assert!((times["conv2d_fwd_f32 (9, 1, 1)"].1 - 140.0).abs() < 1e-9);
+        let table = kernel_table("t", &times);
+        assert!(
+            table.starts_with("Kernels, t (Nsight Compute, 3 launches, 150 µs)"),
+            "{table}"
+        );
+        // The costliest first.
+        assert!(
+            table.find("conv2d").unwrap() < table.find("relu").unwrap(),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn the_report_fills_what_ran_and_dashes_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).unwrap();
+        write("train.log", "Epoch 05/05 | time 0.9s | 65557 img/s\n");
+        write(
+            "torch_ref_b64.log",
+            "torch ... batch 64: 20266 img/s (3.16 ms/step)\n",
+        );
+        write(
+            "torch_gpu_b64.log",
+            "torch ... batch 64: 23439 img/s (2.73 ms/step)\n",
+        );
+        write("train_b512.log", "Epoch 01/01 | 83142 img/s\n");
+        write("base_train_b64.log", "Epoch 01/01 | 50000 img/s\n");
+        let text = report(dir.path(), 67.0);
+        assert!(
+            text.contains("| 64 | 65,557 | – | 20,266 | 23,439 | – | 930,556 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| ≥ 1.5× tuned PyTorch at batch 64 (same precision) | 2.80× | – |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| ≥ 10× the seeds' loop at batch 64 | 3.23× | – |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| FLOP floor ÷ ours at batch ≥ 256 (goal ≤ 4×) | 11.19× | – |"),
+            "{text}"
+        );
+        assert!(text.contains("| 64 | 50,000 | 65,557 | 1.31× |"), "{text}");
+        assert_eq!(find_logs(dir.path()).unwrap(), dir.path());
+    }
+}
