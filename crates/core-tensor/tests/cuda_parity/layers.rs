@@ -158,9 +158,9 @@ fn check_gemm_layer<B: Ops>(
     [grads, grads_ref, grads_abs]
 }
 
-/// Strides, padding, the model's two convolutions, and more than one tile
-/// of output channels.
-fn conv_geoms() -> [Conv2dGeom; 6] {
+/// Strides, padding, the model's two convolutions, more than one tile of
+/// output channels, and a long split-K reduce.
+fn conv_geoms() -> [Conv2dGeom; 7] {
     let base = Conv2dGeom {
         batch: 3,
         in_channels: 3,
@@ -206,6 +206,16 @@ fn conv_geoms() -> [Conv2dGeom; 6] {
             batch: 2,
             out_channels: 70,
             padding: 1,
+            ..base
+        },
+        // conv1 at batch 16: its weight gradient's K splits 42 ways, past
+        // the point where a warp sums each element.
+        Conv2dGeom {
+            batch: 16,
+            in_channels: 1,
+            in_h: 28,
+            in_w: 28,
+            out_channels: 32,
             ..base
         },
     ]

@@ -31,6 +31,9 @@ const TARGET_BLOCKS: usize = 264;
 /// The least k one split covers (16 tiles of BK), so that writing and
 /// re-reading the partial tiles stays cheap next to the arithmetic.
 const MIN_K_CHUNK: usize = 256;
+/// From this many splits a warp sums each element; mirrors
+/// `GEMM_WIDE_REDUCE_SPLITS` in sgemm.cuh.
+const WIDE_REDUCE_SPLITS: usize = 32;
 /// The grid's y (M tiles) and z (splits) limit.
 const MAX_GRID_YZ: usize = 65_535;
 
@@ -123,11 +126,17 @@ impl GemmPlan {
         }
     }
 
-    /// The launch of the `_reduce` kernels: one thread per output element.
+    /// The launch of the `_reduce` kernels: one thread per output element,
+    /// or from [`WIDE_REDUCE_SPLITS`] splits a warp per element.
     pub(crate) fn reduce(&self) -> LaunchConfig {
+        let per_block = if self.splits >= WIDE_REDUCE_SPLITS {
+            THREADS as usize / 32
+        } else {
+            THREADS as usize
+        };
         LaunchConfig {
-            // At most 2³¹/256 blocks: `new` bounds m·n by i32::MAX.
-            grid_dim: ((self.m * self.n).div_ceil(THREADS as usize) as u32, 1, 1),
+            // At most 2³¹/8 blocks: `new` bounds m·n by i32::MAX.
+            grid_dim: ((self.m * self.n).div_ceil(per_block) as u32, 1, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         }
@@ -335,6 +344,27 @@ mod tests {
         // 33 rows, or an output too narrow for 128 columns, keep 64 x 64.
         assert_eq!(GemmPlan::new("test", 33, 10_000, 16).unwrap().tile_m, 64);
         assert_eq!(GemmPlan::new("test", 32, 64, 16).unwrap().tile_m, 64);
+    }
+
+    #[test]
+    fn a_long_reduce_takes_a_warp_per_element() {
+        // conv1's weight gradient at batch 64: 32 x 9 outputs, K = 64·26·26.
+        let plan = GemmPlan::new("test", 32, 9, 64 * 26 * 26).unwrap();
+        assert!(plan.splits >= WIDE_REDUCE_SPLITS, "{plan:?}");
+        assert_eq!(
+            plan.reduce().grid_dim,
+            ((32 * 9usize).div_ceil(8) as u32, 1, 1)
+        );
+        // A short chain keeps a thread per element.
+        let plan = GemmPlan::new("test", 64, 288, 4 * 24 * 24).unwrap();
+        assert!(
+            plan.is_split() && plan.splits < WIDE_REDUCE_SPLITS,
+            "{plan:?}"
+        );
+        assert_eq!(
+            plan.reduce().grid_dim,
+            ((64 * 288usize).div_ceil(256) as u32, 1, 1)
+        );
     }
 
     #[test]
