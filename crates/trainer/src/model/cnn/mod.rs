@@ -266,8 +266,13 @@ impl CnnMnist {
         b.conv2d_fwd(&conv(CONV1, n), &act.x, params, &self.conv1, &mut act.a1)?;
         b.relu_fwd(&mut act.a1)?;
         b.conv2d_fwd(&conv(CONV2, n), &act.a1, params, &self.conv2, &mut act.a2)?;
-        b.relu_fwd(&mut act.a2)?;
+        // ReLU after the pool, on a quarter of the values: max-pooling and
+        // ReLU commute (both keep the largest value, or zero), and in
+        // backward the pool routes each gradient to the window's first
+        // maximum of conv2's output, which is that of its ReLU wherever
+        // the gradient survives the ReLU. So the bits are the model's.
         b.maxpool2d_fwd(&pool(n), &act.a2, &mut act.pooled)?;
+        b.relu_fwd(&mut act.pooled)?;
         if let Mode::Train { dropout_seed } = mode {
             let (s1, _) = Self::dropout_seeds(dropout_seed);
             b.dropout_fwd(self.dropout.pool, s1, &mut act.pooled)?;
@@ -361,8 +366,9 @@ impl CnnMnist {
         let (s1, _) = Self::dropout_seeds(dropout_seed);
         let g = ActivationGrads::of(&mut act.grads)?;
         b.dropout_bwd(self.dropout.pool, s1, &mut g.dpooled)?;
+        // The mask reads the post-dropout pool, as the head's does.
+        b.relu_bwd(&act.pooled, &mut g.dpooled)?;
         b.maxpool2d_bwd(&pool(n), &act.a2, &g.dpooled, &mut g.da2)?;
-        b.relu_bwd(&act.a2, &mut g.da2)?;
         b.conv2d_bwd(
             &conv(CONV2, n),
             &act.a1,
