@@ -5,7 +5,7 @@ use crate::backend::cuda::gemm::check_i32;
 use crate::backend::cuda::kernels;
 use crate::backend::cuda::launch::blocks_for;
 use crate::error::check_len;
-use crate::{Cuda, Result};
+use crate::{Backend, Cuda, Result};
 
 const THREADS: u32 = 256;
 
@@ -40,10 +40,15 @@ impl MaxPool2dKernel for Cuda {
         if dx.is_empty() {
             return Ok(());
         }
-        // One thread per input element: dx is overwritten completely.
-        let cfg = blocks_for("maxpool2d", dx.len(), THREADS)?;
+        // One thread per window, each writing its window and any dropped odd
+        // row or column beside it; with no window at all, dx is all zeros.
+        if dy.is_empty() {
+            return self.fill(dx, 0.0);
+        }
+        let cfg = blocks_for("maxpool2d", dy.len(), THREADS)?;
         // SAFETY: `x`, `dy` and `dx` were checked against `g`; every thread
-        // checks its index against the input size.
+        // checks its index against the output size, and writes only inside
+        // its window's rows and columns of the input.
         unsafe { kernels::maxpool2d_bwd_f32(self, cfg, x, dy, dx, g) }
     }
 }

@@ -25,48 +25,63 @@ __device__ __forceinline__ int window_argmax(const float (&w)[4]) {
     return 0;
 }
 
-// The window of output (plane, oh, ow), row-major.
-__device__ __forceinline__ void load_window(const float* x, int in_h_w, int in_w,
-                                            long long plane, int oh, int ow, float (&w)[4]) {
-    const float* top = x + plane * in_h_w + (2 * oh) * in_w + 2 * ow;
-    w[0] = top[0];
-    w[1] = top[1];
-    w[2] = top[in_w];
-    w[3] = top[in_w + 1];
+// The window of output (plane, oh, ow), row-major, and where it starts.
+__device__ __forceinline__ int load_window(const float* x, int in_h_w, int in_w, int plane,
+                                           int oh, int ow, float (&w)[4]) {
+    const int top = plane * in_h_w + (2 * oh) * in_w + 2 * ow;
+    w[0] = x[top];
+    w[1] = x[top + 1];
+    w[2] = x[top + in_w];
+    w[3] = x[top + in_w + 1];
+    return top;
 }
+
+// Indices are 32-bit: the host checks that the input fits.
 
 // One thread per output element.
 extern "C" __global__ void maxpool2d_fwd_f32(const float* x, float* y, PoolGeom g) {
     const int in_h = (int)g.in_h, in_w = (int)g.in_w, oh_n = in_h / 2, ow_n = in_w / 2;
-    const long long total = (long long)g.batch * (long long)g.channels * oh_n * ow_n;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int windows = oh_n * ow_n;
+    const int total = (int)(g.batch * g.channels) * windows;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
-    const long long plane = i / (oh_n * ow_n);
-    const int r = (int)(i - plane * (oh_n * ow_n));
+    const int plane = i / windows, r = i - plane * windows;
     float w[4];
     load_window(x, in_h * in_w, in_w, plane, r / ow_n, r % ow_n, w);
     y[i] = window_max(w);
 }
 
-// One thread per input element: it receives its window's gradient when it
-// is the window's argmax, zero otherwise (and in a dropped row or column),
-// so dx is overwritten completely without a separate clearing pass.
+// One thread per window: it writes the window's gradient to its argmax and
+// zero to the other three, and the last window of a row or column also
+// zeroes the odd column or row dropped beside it, so dx is overwritten
+// completely without a separate clearing pass. (With no window at all the
+// host clears dx.)
 extern "C" __global__ void maxpool2d_bwd_f32(const float* x, const float* dy, float* dx,
                                              PoolGeom g) {
     const int in_h = (int)g.in_h, in_w = (int)g.in_w, oh_n = in_h / 2, ow_n = in_w / 2;
-    const long long total = (long long)g.batch * (long long)g.channels * in_h * in_w;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int windows = oh_n * ow_n;
+    const int total = (int)(g.batch * g.channels) * windows;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
-    const long long plane = i / (in_h * in_w);
-    const int r = (int)(i - plane * (in_h * in_w));
-    const int ih = r / in_w, iw = r % in_w;
-    const int oh = ih / 2, ow = iw / 2;
-    if (oh >= oh_n || ow >= ow_n) {
-        dx[i] = 0.0f;
-        return;
-    }
+    const int plane = i / windows, r = i - plane * windows;
+    const int oh = r / ow_n, ow = r - oh * ow_n;
     float w[4];
-    load_window(x, in_h * in_w, in_w, plane, oh, ow, w);
-    const int mine = (ih % 2) * 2 + iw % 2;
-    dx[i] = window_argmax(w) == mine ? dy[plane * (oh_n * ow_n) + oh * ow_n + ow] : 0.0f;
+    const int top = load_window(x, in_h * in_w, in_w, plane, oh, ow, w);
+    const int arg = window_argmax(w);
+    const float grad = dy[i];
+    dx[top] = arg == 0 ? grad : 0.0f;
+    dx[top + 1] = arg == 1 ? grad : 0.0f;
+    dx[top + in_w] = arg == 2 ? grad : 0.0f;
+    dx[top + in_w + 1] = arg == 3 ? grad : 0.0f;
+    const bool last_col = (in_w & 1) && ow == ow_n - 1;
+    const bool last_row = (in_h & 1) && oh == oh_n - 1;
+    if (last_col) {
+        dx[top + 2] = 0.0f;
+        dx[top + in_w + 2] = 0.0f;
+    }
+    if (last_row) {
+        dx[top + 2 * in_w] = 0.0f;
+        dx[top + 2 * in_w + 1] = 0.0f;
+        if (last_col) dx[top + 2 * in_w + 2] = 0.0f;
+    }
 }
