@@ -8,12 +8,13 @@
 //! beside this one, and the per-kernel device times Nsight Compute
 //! measured. A step that did not run leaves its cells at "–".
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
+
+mod ncu;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -119,8 +120,16 @@ fn report(dir: &Path, peak_tflops: f64) -> String {
         ("ncu_kernels_tf32", "this build, `--tf32`"),
         ("base_ncu_kernels", "the baseline build"),
     ] {
-        if let Some(kernels) = read(name).map(|log| kernel_times(&log)) {
-            out.push_str(&kernel_table(title, &kernels));
+        if let Some(kernels) = read(name).map(|log| ncu::kernel_times(&log)) {
+            out.push_str(&ncu::kernel_table(title, &kernels));
+        }
+    }
+    for (name, title) in [
+        ("ncu_detail_f32", "float32"),
+        ("ncu_detail_tf32", "`--tf32`"),
+    ] {
+        if let Some(log) = read(name) {
+            out.push_str(&ncu::detail_table(title, &log));
         }
     }
     out
@@ -201,69 +210,6 @@ fn images_per_second(log: &str) -> Option<f64> {
     })
 }
 
-/// Per kernel name and grid (which tells conv1's launches from conv2's):
-/// launches and summed device time in µs, from Nsight Compute's `--csv`
-/// rows of `gpu__time_duration.sum` (columns found by the header's names).
-fn kernel_times(log: &str) -> BTreeMap<String, (u32, f64)> {
-    let mut times = BTreeMap::new();
-    let Some(header) = log.lines().find(|l| l.starts_with("\"ID\",")) else {
-        return times;
-    };
-    let header = csv_fields(header);
-    let column = |name: &str| header.iter().position(|h| h == name);
-    let columns = ["Kernel Name", "Grid Size", "Metric Unit", "Metric Value"].map(column);
-    let [Some(name), Some(grid), Some(unit), Some(value)] = columns else {
-        return times;
-    };
-    for line in log.lines().filter(|l| l.contains("gpu__time_duration")) {
-        let fields = csv_fields(line);
-        let field = |at: usize| fields.get(at).map(String::as_str).unwrap_or("");
-        let Ok(amount) = field(value).replace(',', "").parse::<f64>() else {
-            continue;
-        };
-        let us = match field(unit) {
-            "ns" | "nsecond" => amount / 1e3,
-            "us" | "usecond" => amount,
-            "ms" | "msecond" => amount * 1e3,
-            _ => continue,
-        };
-        let key = format!("{} {}", field(name), field(grid));
-        let entry = times.entry(key).or_insert((0, 0.0));
-        entry.0 += 1;
-        entry.1 += us;
-    }
-    times
-}
-
-/// The fields of one CSV line whose fields are all quoted.
-fn csv_fields(line: &str) -> Vec<String> {
-    line.trim()
-        .trim_start_matches('"')
-        .trim_end_matches('"')
-        .split("\",\"")
-        .map(str::to_owned)
-        .collect()
-}
-
-fn kernel_table(title: &str, kernels: &BTreeMap<String, (u32, f64)>) -> String {
-    let total: f64 = kernels.values().map(|k| k.1).sum();
-    let mut rows: Vec<_> = kernels.iter().collect();
-    rows.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
-    let mut out = format!(
-        "Kernels, {title} (Nsight Compute, {} launches, {total:.0} µs):\n\n| kernel, grid | launches | µs each | share |\n|---|---|---|---|\n",
-        kernels.values().map(|k| k.0).sum::<u32>()
-    );
-    for (name, (count, us)) in rows {
-        out.push_str(&format!(
-            "| `{name}` | {count} | {:.1} | {:.1}% |\n",
-            us / f64::from(*count),
-            100.0 * us / total
-        ));
-    }
-    out.push('\n');
-    out
-}
-
 /// A rate with thousands separators, or "–".
 fn cell(rate: Option<f64>) -> String {
     let Some(rate) = rate else {
@@ -292,30 +238,6 @@ mod tests {
         let torch = "torch 2.11.0 on-device H100 batch 64: 23439 img/s (2.73 ms/step)";
         assert_eq!(images_per_second(torch), Some(23439.0));
         assert_eq!(images_per_second("error: no GPU"), None);
-    }
-
-    #[test]
-    fn kernel_times_sum_per_name_in_microseconds() {
-        let log = "==PROF== Connected\n\
-            \"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\",\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n\
-            \"0\",\"1\",\"trainer\",\"h\",\"relu_fwd_f32\",\"1\",\"7\",\"(256, 1, 1)\",\"(32, 1, 1)\",\"0\",\"9.0\",\"m\",\"gpu__time_duration.sum\",\"ns\",\"5,248\"\n\
-            \"1\",\"1\",\"trainer\",\"h\",\"relu_fwd_f32\",\"1\",\"7\",\"(256, 1, 1)\",\"(32, 1, 1)\",\"0\",\"9.0\",\"m\",\"gpu__time_duration.sum\",\"usecond\",\"4.75\"\n\
-            \"2\",\"1\",\"trainer\",\"h\",\"conv2d_fwd_f32\",\"1\",\"7\",\"(256, 1, 1)\",\"(9, 1, 1)\",\"0\",\"9.0\",\"m\",\"gpu__time_duration.sum\",\"msecond\",\"0.14\"\n";
-        let times = kernel_times(log);
-        let relu = times["relu_fwd_f32 (32, 1, 1)"];
-        assert_eq!(relu.0, 2);
-        assert!((relu.1 - 9.998).abs() < 1e-9);
-        assert!((times["conv2d_fwd_f32 (9, 1, 1)"].1 - 140.0).abs() < 1e-9);
-        let table = kernel_table("t", &times);
-        assert!(
-            table.starts_with("Kernels, t (Nsight Compute, 3 launches, 150 µs)"),
-            "{table}"
-        );
-        // The costliest first.
-        assert!(
-            table.find("conv2d").unwrap() < table.find("relu").unwrap(),
-            "{table}"
-        );
     }
 
     #[test]

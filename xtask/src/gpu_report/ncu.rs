@@ -1,0 +1,196 @@
+//! Reading Nsight Compute's `--csv` logs: device time per kernel and grid
+//! (`ncu_kernels*`), and the section figures per launch (`ncu_detail_*`).
+
+use std::collections::BTreeMap;
+
+/// One metric of one kernel launch in Nsight Compute's `--csv` output.
+struct Row {
+    id: String,
+    /// The kernel's name and grid, e.g. `conv2d_fwd_f32 (576, 1, 1)`: the
+    /// grid tells conv1's launches from conv2's.
+    kernel: String,
+    metric: String,
+    unit: String,
+    value: String,
+}
+
+/// The metric rows of an Nsight Compute `--csv` log (columns found by the
+/// header's names; other lines skipped).
+fn ncu_rows(log: &str) -> Vec<Row> {
+    let Some(header) = log.lines().find(|l| l.starts_with("\"ID\",")) else {
+        return Vec::new();
+    };
+    let header = csv_fields(header);
+    let column = |name: &str| header.iter().position(|h| h == name);
+    let names = [
+        "ID",
+        "Kernel Name",
+        "Grid Size",
+        "Metric Name",
+        "Metric Unit",
+        "Metric Value",
+    ];
+    let Some(at) = names.map(column).into_iter().collect::<Option<Vec<_>>>() else {
+        return Vec::new();
+    };
+    log.lines()
+        .filter(|l| l.starts_with('"') && !l.starts_with("\"ID\","))
+        .map(csv_fields)
+        .filter(|fields| fields.len() == header.len())
+        .map(|f| Row {
+            id: f[at[0]].clone(),
+            kernel: format!("{} {}", f[at[1]], f[at[2]]),
+            metric: f[at[3]].clone(),
+            unit: f[at[4]].clone(),
+            value: f[at[5]].clone(),
+        })
+        .collect()
+}
+
+/// Per kernel and grid: launches and summed device time in µs, from the
+/// rows of `gpu__time_duration.sum`.
+pub(super) fn kernel_times(log: &str) -> BTreeMap<String, (u32, f64)> {
+    let mut times = BTreeMap::new();
+    for row in ncu_rows(log)
+        .iter()
+        .filter(|r| r.metric == "gpu__time_duration.sum")
+    {
+        let Ok(amount) = row.value.replace(',', "").parse::<f64>() else {
+            continue;
+        };
+        let us = match row.unit.as_str() {
+            "ns" | "nsecond" => amount / 1e3,
+            "us" | "usecond" => amount,
+            "ms" | "msecond" => amount * 1e3,
+            _ => continue,
+        };
+        let entry = times.entry(row.kernel.clone()).or_insert((0, 0.0));
+        entry.0 += 1;
+        entry.1 += us;
+    }
+    times
+}
+
+/// The SpeedOfLight and WarpStateStats figures `ncu_detail_*` shows per
+/// launch.
+const DETAIL: [&str; 4] = [
+    "Duration",
+    "Compute (SM) Throughput",
+    "Memory Throughput",
+    "Warp Cycles Per Issued Instruction",
+];
+
+/// One row per launch of an `ncu_detail_*` log with the [`DETAIL`] metrics.
+pub(super) fn detail_table(title: &str, log: &str) -> String {
+    let mut launches: Vec<(String, String, BTreeMap<String, String>)> = Vec::new();
+    for row in ncu_rows(log) {
+        if launches.last().is_none_or(|l| l.0 != row.id) {
+            launches.push((row.id.clone(), row.kernel.clone(), BTreeMap::new()));
+        }
+        if let Some(last) = launches.last_mut() {
+            last.2
+                .insert(row.metric, format!("{} {}", row.value, row.unit));
+        }
+    }
+    if launches.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "Nsight Compute sections, {title}:\n\n| kernel, grid | {} |\n|---|{}\n",
+        DETAIL.join(" | "),
+        "---|".repeat(DETAIL.len())
+    );
+    for (_, kernel, metrics) in launches {
+        let cells: Vec<&str> = DETAIL
+            .iter()
+            .map(|m| metrics.get(*m).map_or("–", String::as_str))
+            .collect();
+        out.push_str(&format!("| `{kernel}` | {} |\n", cells.join(" | ")));
+    }
+    out.push('\n');
+    out
+}
+
+/// The fields of one CSV line whose fields are all quoted.
+fn csv_fields(line: &str) -> Vec<String> {
+    line.trim()
+        .trim_start_matches('"')
+        .trim_end_matches('"')
+        .split("\",\"")
+        .map(str::to_owned)
+        .collect()
+}
+
+pub(super) fn kernel_table(title: &str, kernels: &BTreeMap<String, (u32, f64)>) -> String {
+    let total: f64 = kernels.values().map(|k| k.1).sum();
+    let mut rows: Vec<_> = kernels.iter().collect();
+    rows.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+    let mut out = format!(
+        "Kernels, {title} (Nsight Compute, {} launches, {total:.0} µs):\n\n| kernel, grid | launches | µs each | share |\n|---|---|---|---|\n",
+        kernels.values().map(|k| k.0).sum::<u32>()
+    );
+    for (name, (count, us)) in rows {
+        out.push_str(&format!(
+            "| `{name}` | {count} | {:.1} | {:.1}% |\n",
+            us / f64::from(*count),
+            100.0 * us / total
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_times_sum_per_name_in_microseconds() {
+        let log = "==PROF== Connected\n\
+            \"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\",\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n\
+            \"0\",\"1\",\"trainer\",\"h\",\"relu_fwd_f32\",\"1\",\"7\",\"(256, 1, 1)\",\"(32, 1, 1)\",\"0\",\"9.0\",\"m\",\"gpu__time_duration.sum\",\"ns\",\"5,248\"\n\
+            \"1\",\"1\",\"trainer\",\"h\",\"relu_fwd_f32\",\"1\",\"7\",\"(256, 1, 1)\",\"(32, 1, 1)\",\"0\",\"9.0\",\"m\",\"gpu__time_duration.sum\",\"usecond\",\"4.75\"\n\
+            \"2\",\"1\",\"trainer\",\"h\",\"conv2d_fwd_f32\",\"1\",\"7\",\"(256, 1, 1)\",\"(9, 1, 1)\",\"0\",\"9.0\",\"m\",\"gpu__time_duration.sum\",\"msecond\",\"0.14\"\n";
+        let times = kernel_times(log);
+        let relu = times["relu_fwd_f32 (32, 1, 1)"];
+        assert_eq!(relu.0, 2);
+        assert!((relu.1 - 9.998).abs() < 1e-9);
+        assert!((times["conv2d_fwd_f32 (9, 1, 1)"].1 - 140.0).abs() < 1e-9);
+        let table = kernel_table("t", &times);
+        assert!(
+            table.starts_with("Kernels, t (Nsight Compute, 3 launches, 150 µs)"),
+            "{table}"
+        );
+        // The costliest first.
+        assert!(
+            table.find("conv2d").unwrap() < table.find("relu").unwrap(),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn section_metrics_make_one_row_per_launch() {
+        let header = "\"ID\",\"Kernel Name\",\"Grid Size\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"";
+        let row = |id: &str, kernel: &str, metric: &str, unit: &str, value: &str| {
+            format!("\"{id}\",\"{kernel}\",\"(9, 1, 1)\",\"s\",\"{metric}\",\"{unit}\",\"{value}\"")
+        };
+        let log = [
+            "==PROF== Connected".to_string(),
+            header.to_string(),
+            row("0", "conv2d_fwd_tf32", "Duration", "usecond", "41.2"),
+            row("0", "conv2d_fwd_tf32", "Memory Throughput", "%", "61.5"),
+            row("1", "conv2d_bwd_input_tf32", "Duration", "usecond", "97.0"),
+        ]
+        .join("\n");
+        let table = detail_table("t", &log);
+        assert!(
+            table.contains("| `conv2d_fwd_tf32 (9, 1, 1)` | 41.2 usecond | – | 61.5 % | – |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| `conv2d_bwd_input_tf32 (9, 1, 1)` | 97.0 usecond |"),
+            "{table}"
+        );
+        assert_eq!(detail_table("t", "no profile"), "");
+    }
+}
