@@ -35,18 +35,23 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
         };
         Ok(Cuda::with_precision(ordinal, precision)?)
     };
-    let flag = if cli.tf32 { "--tf32" } else { "--device cuda" };
+    // The flag to name: --tf32 when the GPU is too old for it (drop the
+    // flag), --device cuda for everything else (no driver, no GPU).
+    let blame = |why: anyhow::Error| {
+        let flag = if is_gpu_too_old(&why) {
+            "--tf32"
+        } else {
+            "--device cuda"
+        };
+        why.context(format!("rank {}: {flag}", info.rank))
+    };
     match cli.device {
         DeviceChoice::Cpu => Ok(Device::Cpu(cpu_backend(cli, info)?)),
-        DeviceChoice::Cuda => gpu()
-            .map(Device::Cuda)
-            .with_context(|| format!("rank {}: {flag}", info.rank)),
+        DeviceChoice::Cuda => gpu().map(Device::Cuda).map_err(blame),
         DeviceChoice::Auto => match gpu() {
             Ok(gpu) => Ok(Device::Cuda(gpu)),
             // A GPU too old for --tf32 is an error, not a quiet CPU run.
-            Err(why) if is_gpu_too_old(&why) => {
-                Err(why.context(format!("rank {}: {flag}", info.rank)))
-            }
+            Err(why) if is_gpu_too_old(&why) => Err(blame(why)),
             Err(why) => {
                 // Once per machine: its ranks share the reason.
                 if info.local_rank == 0 {
