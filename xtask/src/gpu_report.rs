@@ -145,7 +145,7 @@ fn goals(
         [256, 512]
             .into_iter()
             .filter_map(|b| ours(b, tf32))
-            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
+            .reduce(f64::max)
     };
     let times = |r: Option<f64>| r.map_or("–".to_string(), |r| format!("{r:.2}×"));
     let mut out = String::from("| goal | float32 | `--tf32` |\n|---|---|---|\n");

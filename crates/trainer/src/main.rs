@@ -11,10 +11,7 @@ fn subcommand<A: Parser>(run: fn(&A) -> anyhow::Result<()>) -> ExitCode {
     let args = A::parse_from(std::env::args_os().skip(1));
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(u8::try_from(trainer::stop::failure_exit_code(&e)).unwrap_or(1))
-        }
+        Err(e) => failed(&e),
     }
 }
 
@@ -44,9 +41,12 @@ fn main() -> ExitCode {
     match trainer::run(cli) {
         // Every code is 0, 75 (preempted) or 128 + a signal number.
         Ok(end) => ExitCode::from(u8::try_from(end.exit_code()).unwrap_or(u8::MAX)),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(u8::try_from(trainer::stop::failure_exit_code(&e)).unwrap_or(1))
-        }
+        Err(e) => failed(&e),
     }
+}
+
+/// Prints `e` and picks the exit code that says what kind of failure it was.
+fn failed(e: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {e:#}");
+    ExitCode::from(u8::try_from(trainer::stop::failure_exit_code(e)).unwrap_or(1))
 }

@@ -208,8 +208,8 @@ __device__ __forceinline__ void fma_k_tile(
 template <int BM>
 __device__ __forceinline__ void mma_k_tile(
     const float (*As)[OperandTile<BM>::LDS],
-    const float (*Bs)[OperandTile<GEMM_TILE_ELEMS / BM>::LDS], float (&acc)[4][4]) {
-    const MmaLane<BM> l;
+    const float (*Bs)[OperandTile<GEMM_TILE_ELEMS / BM>::LDS], const MmaLane<BM>& l,
+    float (&acc)[4][4]) {
 #pragma unroll
     for (int k0 = 0; k0 < GEMM_BK; k0 += 8) {
         float a[2][4], b[2][2];
@@ -267,6 +267,7 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
     float ra[TA::PER], rb[TB::PER];
     gemm_fetch<BM>(a, a_rows, a_ks[0], k_begin, k_end, ra);
     gemm_fetch<BN>(b, b_rows, b_ks[0], k_begin, k_end, rb);
+    const MmaLane<BM> lane;  // used by the tensor-core product only
     int buf = 0;
     for (int kt = k_begin; kt < k_end; kt += GEMM_BK) {
         const bool more = kt + GEMM_BK < k_end;
@@ -284,7 +285,7 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
             gemm_fetch<BN>(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
         }
         if (TF32) {
-            mma_k_tile<BM>(As, Bs, acc);
+            mma_k_tile<BM>(As, Bs, lane, acc);
         } else {
             fma_k_tile<BM>(As, Bs, acc);
         }

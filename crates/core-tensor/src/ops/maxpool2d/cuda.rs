@@ -5,7 +5,7 @@ use crate::backend::cuda::gemm::check_i32;
 use crate::backend::cuda::kernels;
 use crate::backend::cuda::launch::blocks_for;
 use crate::error::check_len;
-use crate::{Backend, Cuda, Result};
+use crate::{Cuda, Result};
 
 const THREADS: u32 = 256;
 
@@ -41,10 +41,7 @@ impl MaxPool2dKernel for Cuda {
             return Ok(());
         }
         // One thread per window, each writing its window and any dropped odd
-        // row or column beside it; with no window at all, dx is all zeros.
-        if dy.is_empty() {
-            return self.fill(dx, 0.0);
-        }
+        // row or column beside it.
         let cfg = blocks_for("maxpool2d", dy.len(), THREADS)?;
         // SAFETY: `x`, `dy` and `dx` were checked against `g`; every thread
         // checks its index against the output size, and writes only inside

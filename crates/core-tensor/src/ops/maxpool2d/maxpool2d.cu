@@ -54,8 +54,8 @@ extern "C" __global__ void maxpool2d_fwd_f32(const float* x, float* y, PoolGeom 
 // One thread per window: it writes the window's gradient to its argmax and
 // zero to the other three, and the last window of a row or column also
 // zeroes the odd column or row dropped beside it, so dx is overwritten
-// completely without a separate clearing pass. (With no window at all the
-// host clears dx.)
+// completely without a separate clearing pass. (A geometry without windows
+// has an empty dy, which no CUDA buffer is, so it never reaches here.)
 extern "C" __global__ void maxpool2d_bwd_f32(const float* x, const float* dy, float* dx,
                                              PoolGeom g) {
     const int in_h = (int)g.in_h, in_w = (int)g.in_w, oh_n = in_h / 2, ow_n = in_w / 2;
