@@ -224,11 +224,7 @@ fn main() -> Result<()> {
             (cpu.describe(), rows(&cpu, &a)?)
         }
         Device::Cuda => {
-            let precision = if a.tf32 {
-                MatmulPrecision::Tf32
-            } else {
-                MatmulPrecision::Fp32
-            };
+            let precision = MatmulPrecision::from_tf32(a.tf32);
             let cuda =
                 Cuda::with_precision(0, precision).context("--device cuda: no usable GPU 0")?;
             (cuda.describe(), rows(&cuda, &a)?)

@@ -21,11 +21,7 @@ pub(super) enum Device {
 /// local rank (wrapping around when ranks outnumber GPUs), `auto` takes it
 /// when one is usable and otherwise says why it trains on the CPU.
 pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device> {
-    let precision = if cli.tf32 {
-        MatmulPrecision::Tf32
-    } else {
-        MatmulPrecision::Fp32
-    };
+    let precision = MatmulPrecision::from_tf32(cli.tf32);
     let gpu = || -> anyhow::Result<Cuda> {
         let count = core_tensor::cuda_available()?;
         let ordinal = if count == 0 {

@@ -82,6 +82,13 @@ pub enum MatmulPrecision {
     Tf32,
 }
 
+impl MatmulPrecision {
+    /// TF32 when `tf32` (a `--tf32` flag), float32 otherwise.
+    pub fn from_tf32(tf32: bool) -> Self {
+        if tf32 { Self::Tf32 } else { Self::Fp32 }
+    }
+}
+
 struct Inner {
     ordinal: usize,
     name: String,
