@@ -103,3 +103,48 @@ fn templates_use_the_trainers_rendezvous() {
         }
     }
 }
+
+/// Like the script `cargo xtask slurm-submit` renders, each hand-written
+/// one makes a fresh job secret (64 hex digits from the OS RNG, a given
+/// `TRAINER_AUTH_TOKEN` kept) and exports it to the ranks: without one they
+/// would accept any peer.
+#[test]
+fn templates_make_a_fresh_auth_token_per_job() {
+    for template in templates() {
+        let text = std::fs::read_to_string(&template).unwrap();
+        assert!(
+            text.contains("\nexport TRAINER_AUTH_TOKEN\n"),
+            "{} does not export TRAINER_AUTH_TOKEN",
+            template.display()
+        );
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("TRAINER_AUTH_TOKEN="))
+            .unwrap_or_else(|| panic!("{} makes no TRAINER_AUTH_TOKEN", template.display()));
+        let token = |given: Option<&str>| {
+            let mut bash = Command::new("bash");
+            bash.arg("-c")
+                .arg(format!("{line}\nprintf %s \"$TRAINER_AUTH_TOKEN\""))
+                .env_remove("TRAINER_AUTH_TOKEN");
+            if let Some(given) = given {
+                bash.env("TRAINER_AUTH_TOKEN", given);
+            }
+            let out = bash.output().unwrap();
+            assert!(out.status.success(), "{}: {line}", template.display());
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let (first, second) = (token(None), token(None));
+        assert!(
+            first.len() == 64 && first.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{}: token {first:?} is not 64 hex digits",
+            template.display()
+        );
+        assert_ne!(
+            first,
+            second,
+            "{}: the same token twice",
+            template.display()
+        );
+        assert_eq!(token(Some("ab".repeat(32).as_str())), "ab".repeat(32));
+    }
+}

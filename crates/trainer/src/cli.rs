@@ -19,7 +19,8 @@ HOW RANKS START (first match wins):
      them; the master is the first host of the node list; the port is
      MASTER_PORT, or 20000 + SLURM_JOB_ID % 10000. With --nproc-per-node M
      and one task per node, each task is its node's launcher instead.
-  4. None: --world-size N > 1 (or --nproc-per-node, --max-restarts) makes
+  4. None: --world-size N > 1 (or --nproc-per-node, --nnodes, --standalone,
+     --max-restarts) makes
      this process a launcher that starts N workers on this machine on a free
      port, prefixes their output with the rank, and stops them all if one
      fails (or, with --max-restarts M, restarts them all from the newest
@@ -198,8 +199,9 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = positive_finite)]
     pub progress_seconds: f64,
 
-    /// Gradient bucket size in MiB for the all-reduce (the first bucket is
-    /// at most 1 MiB, as in PyTorch DDP).
+    /// Gradient bucket size in MiB for the all-reduce: a bucket closes at the
+    /// parameter that brings it to the cap (1 MiB for the first, as in
+    /// PyTorch DDP), so one large parameter makes a larger bucket.
     #[arg(long, default_value_t = 25.0, value_name = "MIB", value_parser = positive_finite)]
     pub bucket_mb: f64,
 
