@@ -7,6 +7,11 @@ use clap::{Parser, ValueEnum};
 
 use crate::checkpoint::resume::ResumeFrom;
 
+mod shared;
+mod values;
+
+use values::{positive_finite, seconds};
+
 const AFTER_HELP: &str = "\
 HOW RANKS START (first match wins):
   1. torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
@@ -196,7 +201,7 @@ pub struct Cli {
     pub log_every: u64,
 
     /// Seconds between progress lines when stderr is not a terminal.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = positive_finite)]
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = seconds)]
     pub progress_seconds: f64,
 
     /// Gradient bucket size in MiB for the all-reduce: a bucket closes at the
@@ -213,7 +218,7 @@ pub struct Cli {
 
     /// Seconds a rank waits for its peers (rendezvous, each collective)
     /// before failing.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = positive_finite)]
+    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = seconds)]
     pub timeout: f64,
 
     /// Disable both dropout layers (for checking data-parallel equivalence).
@@ -257,7 +262,7 @@ pub struct Cli {
     /// Local launcher: seconds the workers get, after it passes them a
     /// signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2), to save and stop
     /// before it kills them.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = positive_finite)]
+    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = seconds)]
     pub grace: f64,
 
     /// Pipeline parallelism: split the model into S stages, one per rank
@@ -325,15 +330,6 @@ impl Cli {
             }
             _ => Ok(()),
         }
-    }
-}
-
-fn positive_finite(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    if v.is_finite() && v > 0.0 {
-        Ok(v)
-    } else {
-        Err(format!("must be a positive finite number, got {s}"))
     }
 }
 

@@ -109,6 +109,26 @@ fn ranks_disagreeing_on_the_world_size_both_fail() {
 }
 
 #[test]
+fn a_rank_given_other_training_flags_fails_naming_the_flag_and_both_values() {
+    for (flag, theirs, mine) in [("--lr", "0.001", "0.1"), ("--bucket-mb", "25", "1")] {
+        let port = free_port();
+        let first = spawn(worker(0, 2, port).args([flag, theirs]));
+        let second = spawn(worker(1, 2, port).args([flag, mine]));
+        let (status, err) = wait_within(second, Duration::from_secs(30));
+        assert!(!status.success());
+        assert!(
+            err.contains(&format!(
+                "rank 1 has {flag} {mine} but rank 0 has {flag} {theirs}: every rank needs the same flags"
+            )),
+            "{err}"
+        );
+        let (status, err) = wait_within(first, Duration::from_secs(30));
+        assert!(!status.success(), "rank 0 trained on alone: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
 fn a_killed_worker_stops_the_whole_launch_with_the_lost_rank_named() {
     let mut launcher = job(2, 1, 10)
         .stdout(Stdio::null())

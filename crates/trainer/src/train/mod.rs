@@ -14,6 +14,7 @@ mod meter;
 mod parts;
 mod replica;
 mod setup;
+mod shared_flags;
 mod step;
 mod timer;
 
@@ -253,6 +254,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             checkpoints,
             stop,
             share,
+            shared_flags,
         } = setup;
         let (rank, world_size) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
         let share = share.unwrap_or(DataShare {
@@ -260,6 +262,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             replicas: world_size,
             counts: true,
         });
+        if let Some(comm) = comm.as_mut() {
+            shared_flags::check(comm, &shared_flags)
+                .with_context(|| format!("rank {rank}: checking the flags against rank 0's"))?;
+        }
         let layout = model.layout();
         let start = origin::agree(
             origin,

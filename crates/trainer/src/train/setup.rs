@@ -30,6 +30,10 @@ pub struct Setup<B: Ops> {
     /// The data this rank trains on; `None`: its own shard, as one of
     /// `world_size` replicas.
     pub share: Option<DataShare>,
+    /// The flags every rank must give alike, as `(flag, value)`
+    /// ([`Cli::shared_flags`](crate::cli::Cli::shared_flags)), checked
+    /// against rank 0's before anything else travels.
+    pub shared_flags: Vec<(&'static str, String)>,
 }
 
 /// Which shard of the data a rank trains on, and whether it counts the
@@ -53,6 +57,7 @@ impl<B: Ops> Setup<B> {
             checkpoints: None,
             stop: StopRequest::new(),
             share: None,
+            shared_flags: Vec::new(),
         }
     }
 }

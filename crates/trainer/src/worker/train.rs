@@ -172,6 +172,7 @@ fn train_model<B: Ops, M: Model<B>>(
         }),
         stop: links.stop,
         share: links.share,
+        shared_flags: cli.shared_flags(),
     };
     let mut trainer = Trainer::with_model(backend, model, train, test, cfg, setup)
         .with_context(|| format!("rank {rank}: setting up"))?;
