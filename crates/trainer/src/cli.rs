@@ -2,11 +2,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
 use clap::{Parser, ValueEnum};
 
 use crate::checkpoint::resume::ResumeFrom;
 
+mod rules;
 mod shared;
 mod values;
 
@@ -284,55 +284,6 @@ pub struct Cli {
     pub nodes: crate::launcher::NodeFlags,
 }
 
-impl Cli {
-    /// The rules between flags that clap does not express in one line.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        if self.model != ModelChoice::Toy && self.samples.is_some() {
-            bail!(
-                "--samples sizes the synthetic data of --model toy; other models read a data set"
-            );
-        }
-        let recsys = self.model == ModelChoice::Recsys;
-        if recsys != self.ratings.is_some() {
-            bail!(
-                "--model recsys trains on --ratings PATH (a MovieLens ratings.csv); give both or neither"
-            );
-        }
-        if !recsys && self.embedding_dim.is_some() {
-            bail!("--embedding-dim is for --model recsys");
-        }
-        if self.model != ModelChoice::Cnn && (self.data_dir.is_some() || self.no_dropout) {
-            bail!("--data-dir and --no-dropout are for --model cnn (the FashionMNIST CNN)");
-        }
-        let has_dir = self.checkpoint_dir.is_some();
-        if self.checkpoint_every.is_some() && !has_dir {
-            bail!("--checkpoint-every needs --checkpoint-dir");
-        }
-        if self.device == DeviceChoice::Cpu && self.tf32 {
-            bail!("--tf32 runs products on a GPU's tensor cores; --device cpu has none");
-        }
-        if self.device == DeviceChoice::Cpu && self.backend == BackendChoice::Nccl {
-            bail!(
-                "--backend nccl moves gradients between GPUs; with --device cpu use --backend tcp (or auto)"
-            );
-        }
-        if self.max_restarts > 0 && !has_dir {
-            bail!(
-                "--max-restarts needs --checkpoint-dir: restarts continue from the newest checkpoint there"
-            );
-        }
-        match &self.resume {
-            Some(ResumeFrom::Auto) if !has_dir => bail!("--resume auto needs --checkpoint-dir"),
-            Some(ResumeFrom::Path(_)) if self.init_from.is_some() => {
-                bail!(
-                    "--resume PATH and --init-from both say where to start: give one (--init-from goes with --resume auto)"
-                )
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,6 +372,39 @@ mod tests {
                 .validate()
                 .unwrap();
         }
+    }
+
+    #[test]
+    fn pipeline_flags_that_cannot_apply_are_refused() {
+        for (args, needle) in [
+            (
+                &["--model", "toy", "--pipeline-stages", "2"][..],
+                "--pipeline-stages splits --model cnn",
+            ),
+            (
+                &[
+                    "--pipeline-stages",
+                    "2",
+                    "--batch-size",
+                    "8",
+                    "--micro-batches",
+                    "9",
+                ],
+                "--micro-batches 9 is more than --batch-size 8",
+            ),
+        ] {
+            let err = parse(args).unwrap().validate().unwrap_err().to_string();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+        let ok = [
+            "--pipeline-stages",
+            "2",
+            "--batch-size",
+            "8",
+            "--micro-batches",
+            "8",
+        ];
+        parse(&ok).unwrap().validate().unwrap();
     }
 
     #[test]
