@@ -147,6 +147,26 @@ fn seed_loads_and_resigning_alone_changes_nothing() {
     );
 }
 
+/// Metadata that parses but that no run writes is refused by name, not
+/// trained from (a negative time gave negative images/s, a step count of
+/// `u64::MAX` wrapped into an internal error).
+#[test]
+fn resigned_metadata_no_run_writes_is_refused() {
+    let (model, state) = seed();
+    for (key, value, needle) in [
+        ("epoch_train_seconds", "NaN", "is not a time"),
+        ("epoch_train_seconds", "-5", "is not a time"),
+        ("epoch_train_seconds", "inf", "is not a time"),
+        ("optimizer_step", "18446744073709551615", "`optimizer_step`"),
+        ("dropout", "NaN,0.5", "dropout rates"),
+        ("dropout", "0.25,-1", "dropout rates"),
+        ("dropout", "0.25,1", "dropout rates"),
+    ] {
+        let err = load_files(model, &resigned(state, key, value)).unwrap_err();
+        assert!(err.contains(needle), "{key} = {value}: {err}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES))]
 

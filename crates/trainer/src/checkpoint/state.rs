@@ -180,7 +180,7 @@ pub fn load(dir: &Path, layout: &FlatLayout) -> anyhow::Result<TrainingState> {
     let mut take = |n: usize| tensors.by_ref().take(n).collect::<Vec<_>>().concat();
     let (exp_avg, exp_avg_sq, epoch_loss_sum, epoch_correct) =
         (take(count), take(count), take(1), take(1));
-    Ok(TrainingState {
+    let state = TrainingState {
         position,
         optimizer_step: meta.get("optimizer_step")?,
         params,
@@ -190,7 +190,49 @@ pub fn load(dir: &Path, layout: &FlatLayout) -> anyhow::Result<TrainingState> {
         epoch_correct,
         epoch_train_seconds: meta.get("epoch_train_seconds")?,
         settings,
-    })
+    };
+    state.check_values(layout)?;
+    Ok(state)
+}
+
+/// Above this many Adam steps the bias correction's `f64` powers lose
+/// whole steps (2^53); no real run gets near it.
+const MAX_OPTIMIZER_STEP: u64 = 1 << 53;
+
+impl TrainingState {
+    /// What a checksum cannot vouch for: values no training writes (a
+    /// checkpoint with a NaN weight would resume, and the first step would
+    /// blame a gradient).
+    fn check_values(&self, layout: &FlatLayout) -> anyhow::Result<()> {
+        if let Some(bad) = self.first_non_finite(layout) {
+            bail!("`{bad}` holds non-finite values; no run writes such a checkpoint");
+        }
+        let negative = |xs: &[f32]| xs.iter().any(|&x| x < 0.0);
+        if negative(&self.epoch_loss_sum) || negative(&self.epoch_correct) {
+            bail!("{STATE_FILE}: negative epoch loss sums or correct counts");
+        }
+        if !(self.epoch_train_seconds.is_finite() && self.epoch_train_seconds >= 0.0) {
+            bail!(
+                "{STATE_FILE}: metadata `epoch_train_seconds` = {} is not a time",
+                self.epoch_train_seconds
+            );
+        }
+        if self.optimizer_step > MAX_OPTIMIZER_STEP {
+            bail!(
+                "{STATE_FILE}: metadata `optimizer_step` = {} is past {MAX_OPTIMIZER_STEP}",
+                self.optimizer_step
+            );
+        }
+        let d = self.settings.dropout;
+        if ![d.pool, d.hidden].iter().all(|p| (0.0..1.0).contains(p)) {
+            bail!(
+                "{STATE_FILE}: dropout rates {},{} are not in [0, 1)",
+                d.pool,
+                d.hidden
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Typed access to a state file's metadata.
@@ -227,5 +269,46 @@ impl Meta<'_> {
             bail!("{STATE_FILE}: world size and batch size must be at least 1");
         }
         Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CnnMnist, cnn_layout};
+
+    #[test]
+    fn a_state_with_a_non_finite_weight_or_a_negative_count_is_refused() {
+        let params = CnnMnist::new(DropoutRates::REFERENCE).init_params(1);
+        let mut state = TrainingState {
+            position: Position { epoch: 1, step: 0 },
+            optimizer_step: 3,
+            exp_avg: vec![0.0; params.len()],
+            exp_avg_sq: vec![0.0; params.len()],
+            params,
+            epoch_loss_sum: vec![1.0],
+            epoch_correct: vec![2.0],
+            epoch_train_seconds: 1.5,
+            settings: Settings {
+                model: "cnn".into(),
+                seed: 0,
+                world_size: 1,
+                batch_size: 64,
+                lr: 1e-3,
+                dropout: DropoutRates::REFERENCE,
+            },
+        };
+        state.check_values(cnn_layout()).unwrap();
+        let fc1 = cnn_layout().range("fc1.weight").unwrap().start;
+        state.params[fc1 + 7] = f32::NAN;
+        let err = state.check_values(cnn_layout()).unwrap_err().to_string();
+        assert!(
+            err.contains("`fc1.weight` holds non-finite values"),
+            "{err}"
+        );
+        state.params[fc1 + 7] = 0.0;
+        state.epoch_correct[0] = -1e9;
+        let err = state.check_values(cnn_layout()).unwrap_err().to_string();
+        assert!(err.contains("negative"), "{err}");
     }
 }
