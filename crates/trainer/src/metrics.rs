@@ -39,8 +39,11 @@ pub fn epoch_line(r: &EpochReport) -> String {
 struct Row<'a> {
     epoch: usize,
     loss: f64,
-    acc: f64,
-    test_acc: f64,
+    /// The model's metric, train and test: `acc`/`test_acc`,
+    /// `rmse`/`test_rmse`, or nothing; `null` where there was nothing to
+    /// measure it on.
+    #[serde(flatten)]
+    metric: BTreeMap<String, Option<f64>>,
     time_s: f64,
     img_per_s: f64,
     steps: usize,
@@ -64,6 +67,18 @@ struct RankRow {
     gpu: Option<GpuUsage>,
     phase_s: BTreeMap<&'static str, f64>,
     eval_s: f64,
+}
+
+/// A report's metric under its own name (see [`Row::metric`]).
+fn metric_columns(r: &EpochReport) -> BTreeMap<String, Option<f64>> {
+    let Some(name) = r.metric.name() else {
+        return BTreeMap::new();
+    };
+    let measured = |v: f64| v.is_finite().then_some(v);
+    BTreeMap::from([
+        (name.to_string(), measured(r.accuracy)),
+        (format!("test_{name}"), measured(r.test_accuracy)),
+    ])
 }
 
 fn phase_map(phases: &PhaseSeconds) -> BTreeMap<&'static str, f64> {
@@ -115,8 +130,7 @@ impl MetricsFile {
         let row = Row {
             epoch: r.epoch,
             loss: r.loss,
-            acc: r.accuracy,
-            test_acc: r.test_accuracy,
+            metric: metric_columns(r),
             time_s: r.train_seconds,
             img_per_s: r.images_per_second,
             steps: r.steps,
@@ -238,5 +252,36 @@ mod tests {
         assert_eq!(ranks[1]["phase_s"]["forward"], 30.0);
         assert_eq!(ranks[1]["eval_s"], 0.25);
         assert_eq!(rows[0]["straggler"]["rank"], 1);
+    }
+
+    /// Each model's metric under its own name: an RMSE is not an accuracy,
+    /// a test RMSE over no test ratings is `null`, the toy model has none.
+    #[test]
+    fn metrics_file_names_each_models_metric() {
+        let row = |r: &EpochReport| -> serde_json::Value {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("m.jsonl");
+            MetricsFile::create(&path, 2, "cpu".into())
+                .unwrap()
+                .append(r)
+                .unwrap();
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+        };
+        let recsys = row(&EpochReport {
+            metric: Metric::Rmse,
+            accuracy: 0.93,
+            test_accuracy: f64::NAN,
+            ..report()
+        });
+        assert_eq!(recsys["rmse"], 0.93);
+        assert_eq!(recsys["test_rmse"], serde_json::Value::Null);
+        assert!(recsys.get("acc").is_none() && recsys.get("test_acc").is_none());
+        let toy = row(&EpochReport {
+            metric: Metric::None,
+            ..report()
+        });
+        for key in ["acc", "test_acc", "rmse", "test_rmse"] {
+            assert!(toy.get(key).is_none(), "{key}: {toy}");
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! `trainer plot run.jsonl -o curves.png`: a `--metrics` file's curves per
-//! epoch (training loss, train and test accuracy, img/s) as one PNG.
+//! epoch (training loss, the model's metric train and test: accuracy or
+//! RMSE, and samples/s) as one PNG.
 //!
 //! Text needs a TrueType font, read at run time: `--font FILE`, else DejaVu
 //! Sans from Debian's `fonts-dejavu-core` (or the same file elsewhere). No
@@ -36,13 +37,20 @@ pub struct PlotArgs {
     pub font: Option<PathBuf>,
 }
 
-/// One epoch's numbers, as the metrics file holds them.
+/// One epoch's numbers, as the metrics file holds them: a model has an
+/// accuracy, an RMSE or no metric (`null` where unmeasured).
 #[derive(Debug, serde::Deserialize)]
 struct Epoch {
     epoch: f64,
     loss: f64,
-    acc: f64,
-    test_acc: f64,
+    #[serde(default)]
+    acc: Option<f64>,
+    #[serde(default)]
+    test_acc: Option<f64>,
+    #[serde(default)]
+    rmse: Option<f64>,
+    #[serde(default)]
+    test_rmse: Option<f64>,
     img_per_s: f64,
 }
 
@@ -102,44 +110,59 @@ fn load_font(choice: Option<&Path>) -> anyhow::Result<()> {
 
 type Panel<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 
+/// The metric panel's title and curves: accuracy, else RMSE, else none.
+fn metric_panel(epochs: &[Epoch]) -> Option<(&'static str, [Curve<'static>; 2])> {
+    let has = |value: fn(&Epoch) -> Option<f64>| epochs.iter().any(|e| value(e).is_some());
+    if has(|e| e.acc) {
+        Some((
+            "Accuracy",
+            [("train", &BLUE, |e| e.acc), ("test", &RED, |e| e.test_acc)],
+        ))
+    } else if has(|e| e.rmse) {
+        Some((
+            "RMSE",
+            [
+                ("train", &BLUE, |e| e.rmse),
+                ("test", &RED, |e| e.test_rmse),
+            ],
+        ))
+    } else {
+        None
+    }
+}
+
 fn draw(epochs: &[Epoch], output: &Path) -> anyhow::Result<()> {
-    let root = BitMapBackend::new(output, (1500, 480)).into_drawing_area();
+    let metric = metric_panel(epochs);
+    let columns = if metric.is_some() { 3 } else { 2 };
+    let root = BitMapBackend::new(output, (500 * columns as u32, 480)).into_drawing_area();
     root.fill(&WHITE)?;
-    let panels = root.split_evenly((1, 3));
+    let panels = root.split_evenly((1, columns));
     let x = |e: &Epoch| e.epoch;
     panel(
         &panels[0],
         epochs,
         "Training loss",
         "loss",
-        &[("train", &BLUE, |e: &Epoch| e.loss)],
+        &[("train", &BLUE, |e: &Epoch| Some(e.loss))],
         x,
     )?;
+    if let Some((title, curves)) = &metric {
+        panel(&panels[1], epochs, title, &title.to_lowercase(), curves, x)?;
+    }
     panel(
-        &panels[1],
-        epochs,
-        "Accuracy",
-        "accuracy",
-        &[
-            ("train", &BLUE, |e: &Epoch| e.acc),
-            ("test", &RED, |e: &Epoch| e.test_acc),
-        ],
-        x,
-    )?;
-    panel(
-        &panels[2],
+        &panels[columns - 1],
         epochs,
         "Throughput (all ranks)",
-        "images / s",
-        &[("train", &BLUE, |e: &Epoch| e.img_per_s)],
+        "samples / s",
+        &[("train", &BLUE, |e: &Epoch| Some(e.img_per_s))],
         x,
     )?;
     root.present()?;
     Ok(())
 }
 
-/// A curve: its legend, colour and value per epoch.
-type Curve<'c> = (&'c str, &'c RGBColor, fn(&Epoch) -> f64);
+/// A curve: its legend, colour and value per epoch (`None`: no point).
+type Curve<'c> = (&'c str, &'c RGBColor, fn(&Epoch) -> Option<f64>);
 
 fn panel(
     area: &Panel<'_>,
@@ -153,7 +176,7 @@ fn panel(
     let values = || {
         epochs
             .iter()
-            .flat_map(|e| curves.iter().map(move |c| (c.2)(e)))
+            .flat_map(|e| curves.iter().filter_map(move |c| (c.2)(e)))
     };
     let (low, high) = values().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
         (lo.min(v), hi.max(v))
@@ -183,7 +206,10 @@ fn panel(
         .label_style(("sans-serif", 14))
         .draw()?;
     for &(name, color, value) in curves {
-        let points: Vec<(f64, f64)> = epochs.iter().map(|e| (x(e), value(e))).collect();
+        let points: Vec<(f64, f64)> = epochs
+            .iter()
+            .filter_map(|e| Some((x(e), value(e)?)))
+            .collect();
         chart
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
             .label(name)
@@ -207,4 +233,33 @@ fn panel(
         .position(SeriesLabelPosition::LowerRight)
         .draw()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn epochs(rows: &str) -> Vec<Epoch> {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), rows).unwrap();
+        read(file.path()).unwrap()
+    }
+
+    #[test]
+    fn the_metric_panel_follows_the_models_metric() {
+        let base = r#""loss": 1.5, "img_per_s": 100.0"#;
+        let cnn = epochs(&format!(
+            r#"{{"epoch": 1, {base}, "acc": 0.8, "test_acc": 0.9}}"#
+        ));
+        assert_eq!(metric_panel(&cnn).map(|m| m.0), Some("Accuracy"));
+        let recsys = epochs(&format!(
+            "{{\"epoch\": 1, {base}, \"rmse\": 0.9, \"test_rmse\": null}}\n{{\"epoch\": 2, {base}, \"rmse\": 0.8, \"test_rmse\": 0.85}}"
+        ));
+        let (title, curves) = metric_panel(&recsys).unwrap();
+        assert_eq!(title, "RMSE");
+        assert_eq!((curves[1].2)(&recsys[0]), None);
+        assert_eq!((curves[1].2)(&recsys[1]), Some(0.85));
+        let toy = epochs(&format!(r#"{{"epoch": 1, {base}}}"#));
+        assert!(metric_panel(&toy).is_none());
+    }
 }

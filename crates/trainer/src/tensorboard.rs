@@ -13,6 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
+use crate::model::Metric;
 use crate::train::{EpochReport, Phase};
 
 /// An open event file in a TensorBoard log directory.
@@ -44,16 +45,22 @@ impl EventWriter {
         &self.path
     }
 
-    /// An epoch's numbers at its last step: the epoch's loss, accuracy,
-    /// test accuracy and img/s, and every rank's monitoring and phase
-    /// times (`monitor/rankR/...`, `time/rankR/...`); then flushes.
+    /// An epoch's numbers at its last step: the epoch's loss, the model's
+    /// metric train and test (`accuracy`, `rmse`, or none), img/s, and
+    /// every rank's monitoring and phase times (`monitor/rankR/...`,
+    /// `time/rankR/...`); then flushes.
     pub fn epoch(&mut self, r: &EpochReport) -> anyhow::Result<()> {
-        let mut values = vec![
-            ("epoch/train_loss".to_string(), r.loss),
-            ("epoch/train_accuracy".into(), r.accuracy),
-            ("test/accuracy".into(), r.test_accuracy),
-            ("epoch/img_per_s".into(), r.images_per_second),
-        ];
+        let mut values = vec![("epoch/train_loss".to_string(), r.loss)];
+        let metric = match r.metric {
+            Metric::Accuracy => Some("accuracy"),
+            Metric::Rmse => Some("rmse"),
+            Metric::None => None,
+        };
+        if let Some(name) = metric {
+            values.push((format!("epoch/train_{name}"), r.accuracy));
+            values.push((format!("test/{name}"), r.test_accuracy));
+        }
+        values.push(("epoch/img_per_s".into(), r.images_per_second));
         for (rank, stats) in r.ranks.iter().enumerate() {
             let usage = &stats.usage;
             let gpu = usage.gpu.as_ref();
