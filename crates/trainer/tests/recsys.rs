@@ -111,7 +111,19 @@ fn bad_ratings_files_are_one_clear_error() {
             "beyond the limit",
         ),
         (file("short.csv", &format!("{header}1,2\n")), "line 2"),
+        (
+            file("huge.csv", &format!("{header}1,2,3e38,5\n")),
+            "line 2: the rating 3",
+        ),
+        (
+            file("endless.csv", &format!("{header}{}", "7".repeat(10_000))),
+            "line 2 is longer than 4096 bytes",
+        ),
+        (dir.path().to_path_buf(), "is a directory"),
     ];
+    let binary = dir.path().join("binary.csv");
+    std::fs::write(&binary, [0xff_u8, 0xfe, 0x00, b'\n']).unwrap();
+    let cases = cases.into_iter().chain([(binary, "line 1 is not UTF-8")]);
     for (path, needle) in cases {
         let out = run(trainer()
             .args([

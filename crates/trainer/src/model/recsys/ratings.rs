@@ -88,10 +88,40 @@ pub fn parse_line(line: &str, number: u64) -> anyhow::Result<Rating> {
         .and_then(|f| f.trim().parse().ok())
         .filter(|r: &f32| r.is_finite())
         .ok_or_else(|| bad("the rating is not a number"))?;
+    if rating.abs() > MAX_RATING {
+        return Err(bad(&format!(
+            "the rating {rating} is beyond ±{MAX_RATING} (its square would swamp the loss)"
+        )));
+    }
     if fields.next().is_none() {
         return Err(bad("no timestamp"));
     }
     Ok(Rating { user, item, rating })
+}
+
+/// The longest line a ratings file may have: a MovieLens line is about 30
+/// bytes, and an endless one (`/dev/zero`, a binary file) must not be read
+/// into memory whole.
+const MAX_LINE_BYTES: u64 = 4096;
+
+/// The largest rating magnitude: far above any rating scale, far below
+/// where its square overflows `f32`.
+const MAX_RATING: f32 = 1e6;
+
+/// Appends line `number` (newline included) to `line`; its byte count, 0 at
+/// the end of the file.
+fn read_line(reader: &mut impl BufRead, line: &mut String, number: u64) -> anyhow::Result<usize> {
+    let read = reader.take(MAX_LINE_BYTES).read_line(line).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            anyhow::anyhow!("line {number} is not UTF-8 text: not a ratings.csv")
+        } else {
+            anyhow::Error::new(e).context(format!("reading line {number}"))
+        }
+    })?;
+    if read as u64 == MAX_LINE_BYTES && !line.ends_with('\n') {
+        bail!("line {number} is longer than {MAX_LINE_BYTES} bytes: not a ratings.csv");
+    }
+    Ok(read)
 }
 
 impl RatingsIndex {
@@ -103,11 +133,19 @@ impl RatingsIndex {
                 path.display()
             )
         })?;
+        if file.metadata().is_ok_and(|m| m.is_dir()) {
+            bail!(
+                "--ratings {}: is a directory; give the ratings.csv file in it",
+                path.display()
+            );
+        }
         let size = file.metadata().map_or(0, |m| m.len());
         let chunk_bytes = (size / CHUNKS).clamp(4096, CHUNK_BYTES);
         let mut reader = BufReader::with_capacity(1 << 16, file);
         let mut line = String::new();
-        let mut offset = reader.read_line(&mut line)? as u64;
+        let mut offset = read_line(&mut reader, &mut line, 1)
+            .with_context(|| format!("--ratings {}", path.display()))?
+            as u64;
         if offset == 0 {
             bail!("--ratings {}: the file is empty", path.display());
         }
@@ -129,9 +167,8 @@ impl RatingsIndex {
         };
         for number in 2.. {
             line.clear();
-            let read = reader
-                .read_line(&mut line)
-                .with_context(|| format!("--ratings {}: line {number}", path.display()))?;
+            let read = read_line(&mut reader, &mut line, number)
+                .with_context(|| format!("--ratings {}", path.display()))?;
             if read == 0 {
                 break;
             }
