@@ -69,6 +69,9 @@ fn finished(cli: &Cli, info: &RankInfo, saved: Option<&Path>) -> String {
         cli.epochs, info.world_size
     );
     match saved.map(|dir| dir.join(MODEL_FILE)) {
+        None if cli.checkpoint_dir.is_some() => {
+            format!("{done}; no checkpoint written: nothing was left to train")
+        }
         None => format!("{done}; no model saved (--checkpoint-dir DIR keeps it)"),
         Some(model) => format!(
             "{done}; model saved in {0}\n\

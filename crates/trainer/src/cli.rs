@@ -375,8 +375,10 @@ mod tests {
     }
 
     #[test]
-    fn pipeline_flags_that_cannot_apply_are_refused() {
+    fn flags_that_cannot_apply_are_refused() {
         for (args, needle) in [
+            (&["--sparse-grads", "never"][..], "it is for --model recsys"),
+            (&["--pipeline-stages", "3"], "this CNN splits into 2 stages"),
             (
                 &["--model", "toy", "--pipeline-stages", "2"][..],
                 "--pipeline-stages splits --model cnn",

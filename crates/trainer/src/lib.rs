@@ -3,6 +3,7 @@
 //! of its own workers. See `ARCHITECTURE.md` for the map.
 
 pub mod announce;
+pub mod bounded_read;
 pub mod checkpoint;
 pub mod cli;
 pub mod data;

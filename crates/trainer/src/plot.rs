@@ -13,12 +13,18 @@ use clap::Parser;
 use plotters::prelude::*;
 use plotters::style::register_font;
 
+use crate::bounded_read;
+
 /// Where a font is usually installed (`fonts-dejavu-core` on Debian/Ubuntu).
 const FONT_PLACES: [&str; 3] = [
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
     "/usr/share/fonts/dejavu/DejaVuSans.ttf",
     "/usr/share/fonts/TTF/DejaVuSans.ttf",
 ];
+
+/// A metrics file's largest size: a row is a few kB, so this is a million
+/// epochs and more.
+const MAX_METRICS_BYTES: u64 = 1 << 30;
 
 /// Draws a --metrics file's curves per epoch into a PNG.
 #[derive(Debug, Parser)]
@@ -56,6 +62,12 @@ struct Epoch {
 
 /// Runs `trainer plot`.
 pub fn run(args: &PlotArgs) -> anyhow::Result<()> {
+    if args.output.is_dir() {
+        bail!(
+            "-o {}: is a directory; give the PNG file to write",
+            args.output.display()
+        );
+    }
     let epochs = read(&args.metrics)?;
     load_font(args.font.as_deref())?;
     draw(&epochs, &args.output).with_context(|| format!("drawing {}", args.output.display()))?;
@@ -64,8 +76,9 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<()> {
 }
 
 fn read(path: &Path) -> anyhow::Result<Vec<Epoch>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = bounded_read::read(path, MAX_METRICS_BYTES, "a metrics file")?;
+    let text = String::from_utf8(bytes)
+        .with_context(|| format!("{}: not a metrics file (not UTF-8 text)", path.display()))?;
     let mut epochs = text
         .lines()
         .enumerate()

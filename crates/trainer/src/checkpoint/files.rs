@@ -10,6 +10,7 @@ use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
 use super::digest::{self, TensorBytes};
+use crate::bounded_read;
 
 /// A tensor to write.
 pub(super) struct Named<'a> {
@@ -223,11 +224,17 @@ pub(super) fn unflatten<'a>(layout: &FlatLayout, prefix: &str, flat: &'a [f32]) 
         .collect()
 }
 
+/// The largest safetensors file holding `copies` tensors of `layout`'s
+/// size: their bytes and a generous header (names, shapes, metadata).
+pub fn file_limit(layout: &FlatLayout, copies: u64) -> u64 {
+    copies * 4 * layout.len() as u64 + (16 << 20)
+}
+
 /// Weights from a safetensors file with PyTorch's `state_dict` names (from
 /// `safetensors.torch.save_file(model.state_dict(), path)` or a checkpoint's
 /// `model.safetensors`), for a fresh start from them.
 pub fn load_weights(path: &Path, layout: &FlatLayout) -> anyhow::Result<Vec<f32>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = bounded_read::read(path, file_limit(layout, 1), "this model's weights")?;
     let read = || -> anyhow::Result<Vec<f32>> {
         let params = parse(&bytes, Checksum::IfPresent)?
             .tensors(&param_specs(layout, ""))?

@@ -201,7 +201,7 @@ pub fn compatibility(
     }
     if saved.dropout != now.dropout {
         notes.push(format!(
-            "continuing with dropout {:?} (the checkpoint was trained with {:?})",
+            "continuing with dropout {} (the checkpoint was trained with {})",
             now.dropout, saved.dropout
         ));
     }

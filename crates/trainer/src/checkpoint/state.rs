@@ -9,6 +9,7 @@ use core_tensor::FlatLayout;
 
 use super::Position;
 use super::files::{self, Checksum, Named};
+use crate::bounded_read;
 use crate::model::DropoutRates;
 
 pub const MODEL_FILE: &str = "model.safetensors";
@@ -140,9 +141,12 @@ pub fn load(dir: &Path, layout: &FlatLayout) -> anyhow::Result<TrainingState> {
             "no {MODEL_FILE} or {STATE_FILE} here; for the newest checkpoint in a directory use --checkpoint-dir DIR --resume auto"
         );
     }
-    let read =
-        |name: &str| std::fs::read(dir.join(name)).with_context(|| format!("reading {name}"));
-    let (model_bytes, state_bytes) = (read(MODEL_FILE)?, read(STATE_FILE)?);
+    let read = |name: &str, copies: u64, what: &str| {
+        bounded_read::read(&dir.join(name), files::file_limit(layout, copies), what)
+            .with_context(|| format!("reading {name}"))
+    };
+    let model_bytes = read(MODEL_FILE, 1, "this model's weights")?;
+    let state_bytes = read(STATE_FILE, 2, "this model's Adam moments")?;
     let model = files::parse(&model_bytes, Checksum::Required).context(MODEL_FILE)?;
     let state = files::parse(&state_bytes, Checksum::Required).context(STATE_FILE)?;
     let meta = Meta(&state.metadata);

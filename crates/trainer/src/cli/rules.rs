@@ -2,7 +2,7 @@
 
 use anyhow::bail;
 
-use super::{BackendChoice, Cli, DeviceChoice, ModelChoice, ResumeFrom};
+use super::{BackendChoice, Cli, DeviceChoice, ModelChoice, ResumeFrom, SparseGrads};
 
 impl Cli {
     /// The rules between flags that clap does not express in one line.
@@ -23,6 +23,17 @@ impl Cli {
         }
         if self.model != ModelChoice::Cnn && (self.data_dir.is_some() || self.no_dropout) {
             bail!("--data-dir and --no-dropout are for --model cnn (the FashionMNIST CNN)");
+        }
+        if self.model != ModelChoice::Recsys && self.sparse_grads != SparseGrads::Auto {
+            bail!(
+                "--sparse-grads chooses how recsys' embedding rows travel; it is for --model recsys"
+            );
+        }
+        if self.pipeline_stages > 2 {
+            bail!(
+                "--pipeline-stages {}: this CNN splits into 2 stages (the convolution stack and the fully connected stack); use 2",
+                self.pipeline_stages
+            );
         }
         if self.model != ModelChoice::Cnn && self.pipeline_stages > 1 {
             bail!(

@@ -87,6 +87,12 @@ impl DropoutRates {
     };
 }
 
+impl std::fmt::Display for DropoutRates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} after the pool, {} after fc1", self.pool, self.hidden)
+    }
+}
+
 /// The parameters' `state_dict` layout: `(name, shape, fan_in)` per tensor.
 fn param_specs() -> [(&'static str, Vec<usize>, usize); 8] {
     let conv_w = |g: Conv2dGeom| vec![g.out_channels, g.in_channels, g.kernel, g.kernel];
