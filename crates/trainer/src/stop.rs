@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
@@ -125,11 +125,19 @@ impl RunEnd {
     }
 }
 
+/// How soon a repeat of a worker's first signal counts as the same request
+/// delivered twice: SLURM (`scancel --signal`, `--signal=USR1@N`, a
+/// requeue's SIGTERM) and systemd signal every process of a job, so a
+/// worker gets the signal itself and again from its launcher, within
+/// milliseconds. A person's second Ctrl-C comes later.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(2);
+
 /// Installs this process's handlers (a worker): the first SIGTERM or
 /// SIGUSR1 requests [`StopKind::Preempt`], the first SIGINT or SIGHUP
 /// [`StopKind::Interrupt`] (and the process exits with 128 + signal if the
 /// training loop has not stopped within [`INTERRUPT_GRACE`]); any second
-/// signal exits at once with 128 + signal.
+/// signal exits at once with 128 + signal, except the first one again
+/// within [`DUPLICATE_WINDOW`].
 ///
 /// The handlers only feed a self-pipe; a thread of their own reads it, so
 /// nothing but async-signal-safe code runs in the handlers themselves.
@@ -139,15 +147,18 @@ pub fn install_worker_handlers(stop: &StopRequest) -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            let mut seen = false;
+            let mut first: Option<(i32, Instant)> = None;
             for signal in signals.forever() {
-                if seen {
+                if let Some((seen, at)) = first {
+                    if seen == signal && at.elapsed() < DUPLICATE_WINDOW {
+                        continue;
+                    }
                     // Not eprintln!, which panics when stderr is gone (a
                     // launcher that died): this thread must reach the exit.
                     let _ = writeln!(std::io::stderr(), "{}: stopping at once", describe(signal));
                     std::process::exit(128 + signal);
                 }
-                seen = true;
+                first = Some((signal, Instant::now()));
                 let Some(kind) = StopKind::of_signal(signal) else {
                     continue;
                 };
