@@ -1,7 +1,6 @@
 //! What rank 0 says about the run as a whole: who started the ranks, and
 //! how the run ended (with the saved model and how to load it).
 
-use std::io::Write;
 use std::path::Path;
 
 use comm::{LaunchEnv, LaunchSource};
@@ -34,11 +33,9 @@ fn parent_is_this_binary() -> bool {
 /// rank stopped at the same step), every rank's for an interrupt. Stops are
 /// reported on stderr, beside the errors a job's log is searched for.
 pub fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli, saved: Option<&Path>) {
-    // A stopped rank's reader may be gone (a launcher that died): a line
-    // that cannot be written is dropped, never a panic at the last step.
     let line = match outcome {
         RunOutcome::Completed if info.rank == 0 => {
-            let _ = writeln!(std::io::stdout(), "{}", finished(cli, info, saved));
+            say!("{}", finished(cli, info, saved));
             return;
         }
         RunOutcome::Preempted { at, saved } if info.rank == 0 => match saved {
@@ -59,7 +56,7 @@ pub fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli, saved: O
         ),
         _ => return,
     };
-    let _ = writeln!(std::io::stderr(), "{line}");
+    tell!("{line}");
 }
 
 /// A finished run's last lines: the saved model, and how PyTorch loads it.

@@ -136,9 +136,10 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         }
         restarts += 1;
         let from = restart_point(dir.as_ref(), layout);
-        eprintln!(
+        tell!(
             "launcher: {}; restart {restarts} of {} from {from}",
-            failure.first, cli.max_restarts
+            failure.first,
+            cli.max_restarts
         );
     }
 }
@@ -147,10 +148,10 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
 fn ended(end: RunEnd) -> RunEnd {
     match end {
         RunEnd::Finished => {}
-        RunEnd::Preempted => eprintln!(
+        RunEnd::Preempted => tell!(
             "launcher: the workers stopped on a preemption request (exit code {PREEMPTED_EXIT_CODE}); continue with --resume auto"
         ),
-        RunEnd::Signalled(signal) => eprintln!(
+        RunEnd::Signalled(signal) => tell!(
             "launcher: stopped the workers on {}; exiting with {}",
             describe(signal),
             end.exit_code()
@@ -263,7 +264,7 @@ fn run_workers(
                     .with_context(|| format!("starting worker rank {rank} ({})", exe.display()));
             }
         };
-        eprintln!(
+        tell!(
             "launcher: started rank {rank} (pid {}), master {}:{}",
             child.id(),
             master.0,

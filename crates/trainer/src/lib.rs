@@ -2,6 +2,9 @@
 //! asked for several ranks or restarts with no launcher around, the launcher
 //! of its own workers. See `ARCHITECTURE.md` for the map.
 
+#[macro_use]
+mod say;
+
 pub mod announce;
 pub mod bounded_read;
 pub mod checkpoint;

@@ -1,3 +1,4 @@
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -31,7 +32,8 @@ fn main() -> ExitCode {
             // clap's first line names the flag and the problem; the rest is
             // a usage reminder that buries it.
             let text = e.render().to_string();
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "{} (see --help)",
                 text.lines().next().unwrap_or("invalid arguments")
             );
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
 
 /// Prints `e` and picks the exit code that says what kind of failure it was.
 fn failed(e: &anyhow::Error) -> ExitCode {
-    eprintln!("error: {e:#}");
+    // Not eprintln!, which panics when stderr is gone.
+    let _ = writeln!(std::io::stderr(), "error: {e:#}");
     ExitCode::from(u8::try_from(trainer::stop::failure_exit_code(e)).unwrap_or(1))
 }

@@ -15,12 +15,12 @@ use crate::cli::Cli;
 pub fn prepare(cli: &Cli) -> anyhow::Result<()> {
     if let Some(dir) = &cli.checkpoint_dir {
         for note in checkpoint_dir(dir)? {
-            eprintln!("note: {note}");
+            tell!("note: {note}");
         }
     }
     if let Some(file) = &cli.metrics {
         for note in metrics_file(file)? {
-            eprintln!("note: {note}");
+            tell!("note: {note}");
         }
     }
     Ok(())

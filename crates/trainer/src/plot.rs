@@ -71,7 +71,7 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<()> {
     let epochs = read(&args.metrics)?;
     load_font(args.font.as_deref())?;
     draw(&epochs, &args.output).with_context(|| format!("drawing {}", args.output.display()))?;
-    println!("{}: {} epoch(s) drawn", args.output.display(), epochs.len());
+    say!("{}: {} epoch(s) drawn", args.output.display(), epochs.len());
     Ok(())
 }
 

@@ -93,7 +93,7 @@ impl Progress for Console {
             bar.set_message(self.numbers());
         } else if !self.terminal && self.last_line.elapsed() >= self.line_every {
             self.last_line = Instant::now();
-            eprintln!(
+            tell!(
                 "epoch {} step {}/{}: {}",
                 self.epoch,
                 self.done,
@@ -127,7 +127,7 @@ impl Progress for Console {
             ],
         );
         if let Err(e) = written {
-            eprintln!("note: TensorBoard logging stops: {e:#}");
+            tell!("note: TensorBoard logging stops: {e:#}");
             self.board = None;
         }
     }

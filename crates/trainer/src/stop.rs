@@ -7,7 +7,6 @@
 //! [`PREEMPTED_EXIT_CODE`]. SIGINT and SIGHUP ask to stop promptly. A second
 //! signal ends the process at once.
 
-use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -153,9 +152,7 @@ pub fn install_worker_handlers(stop: &StopRequest) -> anyhow::Result<()> {
                     if seen == signal && at.elapsed() < DUPLICATE_WINDOW {
                         continue;
                     }
-                    // Not eprintln!, which panics when stderr is gone (a
-                    // launcher that died): this thread must reach the exit.
-                    let _ = writeln!(std::io::stderr(), "{}: stopping at once", describe(signal));
+                    tell!("{}: stopping at once", describe(signal));
                     std::process::exit(128 + signal);
                 }
                 first = Some((signal, Instant::now()));

@@ -227,9 +227,7 @@ fn run_rank(
     let (monitor, unwatched) = Monitor::start(gpu_uuid)
         .with_context(|| format!("rank {}: starting the monitor thread", info.rank))?;
     if let (Some(why), 0) = (unwatched, info.rank) {
-        eprintln!(
-            "note: GPU monitoring off (utilisation, memory, power, temperature are null): {why}"
-        );
+        tell!("note: GPU monitoring off (utilisation, memory, power, temperature are null): {why}");
     }
     let outcome = match device {
         Device::Cpu(cpu) => {
@@ -293,7 +291,7 @@ fn connect(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
     let auth = AuthToken::resolve(cli.auth_token_file.as_deref())
         .with_context(|| format!("rank {}: reading the job's auth token", env.rank))?;
     if auth.is_none() && env.rank == 0 {
-        eprintln!(
+        tell!(
             "warning: no auth token ({AUTH_TOKEN_VAR} or --auth-token-file): the rendezvous is \
              unauthenticated, and any process that reaches port {} can join this job",
             env.master_port
@@ -314,7 +312,7 @@ fn connect(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
         LaunchSource::Mpi => "mpirun",
         LaunchSource::Slurm => "slurm",
     };
-    eprintln!(
+    tell!(
         "rank {}/{} joined (host {}, master {}, via {via})",
         comm.rank(),
         comm.world_size(),

@@ -320,3 +320,30 @@ fn sigint_stops_a_lone_worker_promptly() {
     let status = exit_within(&mut job.launcher);
     assert_eq!(status.code(), Some(130), "{status}\n{}", job.log());
 }
+
+/// A run whose output nobody reads any more (a `| head` that exited, a
+/// dead `tee` or ssh session) trains to its end: the launcher's relay and
+/// rank 0's epoch lines drop what they cannot write.
+#[test]
+fn a_run_whose_readers_are_gone_trains_to_the_end() {
+    let mut launcher = job(2, 2, 30)
+        .args(["--max-steps", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(launcher.stdout.take());
+    drop(launcher.stderr.take());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = launcher.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(180) {
+            let _ = launcher.kill();
+            panic!("still running after 180 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+}

@@ -54,7 +54,7 @@ pub fn choose(
                 .ok_or_else(|| anyhow!("--resume auto needs --checkpoint-dir"))?;
             let newest = dir.newest_valid(layout)?;
             for (path, why) in &newest.skipped {
-                eprintln!(
+                tell!(
                     "note: skipping the invalid checkpoint {}: {why:#}",
                     path.display()
                 );
@@ -67,7 +67,7 @@ pub fn choose(
                     } else {
                         "starting fresh"
                     };
-                    eprintln!(
+                    tell!(
                         "note: no valid checkpoint in {} yet; {instead}",
                         dir.path().display()
                     );
@@ -133,9 +133,9 @@ fn check_history(dir: &CheckpointDir, from: Option<Position>) -> anyhow::Result<
 
 fn resume(path: &Path, state: TrainingState, settings: &Settings) -> anyhow::Result<Origin> {
     for note in compatibility(&state.settings, settings, state.position)? {
-        eprintln!("note: {note}");
+        tell!("note: {note}");
     }
-    eprintln!(
+    tell!(
         "resuming from {} ({}, optimizer step {})",
         path.display(),
         state.position,

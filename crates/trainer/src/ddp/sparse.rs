@@ -110,7 +110,7 @@ impl SparseExchange {
         let use_sparse = self.always || sparse_bytes < dense_bytes;
         self.steps += 1;
         if self.rank == 0 && self.steps == 1 {
-            eprintln!(
+            tell!(
                 "rank 0: sparse gradients, first step: {sent} touched rows in all, {sparse_bytes} B \
                  as rows vs {dense_bytes} B dense (bytes sent by all ranks): {}",
                 if use_sparse { "rows" } else { "dense" }

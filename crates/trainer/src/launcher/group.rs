@@ -81,7 +81,7 @@ impl NodeGroup {
                 );
             }
         }
-        eprintln!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}");
+        tell!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}");
         Ok(NodeGroup {
             node_rank,
             nnodes,
@@ -154,7 +154,7 @@ impl NodeGroup {
         {
             Ok(found) => found.map(|b| String::from_utf8_lossy(&b).into_owned()),
             Err(e) => {
-                eprintln!(
+                tell!(
                     "launcher: node {}: lost the launchers' store ({e}); going on alone",
                     self.node_rank
                 );
@@ -177,7 +177,7 @@ impl NodeGroup {
             for node in 1..self.nnodes {
                 let key = format!("attempt/{attempt}/ended/{node}");
                 if !matches!(self.store.wait_for(&key, wait), Ok(Some(_))) {
-                    eprintln!("launcher: node {node} did not say it ended within {wait:?}");
+                    tell!("launcher: node {node} did not say it ended within {wait:?}");
                 }
             }
         }

@@ -41,13 +41,13 @@ pub(super) fn supervise(
         for signal in signals.pending() {
             forward(workers, signal);
             let wait = if received.is_some() {
-                eprintln!(
+                tell!(
                     "launcher: {} again: stopping the workers now",
                     describe(signal)
                 );
                 Duration::ZERO
             } else {
-                eprintln!(
+                tell!(
                     "launcher: {}: passed on to the workers, which get {:?} to stop",
                     describe(signal),
                     graces.signal
@@ -86,11 +86,11 @@ pub(super) fn supervise(
             });
             match cause {
                 Some(cause) => {
-                    eprintln!("launcher: {cause}; stopping this node's ranks");
+                    tell!("launcher: {cause}; stopping this node's ranks");
                     elsewhere = Some(cause);
                 }
                 None => {
-                    eprintln!(
+                    tell!(
                         "launcher: {node}rank {} exited with {status}; stopping the other ranks",
                         workers[i].rank
                     );
@@ -101,7 +101,7 @@ pub(super) fn supervise(
             && let Some((g, attempt)) = group.as_mut()
             && let Some(cause) = g.failure_elsewhere(*attempt)
         {
-            eprintln!("launcher: {cause}; stopping this node's ranks");
+            tell!("launcher: {cause}; stopping this node's ranks");
             deadline = Some(Instant::now() + graces.failure);
             elsewhere = Some(cause);
         }

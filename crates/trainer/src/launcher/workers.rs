@@ -80,9 +80,9 @@ fn relay(
                 {
                     *slot = Some(msg.to_string());
                 }
-                eprintln!("[rank {rank}] {line}");
+                tell!("[rank {rank}] {line}");
             } else {
-                println!("[rank {rank}] {line}");
+                say!("[rank {rank}] {line}");
             }
         }
     })

@@ -56,7 +56,7 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
                     } else {
                         ""
                     };
-                    eprintln!(
+                    tell!(
                         "note: no usable GPU ({why:#}); training on the CPU (every rank on {}){tf32}",
                         super::hostname()
                     );
@@ -115,7 +115,7 @@ pub(super) fn choose_transport(
     match transport::choose(cli.backend, &ranks) {
         Ok(decision) => {
             if let (Some(note), 0) = (&decision.note, rank) {
-                eprintln!("note: {note}");
+                tell!("note: {note}");
             }
             Ok(Some(decision.transport))
         }

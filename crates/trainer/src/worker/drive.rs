@@ -36,14 +36,14 @@ pub(super) fn drive<B: Ops, M: Model<B>>(
     let lead = info.rank == 0;
     trainer.watch(monitor);
     if lead {
-        eprintln!(
+        tell!(
             "training on {device}, world size {} ({}){gradients}, {}",
             info.world_size,
             job.started_by,
             data.describe(cli.seed)
         );
         if trainer.first_epoch() > cli.epochs as usize {
-            eprintln!(
+            tell!(
                 "note: the checkpoint is past epoch {}: nothing left to train (raise --epochs to go on)",
                 cli.epochs
             );
@@ -71,9 +71,9 @@ pub(super) fn drive<B: Ops, M: Model<B>>(
     };
     let outcome = trainer.run(progress.as_mut(), &mut |report| {
         if lead {
-            println!("{}", epoch_line(report));
+            say!("{}", epoch_line(report));
             if let Some(s) = report.straggler {
-                eprintln!(
+                tell!(
                     "note: rank {} is {:.0}% behind the median rank (its steps' time, waiting for gradients excluded)",
                     s.rank,
                     100.0 * (s.ratio - 1.0)

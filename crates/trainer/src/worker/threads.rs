@@ -94,7 +94,7 @@ fn combine(ends: Vec<anyhow::Result<RunEnd>>) -> anyhow::Result<RunEnd> {
             Ok(other) => end = other,
             Err(e) => {
                 failed += 1;
-                eprintln!("error: {e:#}");
+                tell!("error: {e:#}");
             }
         }
     }

@@ -85,7 +85,7 @@ pub(super) fn train_on<B: Ops>(
                     let stage =
                         PipelineStage::new(model, place, micro, group).with_context(context)?;
                     if rank == 0 {
-                        eprintln!(
+                        tell!(
                             "pipeline: {} stages x {} data-parallel replicas, {micro} micro-batches per batch (1F1B); {}",
                             place.stages,
                             place.replicas,
@@ -100,7 +100,7 @@ pub(super) fn train_on<B: Ops>(
                         (Box::new(train), Some(Box::new(test)));
                     train_model(backend, stage, splits, cfg, job, links, |stage| {
                         let times = stage.times();
-                        eprintln!(
+                        tell!(
                             "pipeline stage {} (rank {rank}): idle {:.1}% of {:.1} s in the schedule (waiting for the other stage)",
                             place.stage,
                             100.0 * times.idle_fraction(),
@@ -192,7 +192,7 @@ fn choose_origin(
     let choose = || -> anyhow::Result<Origin> {
         if let Some(dir) = dir {
             for leftover in dir.prepare()? {
-                eprintln!(
+                tell!(
                     "note: removed {}, left over from an interrupted save",
                     leftover.display()
                 );

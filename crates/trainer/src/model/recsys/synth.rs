@@ -94,7 +94,7 @@ pub struct SynthArgs {
 /// Writes the file `args` describe.
 pub fn run(args: &SynthArgs) -> anyhow::Result<()> {
     write_ratings(&args.output, args.rows, args.users, args.movies, args.seed)?;
-    println!(
+    say!(
         "{}: {} ratings by {} users of {} movies; train on it with --model recsys --ratings {}",
         args.output.display(),
         args.rows,
