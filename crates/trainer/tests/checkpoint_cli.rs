@@ -274,3 +274,23 @@ fn a_save_slower_than_the_timeout_does_not_fail_the_job() {
         assert!(at.join(MODEL_FILE).is_file(), "{}", at.display());
     }
 }
+
+/// A save that fails half-way (here the test hook's bad value; a full
+/// disk in life) leaves no partial checkpoint behind to fill the disk.
+#[test]
+fn a_failed_save_removes_its_partial_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt");
+    let out = run(quick(&ckpt, "1").env(PAUSE_ENV, "not-a-number"));
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is not a number of seconds"),
+        "{}",
+        stderr(&out)
+    );
+    let left: Vec<_> = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -135,7 +135,11 @@ impl CheckpointDir {
             fs::rename(&tmp, &path)?;
             File::open(&self.path)?.sync_all()
         };
-        write().with_context(|| format!("writing {}", path.display()))?;
+        if let Err(e) = write() {
+            // A full disk must not stay full of a checkpoint that failed.
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e).with_context(|| format!("writing {}", path.display()));
+        }
         self.prune(state.position)?;
         Ok(path)
     }
