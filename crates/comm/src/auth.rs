@@ -48,15 +48,27 @@ impl fmt::Debug for AuthToken {
 /// Why a token could not be had. No message contains the token itself.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthTokenError {
+    /// The text is not 64 hex digits: `chars` characters (after trimming
+    /// white space), `hex` whether they all are hex digits.
     #[error(
-        "{origin} does not hold a job token: expected 64 hex digits (256 bits), found {chars} characters that are not"
+        "{origin} does not hold a job token: expected 64 hex digits (256 bits), found {}",
+        found_instead(*chars, *hex)
     )]
-    Malformed { origin: String, chars: usize },
+    Malformed {
+        origin: String,
+        chars: usize,
+        hex: bool,
+    },
+    #[error("auth token file {path} is a directory, not a token file")]
+    Directory { path: String },
     #[error(
         "auth token file {path} can be read or written by other users (mode {mode:o}); make it private with `chmod 600 {path}`"
     )]
     NotPrivate { path: String, mode: u32 },
-    #[error("reading the auth token file {path}: {source}")]
+    /// The message leaves out the cause: it is the error's
+    /// [`source`](std::error::Error::source), which `anyhow`'s `{:#}` (how
+    /// the trainer prints errors) appends after a colon.
+    #[error("cannot read the auth token file {path}")]
     Read {
         path: String,
         #[source]
@@ -64,6 +76,16 @@ pub enum AuthTokenError {
     },
     #[error("the operating system's random number generator failed: {0}")]
     Random(String),
+}
+
+/// What a malformed token consists of, without repeating it.
+fn found_instead(chars: usize, hex: bool) -> String {
+    let plural = if chars == 1 { "" } else { "s" };
+    match (chars, hex) {
+        (0, _) => "nothing".to_string(),
+        (_, true) => format!("{chars} hex digit{plural}"),
+        (_, false) => format!("{chars} character{plural}, not all of them hex digits"),
+    }
 }
 
 impl AuthToken {
@@ -80,6 +102,7 @@ impl AuthToken {
         let malformed = || AuthTokenError::Malformed {
             origin: origin.to_string(),
             chars: text.chars().count(),
+            hex: text.chars().all(|c| c.is_ascii_hexdigit()),
         };
         if text.len() != 2 * TOKEN_BYTES || !text.is_ascii() {
             return Err(malformed());
@@ -107,9 +130,13 @@ impl AuthToken {
             source,
         };
         let file = std::fs::File::open(path).map_err(read_error)?;
+        let metadata = file.metadata().map_err(read_error)?;
+        if metadata.is_dir() {
+            return Err(AuthTokenError::Directory { path: shown });
+        }
         #[cfg(unix)]
         {
-            let mode = file.metadata().map_err(read_error)?.permissions().mode() & 0o777;
+            let mode = metadata.permissions().mode() & 0o777;
             if mode & 0o077 != 0 {
                 return Err(AuthTokenError::NotPrivate { path: shown, mode });
             }
@@ -331,5 +358,59 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(AuthToken::from_file(&path).unwrap(), token);
         assert_eq!(AuthToken::resolve(Some(&path)).unwrap(), Some(token));
+    }
+
+    #[test]
+    fn a_malformed_token_is_described_in_a_whole_sentence() {
+        let found = |text: &str| {
+            let err = AuthToken::from_hex(text, AUTH_TOKEN_VAR).unwrap_err();
+            let message = err.to_string();
+            let prefix = format!(
+                "{AUTH_TOKEN_VAR} does not hold a job token: expected 64 hex digits (256 bits), found "
+            );
+            message
+                .strip_prefix(&prefix)
+                .unwrap_or_else(|| panic!("{message}"))
+                .to_string()
+        };
+        assert_eq!(found("abc"), "3 hex digits");
+        assert_eq!(found(" a\n"), "1 hex digit");
+        assert_eq!(found("xyz"), "3 characters, not all of them hex digits");
+        assert_eq!(
+            found(&"zz".repeat(32)),
+            "64 characters, not all of them hex digits"
+        );
+        assert_eq!(found(""), "nothing");
+    }
+
+    #[test]
+    fn a_directory_is_not_a_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for mode in [0o755, 0o700] {
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = AuthToken::from_file(dir.path()).unwrap_err();
+            assert!(matches!(err, AuthTokenError::Directory { .. }), "{err:?}");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "auth token file {} is a directory, not a token file",
+                    dir.path().display()
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_token_file_states_the_os_error_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("absent");
+        let err = AuthToken::from_file(&path).unwrap_err();
+        // The OS error is the source, for `{:#}` to print after the message.
+        let cause = std::error::Error::source(&err).and_then(|c| c.downcast_ref::<io::Error>());
+        assert_eq!(cause.map(io::Error::kind), Some(io::ErrorKind::NotFound));
+        assert_eq!(
+            err.to_string(),
+            format!("cannot read the auth token file {}", path.display())
+        );
     }
 }

@@ -170,7 +170,10 @@ pub enum CommError {
     },
 
     /// Local socket setup failed (e.g. no free port for the data listener).
-    #[error("{context}: {source}")]
+    /// The message is `context` alone: the operating system's error is the
+    /// [`source`](std::error::Error::source), which `anyhow`'s `{:#}` (how
+    /// the trainer prints errors) appends after a colon.
+    #[error("{context}")]
     Io {
         context: String,
         #[source]
@@ -184,5 +187,75 @@ impl CommError {
             context: context.into(),
             source,
         }
+    }
+
+    /// Rank 0 could not listen on `port` for the store (`master_addr` is
+    /// what the ranks were told to connect to).
+    pub(crate) fn store_bind(master_addr: &str, port: u16, source: std::io::Error) -> Self {
+        match source.kind() {
+            std::io::ErrorKind::AddrInUse => CommError::PortInUse {
+                addr: master_addr.to_string(),
+                port,
+            },
+            std::io::ErrorKind::PermissionDenied if (1..1024).contains(&port) => CommError::io(
+                format!(
+                    "rank 0 could not host the rendezvous store on port {port}, a privileged \
+                     port (below 1024); pick a port from 1024 up with MASTER_PORT=..."
+                ),
+                source,
+            ),
+            _ => CommError::io(
+                format!("rank 0 could not host the rendezvous store on port {port}"),
+                source,
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CommError;
+    use std::error::Error;
+    use std::io;
+
+    /// `err` and its causes joined by ": ", as `anyhow`'s `{:#}` prints them.
+    fn chain(err: &dyn Error) -> String {
+        let mut text = err.to_string();
+        let mut cause = err.source();
+        while let Some(c) = cause {
+            text = format!("{text}: {c}");
+            cause = c.source();
+        }
+        text
+    }
+
+    #[test]
+    fn an_io_error_states_the_os_error_once() {
+        let denied = || io::Error::from_raw_os_error(13);
+        let err = CommError::store_bind("node0", 80, denied());
+        let text = chain(&err);
+        assert_eq!(text.matches(&denied().to_string()).count(), 1, "{text}");
+        assert!(
+            text.starts_with("rank 0 could not host the rendezvous store on port 80, a privileged"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(&format!("MASTER_PORT=...: {}", denied())),
+            "{text}"
+        );
+        let err = CommError::io("binding the data listener", denied());
+        assert_eq!(
+            chain(&err),
+            format!("binding the data listener: {}", denied())
+        );
+    }
+
+    #[test]
+    fn a_taken_store_port_is_port_in_use() {
+        let taken = io::Error::from(io::ErrorKind::AddrInUse);
+        assert!(matches!(
+            CommError::store_bind("node0", 29500, taken),
+            CommError::PortInUse { port: 29500, .. }
+        ));
     }
 }

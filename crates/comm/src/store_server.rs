@@ -214,19 +214,8 @@ impl StoreServer {
         } else {
             "0.0.0.0"
         };
-        let listener = TcpListener::bind((unspecified, port)).map_err(|e| {
-            if e.kind() == ErrorKind::AddrInUse {
-                CommError::PortInUse {
-                    addr: master_addr.to_string(),
-                    port,
-                }
-            } else {
-                CommError::io(
-                    format!("rank 0 could not host the rendezvous store on port {port}"),
-                    e,
-                )
-            }
-        })?;
+        let listener = TcpListener::bind((unspecified, port))
+            .map_err(|e| CommError::store_bind(master_addr, port, e))?;
         let port = listener
             .local_addr()
             .map_err(|e| CommError::io("reading the store's port", e))?

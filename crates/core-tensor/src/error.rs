@@ -40,14 +40,17 @@ pub enum Error {
     #[error("CUDA device {ordinal} requested, but {count} device(s) are visible")]
     NoCudaDevice { ordinal: usize, count: usize },
     /// A CUDA driver call failed (launches included; a kernel that faults
-    /// surfaces at the next synchronization).
-    #[error("CUDA driver: {0}")]
+    /// surfaces at the next synchronization). Like every variant that wraps
+    /// another error, the message leaves the cause to the error's
+    /// [`source`](std::error::Error::source), printed by `anyhow`'s `{:#}`
+    /// or [`Error::with_causes`].
+    #[error("a CUDA driver call failed")]
     CudaDriver(#[from] cudarc::driver::DriverError),
     /// An NVRTC call failed.
-    #[error("NVRTC: {0}")]
+    #[error("an NVRTC call failed")]
     Nvrtc(#[from] cudarc::nvrtc::result::NvrtcError),
     /// A kernel could not be queued (bad launch configuration or arguments).
-    #[error("launching CUDA kernel `{kernel}`: {source}")]
+    #[error("launching CUDA kernel `{kernel}`")]
     KernelLaunch {
         kernel: &'static str,
         source: cudarc::driver::DriverError,
@@ -65,6 +68,21 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The message followed by each cause, `": "` between them, as
+    /// `anyhow`'s `{:#}` prints an error: for a caller that prints it
+    /// without `anyhow`.
+    pub fn with_causes(&self) -> String {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            text = format!("{text}: {c}");
+            cause = c.source();
+        }
+        text
+    }
+}
 
 /// Checks a buffer length, the first thing every kernel does: a wrong length is
 /// a programming error upstream, but it must surface as an error, not as
@@ -84,5 +102,20 @@ pub(crate) fn check_len(
             expected,
             got,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use cudarc::nvrtc::result::NvrtcError;
+    use cudarc::nvrtc::sys::nvrtcResult;
+
+    #[test]
+    fn a_wrapped_error_is_stated_once() {
+        let err = Error::from(NvrtcError(nvrtcResult::NVRTC_ERROR_COMPILATION));
+        let text = err.with_causes();
+        assert_eq!(text.matches("NVRTC_ERROR_COMPILATION").count(), 1, "{text}");
+        assert!(text.starts_with("an NVRTC call failed: "), "{text}");
     }
 }

@@ -31,7 +31,7 @@ const TEST_NAME: &str = "every_kernel_compiles_with_nvrtc";
 fn every_kernel_compiles_with_nvrtc() {
     let nvrtc = match nvrtc_version() {
         Ok(version) => version,
-        Err(e) => return rerun_or_skip(&e.to_string()),
+        Err(e) => return rerun_or_skip(&e.with_causes()),
     };
     println!("NVRTC {}.{}", nvrtc.0, nvrtc.1);
     let sm = target_sm();
@@ -40,7 +40,7 @@ fn every_kernel_compiles_with_nvrtc() {
     std::fs::create_dir_all(&dir).expect("create the PTX folder");
     let mut table = Vec::new();
     for module in kernel_modules() {
-        let ptx = compile_ptx(module, sm).unwrap_or_else(|e| panic!("{e}"));
+        let ptx = compile_ptx(module, sm).unwrap_or_else(|e| panic!("{}", e.with_causes()));
         for f in module.functions {
             assert!(
                 ptx.contains(&format!(".entry {f}(")),
@@ -48,7 +48,7 @@ fn every_kernel_compiles_with_nvrtc() {
                 module.name
             );
         }
-        let cubin = compile_cubin(module, sm).unwrap_or_else(|e| panic!("{e}"));
+        let cubin = compile_cubin(module, sm).unwrap_or_else(|e| panic!("{}", e.with_causes()));
         assert!(
             cubin.starts_with(b"\x7fELF"),
             "{}: not a CUBIN",

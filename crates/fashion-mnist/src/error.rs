@@ -20,8 +20,10 @@ pub enum DataError {
         /// Whether the caller named the directory (then nothing else is tried).
         explicit: bool,
     },
-    /// The operating system refused to read a file.
-    #[error("cannot read {}: {source}", path.display())]
+    /// The operating system refused to read a file. The message leaves out
+    /// the cause: it is the error's [`source`](std::error::Error::source), which
+    /// `anyhow`'s `{:#}` (how the trainer prints errors) appends after a colon.
+    #[error("cannot read {}", path.display())]
     Read {
         /// The file that could not be read.
         path: PathBuf,
@@ -67,18 +69,76 @@ pub struct SearchedDir {
 /// Why a searched directory did not qualify.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Shortfall {
-    /// There is no directory at that path.
+    /// There is nothing at that path.
     NoDirectory,
+    /// Something other than a directory is at that path.
+    NotADirectory(Found),
+    /// The directory cannot be looked into (no search permission); the
+    /// operating system's words.
+    Inaccessible(String),
     /// The directory exists but these of the four files are absent.
     MissingFiles(Vec<&'static str>),
+    /// Something other than a file stands in place of at least one of the
+    /// four files: each unusable file with what is there ([`Found::Nothing`]
+    /// for one that is absent).
+    NotFiles(Vec<(&'static str, Found)>),
+}
+
+/// What stands at a path where a file or a directory was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// Nothing: the path does not exist.
+    Nothing,
+    /// A regular file (or a symbolic link to one).
+    File,
+    /// A directory (or a symbolic link to one).
+    Directory,
+    /// A FIFO, socket or device, named in words ("a FIFO").
+    Special(&'static str),
+    /// A symbolic link to a path that does not exist.
+    DanglingSymlink,
+    /// A symbolic link that cannot be followed (a loop, say); the operating
+    /// system's words.
+    BrokenSymlink(String),
+    /// The path cannot be examined; the operating system's words.
+    Unexaminable(String),
+}
+
+impl Found {
+    /// What is at the path, as a clause after its name, for a place where
+    /// `wanted` ("file", "directory") was expected.
+    fn describe(&self, wanted: &str) -> String {
+        match self {
+            Found::Nothing => "does not exist".to_string(),
+            Found::File => format!("is a file, not a {wanted}"),
+            Found::Directory => format!("is a directory, not a {wanted}"),
+            Found::Special(what) => format!("is {what}, not a {wanted}"),
+            Found::DanglingSymlink => "is a symbolic link to a path that does not exist".into(),
+            Found::BrokenSymlink(why) => {
+                format!("is a symbolic link that cannot be followed ({why})")
+            }
+            Found::Unexaminable(why) => format!("cannot be examined ({why})"),
+        }
+    }
 }
 
 impl fmt::Display for SearchedDir {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dir = self.dir.display();
         match &self.shortfall {
-            Shortfall::NoDirectory => write!(f, "{} (no such directory)", self.dir.display()),
-            Shortfall::MissingFiles(names) => {
-                write!(f, "{} (missing {})", self.dir.display(), names.join(", "))
+            Shortfall::NoDirectory => write!(f, "{dir} (no such directory)"),
+            Shortfall::NotADirectory(found) => write!(f, "{dir} ({})", found.describe("directory")),
+            Shortfall::Inaccessible(why) => write!(f, "{dir} (cannot look inside: {why})"),
+            Shortfall::MissingFiles(names) => write!(f, "{dir} (missing {})", names.join(", ")),
+            Shortfall::NotFiles(files) => {
+                let each: Vec<String> = files
+                    .iter()
+                    .map(|(name, found)| match found {
+                        Found::Nothing => format!("missing {name}"),
+                        other => format!("{name} {}", other.describe("file")),
+                    })
+                    .collect();
+                write!(f, "{dir} ({})", each.join("; "))
             }
         }
     }
@@ -120,7 +180,7 @@ pub enum Corruption {
     /// The gzip stream ends before its end marker: an interrupted copy or download.
     #[error("truncated gzip stream (unexpected end of file)")]
     TruncatedGzip,
-    /// Bytes follow the end of the gzip stream.
+    /// Bytes follow the last gzip member, and do not start another one.
     #[error("{extra} bytes of trailing data after the gzip stream")]
     TrailingGzipData {
         /// How many bytes follow the stream.
@@ -201,4 +261,35 @@ pub enum Corruption {
         /// Digest of this file (hex).
         found: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DataError;
+    use std::error::Error;
+    use std::io;
+
+    /// `err` and its causes joined by ": ", as `anyhow`'s `{:#}` prints them.
+    fn chain(err: &dyn Error) -> String {
+        let mut text = err.to_string();
+        let mut cause = err.source();
+        while let Some(c) = cause {
+            text = format!("{text}: {c}");
+            cause = c.source();
+        }
+        text
+    }
+
+    #[test]
+    fn a_read_error_states_the_os_error_once() {
+        let denied = || io::Error::from_raw_os_error(13);
+        let err = DataError::Read {
+            path: "/data/t10k-labels-idx1-ubyte.gz".into(),
+            source: denied(),
+        };
+        assert_eq!(
+            chain(&err),
+            format!("cannot read /data/t10k-labels-idx1-ubyte.gz: {}", denied())
+        );
+    }
 }

@@ -9,25 +9,29 @@ use std::io::{self, Read};
 
 const SIGNATURE: [u8; 2] = [0x1f, 0x8b];
 
-/// Decompresses a complete single-member gzip file of at most `max_len`
-/// decompressed bytes.
+/// Decompresses a complete gzip file of at most `max_len` decompressed bytes.
 ///
 /// Inflating stops one byte past `max_len`: a file that goes on (a gzip bomb
 /// of a few MB inflates to gigabytes) comes back as those `max_len + 1`
 /// bytes, unchecked past that point, for the IDX layer to reject as longer
 /// than its header announces, so memory stays bounded by the expected size.
-/// Anything after a complete gzip stream is rejected: the published files are
-/// single streams, so extra bytes mean a damaged or concatenated file.
+/// The limit counts the content of all members together.
+///
+/// A file of several gzip members one after the other (`cat a.gz b.gz`) is
+/// one file, as `gzip -d` reads it: the content is that of all members in
+/// turn, each member checked (CRC, length, truncation) like a single one.
+/// Anything after the last member that does not start a new one is
+/// rejected as trailing data: a damaged file, or junk appended to it.
 pub(crate) fn decompress(gz: &[u8], max_len: usize) -> Result<Vec<u8>, Corruption> {
     let limit = max_len.saturating_add(1);
     let mut out = Vec::with_capacity(limit);
-    let mut decoder = decoder(gz)?;
-    (&mut decoder)
+    let mut members = Members::new(gz)?;
+    (&mut members)
         .take(limit as u64)
         .read_to_end(&mut out)
         .map_err(decode_error)?;
     if out.len() <= max_len {
-        ensure_consumed(decoder)?;
+        members.ensure_consumed()?;
     }
     Ok(out)
 }
@@ -35,34 +39,67 @@ pub(crate) fn decompress(gz: &[u8], max_len: usize) -> Result<Vec<u8>, Corruptio
 /// Streams the decompressed content of `gz` into `sink` chunk by chunk, so a
 /// checksum can be computed without holding the whole content in memory.
 pub(crate) fn for_each_chunk(gz: &[u8], mut sink: impl FnMut(&[u8])) -> Result<(), Corruption> {
-    let mut decoder = decoder(gz)?;
+    let mut members = Members::new(gz)?;
     let mut chunk = vec![0u8; 1 << 16];
     loop {
-        let read = decoder.read(&mut chunk).map_err(decode_error)?;
+        let read = members.read(&mut chunk).map_err(decode_error)?;
         if read == 0 {
             break;
         }
         sink(&chunk[..read]);
     }
-    ensure_consumed(decoder)
+    members.ensure_consumed()
 }
 
-fn decoder(gz: &[u8]) -> Result<GzDecoder<&[u8]>, Corruption> {
-    if gz.is_empty() {
-        return Err(Corruption::Empty);
-    }
-    if !gz.starts_with(&SIGNATURE) {
-        return Err(Corruption::NotGzip {
-            found: gz.iter().take(2).copied().collect(),
-        });
-    }
-    Ok(GzDecoder::new(gz))
+/// The content of the gzip members at the start of a slice, one after the
+/// other. Unlike `flate2`'s `MultiGzDecoder`, bytes after a member that do
+/// not start with the gzip signature end the content instead of failing as
+/// a bad header, so that [`Members::ensure_consumed`] reports them as
+/// trailing data.
+struct Members<'a> {
+    member: GzDecoder<&'a [u8]>,
 }
 
-fn ensure_consumed(decoder: GzDecoder<&[u8]>) -> Result<(), Corruption> {
-    match decoder.into_inner().len() {
-        0 => Ok(()),
-        extra => Err(Corruption::TrailingGzipData { extra }),
+impl<'a> Members<'a> {
+    fn new(gz: &'a [u8]) -> Result<Self, Corruption> {
+        if gz.is_empty() {
+            return Err(Corruption::Empty);
+        }
+        if !gz.starts_with(&SIGNATURE) {
+            return Err(Corruption::NotGzip {
+                found: gz.iter().take(2).copied().collect(),
+            });
+        }
+        Ok(Members {
+            member: GzDecoder::new(gz),
+        })
+    }
+
+    /// Fails if bytes are left after the last member; call once reading
+    /// has returned 0.
+    fn ensure_consumed(self) -> Result<(), Corruption> {
+        match self.member.get_ref().len() {
+            0 => Ok(()),
+            extra => Err(Corruption::TrailingGzipData { extra }),
+        }
+    }
+}
+
+impl Read for Members<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let read = self.member.read(buf)?;
+            if read > 0 || buf.is_empty() {
+                return Ok(read);
+            }
+            // This member is complete (its trailer checked); its reader
+            // holds the bytes after it.
+            let rest: &[u8] = self.member.get_ref();
+            if !rest.starts_with(&SIGNATURE) {
+                return Ok(0);
+            }
+            self.member = GzDecoder::new(rest);
+        }
     }
 }
 
@@ -78,7 +115,7 @@ fn decode_error(err: io::Error) -> Corruption {
 
 #[cfg(test)]
 mod tests {
-    use super::decompress;
+    use super::{decompress, for_each_chunk};
     use crate::error::Corruption;
     use flate2::Compression;
     use flate2::write::GzEncoder;
@@ -156,5 +193,68 @@ mod tests {
             matches!(&err, Corruption::InvalidGzip { detail } if detail.contains("checksum")),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn reads_concatenated_members_as_one_file() {
+        let data = sample();
+        let (head, tail) = data.split_at(12_345);
+        let whole_then_empty = [gzip(&data), gzip(&[])].concat();
+        let split_in_two = [gzip(head), gzip(tail)].concat();
+        let with_empty_between = [gzip(head), gzip(&[]), gzip(tail)].concat();
+        for gz in [&whole_then_empty, &split_in_two, &with_empty_between] {
+            assert_eq!(decompress(gz, data.len()), Ok(data.clone()));
+            let mut streamed = Vec::new();
+            assert_eq!(
+                for_each_chunk(gz, |c| streamed.extend_from_slice(c)),
+                Ok(())
+            );
+            assert_eq!(streamed, data);
+        }
+    }
+
+    #[test]
+    fn checks_every_member() {
+        let data = sample();
+        let (head, tail) = data.split_at(20_000);
+        let first = gzip(head);
+        let second = gzip(tail);
+        let two = [first.clone(), second.clone()].concat();
+        // Truncated anywhere in the second member, its signature included.
+        for cut in [
+            first.len() + 1,
+            first.len() + 10,
+            two.len() - 4,
+            two.len() - 1,
+        ] {
+            let err = decompress(&two[..cut], ROOMY);
+            let expected = if cut == first.len() + 1 {
+                Corruption::TrailingGzipData { extra: 1 }
+            } else {
+                Corruption::TruncatedGzip
+            };
+            assert_eq!(err, Err(expected), "cut at {cut}");
+        }
+        let mut bad_crc = two.clone();
+        bad_crc[two.len() - 8] ^= 0xff;
+        let err = decompress(&bad_crc, ROOMY).unwrap_err();
+        assert!(
+            matches!(&err, Corruption::InvalidGzip { detail } if detail.contains("checksum")),
+            "{err:?}"
+        );
+        let mut junk_after = two;
+        junk_after.extend_from_slice(b"junk");
+        assert_eq!(
+            decompress(&junk_after, ROOMY),
+            Err(Corruption::TrailingGzipData { extra: 4 })
+        );
+    }
+
+    #[test]
+    fn the_limit_counts_all_members() {
+        let small = gzip(&[7; 600]);
+        let bomb = gzip(&vec![0; 1 << 20]);
+        let gz = [small, bomb].concat();
+        assert_eq!(decompress(&gz, 1000).map(|out| out.len()), Ok(1001));
     }
 }

@@ -17,7 +17,7 @@ mod split;
 pub mod synth;
 
 pub use dataset::{FashionMnist, Layout};
-pub use error::{Corruption, DataError, SearchedDir, Shortfall};
+pub use error::{Corruption, DataError, Found, SearchedDir, Shortfall};
 pub use files::{DataFile, FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS};
 pub use locate::{LOCAL_DIR, SYSTEM_DIR, locate};
 pub use split::Split;

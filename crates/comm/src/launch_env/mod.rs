@@ -51,10 +51,21 @@ pub struct LaunchEnv {
 /// A launch variable that is missing or unusable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LaunchEnvError {
+    /// `var` is not set, but `because`, another variable of the same
+    /// launcher, is.
     #[error("{var} is not set, but {because} is set; set {var} as well (or unset {because})")]
     Missing {
         var: &'static str,
         because: &'static str,
+    },
+    /// `var` is not set, and what is set cannot stand in for it: `why`
+    /// continues the sentence "`var` is not set, and ...", `fix` says what
+    /// to set.
+    #[error("{var} is not set, and {why}; {fix}")]
+    Underivable {
+        var: &'static str,
+        why: String,
+        fix: &'static str,
     },
     #[error("{var}={value:?} is invalid: {reason}")]
     Invalid {

@@ -44,9 +44,13 @@ pub(super) fn resolve(vars: &Vars<'_>, trigger: &'static str) -> Result<LaunchEn
         Some(addr) if !addr.is_empty() => addr.to_string(),
         _ if local_world_size == world_size => "127.0.0.1".to_string(),
         _ => {
-            return Err(LaunchEnvError::Missing {
+            return Err(LaunchEnvError::Underivable {
                 var: MASTER_ADDR,
-                because: "mpirun placed the ranks on several nodes",
+                why: format!(
+                    "the MPI launcher placed the {world_size} ranks on several nodes \
+                     ({local_world_size} on this one), so which host runs rank 0 is not known"
+                ),
+                fix: "set MASTER_ADDR to the host of rank 0, the same on every rank",
             });
         }
     };
@@ -56,9 +60,13 @@ pub(super) fn resolve(vars: &Vars<'_>, trigger: &'static str) -> Result<LaunchEn
             let job = [OMPI_MCA_ESS_BASE_JOBID, PMIX_NAMESPACE]
                 .into_iter()
                 .find_map(|v| vars.get(v))
-                .ok_or(LaunchEnvError::Missing {
+                .ok_or_else(|| LaunchEnvError::Underivable {
                     var: MASTER_PORT,
-                    because: "the MPI launcher names no job id (OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE)",
+                    why: format!(
+                        "the MPI launcher ({trigger} is set) names no job id to derive it from \
+                         (neither {OMPI_MCA_ESS_BASE_JOBID} nor {PMIX_NAMESPACE} is set)"
+                    ),
+                    fix: "set MASTER_PORT to the same free port on every rank",
                 })?;
             port_of_job(fnv1a(job))
         }
@@ -173,7 +181,9 @@ mod tests {
             ("OMPI_MCA_ess_base_jobid", "1"),
         ];
         let missing = |pairs: &[(&str, &str)]| match resolve(pairs) {
-            Err(LaunchEnvError::Missing { var, .. }) => var,
+            Err(LaunchEnvError::Missing { var, .. } | LaunchEnvError::Underivable { var, .. }) => {
+                var
+            }
             other => panic!("{other:?}"),
         };
         assert_eq!(missing(&several_nodes), MASTER_ADDR);

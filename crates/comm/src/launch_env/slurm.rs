@@ -64,7 +64,15 @@ pub(super) fn resolve(vars: &Vars<'_>) -> Result<LaunchEnv, LaunchEnvError> {
     let master_port = match vars.get(MASTER_PORT) {
         Some(port) => parse_port(MASTER_PORT, port)?,
         None => {
-            let job_id = vars.required(SLURM_JOB_ID, "SLURM_PROCID (and MASTER_PORT is not)")?;
+            let job_id = vars.get(SLURM_JOB_ID).ok_or(LaunchEnvError::Underivable {
+                var: SLURM_JOB_ID,
+                why: format!(
+                    "neither is {MASTER_PORT}, so this srun task ({TRIGGER} is set) has no \
+                     rendezvous port"
+                ),
+                fix: "set MASTER_PORT to the same free port on every task, or SLURM_JOB_ID to \
+                      derive one from (or unset SLURM_PROCID if srun did not start this process)",
+            })?;
             let id: u64 = job_id.parse().map_err(|_| LaunchEnvError::Invalid {
                 var: SLURM_JOB_ID,
                 value: job_id.to_string(),
@@ -112,9 +120,14 @@ fn slurm_local_world_size(
                     reason: format!("{var}={value} lists only {} nodes", counts.len()),
                 }),
             None if counts.iter().all(|&c| c == counts[0]) => Ok(counts[0]),
-            None => Err(LaunchEnvError::Missing {
+            None => Err(LaunchEnvError::Underivable {
                 var: SLURM_NODEID,
-                because: "a non-uniform SLURM_TASKS_PER_NODE",
+                why: format!(
+                    "{var}={value} gives the nodes different task counts, so this node's count \
+                     is not known"
+                ),
+                fix: "set SLURM_NODEID to this node's index in the node list, or \
+                      SLURM_NTASKS_PER_NODE",
             }),
         };
     }
@@ -122,9 +135,16 @@ fn slurm_local_world_size(
     if nodes > 0 && world_size % nodes == 0 {
         Ok(world_size / nodes)
     } else {
-        Err(LaunchEnvError::Missing {
+        Err(LaunchEnvError::Underivable {
             var: SLURM_TASKS_PER_NODE,
-            because: "SLURM_PROCID (and the tasks do not split evenly over the nodes)",
+            why: match nodes {
+                0 => "the node list names no node".to_string(),
+                _ => format!(
+                    "the {world_size} tasks ({SLURM_NTASKS}) do not split evenly over the \
+                     {nodes} nodes, so this node's count is not known"
+                ),
+            },
+            fix: "set SLURM_TASKS_PER_NODE (srun sets it) or SLURM_NTASKS_PER_NODE",
         })
     }
 }

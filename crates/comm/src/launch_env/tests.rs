@@ -59,7 +59,9 @@ enum Blame {
 fn expect_blame(resolved: Result<Option<LaunchEnv>, LaunchEnvError>, expected: Blame) {
     let err = resolved.unwrap_err();
     let blame = match &err {
-        LaunchEnvError::Missing { var, .. } => Blame::Missing(var),
+        LaunchEnvError::Missing { var, .. } | LaunchEnvError::Underivable { var, .. } => {
+            Blame::Missing(var)
+        }
         LaunchEnvError::Invalid { var, .. } => Blame::Invalid(var),
     };
     assert_eq!(blame, expected, "{err}");
@@ -306,4 +308,47 @@ fn tasks_per_node_expansion() {
     assert_eq!(expand_tasks_per_node("V", "4").unwrap(), [4]);
     assert!(expand_tasks_per_node("V", "2(x0)").is_err());
     assert!(expand_tasks_per_node("V", "x").is_err());
+}
+
+#[test]
+fn what_cannot_be_derived_is_explained_in_whole_sentences() {
+    let message = |pairs: &[(&str, &str)]| resolve(pairs).unwrap_err().to_string();
+    assert_eq!(
+        message(&without(&SRUN, "SLURM_JOB_ID")),
+        "SLURM_JOB_ID is not set, and neither is MASTER_PORT, so this srun task (SLURM_PROCID is \
+         set) has no rendezvous port; set MASTER_PORT to the same free port on every task, or \
+         SLURM_JOB_ID to derive one from (or unset SLURM_PROCID if srun did not start this process)"
+    );
+    assert_eq!(
+        message(&[("PMI_RANK", "0"), ("PMI_SIZE", "1")]),
+        "MASTER_PORT is not set, and the MPI launcher (PMI_RANK is set) names no job id to derive \
+         it from (neither OMPI_MCA_ess_base_jobid nor PMIX_NAMESPACE is set); set MASTER_PORT to \
+         the same free port on every rank"
+    );
+    assert_eq!(
+        message(&[
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ]),
+        "MASTER_ADDR is not set, and the MPI launcher placed the 4 ranks on several nodes (2 on \
+         this one), so which host runs rank 0 is not known; set MASTER_ADDR to the host of rank \
+         0, the same on every rank"
+    );
+    assert_eq!(
+        message(&with(&SRUN, &[("SLURM_TASKS_PER_NODE", "3,1")])),
+        "SLURM_NODEID is not set, and SLURM_TASKS_PER_NODE=3,1 gives the nodes different task \
+         counts, so this node's count is not known; set SLURM_NODEID to this node's index in the \
+         node list, or SLURM_NTASKS_PER_NODE"
+    );
+    assert_eq!(
+        message(&with(
+            &without(&SRUN, "SLURM_TASKS_PER_NODE"),
+            &[("SLURM_NTASKS", "7")]
+        )),
+        "SLURM_TASKS_PER_NODE is not set, and the 7 tasks (SLURM_NTASKS) do not split evenly \
+         over the 4 nodes, so this node's count is not known; set SLURM_TASKS_PER_NODE (srun \
+         sets it) or SLURM_NTASKS_PER_NODE"
+    );
 }

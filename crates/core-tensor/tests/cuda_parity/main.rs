@@ -146,7 +146,7 @@ fn cuda_availability_is_an_answer() {
         Err(e) => {
             assert!(e.to_string().contains("libcuda"), "{e}");
             assert!(Cuda::new(0).is_err());
-            println!("no CUDA driver: {e}");
+            println!("no CUDA driver: {}", e.with_causes());
         }
     }
     if std::env::var("REQUIRE_GPU").is_ok_and(|v| v == "1") {

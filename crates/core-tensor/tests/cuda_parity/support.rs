@@ -22,7 +22,7 @@ pub fn cpu2() -> Cpu {
 /// turns a missing GPU into a failure.
 pub fn gpu(test: &str) -> Option<Cuda> {
     static GPU: OnceLock<Result<Cuda, String>> = OnceLock::new();
-    match GPU.get_or_init(|| Cuda::new(0).map_err(|e| e.to_string())) {
+    match GPU.get_or_init(|| Cuda::new(0).map_err(|e| e.with_causes())) {
         Ok(gpu) => Some(gpu.clone()),
         Err(e) => skip_gpu(test, e),
     }
@@ -33,7 +33,7 @@ pub fn gpu(test: &str) -> Option<Cuda> {
 pub fn own_gpu(test: &str) -> Option<Cuda> {
     match Cuda::new(0) {
         Ok(gpu) => Some(gpu),
-        Err(e) => skip_gpu(test, &e.to_string()),
+        Err(e) => skip_gpu(test, &e.with_causes()),
     }
 }
 
@@ -51,7 +51,7 @@ fn skip_gpu(test: &str, why: &str) -> Option<Cuda> {
 pub fn gpu_tf32(test: &str) -> Option<Cuda> {
     match Cuda::with_precision(0, MatmulPrecision::Tf32) {
         Ok(gpu) => Some(gpu),
-        Err(e) => skip_gpu(test, &e.to_string()),
+        Err(e) => skip_gpu(test, &e.with_causes()),
     }
 }
 

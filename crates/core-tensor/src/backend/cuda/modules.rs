@@ -93,8 +93,9 @@ pub(super) fn load_all(
                 Error::KernelBuild {
                     module: need_nvrtc[0].name,
                     reason: format!(
-                        "the embedded PTX did not load ({}), and NVRTC could not stand in: {e}",
-                        ptx_failures.join("; ")
+                        "the embedded PTX did not load ({}), and NVRTC could not stand in: {}",
+                        ptx_failures.join("; "),
+                        e.with_causes()
                     ),
                 }
             }
