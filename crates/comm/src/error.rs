@@ -29,7 +29,10 @@ pub enum Rejection {
     #[error("RANK={rank} is out of range for WORLD_SIZE={world_size} (ranks are 0..{world_size})")]
     RankOutOfRange { rank: usize, world_size: usize },
     /// A rank gave up waiting for these ranks; the rendezvous is over.
-    #[error("the rendezvous failed: rank(s) {missing:?} of {world_size} did not arrive in time")]
+    #[error(
+        "the rendezvous failed: rank(s) {} of {world_size} did not arrive in time",
+        rank_list(.missing)
+    )]
     RanksMissing {
         missing: Vec<usize>,
         world_size: usize,
@@ -61,7 +64,8 @@ pub enum CommError {
 
     /// Not all ranks arrived before the timeout.
     #[error(
-        "rendezvous at {master} timed out after {timeout:?}: rank(s) {missing:?} of {world_size} never arrived ({detail})"
+        "rendezvous at {master} timed out after {timeout:?}: rank(s) {} of {world_size} never arrived ({detail})",
+        rank_list(.missing)
     )]
     RendezvousTimeout {
         master: String,
@@ -212,6 +216,19 @@ impl CommError {
     }
 }
 
+/// Ranks for a message: all of them up to [`LISTED_RANKS`], else the first
+/// ones and a count (a rendezvous of 100,000 missing ranks printed them all).
+fn rank_list(ranks: &[usize]) -> String {
+    if ranks.len() <= LISTED_RANKS {
+        return format!("{ranks:?}");
+    }
+    let first: Vec<String> = ranks[..LISTED_RANKS].iter().map(usize::to_string).collect();
+    format!("[{}, … {} in all]", first.join(", "), ranks.len())
+}
+
+/// How many ranks a message lists before it counts the rest.
+const LISTED_RANKS: usize = 16;
+
 #[cfg(test)]
 mod tests {
     use super::CommError;
@@ -248,6 +265,24 @@ mod tests {
             chain(&err),
             format!("binding the data listener: {}", denied())
         );
+    }
+
+    #[test]
+    fn long_lists_of_missing_ranks_are_cut_short() {
+        assert_eq!(super::rank_list(&[1, 3]), "[1, 3]");
+        let many: Vec<usize> = (1..100_000).collect();
+        let text = super::Rejection::RanksMissing {
+            missing: many,
+            world_size: 100_000,
+        }
+        .to_string();
+        assert!(
+            text.contains(
+                "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, … 99999 in all]"
+            ),
+            "{text}"
+        );
+        assert!(text.len() < 200, "{text}");
     }
 
     #[test]

@@ -153,7 +153,12 @@ fn parse_port(var: &'static str, value: &str) -> Result<u16, LaunchEnvError> {
     }
 }
 
-/// Checks `index < count`, naming both variables.
+/// The most processes a job may have: well past today's largest jobs, and
+/// a bound on what the store and the ranks allocate per rank (an unchecked
+/// `WORLD_SIZE=4294967296` asked for tens of gigabytes).
+pub const MAX_WORLD_SIZE: usize = 1 << 20;
+
+/// Checks `index < count <= MAX_WORLD_SIZE`, naming both variables.
 fn check_index(
     index_var: &'static str,
     index: usize,
@@ -165,6 +170,13 @@ fn check_index(
             var: count_var,
             value: "0".to_string(),
             reason: "a job needs at least one process".to_string(),
+        });
+    }
+    if count > MAX_WORLD_SIZE {
+        return Err(LaunchEnvError::Invalid {
+            var: count_var,
+            value: count.to_string(),
+            reason: format!("a job has at most {MAX_WORLD_SIZE} processes"),
         });
     }
     if index >= count {

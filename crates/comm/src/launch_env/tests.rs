@@ -190,6 +190,34 @@ fn rank_out_of_range_and_zero_world_are_errors() {
 }
 
 #[test]
+fn sizes_past_what_a_job_can_be_are_errors() {
+    let err = resolve(&with(&TORCHRUN, &[("WORLD_SIZE", "4294967296")])).unwrap_err();
+    assert!(
+        err.to_string().contains("at most 1048576 processes"),
+        "{err}"
+    );
+    expect_blame(
+        resolve(&with(&TORCHRUN, &[("LOCAL_WORLD_SIZE", "9")])),
+        Blame::Invalid("LOCAL_WORLD_SIZE"),
+    );
+    let one = [
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("LOCAL_WORLD_SIZE", "8"),
+        ("MASTER_ADDR", "a"),
+        ("MASTER_PORT", "1"),
+    ];
+    let err = resolve(&one).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("more ranks than the job's WORLD_SIZE=1"),
+        "{err}"
+    );
+    let env = with(&TORCHRUN, &[("WORLD_SIZE", "1048576")]);
+    assert_eq!(resolve(&env).unwrap().unwrap().world_size, 1 << 20);
+}
+
+#[test]
 fn srun_task_resolves_master_from_the_node_list() {
     assert_eq!(
         resolve(&SRUN).unwrap().unwrap(),

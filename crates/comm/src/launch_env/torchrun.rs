@@ -16,6 +16,15 @@ pub(super) fn resolve(vars: &Vars<'_>, trigger: &'static str) -> Result<LaunchEn
         .optional_number(LOCAL_WORLD_SIZE)?
         .unwrap_or(world_size);
     check_index(LOCAL_RANK, local_rank, LOCAL_WORLD_SIZE, local_world_size)?;
+    if local_world_size > world_size {
+        return Err(LaunchEnvError::Invalid {
+            var: LOCAL_WORLD_SIZE,
+            value: local_world_size.to_string(),
+            reason: format!(
+                "a machine cannot run more ranks than the job's WORLD_SIZE={world_size}"
+            ),
+        });
+    }
     let master_addr = vars.required(MASTER_ADDR, trigger)?;
     if master_addr.is_empty() {
         return Err(LaunchEnvError::Invalid {
