@@ -176,6 +176,28 @@ fn sigterm_to_the_launcher_stops_every_rank() {
     assert!(!job.log().contains("restart"), "{}", job.log());
 }
 
+/// Ctrl-C to one worker (say, in a debugger's terminal) stops the job as
+/// Ctrl-C to the launcher would: every rank, exit 130, no restart.
+#[test]
+fn sigint_to_one_worker_stops_the_job_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = long_run();
+    run.args(["--max-restarts", "2", "--checkpoint-dir"])
+        .arg(dir.path().join("ckpt"));
+    let mut job = Job::start(&mut run);
+    let pids = job.worker_pids();
+    job.wait_for("training to start", |l| {
+        l.starts_with("[rank 0] training on").then_some(())
+    });
+    send("INT", pids[1]);
+    let status = job.wait();
+    let log = job.log();
+    assert_gone(&pids, &log);
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(log.contains("rank 1 was interrupted"), "{log}");
+    assert!(!log.contains("restart"), "{log}");
+}
+
 #[test]
 fn sigkill_to_the_launcher_takes_the_ranks_with_it() {
     let (mut job, pids) = started_long_run();

@@ -5,6 +5,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use signal_hook::consts::{SIGHUP, SIGINT};
 use signal_hook::iterator::Signals;
 
 use super::group::NodeGroup;
@@ -15,6 +16,14 @@ use crate::stop::{PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, RunEnd, describe};
 /// How long a launcher whose rank exited with an error (often its reaction
 /// to losing a peer elsewhere) waits for another node to report the cause.
 const CAUSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Whether a worker stopped as SIGINT or SIGHUP stops one: its own exit
+/// after the signal (130, or 128 + the signal when it took too long), or
+/// killed by it.
+fn interrupted(status: ExitStatus) -> bool {
+    let by = |signal: i32| status.code() == Some(128 + signal) || status.signal() == Some(signal);
+    by(SIGINT) || by(SIGHUP)
+}
 
 /// Waits for all workers; on the first failure (here, or reported by
 /// another node of `group`) waits `graces.failure` for the rest, kills
@@ -59,16 +68,30 @@ pub(super) fn supervise(
             deadline = Some(deadline.map_or(until, |d| d.min(until)));
         }
         let mut failed_now = Vec::new();
+        let mut interrupt = false;
         for (i, w) in workers.iter_mut().enumerate() {
             if w.status.is_none()
                 && let Ok(Some(status)) = w.child.try_wait()
             {
                 w.status = Some(status);
-                if !status.success() && status.code() != Some(PREEMPTED_EXIT_CODE) {
+                if interrupted(status) && received.is_none() {
+                    // Someone stopped a worker as they would the job: stop
+                    // the job so, not as a failure to restart.
+                    tell!(
+                        "launcher: rank {} was interrupted ({status}); passing SIGINT to the other workers",
+                        w.rank
+                    );
+                    received = Some(SIGINT);
+                    deadline = Some(Instant::now() + graces.signal);
+                    interrupt = true;
+                } else if !status.success() && status.code() != Some(PREEMPTED_EXIT_CODE) {
                     failed_now.push((i, status));
                     failed_alone.push(i);
                 }
             }
+        }
+        if interrupt {
+            forward(workers, SIGINT);
         }
         let undecided = first_failure.is_none() && elsewhere.is_none() && received.is_none();
         // After a signal, workers ending badly are its doing, not a failure.
