@@ -8,7 +8,7 @@
 //! signal ends the process at once.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -78,9 +78,19 @@ impl StopKind {
 }
 
 /// A stop request shared between the signal handlers and the training
-/// loop; cheap to clone (an `Arc`'d atomic) and checked once per step.
+/// loop; cheap to clone (an `Arc`'d pair of atomics) and checked once per
+/// step.
 #[derive(Clone, Debug, Default)]
-pub struct StopRequest(Arc<AtomicU8>);
+pub struct StopRequest(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    kind: AtomicU8,
+    /// Whether the training loop has begun: before, a stop request has
+    /// nothing to save and no step to agree on, and the process may go at
+    /// once (a rank waiting out the rendezvous would not see it until then).
+    training: AtomicBool,
+}
 
 impl StopRequest {
     pub fn new() -> Self {
@@ -92,12 +102,22 @@ impl StopRequest {
     pub fn request(&self, kind: StopKind) {
         let _ = self
             .0
+            .kind
             .compare_exchange(0, kind.encode(), Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// What was asked, if anything: one atomic load.
     pub fn requested(&self) -> Option<StopKind> {
-        StopKind::decode(self.0.load(Ordering::Acquire))
+        StopKind::decode(self.0.kind.load(Ordering::Acquire))
+    }
+
+    /// The training loop begins: from now on a stop waits for a step.
+    pub fn training_begins(&self) {
+        self.0.training.store(true, Ordering::Release);
+    }
+
+    fn training(&self) -> bool {
+        self.0.training.load(Ordering::Acquire)
     }
 }
 
@@ -159,6 +179,17 @@ pub fn install_worker_handlers(stop: &StopRequest) -> anyhow::Result<()> {
                 let Some(kind) = StopKind::of_signal(signal) else {
                     continue;
                 };
+                if !stop.training() {
+                    let code = match kind {
+                        StopKind::Preempt => PREEMPTED_EXIT_CODE,
+                        StopKind::Interrupt => 128 + SIGINT,
+                    };
+                    tell!(
+                        "{}: stopping before training began (nothing to save); exit {code}",
+                        describe(signal)
+                    );
+                    std::process::exit(code);
+                }
                 stop.request(kind);
                 if kind == StopKind::Interrupt {
                     exit_after(INTERRUPT_GRACE, signal);

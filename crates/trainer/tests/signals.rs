@@ -369,3 +369,35 @@ fn a_run_whose_readers_are_gone_trains_to_the_end() {
     };
     assert!(status.success(), "{status}");
 }
+
+/// SIGTERM to a rank still waiting for its peers (or loading data) ends it
+/// at once with 75, nothing being lost yet, instead of after the
+/// rendezvous' --timeout.
+#[test]
+fn sigterm_before_training_begins_exits_75_at_once() {
+    use comm::launch_var;
+    let mut lone = trainer()
+        .env(launch_var::RANK, "0")
+        .env(launch_var::WORLD_SIZE, "2")
+        .env(launch_var::MASTER_ADDR, "127.0.0.1")
+        .env(launch_var::MASTER_PORT, common::free_port().to_string())
+        .args(["--epochs", "1", "--threads", "1", "--timeout", "120"])
+        .args(data_arg(dataset()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(lone.stderr.take().unwrap()).lines();
+    let waiting = said.any(|l| l.is_ok_and(|l| l.contains("auth token")));
+    assert!(waiting, "the rank never reached the rendezvous");
+    send("TERM", lone.id());
+    // Within GONE_WITHIN, far before the rendezvous' 120 s.
+    let status = exit_within(&mut lone);
+    assert_eq!(status.code(), Some(PREEMPTED_EXIT_CODE), "{status}");
+    let rest: Vec<String> = said.map_while(Result::ok).collect();
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("stopping before training began")),
+        "{rest:?}"
+    );
+}

@@ -57,6 +57,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         // The epoch's monitoring leaves out setup and the last checkpoint.
         self.monitor.take();
         progress.start_epoch(epoch, steps - first);
+        self.stop.training_begins();
         for (s, n) in batches.into_iter().enumerate().skip(first) {
             let at = Position {
                 epoch: epoch as u64,
