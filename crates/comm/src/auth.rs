@@ -192,6 +192,14 @@ pub enum AuthFailure {
 
 impl From<io::Error> for AuthFailure {
     fn from(e: io::Error) -> Self {
+        // A read timeout surfaces as EAGAIN ("Resource temporarily
+        // unavailable"), which says nothing to a user.
+        if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            return AuthFailure::Broken("no answer in time".into());
+        }
         AuthFailure::Broken(e.to_string())
     }
 }

@@ -154,7 +154,7 @@ pub struct Cli {
     pub batch_size: u32,
 
     /// Learning rate (Adam's; SGD's for --model toy).
-    #[arg(long, default_value_t = 1e-3, value_name = "RATE", value_parser = positive_finite)]
+    #[arg(long, default_value_t = 1e-3, value_name = "RATE", value_parser = positive_finite, allow_hyphen_values = true)]
     pub lr: f64,
 
     /// Seed for the initial weights, the shuffling and dropout.

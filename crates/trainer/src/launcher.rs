@@ -121,7 +121,7 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         let failure = match run_workers(&exe, &args, plan, graces, &mut signals, node)? {
             Outcome::Ended(end) => {
                 finish(group.as_mut(), restarts);
-                return Ok(ended(end));
+                return Ok(ended(end, dir.is_some()));
             }
             Outcome::Failed(failure) => failure,
         };
@@ -145,11 +145,16 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
 }
 
 /// Says how the workers ended when that was not plain success.
-fn ended(end: RunEnd) -> RunEnd {
+fn ended(end: RunEnd, saves: bool) -> RunEnd {
     match end {
         RunEnd::Finished => {}
         RunEnd::Preempted => tell!(
-            "launcher: the workers stopped on a preemption request (exit code {PREEMPTED_EXIT_CODE}); continue with --resume auto"
+            "launcher: the workers stopped on a preemption request (exit code {PREEMPTED_EXIT_CODE}); {}",
+            if saves {
+                "continue with --resume auto"
+            } else {
+                "nothing was saved (no --checkpoint-dir)"
+            }
         ),
         RunEnd::Signalled(signal) => tell!(
             "launcher: stopped the workers on {}; exiting with {}",

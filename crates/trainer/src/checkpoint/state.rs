@@ -131,6 +131,9 @@ impl TrainingState {
 
 /// Reads and validates the checkpoint directory `dir`.
 pub fn load(dir: &Path, layout: &FlatLayout) -> anyhow::Result<TrainingState> {
+    if !dir.exists() {
+        bail!("there is nothing at this path");
+    }
     if !dir.is_dir() {
         bail!(
             "not a checkpoint directory (one holds {MODEL_FILE} and {STATE_FILE}); for weights alone use --init-from"

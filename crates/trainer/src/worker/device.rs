@@ -153,5 +153,13 @@ fn cpu_backend(cli: &Cli, info: &RankInfo) -> anyhow::Result<Cpu> {
     let threads = cli
         .threads
         .map_or((cores / info.local_world_size).max(1), |t| t as usize);
+    let wanted = threads * info.local_world_size;
+    if wanted > cores && info.local_rank == 0 {
+        tell!(
+            "note: {} rank(s) x --threads {threads} on this machine's {cores} CPU(s): the threads take turns, which is slower than {} thread(s) per rank",
+            info.local_world_size,
+            (cores / info.local_world_size).max(1)
+        );
+    }
     Ok(Cpu::new(threads)?)
 }
