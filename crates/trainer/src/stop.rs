@@ -162,6 +162,10 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(2);
 /// nothing but async-signal-safe code runs in the handlers themselves.
 pub fn install_worker_handlers(stop: &StopRequest) -> anyhow::Result<()> {
     let mut signals = Signals::new(WORKER_SIGNALS).context("installing the signal handlers")?;
+    // A launcher starts its workers with these blocked (see
+    // `die_with_parent`), so one sent before now waits, pending, for the
+    // handlers instead of killing the worker: let it through.
+    set_worker_signals_blocked(libc::SIG_UNBLOCK);
     let stop = stop.clone();
     std::thread::Builder::new()
         .name("signals".into())
@@ -208,11 +212,33 @@ fn exit_after(grace: Duration, signal: i32) {
     });
 }
 
+/// Blocks (`SIG_BLOCK`) or unblocks (`SIG_UNBLOCK`) [`WORKER_SIGNALS`] for
+/// the calling thread; async-signal-safe (sigemptyset, sigaddset,
+/// pthread_sigmask).
+fn set_worker_signals_blocked(how: libc::c_int) {
+    // SAFETY: `set` is a local sigset_t initialised by sigemptyset before
+    // use; pthread_sigmask reads it and writes no old mask (null).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in WORKER_SIGNALS {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
 /// Makes the child that `command` starts die with this process, even when
 /// this process is SIGKILLed: the kernel sends the child SIGKILL when its
 /// parent goes (`PR_SET_PDEATHSIG`). If the parent is already gone by the
 /// time the child sets that up (a race the kernel does not close), the
 /// child exits before it runs anything.
+///
+/// The child also starts with [`WORKER_SIGNALS`] blocked (a mask survives
+/// `exec`): a signal the launcher passes on in the child's first
+/// milliseconds stays pending until the worker's handlers are in place
+/// ([`install_worker_handlers`] unblocks them), rather than killing it
+/// before it could save.
 ///
 /// The death signal follows the *thread* that forked, so spawn from a
 /// thread that lives as long as the workers (the launcher's main thread).
@@ -220,7 +246,8 @@ pub fn die_with_parent(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     let parent = std::process::id();
     // SAFETY: the closure runs in the forked child before exec and calls
-    // only async-signal-safe functions (prctl, getppid, _exit); it neither
+    // only async-signal-safe functions (prctl, getppid, _exit, and the
+    // signal-mask calls of `set_worker_signals_blocked`); it neither
     // allocates nor takes locks.
     unsafe {
         command.pre_exec(move || {
@@ -230,6 +257,7 @@ pub fn die_with_parent(command: &mut std::process::Command) {
             if libc::getppid() as u32 != parent {
                 libc::_exit(128 + libc::SIGKILL);
             }
+            set_worker_signals_blocked(libc::SIG_BLOCK);
             Ok(())
         });
     }
@@ -266,5 +294,24 @@ mod tests {
         assert_eq!(RunEnd::Preempted.exit_code(), 75);
         assert_eq!(RunEnd::Signalled(SIGTERM).exit_code(), 143);
         assert_eq!(describe(SIGUSR1), "SIGUSR1");
+    }
+
+    /// The mask a launcher's child starts with: the worker signals blocked
+    /// (bits `signal - 1` of /proc's `SigBlk`), so that they wait for its
+    /// handlers.
+    #[test]
+    fn a_launchers_child_starts_with_the_worker_signals_blocked() {
+        let mut cat = std::process::Command::new("cat");
+        cat.arg("/proc/self/status");
+        die_with_parent(&mut cat);
+        let status = String::from_utf8(cat.output().unwrap().stdout).unwrap();
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+            .unwrap();
+        for signal in WORKER_SIGNALS {
+            assert_ne!(mask & (1 << (signal - 1)), 0, "signal {signal} in {mask:x}");
+        }
     }
 }

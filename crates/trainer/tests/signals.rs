@@ -401,3 +401,20 @@ fn sigterm_before_training_begins_exits_75_at_once() {
         "{rest:?}"
     );
 }
+
+/// A worker the launcher starts holds SIGTERM pending until its handlers
+/// are in place (`die_with_parent` starts it with the signal blocked), so
+/// a signal in its first milliseconds is a preemption, not a kill (143).
+#[test]
+fn sigterm_the_instant_a_worker_starts_is_still_a_preemption() {
+    let mut cmd = trainer();
+    cmd.args(["--epochs", "50", "--threads", "1"])
+        .args(data_arg(dataset()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    trainer::stop::die_with_parent(&mut cmd);
+    let mut worker = cmd.spawn().unwrap();
+    send("TERM", worker.id());
+    let status = exit_within(&mut worker);
+    assert_eq!(status.code(), Some(PREEMPTED_EXIT_CODE), "{status}");
+}
