@@ -145,3 +145,34 @@ fn nccl_without_a_gpu_is_a_clear_error_naming_the_cpu_rank() {
         "--backend nccl needs every rank on a GPU of its own with libnccl, but rank(s) [0] train on the CPU",
     );
 }
+
+/// A batch the machine cannot hold is an error before training writes to
+/// its buffers, not a run the kernel's out-of-memory killer ends. A batch of
+/// 60,000 needs about 30 GiB; on a machine with that much to spare the
+/// batch would simply train, so the test says it was skipped there.
+#[test]
+fn a_batch_too_large_for_the_machine_is_one_clear_error() {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let available_gib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap()
+        / (1 << 20) as f64;
+    if available_gib > 26.0 {
+        eprintln!("skipped: {available_gib:.0} GiB available, a batch of 60000 fits");
+        return;
+    }
+    let mut cmd = trainer();
+    cmd.args(["--batch-size", "60000", "--threads", "1"])
+        .args(["--epochs", "1", "--max-steps", "1"])
+        .args(data_arg(dataset()));
+    let out = run(&mut cmd);
+    let err = stderr(&out);
+    assert!(!out.status.success() && !err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("a training batch of 60000 would take")
+            && err.contains("lower --batch-size"),
+        "{err}"
+    );
+}

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use rayon::ThreadPool;
@@ -20,6 +21,9 @@ use crate::{Error, Result};
 pub struct Cpu {
     threads: usize,
     pool: Option<Arc<ThreadPool>>,
+    /// Bytes `zeros` and `upload` handed out so far, by this backend and
+    /// its clones (see [`Backend::allocated_host_bytes`]).
+    allocated: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for Cpu {
@@ -52,7 +56,16 @@ impl Cpu {
                 })?;
             Some(Arc::new(pool))
         };
-        Ok(Self { threads, pool })
+        Ok(Self {
+            threads,
+            pool,
+            allocated: Arc::default(),
+        })
+    }
+
+    fn count<T>(&self, len: usize) {
+        let bytes = (len as u64).saturating_mul(size_of::<T>() as u64);
+        self.allocated.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// The number of worker threads kernels may use.
@@ -116,11 +129,17 @@ impl Backend for Cpu {
     }
 
     fn zeros<T: Elem>(&self, len: usize) -> Result<Vec<T>> {
+        self.count::<T>(len);
         Ok(vec![T::default(); len])
     }
 
     fn upload<T: Elem>(&self, host: &[T]) -> Result<Vec<T>> {
+        self.count::<T>(host.len());
         Ok(host.to_vec())
+    }
+
+    fn allocated_host_bytes(&self) -> Option<u64> {
+        Some(self.allocated.load(Ordering::Relaxed))
     }
 
     fn len<T: Elem>(storage: &Vec<T>) -> usize {

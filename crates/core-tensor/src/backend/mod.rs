@@ -70,6 +70,16 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// A new buffer holding a copy of `host` (not empty on CUDA).
     fn upload<T: Elem>(&self, host: &[T]) -> Result<Self::Storage<T>>;
 
+    /// For a backend in host memory: the bytes [`Backend::zeros`] and
+    /// [`Backend::upload`] have handed out so far, freed or not. Zeroed
+    /// pages take no memory until first written, so a caller can compare
+    /// this with what the machine has before training touches them (a huge
+    /// batch would otherwise end in the kernel's out-of-memory killer).
+    /// `None` where the device reports its own out-of-memory errors.
+    fn allocated_host_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// The number of elements in `storage`.
     fn len<T: Elem>(storage: &Self::Storage<T>) -> usize;
 

@@ -10,6 +10,15 @@ pub fn resident_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// Memory the machine can still give without swapping, in bytes
+/// (`MemAvailable` of `/proc/meminfo`).
+pub fn available_bytes() -> Option<u64> {
+    let meminfo = fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// CPU seconds this process (all its threads) has used, user and system.
 pub fn cpu_seconds() -> Option<f64> {
     let stat = fs::read_to_string("/proc/self/stat").ok()?;

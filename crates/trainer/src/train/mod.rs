@@ -13,6 +13,7 @@ mod guard;
 mod meter;
 mod parts;
 mod replica;
+mod room;
 mod setup;
 mod shared_flags;
 mod step;
