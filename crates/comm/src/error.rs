@@ -232,25 +232,18 @@ const LISTED_RANKS: usize = 16;
 #[cfg(test)]
 mod tests {
     use super::CommError;
-    use std::error::Error;
     use std::io;
 
-    /// `err` and its causes joined by ": ", as `anyhow`'s `{:#}` prints them.
-    fn chain(err: &dyn Error) -> String {
-        let mut text = err.to_string();
-        let mut cause = err.source();
-        while let Some(c) = cause {
-            text = format!("{text}: {c}");
-            cause = c.source();
-        }
-        text
+    /// `err` as the trainer prints it: its message and causes, `{:#}`.
+    fn chain(err: impl std::error::Error + Send + Sync + 'static) -> String {
+        format!("{:#}", anyhow::Error::new(err))
     }
 
     #[test]
     fn an_io_error_states_the_os_error_once() {
         let denied = || io::Error::from_raw_os_error(13);
         let err = CommError::store_bind("node0", 80, denied());
-        let text = chain(&err);
+        let text = chain(err);
         assert_eq!(text.matches(&denied().to_string()).count(), 1, "{text}");
         assert!(
             text.starts_with("rank 0 could not host the rendezvous store on port 80, a privileged"),
@@ -262,7 +255,7 @@ mod tests {
         );
         let err = CommError::io("binding the data listener", denied());
         assert_eq!(
-            chain(&err),
+            chain(err),
             format!("binding the data listener: {}", denied())
         );
     }

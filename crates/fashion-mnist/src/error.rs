@@ -266,18 +266,11 @@ pub enum Corruption {
 #[cfg(test)]
 mod tests {
     use super::DataError;
-    use std::error::Error;
     use std::io;
 
-    /// `err` and its causes joined by ": ", as `anyhow`'s `{:#}` prints them.
-    fn chain(err: &dyn Error) -> String {
-        let mut text = err.to_string();
-        let mut cause = err.source();
-        while let Some(c) = cause {
-            text = format!("{text}: {c}");
-            cause = c.source();
-        }
-        text
+    /// `err` as the trainer prints it: its message and causes, `{:#}`.
+    fn chain(err: impl std::error::Error + Send + Sync + 'static) -> String {
+        format!("{:#}", anyhow::Error::new(err))
     }
 
     #[test]
@@ -288,7 +281,7 @@ mod tests {
             source: denied(),
         };
         assert_eq!(
-            chain(&err),
+            chain(err),
             format!("cannot read /data/t10k-labels-idx1-ubyte.gz: {}", denied())
         );
     }

@@ -171,8 +171,7 @@ fn a_batch_too_large_for_the_machine_is_one_clear_error() {
     let err = stderr(&out);
     assert!(!out.status.success() && !err.contains("panicked"), "{err}");
     assert!(
-        err.contains("a training batch of 60000 would take")
-            && err.contains("lower --batch-size"),
+        err.contains("a training batch of 60000 would take") && err.contains("lower --batch-size"),
         "{err}"
     );
 }
