@@ -21,16 +21,20 @@ use signal_hook::iterator::Signals;
 pub const PREEMPTED_EXIT_CODE: i32 = 75;
 
 /// The exit code of a rank whose error is only that it lost a peer (comm's
-/// `CommError::PeerLost`): `EX_UNAVAILABLE`. The launcher reads it to name
+/// `CommError::PeerLost`, or `PeerTimeout`: a peer that stopped
+/// answering): `EX_UNAVAILABLE`. The launcher reads it to name
 /// the peer's own failure first rather than this reaction to it.
 pub const PEER_LOST_EXIT_CODE: i32 = 69;
 
 /// The exit code of a process that failed with `e`: [`PEER_LOST_EXIT_CODE`]
-/// when a lost peer is in its chain of causes, else 1.
+/// when a lost or silent peer is in its chain of causes, else 1.
 pub fn failure_exit_code(e: &anyhow::Error) -> i32 {
-    let lost_peer = e
-        .chain()
-        .any(|cause| matches!(cause.downcast_ref(), Some(comm::CommError::PeerLost { .. })));
+    let lost_peer = e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref(),
+            Some(comm::CommError::PeerLost { .. } | comm::CommError::PeerTimeout { .. })
+        )
+    });
     if lost_peer { PEER_LOST_EXIT_CODE } else { 1 }
 }
 

@@ -134,6 +134,11 @@ pub(super) fn supervise(
         }
         std::thread::sleep(POLL);
     }
+    // Still running when the others had failed and the grace ran out:
+    // hung (or stopped), the likely cause of the peers' timeouts.
+    let unresponsive: Vec<usize> = (0..workers.len())
+        .filter(|&i| workers[i].status.is_none())
+        .collect();
     stop(workers);
     let preempted = |w: &Worker| w.status.and_then(|s| s.code()) == Some(PREEMPTED_EXIT_CODE);
     if let Some(signal) = received {
@@ -145,8 +150,12 @@ pub(super) fn supervise(
     }
     // A rank seen first that only lost its peer points at the peer's own
     // error, when the peer failed too.
-    let first_failure = first_failure.map(|i| blame(workers, i, &failed_alone));
+    let first_failure = first_failure.map(|i| blame(workers, i, &failed_alone, &unresponsive));
     let first = match (first_failure, elsewhere) {
+        (Some(i), _) if unresponsive.contains(&i) => format!(
+            "{node}rank {} did not respond (hung, or stopped) while the others failed waiting for it, and was killed after the grace",
+            workers[i].rank
+        ),
         (Some(i), _) => format!("{node}{}", workers[i].describe_failure()),
         (None, Some(cause)) => cause,
         (None, None) => {
@@ -184,8 +193,14 @@ fn root_cause(failed: &[(usize, ExitStatus)]) -> Option<(usize, ExitStatus)> {
 /// The rank to name first: `first`, unless it only lost a peer (it exited
 /// with [`PEER_LOST_EXIT_CODE`]) and another rank in `failed_alone` failed
 /// for a reason of its own (killed by a signal, or any other error), which
-/// is then the cause.
-fn blame(workers: &[Worker], first: usize, failed_alone: &[usize]) -> usize {
+/// is then the cause; failing that, a rank that never ended on its own
+/// (`unresponsive`: the peer the others waited for in vain).
+fn blame(
+    workers: &[Worker],
+    first: usize,
+    failed_alone: &[usize],
+    unresponsive: &[usize],
+) -> usize {
     let reaction = |i: usize| workers[i].status.and_then(|s| s.code()) == Some(PEER_LOST_EXIT_CODE);
     if !reaction(first) {
         return first;
@@ -194,6 +209,7 @@ fn blame(workers: &[Worker], first: usize, failed_alone: &[usize]) -> usize {
         .iter()
         .copied()
         .find(|&i| !reaction(i))
+        .or(unresponsive.first().copied())
         .unwrap_or(first)
 }
 
@@ -227,20 +243,23 @@ mod tests {
                 1,
             ),
         ];
-        assert_eq!(blame(&workers, 0, &[0, 1, 2]), 2);
-        assert_eq!(blame(&workers, 2, &[0, 1, 2]), 2);
+        assert_eq!(blame(&workers, 0, &[0, 1, 2], &[]), 2);
+        assert_eq!(blame(&workers, 2, &[0, 1, 2], &[]), 2);
         // The cause must have failed on its own, not been stopped later.
-        assert_eq!(blame(&workers, 0, &[0, 1]), 0);
+        assert_eq!(blame(&workers, 0, &[0, 1], &[]), 0);
+        // With no own cause among them, the rank the others waited for in
+        // vain (killed by the launcher at the end) is the cause.
+        assert_eq!(blame(&workers, 0, &[0, 1], &[2]), 2);
         // A first failure with a cause of its own keeps the blame.
         let workers = [
             failed_with(0, "out of memory", 1),
             failed_with(1, "disk full", 1),
         ];
-        assert_eq!(blame(&workers, 1, &[1, 0]), 1);
+        assert_eq!(blame(&workers, 1, &[1, 0], &[]), 1);
         // The exit code decides, not the words: an own error that mentions
         // a lost connection is still its own.
         let workers = [failed_with(0, lost, 1), failed_with(1, "disk full", 1)];
-        assert_eq!(blame(&workers, 0, &[0, 1]), 0);
+        assert_eq!(blame(&workers, 0, &[0, 1], &[]), 0);
     }
 
     #[test]
@@ -253,6 +272,16 @@ mod tests {
         };
         let e = anyhow::Error::new(lost).context("rank 0: epoch 1, step 3");
         assert_eq!(crate::stop::failure_exit_code(&e), PEER_LOST_EXIT_CODE);
+        let silent = comm::CommError::PeerTimeout {
+            peer: 1,
+            addr: "127.0.0.1:1".into(),
+            op: "all_reduce",
+            timeout: Duration::from_secs(30),
+        };
+        assert_eq!(
+            crate::stop::failure_exit_code(&silent.into()),
+            PEER_LOST_EXIT_CODE
+        );
         let other = comm::CommError::InvalidArgument {
             op: "all_reduce",
             reason: "lengths differ".into(),
