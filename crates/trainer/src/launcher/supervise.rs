@@ -13,6 +13,10 @@ use super::workers::{Worker, forward, stop};
 use super::{Failure, Graces, Outcome, POLL};
 use crate::stop::{PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, RunEnd, describe};
 
+/// How long the other workers get to end on their own once one failed for
+/// a reason of its own (the error that names the cause is already in).
+const OWN_CAUSE_GRACE: Duration = Duration::from_secs(3);
+
 /// How long a launcher whose rank exited with an error (often its reaction
 /// to losing a peer elsewhere) waits for another node to report the cause.
 const CAUSE_WAIT: Duration = Duration::from_secs(1);
@@ -96,7 +100,16 @@ pub(super) fn supervise(
         let undecided = first_failure.is_none() && elsewhere.is_none() && received.is_none();
         // After a signal, workers ending badly are its doing, not a failure.
         if undecided && let Some((i, status)) = root_cause(&failed_now) {
-            deadline = Some(Instant::now() + graces.failure);
+            // A rank that only lost a peer leaves the cause to the others,
+            // who get --timeout to report it; one with a cause of its own
+            // is the answer, and the others (often waiting for it at the
+            // rendezvous) need not wait out their timeout.
+            let grace = if status.code() == Some(PEER_LOST_EXIT_CODE) {
+                graces.failure
+            } else {
+                graces.failure.min(OWN_CAUSE_GRACE)
+            };
+            deadline = Some(Instant::now() + grace);
             workers[i].settle();
             let ours = format!("{node}{}", workers[i].describe_failure());
             let cause = group.as_mut().and_then(|(g, attempt)| {
