@@ -294,3 +294,25 @@ fn a_failed_save_removes_its_partial_files() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// `--resume auto` over a directory of checkpoints this run cannot resume
+/// (another model's here) is refused: starting fresh there would write over
+/// them and prune them.
+#[test]
+fn resume_auto_never_starts_fresh_over_checkpoints_it_cannot_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt");
+    let out = run(&mut quick(&ckpt, "1"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before: Vec<_> = std::fs::read_dir(&ckpt).unwrap().map(|e| e.unwrap().path()).collect();
+    let out = run(trainer()
+        .args(["--model", "toy", "--samples", "256", "--epochs", "1", "--max-steps", "2"])
+        .args(["--threads", "1", "--resume", "auto", "--checkpoint-dir"])
+        .arg(&ckpt));
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("this run can resume none of them"), "{err}");
+    for path in &before {
+        load(path, &layout()).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+    }
+}

@@ -53,6 +53,18 @@ pub fn choose(
                 .dir
                 .ok_or_else(|| anyhow!("--resume auto needs --checkpoint-dir"))?;
             let newest = dir.newest_valid(layout)?;
+            if newest.found.is_none()
+                && let Some((path, why)) = newest.skipped.first()
+            {
+                // Starting fresh would write over them (and prune them):
+                // another model's or another data set's run, most likely.
+                bail!(
+                    "--checkpoint-dir {} holds {} checkpoint(s) and this run can resume none of them (the newest, {}: {why:#}); resume them with the flags they were written with, or give another --checkpoint-dir",
+                    dir.path().display(),
+                    newest.skipped.len(),
+                    path.display()
+                );
+            }
             for (path, why) in &newest.skipped {
                 tell!(
                     "note: skipping the invalid checkpoint {}: {why:#}",
