@@ -26,14 +26,12 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use comm::{AUTH_TOKEN_VAR, AuthToken, launch_var};
-use core_tensor::FlatLayout;
 use group::NodeGroup;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
 use crate::checkpoint::{CheckpointDir, resume};
 use crate::cli::Cli;
-use crate::model::cnn_layout;
 use crate::stop::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
 pub use flags::{NodeFlags, RdzvBackend};
 pub use node::NodePlan;
@@ -80,13 +78,12 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     };
     let exe = std::env::current_exe().context("finding this executable to start workers")?;
     let args = worker_args(std::env::args_os().skip(1));
-    let layout = cnn_layout();
     let dir = cli
         .checkpoint_dir
         .as_ref()
         .map(|d| CheckpointDir::new(d, cli.keep as usize));
     if let Some(dir) = dir.as_ref().filter(|_| cli.max_restarts > 0) {
-        resume::preflight(cli.resume.as_ref(), dir, layout)?;
+        resume::preflight(cli.resume.as_ref(), dir)?;
     }
     let mut group = match &plan.master {
         Some(master) if plan.nnodes > 1 => Some(NodeGroup::join(
@@ -135,7 +132,7 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
             return Err(anyhow!("{}{spent}", failure.message));
         }
         restarts += 1;
-        let from = restart_point(dir.as_ref(), layout);
+        let from = restart_point(dir.as_ref());
         tell!(
             "launcher: {}; restart {restarts} of {} from {from}",
             failure.first,
@@ -165,11 +162,13 @@ fn ended(end: RunEnd, saves: bool) -> RunEnd {
     end
 }
 
-/// Where restarted workers will continue, for the log.
-fn restart_point(dir: Option<&CheckpointDir>, layout: &FlatLayout) -> String {
-    match dir.map(|d| d.newest_valid(layout)) {
-        Some(Ok(newest)) => match newest.found {
-            Some((path, _)) => format!("checkpoint {}", path.display()),
+/// Where restarted workers will continue, for the log: the newest
+/// checkpoint by name (the workers validate it, and pass over one that
+/// does not load).
+fn restart_point(dir: Option<&CheckpointDir>) -> String {
+    match dir.map(|d| d.list()) {
+        Some(Ok(mut list)) => match list.pop() {
+            Some((_, path)) => format!("the newest valid checkpoint ({} or older)", path.display()),
             None => "the start (no checkpoint yet)".to_string(),
         },
         Some(Err(e)) => format!("the newest valid checkpoint (listing failed: {e:#})"),

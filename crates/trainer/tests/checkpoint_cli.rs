@@ -304,9 +304,21 @@ fn resume_auto_never_starts_fresh_over_checkpoints_it_cannot_resume() {
     let ckpt = dir.path().join("ckpt");
     let out = run(&mut quick(&ckpt, "1"));
     assert!(out.status.success(), "{}", stderr(&out));
-    let before: Vec<_> = std::fs::read_dir(&ckpt).unwrap().map(|e| e.unwrap().path()).collect();
+    let before: Vec<_> = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     let out = run(trainer()
-        .args(["--model", "toy", "--samples", "256", "--epochs", "1", "--max-steps", "2"])
+        .args([
+            "--model",
+            "toy",
+            "--samples",
+            "256",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "2",
+        ])
         .args(["--threads", "1", "--resume", "auto", "--checkpoint-dir"])
         .arg(&ckpt));
     let err = stderr(&out);

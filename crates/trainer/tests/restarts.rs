@@ -81,7 +81,8 @@ fn a_killed_worker_is_restarted_from_the_newest_checkpoint_and_the_result_is_unc
     assert!(status.success(), "{log}");
     assert!(log.contains("launcher: rank 1 failed (signal: 9"), "{log}");
     assert!(
-        log.contains("; restart 1 of 1 from checkpoint ") && log.contains("[rank 0] resuming from"),
+        log.contains("; restart 1 of 1 from the newest valid checkpoint (")
+            && log.contains("[rank 0] resuming from"),
         "{log}"
     );
     let (want, got) = (final_state(&calm), final_state(&hit));

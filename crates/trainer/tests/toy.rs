@@ -68,6 +68,20 @@ fn checkpoints_resume_exactly_and_name_their_model() {
     let err = stderr(&out);
     assert!(!out.status.success(), "a toy checkpoint resumed as the CNN");
     assert!(err.contains("--model toy"), "{err}");
+    // The launcher's restart checks know no model's layout: a toy
+    // checkpoint given by path resumes under --max-restarts too.
+    let newest = dir.path().join("ckpt-e0004-s000000");
+    let newest = newest.to_str().unwrap();
+    let more = [
+        "--epochs",
+        "4",
+        "--checkpoint-dir",
+        ckpt,
+        "--resume",
+        newest,
+    ];
+    toy(&[&["--world-size", "2", "--max-restarts", "1"][..], &more].concat());
+    assert!(dir.path().join("ckpt-e0005-s000000").is_dir());
 }
 
 #[test]

@@ -105,18 +105,23 @@ pub fn choose(
 }
 
 /// What the launcher checks before its first start, so that a restart (which
-/// adds `--resume auto`) cannot turn a refused start into a resumed one.
-pub fn preflight(
-    resume: Option<&ResumeFrom>,
-    dir: &CheckpointDir,
-    layout: &FlatLayout,
-) -> anyhow::Result<()> {
+/// adds `--resume auto`) cannot turn a refused start into a resumed one. It
+/// knows no model's layout (recsys' depends on its ratings file), so a
+/// checkpoint's position comes from its directory's name.
+pub fn preflight(resume: Option<&ResumeFrom>, dir: &CheckpointDir) -> anyhow::Result<()> {
     match resume {
         Some(ResumeFrom::Auto) => Ok(()),
         Some(ResumeFrom::Path(path)) => {
-            let state =
-                load(path, layout).with_context(|| format!("--resume {}", path.display()))?;
-            check_history(dir, Some(state.position))
+            let position = path
+                .file_name()
+                .and_then(|n| Position::from_dir_name(&n.to_string_lossy()))
+                .with_context(|| {
+                    format!(
+                        "--resume {} with --max-restarts: give the checkpoint's directory as the trainer named it (ckpt-eNNNN-sNNNNNN)",
+                        path.display()
+                    )
+                })?;
+            check_history(dir, Some(position))
         }
         None => check_history(dir, None),
     }
