@@ -26,6 +26,9 @@ const FONT_PLACES: [&str; 3] = [
 /// epochs and more.
 const MAX_METRICS_BYTES: u64 = 1 << 30;
 
+/// A font's largest size (DejaVu Sans is 0.7 MB; CJK fonts reach 20).
+const MAX_FONT_BYTES: u64 = 64 << 20;
+
 /// Draws a --metrics file's curves per epoch into a PNG.
 #[derive(Debug, Parser)]
 #[command(name = "trainer plot")]
@@ -114,7 +117,7 @@ fn load_font(choice: Option<&Path>) -> anyhow::Result<()> {
                 "no font for the labels: install fonts-dejavu-core (apt-get install fonts-dejavu-core) or pass --font FILE.ttf",
             )?,
     };
-    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = bounded_read::read(&path, MAX_FONT_BYTES, "a TrueType font")?;
     // The plot lives as long as the process; plotters wants the font for good.
     let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
     register_font("sans-serif", FontStyle::Normal, bytes)

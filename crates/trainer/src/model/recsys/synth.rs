@@ -32,13 +32,42 @@ pub fn write_ratings(
             .collect()
     };
     let (u, m) = (factors(users, &mut rng), factors(movies, &mut rng));
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut out = BufWriter::new(file);
+    // Written beside `path` and renamed into place once complete, so that a
+    // full disk or an interrupted run never leaves a truncated file there.
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let file = std::fs::File::create(&partial)
+        .with_context(|| format!("creating {}", partial.display()))?;
+    let written = write_rows(
+        BufWriter::new(file),
+        rows,
+        users,
+        movies,
+        (&u, &m),
+        &mut rng,
+    )
+    .and_then(|()| std::fs::rename(&partial, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e).with_context(|| format!("writing {}", path.display()));
+    }
+    Ok(())
+}
+
+/// The header and `rows` ratings drawn from `rng` over the factors `u`, `m`.
+fn write_rows(
+    mut out: BufWriter<std::fs::File>,
+    rows: u64,
+    users: u32,
+    movies: u32,
+    (u, m): (&[f32], &[f32]),
+    rng: &mut ChaCha8Rng,
+) -> std::io::Result<()> {
     writeln!(out, "userId,movieId,rating,timestamp")?;
     for row in 0..rows {
-        let user = (rng.next_u32_below(users)) as usize;
-        let movie = (rng.next_u32_below(movies)) as usize;
+        let user = rng.next_u32_below(users) as usize;
+        let movie = rng.next_u32_below(movies) as usize;
         let (fu, fm) = (
             &u[user * (FACTORS + 1)..][..FACTORS + 1],
             &m[movie * (FACTORS + 1)..][..FACTORS + 1],
@@ -58,8 +87,7 @@ pub fn write_ratings(
             964_982_703 + row
         )?;
     }
-    out.flush()?;
-    Ok(())
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()
 }
 
 /// `trainer synth-ratings`: a ratings file to try `--model recsys` on
@@ -74,8 +102,8 @@ pub struct SynthArgs {
     #[arg(value_name = "PATH")]
     pub output: PathBuf,
 
-    /// Ratings to write.
-    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Ratings to write (at most a billion: about 25 GB).
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub rows: u64,
 
     /// Users rating.
