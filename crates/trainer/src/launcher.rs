@@ -86,15 +86,21 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         resume::preflight(cli.resume.as_ref(), dir)?;
     }
     let mut group = match &plan.master {
-        Some(master) if plan.nnodes > 1 => Some(NodeGroup::join(
-            plan.node_rank,
-            plan.nnodes,
-            master,
-            cli.nodes.rdzv_id.as_deref().unwrap_or_default(),
-            graces.failure,
-            AuthToken::resolve(cli.auth_token_file.as_deref())
-                .context("reading the job's auth token")?,
-        )?),
+        Some(master) if plan.nnodes > 1 => {
+            let auth = AuthToken::resolve(cli.auth_token_file.as_deref())
+                .context("reading the job's auth token")?;
+            let rdzv_id = cli.nodes.rdzv_id.as_deref().unwrap_or_default();
+            Some(unless_signalled(&mut signals, || {
+                NodeGroup::join(
+                    plan.node_rank,
+                    plan.nnodes,
+                    master,
+                    rdzv_id,
+                    graces.failure,
+                    auth,
+                )
+            })?)
+        }
         _ => None,
     };
     let node_rank = match &group {
@@ -160,6 +166,36 @@ fn ended(end: RunEnd, saves: bool) -> RunEnd {
         ),
     }
     end
+}
+
+/// Runs `wait`, a wait on the other nodes while no worker of this node
+/// runs, watching the launcher's signals meanwhile: one ends the launcher
+/// at once, nothing being lost yet (75 for SIGTERM/SIGUSR1, the code on
+/// which batch scripts requeue; 128 + signal otherwise), where the wait
+/// itself would hold it for up to --timeout.
+fn unless_signalled<T: Send>(signals: &mut Signals, wait: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(wait);
+        loop {
+            if waiting.is_finished() {
+                return waiting
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            }
+            if let Some(signal) = signals.pending().next() {
+                let code = match signal {
+                    SIGTERM | SIGUSR1 => PREEMPTED_EXIT_CODE,
+                    other => 128 + other,
+                };
+                tell!(
+                    "launcher: {} while waiting for the other nodes (no workers running): exiting with {code}",
+                    describe(signal)
+                );
+                std::process::exit(code);
+            }
+            std::thread::sleep(POLL);
+        }
+    })
 }
 
 /// Where restarted workers will continue, for the log: the newest
@@ -239,7 +275,7 @@ fn run_workers(
     (node_rank, mut group, attempt): (usize, Option<&mut NodeGroup>, u32),
 ) -> anyhow::Result<Outcome> {
     let master = match (group.as_mut(), &plan.master) {
-        (Some(g), _) => g.worker_master(attempt)?,
+        (Some(g), _) => unless_signalled(signals, || g.worker_master(attempt))?,
         (None, Some(master)) => master.clone(),
         (None, None) => ("127.0.0.1".to_string(), local_port()?),
     };

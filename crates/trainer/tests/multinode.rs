@@ -243,3 +243,29 @@ fn launchers_share_the_job_token_and_a_stranger_is_refused() {
     assert!(said.contains("token did not match"), "{said}");
     assert!(!said.contains(&token), "a secret was printed: {said}");
 }
+
+/// A launcher still waiting for node 0 (no workers yet) acts on SIGTERM at
+/// once, exiting 75 as a preempted job does, instead of waiting out its
+/// --timeout.
+#[test]
+fn a_launcher_waiting_for_node_0_stops_at_once_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let waiting = job(&dir.path().join("ckpt"))
+        .args(["--nnodes", "2", "--nproc-per-node", "1", "--node-rank", "1"])
+        .args(["--master-addr", "127.0.0.1", "--master-port", &port])
+        .args(["--timeout", "120"])
+        .spawn()
+        .unwrap();
+    // Long enough for its handlers; far shorter than its --timeout.
+    std::thread::sleep(Duration::from_secs(2));
+    let killed = Command::new("kill")
+        .args(["-TERM", &waiting.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = wait_within(waiting, Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    assert!(err.contains("while waiting for the other nodes"), "{err}");
+}
