@@ -5,7 +5,9 @@
 //! request that the training loop checks once per step: the ranks agree on
 //! a stop step, rank 0 saves a checkpoint there and every rank exits with
 //! [`PREEMPTED_EXIT_CODE`]. SIGINT and SIGHUP ask to stop promptly. A second
-//! signal ends the process at once.
+//! signal ends the process at once (not the first one again within
+//! [`DUPLICATE_WINDOW`]: the same request delivered twice), and so does any
+//! signal before the training loop begins, when there is nothing to save.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
