@@ -35,6 +35,9 @@ impl Cli {
             ),
             ("--backend", format!("{:?}", self.backend).to_lowercase()),
             ("--tf32", given(self.tf32)),
+            // Given or not (its path is rank 0's alone): every rank takes
+            // part in each save.
+            ("--checkpoint-dir", given(self.checkpoint_dir.is_some())),
             (
                 "--checkpoint-every",
                 or_none(self.checkpoint_every.map(|n| n.to_string())),
