@@ -148,14 +148,30 @@ impl NodePlan {
 /// and `--master-port`; `None` when they name none.
 fn master(flags: &NodeFlags) -> anyhow::Result<Option<(String, u16)>> {
     if let Some(endpoint) = &flags.rdzv_endpoint {
-        let (host, port) = match endpoint.rsplit_once(':') {
-            Some((host, port)) => {
-                let port = port.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| {
-                    anyhow!("--rdzv-endpoint {endpoint:?}: {port:?} is not a port number")
-                })?;
-                (host, port)
+        let port = |port: &str| {
+            port.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| {
+                anyhow!("--rdzv-endpoint {endpoint:?}: {port:?} is not a port number")
+            })
+        };
+        // HOST[:PORT], [IPV6][:PORT], or a bare IPv6 address (colons, no
+        // brackets: no port).
+        let (host, port) = if let Some(bracketed) = endpoint.strip_prefix('[') {
+            let (host, rest) = bracketed
+                .split_once(']')
+                .ok_or_else(|| anyhow!("--rdzv-endpoint {endpoint:?}: no closing `]`"))?;
+            match rest.strip_prefix(':') {
+                Some(p) => (host, port(p)?),
+                None if rest.is_empty() => (host, DEFAULT_RDZV_PORT),
+                None => bail!("--rdzv-endpoint {endpoint:?}: {rest:?} after the address"),
             }
-            None => (endpoint.as_str(), DEFAULT_RDZV_PORT),
+        } else {
+            match endpoint.rsplit_once(':') {
+                Some(_) if endpoint.matches(':').count() > 1 => {
+                    (endpoint.as_str(), DEFAULT_RDZV_PORT)
+                }
+                Some((host, p)) => (host, port(p)?),
+                None => (endpoint.as_str(), DEFAULT_RDZV_PORT),
+            }
         };
         if host.is_empty() {
             bail!("--rdzv-endpoint {endpoint:?} names no host");
@@ -249,6 +265,24 @@ mod tests {
             (None, Some(("h1".to_string(), DEFAULT_RDZV_PORT)))
         );
         assert_eq!(plan(&["--epochs", "1"]).unwrap(), None);
+        // IPv6, with and without a port.
+        for (endpoint, master) in [
+            ("[::1]:29411", ("::1", 29411)),
+            ("[fe80::2]", ("fe80::2", DEFAULT_RDZV_PORT)),
+            ("::1", ("::1", DEFAULT_RDZV_PORT)),
+            ("h2:7", ("h2", 7)),
+        ] {
+            let args = [
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-endpoint",
+                endpoint,
+            ];
+            let got = plan(&args).unwrap().unwrap().master;
+            assert_eq!(got, Some((master.0.to_string(), master.1)), "{endpoint}");
+        }
     }
 
     #[test]
