@@ -71,6 +71,13 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<()> {
             args.output.display()
         );
     }
+    let png = |e: &std::ffi::OsStr| e.eq_ignore_ascii_case("png");
+    if !args.output.extension().is_some_and(png) {
+        bail!(
+            "-o {}: the image is written as PNG; name it FILE.png",
+            args.output.display()
+        );
+    }
     let epochs = read(&args.metrics)?;
     load_font(args.font.as_deref())?;
     draw(&epochs, &args.output).with_context(|| format!("drawing {}", args.output.display()))?;
@@ -277,5 +284,21 @@ mod tests {
         assert_eq!((curves[1].2)(&recsys[1]), Some(0.85));
         let toy = epochs(&format!(r#"{{"epoch": 1, {base}}}"#));
         assert!(metric_panel(&toy).is_none());
+    }
+
+    #[test]
+    fn the_output_must_be_a_png_file() {
+        let args = |output: &str| PlotArgs {
+            metrics: "absent.jsonl".into(),
+            output: output.into(),
+            font: None,
+        };
+        let err = run(&args("p6")).unwrap_err().to_string();
+        assert!(err.contains("name it FILE.png"), "{err}");
+        let err = run(&args("/tmp")).unwrap_err().to_string();
+        assert!(err.contains("is a directory"), "{err}");
+        // A .png name gets past the name checks to the metrics file.
+        let err = format!("{:#}", run(&args("c.PNG")).unwrap_err());
+        assert!(err.contains("absent.jsonl"), "{err}");
     }
 }
