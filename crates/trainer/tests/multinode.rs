@@ -269,3 +269,40 @@ fn a_launcher_waiting_for_node_0_stops_at_once_on_sigterm() {
     assert_eq!(out.status.code(), Some(75), "{err}");
     assert!(err.contains("while waiting for the other nodes"), "{err}");
 }
+
+/// Ctrl-C to one machine's launcher stops the whole job as Ctrl-C: every
+/// launcher exits 130 and none restarts, though the other machine's ranks
+/// lost theirs (its launcher passes the signal on).
+#[test]
+fn sigint_to_one_nodes_launcher_stops_every_node_without_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = [
+        "--max-steps",
+        "100000",
+        "--timeout",
+        "10",
+        "--max-restarts",
+        "1",
+    ];
+    let [node0, mut node1] = two_launchers(tmp.path(), &extra);
+    let (lines, relay) = stderr_lines(&mut node1);
+    while !lines
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the job starts")
+        .contains("joined")
+    {}
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = node1.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let out0 = wait_within(node0, Duration::from_secs(60));
+    let status1 = node1.wait().unwrap();
+    relay.join().unwrap();
+    let said0 = stderr(&out0);
+    assert_eq!(status1.code(), Some(130));
+    assert_eq!(out0.status.code(), Some(130), "{said0}");
+    assert!(
+        said0.contains("another node's launcher got SIGINT"),
+        "{said0}"
+    );
+    assert!(!said0.contains("restart"), "{said0}");
+}

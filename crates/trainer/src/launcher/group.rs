@@ -141,18 +141,46 @@ impl NodeGroup {
         }
     }
 
-    /// A failure another node reported in `attempt`, looked for at most
-    /// every [`LOOK_EVERY`].
-    pub fn failure_elsewhere(&mut self, attempt: u32) -> Option<String> {
-        if self.lost || self.last_look.elapsed() < LOOK_EVERY {
+    /// Tells every node that this one's launcher got `signal` in
+    /// `attempt`, which they pass on to their own workers: the job stops as
+    /// one, not as a failure the others would restart from.
+    pub fn report_signal(&mut self, attempt: u32, signal: i32) {
+        if !self.lost {
+            let key = format!("attempt/{attempt}/signal");
+            self.lost = self.store.set(&key, &signal.to_be_bytes()).is_err();
+        }
+    }
+
+    /// A failure or a signal another node reported in `attempt`, looked for
+    /// at most every [`LOOK_EVERY`].
+    pub fn news_elsewhere(&mut self, attempt: u32) -> Option<Elsewhere> {
+        if self.last_look.elapsed() < LOOK_EVERY {
             return None;
         }
         self.last_look = Instant::now();
-        match self
-            .store
-            .wait_for(&format!("attempt/{attempt}/failed"), Duration::ZERO)
-        {
-            Ok(found) => found.map(|b| String::from_utf8_lossy(&b).into_owned()),
+        self.news_now(attempt)
+    }
+
+    /// [`NodeGroup::news_elsewhere`] without the wait between looks: when a
+    /// worker here just failed, whether another node's signal is why.
+    pub fn news_now(&mut self, attempt: u32) -> Option<Elsewhere> {
+        if self.lost {
+            return None;
+        }
+        let mut look = |what: &str| {
+            let key = format!("attempt/{attempt}/{what}");
+            self.store.wait_for(&key, Duration::ZERO)
+        };
+        let found = look("failed").and_then(|failed| Ok((failed, look("signal")?)));
+        match found {
+            Ok((Some(cause), _)) => Some(Elsewhere::Failed(
+                String::from_utf8_lossy(&cause).into_owned(),
+            )),
+            Ok((None, Some(signal))) => {
+                let signal = signal.try_into().ok().map(i32::from_be_bytes)?;
+                Some(Elsewhere::Signalled(signal))
+            }
+            Ok((None, None)) => None,
             Err(e) => {
                 tell!(
                     "launcher: node {}: lost the launchers' store ({e}); going on alone",
@@ -182,6 +210,15 @@ impl NodeGroup {
             }
         }
     }
+}
+
+/// What another node's launcher reported.
+#[derive(Debug, PartialEq)]
+pub enum Elsewhere {
+    /// One of its workers failed: this, the cause.
+    Failed(String),
+    /// It got this signal, which goes on to every node's workers.
+    Signalled(i32),
 }
 
 /// Whether `host` names an address of this machine (one it can bind).

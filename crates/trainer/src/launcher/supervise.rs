@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGHUP, SIGINT};
 use signal_hook::iterator::Signals;
 
-use super::group::NodeGroup;
+use super::group::{Elsewhere, NodeGroup};
 use super::workers::{Worker, forward, stop};
 use super::{Failure, Graces, Outcome, POLL};
 use crate::stop::{PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, RunEnd, describe};
@@ -20,6 +20,15 @@ const OWN_CAUSE_GRACE: Duration = Duration::from_secs(3);
 /// How long a launcher whose rank exited with an error (often its reaction
 /// to losing a peer elsewhere) waits for another node to report the cause.
 const CAUSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Passes on to this node's workers a signal another node's launcher got.
+fn signalled_elsewhere(workers: &[Worker], signal: i32, node: &str) {
+    tell!(
+        "launcher: {node}another node's launcher got {}: passing it to this node's workers",
+        describe(signal)
+    );
+    forward(workers, signal);
+}
 
 /// Whether a worker stopped as SIGINT or SIGHUP stops one: its own exit
 /// after the signal (130, or 128 + the signal when it took too long), or
@@ -53,6 +62,11 @@ pub(super) fn supervise(
     loop {
         for signal in signals.pending() {
             forward(workers, signal);
+            if received.is_none()
+                && let Some((g, attempt)) = group.as_mut()
+            {
+                g.report_signal(*attempt, signal);
+            }
             let wait = if received.is_some() {
                 tell!(
                     "launcher: {} again: stopping the workers now",
@@ -88,6 +102,9 @@ pub(super) fn supervise(
                     received = Some(SIGINT);
                     deadline = Some(Instant::now() + graces.signal);
                     interrupt = true;
+                    if let Some((g, attempt)) = group.as_mut() {
+                        g.report_signal(*attempt, SIGINT);
+                    }
                 } else if !status.success() && status.code() != Some(PREEMPTED_EXIT_CODE) {
                     failed_now.push((i, status));
                     failed_alone.push(i);
@@ -97,7 +114,19 @@ pub(super) fn supervise(
         if interrupt {
             forward(workers, SIGINT);
         }
-        let undecided = first_failure.is_none() && elsewhere.is_none() && received.is_none();
+        let mut undecided = first_failure.is_none() && elsewhere.is_none() && received.is_none();
+        // A worker here that failed because another node's launcher got a
+        // signal (its ranks left) is that signal's doing, not a failure.
+        if undecided
+            && !failed_now.is_empty()
+            && let Some((g, attempt)) = group.as_mut()
+            && let Some(Elsewhere::Signalled(signal)) = g.news_now(*attempt)
+        {
+            signalled_elsewhere(workers, signal, &node);
+            received = Some(signal);
+            deadline = Some(Instant::now() + graces.signal);
+            undecided = false;
+        }
         // After a signal, workers ending badly are its doing, not a failure.
         if undecided && let Some((i, status)) = root_cause(&failed_now) {
             // A rank that only lost a peer leaves the cause to the others,
@@ -135,11 +164,20 @@ pub(super) fn supervise(
             }
         } else if undecided
             && let Some((g, attempt)) = group.as_mut()
-            && let Some(cause) = g.failure_elsewhere(*attempt)
+            && let Some(news) = g.news_elsewhere(*attempt)
         {
-            tell!("launcher: {cause}; stopping this node's ranks");
-            deadline = Some(Instant::now() + graces.failure);
-            elsewhere = Some(cause);
+            match news {
+                Elsewhere::Failed(cause) => {
+                    tell!("launcher: {cause}; stopping this node's ranks");
+                    deadline = Some(Instant::now() + graces.failure);
+                    elsewhere = Some(cause);
+                }
+                Elsewhere::Signalled(signal) => {
+                    signalled_elsewhere(workers, signal, &node);
+                    received = Some(signal);
+                    deadline = Some(Instant::now() + graces.signal);
+                }
+            }
         }
         let running = workers.iter().filter(|w| w.status.is_none()).count();
         if running == 0 || deadline.is_some_and(|d| Instant::now() >= d) {
