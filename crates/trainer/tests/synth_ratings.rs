@@ -59,26 +59,23 @@ fn synth_ratings_leaves_no_partial_file_and_bounds_its_rows() {
     let tmp = tempfile::tempdir().unwrap();
     // A directory where the partial file would go makes the write fail.
     let path = tmp.path().join("r.csv");
+    let synth = |rows: &str| {
+        run(trainer()
+            .arg("synth-ratings")
+            .arg(&path)
+            .args(["--rows", rows]))
+    };
     std::fs::create_dir(tmp.path().join("r.csv.partial")).unwrap();
-    let out = run(trainer()
-        .arg("synth-ratings")
-        .arg(&path)
-        .args(["--rows", "10"]));
+    let out = synth("10");
     assert!(!out.status.success());
     assert!(stderr(&out).contains("r.csv.partial"), "{}", stderr(&out));
     assert!(!path.exists());
     std::fs::remove_dir(tmp.path().join("r.csv.partial")).unwrap();
-    let out = run(trainer()
-        .arg("synth-ratings")
-        .arg(&path)
-        .args(["--rows", "18446744073709551615"]));
+    let out = synth("18446744073709551615");
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--rows"), "{}", stderr(&out));
     assert!(!path.exists());
-    let out = run(trainer()
-        .arg("synth-ratings")
-        .arg(&path)
-        .args(["--rows", "10"]));
+    let out = synth("10");
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 11);
     assert!(!tmp.path().join("r.csv.partial").exists());

@@ -53,15 +53,7 @@ impl<B: Ops, M: Model<B>> Evaluator<B, M> {
         for (step, n) in sizes.into_iter().enumerate() {
             let mut buffers = match self.buffers.remove(&n) {
                 Some(b) => b,
-                None => {
-                    let buffers = model.buffers(backend, n, false)?;
-                    super::room::check_host_room(
-                        backend,
-                        &format!("a test batch of {n}"),
-                        "run fewer ranks on this machine",
-                    )?;
-                    buffers
-                }
+                None => super::room::new_buffers(model, backend, n, false)?,
             };
             self.test.fill(backend, step, &mut buffers)?;
             model.forward(backend, &mut buffers, params, Mode::Eval)?;

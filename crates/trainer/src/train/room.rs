@@ -2,9 +2,35 @@
 //! new ones were made and before training writes to them.
 
 use anyhow::bail;
-use core_tensor::Backend;
+use core_tensor::{Backend, Ops};
 
+use crate::model::Model;
 use crate::monitor::procfs;
+
+/// `model`'s buffers for a training (`train`) or test batch of `n`, made
+/// once per batch size, refused when the machine cannot hold them.
+pub(super) fn new_buffers<B: Ops, M: Model<B>>(
+    model: &M,
+    backend: &B,
+    n: usize,
+    train: bool,
+) -> anyhow::Result<M::Buffers> {
+    let buffers = model.buffers(backend, n, train)?;
+    if train {
+        check_host_room(
+            backend,
+            &format!("a training batch of {n}"),
+            "lower --batch-size",
+        )?;
+    } else {
+        check_host_room(
+            backend,
+            &format!("a test batch of {n}"),
+            "run fewer ranks on this machine",
+        )?;
+    }
+    Ok(buffers)
+}
 
 /// Fails when `backend` has handed out more bytes than this process holds
 /// plus what the machine can still give: zeroed buffers take memory only
@@ -12,11 +38,7 @@ use crate::monitor::procfs;
 /// the machine ran until the kernel's out-of-memory killer ended it with
 /// no message. `what` names the buffers (for the message); their owner
 /// says how to need less.
-pub(super) fn check_host_room<B: Backend>(
-    backend: &B,
-    what: &str,
-    fix: &str,
-) -> anyhow::Result<()> {
+fn check_host_room<B: Backend>(backend: &B, what: &str, fix: &str) -> anyhow::Result<()> {
     let (Some(allocated), Some(available), Some(resident)) = (
         backend.allocated_host_bytes(),
         procfs::available_bytes(),

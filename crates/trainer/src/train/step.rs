@@ -27,15 +27,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         );
         let mut buffers = match self.buffers.remove(&n) {
             Some(buffers) => buffers,
-            None => {
-                let buffers = model.buffers(b, n, true)?;
-                super::room::check_host_room(
-                    b,
-                    &format!("a training batch of {n}"),
-                    "lower --batch-size",
-                )?;
-                buffers
-            }
+            None => super::room::new_buffers(model, b, n, true)?,
         };
 
         // 1. The batch, filled in by the model's data set.
