@@ -127,6 +127,14 @@ impl Store {
         }
     }
 
+    /// Whether the member registered as `rank` has left the store: its
+    /// connection closed (it exited, was killed, or its machine went away)
+    /// while the store ran. Looks without waiting.
+    pub fn departed(&mut self, rank: usize) -> Result<bool, CommError> {
+        let key = crate::store_server::departed_key(rank);
+        Ok(self.wait_for(&key, Duration::ZERO)?.is_some())
+    }
+
     /// Ends the rendezvous for every rank with `reason`; ranks waiting in
     /// [`Store::get`] get it as their error right away.
     pub(crate) fn poison(&mut self, reason: crate::error::Rejection) -> Result<(), CommError> {

@@ -305,19 +305,45 @@ fn serve(stream: TcpStream, shared: &Shared) {
         let _ = stream.shutdown(Shutdown::Both);
         return;
     }
+    let mut member = None;
+    serve_member(&stream, shared, &mut member);
+    // The others may need to know that a member left (a launcher killed with
+    // its machine's ranks); the store stopping is no member's departure.
+    if let Some(rank) = member
+        && !shared.stop.load(Ordering::SeqCst)
+    {
+        shared.set(departed_key(rank), Vec::new());
+    }
+}
+
+/// Serves a handshaken client's requests until it disconnects or
+/// misbehaves; `member` becomes the rank it registered as.
+fn serve_member(stream: &TcpStream, shared: &Shared, member: &mut Option<usize>) {
     let mut said_hello = false;
-    while let Ok(payload) = read_request(&stream, said_hello, shared.io_timeout) {
+    while let Ok(payload) = read_request(stream, said_hello, shared.io_timeout) {
         let Ok(request) = Request::decode(&payload) else {
             return;
         };
         let response = match request {
             Request::Hello { rank, world_size } if !said_hello => {
                 said_hello = true;
-                shared.hello(rank, world_size)
+                let response = shared.hello(rank, world_size);
+                if response == Response::Ok {
+                    *member = Some(rank);
+                }
+                response
             }
             Request::Join { world_size } if !said_hello => {
                 said_hello = true;
-                shared.join(world_size)
+                let response = shared.join(world_size);
+                if let Response::Value(rank) = &response {
+                    *member = rank
+                        .as_slice()
+                        .try_into()
+                        .ok()
+                        .map(|r| u64::from_le_bytes(r) as usize);
+                }
+                response
             }
             // A second hello, or anything before the first, is not a comm client.
             Request::Hello { .. } | Request::Join { .. } => return,
@@ -326,10 +352,16 @@ fn serve(stream: TcpStream, shared: &Shared) {
             Request::Poison(rejection) => shared.poison(rejection),
             Request::Get { key, wait } => shared.get(&key, wait),
         };
-        if write_frame(&stream, &response.encode()).is_err() {
+        if write_frame(stream, &response.encode()).is_err() {
             return;
         }
     }
+}
+
+/// The key the store sets when the member registered as `rank` leaves (its
+/// connection closed): read through [`crate::Store::departed`].
+pub(crate) fn departed_key(rank: usize) -> String {
+    format!("comm/departed/{rank}")
 }
 
 /// Reads the next request frame. A registered rank may stay quiet between

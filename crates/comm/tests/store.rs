@@ -193,3 +193,28 @@ fn members_joining_by_arrival_take_the_ranks_after_the_hosts_in_turn() {
     );
     assert!(host.get("anything").is_err());
 }
+
+#[test]
+fn a_member_whose_connection_closes_is_marked_departed_and_the_others_see_it() {
+    let server = server(3);
+    let port = server.port();
+    let mut host = Store::connect(&config(0, 3, port, TIMEOUT)).unwrap();
+    let (joined, by_arrival) = Store::join(&config(0, 3, port, TIMEOUT)).unwrap();
+    let named = Store::connect(&config(2, 3, port, TIMEOUT)).unwrap();
+    assert_eq!(by_arrival, 1);
+    assert!(!host.departed(1).unwrap() && !host.departed(2).unwrap());
+    // Dropping a client closes its socket, as the kernel does for a killed
+    // process; the store notices on its own, with no word from the client.
+    drop(named);
+    let deadline = Instant::now() + TIMEOUT;
+    while !host.departed(2).unwrap() {
+        assert!(Instant::now() < deadline, "rank 2's departure never showed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!host.departed(1).unwrap(), "rank 1 is still connected");
+    drop(joined);
+    while !host.departed(1).unwrap() {
+        assert!(Instant::now() < deadline, "rank 1's departure never showed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

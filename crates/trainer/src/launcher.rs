@@ -48,6 +48,8 @@ const POLL: Duration = Duration::from_millis(50);
 struct Failure {
     first: String,
     message: String,
+    /// False when no restart can help: another node's launcher is gone.
+    restartable: bool,
 }
 
 /// How one attempt ended.
@@ -128,7 +130,7 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
             }
             Outcome::Failed(failure) => failure,
         };
-        if restarts == cli.max_restarts {
+        if restarts == cli.max_restarts || !failure.restartable {
             finish(group.as_mut(), restarts);
             let spent = if restarts > 0 {
                 format!(" (after {restarts} restart(s))")
@@ -183,10 +185,7 @@ fn unless_signalled<T: Send>(signals: &mut Signals, wait: impl FnOnce() -> T + S
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             }
             if let Some(signal) = signals.pending().next() {
-                let code = match signal {
-                    SIGTERM | SIGUSR1 => PREEMPTED_EXIT_CODE,
-                    other => 128 + other,
-                };
+                let code = RunEnd::stopped_early_by(signal).exit_code();
                 tell!(
                     "launcher: {} while waiting for the other nodes (no workers running): exiting with {code}",
                     describe(signal)

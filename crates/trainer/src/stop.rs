@@ -67,6 +67,15 @@ impl StopKind {
         }
     }
 
+    /// How a worker ends that stopped on this request: preempted (75), or
+    /// interrupted with a shell's Ctrl-C code (130) for SIGHUP as well.
+    pub fn run_end(self) -> RunEnd {
+        match self {
+            Self::Preempt => RunEnd::Preempted,
+            Self::Interrupt => RunEnd::Signalled(SIGINT),
+        }
+    }
+
     fn encode(self) -> u8 {
         match self {
             Self::Preempt => 1,
@@ -141,6 +150,17 @@ pub enum RunEnd {
 }
 
 impl RunEnd {
+    /// How a launcher ends that stops on `signal` while no worker runs
+    /// (nothing to lose): a preemption for SIGTERM and SIGUSR1, the exit
+    /// code batch scripts requeue on, and otherwise the signal's own 128 +
+    /// signal, as when it stops its workers on it.
+    pub fn stopped_early_by(signal: i32) -> RunEnd {
+        match StopKind::of_signal(signal) {
+            Some(StopKind::Preempt) => Self::Preempted,
+            _ => Self::Signalled(signal),
+        }
+    }
+
     pub fn exit_code(self) -> i32 {
         match self {
             Self::Finished => 0,
@@ -190,10 +210,7 @@ pub fn install_worker_handlers(stop: &StopRequest) -> anyhow::Result<()> {
                     continue;
                 };
                 if !stop.training() {
-                    let code = match kind {
-                        StopKind::Preempt => PREEMPTED_EXIT_CODE,
-                        StopKind::Interrupt => 128 + SIGINT,
-                    };
+                    let code = kind.run_end().exit_code();
                     tell!(
                         "{}: stopping before training began (nothing to save); exit {code}",
                         describe(signal)
@@ -299,6 +316,14 @@ mod tests {
         assert_eq!(RunEnd::Finished.exit_code(), 0);
         assert_eq!(RunEnd::Preempted.exit_code(), 75);
         assert_eq!(RunEnd::Signalled(SIGTERM).exit_code(), 143);
+        // A launcher with no worker running: the requeue code for a
+        // preemption, and the signal's own code for SIGHUP.
+        assert_eq!(RunEnd::stopped_early_by(SIGUSR1).exit_code(), 75);
+        assert_eq!(RunEnd::stopped_early_by(SIGHUP).exit_code(), 129);
+        assert_eq!(RunEnd::stopped_early_by(SIGINT).exit_code(), 130);
+        // A worker's rule: either interruption ends it as Ctrl-C would.
+        assert_eq!(StopKind::Interrupt.run_end().exit_code(), 130);
+        assert_eq!(StopKind::Preempt.run_end(), RunEnd::Preempted);
         assert_eq!(describe(SIGUSR1), "SIGUSR1");
     }
 

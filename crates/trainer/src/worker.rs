@@ -28,7 +28,7 @@ use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::monitor::Monitor;
 use crate::pipeline::{HostLink, NcclLink, PipelinePlace, StageLink};
-use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
+use crate::stop::{RunEnd, StopKind, StopRequest, install_worker_handlers};
 use crate::train::RunOutcome;
 
 /// This process's place in the job.
@@ -264,9 +264,8 @@ fn run_rank(
     }?;
     Ok(match outcome {
         RunOutcome::Completed => RunEnd::Finished,
-        RunOutcome::Preempted { .. } => RunEnd::Preempted,
-        // SIGINT or SIGHUP; a shell's Ctrl-C code either way.
-        RunOutcome::Interrupted { .. } => RunEnd::Signalled(signal_hook::consts::SIGINT),
+        RunOutcome::Preempted { .. } => StopKind::Preempt.run_end(),
+        RunOutcome::Interrupted { .. } => StopKind::Interrupt.run_end(),
     })
 }
 
@@ -322,7 +321,8 @@ fn connect(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
     Ok(comm)
 }
 
-fn hostname() -> String {
+/// This machine's name, for messages.
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())

@@ -306,3 +306,109 @@ fn sigint_to_one_nodes_launcher_stops_every_node_without_a_restart() {
     );
     assert!(!said0.contains("restart"), "{said0}");
 }
+
+/// SIGKILL to machine `victim`'s launcher (its ranks die with it): the
+/// other machine's launcher ends the job within seconds, not after its
+/// --timeout, naming the lost launcher, and restarts nothing though
+/// restarts are left: those ranks cannot come back. What it said.
+fn kill_a_launcher(victim: usize) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = [
+        "--max-steps",
+        "100000",
+        "--timeout",
+        "20",
+        "--max-restarts",
+        "2",
+    ];
+    let [mut node0, mut node1] = two_launchers(tmp.path(), &extra);
+    let (lines, relay) = stderr_lines(&mut node1);
+    while !lines
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the job starts")
+        .contains("joined")
+    {}
+    std::thread::sleep(Duration::from_secs(1));
+    let killed = Instant::now();
+    let said = if victim == 0 {
+        node0.kill().unwrap();
+        node0.wait().unwrap();
+        let status = node1.wait().unwrap();
+        relay.join().unwrap();
+        assert!(!status.success());
+        lines.try_iter().collect::<Vec<_>>().join("\n")
+    } else {
+        node1.kill().unwrap();
+        node1.wait().unwrap();
+        relay.join().unwrap();
+        let out = wait_within(node0, Duration::from_secs(60));
+        assert!(!out.status.success());
+        stderr(&out)
+    };
+    assert!(
+        killed.elapsed() < Duration::from_secs(15),
+        "waited out the --timeout: {:?}\n{said}",
+        killed.elapsed()
+    );
+    assert!(!said.contains("restart 1 of 2"), "{said}");
+    said
+}
+
+#[test]
+fn a_killed_launcher_ends_the_job_on_the_other_node_without_a_restart() {
+    let said = kill_a_launcher(1);
+    let last = said.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: node 1's launcher (host ") && last.contains("is gone"),
+        "{said}"
+    );
+    let said = kill_a_launcher(0);
+    let last = said.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: node 1: node 0's launcher is gone"),
+        "{said}"
+    );
+}
+
+/// Node 0 starts no worker before every node has joined: a launcher of
+/// another job (another --rdzv-id) ends it at once with both ids named,
+/// and a node that never comes ends it after --timeout, named.
+#[test]
+fn node_0_waits_for_every_node_and_names_a_stranger_or_a_missing_one() {
+    let endpoint = format!("127.0.0.1:{}", free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let launcher = |id: &str| {
+        job(dir.path())
+            .args(["--nnodes=2", "--nproc_per_node=1", "--timeout", "20"])
+            .args(["--rdzv_id", id, "--rdzv_endpoint", &endpoint])
+            .spawn()
+            .unwrap()
+    };
+    let ours = launcher("ours");
+    std::thread::sleep(Duration::from_millis(500));
+    let theirs = wait_within(launcher("theirs"), Duration::from_secs(30));
+    let ours = wait_within(ours, Duration::from_secs(10));
+    let (said, they_said) = (stderr(&ours), stderr(&theirs));
+    assert!(!ours.status.success() && !theirs.status.success());
+    assert!(
+        said.contains(r#"came with --rdzv-id "theirs", not this job's "ours""#),
+        "{said}"
+    );
+    assert!(!said.contains("started rank"), "{said}");
+    assert!(
+        they_said.contains(r#"is not node 0's "ours""#),
+        "{they_said}"
+    );
+
+    let alone = job(dir.path())
+        .args(["--nnodes=2", "--nproc_per_node=1", "--timeout", "2"])
+        .args(["--rdzv_endpoint", &format!("127.0.0.1:{}", free_port())])
+        .spawn()
+        .unwrap();
+    let said = stderr(&wait_within(alone, Duration::from_secs(30)));
+    assert!(
+        said.contains("node(s) [1] of 2 did not join the launchers"),
+        "{said}"
+    );
+    assert!(!said.contains("started rank"), "{said}");
+}

@@ -1,9 +1,12 @@
 //! The launchers of a job of several machines, acting together through a
 //! store of their own that node 0's launcher hosts at the rendezvous
-//! endpoint: node 0 picks the workers' store port for each attempt, the
-//! first launcher to see a worker fail says so there, and every launcher
-//! stops its workers on it (and restarts them, in the same attempt number,
-//! while restarts are left).
+//! endpoint: node 0 starts no worker before every node has joined, picks
+//! the workers' store port for each attempt, the first launcher to see a
+//! worker fail says so there, and every launcher stops its workers on it
+//! (and restarts them, in the same attempt number, while restarts are
+//! left). A launcher that leaves the store without saying its workers ended
+//! (killed, its machine lost) ends the job on every node: its ranks cannot
+//! come back.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +17,10 @@ use comm::{AuthToken, CommConfig, CommError, Store, StoreServer};
 
 /// How often a launcher looks for a failure on another node.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+/// How often node 0 looks for the other nodes while they join, and a
+/// launcher for news while it waits for some.
+const POLL: Duration = Duration::from_millis(50);
 
 /// This launcher's seat in the group.
 pub(super) struct NodeGroup {
@@ -66,23 +73,11 @@ impl NodeGroup {
             (None, Some(k)) => Store::connect(&CommConfig { rank: k, ..config }).map(|s| (s, k)),
             (None, None) => Store::join(&config),
         };
-        let (mut store, node_rank) = joined.with_context(|| {
+        let (store, node_rank) = joined.with_context(|| {
             let who = node_rank.map_or("a launcher".to_string(), |k| format!("node {k}"));
             format!("{who} joining the launchers at {addr}:{port}")
         })?;
-        if node_rank == 0 {
-            store.set("rdzv_id", rdzv_id.as_bytes())?;
-        } else {
-            let theirs = store.get("rdzv_id")?;
-            if theirs != rdzv_id.as_bytes() {
-                bail!(
-                    "node {node_rank}: --rdzv-id {rdzv_id:?} is not node 0's {:?}: another job holds {addr}:{port}",
-                    String::from_utf8_lossy(&theirs)
-                );
-            }
-        }
-        tell!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}");
-        Ok(NodeGroup {
+        let mut group = NodeGroup {
             node_rank,
             nnodes,
             master_addr: addr.clone(),
@@ -91,7 +86,89 @@ impl NodeGroup {
             last_look: Instant::now(),
             timeout,
             lost: false,
-        })
+        };
+        if node_rank == 0 {
+            group.store.set("rdzv_id", rdzv_id.as_bytes())?;
+            group.wait_for_nodes(rdzv_id, *port)?;
+        } else {
+            group.show_up(rdzv_id, *port)?;
+        }
+        tell!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}");
+        Ok(group)
+    }
+
+    /// A node other than 0 says where it runs and checks that it belongs
+    /// to node 0's job; a launcher of another job leaves word for node 0,
+    /// which ends the job with it (it took a node's seat).
+    fn show_up(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
+        let k = self.node_rank;
+        let host = crate::worker::hostname();
+        self.store.set(&format!("host/{k}"), host.as_bytes())?;
+        let theirs = self.store.get("rdzv_id")?;
+        if theirs != rdzv_id.as_bytes() {
+            let _ = self.store.set(&format!("refused/{k}"), rdzv_id.as_bytes());
+            bail!(
+                "node {k}: --rdzv-id {rdzv_id:?} is not node 0's {:?}: another job holds {}:{port}, or this launcher's --rdzv-id is mistyped",
+                String::from_utf8_lossy(&theirs),
+                self.master_addr
+            );
+        }
+        self.store.set(&format!("joined/{k}"), b"")?;
+        Ok(())
+    }
+
+    /// Node 0 waits up to the timeout for every other node to join, so that
+    /// no worker waits in vain for ranks whose launcher never came (or came
+    /// with another job's `--rdzv-id`), and says which.
+    fn wait_for_nodes(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        let mut missing: Vec<usize> = (1..self.nnodes).collect();
+        loop {
+            for &k in &missing {
+                if let Some(theirs) = self
+                    .store
+                    .wait_for(&format!("refused/{k}"), Duration::ZERO)?
+                {
+                    bail!(
+                        "node 0: the launcher that joined as node {k} ({}) came with --rdzv-id {:?}, not this job's {rdzv_id:?}; every launcher of a job needs the same --rdzv-id, and another job a rendezvous port of its own",
+                        self.host(k),
+                        String::from_utf8_lossy(&theirs)
+                    );
+                }
+            }
+            let mut still = Vec::new();
+            for k in missing {
+                if self
+                    .store
+                    .wait_for(&format!("joined/{k}"), Duration::ZERO)?
+                    .is_none()
+                {
+                    still.push(k);
+                }
+            }
+            missing = still;
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (--timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint)",
+                    self.nnodes,
+                    self.master_addr,
+                    self.timeout,
+                    self.nnodes
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Where node `k` runs, as it said when it joined.
+    fn host(&mut self, k: usize) -> String {
+        match self.store.wait_for(&format!("host/{k}"), Duration::ZERO) {
+            Ok(Some(host)) => format!("host {}", String::from_utf8_lossy(&host)),
+            _ => "host unknown".to_string(),
+        }
     }
 
     /// Where the workers of `attempt` meet: node 0 finds a free port on its
@@ -105,12 +182,16 @@ impl NodeGroup {
         } else {
             // Node 0 may still be giving its workers their grace.
             let patience = self.timeout * 2 + Duration::from_secs(30);
-            let bytes = self.store.wait_for(&key, patience)?.with_context(|| {
-                format!(
-                    "node {}: node 0 did not start attempt {attempt} within {patience:?}",
-                    self.node_rank
-                )
-            })?;
+            let node = self.node_rank;
+            let bytes = self
+                .store
+                .wait_for(&key, patience)
+                .with_context(|| {
+                    format!("node {node}: node 0's launcher is gone (killed, or its machine lost?) before attempt {attempt}")
+                })?
+                .with_context(|| {
+                    format!("node {node}: node 0 did not start attempt {attempt} within {patience:?}")
+                })?;
             u16::from_be_bytes(
                 bytes
                     .try_into()
@@ -120,25 +201,31 @@ impl NodeGroup {
         Ok((self.master_addr.clone(), port))
     }
 
-    /// Tells every node that `what` failed in `attempt`, unless another
-    /// node reported a failure first (waiting up to `wait` for one): then
-    /// that report, the cause.
-    pub fn report_failure(&mut self, attempt: u32, what: &str, wait: Duration) -> Option<String> {
-        if self.lost {
-            return None;
-        }
-        let key = format!("attempt/{attempt}/failed");
-        match self.store.wait_for(&key, wait) {
-            Ok(Some(cause)) => Some(String::from_utf8_lossy(&cause).into_owned()),
-            Ok(None) => {
-                self.lost = self.store.set(&key, what.as_bytes()).is_err();
-                None
+    /// Tells every node that `what` failed in `attempt`, unless news from
+    /// another node came first (waiting up to `wait` for it: a failure, a
+    /// signal or a departed launcher there, the likelier cause): then that
+    /// news.
+    pub fn report_failure(
+        &mut self,
+        attempt: u32,
+        what: &str,
+        wait: Duration,
+    ) -> Option<Elsewhere> {
+        let until = Instant::now() + wait;
+        loop {
+            if let Some(news) = self.news_now(attempt) {
+                return Some(news);
             }
-            Err(_) => {
-                self.lost = true;
-                None
+            if self.lost || Instant::now() >= until {
+                break;
             }
+            std::thread::sleep(POLL);
         }
+        if !self.lost {
+            let key = format!("attempt/{attempt}/failed");
+            self.lost = self.store.set(&key, what.as_bytes()).is_err();
+        }
+        None
     }
 
     /// Tells every node that this one's launcher got `signal` in
@@ -162,34 +249,55 @@ impl NodeGroup {
     }
 
     /// [`NodeGroup::news_elsewhere`] without the wait between looks: when a
-    /// worker here just failed, whether another node's signal is why.
+    /// worker here just failed, whether another node's signal is why. The
+    /// store lost (node 0's launcher gone) is news too, once.
     pub fn news_now(&mut self, attempt: u32) -> Option<Elsewhere> {
         if self.lost {
             return None;
         }
-        let mut look = |what: &str| {
-            let key = format!("attempt/{attempt}/{what}");
-            self.store.wait_for(&key, Duration::ZERO)
-        };
-        let found = look("failed").and_then(|failed| Ok((failed, look("signal")?)));
-        match found {
-            Ok((Some(cause), _)) => Some(Elsewhere::Failed(
-                String::from_utf8_lossy(&cause).into_owned(),
-            )),
-            Ok((None, Some(signal))) => {
-                let signal = signal.try_into().ok().map(i32::from_be_bytes)?;
-                Some(Elsewhere::Signalled(signal))
-            }
-            Ok((None, None)) => None,
+        match self.look(attempt) {
+            Ok(news) => news,
             Err(e) => {
-                tell!(
-                    "launcher: node {}: lost the launchers' store ({e}); going on alone",
-                    self.node_rank
-                );
                 self.lost = true;
-                None
+                Some(Elsewhere::Departed(format!(
+                    "node {}: node 0's launcher is gone (killed, or its machine lost?), and the job cannot go on without its ranks: {e}",
+                    self.node_rank
+                )))
             }
         }
+    }
+
+    /// One look at the store for news of `attempt`: a failure, a signal, or
+    /// a node whose launcher left before it said its workers ended.
+    fn look(&mut self, attempt: u32) -> Result<Option<Elsewhere>, CommError> {
+        let key = |what: &str| format!("attempt/{attempt}/{what}");
+        if let Some(cause) = self.store.wait_for(&key("failed"), Duration::ZERO)? {
+            let cause = String::from_utf8_lossy(&cause).into_owned();
+            return Ok(Some(Elsewhere::Failed(cause)));
+        }
+        if let Some(signal) = self.store.wait_for(&key("signal"), Duration::ZERO)? {
+            return Ok(signal
+                .try_into()
+                .ok()
+                .map(|s| Elsewhere::Signalled(i32::from_be_bytes(s))));
+        }
+        for k in (1..self.nnodes).filter(|&k| k != self.node_rank) {
+            // A launcher says it ended before it leaves: read the departure
+            // first, so that one leaving between the two looks is not taken
+            // for one that vanished.
+            if self.store.departed(k)?
+                && self
+                    .store
+                    .wait_for(&key(&format!("ended/{k}")), Duration::ZERO)?
+                    .is_none()
+            {
+                return Ok(Some(Elsewhere::Departed(format!(
+                    "node {k}'s launcher ({}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?), and the job cannot go on without its ranks",
+                    self.host(k)
+                ))));
+            }
+        }
+        Ok(None)
     }
 
     /// Says this node's workers ended in `attempt`; node 0 then waits (up to
@@ -202,10 +310,22 @@ impl NodeGroup {
             .store
             .set(&format!("attempt/{attempt}/ended/{}", self.node_rank), b"");
         if self.server.is_some() {
+            let until = Instant::now() + wait;
             for node in 1..self.nnodes {
                 let key = format!("attempt/{attempt}/ended/{node}");
-                if !matches!(self.store.wait_for(&key, wait), Ok(Some(_))) {
-                    tell!("launcher: node {node} did not say it ended within {wait:?}");
+                // A launcher that left (its departure read first, as in
+                // `look`) will say nothing more.
+                loop {
+                    let gone = self.store.departed(node).unwrap_or(true);
+                    match self.store.wait_for(&key, Duration::ZERO) {
+                        Ok(Some(_)) => break,
+                        Ok(None) if !gone && Instant::now() < until => std::thread::sleep(POLL),
+                        Ok(None) if !gone => {
+                            tell!("launcher: node {node} did not say it ended within {wait:?}");
+                            break;
+                        }
+                        _ => break,
+                    }
                 }
             }
         }
@@ -219,6 +339,9 @@ pub enum Elsewhere {
     Failed(String),
     /// It got this signal, which goes on to every node's workers.
     Signalled(i32),
+    /// A node's launcher is gone (this, the story): no restart can bring
+    /// its ranks back.
+    Departed(String),
 }
 
 /// Whether `host` names an address of this machine (one it can bind).

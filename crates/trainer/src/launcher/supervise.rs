@@ -21,21 +21,79 @@ const OWN_CAUSE_GRACE: Duration = Duration::from_secs(3);
 /// to losing a peer elsewhere) waits for another node to report the cause.
 const CAUSE_WAIT: Duration = Duration::from_secs(1);
 
-/// Passes on to this node's workers a signal another node's launcher got.
-fn signalled_elsewhere(workers: &[Worker], signal: i32, node: &str) {
-    tell!(
-        "launcher: {node}another node's launcher got {}: passing it to this node's workers",
-        describe(signal)
-    );
-    forward(workers, signal);
-}
-
 /// Whether a worker stopped as SIGINT or SIGHUP stops one: its own exit
 /// after the signal (130, or 128 + the signal when it took too long), or
 /// killed by it.
 fn interrupted(status: ExitStatus) -> bool {
     let by = |signal: i32| status.code() == Some(128 + signal) || status.signal() == Some(signal);
     by(SIGINT) || by(SIGHUP)
+}
+
+/// What the watch over one attempt has seen and decided so far.
+struct Watch {
+    /// "node K: " in a job of several machines, else empty.
+    node: String,
+    graces: Graces,
+    /// When the workers still running are stopped.
+    deadline: Option<Instant>,
+    /// The signal that stops this attempt: the launcher's own, a worker's
+    /// interruption, or another node's.
+    received: Option<i32>,
+    first_failure: Option<usize>,
+    /// Every rank seen failing on its own (before the launcher stopped any).
+    failed_alone: Vec<usize>,
+    /// A failure another node reported first: the cause of any here.
+    elsewhere: Option<String>,
+    /// False once a node's launcher is gone: its ranks cannot come back.
+    restartable: bool,
+}
+
+impl Watch {
+    /// Nothing has ended the attempt yet: the next failure is its cause.
+    fn undecided(&self) -> bool {
+        self.first_failure.is_none() && self.elsewhere.is_none() && self.received.is_none()
+    }
+
+    /// Stops the workers still running `wait` from now, or sooner if so set.
+    fn stop_within(&mut self, wait: Duration) {
+        let until = Instant::now() + wait;
+        self.deadline = Some(self.deadline.map_or(until, |d| d.min(until)));
+    }
+
+    /// `signal` stops the attempt (the first one stands), the workers
+    /// getting `wait` to stop on it.
+    fn signalled(&mut self, signal: i32, wait: Duration) {
+        self.received.get_or_insert(signal);
+        self.stop_within(wait);
+    }
+
+    /// Takes on what another node reported: its failure or its lost
+    /// launcher as the cause of any failure here, its signal as this node's.
+    fn adopt(&mut self, workers: &[Worker], news: Elsewhere) {
+        match news {
+            Elsewhere::Failed(cause) => {
+                tell!("launcher: {cause}; stopping this node's ranks");
+                self.stop_within(self.graces.failure);
+                self.elsewhere = Some(cause);
+            }
+            Elsewhere::Departed(cause) => {
+                tell!("launcher: {cause}; stopping this node's ranks");
+                // Every rank here will only lose its peers.
+                self.stop_within(self.graces.failure.min(OWN_CAUSE_GRACE));
+                self.elsewhere = Some(cause);
+                self.restartable = false;
+            }
+            Elsewhere::Signalled(signal) => {
+                tell!(
+                    "launcher: {}another node's launcher got {}: passing it to this node's workers",
+                    self.node,
+                    describe(signal)
+                );
+                forward(workers, signal);
+                self.signalled(signal, self.graces.signal);
+            }
+        }
+    }
 }
 
 /// Waits for all workers; on the first failure (here, or reported by
@@ -49,41 +107,40 @@ pub(super) fn supervise(
     signals: &mut Signals,
     mut group: Option<(&mut NodeGroup, u32)>,
 ) -> Outcome {
-    let mut first_failure: Option<usize> = None;
-    // Every rank seen failing on its own (before the launcher stopped any).
-    let mut failed_alone: Vec<usize> = Vec::new();
-    // A failure another node reported first: the cause of any here.
-    let mut elsewhere: Option<String> = None;
-    let mut received: Option<i32> = None;
-    let mut deadline: Option<Instant> = None;
-    let node = group
-        .as_ref()
-        .map_or(String::new(), |(g, _)| format!("node {}: ", g.node_rank));
+    let mut watch = Watch {
+        node: group
+            .as_ref()
+            .map_or(String::new(), |(g, _)| format!("node {}: ", g.node_rank)),
+        graces,
+        deadline: None,
+        received: None,
+        first_failure: None,
+        failed_alone: Vec::new(),
+        elsewhere: None,
+        restartable: true,
+    };
     loop {
         for signal in signals.pending() {
             forward(workers, signal);
-            if received.is_none()
+            if watch.received.is_none()
                 && let Some((g, attempt)) = group.as_mut()
             {
                 g.report_signal(*attempt, signal);
             }
-            let wait = if received.is_some() {
+            if watch.received.is_some() {
                 tell!(
                     "launcher: {} again: stopping the workers now",
                     describe(signal)
                 );
-                Duration::ZERO
+                watch.signalled(signal, Duration::ZERO);
             } else {
                 tell!(
                     "launcher: {}: passed on to the workers, which get {:?} to stop",
                     describe(signal),
                     graces.signal
                 );
-                graces.signal
-            };
-            received.get_or_insert(signal);
-            let until = Instant::now() + wait;
-            deadline = Some(deadline.map_or(until, |d| d.min(until)));
+                watch.signalled(signal, graces.signal);
+            }
         }
         let mut failed_now = Vec::new();
         let mut interrupt = false;
@@ -92,43 +149,31 @@ pub(super) fn supervise(
                 && let Ok(Some(status)) = w.child.try_wait()
             {
                 w.status = Some(status);
-                if interrupted(status) && received.is_none() {
+                if interrupted(status) && watch.received.is_none() {
                     // Someone stopped a worker as they would the job: stop
                     // the job so, not as a failure to restart.
                     tell!(
                         "launcher: rank {} was interrupted ({status}); passing SIGINT to the other workers",
                         w.rank
                     );
-                    received = Some(SIGINT);
-                    deadline = Some(Instant::now() + graces.signal);
+                    watch.signalled(SIGINT, graces.signal);
                     interrupt = true;
                     if let Some((g, attempt)) = group.as_mut() {
                         g.report_signal(*attempt, SIGINT);
                     }
                 } else if !status.success() && status.code() != Some(PREEMPTED_EXIT_CODE) {
                     failed_now.push((i, status));
-                    failed_alone.push(i);
+                    watch.failed_alone.push(i);
                 }
             }
         }
         if interrupt {
             forward(workers, SIGINT);
         }
-        let mut undecided = first_failure.is_none() && elsewhere.is_none() && received.is_none();
-        // A worker here that failed because another node's launcher got a
-        // signal (its ranks left) is that signal's doing, not a failure.
-        if undecided
-            && !failed_now.is_empty()
-            && let Some((g, attempt)) = group.as_mut()
-            && let Some(Elsewhere::Signalled(signal)) = g.news_now(*attempt)
-        {
-            signalled_elsewhere(workers, signal, &node);
-            received = Some(signal);
-            deadline = Some(Instant::now() + graces.signal);
-            undecided = false;
-        }
         // After a signal, workers ending badly are its doing, not a failure.
-        if undecided && let Some((i, status)) = root_cause(&failed_now) {
+        if watch.undecided()
+            && let Some((i, status)) = root_cause(&failed_now)
+        {
             // A rank that only lost a peer leaves the cause to the others,
             // who get --timeout to report it; one with a cause of its own
             // is the answer, and the others (often waiting for it at the
@@ -138,10 +183,11 @@ pub(super) fn supervise(
             } else {
                 graces.failure.min(OWN_CAUSE_GRACE)
             };
-            deadline = Some(Instant::now() + grace);
             workers[i].settle();
-            let ours = format!("{node}{}", workers[i].describe_failure());
-            let cause = group.as_mut().and_then(|(g, attempt)| {
+            let ours = format!("{}{}", watch.node, workers[i].describe_failure());
+            // A worker here that failed because another node's launcher got
+            // a signal, failed or vanished is that node's doing.
+            let news = group.as_mut().and_then(|(g, attempt)| {
                 let wait = if status.signal().is_some() {
                     Duration::ZERO
                 } else {
@@ -149,42 +195,40 @@ pub(super) fn supervise(
                 };
                 g.report_failure(*attempt, &ours, wait)
             });
-            match cause {
-                Some(cause) => {
-                    tell!("launcher: {cause}; stopping this node's ranks");
-                    elsewhere = Some(cause);
-                }
+            // A signal gives the workers its own grace (to save, on a
+            // preemption); anything else, the failure's.
+            if !matches!(news, Some(Elsewhere::Signalled(_))) {
+                watch.stop_within(grace);
+            }
+            match news {
+                Some(news) => watch.adopt(workers, news),
                 None => {
                     tell!(
-                        "launcher: {node}rank {} exited with {status}; stopping the other ranks",
+                        "launcher: {}rank {} exited with {status}; stopping the other ranks",
+                        watch.node,
                         workers[i].rank
                     );
-                    first_failure = Some(i);
+                    watch.first_failure = Some(i);
                 }
             }
-        } else if undecided
+        } else if watch.undecided()
             && let Some((g, attempt)) = group.as_mut()
             && let Some(news) = g.news_elsewhere(*attempt)
         {
-            match news {
-                Elsewhere::Failed(cause) => {
-                    tell!("launcher: {cause}; stopping this node's ranks");
-                    deadline = Some(Instant::now() + graces.failure);
-                    elsewhere = Some(cause);
-                }
-                Elsewhere::Signalled(signal) => {
-                    signalled_elsewhere(workers, signal, &node);
-                    received = Some(signal);
-                    deadline = Some(Instant::now() + graces.signal);
-                }
-            }
+            watch.adopt(workers, news);
         }
         let running = workers.iter().filter(|w| w.status.is_none()).count();
-        if running == 0 || deadline.is_some_and(|d| Instant::now() >= d) {
+        if running == 0 || watch.deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
         std::thread::sleep(POLL);
     }
+    conclude(workers, watch)
+}
+
+/// Stops what still runs and says how the attempt ended.
+fn conclude(workers: &mut [Worker], watch: Watch) -> Outcome {
+    let node = &watch.node;
     // Still running when the others had failed and the grace ran out:
     // hung (or stopped), the likely cause of the peers' timeouts.
     let unresponsive: Vec<usize> = (0..workers.len())
@@ -192,7 +236,7 @@ pub(super) fn supervise(
         .collect();
     stop(workers);
     let preempted = |w: &Worker| w.status.and_then(|s| s.code()) == Some(PREEMPTED_EXIT_CODE);
-    if let Some(signal) = received {
+    if let Some(signal) = watch.received {
         return Outcome::Ended(if workers.iter().all(preempted) {
             RunEnd::Preempted
         } else {
@@ -201,8 +245,10 @@ pub(super) fn supervise(
     }
     // A rank seen first that only lost its peer points at the peer's own
     // error, when the peer failed too.
-    let first_failure = first_failure.map(|i| blame(workers, i, &failed_alone, &unresponsive));
-    let first = match (first_failure, elsewhere) {
+    let first_failure = watch
+        .first_failure
+        .map(|i| blame(workers, i, &watch.failed_alone, &unresponsive));
+    let first = match (first_failure, watch.elsewhere) {
         (Some(i), _) if unresponsive.contains(&i) => format!(
             "{node}rank {} did not respond (hung, or stopped) while the others failed waiting for it, and was killed after the grace",
             workers[i].rank
@@ -227,7 +273,11 @@ pub(super) fn supervise(
     if !others.is_empty() {
         message.push_str(&format!("; then {}", others.join("; ")));
     }
-    Outcome::Failed(Failure { first, message })
+    Outcome::Failed(Failure {
+        first,
+        message,
+        restartable: watch.restartable,
+    })
 }
 
 /// Of the ranks found failed in one look, the one to blame: a rank killed by
