@@ -6,6 +6,8 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::Receiver;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{
@@ -65,6 +67,27 @@ fn two_same_launchers(dir: &Path, extra: &[&str]) -> [Output; 2] {
                 .expect("starting a launcher")
         })
         .map(|l| l.wait_with_output().unwrap())
+}
+
+/// A 2 x 2 job of endless steps with `timeout` and `restarts`, once it
+/// trains: both launchers, and node 1's stderr as it comes.
+fn training_launchers(
+    dir: &Path,
+    timeout: u32,
+    restarts: u32,
+) -> (Child, Child, (Receiver<String>, JoinHandle<()>)) {
+    let (timeout, restarts) = (timeout.to_string(), restarts.to_string());
+    let extra = ["--max-steps", "100000", "--timeout", &timeout];
+    let [node0, mut node1] =
+        two_launchers(dir, &[&extra[..], &["--max-restarts", &restarts]].concat());
+    let (lines, relay) = stderr_lines(&mut node1);
+    while !lines
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the job starts")
+        .contains("joined")
+    {}
+    std::thread::sleep(Duration::from_secs(1));
+    (node0, node1, (lines, relay))
 }
 
 /// The final checkpoint's tensors, as bits (the files' metadata order varies).
@@ -276,22 +299,7 @@ fn a_launcher_waiting_for_node_0_stops_at_once_on_sigterm() {
 #[test]
 fn sigint_to_one_nodes_launcher_stops_every_node_without_a_restart() {
     let tmp = tempfile::tempdir().unwrap();
-    let extra = [
-        "--max-steps",
-        "100000",
-        "--timeout",
-        "10",
-        "--max-restarts",
-        "1",
-    ];
-    let [node0, mut node1] = two_launchers(tmp.path(), &extra);
-    let (lines, relay) = stderr_lines(&mut node1);
-    while !lines
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the job starts")
-        .contains("joined")
-    {}
-    std::thread::sleep(Duration::from_secs(1));
+    let (node0, mut node1, (_, relay)) = training_launchers(tmp.path(), 10, 1);
     let pid = node1.id().to_string();
     Command::new("kill").args(["-INT", &pid]).status().unwrap();
     let out0 = wait_within(node0, Duration::from_secs(60));
@@ -313,22 +321,7 @@ fn sigint_to_one_nodes_launcher_stops_every_node_without_a_restart() {
 /// restarts are left: those ranks cannot come back. What it said.
 fn kill_a_launcher(victim: usize) -> String {
     let tmp = tempfile::tempdir().unwrap();
-    let extra = [
-        "--max-steps",
-        "100000",
-        "--timeout",
-        "20",
-        "--max-restarts",
-        "2",
-    ];
-    let [mut node0, mut node1] = two_launchers(tmp.path(), &extra);
-    let (lines, relay) = stderr_lines(&mut node1);
-    while !lines
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the job starts")
-        .contains("joined")
-    {}
-    std::thread::sleep(Duration::from_secs(1));
+    let (mut node0, mut node1, (lines, relay)) = training_launchers(tmp.path(), 20, 2);
     let killed = Instant::now();
     let said = if victim == 0 {
         node0.kill().unwrap();
