@@ -274,8 +274,6 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             comm.as_mut(),
             || model.init_params(cfg.seed),
             layout.len(),
-            cfg.seed,
-            cfg.batch_size,
         )
         .with_context(|| format!("rank {rank}: agreeing on the starting point"))?;
         let reducer = parts::plan_reducer(
