@@ -1,7 +1,10 @@
 //! The data seam: a model's data set hands the trainer an epoch's batches
 //! and fills the model's input buffers with each ([`Batches`]). Which
 //! samples a rank reads, in which order, is an [`Order`] every index-based
-//! data set shares.
+//! data set shares; what the samples are, a [`DataFingerprint`] that
+//! checkpoints record.
+
+mod fingerprint;
 
 use std::ops::Range;
 
@@ -9,11 +12,19 @@ use anyhow::Context;
 use core_tensor::Ops;
 use sampler::{DistributedSampler, SamplerConfig};
 
+pub use fingerprint::{DataFingerprint, Hasher};
+
 /// One split of a model's data set, as the trainer reads it: epoch by
 /// epoch, batch by batch. `Buf` is the model's [`crate::model::Model::Buffers`].
 pub trait Batches<B: Ops, Buf> {
     /// Samples in the split, over all ranks.
     fn sample_count(&self) -> usize;
+
+    /// The identity of the split's samples, the same on every rank and in
+    /// every run on the same data (computed once, when the data set is
+    /// loaded): a checkpoint records the training split's, so that a run
+    /// on other data cannot continue one of its epochs.
+    fn fingerprint(&self) -> DataFingerprint;
 
     /// Starts `epoch` (from 1) of the samples `order` gives this rank:
     /// returns the size of each batch of at most `batch` samples, in order.

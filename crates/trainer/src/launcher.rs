@@ -2,7 +2,8 @@
 //! this same binary with torchrun-style variables, prefixes their output
 //! with the rank, and when one fails, stops the others and fails too; with
 //! `--max-restarts N` it restarts them all instead, up to N times, each time
-//! with `--resume auto` so that they continue from the newest checkpoint.
+//! with `--resume auto` so that they continue from the newest checkpoint
+//! (while there is none yet, as the first attempt started).
 //!
 //! Signals to the launcher (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2) go on
 //! to every worker, which get `--grace` seconds to stop (saving a checkpoint
@@ -30,7 +31,8 @@ use group::NodeGroup;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
-use crate::checkpoint::{CheckpointDir, resume};
+use crate::checkpoint::CheckpointDir;
+use crate::checkpoint::resume::{self, ResumeFrom};
 use crate::cli::Cli;
 use crate::stop::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
 pub use flags::{NodeFlags, RdzvBackend};
@@ -120,7 +122,7 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         let args = if restarts == 0 {
             args.clone()
         } else {
-            resume_auto(&args)
+            restart_args(&args, dir.as_ref())
         };
         let node = (node_rank, group.as_mut(), restarts);
         let failure = match run_workers(&exe, &args, plan, graces, &mut signals, node)? {
@@ -140,7 +142,7 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
             return Err(anyhow!("{}{spent}", failure.message));
         }
         restarts += 1;
-        let from = restart_point(dir.as_ref());
+        let from = restart_point(dir.as_ref(), cli.resume.as_ref());
         tell!(
             "launcher: {}; restart {restarts} of {} from {from}",
             failure.first,
@@ -199,12 +201,20 @@ fn unless_signalled<T: Send>(signals: &mut Signals, wait: impl FnOnce() -> T + S
 
 /// Where restarted workers will continue, for the log: the newest
 /// checkpoint by name (the workers validate it, and pass over one that
-/// does not load).
-fn restart_point(dir: Option<&CheckpointDir>) -> String {
+/// does not load), or, with none yet, where the first attempt started.
+fn restart_point(dir: Option<&CheckpointDir>, first: Option<&ResumeFrom>) -> String {
     match dir.map(|d| d.list()) {
-        Some(Ok(mut list)) => match list.pop() {
-            Some((_, path)) => format!("the newest valid checkpoint ({} or older)", path.display()),
-            None => "the start (no checkpoint yet)".to_string(),
+        Some(Ok(mut list)) => match (list.pop(), first) {
+            (Some((_, path)), _) => {
+                format!("the newest valid checkpoint ({} or older)", path.display())
+            }
+            (None, Some(ResumeFrom::Path(path))) => {
+                format!(
+                    "{} again (no checkpoint in --checkpoint-dir yet)",
+                    path.display()
+                )
+            }
+            (None, _) => "the start (no checkpoint yet)".to_string(),
         },
         Some(Err(e)) => format!("the newest valid checkpoint (listing failed: {e:#})"),
         None => "the start".to_string(),
@@ -237,8 +247,19 @@ fn without(args: impl IntoIterator<Item = OsString>, flag: &str) -> Vec<OsString
     kept
 }
 
-/// The flags of a restart: whatever `--resume` said, continue from the
-/// newest checkpoint (`--init-from` still applies if there is none yet).
+/// The flags of a restart: continue from the newest checkpoint in `dir`
+/// (`--resume auto`); while it holds none, the first attempt's flags, so
+/// that a `--resume PATH` from elsewhere is resumed, or refused, again
+/// instead of becoming a fresh start (`--resume auto` over no checkpoint).
+fn restart_args(args: &[OsString], dir: Option<&CheckpointDir>) -> Vec<OsString> {
+    match dir.map(CheckpointDir::list) {
+        Some(Ok(list)) if list.is_empty() => args.to_vec(),
+        _ => resume_auto(args),
+    }
+}
+
+/// The flags of a restart from the newest checkpoint: whatever `--resume`
+/// said, `--resume auto` (`--init-from` still applies if there is none).
 fn resume_auto(args: &[OsString]) -> Vec<OsString> {
     let mut args = without(args.iter().cloned(), "--resume");
     args.extend(["--resume", "auto"].map(OsString::from));
@@ -385,5 +406,23 @@ mod tests {
             without(os(&["--resume-x=1"]), "--resume"),
             os(&["--resume-x=1"])
         );
+    }
+
+    /// Until the job has saved a checkpoint, a restart starts as the first
+    /// attempt did: a `--resume PATH` that was refused is refused again,
+    /// not turned into a fresh start by `--resume auto` over nothing.
+    #[test]
+    fn a_restart_before_any_checkpoint_starts_as_the_first_attempt_did() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = CheckpointDir::new(tmp.path().join("ckpt"), 3);
+        let first = os(&["--resume", "elsewhere/ckpt-e0001-s000004"]);
+        assert_eq!(restart_args(&first, Some(&dir)), first);
+        let from = ResumeFrom::Path("elsewhere/ckpt-e0001-s000004".into());
+        assert_eq!(
+            restart_point(Some(&dir), Some(&from)),
+            "elsewhere/ckpt-e0001-s000004 again (no checkpoint in --checkpoint-dir yet)"
+        );
+        std::fs::create_dir_all(dir.path().join("ckpt-e0001-s000002")).unwrap();
+        assert_eq!(restart_args(&first, Some(&dir)), os(&["--resume", "auto"]));
     }
 }

@@ -14,6 +14,7 @@ use trainer::checkpoint::resume::compatibility;
 use trainer::checkpoint::{
     CheckpointDir, MODEL_FILE, Position, STATE_FILE, Settings, TrainingState, load, load_weights,
 };
+use trainer::data::DataFingerprint;
 use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
 
 fn layout() -> FlatLayout {
@@ -28,8 +29,17 @@ fn settings() -> Settings {
         batch_size: 32,
         lr: 1e-3,
         dropout: DropoutRates::REFERENCE,
+        data: Some(DATA),
     }
 }
+
+const DATA: DataFingerprint = DataFingerprint {
+    samples: 512,
+    hash: 0x00c0_ffee_0000_0001,
+};
+
+/// Where `compatibility` is told the checkpoint lies.
+const CKPT: &str = "ckpt/ckpt-e0002-s000005";
 
 fn state(position: Position) -> TrainingState {
     let params = CnnMnist::new(DropoutRates::REFERENCE).init_params(position.step);
@@ -314,8 +324,11 @@ fn settings_that_would_change_the_run_are_refused_with_the_rule() {
     let saved = settings();
     let mid = Position { epoch: 2, step: 5 };
     let boundary = Position { epoch: 3, step: 0 };
-    let refused =
-        |now: Settings, at: Position| compatibility(&saved, &now, at).unwrap_err().to_string();
+    let refused = |now: Settings, at: Position| {
+        compatibility(&saved, &now, at, Path::new(CKPT))
+            .unwrap_err()
+            .to_string()
+    };
     assert!(
         refused(
             Settings {
@@ -358,6 +371,7 @@ fn settings_that_would_change_the_run_are_refused_with_the_rule() {
             ..settings()
         },
         boundary,
+        Path::new(CKPT),
     )
     .unwrap();
     assert_eq!(notes.len(), 2, "{notes:?}");
@@ -365,5 +379,37 @@ fn settings_that_would_change_the_run_are_refused_with_the_rule() {
         notes[0].contains("global batch becomes 128") && notes[1].contains("--lr 0.0005"),
         "{notes:?}"
     );
-    assert!(compatibility(&saved, &settings(), mid).unwrap().is_empty());
+    assert!(
+        compatibility(&saved, &settings(), mid, Path::new(CKPT))
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A checkpoint from before data fingerprints (no `data_fingerprint` in
+/// its metadata) loads, its data unknown.
+#[test]
+fn a_checkpoint_without_a_data_fingerprint_loads_with_its_data_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let position = Position { epoch: 1, step: 3 };
+    let mut old = state(position);
+    old.settings.data = None;
+    let path = CheckpointDir::new(dir.path(), 3)
+        .save(&old, &layout())
+        .unwrap();
+    let bytes = std::fs::read(path.join(STATE_FILE)).unwrap();
+    let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
+    assert!(
+        !header
+            .metadata()
+            .as_ref()
+            .unwrap()
+            .contains_key("data_fingerprint")
+    );
+    assert_eq!(load(&path, &layout()).unwrap().settings.data, None);
+    let (_dir, recorded) = saved(position);
+    assert_eq!(
+        load(&recorded, &layout()).unwrap().settings.data,
+        Some(DATA)
+    );
 }

@@ -110,7 +110,14 @@ fn ranks_disagreeing_on_the_world_size_both_fail() {
 
 #[test]
 fn a_rank_given_other_training_flags_fails_naming_the_flag_and_both_values() {
-    for (flag, theirs, mine) in [("--lr", "0.001", "0.1"), ("--bucket-mb", "25", "1")] {
+    // --seed and --batch-size too: this check is the only one that
+    // compares them between ranks.
+    for (flag, theirs, mine) in [
+        ("--lr", "0.001", "0.1"),
+        ("--bucket-mb", "25", "1"),
+        ("--seed", "0", "1"),
+        ("--batch-size", "64", "32"),
+    ] {
         let port = free_port();
         let first = spawn(worker(0, 2, port).args([flag, theirs]));
         let second = spawn(worker(1, 2, port).args([flag, mine]));

@@ -22,6 +22,7 @@ use trainer::checkpoint::digest::{self, TensorBytes};
 use trainer::checkpoint::{
     CheckpointDir, MODEL_FILE, Position, STATE_FILE, Settings, TrainingState, load,
 };
+use trainer::data::DataFingerprint;
 use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
 
 /// Each case writes and checks a few megabytes: about two seconds in all.
@@ -52,6 +53,10 @@ fn seed() -> &'static (Vec<u8>, Vec<u8>) {
                 batch_size: 32,
                 lr: 1e-3,
                 dropout: DropoutRates::REFERENCE,
+                data: Some(DataFingerprint {
+                    samples: 60_000,
+                    hash: 0x0123_4567_89ab_cdef,
+                }),
             },
         };
         let dir = tempfile::tempdir().unwrap();
@@ -161,6 +166,17 @@ fn resigned_metadata_no_run_writes_is_refused() {
         ("dropout", "NaN,0.5", "dropout rates"),
         ("dropout", "0.25,-1", "dropout rates"),
         ("dropout", "0.25,1", "dropout rates"),
+        ("data_fingerprint", "60000", "`data_fingerprint`"),
+        (
+            "data_fingerprint",
+            "-1:0123456789abcdef",
+            "`data_fingerprint`",
+        ),
+        (
+            "data_fingerprint",
+            "60000:0123456789abcdeg",
+            "`data_fingerprint`",
+        ),
     ] {
         let err = load_files(model, &resigned(state, key, value)).unwrap_err();
         assert!(err.contains(needle), "{key} = {value}: {err}");

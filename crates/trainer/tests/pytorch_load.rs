@@ -105,6 +105,7 @@ fn pytorch_loads_our_checkpoint_and_we_load_pytorchs_weights_with_the_same_logit
             batch_size: 64,
             lr: 1e-3,
             dropout: DropoutRates::REFERENCE,
+            data: None,
         },
     };
     let work = tempfile::tempdir().unwrap();

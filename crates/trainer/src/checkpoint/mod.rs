@@ -11,7 +11,8 @@
 //! * `state.safetensors`: Adam's moments (`exp_avg.<name>`,
 //!   `exp_avg_sq.<name>`), each rank's partial epoch metrics, and in
 //!   `__metadata__` the position, the optimizer step, the settings that must
-//!   match to continue, and the model file's checksum.
+//!   match to continue (the training data's fingerprint among them), and
+//!   the model file's checksum.
 //!
 //! Both carry a SHA-256 of their contents in `__metadata__` (see
 //! [`digest`]). A directory appears under its final name only once complete

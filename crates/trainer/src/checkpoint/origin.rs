@@ -35,15 +35,14 @@ pub struct Start {
 /// Turns rank 0's `origin` into every rank's [`Start`]: directly for a lone
 /// rank, by broadcast otherwise. Other ranks pass [`Origin::Fresh`], which
 /// the broadcast overwrites. `init` draws the seeded initial parameters
-/// (`param_count` of them); `seed` and `batch_size` are this rank's,
-/// checked against rank 0's.
+/// (`param_count` of them). That every rank has rank 0's seed and batch
+/// size (and the other flags a job shares) was checked before, by
+/// `train::shared_flags`, which names the flag that differs.
 pub fn agree(
     origin: Origin,
     comm: Option<&mut CommThread>,
     init: impl FnOnce() -> Vec<f32>,
     param_count: usize,
-    seed: u64,
-    batch_size: usize,
 ) -> anyhow::Result<Start> {
     let (rank, world_size) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
     let mut state = Shared::new(origin, init, world_size)?;
@@ -58,7 +57,7 @@ pub fn agree(
         }
     }
     if let Some(comm) = comm {
-        state.broadcast(comm, seed, batch_size)?;
+        state.broadcast(comm)?;
     }
     Ok(state.start(rank))
 }
@@ -122,28 +121,11 @@ impl Shared {
     }
 
     /// Overwrites this rank's copy with rank 0's.
-    fn broadcast(
-        &mut self,
-        comm: &mut CommThread,
-        seed: u64,
-        batch_size: usize,
-    ) -> anyhow::Result<()> {
-        let rank = comm.rank();
-        let mut header = encode(&[
-            self.position.epoch,
-            self.position.step,
-            self.optimizer_step,
-            seed,
-            batch_size as u64,
-        ]);
+    fn broadcast(&mut self, comm: &mut CommThread) -> anyhow::Result<()> {
+        let mut header = encode(&[self.position.epoch, self.position.step, self.optimizer_step]);
         comm.broadcast(&mut header, 0)
             .context("receiving rank 0's starting point")?;
-        let [epoch, step, optimizer_step, root_seed, root_batch] = decode(&header)?;
-        if (root_seed, root_batch) != (seed, batch_size as u64) {
-            bail!(
-                "rank {rank} has --seed {seed} --batch-size {batch_size} but rank 0 has --seed {root_seed} --batch-size {root_batch}: every rank needs the same flags"
-            );
-        }
+        let [epoch, step, optimizer_step] = decode(&header)?;
         (self.position, self.optimizer_step) = (Position { epoch, step }, optimizer_step);
         for (buf, what) in [
             (&mut self.params, "parameters"),

@@ -72,7 +72,8 @@ pub fn choose(
                 );
             }
             match newest.found {
-                Some((path, state)) => resume(&path, state, settings),
+                Some((path, state)) => resume(&path, state, settings)
+                    .with_context(|| format!("--resume auto chose {}", path.display())),
                 None => {
                     let instead = if request.init_from.is_some() {
                         "starting from --init-from"
@@ -149,7 +150,7 @@ fn check_history(dir: &CheckpointDir, from: Option<Position>) -> anyhow::Result<
 }
 
 fn resume(path: &Path, state: TrainingState, settings: &Settings) -> anyhow::Result<Origin> {
-    for note in compatibility(&state.settings, settings, state.position)? {
+    for note in compatibility(&state.settings, settings, state.position, path)? {
         tell!("note: {note}");
     }
     tell!(
@@ -161,17 +162,19 @@ fn resume(path: &Path, state: TrainingState, settings: &Settings) -> anyhow::Res
     Ok(Origin::Resume(Box::new(state)))
 }
 
-/// Why this run cannot continue from a checkpoint written with `saved` at
-/// `at`, or notes on the differences it may continue with.
+/// Why this run cannot continue from the checkpoint `checkpoint`, written
+/// with `saved` at `at`, or notes on the differences it may continue with.
 ///
 /// Mid-epoch, the world size must match: it splits the epoch's samples into
 /// the ranks' shards, and the position counts steps of those. At an epoch
 /// boundary nothing depends on it, so it may change there (the global batch
-/// changes with it, as under an elastic launcher).
+/// changes with it, as under an elastic launcher). The training data
+/// likewise ([`data_rule`]).
 pub fn compatibility(
     saved: &Settings,
     now: &Settings,
     at: Position,
+    checkpoint: &Path,
 ) -> anyhow::Result<Vec<String>> {
     if saved.model != now.model {
         bail!(
@@ -194,7 +197,7 @@ pub fn compatibility(
             now.seed
         );
     }
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = data_rule(saved, now, at, checkpoint)?.into_iter().collect();
     if saved.world_size != now.world_size {
         if at.step > 0 {
             bail!(
@@ -223,4 +226,114 @@ pub fn compatibility(
         ));
     }
     Ok(notes)
+}
+
+/// The training data's rule. Mid-epoch, a checkpoint's position is a place
+/// in the sampler's shuffled order of the data it was trained on, and its
+/// running metrics are sums over that data: on other data the place means
+/// nothing and the epoch's numbers would mix two data sets, so it is
+/// refused. At an epoch boundary nothing of the old data is carried over,
+/// and going on with other data (fine-tuning) is legitimate: a note. A
+/// checkpoint from before the data were recorded cannot be checked: it
+/// resumes as before, with a note mid-epoch.
+fn data_rule(
+    saved: &Settings,
+    now: &Settings,
+    at: Position,
+    checkpoint: &Path,
+) -> anyhow::Result<Option<String>> {
+    let (Some(then), Some(now)) = (saved.data, now.data) else {
+        return Ok((saved.data.is_none() && at.step > 0).then(|| {
+            format!(
+                "the checkpoint does not record its training data (written before data fingerprints), so this run cannot check that it continues {at} on the same data"
+            )
+        }));
+    };
+    let Some(how) = then.difference(now) else {
+        return Ok(None);
+    };
+    if at.step > 0 {
+        bail!(
+            "the checkpoint was saved mid-epoch ({at}) on other training data than this run's: {how}; its position is a place in that data's shuffled order. Resume it with the data it was saved with, or start from its weights with --init-from {} (a fresh epoch 1 and optimizer)",
+            checkpoint.join(super::MODEL_FILE).display()
+        );
+    }
+    Ok(Some(format!(
+        "this run's training data differ from the checkpoint's ({how}); it was saved at an epoch boundary, so epoch {} starts on this run's data",
+        at.epoch
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::DataFingerprint;
+    use crate::model::DropoutRates;
+
+    const DATA: DataFingerprint = DataFingerprint {
+        samples: 512,
+        hash: 0x00c0_ffee_0000_0001,
+    };
+
+    /// Where `compatibility` is told the checkpoint lies.
+    const CKPT: &str = "ckpt/ckpt-e0002-s000005";
+
+    fn settings() -> Settings {
+        Settings {
+            model: "cnn".into(),
+            seed: 4,
+            world_size: 2,
+            batch_size: 32,
+            lr: 1e-3,
+            dropout: DropoutRates::REFERENCE,
+            data: Some(DATA),
+        }
+    }
+
+    /// Mid-epoch, other training data are refused, saying how they differ and
+    /// what to do instead; at an epoch boundary they are a note; a checkpoint
+    /// that does not record its data resumes as before.
+    #[test]
+    fn other_data_are_refused_mid_epoch_and_noted_at_an_epoch_boundary() {
+        let saved = settings();
+        let mid = Position { epoch: 2, step: 5 };
+        let boundary = Position { epoch: 3, step: 0 };
+        let on = |data: Option<DataFingerprint>| Settings { data, ..settings() };
+        let check = |saved: &Settings, now: Settings, at: Position| {
+            compatibility(saved, &now, at, Path::new(CKPT)).map_err(|e| e.to_string())
+        };
+        let fewer = DataFingerprint {
+            samples: 256,
+            ..DATA
+        };
+        let other = DataFingerprint { hash: 7, ..DATA };
+        let err = check(&saved, on(Some(fewer)), mid).unwrap_err();
+        assert_eq!(
+            err,
+            "the checkpoint was saved mid-epoch (epoch 2, step 5) on other training data than this run's: it was trained on 512 samples, this run has 256; its position is a place in that data's shuffled order. Resume it with the data it was saved with, or start from its weights with --init-from ckpt/ckpt-e0002-s000005/model.safetensors (a fresh epoch 1 and optimizer)"
+        );
+        let err = check(&saved, on(Some(other)), mid).unwrap_err();
+        assert!(
+            err.contains(
+                "the same number of samples (512) but different contents (data fingerprint 00c0ffee00000001, this run's 0000000000000007)"
+            ),
+            "{err}"
+        );
+        let notes = check(&saved, on(Some(fewer)), boundary).unwrap();
+        assert_eq!(
+            notes,
+            [
+                "this run's training data differ from the checkpoint's (it was trained on 512 samples, this run has 256); it was saved at an epoch boundary, so epoch 3 starts on this run's data"
+            ]
+        );
+        // Written before data fingerprints: no check, a note mid-epoch.
+        let old = on(None);
+        let notes = check(&old, on(Some(fewer)), mid).unwrap();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("does not record its training data"),
+            "{notes:?}"
+        );
+        assert_eq!(check(&old, on(Some(other)), boundary), Ok(vec![]));
+    }
 }

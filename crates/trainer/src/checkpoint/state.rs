@@ -10,6 +10,7 @@ use core_tensor::FlatLayout;
 use super::Position;
 use super::files::{self, Checksum, Named};
 use crate::bounded_read;
+use crate::data::DataFingerprint;
 use crate::model::DropoutRates;
 
 pub const MODEL_FILE: &str = "model.safetensors";
@@ -20,6 +21,8 @@ const EXP_AVG: &str = "exp_avg.";
 const EXP_AVG_SQ: &str = "exp_avg_sq.";
 const LOSS_SUM: &str = "epoch_loss_sum";
 const CORRECT: &str = "epoch_correct";
+/// The metadata key of [`Settings::data`].
+const DATA: &str = "data_fingerprint";
 
 /// The settings a run trains with that a checkpoint records.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +36,9 @@ pub struct Settings {
     /// The model's `--model` name (checkpoints from before it was
     /// recorded are the CNN's).
     pub model: String,
+    /// The training data's identity; `None` (unknown) in checkpoints from
+    /// before it was recorded.
+    pub data: Option<DataFingerprint>,
 }
 
 /// Everything needed to continue training exactly where it stopped.
@@ -67,7 +73,7 @@ impl TrainingState {
         let (model, model_sum) =
             files::encode(&files::unflatten(layout, "", &self.params), model_meta)?;
         let s = &self.settings;
-        let meta: HashMap<String, String> = [
+        let mut meta: HashMap<String, String> = [
             ("format_version", FORMAT_VERSION.to_string()),
             ("epoch", self.position.epoch.to_string()),
             ("step_in_epoch", self.position.step.to_string()),
@@ -87,6 +93,9 @@ impl TrainingState {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+        if let Some(data) = s.data {
+            meta.insert(DATA.to_string(), data.to_metadata());
+        }
         let mut tensors = files::unflatten(layout, EXP_AVG, &self.exp_avg);
         tensors.extend(files::unflatten(layout, EXP_AVG_SQ, &self.exp_avg_sq));
         for (name, values) in [
@@ -271,6 +280,15 @@ impl Meta<'_> {
             lr: self.get("lr")?,
             dropout: DropoutRates { pool, hidden },
             model: self.0.get("model").cloned().unwrap_or_else(|| "cnn".into()),
+            data: self
+                .0
+                .get(DATA)
+                .map(|value| {
+                    DataFingerprint::from_metadata(value).ok_or_else(|| {
+                        anyhow!("{STATE_FILE}: metadata `{DATA}` = {value:?} is not valid")
+                    })
+                })
+                .transpose()?,
         };
         if settings.world_size == 0 || settings.batch_size == 0 {
             bail!("{STATE_FILE}: world size and batch size must be at least 1");
@@ -303,6 +321,7 @@ mod tests {
                 batch_size: 64,
                 lr: 1e-3,
                 dropout: DropoutRates::REFERENCE,
+                data: None,
             },
         };
         state.check_values(cnn_layout()).unwrap();

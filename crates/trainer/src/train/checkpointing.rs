@@ -53,7 +53,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch_loss_sum,
             epoch_correct,
             epoch_train_seconds: train_seconds,
-            settings: self.cfg.settings(self.world_size, self.model.kind()),
+            settings: self.cfg.settings(
+                self.world_size,
+                self.model.kind(),
+                self.train.fingerprint(),
+            ),
         });
         let Some(checkpoints) = self.checkpoints.as_ref() else {
             return Ok(None);

@@ -33,7 +33,7 @@ pub use timer::{Phase, PhaseSeconds};
 use crate::checkpoint::origin;
 use crate::checkpoint::{Checkpoints, Position, Settings};
 use crate::cli::SparseGrads;
-use crate::data::{Batches, Order};
+use crate::data::{Batches, DataFingerprint, Order};
 use crate::ddp::{CommThread, Reducer};
 use crate::model::cnn::{DeviceSplit, HostSplit};
 use crate::model::{Activations, CnnMnist, DropoutRates, Metric, Model};
@@ -61,10 +61,11 @@ pub struct TrainConfig {
 
 impl TrainConfig {
     /// What a checkpoint records of this configuration, training `model`
-    /// (its `--model` name).
-    pub fn settings(&self, world_size: usize, model: &str) -> Settings {
+    /// (its `--model` name) on `data` (the training split's fingerprint).
+    pub fn settings(&self, world_size: usize, model: &str, data: DataFingerprint) -> Settings {
         Settings {
             model: model.to_string(),
+            data: Some(data),
             seed: self.seed,
             world_size,
             batch_size: self.batch_size,
@@ -273,8 +274,6 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             comm.as_mut(),
             || model.init_params(cfg.seed),
             layout.len(),
-            cfg.seed,
-            cfg.batch_size,
         )
         .with_context(|| format!("rank {rank}: agreeing on the starting point"))?;
         let reducer = parts::plan_reducer(

@@ -32,7 +32,10 @@ pub struct Setup<B: Ops> {
     pub share: Option<DataShare>,
     /// The flags every rank must give alike, as `(flag, value)`
     /// ([`Cli::shared_flags`](crate::cli::Cli::shared_flags)), checked
-    /// against rank 0's before anything else travels.
+    /// against rank 0's before anything else travels: the one check that
+    /// ranks agree on the seed, batch size and the rest. Empty (as
+    /// [`Setup::fresh`] leaves it), nothing is checked: for ranks built in
+    /// one program from one [`TrainConfig`](super::TrainConfig).
     pub shared_flags: Vec<(&'static str, String)>,
 }
 

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use core_tensor::rng;
 
+use crate::data::{DataFingerprint, Hasher};
+
 /// User and movie ids index embedding rows: at most this many of each.
 pub const MAX_ID: u32 = 1 << 24;
 /// The most a chunk grows to before the next line starts a new one.
@@ -57,6 +59,10 @@ pub struct RatingsIndex {
     /// Mean and standard deviation of the training ratings.
     pub mean: f64,
     pub std: f64,
+    /// The training ratings' and the test ratings' identity: each split's
+    /// (user, movie, rating) in file order, and the chunks (which order
+    /// an epoch), hashed in the same pass.
+    pub fingerprints: [DataFingerprint; 2],
 }
 
 /// Parses line number `number` (from 1) of the file.
@@ -158,6 +164,7 @@ impl RatingsIndex {
         let (mut users, mut items) = (0u32, 0u32);
         let (mut sum, mut sum_sq) = (0.0f64, 0.0f64);
         let mut chunks = Vec::new();
+        let mut hashers = [Hasher::new(), Hasher::new()];
         let mut chunk = Chunk {
             start: offset,
             end: offset,
@@ -175,7 +182,16 @@ impl RatingsIndex {
             let r = parse_line(line.trim_end_matches(['\n', '\r']), number)
                 .with_context(|| format!("--ratings {}", path.display()))?;
             (users, items) = (users.max(r.user + 1), items.max(r.item + 1));
-            if r.is_test() {
+            let held_out = r.is_test();
+            let mut bytes = [0u8; 12];
+            for (out, word) in bytes
+                .chunks_exact_mut(4)
+                .zip([r.user, r.item, r.rating.to_bits()])
+            {
+                out.copy_from_slice(&word.to_le_bytes());
+            }
+            hashers[usize::from(held_out)].write(&bytes);
+            if held_out {
                 chunk.test += 1;
             } else {
                 chunk.train += 1;
@@ -203,7 +219,21 @@ impl RatingsIndex {
             bail!("--ratings {}: no training ratings in it", path.display());
         }
         let mean = sum / train as f64;
+        let test: usize = chunks.iter().map(|c| c.test).sum();
+        // The chunks order an epoch: the same ratings cut otherwise would
+        // be batched in another order.
+        let seal = |mut h: Hasher, count: usize| {
+            for c in &chunks {
+                for value in [c.start, c.end, c.train as u64, c.test as u64] {
+                    h.write_u64(value);
+                }
+            }
+            h.finish(count as u64)
+        };
+        let [train_ratings, test_ratings] = hashers;
+        let fingerprints = [seal(train_ratings, train), seal(test_ratings, test)];
         Ok(Self {
+            fingerprints,
             path: path.to_path_buf(),
             users,
             items,
@@ -244,5 +274,44 @@ impl RatingsIndex {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The training fingerprint follows the training ratings: the same on
+    /// every pass over the same file, another for one rating changed (in
+    /// place, the chunks unchanged), while the test split's stays.
+    #[test]
+    fn one_training_rating_changes_the_training_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ratings.csv");
+        super::super::synth::write_ratings(&path, 400, 20, 30, 1).unwrap();
+        let first = RatingsIndex::build(&path).unwrap();
+        assert_eq!(
+            RatingsIndex::build(&path).unwrap().fingerprints,
+            first.fingerprints
+        );
+        let (train, test) = first.counts();
+        assert_eq!(
+            first.fingerprints.map(|f| f.samples),
+            [train as u64, test as u64]
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let n = (1..lines.len())
+            .find(|&n| !parse_line(&lines[n], n as u64 + 1).unwrap().is_test())
+            .unwrap();
+        let mut fields: Vec<&str> = lines[n].split(',').collect();
+        fields[2] = if fields[2] == "2.5" { "3.5" } else { "2.5" };
+        lines[n] = fields.join(",");
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let changed = RatingsIndex::build(&path).unwrap();
+        assert_eq!(changed.chunks, first.chunks);
+        assert_ne!(changed.fingerprints[0], first.fingerprints[0]);
+        assert_eq!(changed.fingerprints[0].samples, train as u64);
+        assert_eq!(changed.fingerprints[1], first.fingerprints[1]);
     }
 }

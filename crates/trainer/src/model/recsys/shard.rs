@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::RecsysBuffers;
 use super::ratings::{Rating, RatingsIndex};
-use crate::data::{Batches, Order};
+use crate::data::{Batches, DataFingerprint, Order};
 
 /// One split (training or test) of a ratings file, for one rank.
 #[derive(Debug)]
@@ -92,6 +92,10 @@ impl<B: Ops> Batches<B, RecsysBuffers<B>> for RatingsShard {
     fn sample_count(&self) -> usize {
         let (train, test) = self.index.counts();
         if self.test { test } else { train }
+    }
+
+    fn fingerprint(&self) -> DataFingerprint {
+        self.index.fingerprints[usize::from(self.test)]
     }
 
     fn start_epoch(

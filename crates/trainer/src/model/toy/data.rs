@@ -8,7 +8,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::{IN_FEATURES, OUT_FEATURES, ToyBuffers};
-use crate::data::{Batches, EpochPlan, Order};
+use crate::data::{Batches, DataFingerprint, EpochPlan, Hasher, Order};
 use crate::model::unit_f32;
 
 /// The amplitude of the uniform noise added to the teacher's outputs.
@@ -20,6 +20,7 @@ pub struct ToyData {
     x: Vec<f32>,
     y: Vec<f32>,
     len: usize,
+    fingerprint: DataFingerprint,
     plan: EpochPlan,
     /// One batch, gathered on the host before its copy to the device.
     batch_x: Vec<f32>,
@@ -43,7 +44,11 @@ impl ToyData {
                 y.push(dot + b + uniform(NOISE));
             }
         }
+        let mut h = Hasher::new();
+        h.write_f32s(&x);
+        h.write_f32s(&y);
         Self {
+            fingerprint: h.finish(len as u64),
             x,
             y,
             len,
@@ -57,6 +62,10 @@ impl ToyData {
 impl<B: Ops> Batches<B, ToyBuffers<B>> for ToyData {
     fn sample_count(&self) -> usize {
         self.len
+    }
+
+    fn fingerprint(&self) -> DataFingerprint {
+        self.fingerprint
     }
 
     fn start_epoch(
@@ -101,6 +110,11 @@ mod tests {
         );
         assert_eq!((&a.x, &a.y), (&b.x, &b.y));
         assert_ne!(a.y, c.y);
+        assert_eq!(a.fingerprint, b.fingerprint);
+        assert_ne!(a.fingerprint, c.fingerprint);
+        let longer = ToyData::generate(1, 51);
+        assert_eq!(longer.fingerprint.samples, 51);
+        assert_ne!(longer.fingerprint.hash, a.fingerprint.hash);
         assert_eq!((a.x.len(), a.y.len()), (500, 250));
         assert!(a.x.iter().all(|v| v.abs() <= 1.0));
     }

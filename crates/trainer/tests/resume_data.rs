@@ -1,0 +1,195 @@
+//! A checkpoint records the training data it was trained on (a
+//! fingerprint), end to end: resumed mid-epoch on other data it is refused
+//! with the file named, how the data differ and what to do instead
+//! (`--resume PATH`, `--resume auto`, and the launcher's restarts alike);
+//! at an epoch boundary other data are accepted with a note; a checkpoint
+//! from before fingerprints resumes as it did.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{data_arg, dataset, dataset_copy, run, stderr, trainer};
+use fashion_mnist::{TRAIN_LABELS, synth};
+use trainer::checkpoint::{CheckpointDir, Position, Settings, TrainingState};
+use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
+
+const MID: Position = Position { epoch: 1, step: 2 };
+const BOUNDARY: Position = Position { epoch: 2, step: 0 };
+
+/// A one-thread CNN run of `epochs` epochs of 4 steps on `data`.
+fn cnn(data: &Path, epochs: &str) -> Command {
+    let mut cmd = trainer();
+    cmd.args(["--epochs", epochs, "--max-steps", "4", "--threads", "1"])
+        .args(data_arg(data));
+    cmd
+}
+
+/// The test data set with the last training label changed: the same
+/// size, other contents.
+fn relabelled() -> tempfile::TempDir {
+    let dir = dataset_copy();
+    let mut labels = synth::labels_idx(60_000);
+    *labels.last_mut().unwrap() ^= 1;
+    synth::write_gz(&dir.path().join(TRAIN_LABELS), &labels).unwrap();
+    dir
+}
+
+/// Epoch 1 on the test data, checkpointed after step 2 and at its end.
+fn saved(dir: &Path) -> (PathBuf, PathBuf) {
+    let out = run(cnn(dataset(), "1")
+        .args(["--checkpoint-every", "2", "--checkpoint-dir"])
+        .arg(dir));
+    assert!(out.status.success(), "{}", stderr(&out));
+    (dir.join(MID.dir_name()), dir.join(BOUNDARY.dir_name()))
+}
+
+/// The last line of a run that must have failed, without a panic.
+fn refusal(out: &Output) -> String {
+    let err = stderr(out);
+    assert!(!out.status.success(), "not refused: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err.lines().last().unwrap_or_default().to_string()
+}
+
+#[test]
+fn a_mid_epoch_checkpoint_is_refused_on_other_data_and_an_epoch_boundary_one_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mid, boundary) = saved(&tmp.path().join("ckpt"));
+    let other = relabelled();
+
+    let last = refusal(&run(cnn(other.path(), "1").arg("--resume").arg(&mid)));
+    let want = format!(
+        "error: rank 0: --resume {mid}: the checkpoint was saved mid-epoch (epoch 1, step 2) on other training data than this run's: the same number of samples (60000) but different contents (data fingerprint ",
+        mid = mid.display()
+    );
+    assert!(last.starts_with(&want), "{last}");
+    let fix = format!(
+        "Resume it with the data it was saved with, or start from its weights with --init-from {} (a fresh epoch 1 and optimizer)",
+        mid.join("model.safetensors").display()
+    );
+    assert!(last.ends_with(&fix), "{last}");
+
+    // The same checkpoint on its own data resumes.
+    let out = run(cnn(dataset(), "1").arg("--resume").arg(&mid));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // At an epoch boundary the next epoch trains on the other data.
+    let out = run(cnn(other.path(), "2").arg("--resume").arg(&boundary));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("note: this run's training data differ from the checkpoint's (the same number of samples (60000) but different contents")
+            && err.contains("it was saved at an epoch boundary, so epoch 2 starts on this run's data"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("resuming from {}", boundary.display())),
+        "{err}"
+    );
+}
+
+/// `--resume auto` applies the same rule to the checkpoint it picks, and a
+/// count that differs is named (the toy's --samples here).
+#[test]
+fn resume_auto_refuses_a_mid_epoch_checkpoint_of_another_sample_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    let toy = |samples: &str| {
+        let mut cmd = trainer();
+        cmd.args(["--model", "toy", "--samples", samples, "--batch-size", "16"])
+            .args(["--epochs", "1", "--max-steps", "4", "--threads", "1"])
+            .args(["--checkpoint-every", "2", "--checkpoint-dir"])
+            .arg(&dir);
+        cmd
+    };
+    let out = run(&mut toy("256"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The newest is then the mid-epoch one.
+    std::fs::remove_dir_all(dir.join(BOUNDARY.dir_name())).unwrap();
+    let mid = dir.join(MID.dir_name());
+
+    let last = refusal(&run(toy("320").args(["--resume", "auto"])));
+    let want = format!(
+        "error: rank 0: --resume auto chose {}: the checkpoint was saved mid-epoch (epoch 1, step 2) on other training data than this run's: it was trained on 256 samples, this run has 320;",
+        mid.display()
+    );
+    assert!(last.starts_with(&want), "{last}");
+    assert!(mid.is_dir(), "the refused checkpoint must stay");
+
+    let out = run(toy("256").args(["--resume", "auto"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A launcher restart is refused as the first attempt was: with no
+/// checkpoint of its own yet, it resumes the given checkpoint again rather
+/// than start fresh (`--resume auto` over an empty directory) on the other
+/// data.
+#[test]
+fn a_restart_is_refused_as_the_first_attempt_was() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mid, _) = saved(&tmp.path().join("ckpt"));
+    let other = relabelled();
+    let fresh = tmp.path().join("restarted");
+    let out = run(cnn(other.path(), "1")
+        .arg("--resume")
+        .arg(&mid)
+        .args(["--max-restarts", "1", "--checkpoint-dir"])
+        .arg(&fresh));
+    let last = refusal(&out);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "restart 1 of 1 from {} again (no checkpoint in --checkpoint-dir yet)",
+            mid.display()
+        )),
+        "{err}"
+    );
+    let refused = err
+        .lines()
+        .filter(|l| l.starts_with("[rank 0] error: ") && l.contains("on other training data"))
+        .count();
+    assert_eq!(refused, 2, "each attempt is refused: {err}");
+    assert!(last.ends_with("(after 1 restart(s))"), "{last}");
+    let written = CheckpointDir::new(&fresh, 3).list().unwrap();
+    assert!(written.is_empty(), "trained anyway: {written:?}");
+}
+
+/// A checkpoint written before data fingerprints resumes mid-epoch, on
+/// whatever data, with a note that it cannot be checked.
+#[test]
+fn a_checkpoint_without_a_fingerprint_resumes_with_a_note() {
+    let tmp = tempfile::tempdir().unwrap();
+    let params = CnnMnist::new(DropoutRates::REFERENCE).init_params(0);
+    let n = params.len();
+    let state = TrainingState {
+        position: MID,
+        optimizer_step: 2,
+        params,
+        exp_avg: vec![0.0; n],
+        exp_avg_sq: vec![0.0; n],
+        epoch_loss_sum: vec![1.0],
+        epoch_correct: vec![1.0],
+        epoch_train_seconds: 1.0,
+        settings: Settings {
+            model: "cnn".into(),
+            seed: 0,
+            world_size: 1,
+            batch_size: 64,
+            lr: 1e-3,
+            dropout: DropoutRates::REFERENCE,
+            data: None,
+        },
+    };
+    let old = CheckpointDir::new(tmp.path(), 3)
+        .save(&state, cnn_layout())
+        .unwrap();
+    let out = run(cnn(dataset(), "1").arg("--resume").arg(&old));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("note: the checkpoint does not record its training data (written before data fingerprints), so this run cannot check that it continues epoch 1, step 2 on the same data"),
+        "{err}"
+    );
+}
