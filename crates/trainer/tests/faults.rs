@@ -4,14 +4,23 @@
 mod common;
 
 use std::net::TcpListener;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use comm::launch_var;
-use common::{data_arg, dataset, free_port, job, launcher_pid, stderr, stderr_lines, trainer};
+use common::{
+    data_arg, dataset, free_port, job, launcher_pid, relabelled_dataset, stderr, stderr_lines,
+    trainer,
+};
 
 /// A worker started as `rank` of `world` by hand, as torchrun would.
 fn worker(rank: usize, world: usize, port: u16) -> Command {
+    worker_on(dataset(), rank, world, port)
+}
+
+/// [`worker`] on the data set in `data`.
+fn worker_on(data: &Path, rank: usize, world: usize, port: u16) -> Command {
     let mut cmd = trainer();
     cmd.env(launch_var::RANK, rank.to_string())
         .env(launch_var::WORLD_SIZE, world.to_string())
@@ -29,7 +38,7 @@ fn worker(rank: usize, world: usize, port: u16) -> Command {
             "--timeout",
             "3",
         ])
-        .args(data_arg(dataset()));
+        .args(data_arg(data));
     cmd
 }
 
@@ -133,6 +142,26 @@ fn a_rank_given_other_training_flags_fails_naming_the_flag_and_both_values() {
         assert!(!status.success(), "rank 0 trained on alone: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+/// Each rank reads its own copy of the data (on another host it may be
+/// another version): ranks whose training data differ fail before a step.
+#[test]
+fn a_rank_given_other_training_data_fails_before_training() {
+    let other = relabelled_dataset();
+    let port = free_port();
+    let first = spawn(&mut worker(0, 2, port));
+    let second = spawn(&mut worker_on(other.path(), 1, 2, port));
+    let (status, err) = wait_within(second, Duration::from_secs(30));
+    assert!(!status.success());
+    assert!(
+        err.contains("rank 1 has other training data than rank 0 (60000 samples, fingerprint ")
+            && err.contains("every rank needs the same data set"),
+        "{err}"
+    );
+    let (status, err) = wait_within(first, Duration::from_secs(30));
+    assert!(!status.success(), "rank 0 trained on alone: {err}");
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]

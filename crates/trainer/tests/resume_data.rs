@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{data_arg, dataset, dataset_copy, run, stderr, trainer};
+use common::{data_arg, dataset, relabelled_dataset, run, stderr, trainer};
 use fashion_mnist::{TRAIN_LABELS, synth};
 use trainer::checkpoint::{CheckpointDir, Position, Settings, TrainingState};
 use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
@@ -24,16 +24,6 @@ fn cnn(data: &Path, epochs: &str) -> Command {
     cmd.args(["--epochs", epochs, "--max-steps", "4", "--threads", "1"])
         .args(data_arg(data));
     cmd
-}
-
-/// The test data set with the last training label changed: the same
-/// size, other contents.
-fn relabelled() -> tempfile::TempDir {
-    let dir = dataset_copy();
-    let mut labels = synth::labels_idx(60_000);
-    *labels.last_mut().unwrap() ^= 1;
-    synth::write_gz(&dir.path().join(TRAIN_LABELS), &labels).unwrap();
-    dir
 }
 
 /// Epoch 1 on the test data, checkpointed after step 2 and at its end.
@@ -57,7 +47,7 @@ fn refusal(out: &Output) -> String {
 fn a_mid_epoch_checkpoint_is_refused_on_other_data_and_an_epoch_boundary_one_is_not() {
     let tmp = tempfile::tempdir().unwrap();
     let (mid, boundary) = saved(&tmp.path().join("ckpt"));
-    let other = relabelled();
+    let other = relabelled_dataset();
 
     let last = refusal(&run(cnn(other.path(), "1").arg("--resume").arg(&mid)));
     let want = format!(
@@ -130,7 +120,7 @@ fn resume_auto_refuses_a_mid_epoch_checkpoint_of_another_sample_count() {
 fn a_restart_is_refused_as_the_first_attempt_was() {
     let tmp = tempfile::tempdir().unwrap();
     let (mid, _) = saved(&tmp.path().join("ckpt"));
-    let other = relabelled();
+    let other = relabelled_dataset();
     let fresh = tmp.path().join("restarted");
     let out = run(cnn(other.path(), "1")
         .arg("--resume")

@@ -265,7 +265,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             counts: true,
         });
         if let Some(comm) = comm.as_mut() {
-            shared_flags::check(comm, &shared_flags)
+            // Each rank reads its own copy of the data (another host's may
+            // differ): the replicas must train on the same samples.
+            let mut shared = shared_flags;
+            shared.push((shared_flags::TRAINING_DATA, train.fingerprint().to_string()));
+            shared_flags::check(comm, &shared)
                 .with_context(|| format!("rank {rank}: checking the flags against rank 0's"))?;
         }
         let layout = model.layout();

@@ -7,6 +7,11 @@ use anyhow::{Context, anyhow, bail};
 
 use crate::ddp::CommThread;
 
+/// The entry that stands for the training data (their fingerprint) among
+/// the flags: not a flag, but as much a thing every rank must share (a
+/// name without spaces, as every flag's).
+pub const TRAINING_DATA: &str = "training-data";
+
 /// Fails on a rank whose `flags` differ from rank 0's, naming the first
 /// flag that differs with both values. Every rank calls it (two
 /// broadcasts: the length of rank 0's list, then the list).
@@ -27,6 +32,9 @@ pub fn check(comm: &mut CommThread, flags: &[(&'static str, String)]) -> anyhow:
     for (flag, value) in flags {
         match root.iter().find(|(f, _)| f == flag) {
             Some((_, v)) if v == value => {}
+            Some((_, v)) if *flag == TRAINING_DATA => bail!(
+                "rank {rank} has other training data than rank 0 ({value}; rank 0: {v}): every rank needs the same data set (the same files, or --data-dir, on every host)"
+            ),
             Some((_, v)) => bail!(
                 "rank {rank} has {flag} {value} but rank 0 has {flag} {v}: every rank needs the same flags"
             ),

@@ -79,6 +79,16 @@ pub fn dataset_copy() -> tempfile::TempDir {
     dir
 }
 
+/// A copy of [`dataset`] with the last training label changed: the same
+/// size, other contents.
+pub fn relabelled_dataset() -> tempfile::TempDir {
+    let dir = dataset_copy();
+    let mut labels = synth::labels_idx(60_000);
+    *labels.last_mut().unwrap() ^= 1;
+    synth::write_gz(&dir.path().join(fashion_mnist::TRAIN_LABELS), &labels).unwrap();
+    dir
+}
+
 /// The trainer binary: cargo's, or `TRAINER_BIN` where the test executable
 /// runs away from its build tree (the device bundle).
 pub fn trainer() -> Command {
