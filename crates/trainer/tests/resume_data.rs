@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{data_arg, dataset, relabelled_dataset, run, stderr, trainer};
-use fashion_mnist::{TRAIN_LABELS, synth};
 use trainer::checkpoint::{CheckpointDir, Position, Settings, TrainingState};
 use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
 
