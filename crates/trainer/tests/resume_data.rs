@@ -55,7 +55,7 @@ fn a_mid_epoch_checkpoint_is_refused_on_other_data_and_an_epoch_boundary_one_is_
     );
     assert!(last.starts_with(&want), "{last}");
     let fix = format!(
-        "Resume it with the data it was saved with, or start from its weights with --init-from {} (a fresh epoch 1 and optimizer)",
+        "Resume it with the data it was saved with, or start from its weights with --init-from {} and a new --checkpoint-dir (a fresh epoch 1 and optimizer)",
         mid.join("model.safetensors").display()
     );
     assert!(last.ends_with(&fix), "{last}");

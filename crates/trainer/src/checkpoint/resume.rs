@@ -254,7 +254,7 @@ fn data_rule(
     };
     if at.step > 0 {
         bail!(
-            "the checkpoint was saved mid-epoch ({at}) on other training data than this run's: {how}; its position is a place in that data's shuffled order. Resume it with the data it was saved with, or start from its weights with --init-from {} (a fresh epoch 1 and optimizer)",
+            "the checkpoint was saved mid-epoch ({at}) on other training data than this run's: {how}; its position is a place in that data's shuffled order. Resume it with the data it was saved with, or start from its weights with --init-from {} and a new --checkpoint-dir (a fresh epoch 1 and optimizer)",
             checkpoint.join(super::MODEL_FILE).display()
         );
     }
@@ -310,7 +310,7 @@ mod tests {
         let err = check(&saved, on(Some(fewer)), mid).unwrap_err();
         assert_eq!(
             err,
-            "the checkpoint was saved mid-epoch (epoch 2, step 5) on other training data than this run's: it was trained on 512 samples, this run has 256; its position is a place in that data's shuffled order. Resume it with the data it was saved with, or start from its weights with --init-from ckpt/ckpt-e0002-s000005/model.safetensors (a fresh epoch 1 and optimizer)"
+            "the checkpoint was saved mid-epoch (epoch 2, step 5) on other training data than this run's: it was trained on 512 samples, this run has 256; its position is a place in that data's shuffled order. Resume it with the data it was saved with, or start from its weights with --init-from ckpt/ckpt-e0002-s000005/model.safetensors and a new --checkpoint-dir (a fresh epoch 1 and optimizer)"
         );
         let err = check(&saved, on(Some(other)), mid).unwrap_err();
         assert!(
