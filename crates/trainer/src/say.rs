@@ -3,19 +3,59 @@
 //! `tee` or an ssh session that died, a launcher killed under its workers),
 //! which would end a training that nothing else stops. These drop the line
 //! instead; the run goes on and its checkpoints and metrics file still tell.
+//!
+//! Each line leaves in one write: `writeln!` on stderr writes its pieces
+//! one call each, and the launcher's threads relaying several workers'
+//! stdout and stderr into one file (SLURM's default, or `2>&1`) then mixed
+//! one line's prefix into another's text.
+
+use std::fmt;
+use std::io::{self, Write};
 
 /// `println!` that drops the line when stdout is gone.
 macro_rules! say {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
+        let _ = $crate::say::write_line(&mut std::io::stdout(), format_args!($($arg)*));
     }};
 }
 
 /// `eprintln!` that drops the line when stderr is gone.
 macro_rules! tell {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let _ = $crate::say::write_line(&mut std::io::stderr(), format_args!($($arg)*));
     }};
+}
+
+/// Writes `args` and a newline to `out` in one `write_all`.
+pub(crate) fn write_line(out: &mut impl Write, args: fmt::Arguments<'_>) -> io::Result<()> {
+    let mut line = args.to_string();
+    line.push('\n');
+    out.write_all(line.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts the writes it is given.
+    struct Calls(Vec<Vec<u8>>);
+
+    impl Write for Calls {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.push(buf.to_vec());
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_line_is_one_write() {
+        let mut out = Calls(Vec::new());
+        let rank = 3;
+        write_line(&mut out, format_args!("[rank {rank}] {}", "Epoch 01/05")).unwrap();
+        assert_eq!(out.0, [b"[rank 3] Epoch 01/05\n".to_vec()]);
+    }
 }
