@@ -38,7 +38,14 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
     if env.as_ref().is_none_or(|env| env.rank == 0) {
         output_paths::prepare(&cli)?;
     }
-    match launcher::NodePlan::resolve(&cli, env.as_ref())? {
+    let plan = launcher::NodePlan::resolve(&cli, env.as_ref())?;
+    if let Some(plan) = &plan
+        && cli.pipeline_stages > 1
+    {
+        // Once here, rather than by every worker it would start.
+        pipeline::PipelinePlace::of(0, plan.world_size(), cli.pipeline_stages as usize)?;
+    }
+    match plan {
         Some(plan) if cli.spawn == cli::Spawn::Threads => worker::threads::run(&cli, &plan),
         Some(plan) => launcher::launch(&cli, &plan),
         None => match env {

@@ -128,6 +128,15 @@ fn layouts_that_do_not_fit_say_why() {
         assert!(!out.status.success(), "{args:?}");
         assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
     }
+    // The launcher says it once, before starting a worker that would.
+    let out = run(trainer()
+        .args(["--world-size", "3", "--pipeline-stages", "2"])
+        .args(["--epochs", "1", "--max-steps", "1"])
+        .args(data_arg(dataset())));
+    let said = stderr(&out);
+    assert!(!out.status.success());
+    assert_eq!(said.matches("not a multiple").count(), 1, "{said}");
+    assert!(!said.contains("started rank"), "{said}");
 }
 
 #[test]
