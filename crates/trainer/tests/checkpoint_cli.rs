@@ -182,6 +182,7 @@ fn bad_checkpoints_and_flags_are_one_line_errors() {
         model: "cnn".into(),
         seed: 0,
         world_size: 1,
+        pipeline_stages: 1,
         batch_size: 64,
         lr: 1e-3,
         dropout: DropoutRates::REFERENCE,

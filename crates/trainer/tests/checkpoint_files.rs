@@ -26,6 +26,7 @@ fn settings() -> Settings {
         model: "cnn".into(),
         seed: 4,
         world_size: 2,
+        pipeline_stages: 1,
         batch_size: 32,
         lr: 1e-3,
         dropout: DropoutRates::REFERENCE,
@@ -360,6 +361,18 @@ fn settings_that_would_change_the_run_are_refused_with_the_rule() {
         err.contains("mid-epoch")
             && err.contains("world size 2, this run has world size 4")
             && err.contains("epoch-boundary"),
+        "{err}"
+    );
+    // The same world size in pipelines: other shards, other metric counts.
+    let err = refused(
+        Settings {
+            pipeline_stages: 2,
+            ..settings()
+        },
+        mid,
+    );
+    assert!(
+        err.contains("world size 2, this run has world size 2 (1 pipeline(s) of 2 stages)"),
         "{err}"
     );
     // At an epoch boundary the world size may change, and lr too, with notes.

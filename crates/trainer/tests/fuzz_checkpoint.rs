@@ -50,6 +50,7 @@ fn seed() -> &'static (Vec<u8>, Vec<u8>) {
                 model: "cnn".into(),
                 seed: 4,
                 world_size: 2,
+                pipeline_stages: 1,
                 batch_size: 32,
                 lr: 1e-3,
                 dropout: DropoutRates::REFERENCE,
@@ -177,6 +178,9 @@ fn resigned_metadata_no_run_writes_is_refused() {
             "60000:0123456789abcdeg",
             "`data_fingerprint`",
         ),
+        ("pipeline_stages", "0", "does not divide the world size"),
+        ("pipeline_stages", "3", "does not divide the world size"),
+        ("pipeline_stages", "two", "`pipeline_stages`"),
     ] {
         let err = load_files(model, &resigned(state, key, value)).unwrap_err();
         assert!(err.contains(needle), "{key} = {value}: {err}");

@@ -165,6 +165,7 @@ fn a_checkpoint_without_a_fingerprint_resumes_with_a_note() {
             model: "cnn".into(),
             seed: 0,
             world_size: 1,
+            pipeline_stages: 1,
             batch_size: 64,
             lr: 1e-3,
             dropout: DropoutRates::REFERENCE,

@@ -198,19 +198,19 @@ pub fn compatibility(
         );
     }
     let mut notes: Vec<String> = data_rule(saved, now, at, checkpoint)?.into_iter().collect();
-    if saved.world_size != now.world_size {
+    if (saved.world_size, saved.pipeline_stages) != (now.world_size, now.pipeline_stages) {
         if at.step > 0 {
             bail!(
-                "the checkpoint was written mid-epoch ({at}) with world size {}, this run has world size {}: mid-epoch only the same world size can continue (the ranks' shards of the epoch depend on it); resume from an epoch-boundary checkpoint (ckpt-eNNNN-s000000) to change it",
-                saved.world_size,
-                now.world_size
+                "the checkpoint was written mid-epoch ({at}) with {}, this run has {}: mid-epoch only the same layout can continue (the replicas' shards of the epoch, and which ranks count its metrics, depend on it); resume from an epoch-boundary checkpoint (ckpt-eNNNN-s000000) to change it",
+                layout(saved),
+                layout(now)
             );
         }
         notes.push(format!(
-            "the world size changes from {} to {} at this epoch boundary; the global batch becomes {}",
-            saved.world_size,
-            now.world_size,
-            now.world_size * now.batch_size
+            "the layout changes from {} to {} at this epoch boundary; the global batch becomes {}",
+            layout(saved),
+            layout(now),
+            now.world_size / now.pipeline_stages * now.batch_size
         ));
     }
     if saved.lr != now.lr {
@@ -226,6 +226,18 @@ pub fn compatibility(
         ));
     }
     Ok(notes)
+}
+
+/// How the ranks of a run are laid out, in words.
+fn layout(s: &Settings) -> String {
+    match s.pipeline_stages {
+        1 => format!("world size {}", s.world_size),
+        stages => format!(
+            "world size {} ({} pipeline(s) of {stages} stages)",
+            s.world_size,
+            s.world_size / stages
+        ),
+    }
 }
 
 /// The training data's rule. Mid-epoch, a checkpoint's position is a place
@@ -283,6 +295,7 @@ mod tests {
             model: "cnn".into(),
             seed: 4,
             world_size: 2,
+            pipeline_stages: 1,
             batch_size: 32,
             lr: 1e-3,
             dropout: DropoutRates::REFERENCE,

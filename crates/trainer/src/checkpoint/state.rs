@@ -23,12 +23,19 @@ const LOSS_SUM: &str = "epoch_loss_sum";
 const CORRECT: &str = "epoch_correct";
 /// The metadata key of [`Settings::data`].
 const DATA: &str = "data_fingerprint";
+/// The metadata key of [`Settings::pipeline_stages`].
+const STAGES: &str = "pipeline_stages";
 
 /// The settings a run trains with that a checkpoint records.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     pub seed: u64,
     pub world_size: usize,
+    /// Stages per pipeline (1: every rank a data-parallel replica); the
+    /// world holds `world_size / pipeline_stages` replicas, whose shards
+    /// of an epoch depend on that number. Checkpoints from before it was
+    /// recorded are data parallel.
+    pub pipeline_stages: usize,
     /// Samples per step on each rank.
     pub batch_size: usize,
     pub lr: f64,
@@ -80,6 +87,7 @@ impl TrainingState {
             ("optimizer_step", self.optimizer_step.to_string()),
             ("seed", s.seed.to_string()),
             ("world_size", s.world_size.to_string()),
+            (STAGES, s.pipeline_stages.to_string()),
             ("batch_size", s.batch_size.to_string()),
             ("lr", s.lr.to_string()),
             ("model", s.model.clone()),
@@ -276,6 +284,10 @@ impl Meta<'_> {
         let settings = Settings {
             seed: self.get("seed")?,
             world_size: self.get("world_size")?,
+            pipeline_stages: match self.0.get(STAGES) {
+                Some(_) => self.get(STAGES)?,
+                None => 1,
+            },
             batch_size: self.get("batch_size")?,
             lr: self.get("lr")?,
             dropout: DropoutRates { pool, hidden },
@@ -292,6 +304,13 @@ impl Meta<'_> {
         };
         if settings.world_size == 0 || settings.batch_size == 0 {
             bail!("{STATE_FILE}: world size and batch size must be at least 1");
+        }
+        let stages = settings.pipeline_stages;
+        if stages == 0 || settings.world_size % stages != 0 {
+            bail!(
+                "{STATE_FILE}: metadata `{STAGES}` = {stages} does not divide the world size {}",
+                settings.world_size
+            );
         }
         Ok(settings)
     }
@@ -318,6 +337,7 @@ mod tests {
                 model: "cnn".into(),
                 seed: 0,
                 world_size: 1,
+                pipeline_stages: 1,
                 batch_size: 64,
                 lr: 1e-3,
                 dropout: DropoutRates::REFERENCE,

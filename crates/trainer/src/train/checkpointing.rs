@@ -54,7 +54,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch_correct,
             epoch_train_seconds: train_seconds,
             settings: self.cfg.settings(
-                self.world_size,
+                (self.world_size, self.world_size / self.share.replicas),
                 self.model.kind(),
                 self.train.fingerprint(),
             ),

@@ -61,13 +61,20 @@ pub struct TrainConfig {
 
 impl TrainConfig {
     /// What a checkpoint records of this configuration, training `model`
-    /// (its `--model` name) on `data` (the training split's fingerprint).
-    pub fn settings(&self, world_size: usize, model: &str, data: DataFingerprint) -> Settings {
+    /// (its `--model` name) on `data` (the training split's fingerprint)
+    /// with `world_size` ranks in pipelines of `pipeline_stages`.
+    pub fn settings(
+        &self,
+        (world_size, pipeline_stages): (usize, usize),
+        model: &str,
+        data: DataFingerprint,
+    ) -> Settings {
         Settings {
             model: model.to_string(),
             data: Some(data),
             seed: self.seed,
             world_size,
+            pipeline_stages,
             batch_size: self.batch_size,
             lr: self.adam.lr,
             dropout: self.dropout,

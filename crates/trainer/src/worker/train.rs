@@ -155,7 +155,8 @@ fn train_model<B: Ops, M: Model<B>>(
     // Rank 0 alone reads checkpoints (other hosts may not see them) and
     // sends what it found to the others.
     let origin = if lead {
-        let settings = cfg.settings(info.world_size, model.kind(), train.fingerprint());
+        let layout = (info.world_size, cli.pipeline_stages as usize);
+        let settings = cfg.settings(layout, model.kind(), train.fingerprint());
         choose_origin(cli, checkpoint_dir.as_ref(), &settings, model.layout())?
     } else {
         Origin::Fresh
