@@ -268,12 +268,18 @@ impl NodeGroup {
     }
 
     /// One look at the store for news of `attempt`: a failure, a signal, or
-    /// a node whose launcher left before it said its workers ended.
+    /// (node 0 looks: its store sees them) a node whose launcher left before
+    /// it said its workers ended.
     fn look(&mut self, attempt: u32) -> Result<Option<Elsewhere>, CommError> {
         let key = |what: &str| format!("attempt/{attempt}/{what}");
         if let Some(cause) = self.store.wait_for(&key("failed"), Duration::ZERO)? {
+            // Set before the failure, when no restart can mend it.
+            let restartable = self
+                .store
+                .wait_for(&key("final"), Duration::ZERO)?
+                .is_none();
             let cause = String::from_utf8_lossy(&cause).into_owned();
-            return Ok(Some(Elsewhere::Failed(cause)));
+            return Ok(Some(Elsewhere::Failed { cause, restartable }));
         }
         if let Some(signal) = self.store.wait_for(&key("signal"), Duration::ZERO)? {
             return Ok(signal
@@ -281,20 +287,23 @@ impl NodeGroup {
                 .ok()
                 .map(|s| Elsewhere::Signalled(i32::from_be_bytes(s))));
         }
-        for k in (1..self.nnodes).filter(|&k| k != self.node_rank) {
+        if self.server.is_none() {
+            return Ok(None);
+        }
+        for k in 1..self.nnodes {
             // A launcher says it ended before it leaves: read the departure
             // first, so that one leaving between the two looks is not taken
             // for one that vanished.
-            if self.store.departed(k)?
-                && self
-                    .store
-                    .wait_for(&key(&format!("ended/{k}")), Duration::ZERO)?
-                    .is_none()
-            {
-                return Ok(Some(Elsewhere::Departed(format!(
+            let ended = key(&format!("ended/{k}"));
+            if self.store.departed(k)? && self.store.wait_for(&ended, Duration::ZERO)?.is_none() {
+                let cause = format!(
                     "node {k}'s launcher ({}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?), and the job cannot go on without its ranks",
                     self.host(k)
-                ))));
+                );
+                // The other nodes hear it as a failure no restart mends.
+                self.store.set(&key("final"), b"")?;
+                self.store.set(&key("failed"), cause.as_bytes())?;
+                return Ok(Some(Elsewhere::Departed(cause)));
             }
         }
         Ok(None)
@@ -335,8 +344,9 @@ impl NodeGroup {
 /// What another node's launcher reported.
 #[derive(Debug, PartialEq)]
 pub enum Elsewhere {
-    /// One of its workers failed: this, the cause.
-    Failed(String),
+    /// One of its workers failed (or node 0 saw a node's launcher go):
+    /// this, the cause, and whether a restart may mend it.
+    Failed { cause: String, restartable: bool },
     /// It got this signal, which goes on to every node's workers.
     Signalled(i32),
     /// A node's launcher is gone (this, the story): no restart can bring

@@ -71,10 +71,11 @@ impl Watch {
     /// launcher as the cause of any failure here, its signal as this node's.
     fn adopt(&mut self, workers: &[Worker], news: Elsewhere) {
         match news {
-            Elsewhere::Failed(cause) => {
+            Elsewhere::Failed { cause, restartable } => {
                 tell!("launcher: {cause}; stopping this node's ranks");
                 self.stop_within(self.graces.failure);
                 self.elsewhere = Some(cause);
+                self.restartable &= restartable;
             }
             Elsewhere::Departed(cause) => {
                 tell!("launcher: {cause}; stopping this node's ranks");
