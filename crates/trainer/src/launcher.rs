@@ -134,10 +134,12 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         };
         if restarts == cli.max_restarts || !failure.restartable {
             finish(group.as_mut(), restarts);
-            let spent = if restarts > 0 {
-                format!(" (after {restarts} restart(s))")
-            } else {
-                String::new()
+            let spent = match restarts {
+                _ if restarts < cli.max_restarts => {
+                    " (not restarted: a restart would meet the same cause)".to_string()
+                }
+                0 => String::new(),
+                _ => format!(" (after {restarts} restart(s))"),
             };
             return Err(anyhow!("{}{spent}", failure.message));
         }

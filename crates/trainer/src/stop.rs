@@ -28,16 +28,41 @@ pub const PREEMPTED_EXIT_CODE: i32 = 75;
 /// the peer's own failure first rather than this reaction to it.
 pub const PEER_LOST_EXIT_CODE: i32 = 69;
 
-/// The exit code of a process that failed with `e`: [`PEER_LOST_EXIT_CODE`]
-/// when a lost or silent peer is in its chain of causes, else 1.
+/// The exit code of a rank whose error is the job's own configuration
+/// ([`Misconfigured`]: a checkpoint this run may not resume): `EX_CONFIG`.
+/// A restart would meet it again, so the launcher does not restart on it.
+pub const MISCONFIGURED_EXIT_CODE: i32 = 78;
+
+/// An error that no retry can mend, the job's configuration being the
+/// cause; it reads as its message alone.
+#[derive(Debug)]
+pub struct Misconfigured(pub String);
+
+impl std::fmt::Display for Misconfigured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Misconfigured {}
+
+/// The exit code of a process that failed with `e`:
+/// [`MISCONFIGURED_EXIT_CODE`] or [`PEER_LOST_EXIT_CODE`] when such a
+/// cause is in its chain, else 1.
 pub fn failure_exit_code(e: &anyhow::Error) -> i32 {
-    let lost_peer = e.chain().any(|cause| {
+    let lost_peer = |cause: &(dyn std::error::Error + 'static)| {
         matches!(
             cause.downcast_ref(),
             Some(comm::CommError::PeerLost { .. } | comm::CommError::PeerTimeout { .. })
         )
-    });
-    if lost_peer { PEER_LOST_EXIT_CODE } else { 1 }
+    };
+    if e.chain().any(|cause| cause.is::<Misconfigured>()) {
+        MISCONFIGURED_EXIT_CODE
+    } else if e.chain().any(lost_peer) {
+        PEER_LOST_EXIT_CODE
+    } else {
+        1
+    }
 }
 
 /// How long a worker asked to stop promptly (SIGINT, SIGHUP) waits for the

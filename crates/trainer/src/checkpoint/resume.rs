@@ -8,6 +8,7 @@ use core_tensor::FlatLayout;
 
 use super::origin::Origin;
 use super::{CheckpointDir, Position, Settings, TrainingState, load, load_weights};
+use crate::stop::Misconfigured;
 
 /// `--resume`: a checkpoint directory, or `auto`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,12 +59,12 @@ pub fn choose(
             {
                 // Starting fresh would write over them (and prune them):
                 // another model's or another data set's run, most likely.
-                bail!(
+                bail!(Misconfigured(format!(
                     "--checkpoint-dir {} holds {} checkpoint(s) and this run can resume none of them (the newest, {}: {why:#}); resume them with the flags they were written with, or give another --checkpoint-dir",
                     dir.path().display(),
                     newest.skipped.len(),
                     path.display()
-                );
+                )));
             }
             for (path, why) in &newest.skipped {
                 tell!(
@@ -150,7 +151,11 @@ fn check_history(dir: &CheckpointDir, from: Option<Position>) -> anyhow::Result<
 }
 
 fn resume(path: &Path, state: TrainingState, settings: &Settings) -> anyhow::Result<Origin> {
-    for note in compatibility(&state.settings, settings, state.position, path)? {
+    // A refusal here is the job's flags or data against the checkpoint's:
+    // no restart would see it otherwise.
+    let notes = compatibility(&state.settings, settings, state.position, path)
+        .map_err(|refusal| Misconfigured(format!("{refusal:#}")))?;
+    for note in notes {
         tell!("note: {note}");
     }
     tell!(

@@ -205,10 +205,12 @@ impl NodeGroup {
     /// another node came first (waiting up to `wait` for it: a failure, a
     /// signal or a departed launcher there, the likelier cause): then that
     /// news.
+    /// A failure that is `final` (no restart can mend it) is marked so for
+    /// the others.
     pub fn report_failure(
         &mut self,
         attempt: u32,
-        what: &str,
+        (what, is_final): (&str, bool),
         wait: Duration,
     ) -> Option<Elsewhere> {
         let until = Instant::now() + wait;
@@ -222,8 +224,10 @@ impl NodeGroup {
             std::thread::sleep(POLL);
         }
         if !self.lost {
-            let key = format!("attempt/{attempt}/failed");
-            self.lost = self.store.set(&key, what.as_bytes()).is_err();
+            let key = |what: &str| format!("attempt/{attempt}/{what}");
+            let told = (!is_final || self.store.set(&key("final"), b"").is_ok())
+                && self.store.set(&key("failed"), what.as_bytes()).is_ok();
+            self.lost = !told;
         }
         None
     }

@@ -11,7 +11,9 @@ use signal_hook::iterator::Signals;
 use super::group::{Elsewhere, NodeGroup};
 use super::workers::{Worker, forward, stop};
 use super::{Failure, Graces, Outcome, POLL};
-use crate::stop::{PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, RunEnd, describe};
+use crate::stop::{
+    MISCONFIGURED_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, RunEnd, describe,
+};
 
 /// How long the other workers get to end on their own once one failed for
 /// a reason of its own (the error that names the cause is already in).
@@ -186,6 +188,7 @@ pub(super) fn supervise(
             };
             workers[i].settle();
             let ours = format!("{}{}", watch.node, workers[i].describe_failure());
+            let is_final = status.code() == Some(MISCONFIGURED_EXIT_CODE);
             // A worker here that failed because another node's launcher got
             // a signal, failed or vanished is that node's doing.
             let news = group.as_mut().and_then(|(g, attempt)| {
@@ -194,7 +197,7 @@ pub(super) fn supervise(
                 } else {
                     CAUSE_WAIT
                 };
-                g.report_failure(*attempt, &ours, wait)
+                g.report_failure(*attempt, (&ours, is_final), wait)
             });
             // A signal gives the workers its own grace (to save, on a
             // preemption); anything else, the failure's.
@@ -274,10 +277,13 @@ fn conclude(workers: &mut [Worker], watch: Watch) -> Outcome {
     if !others.is_empty() {
         message.push_str(&format!("; then {}", others.join("; ")));
     }
+    // The job's own configuration as the cause: a restart meets it again.
+    let misconfigured = first_failure
+        .is_some_and(|i| workers[i].status.and_then(|s| s.code()) == Some(MISCONFIGURED_EXIT_CODE));
     Outcome::Failed(Failure {
         first,
         message,
-        restartable: watch.restartable,
+        restartable: watch.restartable && !misconfigured,
     })
 }
 
@@ -389,6 +395,17 @@ mod tests {
             reason: "lengths differ".into(),
         };
         assert_eq!(crate::stop::failure_exit_code(&other.into()), 1);
+        let refused = anyhow::Error::new(crate::stop::Misconfigured("not this data".into()))
+            .context("rank 0: --resume ckpt");
+        assert_eq!(
+            crate::stop::failure_exit_code(&refused),
+            MISCONFIGURED_EXIT_CODE
+        );
+        assert_eq!(refused.to_string(), "rank 0: --resume ckpt");
+        assert_eq!(
+            format!("{refused:#}"),
+            "rank 0: --resume ckpt: not this data"
+        );
         assert_eq!(
             crate::stop::failure_exit_code(&anyhow::anyhow!("disk full")),
             1
