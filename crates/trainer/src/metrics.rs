@@ -170,7 +170,7 @@ mod tests {
     fn report() -> EpochReport {
         let ranks = vec![
             RankStats {
-                phases: PhaseSeconds([0.5, 20.0, 22.0, 1.5, 1.9]),
+                phases: PhaseSeconds([0.5, 20.0, 22.0, 1.5, 1.9, 0.0]),
                 ..RankStats::default()
             },
             RankStats {
@@ -182,7 +182,7 @@ mod tests {
                     }),
                     ..Usage::default()
                 },
-                phases: PhaseSeconds([0.5, 30.0, 22.0, 0.1, 1.9]),
+                phases: PhaseSeconds([0.5, 30.0, 22.0, 0.1, 1.9, 0.0]),
                 eval_seconds: 0.25,
             },
         ];

@@ -17,7 +17,7 @@ mod room;
 mod setup;
 mod shared_flags;
 mod step;
-mod timer;
+pub(crate) mod timer;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
