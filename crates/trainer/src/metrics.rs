@@ -112,15 +112,21 @@ impl MetricsFile {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let file = File::options()
+            .read(append)
             .write(true)
             .create(true)
             .append(append)
             .truncate(!append)
             .open(path)
             .with_context(|| format!("opening the metrics file {}", path.display()))?;
+        let mut out = BufWriter::new(file);
+        if append {
+            start_on_a_fresh_line(&mut out, path)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
         Ok(Self {
             path: path.to_path_buf(),
-            out: BufWriter::new(file),
+            out,
             world_size,
             device,
         })
@@ -162,6 +168,29 @@ impl MetricsFile {
     }
 }
 
+/// A run that died mid-write (a full disk, a quota) may have left a row
+/// without its newline; the next row must not be glued onto it, or the
+/// fragment would take a good row down with it. `trainer plot` skips the
+/// fragment itself.
+fn start_on_a_fresh_line(out: &mut BufWriter<File>, path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let len = out.get_ref().metadata()?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut last = [0u8];
+    out.get_ref().read_exact_at(&mut last, len - 1)?;
+    if last[0] != b'\n' {
+        tell!(
+            "note: {} ends in an incomplete row (a write cut short): the new rows start on a line of their own",
+            path.display()
+        );
+        out.write_all(b"\n")?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,7 +199,7 @@ mod tests {
     fn report() -> EpochReport {
         let ranks = vec![
             RankStats {
-                phases: PhaseSeconds([0.5, 20.0, 22.0, 1.5, 1.9]),
+                phases: PhaseSeconds([0.5, 20.0, 22.0, 1.5, 1.9, 0.0]),
                 ..RankStats::default()
             },
             RankStats {
@@ -182,7 +211,7 @@ mod tests {
                     }),
                     ..Usage::default()
                 },
-                phases: PhaseSeconds([0.5, 30.0, 22.0, 0.1, 1.9]),
+                phases: PhaseSeconds([0.5, 30.0, 22.0, 0.1, 1.9, 0.0]),
                 eval_seconds: 0.25,
             },
         ];
@@ -252,6 +281,32 @@ mod tests {
         assert_eq!(ranks[1]["phase_s"]["forward"], 30.0);
         assert_eq!(ranks[1]["eval_s"], 0.25);
         assert_eq!(rows[0]["straggler"]["rank"], 1);
+    }
+
+    /// A resumed run after a torn write: the fragment keeps its own line
+    /// and every new row parses.
+    #[test]
+    fn appending_after_a_torn_row_starts_a_new_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        let fragment = r#"{"epoch":4,"loss":0.5,"time_s":0.001"#;
+        std::fs::write(&path, format!("{{\"epoch\":3}}\n{fragment}")).unwrap();
+        let mut file = MetricsFile::append_to(&path, 2, "cpu".into()).unwrap();
+        file.append(&report()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines[1], fragment);
+        let row: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
+        assert_eq!(row["epoch"], 1);
+        // A file that ends well gets no empty line.
+        MetricsFile::append_to(&path, 2, "cpu".into())
+            .unwrap()
+            .append(&report())
+            .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 4, "{text}");
+        assert!(!text.contains("\n\n"), "{text}");
     }
 
     /// Each model's metric under its own name: an RMSE is not an accuracy,

@@ -78,26 +78,86 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<()> {
             args.output.display()
         );
     }
-    let epochs = read(&args.metrics)?;
-    load_font(args.font.as_deref())?;
-    draw(&epochs, &args.output).with_context(|| format!("drawing {}", args.output.display()))?;
+    let created = check_output(&args.output)?;
+    let drawn = read(&args.metrics).and_then(|epochs| {
+        load_font(args.font.as_deref())?;
+        draw(&epochs, &args.output)
+            .with_context(|| format!("drawing {}", args.output.display()))?;
+        Ok(epochs)
+    });
+    let epochs = match drawn {
+        Ok(epochs) => epochs,
+        Err(e) => {
+            // Leave no empty PNG behind that the check made.
+            if created {
+                let _ = std::fs::remove_file(&args.output);
+            }
+            return Err(e);
+        }
+    };
     say!("{}: {} epoch(s) drawn", args.output.display(), epochs.len());
     Ok(())
 }
 
+/// Refuses an output the PNG cannot be written to before any drawing, in
+/// words rather than the drawing backend's nested I/O error; says whether
+/// the check created the (empty) file.
+fn check_output(output: &Path) -> anyhow::Result<bool> {
+    let dir = match output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "-o {}: the directory {} does not exist (create it first)",
+            output.display(),
+            dir.display()
+        );
+    }
+    let existed = output.exists();
+    // Opening for append changes nothing in a file already there.
+    std::fs::File::options()
+        .append(true)
+        .create(true)
+        .open(output)
+        .with_context(|| format!("-o {}: cannot write the PNG there", output.display()))?;
+    Ok(!existed)
+}
+
 fn read(path: &Path) -> anyhow::Result<Vec<Epoch>> {
+    // A pipe (`plot /dev/stdin`) has no size to check before reading it.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        bail!(
+            "{} is not a regular file (a pipe or a device): save the metrics to a file first and plot that",
+            path.display()
+        );
+    }
     let bytes = bounded_read::read(path, MAX_METRICS_BYTES, "a metrics file")?;
     let text = String::from_utf8(bytes)
         .with_context(|| format!("{}: not a metrics file (not UTF-8 text)", path.display()))?;
-    let mut epochs = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("{} line {}: not a metrics row", path.display(), i + 1))
-        })
-        .collect::<anyhow::Result<Vec<Epoch>>>()?;
+    let mut epochs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Epoch>(line) {
+            Ok(epoch) => epochs.push(epoch),
+            // A row cut short by a run that died mid-write (a full disk):
+            // the beginning of a row, ended early. The run resumed on the
+            // next line (`MetricsFile::append_to`); anything else is not
+            // a metrics file and stays refused.
+            Err(e) if e.is_eof() && line.starts_with('{') => tell!(
+                "warning: {} line {}: an incomplete row (a write cut short), skipped",
+                path.display(),
+                i + 1
+            ),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("{} line {}: not a metrics row", path.display(), i + 1)
+                });
+            }
+        }
+    }
     if epochs.is_empty() {
         bail!("{} holds no epochs", path.display());
     }
@@ -287,6 +347,29 @@ mod tests {
     }
 
     #[test]
+    fn a_row_cut_short_is_skipped_but_garbage_is_refused() {
+        let row = |n: u32| format!(r#"{{"epoch": {n}, "loss": 1.5, "img_per_s": 100.0}}"#);
+        let torn = r#"{"epoch": 2, "loss": 1.4, "img_"#;
+        // Torn at the end (the run died), or followed by the resumed run.
+        assert_eq!(epochs(&format!("{}\n{torn}", row(1))).len(), 1);
+        assert_eq!(
+            epochs(&format!("{}\n{torn}\n{}\n", row(1), row(2))).len(),
+            2
+        );
+        let read_rows = |rows: String| {
+            let file = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(file.path(), rows).unwrap();
+            format!("{:#}", read(file.path()).unwrap_err())
+        };
+        let err = read_rows(format!("{}\nnot json\n{}\n", row(1), row(2)));
+        assert!(err.contains("line 2: not a metrics row"), "{err}");
+        let err = read_rows(format!("{}\n{{\"epoch\": 2}} x\n", row(1)));
+        assert!(err.contains("line 2: not a metrics row"), "{err}");
+        let err = read_rows(torn.to_string());
+        assert!(err.contains("holds no epochs"), "{err}");
+    }
+
+    #[test]
     fn the_output_must_be_a_png_file() {
         let args = |output: &str| PlotArgs {
             metrics: "absent.jsonl".into(),
@@ -297,8 +380,26 @@ mod tests {
         assert!(err.contains("name it FILE.png"), "{err}");
         let err = run(&args("/tmp")).unwrap_err().to_string();
         assert!(err.contains("is a directory"), "{err}");
-        // A .png name gets past the name checks to the metrics file.
-        let err = format!("{:#}", run(&args("c.PNG")).unwrap_err());
+        let err = run(&args("nod/x.png")).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "-o nod/x.png: the directory nod does not exist (create it first)"
+        );
+        // A .png name gets past the name checks to the metrics file, and
+        // the failed run leaves no PNG behind.
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("c.PNG");
+        let err = format!("{:#}", run(&args(png.to_str().unwrap())).unwrap_err());
         assert!(err.contains("absent.jsonl"), "{err}");
+        assert!(!png.exists());
+    }
+
+    #[test]
+    fn a_pipe_is_refused_with_what_to_do() {
+        let err = read(Path::new("/dev/null")).unwrap_err().to_string();
+        assert!(
+            err.contains("save the metrics to a file first and plot that"),
+            "{err}"
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! `eprintln!` panic when their reader is gone (a `| head` that exited, a
 //! `tee` or an ssh session that died, a launcher killed under its workers),
 //! which would end a training that nothing else stops. These drop the line
-//! instead; the run goes on and its checkpoints and metrics file still tell.
+//! instead; the run goes on and its checkpoints and metrics file still tell
+//! (a stdout failing for another reason, a full disk, is said once).
 //!
 //! Each line leaves in one write: `writeln!` on stderr writes its pieces
 //! one call each, and the launcher's threads relaying several workers'
@@ -15,7 +16,10 @@ use std::io::{self, Write};
 /// `println!` that drops the line when stdout is gone.
 macro_rules! say {
     ($($arg:tt)*) => {{
-        let _ = $crate::say::write_line(&mut std::io::stdout(), format_args!($($arg)*));
+        let line = $crate::say::write_line(&mut std::io::stdout(), format_args!($($arg)*));
+        if let Err(e) = line {
+            $crate::say::stdout_failed(&e);
+        }
     }};
 }
 
@@ -31,6 +35,25 @@ pub(crate) fn write_line(out: &mut impl Write, args: fmt::Arguments<'_>) -> io::
     let mut line = args.to_string();
     line.push('\n');
     out.write_all(line.as_bytes())
+}
+
+/// A line to stdout was lost. A reader that is gone (EPIPE) was chosen by
+/// someone; any other error (a full disk under a redirected log, EIO) would
+/// make a run look quiet and well, so it is said once on stderr. Training
+/// goes on either way: the checkpoints and the metrics file are what count.
+pub(crate) fn stdout_failed(e: &io::Error) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if e.kind() == io::ErrorKind::BrokenPipe || WARNED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let text = e.to_string();
+    // "No space left on device (os error 28)" without the number.
+    let reason = text.split(" (os error").next().unwrap_or(&text);
+    let _ = write_line(
+        &mut std::io::stderr(),
+        format_args!("stdout: {reason}: epoch lines are being lost"),
+    );
 }
 
 #[cfg(test)]

@@ -7,14 +7,19 @@
 //! `value = 1` entries hold `tag = 1` (string) and `simple_value = 2` (float).
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, ErrorKind, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
 use crate::model::Metric;
 use crate::train::{EpochReport, Phase};
+
+/// The counter of the next event file's name, per process (TensorFlow's
+/// `global_uid`).
+static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
 
 /// An open event file in a TensorBoard log directory.
 pub struct EventWriter {
@@ -24,12 +29,26 @@ pub struct EventWriter {
 
 impl EventWriter {
     /// A new event file in `dir` (created if missing), named as TensorFlow
-    /// names them so that TensorBoard finds it.
+    /// names them (`events.out.tfevents.{seconds}.{host}.{pid}.{counter}`)
+    /// so that TensorBoard finds it. Two runs started in the same second
+    /// (or one run reopening) must never share a file: the pid and a
+    /// counter tell them apart, and the file is created new, never
+    /// truncated; a name already taken (a pid reused) moves the counter on.
     pub fn create(dir: &Path, host: &str) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let seconds = now().floor();
-        let path = dir.join(format!("events.out.tfevents.{seconds}.{host}"));
-        let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let pid = std::process::id();
+        let (path, file) = loop {
+            let counter = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!(
+                "events.out.tfevents.{seconds}.{host}.{pid}.{counter}"
+            ));
+            match File::options().write(true).create_new(true).open(&path) {
+                Ok(file) => break (path, file),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists && counter < 1000 => continue,
+                Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
+            }
+        };
         let mut writer = Self {
             path,
             out: BufWriter::new(file),
@@ -216,5 +235,21 @@ mod tests {
         let scalar = &records[1];
         assert!(scalar.windows(10).any(|w| w == b"train/loss"));
         assert!(scalar.ends_with(&0.5f32.to_le_bytes()));
+    }
+
+    #[test]
+    fn writers_opened_in_the_same_second_get_files_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = EventWriter::create(dir.path(), "host").unwrap();
+        first.scalars(1, &[("first", 1.0)]).unwrap();
+        first.flush().unwrap();
+        let second = EventWriter::create(dir.path(), "host").unwrap();
+        assert_ne!(first.path(), second.path());
+        let name = second.path().file_name().unwrap().to_str().unwrap();
+        let pid = std::process::id().to_string();
+        assert!(name.split('.').any(|part| part == pid), "{name}");
+        let kept = std::fs::read(first.path()).unwrap();
+        assert!(kept.windows(5).any(|w| w == b"first"), "truncated");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 }

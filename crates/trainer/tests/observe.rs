@@ -209,3 +209,21 @@ fn plot_draws_the_runs_curves_into_a_png() {
         stderr(&missing)
     );
 }
+
+/// A log on a full disk loses the epoch lines: the run goes on (its
+/// checkpoints and metrics file are what count) but says so once, where a
+/// reader that left (EPIPE) is silence by choice.
+#[test]
+fn epoch_lines_lost_to_a_full_disk_are_said_once() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full");
+        return;
+    };
+    let out = run(trainer()
+        .args(["--model", "toy", "--epochs", "2", "--samples", "256"])
+        .stdout(full));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let warning = "stdout: No space left on device: epoch lines are being lost";
+    assert_eq!(err.matches(warning).count(), 1, "{err}");
+}

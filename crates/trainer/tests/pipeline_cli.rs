@@ -79,6 +79,33 @@ fn a_pipeline_trains_saves_a_whole_model_and_resumes_on_one_rank() {
     }
 }
 
+/// The schedule runs inside the trainer's forward phase: its backward
+/// passes must still count as backward, and its waits for the other stage
+/// as a phase of their own (which the straggler rule leaves out).
+#[test]
+fn a_stages_phase_times_split_its_schedule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metrics = tmp.path().join("m.jsonl");
+    let layout = ["--world-size", "2", "--pipeline-stages", "2"];
+    let flags = ["--epochs", "1", "--micro-batches", "4", "--metrics"];
+    let path = metrics.to_str().unwrap();
+    train(
+        &tmp.path().join("ck"),
+        &[&layout[..], &flags, &[path]].concat(),
+    );
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let row: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    for rank in row["ranks"].as_array().unwrap() {
+        let phase = |name: &str| rank["phase_s"][name].as_f64().unwrap_or(-1.0);
+        let (forward, backward) = (phase("forward"), phase("backward"));
+        assert!(forward > 0.0, "{rank}");
+        // Backward work costs about as much as forward work; before the
+        // split it held only the hand-over of the summed gradients.
+        assert!(backward > 0.1 * forward, "{rank}");
+        assert!(phase("pipeline_wait") > 0.0, "{rank}");
+    }
+}
+
 #[test]
 fn pipelines_as_threads_match_pipelines_as_processes() {
     let tmp = tempfile::tempdir().unwrap();

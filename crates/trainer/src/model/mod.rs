@@ -26,6 +26,8 @@ use rand::RngCore;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::train::PhaseSeconds;
+
 /// A uniform f32 in `[0, 1)` from 24 random bits, exactly: ChaCha8 words
 /// turned into floats here, not by `rand`'s distributions, so the values
 /// stay the same across `rand` releases.
@@ -225,4 +227,12 @@ pub trait Model<B: Ops> {
         dropout_seed: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()>;
+
+    /// The seconds of the last training [`Model::forward`] that belong to
+    /// other step phases (a pipeline stage runs its micro-batches' backward
+    /// passes and waits for the other stage inside it), in device time;
+    /// `None` (the default): forward did forward work only.
+    fn forward_split(&self, _backend: &B) -> Result<Option<PhaseSeconds>> {
+        Ok(None)
+    }
 }

@@ -22,10 +22,13 @@ const SUMMARIES: usize = 6;
 const SLOTS: usize = SUMMARIES * 4 + Phase::ALL.len() + 1;
 
 impl RankStats {
-    /// Training seconds other than waiting for the peers' gradients: what
-    /// makes a rank slow rather than kept waiting.
+    /// Training seconds other than waiting for the peers' gradients or
+    /// for the other pipeline stage: what makes a rank slow rather than
+    /// kept waiting.
     pub fn busy_seconds(&self) -> f64 {
-        self.phases.0.iter().sum::<f64>() - self.phases.get(Phase::AllReduceWait)
+        self.phases.0.iter().sum::<f64>()
+            - self.phases.get(Phase::AllReduceWait)
+            - self.phases.get(Phase::PipelineWait)
     }
 
     /// A `world_size`-row table, zero but for this rank's row.
@@ -144,7 +147,7 @@ mod tests {
                 cpu_percent: None,
                 gpu: None,
             },
-            phases: PhaseSeconds([0.1, busy, 0.0, 2.0, 0.0]),
+            phases: PhaseSeconds([0.1, busy, 0.0, 2.0, 0.0, 0.0]),
             eval_seconds: 0.5,
         }
     }
@@ -189,5 +192,17 @@ mod tests {
         assert_eq!(Straggler::find(&even, 2), None);
         let slow = [stats(1.0), stats(3.0), stats(1.0), stats(6.0)];
         assert_eq!(Straggler::find(&slow, 2).map(|s| s.rank), Some(3));
+    }
+
+    /// A stage kept waiting by the other stage of its pipeline (a slow
+    /// twin there) is not slow itself.
+    #[test]
+    fn waiting_for_the_other_stage_is_not_slowness() {
+        let waiting = |wait: f64| RankStats {
+            phases: PhaseSeconds([0.1, 1.0, 1.0, 0.0, 0.1, wait]),
+            ..stats(0.0)
+        };
+        let ranks = [waiting(0.0), stats(1.0), waiting(5.0), stats(1.0)];
+        assert_eq!(Straggler::find(&ranks, 2), None);
     }
 }

@@ -42,7 +42,8 @@ use crate::model::{
     ActivationGrads, Activations, CLASSES, CnnMnist, GradsReady, IMAGE_SIDE, Metric, Mode, Model,
     Partition, cnn_layout,
 };
-use crate::train::DataShare;
+use crate::train::timer::{Phase, StepTimer};
+use crate::train::{DataShare, PhaseSeconds};
 
 /// `--micro-batches` when not given.
 pub const DEFAULT_MICRO_BATCHES: usize = 4;
@@ -155,6 +156,10 @@ pub struct PipelineStage<B: Ops> {
     /// The way to the other stages: stage `s` is its rank `s`.
     link: RefCell<Box<dyn StageLink<B>>>,
     times: RefCell<StageTimes>,
+    /// The schedule's phases in device time (forward work, backward work,
+    /// waiting for the other stage), handed to the trainer after each
+    /// schedule (`Model::forward_split`); made at the first schedule.
+    phases: RefCell<Option<StepTimer<B>>>,
 }
 
 impl<B: Ops> PipelineStage<B> {
@@ -184,6 +189,7 @@ impl<B: Ops> PipelineStage<B> {
             micro_batches,
             link: RefCell::new(link),
             times: RefCell::new(StageTimes::default()),
+            phases: RefCell::new(None),
         })
     }
 
@@ -194,6 +200,16 @@ impl<B: Ops> PipelineStage<B> {
     /// Where this stage's time went so far.
     pub fn times(&self) -> StageTimes {
         *self.times.borrow()
+    }
+
+    /// The schedule enters `phase` (`None`: it ended).
+    fn mark(&self, b: &B, phase: Option<Phase>) -> Result<()> {
+        let mut timer = self.phases.borrow_mut();
+        let timer = timer.get_or_insert_with(|| StepTimer::new(b.clone()));
+        match phase {
+            Some(phase) => timer.enter(phase),
+            None => timer.end_step(),
+        }
     }
 }
 
@@ -368,5 +384,16 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
     ) -> anyhow::Result<()> {
         b.write_range(&buffers.acc, grads, 0)?;
         hook.ready(b, grads, 0)
+    }
+
+    /// The last schedule's backward passes and waits, which the trainer
+    /// would otherwise count as forward. Its marks are ready: the schedule
+    /// ends in a read of the device (stage 0's last gradients) or a
+    /// completed exchange (stage 1).
+    fn forward_split(&self, _b: &B) -> Result<Option<PhaseSeconds>> {
+        match self.phases.borrow_mut().as_mut() {
+            Some(timer) => timer.take().map(Some),
+            None => Ok(None),
+        }
     }
 }

@@ -26,6 +26,7 @@ use core_tensor::{Ops, rng};
 
 use super::{PipeBuffers, PipelineStage, StageLink, classes, stage_params};
 use crate::model::{ActivationGrads, Activations, Mode, NoSync};
+use crate::train::timer::Phase;
 
 /// One batch through this rank's stage.
 pub(super) fn run<B: Ops>(
@@ -36,6 +37,7 @@ pub(super) fn run<B: Ops>(
     seed: u64,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
+    stage.mark(b, Some(Phase::Forward))?;
     let place = stage.place;
     let m = bufs.micro.len();
     let seeds: Vec<u64> = (0..m)
@@ -47,6 +49,7 @@ pub(super) fn run<B: Ops>(
     let mut link = Link {
         link: link.as_mut(),
         b,
+        owner: stage,
         stage: place.stage,
         waiting: Duration::ZERO,
     };
@@ -80,6 +83,7 @@ pub(super) fn run<B: Ops>(
         let last = &ActivationGrads::of_ref(&bufs.micro[m - 1].grads)?.dpooled;
         link.exchange(Some(last), None)?;
     }
+    stage.mark(b, None)?;
     let mut times = stage.times.borrow_mut();
     times.total += started.elapsed();
     times.waiting += link.waiting;
@@ -117,6 +121,7 @@ fn split_inputs<B: Ops>(b: &B, bufs: &mut PipeBuffers<B>, first: bool) -> anyhow
 struct Link<'a, B: Ops> {
     link: &'a mut dyn StageLink<B>,
     b: &'a B,
+    owner: &'a PipelineStage<B>,
     stage: usize,
     waiting: Duration,
 }
@@ -127,6 +132,7 @@ impl<B: Ops> Link<'_, B> {
         send: Option<&B::Storage<f32>>,
         recv: Option<&mut B::Storage<f32>>,
     ) -> anyhow::Result<()> {
+        self.owner.mark(self.b, Some(Phase::PipelineWait))?;
         let started = Instant::now();
         let peer = 1 - self.stage;
         self.link
@@ -161,6 +167,7 @@ impl<B: Ops> Work<'_, B> {
 
     /// Stage 0, forward of micro-batch `i`, to its pooled activations.
     fn forward_features(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
+        self.stage.mark(self.b, Some(Phase::Forward))?;
         let act = &mut bufs.micro[i];
         let cnn = &self.stage.cnn;
         Ok(cnn.forward_features(self.b, act, self.params, self.mode(i))?)
@@ -169,6 +176,7 @@ impl<B: Ops> Work<'_, B> {
     /// Stage 0, backward of micro-batch `i` from the gradient of its pooled
     /// activations (received into its `dpooled`).
     fn backward_features(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
+        self.stage.mark(self.b, Some(Phase::Backward))?;
         let (act, grads) = micro_and_grads(bufs, i)?;
         let cnn = &self.stage.cnn;
         cnn.backward_features(self.b, act, self.params, grads, self.seeds[i], &mut NoSync)?;
@@ -179,12 +187,14 @@ impl<B: Ops> Work<'_, B> {
     /// pooled activations (received), to their gradient (`dpooled`).
     fn head(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
         let (b, cnn) = (self.b, &self.stage.cnn);
+        self.stage.mark(b, Some(Phase::Forward))?;
         let loss = bufs.loss.as_mut().context("training buffers")?;
         let act = &mut bufs.micro[i];
         cnn.forward_head(b, act, self.params, self.mode(i))?;
         let g = ActivationGrads::of(&mut act.grads)?;
         let geom = classes(act.batch);
         b.cross_entropy_fwd_bwd(&geom, &act.logits, &act.labels, &mut g.dlogits, loss)?;
+        self.stage.mark(b, Some(Phase::Backward))?;
         let (act, grads) = micro_and_grads(bufs, i)?;
         cnn.backward_head(b, act, self.params, grads, self.seeds[i], &mut NoSync)?;
         self.accumulate(bufs, i)

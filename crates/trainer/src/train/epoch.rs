@@ -56,7 +56,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             .start(&self.backend, resumed.as_ref(), images_before)?;
         // The epoch's monitoring leaves out setup and the last checkpoint.
         self.monitor.take();
-        progress.start_epoch(epoch, steps - first);
+        progress.start_epoch(epoch, steps, first);
         self.stop.training_begins();
         for (s, n) in batches.into_iter().enumerate().skip(first) {
             let at = Position {
@@ -144,6 +144,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 loss: loss_sum / images,
                 accuracy: self.model.metric().value(correct, images),
                 images: self.meter.images * self.share.replicas as u64,
+                train_seconds: self.meter.train_seconds(),
             });
         }
         Ok(())

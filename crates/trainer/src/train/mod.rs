@@ -17,7 +17,7 @@ mod room;
 mod setup;
 mod shared_flags;
 mod step;
-mod timer;
+pub(crate) mod timer;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -127,7 +127,9 @@ pub enum RunOutcome {
 
 /// Per-step progress, for a progress bar.
 pub trait Progress {
-    fn start_epoch(&mut self, epoch: usize, steps: usize);
+    /// An epoch of `steps` steps begins, at step `done` (a resumed run
+    /// starts part-way through; 0 otherwise).
+    fn start_epoch(&mut self, epoch: usize, steps: usize, done: usize);
     fn step(&mut self);
     fn finish_epoch(&mut self);
     /// Every how many optimizer steps [`Progress::running`] wants this
@@ -149,12 +151,16 @@ pub struct Running {
     pub accuracy: f64,
     /// Images this epoch so far, all ranks together (assuming equal shards).
     pub images: u64,
+    /// The epoch's training seconds when `images` was counted (a resumed
+    /// run's seconds before it included, checkpoint pauses not): the rate
+    /// is `images / train_seconds`, as in the epoch line.
+    pub train_seconds: f64,
 }
 
 /// No progress display (other ranks, non-terminal output, tests).
 pub struct Silent;
 impl Progress for Silent {
-    fn start_epoch(&mut self, _: usize, _: usize) {}
+    fn start_epoch(&mut self, _: usize, _: usize, _: usize) {}
     fn step(&mut self) {}
     fn finish_epoch(&mut self) {}
 }

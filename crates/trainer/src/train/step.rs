@@ -42,6 +42,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             &replica.params,
             Mode::Train { dropout_seed },
         )?;
+        if let Some(split) = model.forward_split(b)? {
+            timer.split_forward(&split);
+        }
         model.metric_sum(b, &buffers, &mut self.meter.correct)?;
         model.loss(b, &mut buffers, &mut self.meter.loss_sum)?;
 
