@@ -51,7 +51,7 @@ pub(crate) fn stdout_failed(e: &io::Error) {
     // "No space left on device (os error 28)" without the number.
     let reason = text.split(" (os error").next().unwrap_or(&text);
     let _ = write_line(
-        &mut std::io::stderr(),
+        &mut io::stderr(),
         format_args!("stdout: {reason}: epoch lines are being lost"),
     );
 }
