@@ -14,12 +14,22 @@ use crate::train::{EpochReport, Phase, PhaseSeconds};
 
 /// The epoch line, in the spirit of the reference script.
 /// A model without a metric leaves its two columns out; one that is not
-/// the image classifier counts samples instead of images.
+/// the image classifier counts samples instead of images. A metric with
+/// nothing to measure it on (no test ratings) reads `-`, as the metrics
+/// file's `null`.
 pub fn epoch_line(r: &EpochReport) -> String {
+    let value = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.4}")
+        } else {
+            "-".to_string()
+        }
+    };
     let metric = match r.metric.name() {
         Some(name) => format!(
-            " | {name} {:.4} | test_{name} {:.4}",
-            r.accuracy, r.test_accuracy
+            " | {name} {} | test_{name} {}",
+            value(r.accuracy),
+            value(r.test_accuracy)
         ),
         None => String::new(),
     };
@@ -330,6 +340,13 @@ mod tests {
         });
         assert_eq!(recsys["rmse"], 0.93);
         assert_eq!(recsys["test_rmse"], serde_json::Value::Null);
+        let line = epoch_line(&EpochReport {
+            metric: Metric::Rmse,
+            accuracy: 0.93,
+            test_accuracy: f64::NAN,
+            ..report()
+        });
+        assert!(line.contains("| rmse 0.9300 | test_rmse - |"), "{line}");
         assert!(recsys.get("acc").is_none() && recsys.get("test_acc").is_none());
         let toy = row(&EpochReport {
             metric: Metric::None,

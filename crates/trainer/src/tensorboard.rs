@@ -76,8 +76,13 @@ impl EventWriter {
             Metric::None => None,
         };
         if let Some(name) = metric {
-            values.push((format!("epoch/train_{name}"), r.accuracy));
-            values.push((format!("test/{name}"), r.test_accuracy));
+            // A metric with nothing to measure it on (no test ratings) is
+            // left out, as the metrics file's `null`, not drawn as NaN.
+            let measured = [
+                (format!("epoch/train_{name}"), r.accuracy),
+                (format!("test/{name}"), r.test_accuracy),
+            ];
+            values.extend(measured.into_iter().filter(|(_, v)| v.is_finite()));
         }
         values.push(("epoch/img_per_s".into(), r.images_per_second));
         for (rank, stats) in r.ranks.iter().enumerate() {

@@ -61,7 +61,7 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
             local_world_size: env.local_world_size.max(1),
         },
     );
-    let data = Dataset::load(cli)?;
+    let data = Dataset::load(cli, info.local_world_size)?;
     // The device comes before the rendezvous: a rank without its GPU fails
     // here, alone and at once, instead of after its peers' timeout.
     let device = choose_device(cli, &info)?;

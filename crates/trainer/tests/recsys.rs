@@ -144,3 +144,131 @@ fn bad_ratings_files_are_one_clear_error() {
         assert!(err.contains(needle), "{path:?}: `{needle}` not in {err}");
     }
 }
+
+/// The trainer on `ratings`, stopped after `limit`: `None` if it was still
+/// running then (a FIFO it opened and waits on).
+fn recsys_within(ratings: &Path, limit: std::time::Duration) -> Option<std::process::Output> {
+    let mut child = trainer()
+        .args(["--model", "recsys", "--device", "cpu", "--epochs", "1"])
+        .arg("--ratings")
+        .arg(ratings)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+/// A FIFO is refused before it is opened (opening one without a writer
+/// blocks), and so is a process substitution's pipe, which the chunks
+/// could not read again: one error naming the file.
+#[test]
+fn pipes_are_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.csv");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    let out = recsys_within(&fifo, std::time::Duration::from_secs(30))
+        .expect("the trainer waited on the FIFO");
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("fifo.csv: must be a regular file"),
+        "not named: {err}"
+    );
+
+    let path = dir.path().join("ratings.csv");
+    write_ratings(&path, 2_000, 50, 40, 1).unwrap();
+    let substituted = std::process::Command::new("bash")
+        .args([
+            "-c",
+            r#""$0" --model recsys --device cpu --epochs 1 --ratings <(cat "$1")"#,
+        ])
+        .arg(trainer().get_program())
+        .arg(&path)
+        .output();
+    let Ok(out) = substituted else {
+        return; // no bash here
+    };
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("must be a regular file"), "{err}");
+}
+
+/// With no test ratings the epoch line says `test_rmse -` and TensorBoard
+/// gets no `test/rmse` (the metrics file writes `null`), instead of NaN.
+#[test]
+fn no_test_ratings_is_no_test_rmse_not_nan() {
+    use trainer::model::recsys::ratings::parse_line;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratings.csv");
+    write_ratings(&path, 400, 30, 20, 3).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .enumerate()
+        .filter(|&(n, l)| n == 0 || !parse_line(l, n as u64 + 1).unwrap().is_test())
+        .map(|(_, l)| l)
+        .collect();
+    std::fs::write(&path, kept.join("\n") + "\n").unwrap();
+    let board = dir.path().join("tb");
+    let out = recsys(
+        &path,
+        &[
+            "--epochs",
+            "1",
+            "--batch-size",
+            "16",
+            "--tensorboard",
+            board.to_str().unwrap(),
+        ],
+    );
+    assert!(stderr(&out).contains("0 test ratings"), "{}", stderr(&out));
+    let line = stdout(&out);
+    assert!(line.contains("| test_rmse - |"), "{line}");
+    assert!(!line.contains("NaN"), "{line}");
+    let events = std::fs::read_dir(&board).unwrap().next().unwrap().unwrap();
+    let events = std::fs::read(events.path()).unwrap();
+    let has = |tag: &str| events.windows(tag.len()).any(|w| w == tag.as_bytes());
+    assert!(has("epoch/train_rmse") && !has("test/rmse"));
+}
+
+/// One huge id makes the table far larger than the file: refused before
+/// anything that size is made (here under an address-space limit, where
+/// the starting state's allocation aborted the process), naming the id,
+/// its line and the sizes.
+#[test]
+fn an_id_too_large_for_the_machine_is_refused_before_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratings.csv");
+    write_ratings(&path, 2_000, 50, 40, 1).unwrap();
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text += "16777215,16777215,3.0,1\n";
+    std::fs::write(&path, text).unwrap();
+    // 4 GiB of parameters, about 20 GiB in all, in 6 GB of address space.
+    let out = run(std::process::Command::new("bash")
+        .args(["-c", r#"ulimit -v 6000000 && exec "$0" "$@""#])
+        .arg(trainer().get_program())
+        .args(["--model", "recsys", "--device", "cpu", "--epochs", "1"])
+        .arg("--ratings")
+        .arg(&path));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for needle in [
+        "userId 16777215 on line 2002",
+        "4.1 GiB of parameters",
+        "must be dense",
+    ] {
+        assert!(err.contains(needle), "`{needle}` not in {err}");
+    }
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

@@ -80,3 +80,62 @@ fn synth_ratings_leaves_no_partial_file_and_bounds_its_rows() {
     assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 11);
     assert!(!tmp.path().join("r.csv.partial").exists());
 }
+
+/// An existing path that is not a regular file is refused and left as it
+/// was (renaming over it made a FIFO, or `/dev/full`, a regular file); a
+/// symlink to a file is written through: the link stays, its target
+/// changes.
+#[test]
+fn synth_ratings_refuses_what_is_not_a_file_and_writes_through_a_symlink() {
+    use std::os::unix::fs::FileTypeExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let synth = |path: &std::path::Path| {
+        run(trainer()
+            .arg("synth-ratings")
+            .arg(path)
+            .args(["--rows", "10"]))
+    };
+    let fifo = tmp.path().join("fifo.csv");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    let out = synth(&fifo);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("fifo.csv: is not a regular file"), "{err}");
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "the FIFO was replaced");
+    let out = synth(tmp.path());
+    assert!(stderr(&out).contains("is a directory"), "{}", stderr(&out));
+
+    let (target, link) = (tmp.path().join("target.csv"), tmp.path().join("link.csv"));
+    std::fs::write(&target, "old\n").unwrap();
+    std::os::unix::fs::symlink("target.csv", &link).unwrap();
+    let out = synth(&link);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let kind = std::fs::symlink_metadata(&link).unwrap().file_type();
+    assert!(kind.is_symlink(), "the symlink was replaced");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap().lines().count(),
+        11
+    );
+}
+
+/// The summary counts the users and movies that have a rating, not the
+/// ranges they were drawn from; the file ends with a newline.
+#[test]
+fn synth_ratings_counts_the_users_and_movies_it_wrote() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("one.csv");
+    let out = run(trainer()
+        .arg("synth-ratings")
+        .arg(&path)
+        .args(["--rows", "1"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = common::stdout(&out);
+    assert!(said.contains("1 ratings by 1 users of 1 movies"), "{said}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.ends_with('\n') && text.lines().count() == 2,
+        "{text:?}"
+    );
+}

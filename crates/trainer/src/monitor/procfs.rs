@@ -19,6 +19,24 @@ pub fn available_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// This process's address-space limit in bytes (`Max address space` of
+/// `/proc/self/limits`, set by `ulimit -v`), `None` when unlimited.
+pub fn address_space_limit_bytes() -> Option<u64> {
+    parse_address_space_limit(&fs::read_to_string("/proc/self/limits").ok()?)
+}
+
+fn parse_address_space_limit(limits: &str) -> Option<u64> {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    // The soft limit: the first value after the name.
+    line["Max address space".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// CPU seconds this process (all its threads) has used, user and system.
 pub fn cpu_seconds() -> Option<f64> {
     let stat = fs::read_to_string("/proc/self/stat").ok()?;
@@ -52,6 +70,15 @@ mod tests {
         let line = "4242 (a (weird) name) R 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 3";
         assert_eq!(parse_cpu_ticks(line), Some(300));
         assert_eq!(parse_cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn the_address_space_limit_is_the_soft_one() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max address space         6144000000           unlimited            bytes     \n";
+        assert_eq!(parse_address_space_limit(limits), Some(6_144_000_000));
+        let unlimited = limits.replace("6144000000", "unlimited ");
+        assert_eq!(parse_address_space_limit(&unlimited), None);
     }
 
     #[test]

@@ -27,6 +27,7 @@ use core_tensor::Ops;
 use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
 
+pub(crate) use room::host_room_bytes;
 pub use setup::{DataShare, Setup};
 pub use timer::{Phase, PhaseSeconds};
 

@@ -39,20 +39,24 @@ pub(super) fn new_buffers<B: Ops, M: Model<B>>(
 /// no message. `what` names the buffers (for the message); their owner
 /// says how to need less.
 fn check_host_room<B: Backend>(backend: &B, what: &str, fix: &str) -> anyhow::Result<()> {
-    let (Some(allocated), Some(available), Some(resident)) = (
-        backend.allocated_host_bytes(),
-        procfs::available_bytes(),
-        procfs::resident_mib(),
-    ) else {
+    let (Some(allocated), Some(room)) = (backend.allocated_host_bytes(), host_room_bytes()) else {
         return Ok(());
     };
-    let room = available + (resident * 1024.0 * 1024.0) as u64;
     match shortfall(allocated, room) {
         Some([need, have]) => bail!(
             "{what} would take {need:.1} GiB of memory in all, but this machine has {have:.1} GiB for this rank (free, and what it holds already): {fix}"
         ),
         None => Ok(()),
     }
+}
+
+/// The most memory this process can hold, in bytes: what it holds already
+/// plus what the machine can still give, and no more than its address-space
+/// limit (`ulimit -v`, past which an allocation aborts the process);
+/// `None` where the machine does not say.
+pub(crate) fn host_room_bytes() -> Option<u64> {
+    let room = procfs::available_bytes()? + (procfs::resident_mib()? * 1024.0 * 1024.0) as u64;
+    Some(procfs::address_space_limit_bytes().map_or(room, |limit| room.min(limit)))
 }
 
 /// `[allocated, room]` in GiB when `allocated` bytes do not fit in `room`.
@@ -77,5 +81,6 @@ mod tests {
         let _copy = cpu.upload(&[0u32; 10]).unwrap();
         assert_eq!(cpu.allocated_host_bytes(), Some(before + 4040));
         check_host_room(&cpu, "a few bytes", "none needed").unwrap();
+        assert!(host_room_bytes().unwrap() > 1 << 20);
     }
 }

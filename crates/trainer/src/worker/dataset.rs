@@ -9,7 +9,8 @@ use fashion_mnist::FashionMnist;
 
 use crate::cli::{Cli, ModelChoice};
 use crate::model::cnn::HostSplit;
-use crate::model::recsys::RatingsIndex;
+use crate::model::recsys::{RatingsIndex, table};
+use crate::train::host_room_bytes;
 
 /// What the ranks train on, loaded before the device is chosen, once per
 /// process: rank threads share it.
@@ -30,7 +31,9 @@ pub(super) enum Dataset {
 }
 
 impl Dataset {
-    pub(super) fn load(cli: &Cli) -> anyhow::Result<Self> {
+    /// `local_ranks`: the ranks on this machine, each training a copy of
+    /// the model.
+    pub(super) fn load(cli: &Cli, local_ranks: usize) -> anyhow::Result<Self> {
         Ok(match cli.model {
             ModelChoice::Cnn => {
                 let dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
@@ -49,9 +52,13 @@ impl Dataset {
                     .ratings
                     .as_deref()
                     .context("--model recsys needs --ratings")?;
+                let index = RatingsIndex::build(path)?;
+                let dim = cli.embedding_dim.unwrap_or(32) as usize;
+                // Before anything of the model's size is made.
+                table::check_fits(&index, dim, local_ranks, host_room_bytes())?;
                 Dataset::Recsys {
-                    index: Arc::new(RatingsIndex::build(path)?),
-                    dim: cli.embedding_dim.unwrap_or(32) as usize,
+                    index: Arc::new(index),
+                    dim,
                 }
             }
         })

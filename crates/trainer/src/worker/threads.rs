@@ -38,7 +38,7 @@ pub fn run(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     }
     let stop = StopRequest::new();
     install_worker_handlers(&stop)?;
-    let data = Dataset::load(cli)?;
+    let data = Dataset::load(cli, plan.nproc)?;
     let shared = Shared {
         cli,
         data: &data,

@@ -14,6 +14,7 @@
 pub mod ratings;
 mod shard;
 pub mod synth;
+pub mod table;
 
 use std::ops::Range;
 

@@ -48,6 +48,13 @@ pub struct Chunk {
     pub test: usize,
 }
 
+/// An id and the line (from 1) where it first appears.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LargestId {
+    pub id: u32,
+    pub line: u64,
+}
+
 /// What the first pass learned about a ratings file.
 #[derive(Clone, Debug)]
 pub struct RatingsIndex {
@@ -55,6 +62,8 @@ pub struct RatingsIndex {
     /// One more than the largest user id, and movie id.
     pub users: u32,
     pub items: u32,
+    /// The largest user id and movie id, and the line each first appears on.
+    pub largest: [LargestId; 2],
     pub chunks: Vec<Chunk>,
     /// Mean and standard deviation of the training ratings.
     pub mean: f64,
@@ -133,19 +142,29 @@ fn read_line(reader: &mut impl BufRead, line: &mut String, number: u64) -> anyho
 impl RatingsIndex {
     /// The first pass over `path`: streams the file once.
     pub fn build(path: &Path) -> anyhow::Result<Self> {
-        let file = File::open(path).with_context(|| {
+        let cannot_open = || {
             format!(
                 "--ratings {}: cannot open it (cargo xtask fetch-data movielens downloads one)",
                 path.display()
             )
-        })?;
-        if file.metadata().is_ok_and(|m| m.is_dir()) {
+        };
+        // Asked before opening: opening a FIFO without a writer blocks, and
+        // a pipe (`<(...)`) cannot be read again by each chunk.
+        let meta = std::fs::metadata(path).with_context(cannot_open)?;
+        if meta.is_dir() {
             bail!(
                 "--ratings {}: is a directory; give the ratings.csv file in it",
                 path.display()
             );
         }
-        let size = file.metadata().map_or(0, |m| m.len());
+        if !meta.is_file() {
+            bail!(
+                "--ratings {}: must be a regular file, not a pipe or a device (the ratings are read several times, in chunks)",
+                path.display()
+            );
+        }
+        let file = File::open(path).with_context(cannot_open)?;
+        let size = meta.len();
         let chunk_bytes = (size / CHUNKS).clamp(4096, CHUNK_BYTES);
         let mut reader = BufReader::with_capacity(1 << 16, file);
         let mut line = String::new();
@@ -155,13 +174,18 @@ impl RatingsIndex {
         if offset == 0 {
             bail!("--ratings {}: the file is empty", path.display());
         }
-        if !line.starts_with(HEADER) {
+        // A byte order mark, as some editors and spreadsheets write.
+        if !line.trim_start_matches('\u{feff}').starts_with(HEADER) {
             bail!(
                 "--ratings {}: line 1 is not the header `{HEADER},timestamp` of MovieLens ratings.csv",
                 path.display()
             );
         }
         let (mut users, mut items) = (0u32, 0u32);
+        let mut largest = [LargestId::default(); 2];
+        // The first of the empty lines read since the last rating: allowed
+        // at the end of the file only.
+        let mut blank_since = None;
         let (mut sum, mut sum_sq) = (0.0f64, 0.0f64);
         let mut chunks = Vec::new();
         let mut hashers = [Hasher::new(), Hasher::new()];
@@ -179,9 +203,25 @@ impl RatingsIndex {
             if read == 0 {
                 break;
             }
+            offset += read as u64;
+            if line.trim().is_empty() {
+                blank_since.get_or_insert(number);
+                continue;
+            }
+            if let Some(blank) = blank_since {
+                bail!(
+                    "--ratings {}: line {blank} is empty (empty lines may only end the file)",
+                    path.display()
+                );
+            }
             let r = parse_line(line.trim_end_matches(['\n', '\r']), number)
                 .with_context(|| format!("--ratings {}", path.display()))?;
             (users, items) = (users.max(r.user + 1), items.max(r.item + 1));
+            for (l, id) in largest.iter_mut().zip([r.user, r.item]) {
+                if id > l.id || l.line == 0 {
+                    *l = LargestId { id, line: number };
+                }
+            }
             let held_out = r.is_test();
             let mut bytes = [0u8; 12];
             for (out, word) in bytes
@@ -198,7 +238,6 @@ impl RatingsIndex {
                 sum += f64::from(r.rating);
                 sum_sq += f64::from(r.rating) * f64::from(r.rating);
             }
-            offset += read as u64;
             chunk.end = offset;
             if chunk.end - chunk.start >= chunk_bytes {
                 let next = Chunk {
@@ -237,6 +276,7 @@ impl RatingsIndex {
             path: path.to_path_buf(),
             users,
             items,
+            largest,
             chunks,
             mean,
             std: (sum_sq / train as f64 - mean * mean).max(0.0).sqrt(),
@@ -253,11 +293,20 @@ impl RatingsIndex {
     /// `test` picks the held-out ones or the others.
     pub fn read_chunk(&self, i: usize, test: bool, out: &mut Vec<Rating>) -> anyhow::Result<()> {
         let c = &self.chunks[i];
+        let reading = || {
+            format!(
+                "--ratings {}: reading lines from {}",
+                self.path.display(),
+                c.first_line
+            )
+        };
         let mut file = File::open(&self.path)
             .with_context(|| format!("--ratings {}: reopening it", self.path.display()))?;
-        file.seek(SeekFrom::Start(c.start))?;
+        file.seek(SeekFrom::Start(c.start)).with_context(reading)?;
         let mut bytes = Vec::with_capacity((c.end - c.start) as usize);
-        file.take(c.end - c.start).read_to_end(&mut bytes)?;
+        file.take(c.end - c.start)
+            .read_to_end(&mut bytes)
+            .with_context(reading)?;
         let text = std::str::from_utf8(&bytes).with_context(|| {
             format!(
                 "--ratings {}: lines from {} are not UTF-8 (did the file change?)",
@@ -280,6 +329,49 @@ impl RatingsIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `text` indexed, and the directory its file lives in.
+    fn index_of(text: &[u8]) -> (anyhow::Result<RatingsIndex>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ratings.csv");
+        std::fs::write(&path, text).unwrap();
+        (RatingsIndex::build(&path), dir)
+    }
+
+    /// What editors and spreadsheets add is accepted: a byte order mark
+    /// before the header, empty lines (CRLF ones too) at the end; an empty
+    /// line between ratings is an error naming it. The chunks hold the
+    /// ratings alone, and each id's largest value is found with its line.
+    #[test]
+    fn a_bom_and_trailing_empty_lines_are_accepted_an_inner_one_is_not() {
+        let ratings = "userId,movieId,rating,timestamp\r\n1,7,4.0,5\r\n9,2,3.0,5\r\n4,7,2.5,5\r\n";
+        let plain = index_of(ratings.as_bytes()).0.unwrap();
+        let mut text = b"\xef\xbb\xbf".to_vec();
+        text.extend_from_slice(ratings.as_bytes());
+        let bom = index_of(&text).0.unwrap();
+        text.extend_from_slice(b"\r\n\n  \n");
+        let (index, _dir) = index_of(&text);
+        let index = index.unwrap();
+        assert_eq!(index.counts(), plain.counts());
+        assert_eq!((index.counts().0 + index.counts().1), 3);
+        // The same ratings in the same chunks: trailing lines change nothing.
+        assert_eq!(index.fingerprints, bom.fingerprints);
+        assert_eq!(index.chunks, bom.chunks);
+        assert_eq!(
+            index.largest,
+            [LargestId { id: 9, line: 3 }, LargestId { id: 7, line: 2 }]
+        );
+        let mut all = Vec::new();
+        for i in 0..index.chunks.len() {
+            index.read_chunk(i, false, &mut all).unwrap();
+            index.read_chunk(i, true, &mut all).unwrap();
+        }
+        assert_eq!(all.len(), 3);
+
+        let inner = ratings.replace("9,2,", "\r\n9,2,");
+        let err = format!("{:#}", index_of(inner.as_bytes()).0.unwrap_err());
+        assert!(err.contains("line 3 is empty"), "{err}");
+    }
 
     /// The training fingerprint follows the training ratings: the same on
     /// every pass over the same file, another for one rating changed (in

@@ -16,14 +16,16 @@ use crate::model::unit_f32;
 const FACTORS: usize = 4;
 
 /// Writes `rows` ratings by `users` users of `movies` movies (sparse movie
-/// ids, as MovieLens has) to `path`, the same for the same `seed`.
+/// ids, as MovieLens has) to `path`, the same for the same `seed`; the
+/// users and movies that have a rating in it.
 pub fn write_ratings(
     path: &Path,
     rows: u64,
     users: u32,
     movies: u32,
     seed: u64,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(u32, u32)> {
+    let path = &destination(path)?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let uniform = |rng: &mut ChaCha8Rng| 2.0 * unit_f32(rng) - 1.0;
     let factors = |n: u32, rng: &mut ChaCha8Rng| -> Vec<f32> {
@@ -47,15 +49,46 @@ pub fn write_ratings(
         (&u, &m),
         &mut rng,
     )
-    .and_then(|()| std::fs::rename(&partial, path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&partial);
-        return Err(e).with_context(|| format!("writing {}", path.display()));
-    }
-    Ok(())
+    .and_then(|rated| std::fs::rename(&partial, path).map(|()| rated));
+    written
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&partial);
+        })
+        .with_context(|| format!("writing {}", path.display()))
 }
 
-/// The header and `rows` ratings drawn from `rng` over the factors `u`, `m`.
+/// Where the file for `path` goes: `path` itself when nothing or a regular
+/// file is there, a symlink's target (resolved, so that the rename into
+/// place replaces the target and the link stays) when that is a regular
+/// file. Anything else is refused before it is touched: renaming over a
+/// device, a FIFO or a socket would replace it with a regular file.
+fn destination(path: &Path) -> anyhow::Result<PathBuf> {
+    let refuse = |what: &str| {
+        anyhow::anyhow!(
+            "{}: {what}; synth-ratings writes a new file or replaces a regular one",
+            path.display()
+        )
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => std::fs::canonicalize(path)
+            .with_context(|| format!("{}: resolving its symlinks", path.display())),
+        Ok(meta) if meta.is_dir() => Err(refuse("is a directory")),
+        Ok(_) => Err(refuse(
+            "is not a regular file (a device, a FIFO or a socket)",
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::fs::symlink_metadata(path).is_ok() {
+                Err(refuse("is a symlink to nothing"))
+            } else {
+                Ok(path.to_path_buf())
+            }
+        }
+        Err(e) => Err(e).with_context(|| format!("{}: cannot look at it", path.display())),
+    }
+}
+
+/// The header and `rows` ratings drawn from `rng` over the factors `u`, `m`;
+/// how many users and movies have a rating.
 fn write_rows(
     mut out: BufWriter<std::fs::File>,
     rows: u64,
@@ -63,11 +96,13 @@ fn write_rows(
     movies: u32,
     (u, m): (&[f32], &[f32]),
     rng: &mut ChaCha8Rng,
-) -> std::io::Result<()> {
+) -> std::io::Result<(u32, u32)> {
     writeln!(out, "userId,movieId,rating,timestamp")?;
+    let mut rated = [vec![false; users as usize], vec![false; movies as usize]];
     for row in 0..rows {
         let user = rng.next_u32_below(users) as usize;
         let movie = rng.next_u32_below(movies) as usize;
+        (rated[0][user], rated[1][movie]) = (true, true);
         let (fu, fm) = (
             &u[user * (FACTORS + 1)..][..FACTORS + 1],
             &m[movie * (FACTORS + 1)..][..FACTORS + 1],
@@ -87,7 +122,9 @@ fn write_rows(
             964_982_703 + row
         )?;
     }
-    out.into_inner().map_err(|e| e.into_error())?.sync_all()
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    let [u, m] = rated.map(|seen| seen.iter().filter(|&&s| s).count() as u32);
+    Ok((u, m))
 }
 
 /// `trainer synth-ratings`: a ratings file to try `--model recsys` on
@@ -121,13 +158,12 @@ pub struct SynthArgs {
 
 /// Writes the file `args` describe.
 pub fn run(args: &SynthArgs) -> anyhow::Result<()> {
-    write_ratings(&args.output, args.rows, args.users, args.movies, args.seed)?;
+    let (users, movies) =
+        write_ratings(&args.output, args.rows, args.users, args.movies, args.seed)?;
     say!(
-        "{}: {} ratings by {} users of {} movies; train on it with --model recsys --ratings {}",
+        "{}: {} ratings by {users} users of {movies} movies; train on it with --model recsys --ratings {}",
         args.output.display(),
         args.rows,
-        args.users,
-        args.movies,
         args.output.display()
     );
     Ok(())
