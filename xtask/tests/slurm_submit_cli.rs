@@ -125,6 +125,21 @@ fn rejects_invalid_input_before_doing_anything() {
     );
 }
 
+/// A user mistake is one `error:` line with its causes and exit status 1,
+/// also with RUST_BACKTRACE set in the user's shell: no stack backtrace.
+#[test]
+fn a_user_error_prints_one_line_without_a_backtrace() {
+    let out = slurm_submit(&["--dry-run", "--nodes=0"])
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr, "error: --nodes must be at least 1\n");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+}
+
 #[test]
 fn rejects_an_output_dir_sbatch_cannot_carry() {
     let out = slurm_submit(&["--dry-run", "--output-dir", "/tmp/my logs"])
