@@ -110,6 +110,12 @@ fn rejects_invalid_input_before_doing_anything() {
         ),
         (&["--signal-secs=0"], "--signal-secs must be at least 1"),
         (
+            // sbatch's --signal takes 0 to 65535 seconds; a longer --time
+            // must not make a larger value pass.
+            &["--time=2-00", "--signal-secs=100000"],
+            "--signal-secs 100000 is above 65535",
+        ),
+        (
             &["--dry-run", "--program=/nonexistent/wrapper"],
             "no such file",
         ),
