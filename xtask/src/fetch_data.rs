@@ -10,11 +10,13 @@
 
 mod download;
 mod movielens;
+mod scratch;
 
 use anyhow::{Context, Result, bail};
 use fashion_mnist::{DataFile, FILES};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The official mirror of the Fashion-MNIST authors.
 const DEFAULT_URL: &str = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/";
@@ -43,25 +45,58 @@ pub struct Args {
     /// [default: data/fashion-mnist, or data/movielens].
     #[arg(long, value_name = "DIR")]
     dest: Option<PathBuf>,
+    /// A download that waits this long for the response headers, or gets
+    /// fewer than 1000 bytes/s over this long, is abandoned. Hidden: it is
+    /// for the tests, which set it low so that a stalled server fails them
+    /// in seconds.
+    #[arg(long, hide = true, default_value_t = 30, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    stall_secs: u64,
+}
+
+/// How long a download may go without progress; see `Args::stall_secs`.
+#[derive(Clone, Copy, Debug)]
+pub struct Stall {
+    pub window: Duration,
+}
+
+impl Stall {
+    /// Slower than this on average over a whole window counts as stalled
+    /// (curl's `--speed-limit`). At this rate FashionMNIST would take 8 hours,
+    /// so no link worth waiting for is cut off.
+    pub const MIN_BYTES_PER_SEC: u64 = 1000;
+
+    /// The fewest bytes a window must bring.
+    pub fn min_bytes(&self) -> u64 {
+        u64::try_from(u128::from(Self::MIN_BYTES_PER_SEC) * self.window.as_millis() / 1000)
+            .unwrap_or(u64::MAX)
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let stall = Stall {
+        window: Duration::from_secs(args.stall_secs),
+    };
     if args.data_set == DataSet::Movielens {
         let dest = args.dest.unwrap_or_else(|| movielens::DEFAULT_DEST.into());
-        return movielens::run(args.url.as_deref().unwrap_or(movielens::DEFAULT_URL), &dest);
+        let url = args.url.as_deref().unwrap_or(movielens::DEFAULT_URL);
+        return movielens::run(url, &dest, stall);
     }
     let url = args.url.unwrap_or_else(|| DEFAULT_URL.into());
     let dest = args.dest.unwrap_or_else(|| fashion_mnist::LOCAL_DIR.into());
-    fetch_fashion_mnist(&url, &dest)
+    fetch_fashion_mnist(&url, &dest, stall)
 }
 
-fn fetch_fashion_mnist(url: &str, dest: &Path) -> Result<()> {
+fn fetch_fashion_mnist(url: &str, dest: &Path, stall: Stall) -> Result<()> {
     let base = base_url(url)?;
     std::fs::create_dir_all(dest)
         .with_context(|| format!("cannot create destination directory {}", dest.display()))?;
     let show_progress = std::io::stderr().is_terminal();
     for file in &FILES {
-        fetch_one(file, &base, dest, show_progress)?;
+        // A run killed mid-download (SIGINT, SIGTERM, SIGKILL) cannot delete
+        // its temporary file; the next run does.
+        scratch::sweep_stale(dest, file.name);
+        fetch_one(file, &base, dest, show_progress, stall)?;
     }
     eprintln!("FashionMNIST is ready in {}", dest.display());
     Ok(())
@@ -69,7 +104,13 @@ fn fetch_fashion_mnist(url: &str, dest: &Path) -> Result<()> {
 
 /// Makes sure `dest/<file.name>` holds the verified file, downloading it
 /// only if it is absent or invalid.
-fn fetch_one(file: &DataFile, base: &str, dest: &Path, show_progress: bool) -> Result<()> {
+fn fetch_one(
+    file: &DataFile,
+    base: &str,
+    dest: &Path,
+    show_progress: bool,
+    stall: Stall,
+) -> Result<()> {
     let target = dest.join(file.name);
     match std::fs::read(&target) {
         Ok(existing) => match file.verify_gz(&existing) {
@@ -87,7 +128,7 @@ fn fetch_one(file: &DataFile, base: &str, dest: &Path, show_progress: bool) -> R
     }
 
     let url = format!("{base}{}", file.name);
-    let part = download::to_temp_file(&url, dest, file.name, show_progress)?;
+    let part = download::to_temp_file(&url, dest, file.name, show_progress, stall)?;
     let downloaded = std::fs::read(part.path())
         .with_context(|| format!("cannot read back {}", part.path().display()))?;
     file.verify_gz(&downloaded).with_context(|| {

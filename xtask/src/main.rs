@@ -8,6 +8,9 @@ mod fetch_data;
 mod gpu_report;
 mod slurm_submit;
 
+use std::io::Write;
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -32,12 +35,24 @@ enum Task {
     GpuReport(gpu_report::Args),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().task {
+fn main() -> ExitCode {
+    let result = match Cli::parse().task {
         Task::FetchData(args) => fetch_data::run(args),
         Task::SlurmSubmit(args) => slurm_submit::run(args),
         Task::DeviceBundle(args) => device_bundle::run(args),
         Task::CudaEmu(args) => cuda_emu::run(args),
         Task::GpuReport(args) => gpu_report::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line with the whole chain, as the trainer prints it. Returning
+            // the error from main would print anyhow's Debug form instead, with
+            // a stack backtrace whenever RUST_BACKTRACE is set in the user's
+            // shell: noise for what is nearly always a mistyped flag. Not
+            // eprintln!, which panics when stderr is gone.
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -52,7 +52,8 @@ pub struct Args {
     #[arg(long, default_value = "logs", value_name = "DIR")]
     output_dir: PathBuf,
     /// Seconds before the time limit at which SLURM sends USR1 to every rank: the trainer saves a
-    /// checkpoint and exits with 75, and the job requeues itself to continue from it.
+    /// checkpoint and exits with 75, and the job requeues itself to continue from it. 1 to 65535
+    /// (sbatch's range), and below --time.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     signal_secs: u32,
     /// Exported to every rank (repeatable), e.g. --env NCCL_DEBUG=INFO.

@@ -110,6 +110,12 @@ fn rejects_invalid_input_before_doing_anything() {
         ),
         (&["--signal-secs=0"], "--signal-secs must be at least 1"),
         (
+            // sbatch's --signal takes 0 to 65535 seconds; a longer --time
+            // must not make a larger value pass.
+            &["--time=2-00", "--signal-secs=100000"],
+            "--signal-secs 100000 is above 65535",
+        ),
+        (
             &["--dry-run", "--program=/nonexistent/wrapper"],
             "no such file",
         ),
@@ -123,6 +129,21 @@ fn rejects_invalid_input_before_doing_anything() {
         !logs.exists(),
         "rejected input must not create the output directory"
     );
+}
+
+/// A user mistake is one `error:` line with its causes and exit status 1,
+/// also with RUST_BACKTRACE set in the user's shell: no stack backtrace.
+#[test]
+fn a_user_error_prints_one_line_without_a_backtrace() {
+    let out = slurm_submit(&["--dry-run", "--nodes=0"])
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr, "error: --nodes must be at least 1\n");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
 }
 
 #[test]

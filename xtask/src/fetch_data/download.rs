@@ -2,32 +2,51 @@
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{self, Read};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tempfile::NamedTempFile;
+use ureq::Timeout;
+
+use super::{Stall, scratch};
 
 /// No published file is near this; a larger body means a wrong URL or a
 /// misbehaving server, and is refused before it fills the disk.
 const MAX_BODY_BYTES: u64 = 64 << 20;
 
+/// For the name lookup and the TCP connection each.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Downloads `url` into a new temporary file in `dir`. The file is deleted
 /// when the returned handle is dropped unless the caller persists it, so a
 /// failed or rejected download leaves nothing behind.
+///
+/// Every phase is bounded: the lookup and the connection by
+/// `CONNECT_TIMEOUT`, sending the request and waiting for the response
+/// headers by `stall.window`, and the body by `StallGuard`. There is no cap
+/// on the whole body, which a slow link that still moves data would hit.
 pub(super) fn to_temp_file(
     url: &str,
     dir: &Path,
     name: &str,
     show_progress: bool,
+    stall: Stall,
 ) -> Result<NamedTempFile> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_connect(Some(Duration::from_secs(30)))
-        .timeout_recv_body(Some(Duration::from_secs(600)))
+        .timeout_resolve(Some(CONNECT_TIMEOUT))
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .timeout_send_request(Some(stall.window))
+        .timeout_recv_response(Some(stall.window))
+        // Also bounds each read of the body: a silent server fails within
+        // one window even before StallGuard's average could be taken.
+        .timeout_per_read(Some(stall.window))
         .build()
         .into();
     let mut response = agent
         .get(url)
         .call()
+        .map_err(|err| call_error(err, stall))
         .with_context(|| format!("cannot download {url}"))?;
     let status = response.status();
     if !status.is_success() {
@@ -36,8 +55,9 @@ pub(super) fn to_temp_file(
 
     let body = response.body_mut();
     let progress = progress_bar(name, body.content_length(), show_progress)?;
-    let mut reader = progress.wrap_read(body.with_config().limit(MAX_BODY_BYTES).reader());
-    let prefix = format!(".{name}.");
+    let guarded = StallGuard::new(body.with_config().limit(MAX_BODY_BYTES).reader(), stall);
+    let mut reader = progress.wrap_read(guarded);
+    let prefix = scratch::prefix(name);
     let mut builder = tempfile::Builder::new();
     builder.prefix(&prefix).suffix(".part");
     // tempfile's default is owner-only; the data set is no secret and other
@@ -47,10 +67,105 @@ pub(super) fn to_temp_file(
     let mut part = builder
         .tempfile_in(dir)
         .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
-    std::io::copy(&mut reader, part.as_file_mut())
-        .with_context(|| format!("download of {url} was interrupted"))?;
+    io::copy(&mut reader, part.as_file_mut())
+        .with_context(|| format!("download of {url} was interrupted; nothing was saved"))?;
     progress.finish_and_clear();
     Ok(part)
+}
+
+/// Says which phase of the request timed out; other errors pass unchanged.
+fn call_error(err: ureq::Error, stall: Stall) -> anyhow::Error {
+    let phase = match &err {
+        ureq::Error::Timeout(Timeout::Resolve) => {
+            format!(
+                "the host name did not resolve within {}",
+                secs(CONNECT_TIMEOUT)
+            )
+        }
+        ureq::Error::Timeout(Timeout::Connect) => {
+            format!("no connection within {}", secs(CONNECT_TIMEOUT))
+        }
+        ureq::Error::Timeout(Timeout::SendRequest | Timeout::PerWrite) => {
+            format!(
+                "the request could not be sent within {}",
+                secs(stall.window)
+            )
+        }
+        ureq::Error::Timeout(Timeout::RecvResponse | Timeout::PerRead) => format!(
+            "the server accepted the connection but sent no response headers within {}",
+            secs(stall.window)
+        ),
+        _ => return err.into(),
+    };
+    anyhow::Error::new(err).context(phase)
+}
+
+fn secs(duration: Duration) -> String {
+    format!("{} s", duration.as_secs())
+}
+
+/// Fails a body that stops coming: fewer than `stall.min_bytes()` in a
+/// window of `stall.window`, or one read that times out (a silent server).
+/// Like curl's `--speed-limit`/`--speed-time`, it judges the recent rate, not
+/// the total time.
+struct StallGuard<R> {
+    inner: R,
+    stall: Stall,
+    window_start: Instant,
+    window_bytes: u64,
+}
+
+impl<R> StallGuard<R> {
+    fn new(inner: R, stall: Stall) -> Self {
+        Self {
+            inner,
+            stall,
+            window_start: Instant::now(),
+            window_bytes: 0,
+        }
+    }
+
+    fn stalled(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "the transfer stalled: fewer than {} bytes arrived in {}",
+                self.stall.min_bytes(),
+                secs(self.stall.window)
+            ),
+        )
+    }
+}
+
+impl<R: Read> Read for StallGuard<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = match self.inner.read(buf) {
+            Ok(n) => n,
+            Err(err) if is_timeout(&err) => return Err(self.stalled()),
+            Err(err) => return Err(err),
+        };
+        if n == 0 {
+            return Ok(0); // complete, however slowly its last bytes came
+        }
+        self.window_bytes += n as u64;
+        if self.window_start.elapsed() >= self.stall.window {
+            if self.window_bytes < self.stall.min_bytes() {
+                return Err(self.stalled());
+            }
+            self.window_start = Instant::now();
+            self.window_bytes = 0;
+        }
+        Ok(n)
+    }
+}
+
+/// ureq reports a read's timeout as its own error inside an `io::Error`.
+fn is_timeout(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::TimedOut
+        || err
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+            .is_some_and(|inner| matches!(inner, ureq::Error::Timeout(_)))
 }
 
 /// A byte-count bar when stderr is a terminal; hidden otherwise, so logs of
@@ -75,7 +190,48 @@ fn progress_bar(name: &str, len: Option<u64>, show: bool) -> Result<ProgressBar>
 
 #[cfg(test)]
 mod tests {
-    use super::progress_bar;
+    use super::*;
+
+    #[test]
+    fn a_read_timeout_is_reported_as_a_stall() {
+        struct Silent;
+        impl Read for Silent {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(ureq::Error::Timeout(Timeout::PerRead).into_io())
+            }
+        }
+        let stall = Stall {
+            window: Duration::from_secs(2),
+        };
+        let err = StallGuard::new(Silent, stall)
+            .read(&mut [0; 8])
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the transfer stalled: fewer than 2000 bytes arrived in 2 s"
+        );
+    }
+
+    #[test]
+    fn a_trickle_below_the_rate_is_a_stall() {
+        // One byte per read, 2 ms apart: far below 1000 bytes/s.
+        struct Trickle;
+        impl Read for Trickle {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                std::thread::sleep(Duration::from_millis(2));
+                buf[0] = b'x';
+                Ok(1)
+            }
+        }
+        let stall = Stall {
+            window: Duration::from_millis(50),
+        };
+        let mut guard = StallGuard::new(Trickle, stall);
+        let err = std::iter::repeat_with(|| guard.read(&mut [0; 8]))
+            .find_map(Result::err)
+            .unwrap();
+        assert!(err.to_string().contains("stalled"), "{err}");
+    }
 
     #[test]
     fn progress_templates_are_valid() {

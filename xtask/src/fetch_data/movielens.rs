@@ -5,22 +5,39 @@
 //! so and saves nothing. The trainer's tests never need it: they generate
 //! MovieLens-format files.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+
+use super::{Stall, scratch};
 
 pub const DEFAULT_URL: &str = "https://files.grouplens.org/datasets/movielens/ml-latest-small.zip";
 /// Where the ratings land, relative to the current directory.
 pub const DEFAULT_DEST: &str = "data/movielens";
 const HEADER: &str = "userId,movieId,rating,timestamp";
+/// The scratch folder's kind (see `scratch`).
+const SCRATCH: &str = "movielens";
+/// curl's exit status for "operation timed out".
+const CURL_TIMED_OUT: i32 = 28;
 
 /// Downloads the zip at `url`, unpacks it into `dest`, and checks that a
 /// `ratings.csv` with MovieLens' header came out of it.
-pub fn run(url: &str, dest: &Path) -> Result<()> {
+pub fn run(url: &str, dest: &Path, stall: Stall) -> Result<()> {
     std::fs::create_dir_all(dest)
         .with_context(|| format!("cannot create destination directory {}", dest.display()))?;
-    let scratch = tempfile::tempdir_in(dest)
+    // A run killed by SIGKILL (or before the handlers below) leaves its
+    // scratch folder; this one deletes it.
+    scratch::sweep_stale(dest, SCRATCH);
+    let interrupted = scratch::stop_on_signals()?;
+    // Removed when dropped: on success, on every error and, through
+    // `interrupted`, on SIGINT, SIGTERM and SIGHUP.
+    let scratch = tempfile::Builder::new()
+        .prefix(&scratch::prefix(SCRATCH))
+        .tempdir_in(dest)
         .with_context(|| format!("cannot create a scratch directory in {}", dest.display()))?;
     let zip = scratch.path().join("movielens.zip");
     let mut curl = Command::new("curl");
@@ -32,17 +49,32 @@ pub fn run(url: &str, dest: &Path) -> Result<()> {
         "--connect-timeout",
         "20",
     ])
-    .arg("--output")
-    .arg(&zip)
-    .arg(url);
-    run_tool(
-        &mut curl,
-        "curl",
-        &format!("downloading {url} (is there a network?)"),
-    )?;
+    // A stall detector rather than --max-time, which a slow link that
+    // still moves data would hit; it also bounds the wait for the headers.
+    .arg("--speed-limit")
+    .arg(Stall::MIN_BYTES_PER_SEC.to_string())
+    .arg("--speed-time")
+    .arg(stall.window.as_secs().to_string());
+    if !std::io::stderr().is_terminal() {
+        // The progress meter's \r redraws would fill a log; errors still show.
+        curl.args(["--silent", "--show-error"]);
+    }
+    curl.arg("--output").arg(&zip).arg(url);
+    let downloading = format!("downloading {url} (is there a network?)");
+    let why = |code| {
+        (code == Some(CURL_TIMED_OUT)).then(|| {
+            format!(
+                "timed out: no connection within 20 s, or under {} bytes/s for {} s",
+                Stall::MIN_BYTES_PER_SEC,
+                stall.window.as_secs()
+            )
+        })
+    };
+    run_tool(&mut curl, "curl", &downloading, &interrupted, why)?;
     let mut unzip = Command::new("unzip");
     unzip.arg("-q").arg(&zip).arg("-d").arg(scratch.path());
-    run_tool(&mut unzip, "unzip", &format!("unpacking {url}"))?;
+    let unpacking = format!("unpacking {url}");
+    run_tool(&mut unzip, "unzip", &unpacking, &interrupted, |_| None)?;
     let ratings = find_ratings(scratch.path())?;
     let target = dest.join("ratings.csv");
     std::fs::rename(&ratings, &target)
@@ -54,12 +86,42 @@ pub fn run(url: &str, dest: &Path) -> Result<()> {
     Ok(())
 }
 
-fn run_tool(cmd: &mut Command, tool: &str, what: &str) -> Result<()> {
-    let status = cmd.status().with_context(|| {
+/// Runs `cmd` to its end, or until `interrupted` is set: then it kills the
+/// tool and returns an error, so that the caller's scratch folder is deleted
+/// on the way out. `why` may explain an exit code.
+fn run_tool(
+    cmd: &mut Command,
+    tool: &str,
+    what: &str,
+    interrupted: &AtomicBool,
+    why: impl Fn(Option<i32>) -> Option<String>,
+) -> Result<()> {
+    let mut child = cmd.spawn().with_context(|| {
         format!("{what}: cannot run `{tool}`; install it (apt-get install {tool})")
     })?;
+    let status = loop {
+        // Checked first: Ctrl-C reaches the tool too, which then fails.
+        if interrupted.load(Ordering::SeqCst) {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what}: interrupted by a signal; nothing was saved");
+        }
+        if let Some(status) = child
+            .try_wait()
+            .with_context(|| format!("{what}: cannot wait for `{tool}`"))?
+        {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if interrupted.load(Ordering::SeqCst) {
+        bail!("{what}: interrupted by a signal; nothing was saved");
+    }
     if !status.success() {
-        bail!("{what}: `{tool}` failed ({status}); nothing was saved");
+        match why(status.code()) {
+            Some(why) => bail!("{what}: `{tool}` failed ({status}, {why}); nothing was saved"),
+            None => bail!("{what}: `{tool}` failed ({status}); nothing was saved"),
+        }
     }
     Ok(())
 }

@@ -7,6 +7,9 @@ use anyhow::{Result, anyhow, bail};
 
 use super::Args;
 
+/// sbatch's largest `--signal=SIG@SECS` lead time.
+const MAX_SIGNAL_SECS: u32 = 65535;
+
 /// A job request whose every field is known to be safe to paste into the
 /// batch script.
 #[derive(Debug, PartialEq)]
@@ -61,6 +64,14 @@ pub fn job(args: &Args) -> Result<Job> {
         (None, None) => Ranks::Tasks(1),
     };
     let signal_secs = positive(args.signal_secs, "--signal-secs")?;
+    // sbatch's man page: "sig_time must be an integer between 0 and 65535".
+    // Checked apart from --time, which may be long enough to hide it.
+    if signal_secs > MAX_SIGNAL_SECS {
+        bail!(
+            "--signal-secs {signal_secs} is above {MAX_SIGNAL_SECS}, the most sbatch's \
+             --signal=USR1@SECS accepts (about 18 hours)"
+        );
+    }
     if let Some(time) = &args.time
         && time_limit_secs(time)? <= u64::from(signal_secs)
     {

@@ -1,0 +1,242 @@
+//! `cargo xtask fetch-data` against local servers that accept a connection
+//! and then stall, and what a download leaves behind when it is stopped.
+//! The hidden `--stall-secs` shortens the stall window so that each case
+//! fails in seconds; the deadline below only turns a hang into a failure.
+
+use fashion_mnist::TEST_LABELS;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Output};
+use std::thread::{self, sleep};
+use std::time::{Duration, Instant};
+
+/// Far above what any case needs with `--stall-secs 1` (curl's two retries
+/// included); a download that hangs fails the test instead of the suite.
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// What the server does after reading a request.
+#[derive(Clone, Copy)]
+enum Stall {
+    /// Sends nothing at all, and keeps the connection open.
+    Silent,
+    /// Sends response headers promising 100 kB, then one byte every 100 ms.
+    Trickle,
+}
+
+/// Serves every connection on its own thread as `stall` says; returns the
+/// base URL.
+fn stalling_server(stall: Stall) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let base = format!("http://{}/", listener.local_addr().expect("address"));
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            thread::spawn(move || serve(stream, stall));
+        }
+    });
+    base
+}
+
+fn serve(mut stream: TcpStream, stall: Stall) {
+    let Ok(clone) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(clone);
+    let mut line = String::new();
+    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+        line.clear();
+    }
+    match stall {
+        // Held open until the client gives up and closes it.
+        Stall::Silent => while reader.read_line(&mut line).is_ok_and(|n| n > 0) {},
+        Stall::Trickle => {
+            let head = "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n";
+            let _ = stream.write_all(head.as_bytes());
+            while stream.write_all(b"x").is_ok() {
+                sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn xtask(args: &[&str], dest: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    cmd.arg("fetch-data").args(args).arg("--dest").arg(dest);
+    cmd
+}
+
+/// Starts `cmd` with its stdout and stderr in files under `logs`.
+fn spawn(cmd: &mut Command, logs: &Path) -> Child {
+    cmd.stdout(File::create(logs.join("stdout")).expect("stdout file"))
+        .stderr(File::create(logs.join("stderr")).expect("stderr file"))
+        .spawn()
+        .expect("xtask runs")
+}
+
+/// Waits for `child`, killing it (and failing) past `DEADLINE`.
+fn finish(mut child: Child, logs: &Path) -> Output {
+    let started = Instant::now();
+    let status: ExitStatus = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            child.kill().expect("kill");
+            child.wait().expect("reap");
+            panic!(
+                "fetch-data still running after {DEADLINE:?}:\n{}",
+                std::fs::read_to_string(logs.join("stderr")).unwrap_or_default()
+            );
+        }
+        sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: std::fs::read(logs.join("stdout")).expect("stdout"),
+        stderr: std::fs::read(logs.join("stderr")).expect("stderr"),
+    }
+}
+
+fn run(cmd: &mut Command) -> (Output, String) {
+    let logs = tempfile::tempdir().expect("tempdir");
+    let output = finish(spawn(cmd, logs.path()), logs.path());
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output, stderr)
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("dest exists")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_server_that_never_answers_fails_naming_the_url() {
+    let base = stalling_server(Stall::Silent);
+    let dest = tempfile::tempdir().expect("tempdir");
+    let (out, err) = run(&mut xtask(
+        &["--url", &base, "--stall-secs", "1"],
+        dest.path(),
+    ));
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot download {base}{TEST_LABELS}: the server accepted the connection \
+             but sent no response headers within 1 s"
+        )),
+        "{err}"
+    );
+    assert_eq!(entries(dest.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_body_that_trickles_in_fails_as_a_stall() {
+    let base = stalling_server(Stall::Trickle);
+    let dest = tempfile::tempdir().expect("tempdir");
+    let (out, err) = run(&mut xtask(
+        &["--url", &base, "--stall-secs", "1"],
+        dest.path(),
+    ));
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "download of {base}{TEST_LABELS} was interrupted; nothing was saved: \
+             the transfer stalled: fewer than 1000 bytes arrived in 1 s"
+        )),
+        "{err}"
+    );
+    assert_eq!(entries(dest.path()), Vec::<String>::new(), "no .part file");
+}
+
+#[test]
+fn movielens_gives_up_on_a_silent_server_and_leaves_nothing() {
+    let url = format!("{}ml-latest-small.zip", stalling_server(Stall::Silent));
+    let dest = tempfile::tempdir().expect("tempdir");
+    let (out, err) = run(&mut xtask(
+        &["movielens", "--url", &url, "--stall-secs", "1"],
+        dest.path(),
+    ));
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("downloading {url} (is there a network?)"))
+            && err.contains("timed out: no connection within 20 s, or under 1000 bytes/s for 1 s"),
+        "{err}"
+    );
+    // stderr is a file here: curl's progress meter stays off.
+    assert!(!err.contains('\r'), "{err:?}");
+    assert_eq!(
+        entries(dest.path()),
+        Vec::<String>::new(),
+        "no scratch folder"
+    );
+}
+
+#[test]
+fn movielens_stopped_by_sigterm_removes_its_scratch_folder() {
+    let url = format!("{}ml-latest-small.zip", stalling_server(Stall::Silent));
+    let dest = tempfile::tempdir().expect("tempdir");
+    let logs = tempfile::tempdir().expect("tempdir");
+    let mut cmd = xtask(&["movielens", "--url", &url], dest.path());
+    let child = spawn(&mut cmd, logs.path());
+    // The scratch folder appears once the signal handlers are in place.
+    let started = Instant::now();
+    while entries(dest.path()).is_empty() {
+        assert!(started.elapsed() < DEADLINE, "no scratch folder appeared");
+        sleep(Duration::from_millis(20));
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let out = finish(child, logs.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("interrupted by a signal; nothing was saved"),
+        "{err}"
+    );
+    assert_eq!(
+        entries(dest.path()),
+        Vec::<String>::new(),
+        "no scratch folder"
+    );
+}
+
+#[test]
+fn a_later_run_removes_scratch_left_by_a_dead_run_only() {
+    // Above Linux's largest pid (2^22): no such process can run.
+    let dead = 4_999_999;
+    let alive = std::process::id();
+    let dest = tempfile::tempdir().expect("tempdir");
+    let stale_part = format!(".{TEST_LABELS}.{dead}-abc123.part");
+    let live_part = format!(".{TEST_LABELS}.{alive}-abc123.part");
+    let stale_dir = format!(".movielens.{dead}-abc123");
+    std::fs::write(dest.path().join(&stale_part), b"half").expect("write");
+    std::fs::write(dest.path().join(&live_part), b"half").expect("write");
+    std::fs::create_dir(dest.path().join(&stale_dir)).expect("mkdir");
+    std::fs::write(dest.path().join(&stale_dir).join("movielens.zip"), b"x").expect("write");
+    // A closed port: each run fails at once, after its sweep.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let base = format!("http://127.0.0.1:{port}/");
+
+    let (out, err) = run(&mut xtask(&["--url", &base], dest.path()));
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&stale_part) && err.contains("left behind by an interrupted run"),
+        "{err}"
+    );
+    let url = format!("{base}ml-latest-small.zip");
+    let (out, err) = run(&mut xtask(&["movielens", "--url", &url], dest.path()));
+    assert!(!out.status.success(), "{err}");
+    // The live process's file stays: it may be a concurrent run's.
+    assert_eq!(entries(dest.path()), vec![live_part]);
+}
