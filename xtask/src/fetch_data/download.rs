@@ -227,9 +227,12 @@ mod tests {
             window: Duration::from_millis(50),
         };
         let mut guard = StallGuard::new(Trickle, stall);
+        // Bounded, so that a guard that never fires fails the test instead of
+        // hanging it: 500 reads take at least 1 s, twenty windows.
         let err = std::iter::repeat_with(|| guard.read(&mut [0; 8]))
+            .take(500)
             .find_map(Result::err)
-            .unwrap();
+            .expect("the guard never fired");
         assert!(err.to_string().contains("stalled"), "{err}");
     }
 
