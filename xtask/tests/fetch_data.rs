@@ -33,9 +33,7 @@ impl Server {
         thread::spawn(move || {
             for stream in listener.incoming().take(max_requests) {
                 let Ok(stream) = stream else { continue };
-                if let Some(path) = serve(stream, &replies) {
-                    log.lock().expect("log lock").push(path);
-                }
+                serve(stream, &replies, &log);
             }
         });
         Self { base_url, requests }
@@ -46,7 +44,13 @@ impl Server {
     }
 }
 
-fn serve(stream: TcpStream, replies: &HashMap<String, Reply>) -> Option<String> {
+/// Answers one request, logging its path before the answer goes out (the
+/// client may be done, and the test looking, before this thread runs again).
+fn serve(
+    stream: TcpStream,
+    replies: &HashMap<String, Reply>,
+    log: &Mutex<Vec<String>>,
+) -> Option<()> {
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut request_line = String::new();
     reader.read_line(&mut request_line).ok()?;
@@ -60,6 +64,7 @@ fn serve(stream: TcpStream, replies: &HashMap<String, Reply>) -> Option<String> 
     while reader.read_line(&mut header).ok()? > 2 {
         header.clear();
     }
+    log.lock().expect("log lock").push(path.clone());
     let (status, reason, body) = match replies.get(&path) {
         Some(Reply::Body(body)) => (200, "OK", body.clone()),
         Some(Reply::Status(status, reason)) => (*status, *reason, Vec::new()),
@@ -71,8 +76,7 @@ fn serve(stream: TcpStream, replies: &HashMap<String, Reply>) -> Option<String> 
         body.len()
     );
     stream.write_all(head.as_bytes()).ok()?;
-    stream.write_all(&body).ok()?;
-    Some(path)
+    stream.write_all(&body).ok()
 }
 
 fn fetch_data(url: &str, dest: &Path) -> Output {
