@@ -114,15 +114,24 @@ fn entries(dir: &Path) -> Vec<String> {
     names
 }
 
-#[test]
-fn a_server_that_never_answers_fails_naming_the_url() {
-    let base = stalling_server(Stall::Silent);
+/// A FashionMNIST fetch from a server that stalls so, with a 1 s window:
+/// it fails and leaves nothing (no `.part` file) in its destination. The
+/// server's URL and what the fetch said.
+fn fetch_stalled_by(stall: Stall) -> (String, String) {
+    let base = stalling_server(stall);
     let dest = tempfile::tempdir().expect("tempdir");
     let (out, err) = run(&mut xtask(
         &["--url", &base, "--stall-secs", "1"],
         dest.path(),
     ));
     assert!(!out.status.success(), "{err}");
+    assert_eq!(entries(dest.path()), Vec::<String>::new(), "no .part file");
+    (base, err)
+}
+
+#[test]
+fn a_server_that_never_answers_fails_naming_the_url() {
+    let (base, err) = fetch_stalled_by(Stall::Silent);
     assert!(
         err.contains(&format!(
             "cannot download {base}{TEST_LABELS}: the server accepted the connection \
@@ -130,18 +139,11 @@ fn a_server_that_never_answers_fails_naming_the_url() {
         )),
         "{err}"
     );
-    assert_eq!(entries(dest.path()), Vec::<String>::new());
 }
 
 #[test]
 fn a_body_that_trickles_in_fails_as_a_stall() {
-    let base = stalling_server(Stall::Trickle);
-    let dest = tempfile::tempdir().expect("tempdir");
-    let (out, err) = run(&mut xtask(
-        &["--url", &base, "--stall-secs", "1"],
-        dest.path(),
-    ));
-    assert!(!out.status.success(), "{err}");
+    let (base, err) = fetch_stalled_by(Stall::Trickle);
     assert!(
         err.contains(&format!(
             "download of {base}{TEST_LABELS} was interrupted; nothing was saved: \
@@ -149,7 +151,6 @@ fn a_body_that_trickles_in_fails_as_a_stall() {
         )),
         "{err}"
     );
-    assert_eq!(entries(dest.path()), Vec::<String>::new(), "no .part file");
 }
 
 #[test]
