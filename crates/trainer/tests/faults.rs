@@ -155,7 +155,8 @@ fn a_rank_given_other_training_data_fails_before_training() {
     let (status, err) = wait_within(second, Duration::from_secs(30));
     assert!(!status.success());
     assert!(
-        err.contains("rank 1 has other training data than rank 0 (60000 samples, fingerprint ")
+        err.contains("rank 1 has training data (60000 samples, fingerprint ")
+            && err.contains("but rank 0 has training data (60000 samples, fingerprint ")
             && err.contains("every rank needs the same data set"),
         "{err}"
     );

@@ -43,6 +43,7 @@ use crate::stop::StopRequest;
 use eval::Evaluator;
 use meter::{EpochMeter, ResumePoint};
 use replica::Replica;
+use shared_flags::Agreed;
 use timer::StepTimer;
 
 /// What the loop needs to know, shared by every rank.
@@ -281,9 +282,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         if let Some(comm) = comm.as_mut() {
             // Each rank reads its own copy of the data (another host's may
             // differ): the replicas must train on the same samples.
-            let mut shared = shared_flags;
-            shared.push((shared_flags::TRAINING_DATA, train.fingerprint().to_string()));
-            shared_flags::check(comm, &shared)
+            let mut agreed: Vec<_> = shared_flags.into_iter().map(Agreed::flag).collect();
+            agreed.push(Agreed::training_data(train.fingerprint()));
+            shared_flags::check(comm, &agreed)
                 .with_context(|| format!("rank {rank}: checking the flags against rank 0's"))?;
         }
         let layout = model.layout();

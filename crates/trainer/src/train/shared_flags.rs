@@ -1,5 +1,7 @@
-//! Checking, before training starts, that every rank was given rank 0's
-//! values of the flags a job must share ([`Cli::shared_flags`]).
+//! Checking, before training starts, that every rank holds rank 0's
+//! values of what a job must share: the flags of [`Cli::shared_flags`] and
+//! the training data (each rank reads its own copy; another host's may
+//! differ).
 //!
 //! [`Cli::shared_flags`]: crate::cli::Cli::shared_flags
 
@@ -7,17 +9,47 @@ use anyhow::{Context, anyhow, bail};
 
 use crate::ddp::CommThread;
 
-/// The entry that stands for the training data (their fingerprint) among
-/// the flags: not a flag, but as much a thing every rank must share (a
-/// name without spaces, as every flag's).
-pub const TRAINING_DATA: &str = "training-data";
+/// One thing every rank must hold alike, and what the refusal says of it.
+pub struct Agreed {
+    /// Its name among the others sent (no spaces): a flag, `training-data`.
+    key: &'static str,
+    /// How a refusal names it.
+    what: &'static str,
+    value: String,
+    /// What to make alike when it differs.
+    fix: &'static str,
+}
 
-/// Fails on a rank whose `flags` differ from rank 0's, naming the first
-/// flag that differs with both values. Every rank calls it (two
-/// broadcasts: the length of rank 0's list, then the list).
-pub fn check(comm: &mut CommThread, flags: &[(&'static str, String)]) -> anyhow::Result<()> {
+impl Agreed {
+    /// A flag's value, as [`Cli::shared_flags`] gives it.
+    ///
+    /// [`Cli::shared_flags`]: crate::cli::Cli::shared_flags
+    pub fn flag((flag, value): (&'static str, String)) -> Agreed {
+        Agreed {
+            key: flag,
+            what: flag,
+            value,
+            fix: "every rank needs the same flags",
+        }
+    }
+
+    /// The training data, by their size and fingerprint.
+    pub fn training_data(fingerprint: impl std::fmt::Display) -> Agreed {
+        Agreed {
+            key: "training-data",
+            what: "training data",
+            value: format!("({fingerprint})"),
+            fix: "every rank needs the same data set (the same files, or --data-dir, on every host)",
+        }
+    }
+}
+
+/// Fails on a rank whose values differ from rank 0's, naming the first
+/// that differs with both values. Every rank calls it (two broadcasts: the
+/// length of rank 0's list, then the list).
+pub fn check(comm: &mut CommThread, agreed: &[Agreed]) -> anyhow::Result<()> {
     let rank = comm.rank();
-    let mine = encode(flags);
+    let mine = encode(agreed);
     let mut len = vec![mine.len() as f32];
     comm.broadcast(&mut len, 0)
         .context("receiving rank 0's flags")?;
@@ -29,19 +61,22 @@ pub fn check(comm: &mut CommThread, flags: &[(&'static str, String)]) -> anyhow:
     comm.broadcast(&mut root, 0)
         .context("receiving rank 0's flags")?;
     let root = decode(&root)?;
-    for (flag, value) in flags {
-        match root.iter().find(|(f, _)| f == flag) {
+    for Agreed {
+        key,
+        what,
+        value,
+        fix,
+    } in agreed
+    {
+        match root.iter().find(|(k, _)| k == key) {
             Some((_, v)) if v == value => {}
-            Some((_, v)) if *flag == TRAINING_DATA => bail!(
-                "rank {rank} has other training data than rank 0 ({value}; rank 0: {v}): every rank needs the same data set (the same files, or --data-dir, on every host)"
-            ),
-            Some((_, v)) => bail!(
-                "rank {rank} has {flag} {value} but rank 0 has {flag} {v}: every rank needs the same flags"
-            ),
-            None => bail!("rank 0 does not check {flag}: every rank needs the same trainer build"),
+            Some((_, v)) => {
+                bail!("rank {rank} has {what} {value} but rank 0 has {what} {v}: {fix}")
+            }
+            None => bail!("rank 0 does not check {what}: every rank needs the same trainer build"),
         }
     }
-    if root.len() != flags.len() {
+    if root.len() != agreed.len() {
         bail!(
             "rank 0 checks other flags than rank {rank}: every rank needs the same trainer build"
         );
@@ -50,8 +85,11 @@ pub fn check(comm: &mut CommThread, flags: &[(&'static str, String)]) -> anyhow:
 }
 
 /// `flag value` lines, a byte per f32 (exact).
-fn encode(flags: &[(&'static str, String)]) -> Vec<f32> {
-    let text: String = flags.iter().map(|(f, v)| format!("{f} {v}\n")).collect();
+fn encode(agreed: &[Agreed]) -> Vec<f32> {
+    let text: String = agreed
+        .iter()
+        .map(|a| format!("{} {}\n", a.key, a.value))
+        .collect();
     text.bytes().map(f32::from).collect()
 }
 
@@ -78,8 +116,8 @@ mod tests {
     #[test]
     fn flags_survive_the_f32_encoding() {
         let flags = [
-            ("--lr", "0.001".to_string()),
-            ("--max-steps", "(not given)".to_string()),
+            Agreed::flag(("--lr", "0.001".to_string())),
+            Agreed::flag(("--max-steps", "(not given)".to_string())),
         ];
         let got = decode(&encode(&flags)).unwrap();
         assert_eq!(
