@@ -132,7 +132,8 @@ pub fn describe_split() -> String {
     )
 }
 
-/// Where a stage's time went in the steps so far.
+/// Where a stage's time went in the schedules so far, in device time: the
+/// clock of the steps' `pipeline_wait` phase.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StageTimes {
     /// Running the schedule, waits included.
@@ -145,6 +146,14 @@ impl StageTimes {
     /// The stage's bubble: the fraction of the schedule it sat idle.
     pub fn idle_fraction(&self) -> f64 {
         self.waiting.as_secs_f64() / self.total.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    /// Adds one schedule's phases.
+    fn add(&mut self, schedule: &PhaseSeconds) {
+        let seconds = |phase| Duration::from_secs_f64(schedule.get(phase));
+        self.total += seconds(Phase::Forward) + seconds(Phase::Backward);
+        self.total += seconds(Phase::PipelineWait);
+        self.waiting += seconds(Phase::PipelineWait);
     }
 }
 
@@ -391,9 +400,11 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
     /// ends in a read of the device (stage 0's last gradients) or a
     /// completed exchange (stage 1).
     fn forward_split(&self, _b: &B) -> Result<Option<PhaseSeconds>> {
-        match self.phases.borrow_mut().as_mut() {
-            Some(timer) => timer.take().map(Some),
-            None => Ok(None),
-        }
+        let Some(timer) = self.phases.borrow_mut().as_mut().map(StepTimer::take) else {
+            return Ok(None);
+        };
+        let schedule = timer?;
+        self.times.borrow_mut().add(&schedule);
+        Ok(Some(schedule))
     }
 }

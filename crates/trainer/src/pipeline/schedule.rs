@@ -19,8 +19,6 @@
 //! the batch's): the batch mean, which the trainer then averages over the
 //! stage's replicas.
 
-use std::time::{Duration, Instant};
-
 use anyhow::Context;
 use core_tensor::{Ops, rng};
 
@@ -36,7 +34,6 @@ pub(super) fn run<B: Ops>(
     params: &B::Storage<f32>,
     seed: u64,
 ) -> anyhow::Result<()> {
-    let started = Instant::now();
     stage.mark(b, Some(Phase::Forward))?;
     let place = stage.place;
     let m = bufs.micro.len();
@@ -51,7 +48,6 @@ pub(super) fn run<B: Ops>(
         b,
         owner: stage,
         stage: place.stage,
-        waiting: Duration::ZERO,
     };
     let work = Work {
         stage,
@@ -84,9 +80,6 @@ pub(super) fn run<B: Ops>(
         link.exchange(Some(last), None)?;
     }
     stage.mark(b, None)?;
-    let mut times = stage.times.borrow_mut();
-    times.total += started.elapsed();
-    times.waiting += link.waiting;
     Ok(())
 }
 
@@ -117,13 +110,12 @@ fn split_inputs<B: Ops>(b: &B, bufs: &mut PipeBuffers<B>, first: bool) -> anyhow
     Ok(())
 }
 
-/// This stage's end of the pipeline, timing its waits.
+/// This stage's end of the pipeline, marking its waits.
 struct Link<'a, B: Ops> {
     link: &'a mut dyn StageLink<B>,
     b: &'a B,
     owner: &'a PipelineStage<B>,
     stage: usize,
-    waiting: Duration,
 }
 
 impl<B: Ops> Link<'_, B> {
@@ -133,7 +125,6 @@ impl<B: Ops> Link<'_, B> {
         recv: Option<&mut B::Storage<f32>>,
     ) -> anyhow::Result<()> {
         self.owner.mark(self.b, Some(Phase::PipelineWait))?;
-        let started = Instant::now();
         let peer = 1 - self.stage;
         self.link
             .exchange(self.b, peer, send, recv)
@@ -143,7 +134,6 @@ impl<B: Ops> Link<'_, B> {
                     self.stage
                 )
             })?;
-        self.waiting += started.elapsed();
         Ok(())
     }
 }
