@@ -179,15 +179,9 @@ fn checkpoint(dir: &Path, position: Position, settings: Settings) -> PathBuf {
 fn bad_checkpoints_and_flags_are_one_line_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let defaults = Settings {
-        model: "cnn".into(),
-        seed: 0,
-        world_size: 1,
-        pipeline_stages: 1,
-        batch_size: 64,
-        lr: 1e-3,
-        dropout: DropoutRates::REFERENCE,
         // As written before data fingerprints: resumable on any data.
         data: None,
+        ..Settings::default()
     };
     let mid = Position { epoch: 1, step: 3 };
     let os = |s: &'static str| std::ffi::OsStr::new(s);

@@ -23,14 +23,11 @@ fn layout() -> FlatLayout {
 
 fn settings() -> Settings {
     Settings {
-        model: "cnn".into(),
         seed: 4,
         world_size: 2,
-        pipeline_stages: 1,
         batch_size: 32,
-        lr: 1e-3,
-        dropout: DropoutRates::REFERENCE,
         data: Some(DATA),
+        ..Settings::default()
     }
 }
 

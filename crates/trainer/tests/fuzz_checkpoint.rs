@@ -47,17 +47,14 @@ fn seed() -> &'static (Vec<u8>, Vec<u8>) {
             epoch_correct: vec![20.0, 23.0],
             epoch_train_seconds: 12.5,
             settings: Settings {
-                model: "cnn".into(),
                 seed: 4,
                 world_size: 2,
-                pipeline_stages: 1,
                 batch_size: 32,
-                lr: 1e-3,
-                dropout: DropoutRates::REFERENCE,
                 data: Some(DataFingerprint {
                     samples: 60_000,
                     hash: 0x0123_4567_89ab_cdef,
                 }),
+                ..Settings::default()
             },
         };
         let dir = tempfile::tempdir().unwrap();

@@ -99,14 +99,8 @@ fn pytorch_loads_our_checkpoint_and_we_load_pytorchs_weights_with_the_same_logit
         epoch_correct: vec![0.0],
         epoch_train_seconds: 0.0,
         settings: Settings {
-            model: "cnn".into(),
             seed: 11,
-            world_size: 1,
-            pipeline_stages: 1,
-            batch_size: 64,
-            lr: 1e-3,
-            dropout: DropoutRates::REFERENCE,
-            data: None,
+            ..Settings::default()
         },
     };
     let work = tempfile::tempdir().unwrap();

@@ -161,16 +161,7 @@ fn a_checkpoint_without_a_fingerprint_resumes_with_a_note() {
         epoch_loss_sum: vec![1.0],
         epoch_correct: vec![1.0],
         epoch_train_seconds: 1.0,
-        settings: Settings {
-            model: "cnn".into(),
-            seed: 0,
-            world_size: 1,
-            pipeline_stages: 1,
-            batch_size: 64,
-            lr: 1e-3,
-            dropout: DropoutRates::REFERENCE,
-            data: None,
-        },
+        settings: Settings::default(),
     };
     let old = CheckpointDir::new(tmp.path(), 3)
         .save(&state, cnn_layout())

@@ -285,7 +285,6 @@ fn data_rule(
 mod tests {
     use super::*;
     use crate::data::DataFingerprint;
-    use crate::model::DropoutRates;
 
     const DATA: DataFingerprint = DataFingerprint {
         samples: 512,
@@ -297,14 +296,11 @@ mod tests {
 
     fn settings() -> Settings {
         Settings {
-            model: "cnn".into(),
             seed: 4,
             world_size: 2,
-            pipeline_stages: 1,
             batch_size: 32,
-            lr: 1e-3,
-            dropout: DropoutRates::REFERENCE,
             data: Some(DATA),
+            ..Settings::default()
         }
     }
 

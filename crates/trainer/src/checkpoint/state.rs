@@ -48,6 +48,24 @@ pub struct Settings {
     pub data: Option<DataFingerprint>,
 }
 
+/// The trainer's flag defaults on one rank (`--model cnn`, seed 0, batch
+/// 64, lr 1e-3, the reference dropout) and unknown data, as a checkpoint
+/// from before data fingerprints records them: a base to vary.
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            seed: 0,
+            world_size: 1,
+            pipeline_stages: 1,
+            batch_size: 64,
+            lr: 1e-3,
+            dropout: DropoutRates::REFERENCE,
+            model: "cnn".into(),
+            data: None,
+        }
+    }
+}
+
 /// Everything needed to continue training exactly where it stopped.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrainingState {
@@ -333,16 +351,7 @@ mod tests {
             epoch_loss_sum: vec![1.0],
             epoch_correct: vec![2.0],
             epoch_train_seconds: 1.5,
-            settings: Settings {
-                model: "cnn".into(),
-                seed: 0,
-                world_size: 1,
-                pipeline_stages: 1,
-                batch_size: 64,
-                lr: 1e-3,
-                dropout: DropoutRates::REFERENCE,
-                data: None,
-            },
+            settings: Settings::default(),
         };
         state.check_values(cnn_layout()).unwrap();
         let fc1 = cnn_layout().range("fc1.weight").unwrap().start;
