@@ -14,6 +14,7 @@
 
 mod flags;
 mod group;
+mod heartbeat;
 mod node;
 mod supervise;
 mod workers;
@@ -94,13 +95,20 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
             let auth = AuthToken::resolve(cli.auth_token_file.as_deref())
                 .context("reading the job's auth token")?;
             let rdzv_id = cli.nodes.rdzv_id.as_deref().unwrap_or_default();
+            let heartbeat = cli.nodes.heartbeat();
+            if heartbeat >= graces.failure {
+                tell!(
+                    "launcher: --heartbeat-timeout {heartbeat:?} is not below --timeout {:?}: a stopped node's peers may time out first, and be restarted, before it is found silent",
+                    graces.failure
+                );
+            }
             Some(unless_signalled(&mut signals, || {
                 NodeGroup::join(
                     plan.node_rank,
                     plan.nnodes,
                     master,
                     rdzv_id,
-                    graces.failure,
+                    (graces.failure, heartbeat),
                     auth,
                 )
             })?)
