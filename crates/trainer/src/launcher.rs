@@ -98,7 +98,7 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
             let heartbeat = cli.nodes.heartbeat();
             if heartbeat >= graces.failure {
                 tell!(
-                    "launcher: --heartbeat-timeout {heartbeat:?} is not below --timeout {:?}: a stopped node's peers may time out first, and be restarted, before it is found silent",
+                    "launcher: --heartbeat-timeout {heartbeat:?} is not below --timeout {:?}: the ranks waiting on a stopped node may time out, and be blamed, before it is found silent",
                     graces.failure
                 );
             }
@@ -407,6 +407,8 @@ mod tests {
             "1",
             "--standalone",
             "--rdzv-endpoint=h:1",
+            "--heartbeat-timeout",
+            "2",
             "--epochs",
             "4",
         ]);

@@ -359,15 +359,13 @@ impl Drop for Frozen {
 /// and restarts nothing though restarts are left. What it said, and its
 /// exit code.
 fn freeze_a_machine(victim: usize) -> (String, Option<i32>) {
+    freeze_with(victim, ["--timeout", "20", "--heartbeat-timeout", "2"])
+}
+
+/// [`freeze_a_machine`] with `--timeout T --heartbeat-timeout H` of `flags`.
+fn freeze_with(victim: usize, flags: [&str; 4]) -> (String, Option<i32>) {
     let tmp = tempfile::tempdir().unwrap();
-    let flags = [
-        "--timeout",
-        "20",
-        "--max-restarts",
-        "2",
-        "--heartbeat-timeout",
-        "2",
-    ];
+    let flags = [&flags[..], &["--max-restarts", "2"]].concat();
     let (mut node0, mut node1, (lines, relay)) = training_launchers(tmp.path(), &flags);
     // The wait is a hang check: without heartbeats the ranks would time
     // out after 20 s and restart, twice.
@@ -412,6 +410,20 @@ fn a_frozen_node_0_is_named_by_node_1_which_ends_without_a_restart() {
         last.starts_with("error: node 1: node 0's launcher (host ")
             && last.contains("stopped answering for 2.0 s")
             && last.contains("kill -CONT"),
+        "{said}"
+    );
+    assert_eq!(code, Some(1), "{said}");
+}
+
+/// Node 0's ranks time out on a frozen node 1's before its silence passes
+/// --heartbeat-timeout: node 0 waits for the late node's verdict rather
+/// than restart on its ranks' timeouts.
+#[test]
+fn a_frozen_node_is_named_even_when_its_peers_time_out_first() {
+    let (said, code) = freeze_with(1, ["--timeout", "4", "--heartbeat-timeout", "8"]);
+    let last = said.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: node 1's launcher (host ") && last.contains("sent no heartbeat"),
         "{said}"
     );
     assert_eq!(code, Some(1), "{said}");

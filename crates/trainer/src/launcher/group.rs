@@ -224,8 +224,8 @@ impl NodeGroup {
 
     /// Tells every node that `what` failed in `attempt`, unless news from
     /// another node came first (waiting up to `wait` for it: a failure, a
-    /// signal or a departed launcher there, the likelier cause): then that
-    /// news.
+    /// signal or a departed launcher there, the likelier cause; on node 0,
+    /// longer while a node's heartbeat is late): then that news.
     /// A failure that is `final` (no restart can mend it) is marked so for
     /// the others.
     pub fn report_failure(
@@ -239,7 +239,12 @@ impl NodeGroup {
             if let Some(news) = self.news_now(attempt) {
                 return Some(news);
             }
-            if self.lost || Instant::now() >= until {
+            // Node 0 waits on while a node's heartbeat is late: the failure
+            // here is then likely its ranks' silence, and the node, once
+            // past --heartbeat-timeout, the cause (however short --timeout).
+            let now = Instant::now();
+            let waiting = now < until || (!wait.is_zero() && self.pulse.late(now));
+            if self.lost || !waiting {
                 break;
             }
             std::thread::sleep(POLL);

@@ -24,6 +24,10 @@ use comm::{CommError, Store};
 /// many missed beats.
 const BEATS_PER_LIMIT: u32 = 10;
 
+/// Missed beats after which a node is late: its silence may be the cause
+/// of a failure node 0 sees.
+const LATE_BEATS: u32 = 3;
+
 /// How often a launcher beats for a limit of `limit`.
 pub(super) fn interval(limit: Duration) -> Duration {
     limit / BEATS_PER_LIMIT
@@ -152,6 +156,17 @@ impl Pulse {
             }
         }
     }
+
+    /// Whether a node's beat is overdue (unchanged for [`LATE_BEATS`]
+    /// beats) but not yet past the limit: a node that may be falling
+    /// silent, as of `now`.
+    pub fn late(&self, now: Instant) -> bool {
+        let overdue = interval(self.limit) * LATE_BEATS;
+        self.seen.iter().flatten().any(|(_, since)| {
+            let quiet = now.saturating_duration_since(*since);
+            quiet > overdue && quiet < self.limit
+        })
+    }
 }
 
 /// What node 0 says of node `node`, on `host`, silent for `silent`.
@@ -198,8 +213,12 @@ mod tests {
             pulse.silent_for(1, beat(2), at(7.5)),
             Some(Duration::from_secs_f64(4.5))
         );
+        // Late from three missed beats (0.6 s) until the limit.
+        assert!(!pulse.late(at(3.5)) && pulse.late(at(3.7)) && pulse.late(at(4.9)));
+        assert!(!pulse.late(at(5.0)));
         // A beat again (a resumed node) is fresh.
         assert_eq!(pulse.silent_for(1, beat(3), at(8.0)), None);
+        assert!(!pulse.late(at(8.5)));
         // Nodes are judged apart; a node 0 that did not look for long
         // (busy, or stopped itself) finds moved beats fresh, not silent.
         assert_eq!(pulse.silent_for(2, beat(7), at(0.0)), None);
