@@ -96,9 +96,11 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
                 .context("reading the job's auth token")?;
             let rdzv_id = cli.nodes.rdzv_id.as_deref().unwrap_or_default();
             let heartbeat = cli.nodes.heartbeat();
-            if heartbeat >= graces.failure {
+            // Node 0 waits for a late node's verdict; a third node's ranks
+            // reporting their timeouts first would be taken at their word.
+            if heartbeat >= graces.failure && plan.nnodes > 2 {
                 tell!(
-                    "launcher: --heartbeat-timeout {heartbeat:?} is not below --timeout {:?}: the ranks waiting on a stopped node may time out, and be blamed, before it is found silent",
+                    "launcher: --heartbeat-timeout {heartbeat:?} is not below --timeout {:?}: the ranks waiting on a stopped node may time out, and be blamed (and restarted), before it is found silent",
                     graces.failure
                 );
             }

@@ -71,8 +71,9 @@ pub struct NodeFlags {
     /// ends on every node as one that is stopped (SIGSTOP, a debugger, a
     /// suspended VM) or cut off by the network: node 0 hears no heartbeat
     /// from it (each beats ten times per limit), or node 0's launcher
-    /// answers no request. Keep it below --timeout, so that it is named
-    /// before the other ranks time out waiting for its ranks (1 to 86400).
+    /// answers no request. With more than two machines keep it below
+    /// --timeout, so that it is named before the other machines' ranks
+    /// time out waiting for its ranks (1 to 86400).
     #[arg(long, value_name = "SECS", default_value_t = 15.0, value_parser = heartbeat_seconds)]
     pub heartbeat_timeout: f64,
 }
