@@ -352,25 +352,24 @@ impl Drop for Frozen {
     }
 }
 
-/// Machine `victim` of a training 2 x 2 job freezes (its launcher and
-/// workers stopped with SIGSTOP, their connections open): the other
-/// machine's launcher ends the job within seconds of --heartbeat-timeout,
-/// long before the --timeout its ranks would wait, naming the silent node,
-/// and restarts nothing though restarts are left. What it said, and its
-/// exit code.
-fn freeze_a_machine(victim: usize) -> (String, Option<i32>) {
-    freeze_with(victim, ["--timeout", "20", "--heartbeat-timeout", "2"])
-}
+/// `--timeout` and `--heartbeat-timeout` of the frozen-machine tests: the
+/// heartbeat well inside the ranks' own wait.
+const SHORT_HEARTBEAT: [&str; 4] = ["--timeout", "20", "--heartbeat-timeout", "2"];
 
-/// [`freeze_a_machine`] with `--timeout T --heartbeat-timeout H` of `flags`.
-fn freeze_with(victim: usize, flags: [&str; 4]) -> (String, Option<i32>) {
+/// Machine `victim` of a training 2 x 2 job with `flags` (`--timeout T
+/// --heartbeat-timeout H`) freezes (its launcher and workers stopped with
+/// SIGSTOP, their connections open): the other machine's launcher ends the
+/// job within seconds of H, exiting 1, its last line starting with
+/// `said[0]` and holding the rest of `said`, and restarts nothing though
+/// restarts are left.
+fn freeze_a_machine(victim: usize, flags: [&str; 4], said: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let flags = [&flags[..], &["--max-restarts", "2"]].concat();
     let (mut node0, mut node1, (lines, relay)) = training_launchers(tmp.path(), &flags);
     // The wait is a hang check: without heartbeats the ranks would time
-    // out after 20 s and restart, twice.
+    // out after T and restart, twice.
     let limit = Duration::from_secs(30);
-    let (said, out) = if victim == 0 {
+    let (story, out) = if victim == 0 {
         let frozen = Frozen::machine_of(&node0);
         let out = wait_within(node1, limit);
         drop(frozen);
@@ -385,34 +384,33 @@ fn freeze_with(victim: usize, flags: [&str; 4]) -> (String, Option<i32>) {
         relay.join().unwrap();
         (stderr(&out), out)
     };
-    assert!(!said.contains("restart 1 of 2"), "{said}");
-    (said, out.status.code())
+    assert!(!story.contains("restart 1 of 2"), "{story}");
+    let last = story.lines().last().unwrap_or_default();
+    assert!(last.starts_with(said[0]), "{story}");
+    for needle in &said[1..] {
+        assert!(last.contains(needle), "{needle}: {story}");
+    }
+    assert_eq!(out.status.code(), Some(1), "{story}");
 }
 
 #[test]
 fn a_frozen_node_1_is_named_by_node_0_which_ends_the_job_without_a_restart() {
-    let (said, code) = freeze_a_machine(1);
-    let last = said.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with("error: node 1's launcher (host ")
-            && last.contains("sent no heartbeat for")
-            && last.contains("kill -CONT"),
-        "{said}"
-    );
-    assert_eq!(code, Some(1), "{said}");
+    let said = [
+        "error: node 1's launcher (host ",
+        "sent no heartbeat for",
+        "kill -CONT",
+    ];
+    freeze_a_machine(1, SHORT_HEARTBEAT, &said);
 }
 
 #[test]
 fn a_frozen_node_0_is_named_by_node_1_which_ends_without_a_restart() {
-    let (said, code) = freeze_a_machine(0);
-    let last = said.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with("error: node 1: node 0's launcher (host ")
-            && last.contains("stopped answering for 2.0 s")
-            && last.contains("kill -CONT"),
-        "{said}"
-    );
-    assert_eq!(code, Some(1), "{said}");
+    let said = [
+        "error: node 1: node 0's launcher (host ",
+        "stopped answering for 2.0 s",
+        "kill -CONT",
+    ];
+    freeze_a_machine(0, SHORT_HEARTBEAT, &said);
 }
 
 /// Node 0's ranks time out on a frozen node 1's before its silence passes
@@ -420,11 +418,7 @@ fn a_frozen_node_0_is_named_by_node_1_which_ends_without_a_restart() {
 /// than restart on its ranks' timeouts.
 #[test]
 fn a_frozen_node_is_named_even_when_its_peers_time_out_first() {
-    let (said, code) = freeze_with(1, ["--timeout", "4", "--heartbeat-timeout", "8"]);
-    let last = said.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with("error: node 1's launcher (host ") && last.contains("sent no heartbeat"),
-        "{said}"
-    );
-    assert_eq!(code, Some(1), "{said}");
+    let flags = ["--timeout", "4", "--heartbeat-timeout", "8"];
+    let said = ["error: node 1's launcher (host ", "sent no heartbeat for"];
+    freeze_a_machine(1, flags, &said);
 }
