@@ -102,6 +102,14 @@ pub enum CommError {
     #[error("rendezvous store at {master}: {detail}")]
     Store { master: String, detail: String },
 
+    /// The store took a request and gave no answer for `silent` past its
+    /// own wait, its connection still open: its host is stopped (SIGSTOP,
+    /// a debugger, a suspended VM) or cut off by the network.
+    #[error(
+        "rendezvous store at {master} stopped answering: nothing for {silent:?} (its process stopped, e.g. by SIGSTOP or a debugger, or its machine suspended or cut off by the network?)"
+    )]
+    StoreSilent { master: String, silent: Duration },
+
     /// A neighbour closed or reset its connection: it crashed, was killed, or
     /// gave up after its own error.
     #[error("lost connection to rank {peer} ({addr}) during {op}: {detail}")]

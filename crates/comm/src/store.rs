@@ -20,6 +20,20 @@ pub struct Store {
     stream: TcpStream,
     master: String,
     timeout: Duration,
+    /// How long a request waits for its answer beyond the store's own wait.
+    reply_timeout: Duration,
+    /// Why an exchange failed: an answer may still be on its way, so no
+    /// later request may use the connection (it would read that answer).
+    fault: Option<Fault>,
+}
+
+/// How an exchange with the store failed.
+#[derive(Clone, Debug)]
+enum Fault {
+    /// No answer for this long past the store's own wait.
+    Silent(Duration),
+    /// The connection closed or carried garbage: this, said.
+    Broken(String),
 }
 
 impl Store {
@@ -86,7 +100,21 @@ impl Store {
             stream,
             master,
             timeout: config.timeout,
+            reply_timeout: config.timeout,
+            fault: None,
         })
+    }
+
+    /// Bounds how long each request waits for the store's answer beyond
+    /// the store's own wait (default: the config's timeout): a store whose
+    /// host is stopped (SIGSTOP, a debugger, a suspended VM) or cut off by
+    /// the network keeps the connection open and never answers, and a
+    /// member that must notice that sooner than its rendezvous timeout says
+    /// so here. A request that gets no answer in time fails with
+    /// [`CommError::StoreSilent`], and so does every later one: the late
+    /// answer could otherwise be taken for theirs.
+    pub fn set_reply_timeout(&mut self, reply_timeout: Duration) {
+        self.reply_timeout = reply_timeout;
     }
 
     /// Stores `value` under `key`, replacing any earlier value.
@@ -153,33 +181,50 @@ impl Store {
     }
 
     /// Sends one request and reads its answer; the store may take up to
-    /// `server_wait` to answer before the network timeout starts counting.
+    /// `server_wait` to answer before the reply timeout starts counting.
+    /// After a failed exchange the connection serves nothing more.
     fn request(&mut self, request: &Request, server_wait: Duration) -> Result<Response, CommError> {
-        let read_timeout = server_wait.saturating_add(self.timeout);
+        if let Some(fault) = &self.fault {
+            return Err(self.fault_error(fault));
+        }
+        let read_timeout = server_wait.saturating_add(self.reply_timeout);
         let exchange = || -> io::Result<Response> {
-            self.stream.set_write_timeout(Some(self.timeout))?;
+            self.stream.set_write_timeout(Some(self.reply_timeout))?;
             self.stream.set_read_timeout(Some(read_timeout))?;
             write_frame(&self.stream, &request.encode())?;
             Response::decode(&read_frame(&self.stream)?)
         };
         let response = exchange().map_err(|e| {
-            let detail = match e.kind() {
-                ErrorKind::WouldBlock | ErrorKind::TimedOut => {
-                    format!("no answer within {read_timeout:?} (is rank 0 alive?)")
-                }
+            let fault = match e.kind() {
+                ErrorKind::WouldBlock | ErrorKind::TimedOut => Fault::Silent(self.reply_timeout),
                 ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => {
-                    format!("rank 0 closed the store connection (did rank 0 exit?): {e}")
+                    Fault::Broken(format!(
+                        "rank 0 closed the store connection (did rank 0 exit?): {e}"
+                    ))
                 }
-                _ => e.to_string(),
+                _ => Fault::Broken(e.to_string()),
             };
-            CommError::Store {
-                master: self.master.clone(),
-                detail,
-            }
+            let error = self.fault_error(&fault);
+            self.fault = Some(fault);
+            error
         })?;
         match response {
             Response::Rejected(r) => Err(r.into()),
             other => Ok(other),
+        }
+    }
+
+    fn fault_error(&self, fault: &Fault) -> CommError {
+        let master = self.master.clone();
+        match fault {
+            Fault::Silent(silent) => CommError::StoreSilent {
+                master,
+                silent: *silent,
+            },
+            Fault::Broken(detail) => CommError::Store {
+                master,
+                detail: detail.clone(),
+            },
         }
     }
 
@@ -216,5 +261,61 @@ fn connect_with_retry(host: &str, port: u16, deadline: Instant) -> Result<TcpStr
             return Err(last_error);
         }
         std::thread::sleep(left.min(RETRY_PAUSE));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// A store whose process is stopped after it welcomed one member: the
+    /// connection stays open, requests are read by no one. The frames it
+    /// did read go to `seen`.
+    fn stopped_store(seen: mpsc::Sender<usize>) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            handshake(&stream, None, Role::Acceptor).unwrap();
+            read_frame(&stream).unwrap();
+            write_frame(&stream, &Response::Ok.encode()).unwrap();
+            // One request arrives; then the process "stops".
+            let mut frames = 0;
+            stream
+                .set_read_timeout(Some(Duration::from_secs(1)))
+                .unwrap();
+            while read_frame(&stream).is_ok() {
+                frames += 1;
+            }
+            let _ = seen.send(frames);
+        });
+        port
+    }
+
+    #[test]
+    fn a_store_that_stops_answering_fails_requests_within_the_reply_timeout() {
+        let (seen, frames) = mpsc::channel();
+        let port = stopped_store(seen);
+        // A rendezvous timeout far longer than the test may take.
+        let config =
+            CommConfig::new(1, 2, "127.0.0.1", port).with_timeout(Duration::from_secs(600));
+        let mut store = Store::connect(&config).unwrap();
+        store.set_reply_timeout(Duration::from_millis(200));
+        let asked = Instant::now();
+        let err = store.set("heartbeat/1", b"1").unwrap_err();
+        assert!(asked.elapsed() < Duration::from_secs(20), "hung");
+        assert!(
+            matches!(err, CommError::StoreSilent { silent, .. } if silent == Duration::from_millis(200)),
+            "{err}"
+        );
+        assert!(err.to_string().contains("stopped answering"), "{err}");
+        // Later requests fail the same way without touching the connection,
+        // whose late answer would otherwise be read as theirs.
+        let again = store.wait_for("x", Duration::ZERO).unwrap_err();
+        assert!(matches!(again, CommError::StoreSilent { .. }), "{again}");
+        assert_eq!(frames.recv_timeout(Duration::from_secs(20)), Ok(1));
     }
 }

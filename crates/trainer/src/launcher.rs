@@ -14,6 +14,7 @@
 
 mod flags;
 mod group;
+mod heartbeat;
 mod node;
 mod supervise;
 mod workers;
@@ -94,13 +95,22 @@ pub fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
             let auth = AuthToken::resolve(cli.auth_token_file.as_deref())
                 .context("reading the job's auth token")?;
             let rdzv_id = cli.nodes.rdzv_id.as_deref().unwrap_or_default();
+            let heartbeat = cli.nodes.heartbeat();
+            // Node 0 waits for a late node's verdict; a third node's ranks
+            // reporting their timeouts first would be taken at their word.
+            if heartbeat >= graces.failure && plan.nnodes > 2 {
+                tell!(
+                    "launcher: --heartbeat-timeout {heartbeat:?} is not below --timeout {:?}: the ranks waiting on a stopped node may time out, and be blamed (and restarted), before it is found silent",
+                    graces.failure
+                );
+            }
             Some(unless_signalled(&mut signals, || {
                 NodeGroup::join(
                     plan.node_rank,
                     plan.nnodes,
                     master,
                     rdzv_id,
-                    graces.failure,
+                    (graces.failure, heartbeat),
                     auth,
                 )
             })?)
@@ -399,6 +409,8 @@ mod tests {
             "1",
             "--standalone",
             "--rdzv-endpoint=h:1",
+            "--heartbeat-timeout",
+            "2",
             "--epochs",
             "4",
         ]);

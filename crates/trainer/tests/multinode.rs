@@ -5,90 +5,15 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc::Receiver;
-use std::thread::JoinHandle;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{
-    data_arg, dataset, final_state, free_port, launcher_pid, stderr, stderr_lines, stdout, trainer,
+use common::nodes::{
+    job, training_launchers, two_launchers, two_launchers_with, two_same_launchers, wait_within,
 };
+use common::{final_state, free_port, launcher_pid, stderr, stderr_lines, stdout};
 use trainer::checkpoint::Position;
 use trainer::checkpoint::store::PAUSE_ENV;
-
-/// One epoch (of `--max-steps`), checkpointed at its end into `dir`.
-fn job(dir: &Path) -> Command {
-    let mut cmd = trainer();
-    cmd.args([
-        "--epochs",
-        "1",
-        "--threads",
-        "1",
-        "--seed",
-        "7",
-        "--checkpoint-dir",
-    ])
-    .arg(dir)
-    .args(data_arg(dataset()))
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    cmd
-}
-
-/// Launchers for nodes 0 and 1 of a 2 x 2 job, started together.
-fn two_launchers(dir: &Path, extra: &[&str]) -> [Child; 2] {
-    two_launchers_with(dir, extra, |_| {})
-}
-
-/// [`two_launchers`], each command also set up by `also`.
-fn two_launchers_with(dir: &Path, extra: &[&str], also: impl Fn(&mut Command)) -> [Child; 2] {
-    let port = free_port().to_string();
-    [0, 1].map(|node_rank: usize| {
-        let mut cmd = job(dir);
-        cmd.args(["--nnodes", "2", "--nproc_per_node", "2"])
-            .args(["--master_addr", "127.0.0.1", "--master_port", &port])
-            .args(["--node_rank", &node_rank.to_string()])
-            .args(extra);
-        also(&mut cmd);
-        cmd.spawn().expect("starting a launcher")
-    })
-}
-
-/// The same launcher command twice: node ranks by arrival.
-fn two_same_launchers(dir: &Path, extra: &[&str]) -> [Output; 2] {
-    let endpoint = format!("127.0.0.1:{}", free_port());
-    [(); 2]
-        .map(|()| {
-            job(dir)
-                .args(["--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d"])
-                .args(["--rdzv_id=job7", "--rdzv_endpoint", &endpoint])
-                .args(extra)
-                .spawn()
-                .expect("starting a launcher")
-        })
-        .map(|l| l.wait_with_output().unwrap())
-}
-
-/// A 2 x 2 job of endless steps with `timeout` and `restarts`, once it
-/// trains: both launchers, and node 1's stderr as it comes.
-fn training_launchers(
-    dir: &Path,
-    timeout: u32,
-    restarts: u32,
-) -> (Child, Child, (Receiver<String>, JoinHandle<()>)) {
-    let (timeout, restarts) = (timeout.to_string(), restarts.to_string());
-    let extra = ["--max-steps", "100000", "--timeout", &timeout];
-    let [node0, mut node1] =
-        two_launchers(dir, &[&extra[..], &["--max-restarts", &restarts]].concat());
-    let (lines, relay) = stderr_lines(&mut node1);
-    while !lines
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the job starts")
-        .contains("joined")
-    {}
-    std::thread::sleep(Duration::from_secs(1));
-    (node0, node1, (lines, relay))
-}
 
 /// The final checkpoint's tensors, as bits (the files' metadata order varies).
 fn tensors(dir: &Path) -> Vec<Vec<u32>> {
@@ -226,19 +151,6 @@ fn with_max_restarts_every_node_restarts_from_the_checkpoint_and_the_result_is_u
     assert!(tensors(&calm) == tensors(&hit), "the weights differ");
 }
 
-/// `child`'s output, failing the test if it runs longer than `limit`.
-fn wait_within(mut child: Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            child.kill().unwrap();
-            panic!("a launcher still runs after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
-
 /// With a job token every launcher and every rank proves it holds it: two
 /// launchers sharing `TRAINER_AUTH_TOKEN` train together; one holding
 /// another token is refused at the launchers' rendezvous.
@@ -299,7 +211,8 @@ fn a_launcher_waiting_for_node_0_stops_at_once_on_sigterm() {
 #[test]
 fn sigint_to_one_nodes_launcher_stops_every_node_without_a_restart() {
     let tmp = tempfile::tempdir().unwrap();
-    let (node0, mut node1, (_, relay)) = training_launchers(tmp.path(), 10, 1);
+    let (node0, mut node1, (_, relay)) =
+        training_launchers(tmp.path(), &["--timeout", "10", "--max-restarts", "1"]);
     let pid = node1.id().to_string();
     Command::new("kill").args(["-INT", &pid]).status().unwrap();
     let out0 = wait_within(node0, Duration::from_secs(60));
@@ -321,7 +234,8 @@ fn sigint_to_one_nodes_launcher_stops_every_node_without_a_restart() {
 /// restarts are left: those ranks cannot come back. What it said.
 fn kill_a_launcher(victim: usize) -> String {
     let tmp = tempfile::tempdir().unwrap();
-    let (mut node0, mut node1, (lines, relay)) = training_launchers(tmp.path(), 20, 2);
+    let (mut node0, mut node1, (lines, relay)) =
+        training_launchers(tmp.path(), &["--timeout", "20", "--max-restarts", "2"]);
     let killed = Instant::now();
     let said = if victim == 0 {
         node0.kill().unwrap();
@@ -404,4 +318,107 @@ fn node_0_waits_for_every_node_and_names_a_stranger_or_a_missing_one() {
         "{said}"
     );
     assert!(!said.contains("started rank"), "{said}");
+}
+
+/// Processes stopped as a frozen machine's are (SIGSTOP: their connections
+/// stay open, silent); dropped, even by a failing test, they are resumed
+/// and killed, so that none is left behind.
+struct Frozen(Vec<String>);
+
+impl Frozen {
+    /// Stops `launcher` and its workers.
+    fn machine_of(launcher: &std::process::Child) -> Frozen {
+        let pid = launcher.id().to_string();
+        let workers = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
+        let mut pids = vec![pid];
+        pids.extend(stdout(&workers).lines().map(str::to_string));
+        // The guard first: it cleans up whatever the kill below reached.
+        let frozen = Frozen(pids);
+        let stopped = Command::new("kill")
+            .arg("-STOP")
+            .args(&frozen.0)
+            .status()
+            .unwrap();
+        assert!(stopped.success() && frozen.0.len() == 3, "{:?}", frozen.0);
+        frozen
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for signal in ["-CONT", "-KILL"] {
+            let _ = Command::new("kill").arg(signal).args(&self.0).status();
+        }
+    }
+}
+
+/// `--timeout` and `--heartbeat-timeout` of the frozen-machine tests: the
+/// heartbeat well inside the ranks' own wait.
+const SHORT_HEARTBEAT: [&str; 4] = ["--timeout", "20", "--heartbeat-timeout", "2"];
+
+/// Machine `victim` of a training 2 x 2 job with `flags` (`--timeout T
+/// --heartbeat-timeout H`) freezes (its launcher and workers stopped with
+/// SIGSTOP, their connections open): the other machine's launcher ends the
+/// job within seconds of H, exiting 1, its last line starting with
+/// `said[0]` and holding the rest of `said`, and restarts nothing though
+/// restarts are left.
+fn freeze_a_machine(victim: usize, flags: [&str; 4], said: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let flags = [&flags[..], &["--max-restarts", "2"]].concat();
+    let (mut node0, mut node1, (lines, relay)) = training_launchers(tmp.path(), &flags);
+    // The wait is a hang check: without heartbeats the ranks would time
+    // out after T and restart, twice.
+    let limit = Duration::from_secs(30);
+    let (story, out) = if victim == 0 {
+        let frozen = Frozen::machine_of(&node0);
+        let out = wait_within(node1, limit);
+        drop(frozen);
+        node0.wait().unwrap();
+        relay.join().unwrap();
+        (lines.try_iter().collect::<Vec<_>>().join("\n"), out)
+    } else {
+        let frozen = Frozen::machine_of(&node1);
+        let out = wait_within(node0, limit);
+        drop(frozen);
+        node1.wait().unwrap();
+        relay.join().unwrap();
+        (stderr(&out), out)
+    };
+    assert!(!story.contains("restart 1 of 2"), "{story}");
+    let last = story.lines().last().unwrap_or_default();
+    assert!(last.starts_with(said[0]), "{story}");
+    for needle in &said[1..] {
+        assert!(last.contains(needle), "{needle}: {story}");
+    }
+    assert_eq!(out.status.code(), Some(1), "{story}");
+}
+
+#[test]
+fn a_frozen_node_1_is_named_by_node_0_which_ends_the_job_without_a_restart() {
+    let said = [
+        "error: node 1's launcher (host ",
+        "sent no heartbeat for",
+        "kill -CONT",
+    ];
+    freeze_a_machine(1, SHORT_HEARTBEAT, &said);
+}
+
+#[test]
+fn a_frozen_node_0_is_named_by_node_1_which_ends_without_a_restart() {
+    let said = [
+        "error: node 1: node 0's launcher (host ",
+        "stopped answering for 2.0 s",
+        "kill -CONT",
+    ];
+    freeze_a_machine(0, SHORT_HEARTBEAT, &said);
+}
+
+/// Node 0's ranks time out on a frozen node 1's before its silence passes
+/// --heartbeat-timeout: node 0 waits for the late node's verdict rather
+/// than restart on its ranks' timeouts.
+#[test]
+fn a_frozen_node_is_named_even_when_its_peers_time_out_first() {
+    let flags = ["--timeout", "4", "--heartbeat-timeout", "8"];
+    let said = ["error: node 1's launcher (host ", "sent no heartbeat for"];
+    freeze_a_machine(1, flags, &said);
 }

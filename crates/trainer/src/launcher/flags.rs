@@ -7,6 +7,10 @@ use clap::{Args, ValueEnum};
 /// torchrun's rendezvous port when `--rdzv-endpoint` names none.
 pub const DEFAULT_RDZV_PORT: u16 = 29400;
 
+/// The bounds of `--heartbeat-timeout`, in seconds: below one second a
+/// busy machine passes for a stopped one; past a day it detects nothing.
+const HEARTBEAT_SECONDS: std::ops::RangeInclusive<f64> = 1.0..=86400.0;
+
 /// How the launchers of a job meet (`--rdzv-backend`): accepted for
 /// torchrun compatibility; both mean the store at the endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -16,7 +20,7 @@ pub enum RdzvBackend {
 }
 
 /// Where and how many: the flags of a launcher on one of several machines.
-#[derive(Clone, Debug, Default, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct NodeFlags {
     /// Machines in the job, one launcher on each [default: 1, or one per
     /// SLURM node under srun].
@@ -62,11 +66,31 @@ pub struct NodeFlags {
     /// One machine, rendezvous on a free local port (torchrun --standalone).
     #[arg(long, conflicts_with_all = ["master_addr", "master_port", "rdzv_endpoint"])]
     pub standalone: bool,
+
+    /// Several machines: seconds a launcher may go silent before the job
+    /// ends on every node as one that is stopped (SIGSTOP, a debugger, a
+    /// suspended VM) or cut off by the network: node 0 hears no heartbeat
+    /// from it (each beats ten times per limit), or node 0's launcher
+    /// answers no request. With more than two machines keep it below
+    /// --timeout, so that it is named before the other machines' ranks
+    /// time out waiting for its ranks (1 to 86400).
+    #[arg(long, value_name = "SECS", default_value_t = 15.0, value_parser = heartbeat_seconds)]
+    pub heartbeat_timeout: f64,
+}
+
+/// A `--heartbeat-timeout` within [`HEARTBEAT_SECONDS`].
+fn heartbeat_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if HEARTBEAT_SECONDS.contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not 1 to 86400 seconds: a shorter limit takes a busy machine for a stopped one, a longer one detects nothing"
+        )),
+    }
 }
 
 /// The flags above that take a value, in both spellings: the launcher's
 /// alone, never passed on to its workers.
-pub const LAUNCHER_ONLY: [&str; 15] = [
+pub const LAUNCHER_ONLY: [&str; 16] = [
     "--nnodes",
     "--node-rank",
     "--node_rank",
@@ -82,14 +106,35 @@ pub const LAUNCHER_ONLY: [&str; 15] = [
     "--rdzv_id",
     "--rdzv-backend",
     "--rdzv_backend",
+    "--heartbeat-timeout",
 ];
 
 /// The one switch among them.
 pub const STANDALONE: &str = "--standalone";
 
 impl NodeFlags {
+    /// How long a launcher may go silent: `--heartbeat-timeout`.
+    pub fn heartbeat(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.heartbeat_timeout)
+    }
+
     /// Whether any flag asks for a launcher.
     pub fn any(&self) -> bool {
         self.nnodes.is_some() || self.nproc_per_node.is_some() || self.standalone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_timeouts_of_zero_or_past_a_day_are_refused() {
+        assert_eq!(heartbeat_seconds("2"), Ok(2.0));
+        assert_eq!(heartbeat_seconds("86400"), Ok(86400.0));
+        for bad in ["0", "0.5", "-3", "86401", "1e30", "inf", "NaN", "soon"] {
+            let err = heartbeat_seconds(bad).unwrap_err();
+            assert!(err.contains("1 to 86400 seconds"), "{bad}: {err}");
+        }
     }
 }

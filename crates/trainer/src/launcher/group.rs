@@ -5,8 +5,9 @@
 //! worker fail says so there, and every launcher stops its workers on it
 //! (and restarts them, in the same attempt number, while restarts are
 //! left). A launcher that leaves the store without saying its workers ended
-//! (killed, its machine lost) ends the job on every node: its ranks cannot
-//! come back.
+//! (killed, its machine lost), or falls silent past `--heartbeat-timeout`
+//! (stopped, or cut off by the network: see [`super::heartbeat`]), ends the
+//! job on every node: its ranks cannot come back.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,8 @@ use anyhow::{Context, bail};
 use std::net::{TcpListener, ToSocketAddrs};
 
 use comm::{AuthToken, CommConfig, CommError, Store, StoreServer};
+
+use super::heartbeat::{self, Beater, Pulse, SharedStore};
 
 /// How often a launcher looks for a failure on another node.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
@@ -27,7 +30,13 @@ pub(super) struct NodeGroup {
     pub node_rank: usize,
     nnodes: usize,
     master_addr: String,
-    store: Store,
+    /// Where node 0 runs, as it said (`host NAME`), for the other nodes.
+    master_host: String,
+    store: SharedStore,
+    /// The other nodes' heartbeat (node 0 beats to no one).
+    beater: Option<Beater>,
+    /// Node 0's view of the other nodes' heartbeats.
+    pulse: Pulse,
     /// Node 0 hosts the group's store; dropping it ends the group.
     server: Option<StoreServer>,
     last_look: Instant,
@@ -43,12 +52,14 @@ impl NodeGroup {
     /// a node rank: the launcher on the master's host that binds the port
     /// first is node 0, the others are numbered by arrival. With the job's
     /// `auth` token every launcher proves it holds it, as the ranks do.
+    /// A node silent for `heartbeat` (node 0: no beat; the others: node
+    /// 0's store gives no answer) ends the job.
     pub fn join(
         node_rank: Option<usize>,
         nnodes: usize,
         master: &(String, u16),
         rdzv_id: &str,
-        timeout: Duration,
+        (timeout, heartbeat): (Duration, Duration),
         auth: Option<AuthToken>,
     ) -> anyhow::Result<NodeGroup> {
         let (addr, port) = master;
@@ -73,25 +84,36 @@ impl NodeGroup {
             (None, Some(k)) => Store::connect(&CommConfig { rank: k, ..config }).map(|s| (s, k)),
             (None, None) => Store::join(&config),
         };
-        let (store, node_rank) = joined.with_context(|| {
+        let (mut store, node_rank) = joined.with_context(|| {
             let who = node_rank.map_or("a launcher".to_string(), |k| format!("node {k}"));
             format!("{who} joining the launchers at {addr}:{port}")
         })?;
+        if server.is_none() {
+            // Node 0 stopped or cut off keeps the connection open, silent.
+            store.set_reply_timeout(heartbeat);
+        }
         let mut group = NodeGroup {
             node_rank,
             nnodes,
             master_addr: addr.clone(),
-            store,
+            master_host: format!("at {addr}"),
+            store: SharedStore::new(store),
+            beater: None,
+            pulse: Pulse::new(nnodes, heartbeat),
             server,
             last_look: Instant::now(),
             timeout,
             lost: false,
         };
         if node_rank == 0 {
+            let host = crate::worker::hostname();
+            group.store.set("host/0", host.as_bytes())?;
             group.store.set("rdzv_id", rdzv_id.as_bytes())?;
             group.wait_for_nodes(rdzv_id, *port)?;
         } else {
             group.show_up(rdzv_id, *port)?;
+            let every = heartbeat::interval(heartbeat);
+            group.beater = Some(Beater::start(group.store.clone(), node_rank, every)?);
         }
         tell!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}");
         Ok(group)
@@ -113,6 +135,9 @@ impl NodeGroup {
                 self.master_addr
             );
         }
+        if let Some(host) = self.store.look("host/0")? {
+            self.master_host = format!("host {}", String::from_utf8_lossy(&host));
+        }
         self.store.set(&format!("joined/{k}"), b"")?;
         Ok(())
     }
@@ -125,10 +150,7 @@ impl NodeGroup {
         let mut missing: Vec<usize> = (1..self.nnodes).collect();
         loop {
             for &k in &missing {
-                if let Some(theirs) = self
-                    .store
-                    .wait_for(&format!("refused/{k}"), Duration::ZERO)?
-                {
+                if let Some(theirs) = self.store.look(&format!("refused/{k}"))? {
                     bail!(
                         "node 0: the launcher that joined as node {k} ({}) came with --rdzv-id {:?}, not this job's {rdzv_id:?}; every launcher of a job needs the same --rdzv-id, and another job a rendezvous port of its own",
                         self.host(k),
@@ -138,11 +160,7 @@ impl NodeGroup {
             }
             let mut still = Vec::new();
             for k in missing {
-                if self
-                    .store
-                    .wait_for(&format!("joined/{k}"), Duration::ZERO)?
-                    .is_none()
-                {
+                if self.store.look(&format!("joined/{k}"))?.is_none() {
                     still.push(k);
                 }
             }
@@ -165,7 +183,7 @@ impl NodeGroup {
 
     /// Where node `k` runs, as it said when it joined.
     fn host(&mut self, k: usize) -> String {
-        match self.store.wait_for(&format!("host/{k}"), Duration::ZERO) {
+        match self.store.look(&format!("host/{k}")) {
             Ok(Some(host)) => format!("host {}", String::from_utf8_lossy(&host)),
             _ => "host unknown".to_string(),
         }
@@ -180,18 +198,21 @@ impl NodeGroup {
             self.store.set(&key, &port.to_be_bytes())?;
             port
         } else {
-            // Node 0 may still be giving its workers their grace.
+            // Node 0 may still be giving its workers their grace. Looks,
+            // not a wait in the store: the heartbeat shares the connection.
             let patience = self.timeout * 2 + Duration::from_secs(30);
+            let until = Instant::now() + patience;
             let node = self.node_rank;
-            let bytes = self
-                .store
-                .wait_for(&key, patience)
-                .with_context(|| {
-                    format!("node {node}: node 0's launcher is gone (killed, or its machine lost?) before attempt {attempt}")
-                })?
-                .with_context(|| {
-                    format!("node {node}: node 0 did not start attempt {attempt} within {patience:?}")
-                })?;
+            let bytes = loop {
+                match self.store.look(&key) {
+                    Ok(Some(bytes)) => break bytes,
+                    Ok(None) if Instant::now() < until => std::thread::sleep(POLL),
+                    Ok(None) => bail!(
+                        "node {node}: node 0 did not start attempt {attempt} within {patience:?}"
+                    ),
+                    Err(e) => bail!("{} (before attempt {attempt})", self.master_lost(&e)),
+                }
+            };
             u16::from_be_bytes(
                 bytes
                     .try_into()
@@ -203,8 +224,8 @@ impl NodeGroup {
 
     /// Tells every node that `what` failed in `attempt`, unless news from
     /// another node came first (waiting up to `wait` for it: a failure, a
-    /// signal or a departed launcher there, the likelier cause): then that
-    /// news.
+    /// signal or a departed launcher there, the likelier cause; on node 0,
+    /// longer while a node's heartbeat is late): then that news.
     /// A failure that is `final` (no restart can mend it) is marked so for
     /// the others.
     pub fn report_failure(
@@ -218,7 +239,12 @@ impl NodeGroup {
             if let Some(news) = self.news_now(attempt) {
                 return Some(news);
             }
-            if self.lost || Instant::now() >= until {
+            // Node 0 waits on while a node's heartbeat is late: the failure
+            // here is then likely its ranks' silence, and the node, once
+            // past --heartbeat-timeout, the cause (however short --timeout).
+            let now = Instant::now();
+            let waiting = now < until || (!wait.is_zero() && self.pulse.late(now));
+            if self.lost || !waiting {
                 break;
             }
             std::thread::sleep(POLL);
@@ -263,29 +289,43 @@ impl NodeGroup {
             Ok(news) => news,
             Err(e) => {
                 self.lost = true;
-                Some(Elsewhere::Departed(format!(
-                    "node {}: node 0's launcher is gone (killed, or its machine lost?), and the job cannot go on without its ranks: {e}",
-                    self.node_rank
-                )))
+                Some(Elsewhere::Departed(self.master_lost(&e)))
             }
         }
     }
 
+    /// What a node other than 0 says when node 0's store failed it with `e`.
+    fn master_lost(&self, e: &CommError) -> String {
+        match e {
+            CommError::StoreSilent { silent, .. } => {
+                heartbeat::silent_master(self.node_rank, &self.master_host, *silent)
+            }
+            _ => format!(
+                "node {}: node 0's launcher is gone (killed, or its machine lost?), and the job cannot go on without its ranks: {e}",
+                self.node_rank
+            ),
+        }
+    }
+
+    /// How long node `k` has sent no heartbeat, once past the limit (node
+    /// 0 only: its own clock).
+    fn silent(&mut self, k: usize) -> Result<Option<Duration>, CommError> {
+        let beat = self.store.look(&heartbeat::key(k))?;
+        Ok(self.pulse.silent_for(k, beat, Instant::now()))
+    }
+
     /// One look at the store for news of `attempt`: a failure, a signal, or
-    /// (node 0 looks: its store sees them) a node whose launcher left before
-    /// it said its workers ended.
+    /// (node 0 looks: its store sees them) a node whose launcher left, or
+    /// fell silent, before it said its workers ended.
     fn look(&mut self, attempt: u32) -> Result<Option<Elsewhere>, CommError> {
         let key = |what: &str| format!("attempt/{attempt}/{what}");
-        if let Some(cause) = self.store.wait_for(&key("failed"), Duration::ZERO)? {
+        if let Some(cause) = self.store.look(&key("failed"))? {
             // Set before the failure, when no restart can mend it.
-            let restartable = self
-                .store
-                .wait_for(&key("final"), Duration::ZERO)?
-                .is_none();
+            let restartable = self.store.look(&key("final"))?.is_none();
             let cause = String::from_utf8_lossy(&cause).into_owned();
             return Ok(Some(Elsewhere::Failed { cause, restartable }));
         }
-        if let Some(signal) = self.store.wait_for(&key("signal"), Duration::ZERO)? {
+        if let Some(signal) = self.store.look(&key("signal"))? {
             return Ok(signal
                 .try_into()
                 .ok()
@@ -299,16 +339,22 @@ impl NodeGroup {
             // first, so that one leaving between the two looks is not taken
             // for one that vanished.
             let ended = key(&format!("ended/{k}"));
-            if self.store.departed(k)? && self.store.wait_for(&ended, Duration::ZERO)?.is_none() {
-                let cause = format!(
+            let cause = if self.store.departed(k)? && self.store.look(&ended)?.is_none() {
+                format!(
                     "node {k}'s launcher ({}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?), and the job cannot go on without its ranks",
                     self.host(k)
-                );
-                // The other nodes hear it as a failure no restart mends.
-                self.store.set(&key("final"), b"")?;
-                self.store.set(&key("failed"), cause.as_bytes())?;
-                return Ok(Some(Elsewhere::Departed(cause)));
-            }
+                )
+            } else if let Some(silent) = self.silent(k)?
+                && self.store.look(&ended)?.is_none()
+            {
+                heartbeat::silent_node(k, &self.host(k), silent, self.pulse.limit())
+            } else {
+                continue;
+            };
+            // The other nodes hear it as a failure no restart mends.
+            self.store.set(&key("final"), b"")?;
+            self.store.set(&key("failed"), cause.as_bytes())?;
+            return Ok(Some(Elsewhere::Departed(cause)));
         }
         Ok(None)
     }
@@ -327,10 +373,11 @@ impl NodeGroup {
             for node in 1..self.nnodes {
                 let key = format!("attempt/{attempt}/ended/{node}");
                 // A launcher that left (its departure read first, as in
-                // `look`) will say nothing more.
+                // `look`), or fell silent, will say nothing more.
                 loop {
-                    let gone = self.store.departed(node).unwrap_or(true);
-                    match self.store.wait_for(&key, Duration::ZERO) {
+                    let gone = self.store.departed(node).unwrap_or(true)
+                        || self.silent(node).unwrap_or(None).is_some();
+                    match self.store.look(&key) {
                         Ok(Some(_)) => break,
                         Ok(None) if !gone && Instant::now() < until => std::thread::sleep(POLL),
                         Ok(None) if !gone => {

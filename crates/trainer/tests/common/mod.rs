@@ -13,6 +13,8 @@ use std::sync::mpsc::{Receiver, channel};
 use comm::launch_var;
 use fashion_mnist::{Layout, synth};
 
+pub mod nodes;
+
 /// A valid synthetic FashionMNIST (60,000 + 10,000 images) in a temp dir
 /// that lives as long as the test binary.
 pub fn dataset() -> &'static Path {
