@@ -6,17 +6,24 @@
 //! of the decompressed content) before it appears under its final name, so
 //! an interrupted or corrupted download can never be mistaken for the data
 //! set by the trainer. Files already present and valid are not downloaded
-//! again, which makes the task safe to re-run.
+//! again, which makes the task safe to re-run. SIGINT, SIGTERM and SIGHUP
+//! stop the download under way, delete its temporary file and end the task
+//! with exit status 130 (see `interrupt.rs`); files completed before stay.
 
 mod download;
+mod interrupt;
 mod movielens;
 mod scratch;
+
+pub use interrupt::{EXIT_STATUS as INTERRUPTED_EXIT_STATUS, Interrupted};
 
 use anyhow::{Context, Result, bail};
 use fashion_mnist::{DataFile, FILES};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use interrupt::StopFlag;
 
 /// The official mirror of the Fashion-MNIST authors.
 const DEFAULT_URL: &str = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/";
@@ -92,11 +99,12 @@ fn fetch_fashion_mnist(url: &str, dest: &Path, stall: Stall) -> Result<()> {
     std::fs::create_dir_all(dest)
         .with_context(|| format!("cannot create destination directory {}", dest.display()))?;
     let show_progress = std::io::stderr().is_terminal();
+    let stop = StopFlag::install()?;
     for file in &FILES {
-        // A run killed mid-download (SIGINT, SIGTERM, SIGKILL) cannot delete
-        // its temporary file; the next run does.
+        // A run killed mid-download (SIGKILL, or a signal before the
+        // handlers) cannot delete its temporary file; the next run does.
         scratch::sweep_stale(dest, file.name);
-        fetch_one(file, &base, dest, show_progress, stall)?;
+        fetch_one(file, &base, dest, show_progress, stall, &stop)?;
     }
     eprintln!("FashionMNIST is ready in {}", dest.display());
     Ok(())
@@ -110,6 +118,7 @@ fn fetch_one(
     dest: &Path,
     show_progress: bool,
     stall: Stall,
+    stop: &StopFlag,
 ) -> Result<()> {
     let target = dest.join(file.name);
     match std::fs::read(&target) {
@@ -128,7 +137,7 @@ fn fetch_one(
     }
 
     let url = format!("{base}{}", file.name);
-    let part = download::to_temp_file(&url, dest, file.name, show_progress, stall)?;
+    let part = download::to_temp_file(&url, dest, file.name, show_progress, stall, stop)?;
     let downloaded = std::fs::read(part.path())
         .with_context(|| format!("cannot read back {}", part.path().display()))?;
     file.verify_gz(&downloaded).with_context(|| {

@@ -52,7 +52,12 @@ fn main() -> ExitCode {
             // shell: noise for what is nearly always a mistyped flag. Not
             // eprintln!, which panics when stderr is gone.
             let _ = writeln!(std::io::stderr(), "error: {e:#}");
-            ExitCode::FAILURE
+            // A fetch stopped by a signal: the status a second one gives.
+            if e.chain().any(|cause| cause.is::<fetch_data::Interrupted>()) {
+                ExitCode::from(fetch_data::INTERRUPTED_EXIT_STATUS)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

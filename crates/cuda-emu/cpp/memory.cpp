@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -26,6 +27,18 @@ struct Allocation {
 };
 std::mutex memory_mutex;
 std::map<CUdeviceptr, Allocation> allocations;
+// The bytes the live allocations asked for, on all GPUs together.
+std::size_t allocated_bytes = 0;
+
+// The memory each GPU reports: $CUDA_EMU_MEMORY_MIB, else 80 GiB.
+std::size_t total_bytes() {
+    static const std::size_t total = [] {
+        const char* text = std::getenv("CUDA_EMU_MEMORY_MIB");
+        const unsigned long long mib = text ? std::strtoull(text, nullptr, 10) : 0;
+        return static_cast<std::size_t>(mib > 0 ? mib : 80 * 1024) << 20;
+    }();
+    return total;
+}
 
 // Says why a call is refused: a real driver returns the bare code, the
 // emulator also names the call and the cause on stderr.
@@ -64,6 +77,7 @@ CUresult allocate(CUdeviceptr* out, std::size_t size) {
     char* start = bytes + data - (size + 15) / 16 * 16;
     std::lock_guard<std::mutex> lock(memory_mutex);
     allocations[reinterpret_cast<CUdeviceptr>(start)] = {bytes, data + page, size};
+    allocated_bytes += size;
     *out = reinterpret_cast<CUdeviceptr>(start);
     return CUDA_SUCCESS;
 }
@@ -75,6 +89,7 @@ CUresult release(CUdeviceptr ptr) {
         return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemFree", "%#llx was not allocated", ptr);
     }
     munmap(it->second.base, it->second.mapped);
+    allocated_bytes -= it->second.size;
     allocations.erase(it);
     return CUDA_SUCCESS;
 }
@@ -122,3 +137,13 @@ CUresult fill(CUdeviceptr dst, const void* word, std::size_t width, std::size_t 
 }
 
 }  // namespace cuda_emu
+
+// The current GPU's free memory: its total less what this process holds on
+// any emulated GPU (other processes are not seen).
+extern "C" CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
+    if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> lock(cuda_emu::memory_mutex);
+    *total = cuda_emu::total_bytes();
+    *free = *total > cuda_emu::allocated_bytes ? *total - cuda_emu::allocated_bytes : 0;
+    return CUDA_SUCCESS;
+}

@@ -14,7 +14,8 @@
 //! instead of the NVIDIA driver and sees `$CUDA_EMU_DEVICES` GPUs (default:
 //! one) named "cuda-emu", of compute capability 9.0, or
 //! `$CUDA_EMU_COMPUTE_CAP` (e.g. 7.5, to meet what the backend refuses on
-//! older GPUs).
+//! older GPUs), each with `$CUDA_EMU_MEMORY_MIB` of memory (default: 80 GiB;
+//! `cuMemGetInfo` reports that less what the process holds on them all).
 //!
 //! What it checks and what it cannot:
 //! * Kernel arithmetic and indexing run as written, every block and thread,

@@ -61,10 +61,12 @@ pub fn run(cli: &Cli, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
             local_world_size: env.local_world_size.max(1),
         },
     );
-    let data = Dataset::load(cli, info.local_world_size)?;
-    // The device comes before the rendezvous: a rank without its GPU fails
-    // here, alone and at once, instead of after its peers' timeout.
+    let data = Dataset::load(cli)?;
+    // The device comes before the rendezvous: a rank without its GPU, or
+    // without room for the model, fails here, alone and at once, instead
+    // of after its peers' timeout.
     let device = choose_device(cli, &info)?;
+    data.check_room(cli, &info, &device)?;
     let tcp = match launch {
         Some(env) if env.world_size > 1 => Some(connect(cli, env)?),
         _ => None,

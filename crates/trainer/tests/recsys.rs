@@ -242,18 +242,25 @@ fn no_test_ratings_is_no_test_rmse_not_nan() {
     assert!(has("epoch/train_rmse") && !has("test/rmse"));
 }
 
+/// 2,000 generated ratings (lines 2 to 2001) and then `extra`, in a new
+/// folder.
+fn ratings_and(extra: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratings.csv");
+    write_ratings(&path, 2_000, 50, 40, 1).unwrap();
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text += extra;
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
 /// One huge id makes the table far larger than the file: refused before
 /// anything that size is made (here under an address-space limit, where
 /// the starting state's allocation aborted the process), naming the id,
 /// its line and the sizes.
 #[test]
 fn an_id_too_large_for_the_machine_is_refused_before_allocating() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ratings.csv");
-    write_ratings(&path, 2_000, 50, 40, 1).unwrap();
-    let mut text = std::fs::read_to_string(&path).unwrap();
-    text += "16777215,16777215,3.0,1\n";
-    std::fs::write(&path, text).unwrap();
+    let (_dir, path) = ratings_and("16777215,16777215,3.0,1\n");
     // 4 GiB of parameters, about 20 GiB in all, in 6 GB of address space.
     let out = run(std::process::Command::new("bash")
         .args(["-c", r#"ulimit -v 6000000 && exec "$0" "$@""#])
@@ -267,6 +274,63 @@ fn an_id_too_large_for_the_machine_is_refused_before_allocating() {
         "userId 16777215 on line 2002",
         "4.1 GiB of parameters",
         "must be dense",
+    ] {
+        assert!(err.contains(needle), "`{needle}` not in {err}");
+    }
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+const EMULATED: [&str; 2] = [
+    "emulated_gpu_trains_a_table_that_fits",
+    "emulated_gpu_refuses_a_table_past_its_memory",
+];
+
+/// `--device cuda` on cuda-emu, whose GPU reports `CUDA_EMU_MEMORY_MIB`.
+#[test]
+fn recsys_on_the_cuda_emulator() {
+    common::rerun_on_emulated_gpus(1, &EMULATED);
+}
+
+/// The trainer on the emulated GPU with `mib` MiB of memory, on generated
+/// ratings and `extra`; `None` outside the emulator's re-run.
+fn on_emulated_gpu(extra: &str, mib: &str) -> Option<std::process::Output> {
+    if !cuda_emu::in_emulator() {
+        return None;
+    }
+    let (_dir, path) = ratings_and(extra);
+    Some(run(trainer()
+        .env("CUDA_EMU_MEMORY_MIB", mib)
+        .args(["--model", "recsys", "--device", "cuda", "--epochs", "1"])
+        .args(["--max-steps", "2", "--ratings"])
+        .arg(path)))
+}
+
+#[test]
+fn emulated_gpu_trains_a_table_that_fits() {
+    let Some(out) = on_emulated_gpu("", "64") else {
+        return;
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(column(&out, "test_rmse").len(), 1, "{}", stdout(&out));
+}
+
+/// movieId 3,000,000: a table of 0.4 GiB, whose parameters, gradients and
+/// Adam moments (1.5 GiB) the GPU's 1 GiB cannot hold, though this
+/// machine's memory holds the starting state; refused naming the GPU.
+#[test]
+fn emulated_gpu_refuses_a_table_past_its_memory() {
+    let Some(out) = on_emulated_gpu("7,3000000,3.0,1\n", "1024") else {
+        return;
+    };
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for needle in [
+        "movieId 3000000 on line 2002",
+        "0.4 GiB of parameters",
+        "4 copies of them on the GPU",
+        "1.5 GiB, but cuda:0 (cuda-emu",
+        "has 1.0 GiB in all",
+        "--device cpu",
     ] {
         assert!(err.contains(needle), "`{needle}` not in {err}");
     }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tempfile::NamedTempFile;
 use ureq::Timeout;
 
+use super::interrupt::{Interruptible, StopFlag};
 use super::{Stall, scratch};
 
 /// No published file is near this; a larger body means a wrong URL or a
@@ -19,19 +20,26 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Downloads `url` into a new temporary file in `dir`. The file is deleted
 /// when the returned handle is dropped unless the caller persists it, so a
-/// failed or rejected download leaves nothing behind.
+/// failed, rejected or interrupted download leaves nothing behind.
 ///
 /// Every phase is bounded: the lookup and the connection by
 /// `CONNECT_TIMEOUT`, sending the request and waiting for the response
 /// headers by `stall.window`, and the body by `StallGuard`. There is no cap
 /// on the whole body, which a slow link that still moves data would hit.
+/// Once `stop` is raised, the download ends with
+/// [`Interrupted`](super::interrupt::Interrupted) when its read under way
+/// returns: at once while the body comes, within those bounds while it
+/// waits for a silent server (the signal does not cut the read short).
 pub(super) fn to_temp_file(
     url: &str,
     dir: &Path,
     name: &str,
     show_progress: bool,
     stall: Stall,
+    stop: &StopFlag,
 ) -> Result<NamedTempFile> {
+    let downloading = || format!("downloading {url}");
+    stop.check().with_context(downloading)?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_resolve(Some(CONNECT_TIMEOUT))
@@ -43,9 +51,10 @@ pub(super) fn to_temp_file(
         .timeout_per_read(Some(stall.window))
         .build()
         .into();
-    let mut response = agent
-        .get(url)
-        .call()
+    let response = agent.get(url).call();
+    // However the call ended, a signal came first.
+    stop.check().with_context(downloading)?;
+    let mut response = response
         .map_err(|err| call_error(err, stall))
         .with_context(|| format!("cannot download {url}"))?;
     let status = response.status();
@@ -56,7 +65,7 @@ pub(super) fn to_temp_file(
     let body = response.body_mut();
     let progress = progress_bar(name, body.content_length(), show_progress)?;
     let guarded = StallGuard::new(body.with_config().limit(MAX_BODY_BYTES).reader(), stall);
-    let mut reader = progress.wrap_read(guarded);
+    let mut reader = progress.wrap_read(Interruptible::new(guarded, stop.clone()));
     let prefix = scratch::prefix(name);
     let mut builder = tempfile::Builder::new();
     builder.prefix(&prefix).suffix(".part");
@@ -67,9 +76,13 @@ pub(super) fn to_temp_file(
     let mut part = builder
         .tempfile_in(dir)
         .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
-    io::copy(&mut reader, part.as_file_mut())
-        .with_context(|| format!("download of {url} was interrupted; nothing was saved"))?;
+    let copied = io::copy(&mut reader, part.as_file_mut());
+    // Also on failure: the error line then stands alone on a terminal.
     progress.finish_and_clear();
+    if copied.is_err() {
+        stop.check().with_context(downloading)?;
+    }
+    copied.with_context(|| format!("download of {url} was interrupted; nothing was saved"))?;
     Ok(part)
 }
 

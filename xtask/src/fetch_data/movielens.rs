@@ -8,11 +8,11 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+use super::interrupt::StopFlag;
 use super::{Stall, scratch};
 
 pub const DEFAULT_URL: &str = "https://files.grouplens.org/datasets/movielens/ml-latest-small.zip";
@@ -32,29 +32,28 @@ pub fn run(url: &str, dest: &Path, stall: Stall) -> Result<()> {
     // A run killed by SIGKILL (or before the handlers below) leaves its
     // scratch folder; this one deletes it.
     scratch::sweep_stale(dest, SCRATCH);
-    let interrupted = scratch::stop_on_signals()?;
+    let stop = StopFlag::install()?;
     // Removed when dropped: on success, on every error and, through
-    // `interrupted`, on SIGINT, SIGTERM and SIGHUP.
+    // `stop`, on SIGINT, SIGTERM and SIGHUP.
     let scratch = tempfile::Builder::new()
         .prefix(&scratch::prefix(SCRATCH))
         .tempdir_in(dest)
         .with_context(|| format!("cannot create a scratch directory in {}", dest.display()))?;
     let zip = scratch.path().join("movielens.zip");
     let mut curl = Command::new("curl");
-    curl.args([
-        "--fail",
-        "--location",
-        "--retry",
-        "2",
-        "--connect-timeout",
-        "20",
-    ])
-    // A stall detector rather than --max-time, which a slow link that
-    // still moves data would hit; it also bounds the wait for the headers.
-    .arg("--speed-limit")
-    .arg(Stall::MIN_BYTES_PER_SEC.to_string())
-    .arg("--speed-time")
-    .arg(stall.window.as_secs().to_string());
+    let window = stall.window.as_secs().to_string();
+    curl.args(["--fail", "--location", "--connect-timeout", "20"])
+        // A stall detector rather than --max-time, which a slow link that
+        // still moves data would hit; it also bounds the wait for the
+        // headers.
+        .args(["--speed-limit", &Stall::MIN_BYTES_PER_SEC.to_string()])
+        .args(["--speed-time", &window])
+        // A quick transient failure (HTTP 503, a reset connection) is tried
+        // again, but no try starts a window after the first began: a stall
+        // lasts a window, so it is not retried (each try would wait a
+        // window of its own), and a stalled download fails after about
+        // one window, plus the connection's time.
+        .args(["--retry", "2", "--retry-max-time", &window]);
     if !std::io::stderr().is_terminal() {
         // The progress meter's \r redraws would fill a log; errors still show.
         curl.args(["--silent", "--show-error"]);
@@ -64,17 +63,17 @@ pub fn run(url: &str, dest: &Path, stall: Stall) -> Result<()> {
     let why = |code| {
         (code == Some(CURL_TIMED_OUT)).then(|| {
             format!(
-                "timed out: no connection within 20 s, or under {} bytes/s for {} s",
+                "timed out: no connection within 20 s, or under {} bytes/s for {} s; a stall is not retried",
                 Stall::MIN_BYTES_PER_SEC,
                 stall.window.as_secs()
             )
         })
     };
-    run_tool(&mut curl, "curl", &downloading, &interrupted, why)?;
+    run_tool(&mut curl, "curl", &downloading, &stop, why)?;
     let mut unzip = Command::new("unzip");
     unzip.arg("-q").arg(&zip).arg("-d").arg(scratch.path());
     let unpacking = format!("unpacking {url}");
-    run_tool(&mut unzip, "unzip", &unpacking, &interrupted, |_| None)?;
+    run_tool(&mut unzip, "unzip", &unpacking, &stop, |_| None)?;
     let ratings = find_ratings(scratch.path())?;
     let target = dest.join("ratings.csv");
     std::fs::rename(&ratings, &target)
@@ -86,14 +85,15 @@ pub fn run(url: &str, dest: &Path, stall: Stall) -> Result<()> {
     Ok(())
 }
 
-/// Runs `cmd` to its end, or until `interrupted` is set: then it kills the
-/// tool and returns an error, so that the caller's scratch folder is deleted
-/// on the way out. `why` may explain an exit code.
+/// Runs `cmd` to its end, or until a signal comes: then it kills the tool
+/// and returns [`Interrupted`](super::interrupt::Interrupted), so that the
+/// caller's scratch folder is deleted on the way out. `why` may explain an
+/// exit code.
 fn run_tool(
     cmd: &mut Command,
     tool: &str,
     what: &str,
-    interrupted: &AtomicBool,
+    stop: &StopFlag,
     why: impl Fn(Option<i32>) -> Option<String>,
 ) -> Result<()> {
     let mut child = cmd.spawn().with_context(|| {
@@ -101,10 +101,10 @@ fn run_tool(
     })?;
     let status = loop {
         // Checked first: Ctrl-C reaches the tool too, which then fails.
-        if interrupted.load(Ordering::SeqCst) {
+        if let Err(interrupted) = stop.check() {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("{what}: interrupted by a signal; nothing was saved");
+            return Err(interrupted).context(what.to_owned());
         }
         if let Some(status) = child
             .try_wait()
@@ -114,9 +114,7 @@ fn run_tool(
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    if interrupted.load(Ordering::SeqCst) {
-        bail!("{what}: interrupted by a signal; nothing was saved");
-    }
+    stop.check().context(what.to_owned())?;
     if !status.success() {
         match why(status.code()) {
             Some(why) => bail!("{what}: `{tool}` failed ({status}, {why}); nothing was saved"),

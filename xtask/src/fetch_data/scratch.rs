@@ -1,6 +1,7 @@
 //! Scratch files and folders that downloads create beside their final place
 //! (so the last step is a rename on one file system), and what happens to
-//! them when a run dies before it can delete them.
+//! them when a run dies before it can delete them (a run stopped by a
+//! signal deletes its own: see `interrupt.rs`).
 //!
 //! Each scratch name carries the id of the process that made it:
 //! `.<kind>.<pid>-<random>`. A later run deletes those whose process is gone;
@@ -8,11 +9,6 @@
 //! left alone.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-
-use anyhow::{Context, Result};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 /// The prefix of this process's scratch names for `kind`.
 pub fn prefix(kind: &str) -> String {
@@ -57,20 +53,4 @@ pub fn sweep_stale(dir: &Path, kind: &str) {
             );
         }
     }
-}
-
-/// From now on SIGINT, SIGTERM and SIGHUP set the returned flag instead of
-/// ending the process, so that the caller can stop its child, delete its
-/// scratch folder and return an error; a second signal ends the process at
-/// once (exit status 130), for a caller that does not look.
-pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for signal in [SIGINT, SIGTERM, SIGHUP] {
-        // The order matters: the shutdown sees the flag as it was before
-        // this signal set it.
-        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&flag))
-            .and_then(|_| signal_hook::flag::register(signal, Arc::clone(&flag)))
-            .with_context(|| format!("cannot install a handler for signal {signal}"))?;
-    }
-    Ok(flag)
 }

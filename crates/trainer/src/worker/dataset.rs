@@ -7,9 +7,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use fashion_mnist::FashionMnist;
 
-use crate::cli::{Cli, ModelChoice};
+use super::RankInfo;
+use super::device::{Device, ranks_on};
+use crate::cli::{BackendChoice, Cli, ModelChoice};
 use crate::model::cnn::HostSplit;
-use crate::model::recsys::{RatingsIndex, table};
+use crate::model::recsys::RatingsIndex;
+use crate::model::recsys::table::{self, Footprint, GpuRoom};
 use crate::train::host_room_bytes;
 
 /// What the ranks train on, loaded before the device is chosen, once per
@@ -31,9 +34,7 @@ pub(super) enum Dataset {
 }
 
 impl Dataset {
-    /// `local_ranks`: the ranks on this machine, each training a copy of
-    /// the model.
-    pub(super) fn load(cli: &Cli, local_ranks: usize) -> anyhow::Result<Self> {
+    pub(super) fn load(cli: &Cli) -> anyhow::Result<Self> {
         Ok(match cli.model {
             ModelChoice::Cnn => {
                 let dir = fashion_mnist::locate(cli.data_dir.as_deref())?;
@@ -53,15 +54,57 @@ impl Dataset {
                     .as_deref()
                     .context("--model recsys needs --ratings")?;
                 let index = RatingsIndex::build(path)?;
-                let dim = cli.embedding_dim.unwrap_or(32) as usize;
-                // Before anything of the model's size is made.
-                table::check_fits(&index, dim, local_ranks, host_room_bytes())?;
                 Dataset::Recsys {
                     index: Arc::new(index),
-                    dim,
+                    dim: cli.embedding_dim.unwrap_or(32) as usize,
                 }
             }
         })
+    }
+
+    /// Refuses a recsys table that this machine's memory or `device`'s
+    /// cannot hold: called once the device is chosen, before anything of
+    /// the model's size is made and before the rendezvous.
+    pub(super) fn check_room(
+        &self,
+        cli: &Cli,
+        info: &RankInfo,
+        device: &Device,
+    ) -> anyhow::Result<()> {
+        let Dataset::Recsys { index, dim } = self else {
+            return Ok(());
+        };
+        let gpu = match device {
+            Device::Cpu(_) => None,
+            Device::Cuda(gpu) => Some(gpu),
+        };
+        // Ranks are numbered machine by machine: rank 0 is here when this
+        // machine's first rank is.
+        let rank_0_here = info.rank == info.local_rank;
+        let footprint = Footprint {
+            gpu: gpu.is_some(),
+            local_ranks: info.local_world_size,
+            // Counted unless NCCL is asked for: `auto` may use the host.
+            host_exchange: info.world_size > 1
+                && !(gpu.is_some() && cli.backend == BackendChoice::Nccl),
+            saves: rank_0_here && cli.checkpoint_dir.is_some(),
+            loads: rank_0_here && cli.resume.is_some(),
+        };
+        table::check_fits(index, *dim, &footprint, host_room_bytes())?;
+        let Some(gpu) = gpu else {
+            return Ok(());
+        };
+        let name = format!("cuda:{} ({})", gpu.ordinal(), gpu.name());
+        let (free, total) = gpu
+            .memory()
+            .with_context(|| format!("rank {}: asking {name} for its free memory", info.rank))?;
+        let room = GpuRoom {
+            ranks: ranks_on(gpu, info)?,
+            name,
+            free,
+            total,
+        };
+        table::check_gpu_fits(index, *dim, &room)
     }
 
     /// For the start-up line.

@@ -24,12 +24,10 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
     let precision = MatmulPrecision::from_tf32(cli.tf32);
     let gpu = || -> anyhow::Result<Cuda> {
         let count = core_tensor::cuda_available()?;
-        let ordinal = if count == 0 {
-            info.local_rank
-        } else {
-            info.local_rank % count
-        };
-        Ok(Cuda::with_precision(ordinal, precision)?)
+        Ok(Cuda::with_precision(
+            gpu_of(info.local_rank, count),
+            precision,
+        )?)
     };
     // The flag to name: --tf32 when the GPU is too old for it (drop the
     // flag), --device cuda for everything else (no driver, no GPU).
@@ -65,6 +63,23 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
             }
         },
     }
+}
+
+/// The GPU of local rank `local_rank` among `count`: ranks wrap around when
+/// they outnumber the GPUs.
+fn gpu_of(local_rank: usize, count: usize) -> usize {
+    if count == 0 {
+        local_rank
+    } else {
+        local_rank % count
+    }
+}
+
+/// How many of this machine's ranks train on `gpu`, this one included.
+pub(super) fn ranks_on(gpu: &Cuda, info: &RankInfo) -> anyhow::Result<usize> {
+    let count = core_tensor::cuda_available()?;
+    let sharing = (0..info.local_world_size).filter(|&r| gpu_of(r, count) == gpu.ordinal());
+    Ok(sharing.count().max(1))
 }
 
 fn is_gpu_too_old(e: &anyhow::Error) -> bool {

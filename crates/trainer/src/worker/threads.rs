@@ -38,7 +38,7 @@ pub fn run(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     }
     let stop = StopRequest::new();
     install_worker_handlers(&stop)?;
-    let data = Dataset::load(cli, plan.nproc)?;
+    let data = Dataset::load(cli)?;
     let shared = Shared {
         cli,
         data: &data,
@@ -62,6 +62,7 @@ pub fn run(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
                             local_world_size: world,
                         };
                         let device = choose_device(cli, &info)?;
+                        shared.data.check_room(cli, &info, &device)?;
                         let comm = (world > 1).then_some(JobComm::Local(comm));
                         run_rank(shared, &info, device, comm, stop)
                     })

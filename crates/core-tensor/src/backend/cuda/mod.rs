@@ -170,6 +170,18 @@ impl Cuda {
         self.inner.ordinal
     }
 
+    /// The GPU's name, as the driver reports it.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// This GPU's `(free, total)` memory in bytes, as the driver counts it
+    /// now (other processes' allocations and contexts taken).
+    pub fn memory(&self) -> Result<(u64, u64)> {
+        let (free, total) = self.inner.stream.context().mem_get_info()?;
+        Ok((free as u64, total as u64))
+    }
+
     /// The stream every op of this backend runs on, for work that must be
     /// ordered with it (e.g. a collective on the gradient buffer).
     pub fn stream(&self) -> &Arc<CudaStream> {
