@@ -87,20 +87,66 @@ pub fn run(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
 /// preemption or signal of any rank stands for all.
 fn combine(ends: Vec<anyhow::Result<RunEnd>>) -> anyhow::Result<RunEnd> {
     let world = ends.len();
-    let mut failed = 0;
+    let mut errors = Vec::new();
     let mut end = RunEnd::Finished;
     for result in ends {
         match result {
             Ok(RunEnd::Finished) => {}
             Ok(other) => end = other,
-            Err(e) => {
-                failed += 1;
-                tell!("error: {e:#}");
-            }
+            Err(e) => errors.push(e),
         }
     }
-    if failed > 0 {
-        bail!("{failed} of {world} rank threads failed (their errors are above)");
+    for line in error_lines(&errors) {
+        tell!("{line}");
+    }
+    if !errors.is_empty() {
+        bail!(
+            "{} of {world} rank threads failed (their errors are above)",
+            errors.len()
+        );
     }
     Ok(end)
+}
+
+/// A line per distinct message, in the order first met: a check of the
+/// whole machine fails alike on every rank.
+fn error_lines(errors: &[anyhow::Error]) -> Vec<String> {
+    let mut said: Vec<(String, usize)> = Vec::new();
+    for e in errors {
+        let text = format!("{e:#}");
+        match said.iter_mut().find(|(s, _)| *s == text) {
+            Some((_, ranks)) => *ranks += 1,
+            None => said.push((text, 1)),
+        }
+    }
+    said.into_iter()
+        .map(|(text, ranks)| match ranks {
+            1 => format!("error: {text}"),
+            n => format!("error: {text} ({n} ranks alike)"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_failure_on_several_ranks_is_said_once() {
+        let errors = [
+            anyhow!("the table does not fit"),
+            anyhow!("rank 3: lost rank 0"),
+            anyhow!("the table does not fit"),
+        ];
+        assert_eq!(
+            error_lines(&errors),
+            [
+                "error: the table does not fit (2 ranks alike)",
+                "error: rank 3: lost rank 0"
+            ]
+        );
+        let ends = errors.into_iter().map(Err).collect();
+        let err = combine(ends).unwrap_err().to_string();
+        assert_eq!(err, "3 of 3 rank threads failed (their errors are above)");
+    }
 }
