@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use std::net::{TcpListener, ToSocketAddrs};
 
-use comm::{AuthToken, CommConfig, CommError, Store, StoreServer};
+use comm::{AuthToken, CommConfig, CommError, Rejection, Store, StoreServer};
 
 use super::heartbeat::{self, Beater, Pulse, SharedStore};
 
@@ -84,10 +84,27 @@ impl NodeGroup {
             (None, Some(k)) => Store::connect(&CommConfig { rank: k, ..config }).map(|s| (s, k)),
             (None, None) => Store::join(&config),
         };
-        let (mut store, node_rank) = joined.with_context(|| {
-            let who = node_rank.map_or("a launcher".to_string(), |k| format!("node {k}"));
-            format!("{who} joining the launchers at {addr}:{port}")
-        })?;
+        let who = node_rank.map_or("a launcher".to_string(), |k| format!("node {k}"));
+        let seat = |taken: String| {
+            anyhow::anyhow!(
+                "{who}: the launchers at {addr}:{port} already have {taken}: another job holds this rendezvous port, or {}; give each job a rendezvous port of its own (--rdzv-endpoint, --master-port) and each launcher its own --node-rank",
+                match node_rank {
+                    Some(k) => format!("two launchers were given --node-rank {k}"),
+                    None => format!("more launchers were started than --nnodes {nnodes}"),
+                }
+            )
+        };
+        let (mut store, node_rank) = match joined {
+            Err(CommError::Rejected(Rejection::DuplicateRank { rank })) => {
+                return Err(seat(format!("a node {rank}")));
+            }
+            Err(CommError::Rejected(Rejection::RankOutOfRange { .. })) => {
+                return Err(seat(format!("all {nnodes} nodes")));
+            }
+            joined => {
+                joined.with_context(|| format!("{who} joining the launchers at {addr}:{port}"))?
+            }
+        };
         if server.is_none() {
             // Node 0 stopped or cut off keeps the connection open, silent.
             store.set_reply_timeout(heartbeat);
