@@ -4,18 +4,24 @@
 
 mod common;
 
+use std::process::Stdio;
 use std::process::{Child, Command};
 use std::sync::mpsc::Receiver;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::nodes::{job, two_launchers, wait_within};
 use common::{stderr, stderr_lines};
 
 /// A 2 x 2 job of endless steps with `extra` flags, once it trains: both
-/// launchers, the rendezvous endpoint, and node 1's stderr as it comes.
-fn running_job(dir: &std::path::Path, extra: &[&str]) -> ([Child; 2], String, Receiver<String>) {
+/// launchers, the rendezvous endpoint, and node 1's stderr as it comes
+/// (from a thread that ends with it).
+fn running_job(
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> ([Child; 2], String, (Receiver<String>, JoinHandle<()>)) {
     let [node0, mut node1] = two_launchers(dir, &[&["--max-steps", "100000"], extra].concat());
-    let (lines, _relay) = stderr_lines(&mut node1);
+    let (lines, relay) = stderr_lines(&mut node1);
     let mut endpoint = None;
     loop {
         let line = lines
@@ -31,7 +37,7 @@ fn running_job(dir: &std::path::Path, extra: &[&str]) -> ([Child; 2], String, Re
     (
         [node0, node1],
         endpoint.expect("node 1 names the rendezvous"),
-        lines,
+        (lines, relay),
     )
 }
 
@@ -74,4 +80,78 @@ fn a_stranger_launcher_at_a_running_jobs_port_is_refused_alone_and_the_job_goes_
     let out1 = wait_within(node1, Duration::from_secs(60));
     assert_eq!(out1.status.code(), Some(130));
     assert_eq!(out0.status.code(), Some(130), "{}", stderr(&out0));
+}
+
+/// A process stopped with SIGSTOP; dropped, even by a failing test, it is
+/// resumed and killed, so that none is left behind.
+struct Stopped(String);
+
+impl Stopped {
+    fn resume(&self) {
+        Command::new("kill")
+            .args(["-CONT", &self.0])
+            .status()
+            .unwrap();
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for signal in ["-CONT", "-KILL"] {
+            let _ = Command::new("kill")
+                .args([signal, &self.0])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Node `victim`'s launcher (its ranks train on) is stopped until the
+/// other node has ended the job on its silence, then resumed: it ends
+/// promptly, naming its own stop as the likely cause rather than blaming
+/// the node that left, and restarts nothing. What it said.
+fn resume_a_launcher_after_the_job_ended_without_it(victim: usize) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let flags = ["--timeout", "20", "--heartbeat-timeout", "2"];
+    let ([node0, node1], _, (lines, relay)) =
+        running_job(tmp.path(), &[&flags[..], &["--max-restarts", "1"]].concat());
+    let (victim_launcher, other) = if victim == 0 {
+        (node0, node1)
+    } else {
+        (node1, node0)
+    };
+    let stopped = Stopped(victim_launcher.id().to_string());
+    Command::new("kill")
+        .args(["-STOP", &stopped.0])
+        .status()
+        .unwrap();
+    let out = wait_within(other, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1));
+    stopped.resume();
+    let out = wait_within(victim_launcher, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1));
+    relay.join().unwrap();
+    let said = if victim == 0 {
+        stderr(&out)
+    } else {
+        lines.try_iter().collect::<Vec<_>>().join("\n")
+    };
+    assert!(!said.contains("restart 1 of 1"), "{said}");
+    said
+}
+
+#[test]
+fn a_launcher_resumed_after_the_job_ended_on_its_silence_names_its_own_stop() {
+    for victim in [1, 0] {
+        let said = resume_a_launcher_after_the_job_ended_without_it(victim);
+        let last = said.lines().last().unwrap_or_default();
+        let other = 1 - victim;
+        assert!(
+            last.starts_with(&format!(
+                "error: node {victim}: this launcher was itself stopped"
+            )) && last.contains(&format!("node {other}'s launcher (host "))
+                && !last.contains("killed, or its machine lost"),
+            "{said}"
+        );
+    }
 }

@@ -44,6 +44,10 @@ pub(super) struct NodeGroup {
     /// The store stopped answering (node 0's launcher is gone): this node
     /// goes on by itself, its workers noticing lost peers on their own.
     lost: bool,
+    /// How long this launcher once went unanswered past the limit: it was
+    /// stopped itself (or starved), and a node that left meanwhile most
+    /// likely ended the job on its silence.
+    away: Option<Duration>,
 }
 
 impl NodeGroup {
@@ -121,6 +125,7 @@ impl NodeGroup {
             last_look: Instant::now(),
             timeout,
             lost: false,
+            away: None,
         };
         if node_rank == 0 {
             let host = crate::worker::hostname();
@@ -311,11 +316,24 @@ impl NodeGroup {
         }
     }
 
+    /// Notes how long the store has not answered, once past the limit.
+    fn note_away(&mut self) {
+        let unanswered = self.store.unanswered();
+        if unanswered >= self.pulse.limit() {
+            self.away = self.away.max(Some(unanswered));
+        }
+    }
+
     /// What a node other than 0 says when node 0's store failed it with `e`.
-    fn master_lost(&self, e: &CommError) -> String {
-        match e {
-            CommError::StoreSilent { silent, .. } => {
+    fn master_lost(&mut self, e: &CommError) -> String {
+        self.note_away();
+        match (e, self.away) {
+            (CommError::StoreSilent { silent, .. }, _) => {
                 heartbeat::silent_master(self.node_rank, &self.master_host, *silent)
+            }
+            (_, Some(away)) => {
+                let left = format!("node 0's launcher ({}) left", self.master_host);
+                heartbeat::was_away(self.node_rank, away, self.pulse.limit(), &left)
             }
             _ => format!(
                 "node {}: node 0's launcher is gone (killed, or its machine lost?), and the job cannot go on without its ranks: {e}",
@@ -335,6 +353,7 @@ impl NodeGroup {
     /// (node 0 looks: its store sees them) a node whose launcher left, or
     /// fell silent, before it said its workers ended.
     fn look(&mut self, attempt: u32) -> Result<Option<Elsewhere>, CommError> {
+        self.note_away();
         let key = |what: &str| format!("attempt/{attempt}/{what}");
         if let Some(cause) = self.store.look(&key("failed"))? {
             // Set before the failure, when no restart can mend it.
@@ -357,10 +376,16 @@ impl NodeGroup {
             // for one that vanished.
             let ended = key(&format!("ended/{k}"));
             let cause = if self.store.departed(k)? && self.store.look(&ended)?.is_none() {
-                format!(
-                    "node {k}'s launcher ({}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?), and the job cannot go on without its ranks",
-                    self.host(k)
-                )
+                let host = self.host(k);
+                match self.away {
+                    Some(away) => {
+                        let left = format!("node {k}'s launcher ({host}) left");
+                        heartbeat::was_away(0, away, self.pulse.limit(), &left)
+                    }
+                    None => format!(
+                        "node {k}'s launcher ({host}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?), and the job cannot go on without its ranks"
+                    ),
+                }
             } else if let Some(silent) = self.silent(k)?
                 && self.store.look(&ended)?.is_none()
             {
