@@ -82,14 +82,27 @@ fn a_stranger_launcher_at_a_running_jobs_port_is_refused_alone_and_the_job_goes_
     assert_eq!(out0.status.code(), Some(130), "{}", stderr(&out0));
 }
 
-/// A process stopped with SIGSTOP; dropped, even by a failing test, it is
-/// resumed and killed, so that none is left behind.
-struct Stopped(String);
+/// Processes stopped with SIGSTOP; dropped, even by a failing test, they
+/// are resumed and killed, so that none is left behind.
+struct Stopped(Vec<String>);
 
 impl Stopped {
+    fn new(pids: Vec<String>) -> Stopped {
+        // The guard first: it cleans up whatever the kill below reached.
+        let stopped = Stopped(pids);
+        let status = Command::new("kill")
+            .arg("-STOP")
+            .args(&stopped.0)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{:?}", stopped.0);
+        stopped
+    }
+
     fn resume(&self) {
         Command::new("kill")
-            .args(["-CONT", &self.0])
+            .arg("-CONT")
+            .args(&self.0)
             .status()
             .unwrap();
     }
@@ -99,7 +112,8 @@ impl Drop for Stopped {
     fn drop(&mut self) {
         for signal in ["-CONT", "-KILL"] {
             let _ = Command::new("kill")
-                .args([signal, &self.0])
+                .arg(signal)
+                .args(&self.0)
                 .stderr(Stdio::null())
                 .status();
         }
@@ -120,11 +134,7 @@ fn resume_a_launcher_after_the_job_ended_without_it(victim: usize) -> String {
     } else {
         (node1, node0)
     };
-    let stopped = Stopped(victim_launcher.id().to_string());
-    Command::new("kill")
-        .args(["-STOP", &stopped.0])
-        .status()
-        .unwrap();
+    let stopped = Stopped::new(vec![victim_launcher.id().to_string()]);
     let out = wait_within(other, Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(1));
     stopped.resume();
@@ -152,6 +162,49 @@ fn a_launcher_resumed_after_the_job_ended_on_its_silence_names_its_own_stop() {
             )) && last.contains(&format!("node {other}'s launcher (host "))
                 && !last.contains("killed, or its machine lost"),
             "{said}"
+        );
+    }
+}
+
+/// Node 1's workers stopped, its launcher alive (its heartbeat goes on):
+/// node 0's ranks time out on them, and both launchers end within a bound,
+/// node 1 saying that its ranks were hung and killed, not failed on their
+/// own.
+#[test]
+fn stopped_workers_under_a_live_launcher_end_the_job_and_are_named_hung() {
+    let tmp = tempfile::tempdir().unwrap();
+    let flags = ["--timeout", "3", "--heartbeat-timeout", "2"];
+    let ([node0, node1], _, (lines, relay)) = running_job(tmp.path(), &flags);
+    let workers = Command::new("pgrep")
+        .args(["-P", &node1.id().to_string()])
+        .output()
+        .unwrap();
+    let pids: Vec<String> = String::from_utf8_lossy(&workers.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    let _stopped = Stopped::new(pids);
+    let out0 = wait_within(node0, Duration::from_secs(30));
+    let out1 = wait_within(node1, Duration::from_secs(30));
+    relay.join().unwrap();
+    let said0 = stderr(&out0);
+    let said1: Vec<String> = lines.try_iter().collect();
+    let last1 = said1.last().cloned().unwrap_or_default();
+    assert_eq!(out0.status.code(), Some(1), "{said0}");
+    assert_eq!(out1.status.code(), Some(1), "{last1}");
+    let last0 = said0.lines().last().unwrap_or_default();
+    assert!(
+        last0.contains("timed out after 3s waiting for rank"),
+        "{said0}"
+    );
+    for rank in [2, 3] {
+        assert!(
+            last1.contains(&format!(
+                "node 1: rank {rank} was still running after the grace (hung, stopped"
+            )),
+            "{}",
+            said1.join("\n")
         );
     }
 }

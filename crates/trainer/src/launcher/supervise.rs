@@ -267,11 +267,21 @@ fn conclude(workers: &mut [Worker], watch: Watch) -> Outcome {
             });
         }
     };
+    // Those killed here after the grace have no failure of their own.
     let others: Vec<String> = workers
         .iter()
         .enumerate()
         .filter(|(j, w)| Some(*j) != first_failure && !w.status.is_some_and(|s| s.success()))
-        .map(|(_, w)| format!("{node}{}", w.describe_failure()))
+        .map(|(j, w)| {
+            if unresponsive.contains(&j) {
+                format!(
+                    "{node}rank {} was still running after the grace (hung, stopped, or still waiting for its peers) and was killed",
+                    w.rank
+                )
+            } else {
+                format!("{node}{}", w.describe_failure())
+            }
+        })
         .collect();
     let mut message = first.clone();
     if !others.is_empty() {
