@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::nodes::{job, two_launchers, wait_within};
-use common::{stderr, stderr_lines};
+use common::{free_port, stderr, stderr_lines};
 
 /// A 2 x 2 job of endless steps with `extra` flags, once it trains: both
 /// launchers, the rendezvous endpoint, and node 1's stderr as it comes
@@ -205,6 +205,38 @@ fn stopped_workers_under_a_live_launcher_end_the_job_and_are_named_hung() {
             )),
             "{}",
             said1.join("\n")
+        );
+    }
+}
+
+/// Two launchers claim node 1 while the rendezvous of three nodes is under
+/// way: every launcher ends at once, each naming the taken seat and the fix
+/// in the launchers' words (not a lost node 0, not a worker's RANK).
+#[test]
+fn two_launchers_claiming_one_node_during_the_rendezvous_are_named_by_every_launcher() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let launcher = |node_rank: &str| {
+        let child = job(dir.path())
+            .args(["--nnodes", "3", "--nproc_per_node", "1", "--timeout", "20"])
+            .args(["--master_addr", "127.0.0.1", "--master_port", &port])
+            .args(["--node_rank", node_rank])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        child
+    };
+    let launchers = [launcher("0"), launcher("1"), launcher("1")];
+    for out in launchers.map(|l| wait_within(l, Duration::from_secs(30))) {
+        let said = stderr(&out);
+        let last = said.lines().last().unwrap_or_default();
+        assert!(!out.status.success(), "{said}");
+        assert!(
+            last.contains(&format!(
+                "the launchers at 127.0.0.1:{port} already have a node 1"
+            )) && last.contains("--node-rank")
+                && !last.contains("is gone"),
+            "{said}"
         );
     }
 }

@@ -14,9 +14,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use std::net::{TcpListener, ToSocketAddrs};
 
-use comm::{AuthToken, CommConfig, CommError, Rejection, Store, StoreServer};
+use comm::{AuthToken, CommConfig, CommError, Store, StoreServer};
 
 use super::heartbeat::{self, Beater, Pulse, SharedStore};
+
+mod rendezvous;
+
+use rendezvous::misfit;
 
 /// How often a launcher looks for a failure on another node.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
@@ -30,6 +34,7 @@ pub(super) struct NodeGroup {
     pub node_rank: usize,
     nnodes: usize,
     master_addr: String,
+    port: u16,
     /// Where node 0 runs, as it said (`host NAME`), for the other nodes.
     master_host: String,
     store: SharedStore,
@@ -89,21 +94,9 @@ impl NodeGroup {
             (None, None) => Store::join(&config),
         };
         let who = node_rank.map_or("a launcher".to_string(), |k| format!("node {k}"));
-        let seat = |taken: String| {
-            anyhow::anyhow!(
-                "{who}: the launchers at {addr}:{port} already have {taken}: another job holds this rendezvous port, or {}; give each job a rendezvous port of its own (--rdzv-endpoint, --master-port) and each launcher its own --node-rank",
-                match node_rank {
-                    Some(k) => format!("two launchers were given --node-rank {k}"),
-                    None => format!("more launchers were started than --nnodes {nnodes}"),
-                }
-            )
-        };
         let (mut store, node_rank) = match joined {
-            Err(CommError::Rejected(Rejection::DuplicateRank { rank })) => {
-                return Err(seat(format!("a node {rank}")));
-            }
-            Err(CommError::Rejected(Rejection::RankOutOfRange { .. })) => {
-                return Err(seat(format!("all {nnodes} nodes")));
+            Err(CommError::Rejected(r)) => {
+                bail!("{who}: {}", misfit(&r, &format!("{addr}:{port}")))
             }
             joined => {
                 joined.with_context(|| format!("{who} joining the launchers at {addr}:{port}"))?
@@ -117,6 +110,7 @@ impl NodeGroup {
             node_rank,
             nnodes,
             master_addr: addr.clone(),
+            port: *port,
             master_host: format!("at {addr}"),
             store: SharedStore::new(store),
             beater: None,
@@ -131,76 +125,18 @@ impl NodeGroup {
             let host = crate::worker::hostname();
             group.store.set("host/0", host.as_bytes())?;
             group.store.set("rdzv_id", rdzv_id.as_bytes())?;
-            group.wait_for_nodes(rdzv_id, *port)?;
+            group
+                .wait_for_nodes(rdzv_id, *port)
+                .map_err(|e| group.explain(e))?;
         } else {
-            group.show_up(rdzv_id, *port)?;
+            group
+                .show_up(rdzv_id, *port)
+                .map_err(|e| group.explain(e))?;
             let every = heartbeat::interval(heartbeat);
             group.beater = Some(Beater::start(group.store.clone(), node_rank, every)?);
         }
         tell!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}");
         Ok(group)
-    }
-
-    /// A node other than 0 says where it runs and checks that it belongs
-    /// to node 0's job; a launcher of another job leaves word for node 0,
-    /// which ends the job with it (it took a node's seat).
-    fn show_up(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
-        let k = self.node_rank;
-        let host = crate::worker::hostname();
-        self.store.set(&format!("host/{k}"), host.as_bytes())?;
-        let theirs = self.store.get("rdzv_id")?;
-        if theirs != rdzv_id.as_bytes() {
-            let _ = self.store.set(&format!("refused/{k}"), rdzv_id.as_bytes());
-            bail!(
-                "node {k}: --rdzv-id {rdzv_id:?} is not node 0's {:?}: another job holds {}:{port}, or this launcher's --rdzv-id is mistyped",
-                String::from_utf8_lossy(&theirs),
-                self.master_addr
-            );
-        }
-        if let Some(host) = self.store.look("host/0")? {
-            self.master_host = format!("host {}", String::from_utf8_lossy(&host));
-        }
-        self.store.set(&format!("joined/{k}"), b"")?;
-        Ok(())
-    }
-
-    /// Node 0 waits up to the timeout for every other node to join, so that
-    /// no worker waits in vain for ranks whose launcher never came (or came
-    /// with another job's `--rdzv-id`), and says which.
-    fn wait_for_nodes(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
-        let deadline = Instant::now() + self.timeout;
-        let mut missing: Vec<usize> = (1..self.nnodes).collect();
-        loop {
-            for &k in &missing {
-                if let Some(theirs) = self.store.look(&format!("refused/{k}"))? {
-                    bail!(
-                        "node 0: the launcher that joined as node {k} ({}) came with --rdzv-id {:?}, not this job's {rdzv_id:?}; every launcher of a job needs the same --rdzv-id, and another job a rendezvous port of its own",
-                        self.host(k),
-                        String::from_utf8_lossy(&theirs)
-                    );
-                }
-            }
-            let mut still = Vec::new();
-            for k in missing {
-                if self.store.look(&format!("joined/{k}"))?.is_none() {
-                    still.push(k);
-                }
-            }
-            missing = still;
-            if missing.is_empty() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (--timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint)",
-                    self.nnodes,
-                    self.master_addr,
-                    self.timeout,
-                    self.nnodes
-                );
-            }
-            std::thread::sleep(POLL);
-        }
     }
 
     /// Where node `k` runs, as it said when it joined.
@@ -328,6 +264,10 @@ impl NodeGroup {
     fn master_lost(&mut self, e: &CommError) -> String {
         self.note_away();
         match (e, self.away) {
+            (CommError::Rejected(r), _) => {
+                let at = format!("{}:{}", self.master_addr, self.port);
+                format!("node {}: {}", self.node_rank, misfit(r, &at))
+            }
             (CommError::StoreSilent { silent, .. }, _) => {
                 heartbeat::silent_master(self.node_rank, &self.master_host, *silent)
             }
