@@ -240,3 +240,49 @@ fn two_launchers_claiming_one_node_during_the_rendezvous_are_named_by_every_laun
         );
     }
 }
+
+/// SIGTERM to one node's launcher while the other machine is frozen: the
+/// signalled launcher's ranks cannot save (their peers are stopped) and it
+/// exits 128 + 15 as documented, but says which node held them up.
+#[test]
+fn a_signal_while_the_other_machine_is_frozen_names_the_frozen_node() {
+    for (victim, said) in [
+        (1, "launcher: node 1's launcher (host "),
+        (0, "launcher: node 1: node 0's launcher (host "),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let flags = ["--timeout", "6", "--heartbeat-timeout", "2"];
+        let ([node0, node1], _, (lines, relay)) = running_job(tmp.path(), &flags);
+        // Training, past the rendezvous (where a signal ends a rank at once).
+        std::thread::sleep(Duration::from_secs(2));
+        let (frozen, signalled) = if victim == 0 {
+            (node0, node1)
+        } else {
+            (node1, node0)
+        };
+        let workers = Command::new("pgrep")
+            .args(["-P", &frozen.id().to_string()])
+            .output()
+            .unwrap();
+        let mut pids = vec![frozen.id().to_string()];
+        pids.extend(
+            String::from_utf8_lossy(&workers.stdout)
+                .lines()
+                .map(str::to_string),
+        );
+        let stopped = Stopped::new(pids);
+        let pid = signalled.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let out = wait_within(signalled, Duration::from_secs(30));
+        drop(stopped);
+        let _ = wait_within(frozen, Duration::from_secs(30));
+        relay.join().unwrap();
+        let story = if victim == 1 {
+            stderr(&out)
+        } else {
+            lines.try_iter().collect::<Vec<_>>().join("\n")
+        };
+        assert_eq!(out.status.code(), Some(143), "{story}");
+        assert!(story.contains(said), "{said}: {story}");
+    }
+}

@@ -218,11 +218,16 @@ impl NodeGroup {
 
     /// Tells every node that this one's launcher got `signal` in
     /// `attempt`, which they pass on to their own workers: the job stops as
-    /// one, not as a failure the others would restart from.
+    /// one, not as a failure the others would restart from. A store that
+    /// fails it (node 0 gone or silent) is told: the workers' stop may
+    /// wait on node 0's ranks.
     pub fn report_signal(&mut self, attempt: u32, signal: i32) {
         if !self.lost {
             let key = format!("attempt/{attempt}/signal");
-            self.lost = self.store.set(&key, &signal.to_be_bytes()).is_err();
+            if let Err(e) = self.store.set(&key, &signal.to_be_bytes()) {
+                self.lost = true;
+                tell!("launcher: {}", self.master_lost(&e));
+            }
         }
     }
 
@@ -310,6 +315,26 @@ impl NodeGroup {
         if self.server.is_none() {
             return Ok(None);
         }
+        Ok(self.vanished(attempt)?.map(Elsewhere::Departed))
+    }
+
+    /// Node 0, after a signal: a node whose launcher left or fell silent
+    /// meanwhile (the workers' stop may wait on its ranks), looked for at
+    /// most every [`LOOK_EVERY`].
+    pub fn vanished_node(&mut self, attempt: u32) -> Option<String> {
+        if self.server.is_none() || self.last_look.elapsed() < LOOK_EVERY {
+            return None;
+        }
+        self.last_look = Instant::now();
+        self.note_away();
+        self.vanished(attempt).ok().flatten()
+    }
+
+    /// Node 0: a node whose launcher left, or fell silent, before it said
+    /// its workers ended in `attempt`, told to the others as a failure no
+    /// restart mends.
+    fn vanished(&mut self, attempt: u32) -> Result<Option<String>, CommError> {
+        let key = |what: &str| format!("attempt/{attempt}/{what}");
         for k in 1..self.nnodes {
             // A launcher says it ended before it leaves: read the departure
             // first, so that one leaving between the two looks is not taken
@@ -336,7 +361,7 @@ impl NodeGroup {
             // The other nodes hear it as a failure no restart mends.
             self.store.set(&key("final"), b"")?;
             self.store.set(&key("failed"), cause.as_bytes())?;
-            return Ok(Some(Elsewhere::Departed(cause)));
+            return Ok(Some(cause));
         }
         Ok(None)
     }

@@ -220,6 +220,14 @@ pub(super) fn supervise(
             && let Some(news) = g.news_elsewhere(*attempt)
         {
             watch.adopt(workers, news);
+        } else if watch.received.is_some()
+            && watch.elsewhere.is_none()
+            && let Some((g, attempt)) = group.as_mut()
+            && let Some(cause) = g.vanished_node(*attempt)
+        {
+            // The workers' stop may wait on that node's ranks: say why.
+            tell!("launcher: {cause}; this node's ranks stop without them");
+            watch.elsewhere = Some(cause);
         }
         let running = workers.iter().filter(|w| w.status.is_none()).count();
         if running == 0 || watch.deadline.is_some_and(|d| Instant::now() >= d) {
