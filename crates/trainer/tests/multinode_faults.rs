@@ -286,3 +286,31 @@ fn a_signal_while_the_other_machine_is_frozen_names_the_frozen_node() {
         assert!(story.contains(said), "{said}: {story}");
     }
 }
+
+/// Node 0 stopped past --timeout while it waits for the others: resumed,
+/// it reports the missing node and its own stop, which ran out the clock.
+#[test]
+fn node_0_stopped_during_the_rendezvous_names_its_own_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = format!("127.0.0.1:{}", free_port());
+    let node0 = job(dir.path())
+        .args(["--nnodes=2", "--nproc_per_node=1", "--node_rank=0"])
+        .args(["--timeout", "2", "--heartbeat-timeout", "1"])
+        .args(["--rdzv_endpoint", &endpoint])
+        .spawn()
+        .unwrap();
+    // Waiting for node 1 by then (its --timeout not yet out).
+    std::thread::sleep(Duration::from_secs(1));
+    let stopped = Stopped::new(vec![node0.id().to_string()]);
+    std::thread::sleep(Duration::from_secs(3));
+    stopped.resume();
+    let out = wait_within(node0, Duration::from_secs(30));
+    let said = stderr(&out);
+    let last = said.lines().last().unwrap_or_default();
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        last.contains("node(s) [1] of 2 did not join")
+            && last.contains("this launcher was itself stopped (or starved) for"),
+        "{said}"
+    );
+}

@@ -41,6 +41,7 @@ impl NodeGroup {
         let deadline = Instant::now() + self.timeout;
         let mut missing: Vec<usize> = (1..self.nnodes).collect();
         loop {
+            self.note_away();
             for &k in &missing {
                 if let Some(theirs) = self.store.look(&format!("refused/{k}"))? {
                     bail!(
@@ -61,8 +62,15 @@ impl NodeGroup {
                 return Ok(());
             }
             if Instant::now() >= deadline {
+                // Its own stop ran out the clock, and the others' joins.
+                let away = self.away.map_or(String::new(), |away| {
+                    format!(
+                        "; this launcher was itself stopped (or starved) for {:.1} s meanwhile, which the others may have taken for a lost node 0",
+                        away.as_secs_f64()
+                    )
+                });
                 bail!(
-                    "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (--timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint)",
+                    "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (--timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint){away}",
                     self.nnodes,
                     self.master_addr,
                     self.timeout,
