@@ -4,13 +4,12 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::process::{Child, Command};
 use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::nodes::{job, two_launchers, wait_within};
+use common::nodes::{Stopped, job, two_launchers, wait_within, workers_of};
 use common::{free_port, stderr, stderr_lines};
 
 /// A 2 x 2 job of endless steps with `extra` flags, once it trains: both
@@ -82,44 +81,6 @@ fn a_stranger_launcher_at_a_running_jobs_port_is_refused_alone_and_the_job_goes_
     assert_eq!(out0.status.code(), Some(130), "{}", stderr(&out0));
 }
 
-/// Processes stopped with SIGSTOP; dropped, even by a failing test, they
-/// are resumed and killed, so that none is left behind.
-struct Stopped(Vec<String>);
-
-impl Stopped {
-    fn new(pids: Vec<String>) -> Stopped {
-        // The guard first: it cleans up whatever the kill below reached.
-        let stopped = Stopped(pids);
-        let status = Command::new("kill")
-            .arg("-STOP")
-            .args(&stopped.0)
-            .status()
-            .unwrap();
-        assert!(status.success(), "{:?}", stopped.0);
-        stopped
-    }
-
-    fn resume(&self) {
-        Command::new("kill")
-            .arg("-CONT")
-            .args(&self.0)
-            .status()
-            .unwrap();
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        for signal in ["-CONT", "-KILL"] {
-            let _ = Command::new("kill")
-                .arg(signal)
-                .args(&self.0)
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
 /// Node `victim`'s launcher (its ranks train on) is stopped until the
 /// other node has ended the job on its silence, then resumed: it ends
 /// promptly, naming its own stop as the likely cause rather than blaming
@@ -175,16 +136,7 @@ fn stopped_workers_under_a_live_launcher_end_the_job_and_are_named_hung() {
     let tmp = tempfile::tempdir().unwrap();
     let flags = ["--timeout", "3", "--heartbeat-timeout", "2"];
     let ([node0, node1], _, (lines, relay)) = running_job(tmp.path(), &flags);
-    let workers = Command::new("pgrep")
-        .args(["-P", &node1.id().to_string()])
-        .output()
-        .unwrap();
-    let pids: Vec<String> = String::from_utf8_lossy(&workers.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    assert_eq!(pids.len(), 2, "{pids:?}");
-    let _stopped = Stopped::new(pids);
+    let _stopped = Stopped::new(workers_of(&node1, 2));
     let out0 = wait_within(node0, Duration::from_secs(30));
     let out1 = wait_within(node1, Duration::from_secs(30));
     relay.join().unwrap();
@@ -260,17 +212,7 @@ fn a_signal_while_the_other_machine_is_frozen_names_the_frozen_node() {
         } else {
             (node1, node0)
         };
-        let workers = Command::new("pgrep")
-            .args(["-P", &frozen.id().to_string()])
-            .output()
-            .unwrap();
-        let mut pids = vec![frozen.id().to_string()];
-        pids.extend(
-            String::from_utf8_lossy(&workers.stdout)
-                .lines()
-                .map(str::to_string),
-        );
-        let stopped = Stopped::new(pids);
+        let stopped = Stopped::machine_of(&frozen, 2);
         let pid = signalled.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         let out = wait_within(signalled, Duration::from_secs(30));
