@@ -6,7 +6,9 @@
 //! on the world size and that no rank registers twice. The first such
 //! problem poisons the store: every later request, including `get`s already
 //! waiting, is answered with that rejection, so all ranks fail at once with
-//! the message that explains the misconfiguration.
+//! the message that explains the misconfiguration. Once every rank has
+//! registered, a newcomer is a stranger (another job on this port, a
+//! launcher started twice): it alone is refused, and the job goes on.
 
 use std::collections::HashMap;
 use std::io::{self, ErrorKind};
@@ -72,6 +74,17 @@ impl Shared {
         Response::Rejected(first)
     }
 
+    /// Refuses a newcomer that cannot register: while the rendezvous is
+    /// under way, for everyone ([`Shared::reject`]); once every rank has
+    /// registered, for the newcomer alone, so that a stranger does not end
+    /// a job that runs.
+    fn refuse(&self, state: &mut State, rejection: Rejection) -> Response {
+        if state.registered.iter().all(|&r| r) {
+            return Response::Rejected(rejection);
+        }
+        self.reject(state, rejection)
+    }
+
     fn hello(&self, rank: usize, world_size: usize) -> Response {
         let mut state = self.lock();
         if let Some(r) = &state.rejection {
@@ -83,17 +96,17 @@ impl Shared {
                 rank_world_size: world_size,
                 master_world_size: self.world_size,
             };
-            return self.reject(&mut state, rejection);
+            return self.refuse(&mut state, rejection);
         }
         if rank >= self.world_size {
             let rejection = Rejection::RankOutOfRange {
                 rank,
                 world_size: self.world_size,
             };
-            return self.reject(&mut state, rejection);
+            return self.refuse(&mut state, rejection);
         }
         if state.registered[rank] {
-            return self.reject(&mut state, Rejection::DuplicateRank { rank });
+            return self.refuse(&mut state, Rejection::DuplicateRank { rank });
         }
         state.registered[rank] = true;
         Response::Ok
@@ -112,7 +125,7 @@ impl Shared {
                 rank_world_size: world_size,
                 master_world_size: self.world_size,
             };
-            return self.reject(&mut state, rejection);
+            return self.refuse(&mut state, rejection);
         }
         match free {
             Some(rank) => {
@@ -124,7 +137,7 @@ impl Shared {
                     rank: self.world_size,
                     world_size: self.world_size,
                 };
-                self.reject(&mut state, rejection)
+                self.refuse(&mut state, rejection)
             }
         }
     }
@@ -352,7 +365,8 @@ fn serve_member(stream: &TcpStream, shared: &Shared, member: &mut Option<usize>)
             Request::Poison(rejection) => shared.poison(rejection),
             Request::Get { key, wait } => shared.get(&key, wait),
         };
-        if write_frame(stream, &response.encode()).is_err() {
+        // A refused newcomer hears why, and is served no more.
+        if write_frame(stream, &response.encode()).is_err() || member.is_none() {
             return;
         }
     }

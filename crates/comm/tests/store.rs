@@ -179,7 +179,8 @@ fn members_joining_by_arrival_take_the_ranks_after_the_hosts_in_turn() {
     let mut host = Store::connect(&config(0, 3, port, TIMEOUT)).unwrap();
     let (_second, second) = Store::join(&config(0, 3, port, TIMEOUT)).unwrap();
     assert_eq!((first, second), (1, 2));
-    // A fourth member of a group of three is refused, and so is everyone.
+    // A fourth member of a complete group of three is a stranger (another
+    // job on this port): it alone is refused, and the group goes on.
     let err = Store::join(&config(0, 3, port, TIMEOUT)).unwrap_err();
     assert!(
         matches!(
@@ -191,7 +192,17 @@ fn members_joining_by_arrival_take_the_ranks_after_the_hosts_in_turn() {
         ),
         "{err}"
     );
-    assert!(host.get("anything").is_err());
+    host.set("anything", b"still served").unwrap();
+    assert_eq!(host.get("anything").unwrap(), b"still served");
+    let err = Store::connect(&config(1, 3, port, TIMEOUT)).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            CommError::Rejected(Rejection::DuplicateRank { rank: 1 })
+        ),
+        "{err}"
+    );
+    assert!(host.departed(1).is_ok_and(|gone| !gone));
 }
 
 #[test]

@@ -9,7 +9,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::nodes::{
-    job, training_launchers, two_launchers, two_launchers_with, two_same_launchers, wait_within,
+    Stopped, job, training_launchers, two_launchers, two_launchers_with, two_same_launchers,
+    wait_within,
 };
 use common::{final_state, free_port, launcher_pid, stderr, stderr_lines, stdout};
 use trainer::checkpoint::Position;
@@ -320,38 +321,6 @@ fn node_0_waits_for_every_node_and_names_a_stranger_or_a_missing_one() {
     assert!(!said.contains("started rank"), "{said}");
 }
 
-/// Processes stopped as a frozen machine's are (SIGSTOP: their connections
-/// stay open, silent); dropped, even by a failing test, they are resumed
-/// and killed, so that none is left behind.
-struct Frozen(Vec<String>);
-
-impl Frozen {
-    /// Stops `launcher` and its workers.
-    fn machine_of(launcher: &std::process::Child) -> Frozen {
-        let pid = launcher.id().to_string();
-        let workers = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
-        let mut pids = vec![pid];
-        pids.extend(stdout(&workers).lines().map(str::to_string));
-        // The guard first: it cleans up whatever the kill below reached.
-        let frozen = Frozen(pids);
-        let stopped = Command::new("kill")
-            .arg("-STOP")
-            .args(&frozen.0)
-            .status()
-            .unwrap();
-        assert!(stopped.success() && frozen.0.len() == 3, "{:?}", frozen.0);
-        frozen
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        for signal in ["-CONT", "-KILL"] {
-            let _ = Command::new("kill").arg(signal).args(&self.0).status();
-        }
-    }
-}
-
 /// `--timeout` and `--heartbeat-timeout` of the frozen-machine tests: the
 /// heartbeat well inside the ranks' own wait.
 const SHORT_HEARTBEAT: [&str; 4] = ["--timeout", "20", "--heartbeat-timeout", "2"];
@@ -370,14 +339,14 @@ fn freeze_a_machine(victim: usize, flags: [&str; 4], said: &[&str]) {
     // out after T and restart, twice.
     let limit = Duration::from_secs(30);
     let (story, out) = if victim == 0 {
-        let frozen = Frozen::machine_of(&node0);
+        let frozen = Stopped::machine_of(&node0, 2);
         let out = wait_within(node1, limit);
         drop(frozen);
         node0.wait().unwrap();
         relay.join().unwrap();
         (lines.try_iter().collect::<Vec<_>>().join("\n"), out)
     } else {
-        let frozen = Frozen::machine_of(&node1);
+        let frozen = Stopped::machine_of(&node1, 2);
         let out = wait_within(node0, limit);
         drop(frozen);
         node1.wait().unwrap();

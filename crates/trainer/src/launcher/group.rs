@@ -18,6 +18,10 @@ use comm::{AuthToken, CommConfig, CommError, Store, StoreServer};
 
 use super::heartbeat::{self, Beater, Pulse, SharedStore};
 
+mod rendezvous;
+
+use rendezvous::misfit;
+
 /// How often a launcher looks for a failure on another node.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
 
@@ -30,6 +34,7 @@ pub(super) struct NodeGroup {
     pub node_rank: usize,
     nnodes: usize,
     master_addr: String,
+    port: u16,
     /// Where node 0 runs, as it said (`host NAME`), for the other nodes.
     master_host: String,
     store: SharedStore,
@@ -44,6 +49,10 @@ pub(super) struct NodeGroup {
     /// The store stopped answering (node 0's launcher is gone): this node
     /// goes on by itself, its workers noticing lost peers on their own.
     lost: bool,
+    /// How long this launcher once went unanswered past the limit: it was
+    /// stopped itself (or starved), and a node that left meanwhile most
+    /// likely ended the job on its silence.
+    away: Option<Duration>,
 }
 
 impl NodeGroup {
@@ -84,10 +93,15 @@ impl NodeGroup {
             (None, Some(k)) => Store::connect(&CommConfig { rank: k, ..config }).map(|s| (s, k)),
             (None, None) => Store::join(&config),
         };
-        let (mut store, node_rank) = joined.with_context(|| {
-            let who = node_rank.map_or("a launcher".to_string(), |k| format!("node {k}"));
-            format!("{who} joining the launchers at {addr}:{port}")
-        })?;
+        let who = node_rank.map_or("a launcher".to_string(), |k| format!("node {k}"));
+        let (mut store, node_rank) = match joined {
+            Err(CommError::Rejected(r)) => {
+                bail!("{who}: {}", misfit(&r, &format!("{addr}:{port}")))
+            }
+            joined => {
+                joined.with_context(|| format!("{who} joining the launchers at {addr}:{port}"))?
+            }
+        };
         if server.is_none() {
             // Node 0 stopped or cut off keeps the connection open, silent.
             store.set_reply_timeout(heartbeat);
@@ -96,6 +110,7 @@ impl NodeGroup {
             node_rank,
             nnodes,
             master_addr: addr.clone(),
+            port: *port,
             master_host: format!("at {addr}"),
             store: SharedStore::new(store),
             beater: None,
@@ -104,81 +119,24 @@ impl NodeGroup {
             last_look: Instant::now(),
             timeout,
             lost: false,
+            away: None,
         };
         if node_rank == 0 {
             let host = crate::worker::hostname();
             group.store.set("host/0", host.as_bytes())?;
             group.store.set("rdzv_id", rdzv_id.as_bytes())?;
-            group.wait_for_nodes(rdzv_id, *port)?;
+            group
+                .wait_for_nodes(rdzv_id, *port)
+                .map_err(|e| group.explain(e))?;
         } else {
-            group.show_up(rdzv_id, *port)?;
+            group
+                .show_up(rdzv_id, *port)
+                .map_err(|e| group.explain(e))?;
             let every = heartbeat::interval(heartbeat);
             group.beater = Some(Beater::start(group.store.clone(), node_rank, every)?);
         }
         tell!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}");
         Ok(group)
-    }
-
-    /// A node other than 0 says where it runs and checks that it belongs
-    /// to node 0's job; a launcher of another job leaves word for node 0,
-    /// which ends the job with it (it took a node's seat).
-    fn show_up(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
-        let k = self.node_rank;
-        let host = crate::worker::hostname();
-        self.store.set(&format!("host/{k}"), host.as_bytes())?;
-        let theirs = self.store.get("rdzv_id")?;
-        if theirs != rdzv_id.as_bytes() {
-            let _ = self.store.set(&format!("refused/{k}"), rdzv_id.as_bytes());
-            bail!(
-                "node {k}: --rdzv-id {rdzv_id:?} is not node 0's {:?}: another job holds {}:{port}, or this launcher's --rdzv-id is mistyped",
-                String::from_utf8_lossy(&theirs),
-                self.master_addr
-            );
-        }
-        if let Some(host) = self.store.look("host/0")? {
-            self.master_host = format!("host {}", String::from_utf8_lossy(&host));
-        }
-        self.store.set(&format!("joined/{k}"), b"")?;
-        Ok(())
-    }
-
-    /// Node 0 waits up to the timeout for every other node to join, so that
-    /// no worker waits in vain for ranks whose launcher never came (or came
-    /// with another job's `--rdzv-id`), and says which.
-    fn wait_for_nodes(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
-        let deadline = Instant::now() + self.timeout;
-        let mut missing: Vec<usize> = (1..self.nnodes).collect();
-        loop {
-            for &k in &missing {
-                if let Some(theirs) = self.store.look(&format!("refused/{k}"))? {
-                    bail!(
-                        "node 0: the launcher that joined as node {k} ({}) came with --rdzv-id {:?}, not this job's {rdzv_id:?}; every launcher of a job needs the same --rdzv-id, and another job a rendezvous port of its own",
-                        self.host(k),
-                        String::from_utf8_lossy(&theirs)
-                    );
-                }
-            }
-            let mut still = Vec::new();
-            for k in missing {
-                if self.store.look(&format!("joined/{k}"))?.is_none() {
-                    still.push(k);
-                }
-            }
-            missing = still;
-            if missing.is_empty() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (--timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint)",
-                    self.nnodes,
-                    self.master_addr,
-                    self.timeout,
-                    self.nnodes
-                );
-            }
-            std::thread::sleep(POLL);
-        }
     }
 
     /// Where node `k` runs, as it said when it joined.
@@ -260,11 +218,16 @@ impl NodeGroup {
 
     /// Tells every node that this one's launcher got `signal` in
     /// `attempt`, which they pass on to their own workers: the job stops as
-    /// one, not as a failure the others would restart from.
+    /// one, not as a failure the others would restart from. A store that
+    /// fails it (node 0 gone or silent) is told: the workers' stop may
+    /// wait on node 0's ranks.
     pub fn report_signal(&mut self, attempt: u32, signal: i32) {
         if !self.lost {
             let key = format!("attempt/{attempt}/signal");
-            self.lost = self.store.set(&key, &signal.to_be_bytes()).is_err();
+            if let Err(e) = self.store.set(&key, &signal.to_be_bytes()) {
+                self.lost = true;
+                tell!("launcher: {}", self.master_lost(&e));
+            }
         }
     }
 
@@ -294,11 +257,28 @@ impl NodeGroup {
         }
     }
 
+    /// Notes how long the store has not answered, once past the limit.
+    fn note_away(&mut self) {
+        let unanswered = self.store.unanswered();
+        if unanswered >= self.pulse.limit() {
+            self.away = self.away.max(Some(unanswered));
+        }
+    }
+
     /// What a node other than 0 says when node 0's store failed it with `e`.
-    fn master_lost(&self, e: &CommError) -> String {
-        match e {
-            CommError::StoreSilent { silent, .. } => {
+    fn master_lost(&mut self, e: &CommError) -> String {
+        self.note_away();
+        match (e, self.away) {
+            (CommError::Rejected(r), _) => {
+                let at = format!("{}:{}", self.master_addr, self.port);
+                format!("node {}: {}", self.node_rank, misfit(r, &at))
+            }
+            (CommError::StoreSilent { silent, .. }, _) => {
                 heartbeat::silent_master(self.node_rank, &self.master_host, *silent)
+            }
+            (_, Some(away)) => {
+                let left = format!("node 0's launcher ({}) left", self.master_host);
+                heartbeat::was_away(self.node_rank, away, self.pulse.limit(), &left)
             }
             _ => format!(
                 "node {}: node 0's launcher is gone (killed, or its machine lost?), and the job cannot go on without its ranks: {e}",
@@ -318,6 +298,7 @@ impl NodeGroup {
     /// (node 0 looks: its store sees them) a node whose launcher left, or
     /// fell silent, before it said its workers ended.
     fn look(&mut self, attempt: u32) -> Result<Option<Elsewhere>, CommError> {
+        self.note_away();
         let key = |what: &str| format!("attempt/{attempt}/{what}");
         if let Some(cause) = self.store.look(&key("failed"))? {
             // Set before the failure, when no restart can mend it.
@@ -334,16 +315,42 @@ impl NodeGroup {
         if self.server.is_none() {
             return Ok(None);
         }
+        Ok(self.vanished(attempt)?.map(Elsewhere::Departed))
+    }
+
+    /// Node 0, after a signal: a node whose launcher left or fell silent
+    /// meanwhile (the workers' stop may wait on its ranks), looked for at
+    /// most every [`LOOK_EVERY`].
+    pub fn vanished_node(&mut self, attempt: u32) -> Option<String> {
+        if self.server.is_none() || self.last_look.elapsed() < LOOK_EVERY {
+            return None;
+        }
+        self.last_look = Instant::now();
+        self.note_away();
+        self.vanished(attempt).ok().flatten()
+    }
+
+    /// Node 0: a node whose launcher left, or fell silent, before it said
+    /// its workers ended in `attempt`, told to the others as a failure no
+    /// restart mends.
+    fn vanished(&mut self, attempt: u32) -> Result<Option<String>, CommError> {
+        let key = |what: &str| format!("attempt/{attempt}/{what}");
         for k in 1..self.nnodes {
             // A launcher says it ended before it leaves: read the departure
             // first, so that one leaving between the two looks is not taken
             // for one that vanished.
             let ended = key(&format!("ended/{k}"));
             let cause = if self.store.departed(k)? && self.store.look(&ended)?.is_none() {
-                format!(
-                    "node {k}'s launcher ({}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?), and the job cannot go on without its ranks",
-                    self.host(k)
-                )
+                let host = self.host(k);
+                match self.away {
+                    Some(away) => {
+                        let left = format!("node {k}'s launcher ({host}) left");
+                        heartbeat::was_away(0, away, self.pulse.limit(), &left)
+                    }
+                    None => format!(
+                        "node {k}'s launcher ({host}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?), and the job cannot go on without its ranks"
+                    ),
+                }
             } else if let Some(silent) = self.silent(k)?
                 && self.store.look(&ended)?.is_none()
             {
@@ -354,7 +361,7 @@ impl NodeGroup {
             // The other nodes hear it as a failure no restart mends.
             self.store.set(&key("final"), b"")?;
             self.store.set(&key("failed"), cause.as_bytes())?;
-            return Ok(Some(Elsewhere::Departed(cause)));
+            return Ok(Some(cause));
         }
         Ok(None)
     }

@@ -13,7 +13,7 @@
 //! that get no answer within the same limit.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -41,36 +41,53 @@ pub(super) fn key(node: usize) -> String {
 /// The group store's connection, shared by a launcher's main loop and its
 /// [`Beater`]: each request holds it for itself alone, so neither waits
 /// for the other longer than one request (which are all quick: the main
-/// loop polls, it does not wait in the store).
+/// loop polls, it does not wait in the store). It keeps when the store
+/// last answered: a launcher that went unanswered past the limit (it was
+/// stopped itself, or starved) learns that the others may have given up on
+/// it.
 #[derive(Clone)]
-pub(super) struct SharedStore(Arc<Mutex<Store>>);
+pub(super) struct SharedStore(Arc<Mutex<(Store, Instant)>>);
 
 impl SharedStore {
     pub fn new(store: Store) -> Self {
-        SharedStore(Arc::new(Mutex::new(store)))
+        SharedStore(Arc::new(Mutex::new((store, Instant::now()))))
     }
 
-    /// A request never leaves the store half-changed, so a panic elsewhere
-    /// while holding it is no reason to stop.
-    fn lock(&self) -> MutexGuard<'_, Store> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    /// One request; a request never leaves the store half-changed, so a
+    /// panic elsewhere while holding it is no reason to stop.
+    fn ask<T>(
+        &self,
+        request: impl FnOnce(&mut Store) -> Result<T, CommError>,
+    ) -> Result<T, CommError> {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let answer = request(&mut held.0);
+        if answer.is_ok() {
+            held.1 = Instant::now();
+        }
+        answer
     }
 
     pub fn set(&self, key: &str, value: &[u8]) -> Result<(), CommError> {
-        self.lock().set(key, value)
+        self.ask(|s| s.set(key, value))
     }
 
     pub fn get(&self, key: &str) -> Result<Vec<u8>, CommError> {
-        self.lock().get(key)
+        self.ask(|s| s.get(key))
     }
 
     /// The value of `key` now, if set (no wait in the store).
     pub fn look(&self, key: &str) -> Result<Option<Vec<u8>>, CommError> {
-        self.lock().wait_for(key, Duration::ZERO)
+        self.ask(|s| s.wait_for(key, Duration::ZERO))
     }
 
     pub fn departed(&self, rank: usize) -> Result<bool, CommError> {
-        self.lock().departed(rank)
+        self.ask(|s| s.departed(rank))
+    }
+
+    /// How long the store has given this launcher no answer.
+    pub fn unanswered(&self) -> Duration {
+        let held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        held.1.elapsed()
     }
 }
 
@@ -184,6 +201,16 @@ pub(super) fn silent_master(node: usize, host: &str, silent: Duration) -> String
     format!(
         "node {node}: node 0's launcher ({host}) stopped answering for {:.1} s (--heartbeat-timeout): it is stopped (SIGSTOP, a debugger, a suspended VM; resume it with kill -CONT) or this machine is cut off from it (check the network), and the job cannot go on without its ranks",
         silent.as_secs_f64()
+    )
+}
+
+/// What node `node` says when, unanswered for `away` (it was stopped, or
+/// starved) past `limit`, it finds that `meanwhile` happened.
+pub(super) fn was_away(node: usize, away: Duration, limit: Duration, meanwhile: &str) -> String {
+    format!(
+        "node {node}: this launcher was itself stopped (SIGSTOP, a debugger, a suspended VM) or starved for {:.1} s, past --heartbeat-timeout {}, and meanwhile {meanwhile}: the other nodes most likely ended the job on its silence, and its ranks cannot go on; keep every launcher running (a larger --heartbeat-timeout allows longer pauses)",
+        away.as_secs_f64(),
+        limit.as_secs_f64()
     )
 }
 

@@ -220,6 +220,14 @@ pub(super) fn supervise(
             && let Some(news) = g.news_elsewhere(*attempt)
         {
             watch.adopt(workers, news);
+        } else if watch.received.is_some()
+            && watch.elsewhere.is_none()
+            && let Some((g, attempt)) = group.as_mut()
+            && let Some(cause) = g.vanished_node(*attempt)
+        {
+            // The workers' stop may wait on that node's ranks: say why.
+            tell!("launcher: {cause}; this node's ranks stop without them");
+            watch.elsewhere = Some(cause);
         }
         let running = workers.iter().filter(|w| w.status.is_none()).count();
         if running == 0 || watch.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -267,11 +275,21 @@ fn conclude(workers: &mut [Worker], watch: Watch) -> Outcome {
             });
         }
     };
+    // Those killed here after the grace have no failure of their own.
     let others: Vec<String> = workers
         .iter()
         .enumerate()
         .filter(|(j, w)| Some(*j) != first_failure && !w.status.is_some_and(|s| s.success()))
-        .map(|(_, w)| format!("{node}{}", w.describe_failure()))
+        .map(|(j, w)| {
+            if unresponsive.contains(&j) {
+                format!(
+                    "{node}rank {} was still running after the grace (hung, stopped, or still waiting for its peers) and was killed",
+                    w.rank
+                )
+            } else {
+                format!("{node}{}", w.describe_failure())
+            }
+        })
         .collect();
     let mut message = first.clone();
     if !others.is_empty() {

@@ -91,3 +91,61 @@ pub fn wait_within(mut child: Child, limit: Duration) -> Output {
     }
     child.wait_with_output().unwrap()
 }
+
+/// Processes stopped with SIGSTOP, as a frozen machine's are (their
+/// connections stay open, silent); dropped, even by a failing test, they
+/// are resumed and killed, so that none is left behind.
+pub struct Stopped(pub Vec<String>);
+
+impl Stopped {
+    pub fn new(pids: Vec<String>) -> Stopped {
+        // The guard first: it cleans up whatever the kill below reached.
+        let stopped = Stopped(pids);
+        let status = Command::new("kill")
+            .arg("-STOP")
+            .args(&stopped.0)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{:?}", stopped.0);
+        stopped
+    }
+
+    /// `launcher` and its `workers` workers.
+    pub fn machine_of(launcher: &Child, workers: usize) -> Stopped {
+        let mut pids = vec![launcher.id().to_string()];
+        pids.extend(workers_of(launcher, workers));
+        Stopped::new(pids)
+    }
+
+    pub fn resume(&self) {
+        Command::new("kill")
+            .arg("-CONT")
+            .args(&self.0)
+            .status()
+            .unwrap();
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for signal in ["-CONT", "-KILL"] {
+            let _ = Command::new("kill")
+                .arg(signal)
+                .args(&self.0)
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// The pids of `launcher`'s workers, of which there must be `count`.
+pub fn workers_of(launcher: &Child, count: usize) -> Vec<String> {
+    let pid = launcher.id().to_string();
+    let workers = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
+    let pids: Vec<String> = super::stdout(&workers)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(pids.len(), count, "{pids:?}");
+    pids
+}

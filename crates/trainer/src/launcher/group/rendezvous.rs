@@ -1,0 +1,117 @@
+//! How the launchers meet: node 0 waits for every other node, each says
+//! where it runs and shows it belongs to node 0's job, and a launcher the
+//! store refused (a seat taken, another --nnodes) is named in the
+//! launchers' words.
+
+use std::time::Instant;
+
+use anyhow::bail;
+use comm::{CommError, Rejection};
+
+use super::{NodeGroup, POLL};
+
+impl NodeGroup {
+    /// A node other than 0 says where it runs and checks that it belongs
+    /// to node 0's job; a launcher of another job leaves word for node 0,
+    /// which ends the job with it (it took a node's seat).
+    pub(super) fn show_up(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
+        let k = self.node_rank;
+        let host = crate::worker::hostname();
+        self.store.set(&format!("host/{k}"), host.as_bytes())?;
+        let theirs = self.store.get("rdzv_id")?;
+        if theirs != rdzv_id.as_bytes() {
+            let _ = self.store.set(&format!("refused/{k}"), rdzv_id.as_bytes());
+            bail!(
+                "node {k}: --rdzv-id {rdzv_id:?} is not node 0's {:?}: another job holds {}:{port}, or this launcher's --rdzv-id is mistyped",
+                String::from_utf8_lossy(&theirs),
+                self.master_addr
+            );
+        }
+        if let Some(host) = self.store.look("host/0")? {
+            self.master_host = format!("host {}", String::from_utf8_lossy(&host));
+        }
+        self.store.set(&format!("joined/{k}"), b"")?;
+        Ok(())
+    }
+
+    /// Node 0 waits up to the timeout for every other node to join, so that
+    /// no worker waits in vain for ranks whose launcher never came (or came
+    /// with another job's `--rdzv-id`), and says which.
+    pub(super) fn wait_for_nodes(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        let mut missing: Vec<usize> = (1..self.nnodes).collect();
+        loop {
+            self.note_away();
+            for &k in &missing {
+                if let Some(theirs) = self.store.look(&format!("refused/{k}"))? {
+                    bail!(
+                        "node 0: the launcher that joined as node {k} ({}) came with --rdzv-id {:?}, not this job's {rdzv_id:?}; every launcher of a job needs the same --rdzv-id, and another job a rendezvous port of its own",
+                        self.host(k),
+                        String::from_utf8_lossy(&theirs)
+                    );
+                }
+            }
+            let mut still = Vec::new();
+            for k in missing {
+                if self.store.look(&format!("joined/{k}"))?.is_none() {
+                    still.push(k);
+                }
+            }
+            missing = still;
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                // Its own stop ran out the clock, and the others' joins.
+                let away = self.away.map_or(String::new(), |away| {
+                    format!(
+                        "; this launcher was itself stopped (or starved) for {:.1} s meanwhile, which the others may have taken for a lost node 0",
+                        away.as_secs_f64()
+                    )
+                });
+                bail!(
+                    "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (--timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint){away}",
+                    self.nnodes,
+                    self.master_addr,
+                    self.timeout,
+                    self.nnodes
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// `e`, or, when the store refused a misfit launcher (and so every
+    /// launcher: the rendezvous was under way), the misfit named.
+    pub(super) fn explain(&self, e: anyhow::Error) -> anyhow::Error {
+        match e.downcast_ref::<CommError>() {
+            Some(CommError::Rejected(r)) => {
+                let at = format!("{}:{}", self.master_addr, self.port);
+                anyhow::anyhow!("node {}: {}", self.node_rank, misfit(r, &at))
+            }
+            _ => e,
+        }
+    }
+}
+
+/// Why the launchers' store at `at` refused a launcher (`r`, in the
+/// workers' words), in the launchers' words, with the fix.
+pub(super) fn misfit(r: &Rejection, at: &str) -> String {
+    let fix = "give each job a rendezvous port of its own (--rdzv-endpoint, --master-port), and each launcher of a job the same --nnodes and its own --node-rank";
+    match r {
+        Rejection::DuplicateRank { rank } => format!(
+            "the launchers at {at} already have a node {rank}: another job holds this rendezvous port, or two launchers were given --node-rank {rank}; {fix}"
+        ),
+        Rejection::RankOutOfRange { world_size, .. } => format!(
+            "the launchers at {at} already have all {world_size} nodes: another job holds this rendezvous port, or more launchers were started than --nnodes; {fix}"
+        ),
+        Rejection::WorldSizeMismatch {
+            rank_world_size,
+            master_world_size,
+            ..
+        } => format!(
+            "a launcher came to the launchers at {at} with --nnodes {rank_world_size}, node 0 with --nnodes {master_world_size}; {fix}"
+        ),
+        other => format!("the launchers at {at} refused a launcher: {other}"),
+    }
+}
