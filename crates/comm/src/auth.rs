@@ -185,7 +185,11 @@ pub enum AuthFailure {
     )]
     NotAPeer,
     #[error(
-        "the handshake broke off: {0} (the other side closed, stalled, or is not part of this job)"
+        "the other side took the connection but said nothing in time (its process stopped, e.g. by SIGSTOP or a debugger, or its machine suspended, cut off or overloaded)"
+    )]
+    Silent,
+    #[error(
+        "the handshake broke off: {0} (the other side closed the connection, or is not part of this job)"
     )]
     Broken(String),
 }
@@ -198,7 +202,7 @@ impl From<io::Error> for AuthFailure {
             e.kind(),
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
         ) {
-            return AuthFailure::Broken("no answer in time".into());
+            return AuthFailure::Silent;
         }
         AuthFailure::Broken(e.to_string())
     }
@@ -333,6 +337,24 @@ mod tests {
         let (i, a) = run_pair(Some(AuthToken::generate().unwrap()), None);
         assert_eq!(i, Err(AuthFailure::PeerUnauthenticated));
         assert_eq!(a, Err(AuthFailure::TokenMissing));
+    }
+
+    /// A side that takes the connection and says nothing (a stopped
+    /// process) is named as silent, not as a broken or foreign handshake.
+    #[test]
+    fn a_side_that_says_nothing_is_silent() {
+        let (a, quiet) = UnixStream::pair().unwrap();
+        a.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let failure = handshake(&a, None, Role::Initiator).unwrap_err();
+        assert_eq!(failure, AuthFailure::Silent);
+        assert!(failure.to_string().contains("SIGSTOP"), "{failure}");
+        drop(quiet);
+        let (a, b) = UnixStream::pair().unwrap();
+        drop(b);
+        assert!(matches!(
+            handshake(&a, None, Role::Initiator),
+            Err(AuthFailure::Broken(_))
+        ));
     }
 
     #[test]

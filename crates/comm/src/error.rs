@@ -89,9 +89,10 @@ pub enum CommError {
     #[error(transparent)]
     AuthToken(#[from] crate::auth::AuthTokenError),
 
-    /// The authentication handshake with `peer` failed: the other side does
-    /// not hold this job's token (or holds one where this side has none).
-    #[error("authentication with {peer} failed: {failure}")]
+    /// The opening handshake with `peer` failed: the other side does not
+    /// hold this job's token (or holds one where this side has none), does
+    /// not speak the job's protocol, or says nothing.
+    #[error("the handshake with {peer} failed: {failure}")]
     Auth {
         peer: String,
         failure: crate::auth::AuthFailure,
