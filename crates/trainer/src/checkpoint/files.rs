@@ -61,15 +61,21 @@ pub(super) fn encode(
         })
         .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
     let file = safetensors::serialize(views, Some(metadata))?;
-    Ok((with_sorted_header(&file)?, sum))
+    // The file holds the tensors' bytes now: a model-sized copy less while
+    // the header is sorted.
+    drop(bytes);
+    Ok((with_sorted_header(file)?, sum))
 }
 
 /// `file` with its JSON header's keys in sorted order. The safetensors crate
 /// writes `__metadata__` from a `HashMap`, whose order changes from run to
 /// run; sorted, the same model gives the same bytes, so checkpoints can be
 /// compared and hashed as files. Tensors are addressed by their offsets,
-/// which do not move.
-fn with_sorted_header(file: &[u8]) -> anyhow::Result<Vec<u8>> {
+/// which do not move. The sorted header is as long as the crate's (the
+/// same compact JSON in another order), so it is written over it in place,
+/// with no second copy of the file; a header of another length (another
+/// crate version's spacing) moves the data once.
+fn with_sorted_header(mut file: Vec<u8>) -> anyhow::Result<Vec<u8>> {
     let len_bytes: [u8; 8] = file
         .get(..8)
         .and_then(|b| b.try_into().ok())
@@ -92,6 +98,10 @@ fn with_sorted_header(file: &[u8]) -> anyhow::Result<Vec<u8>> {
     let mut json = serde_json::to_vec(&header)?;
     // The data that follows starts 8-byte aligned, as the crate lays it out.
     json.resize(json.len().next_multiple_of(8), b' ');
+    if 8 + json.len() == end {
+        file[8..end].copy_from_slice(&json);
+        return Ok(file);
+    }
     let mut out = Vec::with_capacity(8 + json.len() + file.len() - end);
     out.extend_from_slice(&(json.len() as u64).to_le_bytes());
     out.extend_from_slice(&json);
@@ -292,5 +302,50 @@ mod tests {
         assert_eq!(file.tensor("a.bias").unwrap().data().len(), 8);
         let header_len = u64::from_le_bytes(first[..8].try_into().unwrap());
         assert_eq!(header_len % 8, 0, "the data stays 8-byte aligned");
+    }
+
+    /// The crate's header, sorted, is written over itself: the file is not
+    /// copied (its buffer comes back), whatever order the crate chose.
+    #[test]
+    fn the_header_is_sorted_in_place() {
+        let data = [1.0_f32, -2.0, 3.5, 0.25].map(f32::to_le_bytes).concat();
+        let tensors = [("b.weight", vec![2, 2]), ("a.bias", vec![4])]
+            .map(|(name, shape)| (name, TensorView::new(Dtype::F32, shape, &data).unwrap()));
+        let metadata = (0..16)
+            .map(|i| (format!("key{i}"), format!("{i}")))
+            .collect();
+        let file = safetensors::serialize(tensors, Some(metadata)).unwrap();
+        let (at, len) = (file.as_ptr(), file.len());
+        let sorted = with_sorted_header(file).unwrap();
+        assert_eq!(
+            (sorted.as_ptr(), sorted.len()),
+            (at, len),
+            "the file was copied"
+        );
+        let header = std::str::from_utf8(&sorted[8..])
+            .unwrap_or_else(|e| std::str::from_utf8(&sorted[8..8 + e.valid_up_to()]).unwrap());
+        let mut keys: Vec<usize> = [
+            "__metadata__",
+            "key0",
+            "key1\"",
+            "key10",
+            "key9",
+            "a.bias",
+            "b.weight",
+        ]
+        .iter()
+        .map(|k| header.find(k).unwrap())
+        .collect();
+        let found = keys.clone();
+        keys.sort();
+        assert_eq!(found, keys, "not in sorted order: {header}");
+        assert_eq!(
+            SafeTensors::deserialize(&sorted)
+                .unwrap()
+                .tensor("a.bias")
+                .unwrap()
+                .data(),
+            data
+        );
     }
 }

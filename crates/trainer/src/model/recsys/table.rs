@@ -13,7 +13,7 @@ use super::ratings::RatingsIndex;
 // allocated, which an address-space limit (`ulimit -v`) counts: a fresh
 // start's zeroed moments take no memory until written, so a lone CPU rank
 // peaked at 4 copies resident where 7 are counted (1 GiB for a 264 MB
-// model); saving a checkpoint peaked at the 14 counted, resuming at the 7.
+// model); saving a checkpoint peaked at the 12 counted, resuming at the 7.
 
 /// Every rank's starting state (`checkpoint::origin::Start`: parameters and
 /// Adam's two moments), in host memory until `Trainer::with_model` returns.
@@ -28,9 +28,9 @@ const EXCHANGE: u64 = 1;
 /// Rank 0 saving a checkpoint (`Trainer::save_checkpoint`): the three
 /// vectors copied to the host, and, while `optimizer.safetensors` is
 /// encoded (`checkpoint::files::encode`), `model.safetensors`' bytes (1)
-/// and the moments' bytes, their file and its copy with a sorted header
-/// (2 each).
-const SAVE: u64 = 10;
+/// and the moments' bytes and their file (2 each; the header is sorted in
+/// place, once the bytes are dropped).
+const SAVE: u64 = 8;
 /// Rank 0 reading a checkpoint to resume (`checkpoint::state::load`),
 /// before its starting state: both files' bytes (3), the three vectors, and
 /// the pieces of the one being joined.
@@ -232,8 +232,8 @@ mod tests {
             saves: true,
             ..ALONE
         };
-        assert_eq!(saves.host_copies(), 4 + 10);
-        assert_eq!(Footprint { gpu: true, ..saves }.host_copies(), 10);
+        assert_eq!(saves.host_copies(), 4 + 8);
+        assert_eq!(Footprint { gpu: true, ..saves }.host_copies(), 8);
         let loads = Footprint { loads: true, ..gpu };
         assert_eq!(loads.host_copies(), 7);
         assert_eq!(
@@ -279,7 +279,7 @@ mod tests {
         let err = check_fits(&index, 32, &saving, Some(4 * bytes)).unwrap_err();
         assert!(
             err.to_string()
-                .contains("training on GPUs holds up to 10 copies of them in this machine's memory, rank 0's checkpoints included"),
+                .contains("training on GPUs holds up to 8 copies of them in this machine's memory, rank 0's checkpoints included"),
             "{err}"
         );
     }
