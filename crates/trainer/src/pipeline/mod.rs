@@ -12,13 +12,16 @@
 //! ([`stage_params`]) only, averaged over the stage's data-parallel group
 //! (stage `s` of every pipeline, a sub-group communicator; with one
 //! replica nothing is averaged and no communicator is called), and only
-//! that range is stepped. Each rank keeps the whole parameter vector for
-//! the forward pass and evaluation; the other stage's part of it is brought
-//! up to date where the whole model is needed: at each epoch's end (before
-//! evaluation) and at every checkpoint, each stage's part is broadcast from
-//! the first replica's rank of that stage (with Adam's moments for a
-//! checkpoint). So checkpoints stay whole models saved by rank 0, exactly
-//! as a data-parallel run writes them, and any layout resumes any other.
+//! that range is stepped. The rank's device holds that range of the
+//! parameters and nothing of the others: the stage's layers read it at
+//! offsets less its start ([`CnnMnist::within`]). Evaluation goes through
+//! the pipeline as training does, a whole test batch at a time (stage 0's
+//! features, the last stage's head and count). The whole model is made
+//! only on rank 0's host, at a checkpoint: each stage's part (and Adam's
+//! moments) broadcast from the first replica's rank of that stage. So
+//! checkpoints stay whole models saved by rank 0, exactly as a
+//! data-parallel run writes them, and any layout resumes any other (each
+//! stage uploads its part of the loaded whole).
 //!
 //! Ranks: pipeline `p` is ranks `p*S .. p*S + S` (stage = rank mod S), so
 //! a pipeline's stages sit on one machine when the ranks per machine are a
