@@ -1,7 +1,8 @@
 //! `--pipeline-stages 2` end to end: the split is printed, each stage says
 //! how idle it was, rank 0 saves a whole model, and that checkpoint
 //! resumes in another layout (one rank) as any other does, whose
-//! checkpoint a pipeline of 2 stages x 2 replicas resumes in turn.
+//! checkpoint a pipeline of 2 stages x 2 replicas resumes in turn; a
+//! pipeline resumes mid-epoch as if never stopped.
 
 mod common;
 
@@ -192,4 +193,34 @@ fn a_stage_that_fails_alone_is_named_before_the_peer_that_lost_it() {
         ),
         "{err}"
     );
+}
+
+/// A pipeline stopped mid-epoch resumes where it stopped: each stage
+/// uploads its part of the whole checkpoint, and the run ends with the
+/// same checkpoint, byte for byte, as the one never stopped.
+#[test]
+fn a_pipeline_resumes_mid_epoch_as_if_never_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (whole, resumed) = (tmp.path().join("whole"), tmp.path().join("resumed"));
+    let layout = ["--world-size", "2", "--pipeline-stages", "2"];
+    let args = [&layout[..], &["--epochs", "1", "--checkpoint-every", "2"]].concat();
+    train(&whole, &args);
+    let mid = trainer::checkpoint::Position { epoch: 1, step: 2 }.dir_name();
+    let copy = |name: &str| {
+        let (from, to) = (whole.join(&mid), resumed.join(&mid));
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::copy(from.join(name), to.join(name)).unwrap();
+    };
+    copy(trainer::checkpoint::MODEL_FILE);
+    copy(trainer::checkpoint::STATE_FILE);
+    let log = train(&resumed, &[&args[..], &["--resume", "auto"]].concat());
+    assert!(log.contains("resuming from"), "{log}");
+    let end = trainer::checkpoint::Position { epoch: 2, step: 0 }.dir_name();
+    for name in [
+        trainer::checkpoint::MODEL_FILE,
+        trainer::checkpoint::STATE_FILE,
+    ] {
+        let bytes = |dir: &Path| std::fs::read(dir.join(&end).join(name)).unwrap();
+        assert!(bytes(&whole) == bytes(&resumed), "{name} differs");
+    }
 }

@@ -150,7 +150,7 @@ fn train_gpu_stage(rank: usize, world: usize, port: u16, data: &FashionMnist) ->
     trainer
         .train_epoch(1, &mut Silent, &mut |_| Ok(()))
         .unwrap();
-    trainer.params().unwrap()
+    trainer.whole_params().unwrap()
 }
 
 /// ‖a − b‖₂ / ‖b‖₂.

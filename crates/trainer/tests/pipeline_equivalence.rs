@@ -1,8 +1,9 @@
 //! Pipeline parallelism changes where layers run, not what is learned:
 //! with dropout off, 2 stages follow 1 rank, and 2 stages x 2 replicas
 //! follow 2 data-parallel ranks, within 1e-4 after 30 steps (micro-batches
-//! sum gradients in another order); every rank of a layout holds the same
-//! whole model, bit for bit. A stage's gradients travel within its
+//! sum gradients in another order); every rank holds its stage's part
+//! only, and the parts the ranks of a layout hold make the same whole
+//! model, bit for bit. A stage's gradients travel within its
 //! data-parallel group only, and only the stage's own.
 
 mod common;
@@ -13,15 +14,16 @@ use std::time::Duration;
 
 use comm::{CommConfig, CommError, Communicator, LocalCommunicator, ReduceOp, TcpCommunicator};
 use common::free_port;
-use core_tensor::Cpu;
 use core_tensor::ops::AdamConfig;
+use core_tensor::{Backend, Cpu};
 use fashion_mnist::FashionMnist;
+use trainer::checkpoint::origin::Origin;
 use trainer::checkpoint::{CheckpointDir, Checkpoints, Position};
 use trainer::ddp::CommThread;
 use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
 use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage, stage_params};
 use trainer::stop::{StopKind, StopRequest};
-use trainer::train::{RunOutcome, Setup, Silent, TrainConfig, Trainer};
+use trainer::train::{EpochReport, RunOutcome, Setup, Silent, TrainConfig, Trainer};
 
 const STEPS: usize = 30;
 
@@ -103,11 +105,13 @@ struct Trained {
 /// A counter of f32 elements all-reduced.
 type Count = Arc<AtomicUsize>;
 
-/// A rank of 2-stage pipelines over `comm` (its job communicator) as the
-/// worker builds it, `setup` adding to a fresh start; with the counts of
-/// what it all-reduces over the job and over its stage's group.
+/// A rank of 2-stage pipelines on `backend` over `comm` (its job
+/// communicator) as the worker builds it, `setup` adding to a fresh start;
+/// with the counts of what it all-reduces over the job and over its
+/// stage's group.
 fn stage_trainer(
     data: &FashionMnist,
+    backend: Cpu,
     mut comm: Box<dyn Communicator>,
     setup: impl FnOnce(Setup<Cpu>) -> Setup<Cpu>,
 ) -> (Trainer<Cpu, PipelineStage<Cpu>>, Count, Option<Count>) {
@@ -129,7 +133,6 @@ fn stage_trainer(
         group,
         ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
     });
-    let backend = Cpu::new(1).unwrap();
     let trainer = Trainer::on_fashion_mnist(backend, stage, data, config(), setup).unwrap();
     (trainer, job_f32s, group_f32s)
 }
@@ -154,14 +157,20 @@ fn train(
         };
     }
     let comm = comm.expect("a pipeline has several ranks");
-    let (mut trainer, job_f32s, group_f32s) = stage_trainer(data, comm, |s| s);
+    let (mut trainer, job_f32s, group_f32s) =
+        stage_trainer(data, Cpu::new(1).unwrap(), comm, |s| s);
     trainer
         .train_epoch(1, &mut Silent, &mut |_| Ok(()))
         .unwrap();
     let times = trainer.model().times();
     assert!(times.total > Duration::ZERO && times.waiting <= times.total);
+    // The rank holds its stage's part only; the whole comes from both.
+    let stage = stage_params(trainer.rank() % 2);
+    let part = trainer.params().unwrap();
+    let whole = trainer.whole_params().unwrap();
+    assert!(part[..] == whole[stage], "rank {}", trainer.rank());
     Trained {
-        params: trainer.params().unwrap(),
+        params: whole,
         job_f32s: job_f32s.load(Ordering::Relaxed),
         group_f32s: group_f32s.map_or(0, |c| c.load(Ordering::Relaxed)),
     }
@@ -304,7 +313,7 @@ fn a_preemption_of_one_stage_stops_every_rank_with_a_whole_checkpoint() {
             dir: CheckpointDir::new(dir, 2),
             every: None,
         });
-        let (mut trainer, ..) = stage_trainer(&data, comm, |s| Setup {
+        let (mut trainer, ..) = stage_trainer(&data, Cpu::new(1).unwrap(), comm, |s| Setup {
             stop,
             checkpoints,
             ..s
@@ -320,13 +329,84 @@ fn a_preemption_of_one_stage_stops_every_rank_with_a_whole_checkpoint() {
     let state = trainer::checkpoint::load(&dir.join(at.dir_name()), cnn_layout()).unwrap();
     assert_eq!(state.optimizer_step, 1);
     // Stage s's part as rank s (its first replica) trained it.
-    for (stage, (_, params)) in ends.iter().take(2).enumerate() {
+    for (stage, (_, trained)) in ends.iter().take(2).enumerate() {
         let range = stage_params(stage);
-        let trained = &params[range.clone()];
-        assert!(state.params[range.clone()] == *trained, "stage {stage}");
+        assert!(state.params[range.clone()] == trained[..], "stage {stage}");
         assert!(
             state.exp_avg[range].iter().any(|&m| m != 0.0),
             "stage {stage}"
+        );
+    }
+}
+
+/// A stage's device holds its part of the model only: its parameters,
+/// gradients and two Adam moments take 16 bytes per parameter of the
+/// stage's, where a data-parallel rank's take 16 per parameter of the
+/// model (everything else a trainer allocates at its start is alike).
+#[test]
+fn a_stage_allocates_its_part_of_the_model_only() {
+    let data = data();
+    let bytes = |cpu: &Cpu| cpu.allocated_host_bytes().unwrap();
+    let cpu = Cpu::new(1).unwrap();
+    let whole = Trainer::new(cpu.clone(), &data, config(), None).unwrap();
+    let (whole_bytes, _) = (bytes(&cpu), whole);
+    let stages = on_ranks(local_job(2), |comm| {
+        let cpu = Cpu::new(1).unwrap();
+        let _stage = stage_trainer(&data, cpu.clone(), comm, |s| s);
+        bytes(&cpu)
+    });
+    for (stage, held) in stages.into_iter().enumerate() {
+        let missing = cnn_layout().len() - stage_params(stage).len();
+        assert_eq!(whole_bytes - held, 16 * missing as u64, "stage {stage}");
+    }
+}
+
+/// A pipeline evaluates through its stages, and finds what the whole model
+/// finds: the test accuracy of a 2-stage run is, bit for bit, that of 2
+/// data-parallel ranks evaluating the checkpoint it saved (more than one
+/// test batch per rank; test labels changed for an accuracy off 0 and 1,
+/// which any change of a logit's argmax moves).
+#[test]
+fn a_pipelines_test_accuracy_is_the_whole_models() {
+    let mut data = common::small_data(2 * 32 * STEPS, 1100);
+    for (i, label) in data.test.labels.iter_mut().enumerate() {
+        *label = (*label + (i * i % 3) as u8) % 10;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let piped = on_ranks(local_job(2), |comm| {
+        let checkpoints = Some(Checkpoints {
+            dir: CheckpointDir::new(dir, 2),
+            every: None,
+        });
+        let (mut trainer, ..) = stage_trainer(&data, Cpu::new(1).unwrap(), comm, |s| Setup {
+            checkpoints,
+            ..s
+        });
+        let mut accuracy = f64::NAN;
+        let mut keep = |r: &EpochReport| {
+            accuracy = r.test_accuracy;
+            Ok(())
+        };
+        trainer.run(&mut Silent, &mut keep).unwrap();
+        accuracy
+    });
+    let at = Position { epoch: 2, step: 0 };
+    let state = trainer::checkpoint::load(&dir.join(at.dir_name()), cnn_layout()).unwrap();
+    let whole = on_ranks(local_job(2), |comm| {
+        let setup = Setup {
+            origin: Origin::Resume(Box::new(state.clone())),
+            ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
+        };
+        let mut trainer = Trainer::start(Cpu::new(1).unwrap(), &data, config(), setup).unwrap();
+        trainer.evaluate().unwrap()
+    });
+    assert!(piped[0] > 0.1 && piped[0] < 0.9, "{piped:?}");
+    for (rank, accuracy) in piped.iter().chain(&whole).enumerate() {
+        assert_eq!(
+            accuracy.to_bits(),
+            whole[0].to_bits(),
+            "rank {rank}: {piped:?} {whole:?}"
         );
     }
 }

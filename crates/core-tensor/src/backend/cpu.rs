@@ -178,10 +178,6 @@ impl Backend for Cpu {
         copy_at("write_range", host, storage, offset)
     }
 
-    fn copy_into<T: Elem>(&self, src: &Vec<T>, dst: &mut Vec<T>, offset: usize) -> Result<()> {
-        copy_at("copy_into", src, dst, offset)
-    }
-
     fn fill<T: Elem>(&self, storage: &mut Vec<T>, value: T) -> Result<()> {
         storage.fill(value);
         Ok(())

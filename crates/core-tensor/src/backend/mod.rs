@@ -112,15 +112,6 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
         offset: usize,
     ) -> Result<()>;
 
-    /// Copies all of `src` into `dst[offset..offset + len(src)]`, on the
-    /// device (queued in order with the kernels; no host round trip).
-    fn copy_into<T: Elem>(
-        &self,
-        src: &Self::Storage<T>,
-        dst: &mut Self::Storage<T>,
-        offset: usize,
-    ) -> Result<()>;
-
     /// Sets every element of `storage` to `value`.
     fn fill<T: Elem>(&self, storage: &mut Self::Storage<T>, value: T) -> Result<()>;
 

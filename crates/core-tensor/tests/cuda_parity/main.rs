@@ -106,33 +106,6 @@ fn marks() {
     }
 }
 
-/// `copy_into` lands a buffer inside another at an offset, in order with
-/// the kernels queued before it, and refuses to write past the end.
-fn copy_into_copies_in_place<B: Ops>(dev: &B) {
-    let part = up(dev, &[1.0f32, 2.0, 3.0]);
-    let mut whole = up(dev, &[9.0f32; 6]);
-    let mut src = dev.zeros::<f32>(3).unwrap();
-    dev.copy_into(&part, &mut src, 0).unwrap();
-    // Queued after a kernel that changes the source: the copy sees it.
-    dev.relu_bwd(&up(dev, &[1.0f32, -1.0, 1.0]), &mut src)
-        .unwrap();
-    dev.copy_into(&src, &mut whole, 2).unwrap();
-    assert_eq!(
-        dev.download(&whole).unwrap(),
-        [9.0, 9.0, 1.0, 0.0, 3.0, 9.0]
-    );
-    let err = dev.copy_into(&part, &mut whole, 4).unwrap_err();
-    assert!(err.to_string().contains("copy_into"), "{err}");
-}
-
-#[test]
-fn copy_into() {
-    copy_into_copies_in_place(&support::cpu2());
-    if let Some(gpu) = support::own_gpu("copy_into") {
-        copy_into_copies_in_place(&gpu);
-    }
-}
-
 /// `cuda_available` answers on every machine; never a panic.
 #[test]
 fn cuda_availability_is_an_answer() {

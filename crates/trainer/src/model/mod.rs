@@ -125,7 +125,7 @@ impl<B: Ops> GradsReady<B> for NoSync {
 /// (pipeline stages): rank `r` trains part `r % parts.len()`, and its part's
 /// gradients are averaged over the `replicas` ranks training the same part.
 /// Rank `p` (`p < parts.len()`, the first replica) is where the whole model
-/// is assembled from, part by part, for evaluation and checkpoints.
+/// is assembled from, part by part, for checkpoints.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Partition {
     /// Each part's range of the flat parameter buffer, in order.

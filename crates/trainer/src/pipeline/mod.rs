@@ -12,13 +12,16 @@
 //! ([`stage_params`]) only, averaged over the stage's data-parallel group
 //! (stage `s` of every pipeline, a sub-group communicator; with one
 //! replica nothing is averaged and no communicator is called), and only
-//! that range is stepped. Each rank keeps the whole parameter vector for
-//! the forward pass and evaluation; the other stage's part of it is brought
-//! up to date where the whole model is needed: at each epoch's end (before
-//! evaluation) and at every checkpoint, each stage's part is broadcast from
-//! the first replica's rank of that stage (with Adam's moments for a
-//! checkpoint). So checkpoints stay whole models saved by rank 0, exactly
-//! as a data-parallel run writes them, and any layout resumes any other.
+//! that range is stepped. The rank's device holds that range of the
+//! parameters and nothing of the others: the stage's layers read it at
+//! offsets less its start ([`CnnMnist::within`]). Evaluation goes through
+//! the pipeline as training does, a whole test batch at a time (stage 0's
+//! features, the last stage's head and count). The whole model is made
+//! only on rank 0's host, at a checkpoint: each stage's part (and Adam's
+//! moments) broadcast from the first replica's rank of that stage. So
+//! checkpoints stay whole models saved by rank 0, exactly as a
+//! data-parallel run writes them, and any layout resumes any other (each
+//! stage uploads its part of the loaded whole).
 //!
 //! Ranks: pipeline `p` is ranks `p*S .. p*S + S` (stage = rank mod S), so
 //! a pipeline's stages sit on one machine when the ranks per machine are a
@@ -159,6 +162,8 @@ impl StageTimes {
 
 /// One stage of the pipelined CNN on one rank (see the module docs).
 pub struct PipelineStage<B: Ops> {
+    /// The stage's layers, over its part of the parameters (the layout
+    /// and initialisation are the whole network's).
     cnn: CnnMnist,
     place: PipelinePlace,
     micro_batches: usize,
@@ -193,7 +198,7 @@ impl<B: Ops> PipelineStage<B> {
             );
         }
         Ok(Self {
-            cnn,
+            cnn: cnn.within(stage_params(place.stage)),
             place,
             micro_batches,
             link: RefCell::new(link),
@@ -229,7 +234,7 @@ pub struct PipeBuffers<B: Ops> {
     micro: Vec<Activations<B>>,
     /// Where each micro-batch starts in the batch.
     starts: Vec<usize>,
-    /// One micro-batch's parameter gradients (whole length).
+    /// One micro-batch's gradients of the stage's parameters.
     grads: Option<B::Storage<f32>>,
     /// The stage's gradients summed over the micro-batches, on the host.
     acc: Vec<f32>,
@@ -294,6 +299,7 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
                 loss: None,
             });
         }
+        let part = stage_params(self.place.stage).len();
         let m = self.micro_batches.min(batch).max(1);
         let (base, extra) = (batch / m, batch % m);
         let sizes: Vec<usize> = (0..m).map(|i| base + usize::from(i < extra)).collect();
@@ -308,9 +314,9 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
                 .map(|&n| Activations::new(b, n, true))
                 .collect::<Result<_>>()?,
             starts,
-            grads: Some(b.zeros(cnn_layout().len())?),
-            acc: vec![0.0; stage_params(self.place.stage).len()],
-            host: vec![0.0; stage_params(self.place.stage).len()],
+            grads: Some(b.zeros(part)?),
+            acc: vec![0.0; part],
+            host: vec![0.0; part],
             loss: Some(b.zeros(1)?),
         })
     }
@@ -322,16 +328,15 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         params: &B::Storage<f32>,
         mode: Mode,
     ) -> Result<()> {
-        let Mode::Train { dropout_seed } = mode else {
-            return self.cnn.forward(b, &mut buffers.full, params, mode);
+        let done = match mode {
+            Mode::Train { dropout_seed } => schedule::run(self, b, buffers, params, dropout_seed),
+            Mode::Eval => schedule::evaluate(self, b, &mut buffers.full, params),
         };
         // Forward returns kernel errors only: a communication failure
         // travels as its text.
-        schedule::run(self, b, buffers, params, dropout_seed).map_err(|e| {
-            core_tensor::Error::InvalidArgument {
-                op: "pipeline schedule",
-                reason: format!("{e:#}"),
-            }
+        done.map_err(|e| core_tensor::Error::InvalidArgument {
+            op: "pipeline schedule",
+            reason: format!("{e:#}"),
         })
     }
 
@@ -341,13 +346,14 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         buffers: &PipeBuffers<B>,
         correct: &mut B::Storage<f32>,
     ) -> Result<()> {
-        if buffers.micro.is_empty() {
-            // Evaluation: the whole network ran on the whole batch.
-            let full = &buffers.full;
-            return b.count_correct(&classes(full.batch), &full.logits, &full.labels, correct);
-        }
+        // The last stage has the logits.
         if self.place.stage + 1 < self.place.stages {
             return Ok(());
+        }
+        if buffers.micro.is_empty() {
+            // Evaluation: the whole batch went through the pipeline.
+            let full = &buffers.full;
+            return b.count_correct(&classes(full.batch), &full.logits, &full.labels, correct);
         }
         for act in &buffers.micro {
             b.count_correct(&classes(act.batch), &act.logits, &act.labels, correct)?;

@@ -18,11 +18,14 @@
 //! the stage's host accumulator scaled by `m / n` (`m` its samples, `n`
 //! the batch's): the batch mean, which the trainer then averages over the
 //! stage's replicas.
+//!
+//! Evaluation ([`evaluate`]) sends a whole test batch through at once:
+//! stage 0's features forward, the last stage's head.
 
 use anyhow::Context;
 use core_tensor::{Ops, rng};
 
-use super::{PipeBuffers, PipelineStage, StageLink, classes, stage_params};
+use super::{PipeBuffers, PipelineStage, StageLink, classes};
 use crate::model::{ActivationGrads, Activations, Mode, NoSync};
 use crate::train::timer::Phase;
 
@@ -81,6 +84,30 @@ pub(super) fn run<B: Ops>(
     }
     stage.mark(b, None)?;
     Ok(())
+}
+
+/// One test batch (`full`, without dropout) through this rank's stage:
+/// stage 0 sends its pooled activations, the last stage computes the
+/// logits from them. Its waits are not marked: evaluation is not a step.
+pub(super) fn evaluate<B: Ops>(
+    stage: &PipelineStage<B>,
+    b: &B,
+    full: &mut Activations<B>,
+    params: &B::Storage<f32>,
+) -> anyhow::Result<()> {
+    let (me, cnn) = (stage.place.stage, &stage.cnn);
+    let mut link = stage.link.borrow_mut();
+    let peer = 1 - me;
+    let context = || format!("pipeline stage {me}: evaluating, exchanging with stage {peer}");
+    if me == 0 {
+        cnn.forward_features(b, full, params, Mode::Eval)?;
+        link.exchange(b, peer, Some(&full.pooled), None)
+            .with_context(context)
+    } else {
+        link.exchange(b, peer, None, Some(&mut full.pooled))
+            .with_context(context)?;
+        Ok(cnn.forward_head(b, full, params, Mode::Eval)?)
+    }
 }
 
 fn dpooled<B: Ops>(act: &mut Activations<B>) -> anyhow::Result<&mut B::Storage<f32>> {
@@ -193,9 +220,9 @@ impl<B: Ops> Work<'_, B> {
     /// Adds micro-batch `i`'s gradients of this stage's parameters into
     /// the accumulator, scaled to the batch mean.
     fn accumulate(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
-        let range = stage_params(self.stage.place.stage);
         let grads = bufs.grads.as_ref().context("training buffers")?;
-        self.b.read_range(grads, range, &mut bufs.host)?;
+        self.b
+            .read_range(grads, 0..bufs.host.len(), &mut bufs.host)?;
         let scale = self.scale * bufs.micro[i].batch as f32;
         for (a, g) in bufs.acc.iter_mut().zip(&bufs.host) {
             *a += g * scale;

@@ -102,10 +102,6 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let train_seconds = self.meter.train_seconds();
         progress.finish_epoch();
         let eval_began = Instant::now();
-        // Evaluation runs the whole model: a pipeline stage's rank fetches
-        // the other stages' parts first.
-        self.assemble_params()
-            .with_context(|| format!("rank {rank}: end of epoch {epoch}"))?;
         let test_accuracy = self.evaluate()?;
         let ranks = self
             .gather_rank_stats(eval_began.elapsed().as_secs_f64())

@@ -306,13 +306,16 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         .with_context(|| format!("rank {rank}: planning the gradient averaging"))?;
         let trained = model.partition().map(|p| p.mine());
         let resume_at = (start.position.step > 0).then(|| ResumePoint::of(&start));
+        // A pipeline's stages evaluate its ranks' shards together.
+        let stages = world_size / share.replicas.max(1);
+        let shards = share.replica * stages..(share.replica + 1) * stages;
         Ok(Self {
             replica: Replica::upload(&backend, &start, trained)?,
             first_epoch: start.position.epoch as usize,
             resume_at,
             train,
             evaluator: test
-                .map(|test| Evaluator::new(&backend, test, rank, world_size))
+                .map(|test| Evaluator::new(&backend, test, shards, world_size))
                 .transpose()?,
             meter: EpochMeter::new(&backend)?,
             buffers: HashMap::new(),
@@ -358,8 +361,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         self.first_epoch
     }
 
-    /// The parameters, copied to the host. For a model split between
-    /// ranks, the other parts are as of the last epoch end or checkpoint.
+    /// The parameters this rank holds, copied to the host: the whole
+    /// model, or for a model split between ranks its part (the whole:
+    /// [`Trainer::whole_params`]).
     pub fn params(&self) -> anyhow::Result<Vec<f32>> {
         Ok(self.backend.download(&self.replica.params)?)
     }
@@ -418,8 +422,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     }
 
     /// The model's metric on the test set (accuracy for the CNN), each
-    /// rank evaluating every `world_size`-th sample; `NaN` for a model
-    /// without a metric or a test set, which skips the pass.
+    /// rank evaluating every `world_size`-th sample (a pipeline's stages
+    /// its ranks' together, through the pipeline); `NaN` for a model
+    /// without a metric or a test set, which skips the pass. Every rank
+    /// calls it.
     pub fn evaluate(&mut self) -> anyhow::Result<f64> {
         let metric = self.model.metric();
         let Some(evaluator) = self.evaluator.as_mut().filter(|_| metric != Metric::None) else {

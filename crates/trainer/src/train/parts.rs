@@ -1,10 +1,12 @@
 //! Who averages a rank's gradients, and for a model split between ranks
 //! ([`Model::partition`]: pipeline stages) how the whole model is made
-//! again where it is needed (evaluation, checkpoints).
+//! again on a host where it is needed (checkpoints), from the parts the
+//! ranks hold on their devices.
 
 use anyhow::{Context, bail};
 use core_tensor::Ops;
 
+use super::replica::Replica;
 use super::{TrainConfig, Trainer};
 use crate::ddp::{CommHook, CommThread, HostHook, Reducer, SparseExchange, plan_buckets};
 use crate::model::Model;
@@ -60,58 +62,57 @@ pub(super) fn plan_reducer<B: Ops, M: Model<B>>(
 }
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
-    /// Brings every rank's whole model up to date, for a partitioned model
-    /// (each part from the first replica's rank training it); nothing to do
-    /// otherwise. Every rank calls it.
-    pub(super) fn assemble_params(&mut self) -> anyhow::Result<()> {
-        let Some(part) = &self.replica.part else {
-            return Ok(());
-        };
-        let mine = self.backend.download(&part.params)?;
-        let whole = self.assemble(mine).context("assembling the whole model")?;
-        self.backend
-            .write_range(&whole, &mut self.replica.params, 0)?;
-        Ok(())
-    }
-
-    /// The whole parameters and Adam moments on rank 0, for a checkpoint
-    /// (gathered from the parts' ranks for a partitioned model: every rank
-    /// calls it); `None` on the other ranks.
+    /// The whole parameters and Adam moments on rank 0's host, for a
+    /// checkpoint (gathered from the parts' ranks for a partitioned model:
+    /// every rank calls it); `None` on the other ranks.
     pub(super) fn whole_state(&mut self) -> anyhow::Result<Option<[Vec<f32>; 3]>> {
-        if self.replica.part.is_none() && self.rank != 0 {
-            return Ok(None);
-        }
-        self.assemble_params()?;
-        let b = &self.backend;
-        let (m, v) = (
-            b.download(&self.replica.adam_m)?,
-            b.download(&self.replica.adam_v)?,
-        );
-        let (m, v) = (self.assemble(m)?, self.assemble(v)?);
-        let params = self.backend.download(&self.replica.params)?;
-        Ok((self.rank == 0).then_some([params, m, v]))
+        let params = self.assemble(|r| &r.params, false)?;
+        let m = self.assemble(|r| &r.adam_m, false)?;
+        let v = self.assemble(|r| &r.adam_v, false)?;
+        Ok(params.zip(m).zip(v).map(|((p, m), v)| [p, m, v]))
     }
 
-    /// The whole of a vector kept per part (this rank's part is `mine`):
-    /// part `p` broadcast from rank `p`, its first replica. `mine` itself
-    /// for a model trained whole.
-    fn assemble(&mut self, mine: Vec<f32>) -> anyhow::Result<Vec<f32>> {
+    /// The whole model's parameters on the host of every rank. For a model
+    /// split between ranks, every rank calls it: each part comes from the
+    /// first replica's rank training it.
+    pub fn whole_params(&mut self) -> anyhow::Result<Vec<f32>> {
+        self.assemble(|r| &r.params, true)?
+            .context("every rank receives the whole model")
+    }
+
+    /// The whole of a vector the replica keeps (`pick`: its parameters or
+    /// a moment), on the host of rank 0 (and of every rank if
+    /// `everywhere`), `None` elsewhere. For a model split between ranks,
+    /// part `p` is broadcast from rank `p`, its first replica: the other
+    /// ranks hold one part at a time, and keep none of the others'.
+    fn assemble(
+        &mut self,
+        pick: fn(&Replica<B>) -> &B::Storage<f32>,
+        everywhere: bool,
+    ) -> anyhow::Result<Option<Vec<f32>>> {
+        let keep = everywhere || self.rank == 0;
         let Some(partition) = self.model.partition() else {
-            return Ok(mine);
-        };
-        let Some(comm) = self.comm.as_mut() else {
-            bail!("a model split between ranks needs the job's communicator");
+            return Ok(match keep {
+                true => Some(self.backend.download(pick(&self.replica))?),
+                false => None,
+            });
         };
         let len = partition.parts.last().map_or(0, |r| r.end);
-        let mut whole = vec![0.0; len];
+        let mut whole = keep.then(|| vec![0.0; len]);
         for (p, range) in partition.parts.iter().enumerate() {
             let mut part = if p == self.rank {
-                mine.clone()
+                self.backend.download(pick(&self.replica))?
             } else {
                 vec![0.0; range.len()]
             };
-            comm.broadcast(&mut part, p)?;
-            whole[range.clone()].copy_from_slice(&part);
+            let Some(comm) = self.comm.as_mut() else {
+                bail!("a model split between ranks needs the job's communicator");
+            };
+            comm.broadcast(&mut part, p)
+                .context("assembling the whole model")?;
+            if let Some(whole) = whole.as_mut() {
+                whole[range.clone()].copy_from_slice(&part);
+            }
         }
         Ok(whole)
     }

@@ -75,15 +75,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             &replica.grads,
             &mut replica.guard,
         )?;
-        // A rank training a part of the model steps that part only.
-        let stepped = match &mut replica.part {
-            Some(part) => &mut part.params,
-            None => &mut replica.params,
-        };
         match model.optimizer() {
             Optimizer::Adam => b.adam_step(
                 &self.cfg.adam.scalars(replica.step),
-                stepped,
+                &mut replica.params,
                 &replica.grads,
                 &mut replica.adam_m,
                 &mut replica.adam_v,
@@ -91,12 +86,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             )?,
             Optimizer::Sgd => b.sgd_step(
                 self.cfg.adam.lr as f32,
-                stepped,
+                &mut replica.params,
                 &replica.grads,
                 &replica.guard,
             )?,
         }
-        replica.publish(b)?;
         timer.end_step()?;
         if B::IN_HOST_MEMORY || replica.step % GUARD_READ_EVERY == 0 {
             self.check_guard()?;

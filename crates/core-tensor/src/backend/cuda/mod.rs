@@ -315,17 +315,6 @@ impl Backend for Cuda {
         Ok(())
     }
 
-    fn copy_into<T: Elem>(
-        &self,
-        src: &CudaSlice<T>,
-        dst: &mut CudaSlice<T>,
-        offset: usize,
-    ) -> Result<()> {
-        let mut to = view_mut_at("copy_into", dst, offset, src.len())?;
-        self.inner.stream.memcpy_dtod(src, &mut to)?;
-        Ok(())
-    }
-
     fn fill<T: Elem>(&self, storage: &mut CudaSlice<T>, value: T) -> Result<()> {
         launch::fill(&self.inner.stream, storage, value)
     }

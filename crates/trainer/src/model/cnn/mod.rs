@@ -10,6 +10,7 @@
 //! laid out exactly as PyTorch's `state_dict()` (names, shapes, order), so
 //! checkpoints map one to one.
 
+use std::ops::Range;
 use std::sync::LazyLock;
 
 use core_tensor::ops::{ClassGeom, Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
@@ -166,6 +167,34 @@ impl CnnMnist {
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
         let tensors = param_specs().map(|(_, shape, fan_in)| (shape.iter().product(), fan_in));
         pytorch_default_init(seed, &tensors)
+    }
+
+    /// The network over a buffer holding only `part` of the flat
+    /// parameters (a pipeline stage's, with its gradients): the layers
+    /// inside `part` address it at offsets less `part.start`, the others
+    /// get empty ranges, which every kernel refuses.
+    pub(crate) fn within(&self, part: Range<usize>) -> Self {
+        let shift = |at: &ParamAt| {
+            let inside = |r: &Range<usize>| part.start <= r.start && r.end <= part.end;
+            let by = |r: &Range<usize>| r.start - part.start..r.end - part.start;
+            match inside(&at.weight) && inside(&at.bias) {
+                true => ParamAt {
+                    weight: by(&at.weight),
+                    bias: by(&at.bias),
+                },
+                false => ParamAt {
+                    weight: 0..0,
+                    bias: 0..0,
+                },
+            }
+        };
+        Self {
+            conv1: shift(&self.conv1),
+            conv2: shift(&self.conv2),
+            fc1: shift(&self.fc1),
+            fc2: shift(&self.fc2),
+            dropout: self.dropout,
+        }
     }
 
     /// The two dropout layers' seeds for one step: independent streams.

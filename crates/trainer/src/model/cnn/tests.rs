@@ -72,3 +72,38 @@ fn init_values_are_pinned() {
 
 const PINNED_FIRST: [f32; 3] = [0.103_131_41, 0.139_383_6, 0.153_246_57];
 const PINNED_SUM: f64 = -1.938_792_443_700_45;
+
+/// A stage's layers over its part alone compute what the whole model's do
+/// over the whole buffer, bit for bit; a layer outside the part is refused.
+#[test]
+fn layers_within_a_part_read_it_at_shifted_offsets() {
+    use core_tensor::{Backend, Cpu};
+    let b = Cpu::new(1).unwrap();
+    let model = CnnMnist::new(DropoutRates::REFERENCE);
+    let params = model.init_params(3);
+    let cut = cnn_layout().range("fc1.weight").unwrap().start;
+    let (features, head) = (model.within(0..cut), model.within(cut..params.len()));
+    let mut whole = Activations::new(&b, 5, false).unwrap();
+    let pixels: Vec<f32> = (0..5 * IMAGE_SIDE * IMAGE_SIDE)
+        .map(|i| (i % 97) as f32 / 97.0)
+        .collect();
+    b.write_range(&pixels, &mut whole.x, 0).unwrap();
+    let mut split = Activations::new(&b, 5, false).unwrap();
+    b.write_range(&pixels, &mut split.x, 0).unwrap();
+    let all = b.upload(&params).unwrap();
+    Model::forward(&model, &b, &mut whole, &all, Mode::Eval).unwrap();
+    let front = b.upload(&params[..cut]).unwrap();
+    let back = b.upload(&params[cut..]).unwrap();
+    features
+        .forward_features(&b, &mut split, &front, Mode::Eval)
+        .unwrap();
+    head.forward_head(&b, &mut split, &back, Mode::Eval)
+        .unwrap();
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let logits = |a: &Activations<Cpu>| bits(b.download(&a.logits).unwrap());
+    assert_eq!(logits(&split), logits(&whole));
+    assert!(
+        head.forward_features(&b, &mut split, &back, Mode::Eval)
+            .is_err()
+    );
+}
