@@ -18,6 +18,7 @@ pub mod maxpool2d;
 pub mod mse;
 pub mod offset;
 pub mod relu;
+pub mod rows;
 pub mod sgd;
 
 use std::ops::Range;
@@ -35,6 +36,7 @@ pub use maxpool2d::{MaxPool2dKernel, PoolGeom};
 pub use mse::{MseGeom, MseKernel};
 pub use offset::{OffsetGeom, OffsetKernel};
 pub use relu::ReluKernel;
+pub use rows::{RowsGeom, RowsKernel};
 pub use sgd::SgdKernel;
 
 use crate::Backend;
@@ -64,6 +66,7 @@ all_ops!(
     MseKernel,
     OffsetKernel,
     ReluKernel,
+    RowsKernel,
     SgdKernel,
 );
 
