@@ -3,7 +3,8 @@
 //!
 //! All kernels overwrite their outputs (gradients included: there is no
 //! accumulation across calls to forget to zero), except the two metric
-//! accumulators `loss_sum` and `correct`, which add to what they hold.
+//! accumulators `loss_sum` and `correct`, which add to what they hold, and
+//! `rows_scatter`, which writes only the rows it names.
 
 pub mod accuracy;
 pub mod adam;
