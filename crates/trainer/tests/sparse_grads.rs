@@ -1,6 +1,7 @@
 //! `--sparse-grads`: recsys' embedding gradients as touched rows or as the
 //! dense all-reduce give the same weights and optimizer state, bit for bit,
-//! at two ranks; and `auto` reports which it chose and why.
+//! at two ranks, on the CPU and on a GPU (`cuda-emu`: the rows' gather and
+//! scatter kernels); and `auto` reports which it chose and why.
 
 mod common;
 
@@ -9,8 +10,9 @@ use std::path::{Path, PathBuf};
 use common::{run, stderr, trainer};
 use trainer::model::recsys::synth::write_ratings;
 
-/// Trains one epoch of at most 25 steps on two ranks and returns the
-/// checkpoint directory's files (name, bytes) and rank 0's stderr.
+/// Trains one epoch on two ranks (`extra` names the device and the steps)
+/// and returns the checkpoint directory's files (name, bytes) and rank 0's
+/// stderr.
 fn train(
     ratings: &Path,
     dir: &Path,
@@ -19,10 +21,10 @@ fn train(
 ) -> (Vec<(PathBuf, Vec<u8>)>, String) {
     let ckpt = dir.join(mode);
     let out = run(trainer()
-        .args(["--model", "recsys", "--device", "cpu", "--ratings"])
+        .args(["--model", "recsys", "--ratings"])
         .arg(ratings)
-        .args(["--world-size", "2", "--epochs", "1", "--max-steps", "25"])
         .args(extra)
+        .args(["--world-size", "2", "--epochs", "1"])
         .args([
             "--batch-size",
             "64",
@@ -63,17 +65,18 @@ fn choice(err: &str) -> (u64, u64, String) {
     (rows, dense, words.last().unwrap().to_string())
 }
 
-#[test]
-fn rows_and_dense_all_reduce_give_the_same_weights() {
+/// The same weights as rows (`always`, `auto`) and dense (`never`), with
+/// `extra` flags (the device).
+fn rows_and_dense_agree(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let ratings = dir.path().join("ratings.csv");
     // 5000 rows of which a step touches at most 256: rows are smaller.
     write_ratings(&ratings, 20_000, 3000, 2000, 3).unwrap();
-    let (always, err) = train(&ratings, dir.path(), "always", &[]);
+    let (always, err) = train(&ratings, dir.path(), "always", extra);
     assert_eq!(choice(&err).2, "rows", "{err}");
-    let (never, err) = train(&ratings, dir.path(), "never", &[]);
+    let (never, err) = train(&ratings, dir.path(), "never", extra);
     assert!(!err.contains("sparse gradients"), "{err}");
-    let (auto, err) = train(&ratings, dir.path(), "auto", &[]);
+    let (auto, err) = train(&ratings, dir.path(), "auto", extra);
     let (rows, dense, chosen) = choice(&err);
     assert!(rows < dense && chosen == "rows", "{err}");
     assert_eq!(always.len(), never.len());
@@ -84,13 +87,42 @@ fn rows_and_dense_all_reduce_give_the_same_weights() {
 }
 
 #[test]
+fn rows_and_dense_all_reduce_give_the_same_weights() {
+    rows_and_dense_agree(&["--device", "cpu", "--max-steps", "25"]);
+}
+
+/// Re-runs `emulated_gpu_rows_and_dense_give_the_same_weights` on
+/// `cuda-emu` (crates/cuda-emu); in the first run it returns at once.
+#[test]
+fn rows_and_dense_on_the_cuda_emulator() {
+    common::rerun_on_emulated_gpus(1, &["emulated_gpu_rows_and_dense_give_the_same_weights"]);
+}
+
+/// Two ranks on one emulated GPU over the TCP ring: the rows travel through
+/// the device's row gather and scatter, the dense table through a
+/// whole-table copy, with the same weights.
+#[test]
+fn emulated_gpu_rows_and_dense_give_the_same_weights() {
+    if common::emulated_gpu(0).is_some() {
+        rows_and_dense_agree(&["--device", "cuda", "--backend", "tcp", "--max-steps", "5"]);
+    }
+}
+
+#[test]
 fn auto_keeps_the_dense_all_reduce_for_a_small_table() {
     let dir = tempfile::tempdir().unwrap();
     let ratings = dir.path().join("ratings.csv");
     // 10 ids, all touched by both ranks every step, in rows of one: two
     // floats a row as rows against two a row for the dense all-reduce.
     write_ratings(&ratings, 20_000, 6, 4, 4).unwrap();
-    let small = ["--embedding-dim", "1"];
+    let small = [
+        "--device",
+        "cpu",
+        "--max-steps",
+        "25",
+        "--embedding-dim",
+        "1",
+    ];
     let (auto, err) = train(&ratings, dir.path(), "auto", &small);
     let (rows, dense, chosen) = choice(&err);
     assert!(rows >= dense && chosen == "dense", "{err}");

@@ -3,7 +3,8 @@
 //!
 //! All kernels overwrite their outputs (gradients included: there is no
 //! accumulation across calls to forget to zero), except the two metric
-//! accumulators `loss_sum` and `correct`, which add to what they hold.
+//! accumulators `loss_sum` and `correct`, which add to what they hold, and
+//! `rows_scatter`, which writes only the rows it names.
 
 pub mod accuracy;
 pub mod adam;
@@ -18,6 +19,7 @@ pub mod maxpool2d;
 pub mod mse;
 pub mod offset;
 pub mod relu;
+pub mod rows;
 pub mod sgd;
 
 use std::ops::Range;
@@ -35,6 +37,7 @@ pub use maxpool2d::{MaxPool2dKernel, PoolGeom};
 pub use mse::{MseGeom, MseKernel};
 pub use offset::{OffsetGeom, OffsetKernel};
 pub use relu::ReluKernel;
+pub use rows::{RowsGeom, RowsKernel};
 pub use sgd::SgdKernel;
 
 use crate::Backend;
@@ -64,6 +67,7 @@ all_ops!(
     MseKernel,
     OffsetKernel,
     ReluKernel,
+    RowsKernel,
     SgdKernel,
 );
 

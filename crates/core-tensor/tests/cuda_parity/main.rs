@@ -23,7 +23,7 @@ mod pointwise;
 mod support;
 mod training_step;
 
-use core_tensor::ops::ClassGeom;
+use core_tensor::ops::{ClassGeom, RowsGeom};
 use core_tensor::{Backend, Cuda, Error, Ops, cuda_available};
 use support::{uniform, up};
 
@@ -57,6 +57,20 @@ fn invalid_input_is_an_error<B: Ops>(dev: &B) {
         .and_then(|()| dev.synchronize())
         .unwrap_err();
     assert!(err.to_string().contains("sample index"), "{err}");
+    dev.synchronize().unwrap();
+    // Row ids must increase; the scatter writes nothing for a bad one.
+    let g = RowsGeom {
+        count: 2,
+        dim: 2,
+        rows: 3,
+        offset: 0,
+    };
+    let mut flat = up(dev, &[0.0f32; 6]);
+    let err = dev
+        .rows_scatter(&g, &up(dev, &[1u32, 1]), &up(dev, &[5.0f32; 4]), &mut flat)
+        .and_then(|()| dev.synchronize())
+        .unwrap_err();
+    assert!(err.to_string().contains("rows"), "{err}");
     dev.synchronize().unwrap();
 }
 

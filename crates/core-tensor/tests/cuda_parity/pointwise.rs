@@ -6,7 +6,7 @@ use std::sync::Arc;
 use core_tensor::Ops;
 use core_tensor::ops::{
     DropoutKernel, EmbeddingGeom, EmbeddingKernel, GatherKernel, MaxPool2dKernel, PoolGeom,
-    ReluKernel,
+    ReluKernel, RowsGeom, RowsKernel,
 };
 
 use crate::on_each_device;
@@ -185,4 +185,42 @@ fn embedding_matches<B: Ops>(dev: &B) {
 #[test]
 fn embedding() {
     on_each_device!(embedding_matches);
+}
+
+/// 300 of a table's 2,000 rows (every seventh, and more), into buffers
+/// with room for 50 more: the gathered rows and the scattered table are the
+/// CPU's bits, the buffers' tails and the other rows untouched.
+fn rows_match<B: Ops>(dev: &B) {
+    let g = RowsGeom {
+        count: 300,
+        dim: 32,
+        rows: 2000,
+        offset: 9,
+    };
+    let flat = uniform(500, 9 + 2000 * 32 + 3, -1.0, 1.0);
+    let mut ids: Vec<u32> = (0..350u32).map(|i| i * 5 + i % 3).collect();
+    ids[349] = 0; // past `count`: never read
+    let compact = uniform(501, 350 * 32, -1.0, 1.0);
+    let cpu = reference();
+    let what = format!("{} rows", dev.describe());
+    let ids_d = up(dev, &ids);
+    let mut out_d = up(dev, &compact);
+    dev.rows_gather(&g, &ids_d, &up(dev, &flat), &mut out_d)
+        .unwrap();
+    let mut out = compact.clone();
+    cpu.rows_gather(&g, &ids, &flat, &mut out).unwrap();
+    assert_same_bits(&format!("{what} gather"), &down(dev, &out_d), &out);
+    let mut flat_d = up(dev, &flat);
+    dev.rows_scatter(&g, &ids_d, &up(dev, &compact), &mut flat_d)
+        .unwrap();
+    let mut want = flat.clone();
+    cpu.rows_scatter(&g, &ids, &compact, &mut want).unwrap();
+    assert_same_bits(&format!("{what} scatter"), &down(dev, &flat_d), &want);
+    let changed = want.iter().zip(&flat).filter(|(a, b)| a != b).count();
+    assert_eq!(changed, 300 * 32, "only the rows named change");
+}
+
+#[test]
+fn rows() {
+    on_each_device!(rows_match);
 }

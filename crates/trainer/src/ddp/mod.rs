@@ -102,7 +102,7 @@ pub struct Reducer<B: Ops> {
     /// Whether the hook carries this step's stop votes.
     carries_votes: bool,
     /// The row-sparse table, exchanged apart from the buckets.
-    sparse: Option<SparseExchange>,
+    sparse: Option<SparseExchange<B>>,
 }
 
 impl<B: Ops> Reducer<B> {
@@ -125,7 +125,7 @@ impl<B: Ops> Reducer<B> {
 
     /// Exchanges a row-sparse table apart from the buckets (which must not
     /// cover it), after them, every step.
-    pub fn with_sparse(mut self, sparse: Option<SparseExchange>) -> Self {
+    pub fn with_sparse(mut self, sparse: Option<SparseExchange<B>>) -> Self {
         self.sparse = sparse;
         self
     }
@@ -146,11 +146,18 @@ impl<B: Ops> Reducer<B> {
     }
 
     /// Ends the step's communication: every bucket must have been launched.
-    pub fn finish(&mut self, backend: &B, grads: &mut B::Storage<f32>) -> anyhow::Result<()> {
+    /// `sparse_rows` are the rows of the sparse table the step's batch
+    /// looked up ([`crate::model::Model::sparse_rows`]).
+    pub fn finish(
+        &mut self,
+        backend: &B,
+        grads: &mut B::Storage<f32>,
+        sparse_rows: Option<&[u32]>,
+    ) -> anyhow::Result<()> {
         self.queue.end_step()?;
         self.hook.finish(backend, grads, self.queue.buckets())?;
         match &mut self.sparse {
-            Some(sparse) => sparse.exchange(backend, grads),
+            Some(sparse) => sparse.exchange(backend, grads, sparse_rows),
             None => Ok(()),
         }
     }

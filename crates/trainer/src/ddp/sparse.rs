@@ -1,8 +1,16 @@
 //! Row-sparse gradients (a model's [`Model::sparse_table`]) over the host
 //! communicator: each step, after the dense buckets, every rank either
-//! sends only the rows it wrote (indices + rows) to all ranks, or the
-//! table goes through the dense all-reduce, whichever moves fewer bytes,
-//! decided alike on every rank from the all-reduced row counts.
+//! sends only the rows its batch looked up ([`Model::sparse_rows`]: indices
+//! and rows) to all ranks, or the table goes through the dense all-reduce,
+//! whichever moves fewer bytes, decided alike on every rank from the
+//! all-reduced row counts.
+//!
+//! On the row path only those rows cross between the device and the host:
+//! a gather of the rank's rows into compact scratch, and a scatter of the
+//! averaged union of every rank's rows back. Backward wrote `+0.0` to every
+//! other row of the table (the embedding's backward zeroes it), which is
+//! also their average, so they are left as they are; no host work and no
+//! scratch grows with the table.
 //!
 //! The rows are summed as the dense all-reduce would sum them: per row,
 //! rank 0's row (zeros when it sent none) plus each next rank's, in rank
@@ -11,11 +19,15 @@
 //! the ring's `a + b` is `b + a`) the result is the dense one bit for bit.
 //!
 //! [`Model::sparse_table`]: crate::model::Model::sparse_table
+//! [`Model::sparse_rows`]: crate::model::Model::sparse_rows
+
+#[cfg(test)]
+mod tests;
 
 use std::ops::Range;
 
-use anyhow::{Context, bail};
-use core_tensor::Ops;
+use anyhow::{Context, bail, ensure};
+use core_tensor::ops::{RowsGeom, RowsKernel};
 
 use super::comm_thread::{CommHandle, CommThread, Op, Staged};
 use crate::cli::SparseGrads;
@@ -23,19 +35,28 @@ use crate::cli::SparseGrads;
 /// Row indices travel as f32: exact below 2^24.
 const MAX_ROWS: usize = 1 << 24;
 
-/// The table, its host copy, and the handle its exchanges go through.
-pub struct SparseExchange {
+/// The table, the device scratch its rows pass through, and the handle its
+/// exchanges go through.
+pub struct SparseExchange<B: RowsKernel> {
     table: Range<usize>,
     width: usize,
     always: bool,
     comm: CommHandle,
     rank: usize,
     world: usize,
+    /// The table's host copy, for the dense all-reduce only.
     host: Vec<f32>,
+    scratch: Option<Scratch<B>>,
     steps: u64,
 }
 
-impl SparseExchange {
+/// Row ids and rows on the device, with room for the most rows moved yet.
+struct Scratch<B: RowsKernel> {
+    ids: B::Storage<u32>,
+    rows: B::Storage<f32>,
+}
+
+impl<B: RowsKernel> SparseExchange<B> {
     /// The exchange for a model's `table` (range, row width), or `None`
     /// where the table keeps the dense buckets (`--sparse-grads never`, no
     /// table, one rank, or too many rows for `auto`).
@@ -61,13 +82,14 @@ impl SparseExchange {
             return Ok(None);
         }
         Ok(Some(Self {
-            host: vec![0.0; table.len()],
+            host: Vec::new(),
             table,
-            width,
+            width: width.max(1),
             always: mode == SparseGrads::Always,
             comm: comm.handle(),
             rank: comm.rank(),
             world: comm.world_size(),
+            scratch: None,
             steps: 0,
         }))
     }
@@ -75,7 +97,7 @@ impl SparseExchange {
     /// `buckets` without the elements of `sparse`'s table, launch order
     /// kept (a bucket the table splits becomes its upper, then lower part).
     pub fn dense_buckets(
-        sparse: Option<&SparseExchange>,
+        sparse: Option<&SparseExchange<B>>,
         buckets: Vec<Range<usize>>,
     ) -> Vec<Range<usize>> {
         match sparse {
@@ -84,28 +106,27 @@ impl SparseExchange {
         }
     }
 
-    /// Averages the table's gradients in `grads` over all ranks.
-    pub fn exchange<B: Ops>(
+    /// Averages the table's gradients in `grads` over all ranks; `rows` are
+    /// the table rows this rank's batch looked up, increasing (the model's
+    /// [`crate::model::Model::sparse_rows`]).
+    pub fn exchange(
         &mut self,
         backend: &B,
         grads: &mut B::Storage<f32>,
+        rows: Option<&[u32]>,
     ) -> anyhow::Result<()> {
+        let rows = rows.context(
+            "the model declares a row-sparse gradient table but not the rows its batch looked up",
+        )?;
         let (w, world) = (self.width, self.world);
-        backend.read_range(grads, self.table.clone(), &mut self.host)?;
-        // The rows this rank wrote: those not all `+0.0` (an OR of the bits,
-        // which vectorizes, unlike a search that stops early).
-        let touched: Vec<usize> = (self.host.chunks_exact(w).enumerate())
-            .filter(|(_, row)| row.iter().fold(0, |bits, x| bits | x.to_bits()) != 0)
-            .map(|(i, _)| i)
-            .collect();
         let mut counts = vec![0.0; world];
-        counts[self.rank] = touched.len() as f64;
+        counts[self.rank] = rows.len() as f64;
         let sent: f64 = self.comm.sum_f64(counts)?.iter().sum();
         // Each rank's rows cross world - 1 links (ring broadcast); the ring
         // all-reduce sends twice the table over the same links.
         let (sparse_bytes, dense_bytes) = (
             (world - 1) as u64 * sent as u64 * (1 + w) as u64 * 4,
-            (world - 1) as u64 * 2 * self.host.len() as u64 * 4,
+            (world - 1) as u64 * 2 * self.table.len() as u64 * 4,
         );
         let use_sparse = self.always || sparse_bytes < dense_bytes;
         self.steps += 1;
@@ -117,74 +138,119 @@ impl SparseExchange {
             );
         }
         if use_sparse {
-            self.sum_rows(&touched)?;
-        } else {
-            let staged: Staged = Box::new(std::mem::take(&mut self.host));
-            self.comm.submit(Op::AverageF32(staged))?;
-            self.host = self.comm.next_staged()?.to_vec();
+            return self.sum_rows(backend, grads, rows);
         }
+        self.host.resize(self.table.len(), 0.0);
+        backend.read_range(grads, self.table.clone(), &mut self.host)?;
+        let staged: Staged = Box::new(std::mem::take(&mut self.host));
+        self.comm.submit(Op::AverageF32(staged))?;
+        self.host = self.comm.next_staged()?.to_vec();
         backend.write_range(&self.host, grads, self.table.start)?;
         Ok(())
     }
 
-    /// Sends `touched` rows to every rank and leaves their average in
-    /// `host` (zeros elsewhere).
-    fn sum_rows(&mut self, touched: &[usize]) -> anyhow::Result<()> {
-        let (w, rows) = (self.width, self.host.len() / self.width);
-        let mut payload: Vec<f32> = touched.iter().map(|&r| r as f32).collect();
-        for &r in touched {
-            payload.extend_from_slice(&self.host[r * w..(r + 1) * w]);
+    /// Sends `mine` rows to every rank and writes the average of every
+    /// rank's rows into the union of the rows sent.
+    fn sum_rows(
+        &mut self,
+        backend: &B,
+        grads: &mut B::Storage<f32>,
+        mine: &[u32],
+    ) -> anyhow::Result<()> {
+        let (w, k) = (self.width, mine.len());
+        let mut payload: Vec<f32> = mine.iter().map(|&r| r as f32).collect();
+        payload.resize(k * (1 + w), 0.0);
+        if k > 0 {
+            let geom = self.geom(k);
+            let s = self.scratch(backend, k)?;
+            backend.write_range(mine, &mut s.ids, 0)?;
+            backend.rows_gather(&geom, &s.ids, grads, &mut s.rows)?;
+            backend.read_range(&s.rows, 0..k * w, &mut payload[k..])?;
         }
         let gathered = self.comm.all_gather(payload)?;
-        let mut parsed = Vec::with_capacity(gathered.len());
-        let mut in_union = vec![false; rows];
-        for (from, data) in gathered.iter().enumerate() {
-            let k = data.len() / (1 + w);
-            let (ids, values) = data.split_at(k);
-            let ids = ids
-                .iter()
-                .map(|&id| {
-                    let row = id as usize;
-                    (id == row as f32 && row < rows && data.len() == k * (1 + w))
-                        .then_some(row)
-                        .with_context(|| format!("rank {from} sent a bad sparse gradient row {id}"))
-                })
-                .collect::<anyhow::Result<Vec<usize>>>()?;
-            ids.iter().for_each(|&r| in_union[r] = true);
-            parsed.push((ids, values));
-        }
-        let union: Vec<usize> = (0..rows).filter(|&r| in_union[r]).collect();
-        // Rows outside the union are `+0.0` in `host` already: this rank
-        // did not write them. Each union row is summed in rank order; a rank
-        // that sent no such row adds `+0.0`, as it would in the dense sum.
-        let mut slot = vec![NOT_SENT; rows];
+        let parsed = (gathered.iter().enumerate())
+            .map(|(from, data)| self.parse(from, data))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut union: Vec<u32> = parsed.iter().flat_map(|(ids, _)| ids.clone()).collect();
+        union.sort_unstable();
+        union.dedup();
+        // Each union row is summed in rank order; a rank that sent no such
+        // row adds `+0.0`, as it would in the dense sum. Every rank's ids
+        // increase, so one pass along the union finds its rows.
+        let mut sum = vec![0.0f32; union.len() * w];
         for (from, (ids, values)) in parsed.iter().enumerate() {
-            ids.iter().enumerate().for_each(|(j, &r)| slot[r] = j);
-            for &r in &union {
-                let out = &mut self.host[r * w..(r + 1) * w];
-                match (slot[r], from) {
-                    (NOT_SENT, 0) => out.fill(0.0),
-                    (NOT_SENT, _) => out.iter_mut().for_each(|o| *o += 0.0),
-                    (j, 0) => out.copy_from_slice(&values[j * w..(j + 1) * w]),
-                    (j, _) => {
-                        (out.iter_mut().zip(&values[j * w..(j + 1) * w])).for_each(|(o, v)| *o += v)
-                    }
+            let mut sent = ids.iter().zip(values.chunks_exact(w)).peekable();
+            for (&r, out) in union.iter().zip(sum.chunks_exact_mut(w)) {
+                match (sent.next_if(|(id, _)| **id == r), from) {
+                    (None, 0) => out.fill(0.0),
+                    (None, _) => out.iter_mut().for_each(|o| *o += 0.0),
+                    (Some((_, row)), 0) => out.copy_from_slice(row),
+                    (Some((_, row)), _) => out.iter_mut().zip(row).for_each(|(o, v)| *o += v),
                 }
             }
-            ids.iter().for_each(|&r| slot[r] = NOT_SENT);
         }
         let scale = 1.0 / self.world as f32;
-        for &r in &union {
-            self.host[r * w..(r + 1) * w]
-                .iter_mut()
-                .for_each(|x| *x *= scale);
+        sum.iter_mut().for_each(|x| *x *= scale);
+        if !union.is_empty() {
+            let geom = self.geom(union.len());
+            let s = self.scratch(backend, union.len())?;
+            backend.write_range(&union, &mut s.ids, 0)?;
+            backend.write_range(&sum, &mut s.rows, 0)?;
+            backend.rows_scatter(&geom, &s.ids, &s.rows, grads)?;
         }
         Ok(())
     }
-}
 
-/// A row a rank did not send, in `sum_rows`' row-to-slot map.
-const NOT_SENT: usize = usize::MAX;
+    /// Rank `from`'s rows: their ids (below the table's rows, increasing)
+    /// and their values.
+    fn parse<'a>(&self, from: usize, data: &'a [f32]) -> anyhow::Result<(Vec<u32>, &'a [f32])> {
+        let (w, rows) = (self.width, self.table.len() / self.width);
+        let k = data.len() / (1 + w);
+        ensure!(
+            data.len() == k * (1 + w),
+            "rank {from} sent {} sparse gradient values, not rows of 1 + {w}",
+            data.len()
+        );
+        let (ids, values) = data.split_at(k);
+        let mut last = None;
+        let ids = (ids.iter())
+            .map(|&id| {
+                let row = id as u32;
+                let ok = id == row as f32 && (row as usize) < rows && last.is_none_or(|l| l < row);
+                last = Some(row);
+                ok.then_some(row)
+                    .with_context(|| format!("rank {from} sent a bad sparse gradient row {id}"))
+            })
+            .collect::<anyhow::Result<Vec<u32>>>()?;
+        Ok((ids, values))
+    }
+
+    /// The gather or scatter of `count` rows of the table.
+    fn geom(&self, count: usize) -> RowsGeom {
+        RowsGeom {
+            count,
+            dim: self.width,
+            rows: self.table.len() / self.width,
+            offset: self.table.start,
+        }
+    }
+
+    /// The device scratch, with room for at least `count` ids and rows
+    /// (grown in powers of two, never past the table).
+    fn scratch(&mut self, backend: &B, count: usize) -> anyhow::Result<&mut Scratch<B>> {
+        if (self.scratch.as_ref()).is_none_or(|s| B::len(&s.ids) < count) {
+            self.scratch = None;
+            let room = (count.next_power_of_two())
+                .min(self.table.len() / self.width)
+                .max(count);
+            self.scratch = Some(Scratch {
+                ids: backend.zeros(room)?,
+                rows: backend.zeros(room * self.width)?,
+            });
+        }
+        self.scratch.as_mut().context("made above")
+    }
+}
 
 /// `buckets` less the elements of `table`, in the same order.
 fn without(table: &Range<usize>, buckets: Vec<Range<usize>>) -> Vec<Range<usize>> {
@@ -198,24 +264,4 @@ fn without(table: &Range<usize>, buckets: Vec<Range<usize>>) -> Vec<Range<usize>
         })
         .filter(|b| !b.is_empty())
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_dense_buckets_leave_out_the_table_and_keep_launch_order() {
-        // recsys: the table first in the buffer, in the last bucket.
-        assert_eq!(
-            without(&(0..50), vec![80..100, 0..80]),
-            vec![80..100, 50..80]
-        );
-        // A table inside one bucket splits it, upper part first.
-        assert_eq!(
-            without(&(40..60), vec![80..100, 0..80]),
-            vec![80..100, 60..80, 0..40]
-        );
-        assert_eq!(without(&(0..100), vec![80..100, 0..80]), vec![]);
-    }
 }

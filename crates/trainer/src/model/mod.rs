@@ -172,6 +172,14 @@ pub trait Model<B: Ops> {
         None
     }
 
+    /// The rows of [`Model::sparse_table`] the batch last filled into
+    /// `buffers` looks up, increasing, each once: the only rows backward
+    /// writes other than `+0.0`, so the only ones a sparse exchange moves.
+    /// `None` for a model without a sparse table.
+    fn sparse_rows<'a>(&self, _buffers: &'a Self::Buffers) -> Option<&'a [u32]> {
+        None
+    }
+
     /// The part of the parameters this rank trains, when it trains only a
     /// part (a pipeline stage); `None` (the default): all of them.
     fn partition(&self) -> Option<Partition> {

@@ -58,7 +58,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 reducer.carry_vote(stop_vote);
                 model.backward(b, &mut buffers, params, grads, dropout_seed, reducer)?;
                 timer.enter(Phase::AllReduceWait)?;
-                reducer.finish(b, grads)?;
+                reducer.finish(b, grads, model.sparse_rows(&buffers))?;
             }
         }
         self.buffers.insert(n, buffers);

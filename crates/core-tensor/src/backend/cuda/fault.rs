@@ -11,6 +11,8 @@ const LABEL: u32 = 1;
 const INDEX: u32 = 2;
 /// embedding.cu `FAULT_EMBEDDING`.
 const EMBEDDING: u32 = 4;
+/// rows.cu `FAULT_ROWS`.
+const ROWS: u32 = 8;
 
 /// A sentence naming every fault in `bits`.
 pub(super) fn describe(bits: u32) -> String {
@@ -24,7 +26,10 @@ pub(super) fn describe(bits: u32) -> String {
     if bits & EMBEDDING != 0 {
         what.push("embedding: an id is not below the table's rows");
     }
-    if bits & !(LABEL | INDEX | EMBEDDING) != 0 {
+    if bits & ROWS != 0 {
+        what.push("rows: an id is not below the table's rows or not above the one before it");
+    }
+    if bits & !(LABEL | INDEX | EMBEDDING | ROWS) != 0 {
         what.push("unknown fault bits");
     }
     what.join("; ")
@@ -41,7 +46,8 @@ mod tests {
             "cross_entropy: a label is not below the number of classes; \
              gather_batch: a sample index is beyond the dataset"
         );
-        assert_eq!(describe(8), "unknown fault bits");
+        assert_eq!(describe(16), "unknown fault bits");
         assert!(describe(EMBEDDING).starts_with("embedding"));
+        assert!(describe(ROWS).starts_with("rows"));
     }
 }

@@ -18,6 +18,7 @@ use super::launch::{DropoutArgs, GatherArgs, In, Out, Val, kernel_table};
 use crate::Result;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
+    RowsGeom,
 };
 
 /// The launch parameters of the conv2d GEMM kernels (`Conv2dLaunch` in C).
@@ -141,6 +142,10 @@ kernel_table! {
         relu_fwd_f32(x: Out<f32>, n: Val<u64>);
         relu_bwd_f32(y: In<f32>, dy: Out<f32>, n: Val<u64>);
     }
+    rows (ROWS_SRC, ROWS_PTX) {
+        rows_gather_f32(ids: In<u32>, flat: In<f32>, rows: Out<f32>, fault: Out<u32>, g: Val<RowsGeom>);
+        rows_scatter_f32(ids: In<u32>, rows: In<f32>, flat: Out<f32>, fault: Out<u32>, g: Val<RowsGeom>);
+    }
     sgd (SGD_SRC, SGD_PTX) {
         sgd_step_f32(params: Out<f32>, grads: In<f32>, guard: In<u32>, minus_lr: Val<f32>, n: Val<u64>);
     }
@@ -188,6 +193,7 @@ mod tests {
         MseGeom => "MseGeom",
         OffsetGeom => "OffsetGeom",
         PoolGeom => "PoolGeom",
+        RowsGeom => "RowsGeom",
     }
 
     /// The parameter types of `kernel`'s definition in `source`, one

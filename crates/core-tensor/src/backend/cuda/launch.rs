@@ -17,6 +17,7 @@ use super::Cuda;
 use super::gemm::GemmLaunch;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
+    RowsGeom,
 };
 use crate::{Elem, Error, Result};
 
@@ -60,6 +61,8 @@ unsafe impl DeviceRepr for ClassGeom {}
 // SAFETY: repr(C), four usize fields, mirrored by `EmbeddingGeom` in
 // embedding.cu.
 unsafe impl DeviceRepr for EmbeddingGeom {}
+// SAFETY: repr(C), four usize fields, mirrored by `RowsGeom` in rows.cu.
+unsafe impl DeviceRepr for RowsGeom {}
 // SAFETY: repr(C), two usize fields, mirrored by `MseGeom` in mse.cu.
 unsafe impl DeviceRepr for MseGeom {}
 // SAFETY: repr(C), two usize fields, mirrored by `OffsetGeom` in offset.cu.

@@ -103,6 +103,8 @@ pub struct RecsysBuffers<B: Ops> {
     /// movie's; and the rating.
     pub ids: B::Storage<u32>,
     pub target: B::Storage<f32>,
+    /// The table rows `ids` names, increasing, each once (on the host).
+    rows: Vec<u32>,
     /// The two rows of each rating, side by side, and their gradient.
     x: B::Storage<f32>,
     dx: Option<B::Storage<f32>>,
@@ -131,6 +133,10 @@ impl<B: Ops> Model<B> for RecsysModel {
         Some((self.embedding.clone(), self.dim))
     }
 
+    fn sparse_rows<'a>(&self, buf: &'a RecsysBuffers<B>) -> Option<&'a [u32]> {
+        Some(&buf.rows)
+    }
+
     fn init_params(&self, seed: u64) -> Vec<f32> {
         let d = 2 * self.dim;
         let mut params = pytorch_default_init(
@@ -155,6 +161,7 @@ impl<B: Ops> Model<B> for RecsysModel {
             batch,
             ids: b.zeros(2 * batch)?,
             target: b.zeros(batch)?,
+            rows: Vec::with_capacity(2 * batch),
             x: b.zeros(x)?,
             dx: train.then(|| b.zeros(x)).transpose()?,
             bias: b.zeros(2 * batch)?,
@@ -222,9 +229,12 @@ impl<B: Ops> Model<B> for RecsysModel {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use core_tensor::{Backend, Cpu};
 
     use super::*;
+    use crate::data::{Batches, Order};
 
     /// A prediction moves by exactly its user's and its movie's bias, and
     /// backward hands each bias the prediction's gradient.
@@ -262,5 +272,52 @@ mod tests {
         let g = &grads[model.biases.clone()];
         assert_eq!((g[1], g[6]), (dout, dout));
         assert_eq!(g.iter().filter(|&&x| x != 0.0).count(), 2);
+    }
+
+    /// The rows the model names for a batch are its ids, in order, each
+    /// once, and exactly the table rows backward writes other than `+0.0`
+    /// (with a gradient of 9 already in every row before it).
+    #[test]
+    fn the_sparse_rows_are_the_rows_backward_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ratings.csv");
+        synth::write_ratings(&path, 2000, 40, 30, 2).unwrap();
+        let index = Arc::new(RatingsIndex::build(&path).unwrap());
+        let model = RecsysModel::new(&index, 3).unwrap();
+        let b = Cpu::new(1).unwrap();
+        let mut shard = RatingsShard::new(index, false);
+        let order = Order::Shuffled {
+            rank: 0,
+            world_size: 1,
+            seed: 5,
+        };
+        Batches::<Cpu, _>::start_epoch(&mut shard, &b, &order, 0, 64).unwrap();
+        let mut buf = Model::<Cpu>::buffers(&model, &b, 64, true).unwrap();
+        let params = b.upload(&Model::<Cpu>::init_params(&model, 3)).unwrap();
+        for step in 0..3 {
+            shard.fill(&b, step, &mut buf).unwrap();
+            let mut want = buf.ids.clone();
+            want.sort_unstable();
+            want.dedup();
+            let rows = Model::<Cpu>::sparse_rows(&model, &buf).unwrap().to_vec();
+            assert_eq!(rows, want);
+            assert!(
+                rows.len() > 40,
+                "{} rows: the batch repeats ids",
+                rows.len()
+            );
+            model.forward(&b, &mut buf, &params, Mode::Eval).unwrap();
+            model.loss(&b, &mut buf, &mut vec![0.0]).unwrap();
+            let mut grads = vec![9.0; params.len()];
+            let mut hook = super::super::NoSync;
+            model
+                .backward(&b, &mut buf, &params, &mut grads, 0, &mut hook)
+                .unwrap();
+            let written: Vec<u32> = (grads[model.embedding.clone()].chunks(3).enumerate())
+                .filter(|(_, row)| row.iter().any(|x| x.to_bits() != 0))
+                .map(|(r, _)| r as u32)
+                .collect();
+            assert_eq!(written, rows, "step {step}");
+        }
     }
 }

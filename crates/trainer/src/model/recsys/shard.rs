@@ -158,6 +158,10 @@ impl<B: Ops> Batches<B, RecsysBuffers<B>> for RatingsShard {
         }
         backend.write_range(&self.ids, &mut buf.ids, 0)?;
         backend.write_range(&self.targets, &mut buf.target, 0)?;
+        buf.rows.clear();
+        buf.rows.extend_from_slice(&self.ids);
+        buf.rows.sort_unstable();
+        buf.rows.dedup();
         Ok(())
     }
 }
