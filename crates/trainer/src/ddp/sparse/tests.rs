@@ -78,9 +78,6 @@ impl Backend for Counted {
         self.written.fetch_add(host.len(), Ordering::Relaxed);
         self.cpu.write_range(host, s, offset)
     }
-    fn copy_into<T: Elem>(&self, src: &Vec<T>, dst: &mut Vec<T>, offset: usize) -> Result<()> {
-        self.cpu.copy_into(src, dst, offset)
-    }
     fn fill<T: Elem>(&self, storage: &mut Vec<T>, value: T) -> Result<()> {
         self.cpu.fill(storage, value)
     }
