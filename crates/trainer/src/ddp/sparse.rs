@@ -171,7 +171,10 @@ impl<B: RowsKernel> SparseExchange<B> {
         let parsed = (gathered.iter().enumerate())
             .map(|(from, data)| self.parse(from, data))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let mut union: Vec<u32> = parsed.iter().flat_map(|(ids, _)| ids.clone()).collect();
+        let mut union: Vec<u32> = parsed
+            .iter()
+            .flat_map(|(ids, _)| ids.iter().copied())
+            .collect();
         union.sort_unstable();
         union.dedup();
         // Each union row is summed in rank order; a rank that sent no such
