@@ -53,7 +53,15 @@ fn invalid_input_is_an_error<B: Ops>(dev: &B) {
     let indices = up(dev, &[0u32, 3]);
     let (mut x, mut y) = (dev.zeros(4).unwrap(), dev.zeros(2).unwrap());
     let err = dev
-        .gather_batch(&images, &labels, 2, &indices, 0..2, &mut x, &mut y)
+        .gather_batch(
+            &images,
+            &labels,
+            2,
+            &indices,
+            0..2,
+            Some(&mut x),
+            Some(&mut y),
+        )
         .and_then(|()| dev.synchronize())
         .unwrap_err();
     assert!(err.to_string().contains("sample index"), "{err}");

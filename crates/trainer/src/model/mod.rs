@@ -15,8 +15,7 @@ pub mod recsys;
 pub mod toy;
 
 pub use cnn::{
-    ActivationGrads, Activations, CLASSES, CnnMnist, DropoutRates, IMAGE_SIDE, PARAM_COUNT,
-    cnn_layout,
+    Activations, BatchInputs, CLASSES, CnnMnist, DropoutRates, IMAGE_SIDE, PARAM_COUNT, cnn_layout,
 };
 
 use std::ops::Range;

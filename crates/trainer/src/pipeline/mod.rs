@@ -14,7 +14,9 @@
 //! replica nothing is averaged and no communicator is called), and only
 //! that range is stepped. The rank's device holds that range of the
 //! parameters and nothing of the others: the stage's layers read it at
-//! offsets less its start ([`CnnMnist::within`]). Evaluation goes through
+//! offsets less its start ([`CnnMnist::within`]). Its buffers
+//! ([`PipeBuffers`]) are likewise its own layers' activations and the
+//! cut's only. Evaluation goes through
 //! the pipeline as training does, a whole test batch at a time (stage 0's
 //! features, the last stage's head and count). The whole model is made
 //! only on rank 0's host, at a checkpoint: each stage's part (and Adam's
@@ -28,9 +30,11 @@
 //! multiple of `S`; stage `s` of every pipeline forms its data-parallel
 //! group ([`PipelinePlace::replica_group`]).
 
+mod buffers;
 mod link;
 mod schedule;
 
+pub use buffers::PipeBuffers;
 pub use link::{HostLink, NcclLink, StageLink};
 
 use std::cell::RefCell;
@@ -38,15 +42,12 @@ use std::ops::Range;
 use std::time::Duration;
 
 use anyhow::bail;
-use core_tensor::ops::ClassGeom;
 use core_tensor::{FlatLayout, Ops, Result};
 
-use crate::model::{
-    ActivationGrads, Activations, CLASSES, CnnMnist, GradsReady, IMAGE_SIDE, Metric, Mode, Model,
-    Partition, cnn_layout,
-};
+use crate::model::{CnnMnist, GradsReady, IMAGE_SIDE, Metric, Mode, Model, Partition, cnn_layout};
 use crate::train::timer::{Phase, StepTimer};
 use crate::train::{DataShare, PhaseSeconds};
+use buffers::StageActs;
 
 /// `--micro-batches` when not given.
 pub const DEFAULT_MICRO_BATCHES: usize = 4;
@@ -227,37 +228,6 @@ impl<B: Ops> PipelineStage<B> {
     }
 }
 
-/// A stage's buffers: the whole batch (filled by the trainer, used whole
-/// for evaluation) and one set per micro-batch.
-pub struct PipeBuffers<B: Ops> {
-    full: Activations<B>,
-    micro: Vec<Activations<B>>,
-    /// Where each micro-batch starts in the batch.
-    starts: Vec<usize>,
-    /// One micro-batch's gradients of the stage's parameters.
-    grads: Option<B::Storage<f32>>,
-    /// The stage's gradients summed over the micro-batches, on the host.
-    acc: Vec<f32>,
-    /// One micro-batch's stage gradients, read from the device.
-    host: Vec<f32>,
-    /// A loss sum the schedule writes and nobody reads.
-    loss: Option<B::Storage<f32>>,
-}
-
-/// The CNN's data set fills the whole batch; the schedule splits it.
-impl<B: Ops> AsMut<Activations<B>> for PipeBuffers<B> {
-    fn as_mut(&mut self) -> &mut Activations<B> {
-        &mut self.full
-    }
-}
-
-fn classes(batch: usize) -> ClassGeom {
-    ClassGeom {
-        batch,
-        classes: CLASSES,
-    }
-}
-
 impl<B: Ops> Model<B> for PipelineStage<B> {
     type Buffers = PipeBuffers<B>;
 
@@ -286,39 +256,18 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         })
     }
 
+    /// This stage's activations only: for training one set per
+    /// micro-batch, with gradients; for evaluation one for the whole batch.
     fn buffers(&self, b: &B, batch: usize, train: bool) -> Result<PipeBuffers<B>> {
-        let full = Activations::new(b, batch, false)?;
-        if !train {
-            return Ok(PipeBuffers {
-                full,
-                micro: Vec::new(),
-                starts: Vec::new(),
-                grads: None,
-                acc: Vec::new(),
-                host: Vec::new(),
-                loss: None,
-            });
-        }
-        let part = stage_params(self.place.stage).len();
-        let m = self.micro_batches.min(batch).max(1);
-        let (base, extra) = (batch / m, batch % m);
-        let sizes: Vec<usize> = (0..m).map(|i| base + usize::from(i < extra)).collect();
-        let starts = sizes
-            .iter()
-            .scan(0, |at, &n| Some(std::mem::replace(at, *at + n)))
-            .collect();
-        Ok(PipeBuffers {
-            full,
-            micro: sizes
-                .iter()
-                .map(|&n| Activations::new(b, n, true))
-                .collect::<Result<_>>()?,
-            starts,
-            grads: Some(b.zeros(part)?),
-            acc: vec![0.0; part],
-            host: vec![0.0; part],
-            loss: Some(b.zeros(1)?),
-        })
+        let sizes = match train {
+            true => {
+                let m = self.micro_batches.min(batch).max(1);
+                let (base, extra) = (batch / m, batch % m);
+                (0..m).map(|i| base + usize::from(i < extra)).collect()
+            }
+            false => vec![batch],
+        };
+        PipeBuffers::new(b, self.place.stage, &sizes, train)
     }
 
     fn forward(
@@ -330,7 +279,7 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
     ) -> Result<()> {
         let done = match mode {
             Mode::Train { dropout_seed } => schedule::run(self, b, buffers, params, dropout_seed),
-            Mode::Eval => schedule::evaluate(self, b, &mut buffers.full, params),
+            Mode::Eval => schedule::evaluate(self, b, buffers, params),
         };
         // Forward returns kernel errors only: a communication failure
         // travels as its text.
@@ -340,25 +289,19 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         })
     }
 
+    /// The last stage counts, over each micro-batch (or the whole batch).
     fn metric_sum(
         &self,
         b: &B,
         buffers: &PipeBuffers<B>,
         correct: &mut B::Storage<f32>,
     ) -> Result<()> {
-        // The last stage has the logits.
-        if self.place.stage + 1 < self.place.stages {
-            return Ok(());
+        match &buffers.acts {
+            StageActs::Front(_) => Ok(()),
+            StageActs::Back(parts) => parts
+                .iter()
+                .try_for_each(|a| a.head.count_correct(b, correct)),
         }
-        if buffers.micro.is_empty() {
-            // Evaluation: the whole batch went through the pipeline.
-            let full = &buffers.full;
-            return b.count_correct(&classes(full.batch), &full.logits, &full.labels, correct);
-        }
-        for act in &buffers.micro {
-            b.count_correct(&classes(act.batch), &act.logits, &act.labels, correct)?;
-        }
-        Ok(())
     }
 
     /// The last stage adds every micro-batch's loss (computed again: the
@@ -369,20 +312,10 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         buffers: &mut PipeBuffers<B>,
         loss_sum: &mut B::Storage<f32>,
     ) -> anyhow::Result<()> {
-        if self.place.stage + 1 < self.place.stages {
-            return Ok(());
+        match &mut buffers.acts {
+            StageActs::Front(_) => Ok(()),
+            StageActs::Back(parts) => parts.iter_mut().try_for_each(|a| a.head.loss(b, loss_sum)),
         }
-        for act in &mut buffers.micro {
-            let g = ActivationGrads::of(&mut act.grads)?;
-            b.cross_entropy_fwd_bwd(
-                &classes(act.batch),
-                &act.logits,
-                &act.labels,
-                &mut g.dlogits,
-                loss_sum,
-            )?;
-        }
-        Ok(())
     }
 
     /// Hands the accumulated gradients of this stage (`grads` is the
@@ -397,7 +330,7 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         _dropout_seed: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
-        b.write_range(&buffers.acc, grads, 0)?;
+        b.write_range(&buffers.scratch()?.acc, grads, 0)?;
         hook.ready(b, grads, 0)
     }
 

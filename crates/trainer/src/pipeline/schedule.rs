@@ -17,7 +17,9 @@
 //! between GPUs). Each micro-batch's parameter gradients are added into
 //! the stage's host accumulator scaled by `m / n` (`m` its samples, `n`
 //! the batch's): the batch mean, which the trainer then averages over the
-//! stage's replicas.
+//! stage's replicas. The data set gathers each micro-batch's inputs
+//! straight into its buffers: the images on stage 0, the labels on the
+//! last stage (see `PipeBuffers`).
 //!
 //! Evaluation ([`evaluate`]) sends a whole test batch through at once:
 //! stage 0's features forward, the last stage's head.
@@ -25,8 +27,10 @@
 use anyhow::Context;
 use core_tensor::{Ops, rng};
 
-use super::{PipeBuffers, PipelineStage, StageLink, classes};
-use crate::model::{ActivationGrads, Activations, Mode, NoSync};
+use super::buffers::{BackActs, FrontActs, GradScratch, StageActs, TRAINING_BUFFERS};
+use super::{PipeBuffers, PipelineStage, StageLink};
+use crate::model::cnn::Backward;
+use crate::model::{Mode, NoSync};
 use crate::train::timer::Phase;
 
 /// One batch through this rank's stage.
@@ -38,103 +42,100 @@ pub(super) fn run<B: Ops>(
     seed: u64,
 ) -> anyhow::Result<()> {
     stage.mark(b, Some(Phase::Forward))?;
-    let place = stage.place;
-    let m = bufs.micro.len();
-    let seeds: Vec<u64> = (0..m)
-        .map(|i| rng::derive_seed(seed, &[i as u64]))
-        .collect();
-    split_inputs(b, bufs, place.stage == 0)?;
-    bufs.acc.fill(0.0);
     let mut link = stage.link.borrow_mut();
     let mut link = Link {
         link: link.as_mut(),
         b,
         owner: stage,
-        stage: place.stage,
+        stage: stage.place.stage,
     };
-    let work = Work {
-        stage,
-        b,
-        params,
-        seeds: &seeds,
-        scale: 1.0 / bufs.full.batch as f32,
-    };
-    if place.stage == 0 {
-        work.forward_features(bufs, 0)?;
-        link.exchange(Some(&bufs.micro[0].pooled), None)?;
-        for i in 1..m {
-            work.forward_features(bufs, i)?;
-            let (done, now) = bufs.micro.split_at_mut(i);
-            link.exchange(Some(&now[0].pooled), Some(dpooled(&mut done[i - 1])?))?;
-            work.backward_features(bufs, i - 1)?;
+    let scratch = bufs.train.as_mut().context(TRAINING_BUFFERS)?;
+    scratch.acc.fill(0.0);
+    match &mut bufs.acts {
+        StageActs::Front(micro) => {
+            let work = Work::new(
+                stage,
+                b,
+                params,
+                seed,
+                micro.iter().map(|a| a.features.batch),
+            );
+            front(&work, &mut link, micro, scratch)?;
         }
-        link.exchange(None, Some(dpooled(&mut bufs.micro[m - 1])?))?;
-        work.backward_features(bufs, m - 1)?;
-    } else {
-        link.exchange(None, Some(&mut bufs.micro[0].pooled))?;
-        work.head(bufs, 0)?;
-        for i in 1..m {
-            let (done, now) = bufs.micro.split_at_mut(i);
-            let back = &ActivationGrads::of_ref(&done[i - 1].grads)?.dpooled;
-            link.exchange(Some(back), Some(&mut now[0].pooled))?;
-            work.head(bufs, i)?;
+        StageActs::Back(micro) => {
+            let work = Work::new(stage, b, params, seed, micro.iter().map(|a| a.head.batch));
+            back(&work, &mut link, micro, scratch)?;
         }
-        let last = &ActivationGrads::of_ref(&bufs.micro[m - 1].grads)?.dpooled;
-        link.exchange(Some(last), None)?;
     }
     stage.mark(b, None)?;
     Ok(())
 }
 
-/// One test batch (`full`, without dropout) through this rank's stage:
-/// stage 0 sends its pooled activations, the last stage computes the
-/// logits from them. Its waits are not marked: evaluation is not a step.
+/// Stage 0's part of the schedule over its micro-batches.
+fn front<B: Ops>(
+    work: &Work<'_, B>,
+    link: &mut Link<'_, B>,
+    micro: &mut [FrontActs<B>],
+    scratch: &mut GradScratch<B>,
+) -> anyhow::Result<()> {
+    let m = micro.len();
+    work.forward_features(&mut micro[0], 0)?;
+    link.exchange(Some(&micro[0].cut.pooled), None)?;
+    for i in 1..m {
+        work.forward_features(&mut micro[i], i)?;
+        let (done, now) = micro.split_at_mut(i);
+        let back = done[i - 1].cut.dpooled_mut()?;
+        link.exchange(Some(&now[0].cut.pooled), Some(back))?;
+        work.backward_features(&mut done[i - 1], i - 1, scratch)?;
+    }
+    link.exchange(None, Some(micro[m - 1].cut.dpooled_mut()?))?;
+    work.backward_features(&mut micro[m - 1], m - 1, scratch)
+}
+
+/// The last stage's part of the schedule over its micro-batches.
+fn back<B: Ops>(
+    work: &Work<'_, B>,
+    link: &mut Link<'_, B>,
+    micro: &mut [BackActs<B>],
+    scratch: &mut GradScratch<B>,
+) -> anyhow::Result<()> {
+    let m = micro.len();
+    link.exchange(None, Some(&mut micro[0].cut.pooled))?;
+    work.head(&mut micro[0], 0, scratch)?;
+    for i in 1..m {
+        let (done, now) = micro.split_at_mut(i);
+        let back = done[i - 1].cut.dpooled()?;
+        link.exchange(Some(back), Some(&mut now[0].cut.pooled))?;
+        work.head(&mut now[0], i, scratch)?;
+    }
+    link.exchange(Some(micro[m - 1].cut.dpooled()?), None)
+}
+
+/// One test batch (without dropout) through this rank's stage: stage 0
+/// sends its pooled activations, the last stage computes the logits from
+/// them. Its waits are not marked: evaluation is not a step.
 pub(super) fn evaluate<B: Ops>(
     stage: &PipelineStage<B>,
     b: &B,
-    full: &mut Activations<B>,
+    bufs: &mut PipeBuffers<B>,
     params: &B::Storage<f32>,
 ) -> anyhow::Result<()> {
     let (me, cnn) = (stage.place.stage, &stage.cnn);
     let mut link = stage.link.borrow_mut();
     let peer = 1 - me;
     let context = || format!("pipeline stage {me}: evaluating, exchanging with stage {peer}");
-    if me == 0 {
-        cnn.forward_features(b, full, params, Mode::Eval)?;
-        link.exchange(b, peer, Some(&full.pooled), None)
-            .with_context(context)
-    } else {
-        link.exchange(b, peer, None, Some(&mut full.pooled))
-            .with_context(context)?;
-        Ok(cnn.forward_head(b, full, params, Mode::Eval)?)
+    match &mut bufs.acts {
+        StageActs::Front(parts) => parts.iter_mut().try_for_each(|a| {
+            cnn.forward_features(b, &mut a.features, &mut a.cut, params, Mode::Eval)?;
+            link.exchange(b, peer, Some(&a.cut.pooled), None)
+                .with_context(context)
+        }),
+        StageActs::Back(parts) => parts.iter_mut().try_for_each(|a| {
+            link.exchange(b, peer, None, Some(&mut a.cut.pooled))
+                .with_context(context)?;
+            Ok(cnn.forward_head(b, &a.cut, &mut a.head, params, Mode::Eval)?)
+        }),
     }
-}
-
-fn dpooled<B: Ops>(act: &mut Activations<B>) -> anyhow::Result<&mut B::Storage<f32>> {
-    Ok(&mut ActivationGrads::of(&mut act.grads)?.dpooled)
-}
-
-/// Copies each micro-batch's share of the batch the trainer gathered:
-/// the images for the first stage, the labels for the last.
-fn split_inputs<B: Ops>(b: &B, bufs: &mut PipeBuffers<B>, first: bool) -> anyhow::Result<()> {
-    let pixels = B::len(&bufs.full.x) / bufs.full.batch.max(1);
-    for (act, &start) in bufs.micro.iter_mut().zip(&bufs.starts) {
-        let n = act.batch;
-        if first {
-            let mut host = vec![0.0_f32; n * pixels];
-            b.read_range(
-                &bufs.full.x,
-                start * pixels..(start + n) * pixels,
-                &mut host,
-            )?;
-            b.write_range(&host, &mut act.x, 0)?;
-        } else {
-            let mut host = vec![0_u8; n];
-            b.read_range(&bufs.full.labels, start..start + n, &mut host)?;
-            b.write_range(&host, &mut act.labels, 0)?;
-        }
-    }
-    Ok(())
 }
 
 /// This stage's end of the pipeline, marking its waits.
@@ -170,72 +171,109 @@ struct Work<'a, B: Ops> {
     stage: &'a PipelineStage<B>,
     b: &'a B,
     params: &'a B::Storage<f32>,
-    seeds: &'a [u64],
-    /// Stages over the batch's samples.
-    scale: f32,
+    seeds: Vec<u64>,
+    /// Each micro-batch's share of the batch's samples: its gradients'
+    /// weight in the batch mean.
+    weights: Vec<f32>,
 }
 
-impl<B: Ops> Work<'_, B> {
+impl<'a, B: Ops> Work<'a, B> {
+    /// The passes over micro-batches of `sizes` samples, in a step of
+    /// dropout seed `seed`.
+    fn new(
+        stage: &'a PipelineStage<B>,
+        b: &'a B,
+        params: &'a B::Storage<f32>,
+        seed: u64,
+        sizes: impl Iterator<Item = usize> + Clone,
+    ) -> Self {
+        let batch: usize = sizes.clone().sum();
+        let scale = 1.0 / batch as f32;
+        Self {
+            stage,
+            b,
+            params,
+            seeds: (0..sizes.clone().count())
+                .map(|i| rng::derive_seed(seed, &[i as u64]))
+                .collect(),
+            weights: sizes.map(|n| scale * n as f32).collect(),
+        }
+    }
+
     fn mode(&self, i: usize) -> Mode {
         Mode::Train {
             dropout_seed: self.seeds[i],
         }
     }
 
+    fn backward(&self, i: usize) -> Backward<'a, B> {
+        Backward {
+            params: self.params,
+            dropout_seed: self.seeds[i],
+        }
+    }
+
     /// Stage 0, forward of micro-batch `i`, to its pooled activations.
-    fn forward_features(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
+    fn forward_features(&self, act: &mut FrontActs<B>, i: usize) -> anyhow::Result<()> {
         self.stage.mark(self.b, Some(Phase::Forward))?;
-        let act = &mut bufs.micro[i];
         let cnn = &self.stage.cnn;
-        Ok(cnn.forward_features(self.b, act, self.params, self.mode(i))?)
+        Ok(cnn.forward_features(
+            self.b,
+            &mut act.features,
+            &mut act.cut,
+            self.params,
+            self.mode(i),
+        )?)
     }
 
     /// Stage 0, backward of micro-batch `i` from the gradient of its pooled
-    /// activations (received into its `dpooled`).
-    fn backward_features(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
+    /// activations (received into its cut).
+    fn backward_features(
+        &self,
+        act: &mut FrontActs<B>,
+        i: usize,
+        scratch: &mut GradScratch<B>,
+    ) -> anyhow::Result<()> {
         self.stage.mark(self.b, Some(Phase::Backward))?;
-        let (act, grads) = micro_and_grads(bufs, i)?;
         let cnn = &self.stage.cnn;
-        cnn.backward_features(self.b, act, self.params, grads, self.seeds[i], &mut NoSync)?;
-        self.accumulate(bufs, i)
+        let (f, cut, step) = (&mut act.features, &mut act.cut, self.backward(i));
+        cnn.backward_features(self.b, f, cut, step, &mut scratch.grads, &mut NoSync)?;
+        self.accumulate(scratch, i)
     }
 
-    /// Stage 1, forward, loss and backward of micro-batch `i` from its
-    /// pooled activations (received), to their gradient (`dpooled`).
-    fn head(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
+    /// The last stage, forward, loss and backward of micro-batch `i` from
+    /// its pooled activations (received), to their gradient.
+    fn head(
+        &self,
+        act: &mut BackActs<B>,
+        i: usize,
+        scratch: &mut GradScratch<B>,
+    ) -> anyhow::Result<()> {
         let (b, cnn) = (self.b, &self.stage.cnn);
         self.stage.mark(b, Some(Phase::Forward))?;
-        let loss = bufs.loss.as_mut().context("training buffers")?;
-        let act = &mut bufs.micro[i];
-        cnn.forward_head(b, act, self.params, self.mode(i))?;
-        let g = ActivationGrads::of(&mut act.grads)?;
-        let geom = classes(act.batch);
-        b.cross_entropy_fwd_bwd(&geom, &act.logits, &act.labels, &mut g.dlogits, loss)?;
+        let loss = scratch
+            .loss
+            .as_mut()
+            .context("the last stage's loss buffer")?;
+        cnn.forward_head(b, &act.cut, &mut act.head, self.params, self.mode(i))?;
+        act.head.loss(b, loss)?;
         self.stage.mark(b, Some(Phase::Backward))?;
-        let (act, grads) = micro_and_grads(bufs, i)?;
-        cnn.backward_head(b, act, self.params, grads, self.seeds[i], &mut NoSync)?;
-        self.accumulate(bufs, i)
+        let (cut, h, step) = (&mut act.cut, &mut act.head, self.backward(i));
+        cnn.backward_head(b, cut, h, step, &mut scratch.grads, &mut NoSync)?;
+        self.accumulate(scratch, i)
     }
 
     /// Adds micro-batch `i`'s gradients of this stage's parameters into
     /// the accumulator, scaled to the batch mean.
-    fn accumulate(&self, bufs: &mut PipeBuffers<B>, i: usize) -> anyhow::Result<()> {
-        let grads = bufs.grads.as_ref().context("training buffers")?;
-        self.b
-            .read_range(grads, 0..bufs.host.len(), &mut bufs.host)?;
-        let scale = self.scale * bufs.micro[i].batch as f32;
-        for (a, g) in bufs.acc.iter_mut().zip(&bufs.host) {
-            *a += g * scale;
+    fn accumulate(&self, scratch: &mut GradScratch<B>, i: usize) -> anyhow::Result<()> {
+        let GradScratch {
+            grads, acc, host, ..
+        } = scratch;
+        self.b.read_range(grads, 0..host.len(), host)?;
+        let weight = self.weights[i];
+        for (a, g) in acc.iter_mut().zip(host.iter()) {
+            *a += g * weight;
         }
         Ok(())
     }
-}
-
-/// Micro-batch `i`'s buffers and the gradient scratch, borrowed together.
-fn micro_and_grads<B: Ops>(
-    bufs: &mut PipeBuffers<B>,
-    i: usize,
-) -> anyhow::Result<(&mut Activations<B>, &mut B::Storage<f32>)> {
-    let grads = bufs.grads.as_mut().context("training buffers")?;
-    Ok((&mut bufs.micro[i], grads))
 }

@@ -37,7 +37,7 @@ use crate::cli::SparseGrads;
 use crate::data::{Batches, DataFingerprint, Order};
 use crate::ddp::{CommThread, Reducer};
 use crate::model::cnn::{DeviceSplit, HostSplit};
-use crate::model::{Activations, CnnMnist, DropoutRates, Metric, Model};
+use crate::model::{BatchInputs, CnnMnist, DropoutRates, Metric, Model};
 use crate::monitor::{Monitor, RankStats, Straggler};
 use crate::stop::StopRequest;
 use eval::Evaluator;
@@ -228,7 +228,7 @@ impl<B: Ops> Trainer<B> {
 
 impl<B: Ops, M: Model<B>> Trainer<B, M>
 where
-    M::Buffers: AsMut<Activations<B>>,
+    M::Buffers: BatchInputs<B>,
 {
     /// A replica of `model`, a network over the CNN's buffers (the CNN, or
     /// a pipeline stage of it), trained and evaluated on `data`.

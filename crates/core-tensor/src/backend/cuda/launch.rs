@@ -41,6 +41,9 @@ pub(crate) struct GatherArgs {
     pub pixels: u64,
     pub samples: u64,
     pub first: u64,
+    /// Threads per sample: `pixels` when the images are gathered (at
+    /// least 1), else 1.
+    pub lanes: u64,
 }
 
 // The kernels' parameter structs are passed by value: the driver copies
@@ -72,7 +75,7 @@ unsafe impl DeviceRepr for AdamScalars {}
 // SAFETY: repr(C), two u64 then two f32 fields (no padding), mirrored by
 // `DropoutArgs` in dropout.cu.
 unsafe impl DeviceRepr for DropoutArgs {}
-// SAFETY: repr(C), four u64 fields, mirrored by `GatherArgs` in gather.cu.
+// SAFETY: repr(C), five u64 fields, mirrored by `GatherArgs` in gather.cu.
 unsafe impl DeviceRepr for GatherArgs {}
 // SAFETY: repr(C), a geometry (itself DeviceRepr, all 8-byte fields) then two
 // u64; mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
@@ -110,6 +113,19 @@ impl<T> DeviceOut<T> for CudaSlice<T> {
 impl<T> DeviceOut<T> for CudaViewMut<'_, T> {
     fn push<'b>(&'b mut self, call: &mut KernelCall<'b>) {
         call.args.arg(self);
+    }
+}
+
+/// A buffer the caller left out, for a kernel that tests its pointer
+/// before writing (gather.cu's `x` and `y`): pushed as a null pointer.
+pub(crate) struct Absent;
+
+/// The null device pointer [`Absent`] pushes.
+static NULL: u64 = 0;
+
+impl<T> DeviceOut<T> for Absent {
+    fn push<'b>(&'b mut self, call: &mut KernelCall<'b>) {
+        call.args.arg(&NULL);
     }
 }
 

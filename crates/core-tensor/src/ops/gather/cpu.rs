@@ -12,28 +12,36 @@ impl GatherKernel for Cpu {
         pixels: usize,
         indices: &Vec<u32>,
         positions: Range<usize>,
-        x: &mut Vec<f32>,
-        y: &mut Vec<u8>,
+        mut x: Option<&mut Vec<f32>>,
+        mut y: Option<&mut Vec<u8>>,
     ) -> Result<()> {
-        super::check::<Self>(images, labels, pixels, indices, &positions, x, y)?;
-        let chosen = &indices[positions];
-        for ((&index, row), label) in chosen
-            .iter()
-            .zip(x.chunks_mut(pixels.max(1)))
-            .zip(y.iter_mut())
-        {
+        super::check::<Self>(
+            images,
+            labels,
+            pixels,
+            indices,
+            &positions,
+            x.as_deref(),
+            y.as_deref(),
+        )?;
+        for (row, &index) in indices[positions].iter().enumerate() {
             let i = index as usize;
-            let src =
-                images
-                    .get(i * pixels..(i + 1) * pixels)
-                    .ok_or_else(|| Error::InvalidArgument {
-                        op: "gather_batch",
-                        reason: format!("sample index {i} is beyond the {} samples", labels.len()),
-                    })?;
-            row.iter_mut()
-                .zip(src)
-                .for_each(|(dst, &px)| *dst = f32::from(px) / 255.0);
-            *label = labels[i];
+            // `check` matched the images to the labels: a sample with a
+            // label has its pixels.
+            let label = *labels.get(i).ok_or_else(|| Error::InvalidArgument {
+                op: "gather_batch",
+                reason: format!("sample index {i} is beyond the {} samples", labels.len()),
+            })?;
+            if let Some(x) = x.as_deref_mut() {
+                let src = &images[i * pixels..(i + 1) * pixels];
+                x[row * pixels..(row + 1) * pixels]
+                    .iter_mut()
+                    .zip(src)
+                    .for_each(|(dst, &px)| *dst = f32::from(px) / 255.0);
+            }
+            if let Some(y) = y.as_deref_mut() {
+                y[row] = label;
+            }
         }
         Ok(())
     }

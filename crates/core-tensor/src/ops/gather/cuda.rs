@@ -4,7 +4,7 @@ use cudarc::driver::CudaSlice;
 
 use super::GatherKernel;
 use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::{GatherArgs, blocks_for};
+use crate::backend::cuda::launch::{Absent, DeviceOut, GatherArgs, blocks_for};
 use crate::{Cuda, Result};
 
 const THREADS: u32 = 256;
@@ -19,26 +19,46 @@ impl GatherKernel for Cuda {
         pixels: usize,
         indices: &CudaSlice<u32>,
         positions: Range<usize>,
-        x: &mut CudaSlice<f32>,
-        y: &mut CudaSlice<u8>,
+        x: Option<&mut CudaSlice<f32>>,
+        y: Option<&mut CudaSlice<u8>>,
     ) -> Result<()> {
-        super::check::<Self>(images, labels, pixels, indices, &positions, x, y)?;
+        super::check::<Self>(
+            images,
+            labels,
+            pixels,
+            indices,
+            &positions,
+            x.as_deref(),
+            y.as_deref(),
+        )?;
         let batch = positions.len();
-        // As on the CPU, nothing is written when there are no pixels.
-        if x.is_empty() {
+        if batch == 0 {
             return Ok(());
         }
+        let lanes = if x.is_some() { pixels.max(1) } else { 1 };
         let args = GatherArgs {
             batch: batch as u64,
             pixels: pixels as u64,
             samples: labels.len() as u64,
             first: positions.start as u64,
+            lanes: lanes as u64,
         };
-        let cfg = blocks_for("gather_batch", x.len(), THREADS)?;
+        let cfg = blocks_for("gather_batch", batch * lanes, THREADS)?;
+        let (mut no_x, mut no_y) = (Absent, Absent);
+        let x: &mut dyn DeviceOut<f32> = match x {
+            Some(x) => x,
+            None => &mut no_x,
+        };
+        let y: &mut dyn DeviceOut<u8> = match y {
+            Some(y) => y,
+            None => &mut no_y,
+        };
         self.with_fault(|fault| {
-            // SAFETY: `check` matched every length to `args` (a sample index
-            // past `samples` is caught by the kernel, which sets the fault
-            // word instead of reading); every thread checks its index.
+            // SAFETY: `check` matched every given length to `args`; a buffer
+            // left out goes as a null pointer, which the kernel tests before
+            // writing; a sample index past `samples` is caught by the kernel,
+            // which sets the fault word instead of reading; every thread
+            // checks its index against `batch · lanes`.
             unsafe {
                 kernels::gather_batch_u8_f32(self, cfg, images, labels, indices, x, y, fault, &args)
             }

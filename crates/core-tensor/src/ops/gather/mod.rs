@@ -1,6 +1,8 @@
 //! Assembles a training batch on the device from the resident dataset: the
 //! raw `u8` images are gathered by sample index and scaled to `[0, 1]`
 //! exactly as torchvision's `ToTensor` does (`x / 255`), labels alongside.
+//! Either half may be left out: a pipeline's first stage reads only the
+//! images, its last only the labels.
 
 mod cpu;
 mod cuda;
@@ -20,12 +22,22 @@ pub(crate) fn check<B: Backend>(
     pixels: usize,
     indices: &B::Storage<u32>,
     positions: &Range<usize>,
-    x: &B::Storage<f32>,
-    y: &B::Storage<u8>,
+    x: Option<&B::Storage<f32>>,
+    y: Option<&B::Storage<u8>>,
 ) -> Result<()> {
     let batch = positions.len();
-    check_len("gather_batch", "x", B::len(x), batch * pixels)?;
-    check_len("gather_batch", "y", B::len(y), batch)?;
+    if x.is_none() && y.is_none() {
+        return Err(Error::InvalidArgument {
+            op: "gather_batch",
+            reason: "neither images nor labels were asked for: pass `x`, `y` or both".into(),
+        });
+    }
+    if let Some(x) = x {
+        check_len("gather_batch", "x", B::len(x), batch * pixels)?;
+    }
+    if let Some(y) = y {
+        check_len("gather_batch", "y", B::len(y), batch)?;
+    }
     check_len(
         "gather_batch",
         "images",
@@ -47,7 +59,8 @@ pub(crate) fn check<B: Backend>(
 /// Batch-gathering kernels.
 pub trait GatherKernel: Backend {
     /// For each `b`, copies sample `indices[positions.start + b]` of
-    /// `images`/`labels` into row `b` of `x`/`y`. `x` holds
+    /// `images` into row `b` of `x` and of `labels` into `y[b]`, for those
+    /// of `x` and `y` given (at least one). `x` holds
     /// `positions.len() · pixels` values. The data set is read-only, and
     /// may be shared by the ranks of a process ([`Backend::share`]).
     #[allow(clippy::too_many_arguments)]
@@ -58,7 +71,7 @@ pub trait GatherKernel: Backend {
         pixels: usize,
         indices: &Self::Storage<u32>,
         positions: Range<usize>,
-        x: &mut Self::Storage<f32>,
-        y: &mut Self::Storage<u8>,
+        x: Option<&mut Self::Storage<f32>>,
+        y: Option<&mut Self::Storage<u8>>,
     ) -> Result<()>;
 }

@@ -1,91 +1,157 @@
-//! The CNN's activation buffers, sized from the layer geometry in `cnn.rs`.
+//! The CNN's activation buffers, sized from the layer geometry in `mod.rs`,
+//! in three parts: the convolution stack's ([`Features`]), the cut where it
+//! meets the fully connected stack ([`Cut`]) and the fully connected
+//! stack's ([`Head`]). The whole network ([`Activations`]) holds all three;
+//! a pipeline stage holds its own stack's part and the cut (see
+//! `pipeline`), so that no buffer its layers never touch exists (a GPU
+//! cannot allocate an empty one anyway).
 
 use anyhow::Context;
-use core_tensor::{Ops, Result};
+use core_tensor::{Backend, Ops, Result};
 
-use super::{CONV1, CONV2, FC1, FC2};
+use super::{CONV1, CONV2, FC1, FC2, classes};
 
 /// What a use of the gradients of evaluation buffers is told.
 const TRAINING_ONLY: &str = "backward needs buffers built for training";
 
-/// Every buffer one forward/backward pass over `batch` images needs,
-/// allocated once and reused step after step.
-#[derive(Debug)]
-pub struct Activations<B: Ops> {
-    pub batch: usize,
-    pub x: B::Storage<f32>,
-    pub labels: B::Storage<u8>,
-    pub(super) a1: B::Storage<f32>,
-    pub(super) a2: B::Storage<f32>,
-    /// Where a two-stage pipeline cuts the network (see `pipeline`).
-    pub(crate) pooled: B::Storage<f32>,
-    pub(super) hidden: B::Storage<f32>,
-    pub logits: B::Storage<f32>,
-    /// What backward needs; `None` for evaluation, which allocates none of
-    /// it (a GPU cannot allocate an empty buffer anyway).
-    pub grads: Option<ActivationGrads<B>>,
+/// The gradients `grads` holds (a part's field, borrowed alone so that its
+/// other buffers stay free); an error for evaluation buffers.
+pub(crate) fn for_training<T>(grads: &mut Option<T>) -> anyhow::Result<&mut T> {
+    grads.as_mut().context(TRAINING_ONLY)
 }
 
-/// The gradient of every activation, for backward.
+/// Every buffer one forward/backward pass of the whole network over
+/// `batch` images needs, allocated once and reused step after step.
 #[derive(Debug)]
-pub struct ActivationGrads<B: Ops> {
+pub struct Activations<B: Ops> {
+    pub features: Features<B>,
+    pub(crate) cut: Cut<B>,
+    pub head: Head<B>,
+}
+
+/// The convolution stack's buffers: the images, both convolutions'
+/// outputs and, for training, their gradients.
+#[derive(Debug)]
+pub struct Features<B: Ops> {
+    pub batch: usize,
+    pub x: B::Storage<f32>,
+    pub(super) a1: B::Storage<f32>,
+    pub(super) a2: B::Storage<f32>,
+    /// `(da1, da2)`; `None` for evaluation.
+    pub(super) grads: Option<(B::Storage<f32>, B::Storage<f32>)>,
+}
+
+/// The pooled (and dropped-out) activations, which the convolution stack
+/// writes and the fully connected stack reads, and their gradient, which
+/// travel between a pipeline's stages.
+#[derive(Debug)]
+pub struct Cut<B: Ops> {
+    pub(crate) pooled: B::Storage<f32>,
+    /// `None` for evaluation.
+    pub(super) dpooled: Option<B::Storage<f32>>,
+}
+
+/// The fully connected stack's buffers: its hidden layer, the logits, the
+/// labels the loss and the accuracy read and, for training, the gradients.
+#[derive(Debug)]
+pub struct Head<B: Ops> {
+    pub batch: usize,
+    pub labels: B::Storage<u8>,
+    pub(super) hidden: B::Storage<f32>,
+    pub logits: B::Storage<f32>,
+    pub grads: Option<HeadGrads<B>>,
+}
+
+/// The fully connected stack's activation gradients.
+#[derive(Debug)]
+pub struct HeadGrads<B: Ops> {
     /// Written by the loss, read by backward.
     pub dlogits: B::Storage<f32>,
     pub(super) dhidden: B::Storage<f32>,
-    pub(crate) dpooled: B::Storage<f32>,
-    pub(super) da2: B::Storage<f32>,
-    pub(super) da1: B::Storage<f32>,
 }
 
-impl<B: Ops> ActivationGrads<B> {
-    /// The gradients in `grads` (an `Activations`' field, borrowed alone so
-    /// the other buffers stay free); an error for evaluation buffers.
-    pub(crate) fn of(grads: &mut Option<Self>) -> anyhow::Result<&mut Self> {
-        grads.as_mut().context(TRAINING_ONLY)
-    }
+/// An activation buffer on `B`'s device.
+type Values<B> = <B as Backend>::Storage<f32>;
 
-    /// [`Self::of`], to read.
-    pub(crate) fn of_ref(grads: &Option<Self>) -> anyhow::Result<&Self> {
-        grads.as_ref().context(TRAINING_ONLY)
-    }
-}
-
-impl<B: Ops> AsMut<Activations<B>> for Activations<B> {
-    fn as_mut(&mut self) -> &mut Activations<B> {
-        self
-    }
+/// `values` zeros, and as many more for the gradient when `with_grads`.
+fn with_grad<B: Ops>(
+    b: &B,
+    values: usize,
+    with_grads: bool,
+) -> Result<(Values<B>, Option<Values<B>>)> {
+    let grad = with_grads.then(|| b.zeros(values)).transpose()?;
+    Ok((b.zeros(values)?, grad))
 }
 
 impl<B: Ops> Activations<B> {
     /// Buffers for `batch` images; `with_grads` false allocates only what
     /// evaluation needs.
     pub fn new(b: &B, batch: usize, with_grads: bool) -> Result<Self> {
-        let a1 = batch * CONV1.out_image_len();
-        let a2 = batch * CONV2.out_image_len();
-        let pooled = batch * FC1.in_features;
-        let hidden = batch * FC1.out_features;
-        let logits = batch * FC2.out_features;
-        let grads = with_grads
-            .then(|| -> Result<_> {
-                Ok(ActivationGrads {
-                    dlogits: b.zeros(logits)?,
-                    dhidden: b.zeros(hidden)?,
-                    dpooled: b.zeros(pooled)?,
-                    da2: b.zeros(a2)?,
-                    da1: b.zeros(a1)?,
-                })
-            })
-            .transpose()?;
+        Ok(Self {
+            features: Features::new(b, batch, with_grads)?,
+            cut: Cut::new(b, batch, with_grads)?,
+            head: Head::new(b, batch, with_grads)?,
+        })
+    }
+}
+
+impl<B: Ops> Features<B> {
+    pub(crate) fn new(b: &B, batch: usize, with_grads: bool) -> Result<Self> {
+        let (a1, da1) = with_grad(b, batch * CONV1.out_image_len(), with_grads)?;
+        let (a2, da2) = with_grad(b, batch * CONV2.out_image_len(), with_grads)?;
         Ok(Self {
             batch,
             x: b.zeros(batch * CONV1.in_image_len())?,
-            labels: b.zeros(batch)?,
-            a1: b.zeros(a1)?,
-            a2: b.zeros(a2)?,
-            pooled: b.zeros(pooled)?,
-            hidden: b.zeros(hidden)?,
-            logits: b.zeros(logits)?,
-            grads,
+            a1,
+            a2,
+            grads: da1.zip(da2),
         })
+    }
+}
+
+impl<B: Ops> Cut<B> {
+    pub(crate) fn new(b: &B, batch: usize, with_grads: bool) -> Result<Self> {
+        let (pooled, dpooled) = with_grad(b, batch * FC1.in_features, with_grads)?;
+        Ok(Self { pooled, dpooled })
+    }
+
+    /// The gradient of the pooled activations; an error for evaluation
+    /// buffers.
+    pub(crate) fn dpooled(&self) -> anyhow::Result<&B::Storage<f32>> {
+        self.dpooled.as_ref().context(TRAINING_ONLY)
+    }
+
+    /// [`Self::dpooled`], to write.
+    pub(crate) fn dpooled_mut(&mut self) -> anyhow::Result<&mut B::Storage<f32>> {
+        for_training(&mut self.dpooled)
+    }
+}
+
+impl<B: Ops> Head<B> {
+    pub(crate) fn new(b: &B, batch: usize, with_grads: bool) -> Result<Self> {
+        let (hidden, dhidden) = with_grad(b, batch * FC1.out_features, with_grads)?;
+        let (logits, dlogits) = with_grad(b, batch * FC2.out_features, with_grads)?;
+        Ok(Self {
+            batch,
+            labels: b.zeros(batch)?,
+            hidden,
+            logits,
+            grads: dlogits
+                .zip(dhidden)
+                .map(|(dlogits, dhidden)| HeadGrads { dlogits, dhidden }),
+        })
+    }
+
+    /// The cross-entropy of the logits: its sum added to `loss_sum`, its
+    /// gradient written to `dlogits`.
+    pub(crate) fn loss(&mut self, b: &B, loss_sum: &mut B::Storage<f32>) -> anyhow::Result<()> {
+        let g = for_training(&mut self.grads)?;
+        let geom = classes(self.batch);
+        Ok(b.cross_entropy_fwd_bwd(&geom, &self.logits, &self.labels, &mut g.dlogits, loss_sum)?)
+    }
+
+    /// Adds the number of correct predictions to `correct`.
+    pub(crate) fn count_correct(&self, b: &B, correct: &mut B::Storage<f32>) -> Result<()> {
+        b.count_correct(&classes(self.batch), &self.logits, &self.labels, correct)
     }
 }

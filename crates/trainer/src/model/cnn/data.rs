@@ -79,9 +79,38 @@ impl<B: Ops> DeviceSplit<B> {
     }
 }
 
-/// Fills the CNN's activations, or any buffers holding them (a pipeline
-/// stage's).
-impl<B: Ops, Buf: AsMut<Activations<B>>> Batches<B, Buf> for DeviceSplit<B> {
+/// Buffers a batch of FashionMNIST is gathered into: consecutive parts of
+/// the batch (a pipeline stage's micro-batches, or the whole batch), each
+/// with the inputs its layers read: a pipeline's first stage reads only the
+/// images, its last only the labels, so neither holds the other's.
+pub trait BatchInputs<B: Ops> {
+    /// The parts, in the batch's order.
+    fn parts(&mut self) -> Vec<InputPart<'_, B>>;
+}
+
+/// One part of a batch's inputs (see [`BatchInputs`]); at least one of
+/// the two buffers.
+pub struct InputPart<'a, B: Ops> {
+    pub samples: usize,
+    /// `samples` images of [`PIXELS`] values.
+    pub images: Option<&'a mut B::Storage<f32>>,
+    pub labels: Option<&'a mut B::Storage<u8>>,
+}
+
+/// The whole network reads both, over the whole batch.
+impl<B: Ops> BatchInputs<B> for Activations<B> {
+    fn parts(&mut self) -> Vec<InputPart<'_, B>> {
+        vec![InputPart {
+            samples: self.features.batch,
+            images: Some(&mut self.features.x),
+            labels: Some(&mut self.head.labels),
+        }]
+    }
+}
+
+/// Fills the CNN's activations, or any buffers holding its inputs (a
+/// pipeline stage's).
+impl<B: Ops, Buf: BatchInputs<B>> Batches<B, Buf> for DeviceSplit<B> {
     fn sample_count(&self) -> usize {
         self.len
     }
@@ -106,21 +135,35 @@ impl<B: Ops, Buf: AsMut<Activations<B>>> Batches<B, Buf> for DeviceSplit<B> {
         Ok(self.plan.sizes())
     }
 
-    /// Gathers the batch's images and labels on the device.
+    /// Gathers the batch's images and labels on the device, each part's
+    /// from its stretch of the batch.
     fn fill(&mut self, backend: &B, step: usize, buffers: &mut Buf) -> anyhow::Result<()> {
-        let act = buffers.as_mut();
         let (Some(indices), Some(positions)) = (&self.indices, self.plan.batches.get(step)) else {
             anyhow::bail!("batch {step} is not in this epoch");
         };
-        Ok(backend.gather_batch(
-            &self.images,
-            &self.labels,
-            PIXELS,
-            indices,
-            positions.clone(),
-            &mut act.x,
-            &mut act.labels,
-        )?)
+        let parts = buffers.parts();
+        let held: usize = parts.iter().map(|p| p.samples).sum();
+        if held != positions.len() {
+            anyhow::bail!(
+                "batch {step} has {} samples but its buffers hold {held}: make the buffers for the batch's size",
+                positions.len()
+            );
+        }
+        let mut at = positions.start;
+        for part in parts {
+            let stretch = at..at + part.samples;
+            at = stretch.end;
+            backend.gather_batch(
+                &self.images,
+                &self.labels,
+                PIXELS,
+                indices,
+                stretch,
+                part.images,
+                part.labels,
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -19,8 +19,9 @@ use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
 mod buffers;
 mod data;
 
-pub use buffers::{ActivationGrads, Activations};
-pub use data::{DeviceSplit, HostSplit};
+pub(crate) use buffers::for_training;
+pub use buffers::{Activations, Cut, Features, Head, HeadGrads};
+pub use data::{BatchInputs, DeviceSplit, HostSplit, InputPart};
 
 use super::{GradsReady, Metric, Mode, Model, pytorch_default_init};
 
@@ -213,7 +214,7 @@ fn linear(geom: LinearGeom, batch: usize) -> LinearGeom {
 fn pool(batch: usize) -> PoolGeom {
     PoolGeom { batch, ..POOL }
 }
-fn classes(batch: usize) -> ClassGeom {
+pub(crate) fn classes(batch: usize) -> ClassGeom {
     ClassGeom {
         batch,
         classes: CLASSES,
@@ -250,12 +251,12 @@ impl<B: Ops> Model<B> for CnnMnist {
         params: &B::Storage<f32>,
         mode: Mode,
     ) -> Result<()> {
-        self.forward_features(b, act, params, mode)?;
-        self.forward_head(b, act, params, mode)
+        self.forward_features(b, &mut act.features, &mut act.cut, params, mode)?;
+        self.forward_head(b, &act.cut, &mut act.head, params, mode)
     }
 
     fn metric_sum(&self, b: &B, act: &Activations<B>, correct: &mut B::Storage<f32>) -> Result<()> {
-        b.count_correct(&classes(act.batch), &act.logits, &act.labels, correct)
+        act.head.count_correct(b, correct)
     }
 
     fn loss(
@@ -264,10 +265,7 @@ impl<B: Ops> Model<B> for CnnMnist {
         act: &mut Activations<B>,
         loss_sum: &mut B::Storage<f32>,
     ) -> anyhow::Result<()> {
-        let geom = classes(act.batch);
-        let grads = ActivationGrads::of(&mut act.grads)?;
-        let (logits, labels) = (&act.logits, &act.labels);
-        Ok(b.cross_entropy_fwd_bwd(&geom, logits, labels, &mut grads.dlogits, loss_sum)?)
+        act.head.loss(b, loss_sum)
     }
 
     fn backward(
@@ -279,92 +277,108 @@ impl<B: Ops> Model<B> for CnnMnist {
         dropout_seed: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
-        self.backward_head(b, act, params, grads, dropout_seed, hook)?;
-        self.backward_features(b, act, params, grads, dropout_seed, hook)
+        let Activations {
+            features,
+            cut,
+            head,
+        } = act;
+        let step = Backward {
+            params,
+            dropout_seed,
+        };
+        self.backward_head(b, cut, head, step, grads, hook)?;
+        self.backward_features(b, features, cut, step, grads, hook)
     }
 }
 
+/// What a backward pass reads besides the activations: the parameters and
+/// the step's dropout seed.
+pub(crate) struct Backward<'a, B: Ops> {
+    pub params: &'a B::Storage<f32>,
+    pub dropout_seed: u64,
+}
+
+impl<B: Ops> Clone for Backward<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Ops> Copy for Backward<'_, B> {}
+
 /// The network in two parts, for pipeline stages: the features (the
-/// convolution stack, up to the pooled and dropped-out activations) and the
-/// head (the fully connected stack, to the logits). [`Model::forward`] and
-/// [`Model::backward`] are the two in sequence.
+/// convolution stack, up to the pooled and dropped-out activations in the
+/// [`Cut`]) and the head (the fully connected stack, from the cut to the
+/// logits). [`Model::forward`] and [`Model::backward`] are the two in
+/// sequence. Each part reads and writes its own buffers and the cut only.
 impl CnnMnist {
-    /// Forward from `act.x` to `act.pooled`.
+    /// Forward from `f.x` to `cut.pooled`.
     pub(crate) fn forward_features<B: Ops>(
         &self,
         b: &B,
-        act: &mut Activations<B>,
+        f: &mut Features<B>,
+        cut: &mut Cut<B>,
         params: &B::Storage<f32>,
         mode: Mode,
     ) -> Result<()> {
-        let n = act.batch;
-        b.conv2d_fwd(&conv(CONV1, n), &act.x, params, &self.conv1, &mut act.a1)?;
-        b.relu_fwd(&mut act.a1)?;
-        b.conv2d_fwd(&conv(CONV2, n), &act.a1, params, &self.conv2, &mut act.a2)?;
+        let n = f.batch;
+        b.conv2d_fwd(&conv(CONV1, n), &f.x, params, &self.conv1, &mut f.a1)?;
+        b.relu_fwd(&mut f.a1)?;
+        b.conv2d_fwd(&conv(CONV2, n), &f.a1, params, &self.conv2, &mut f.a2)?;
         // ReLU after the pool, on a quarter of the values: max-pooling and
         // ReLU commute (both keep the largest value, or zero), and in
         // backward the pool routes each gradient to the window's first
         // maximum of conv2's output, which is that of its ReLU wherever
         // the gradient survives the ReLU. So the bits are the model's.
-        b.maxpool2d_fwd(&pool(n), &act.a2, &mut act.pooled)?;
-        b.relu_fwd(&mut act.pooled)?;
+        b.maxpool2d_fwd(&pool(n), &f.a2, &mut cut.pooled)?;
+        b.relu_fwd(&mut cut.pooled)?;
         if let Mode::Train { dropout_seed } = mode {
             let (s1, _) = Self::dropout_seeds(dropout_seed);
-            b.dropout_fwd(self.dropout.pool, s1, &mut act.pooled)?;
+            b.dropout_fwd(self.dropout.pool, s1, &mut cut.pooled)?;
         }
         Ok(())
     }
 
-    /// Forward from `act.pooled` to `act.logits`.
+    /// Forward from `cut.pooled` to `h.logits`.
     pub(crate) fn forward_head<B: Ops>(
         &self,
         b: &B,
-        act: &mut Activations<B>,
+        cut: &Cut<B>,
+        h: &mut Head<B>,
         params: &B::Storage<f32>,
         mode: Mode,
     ) -> Result<()> {
-        let n = act.batch;
-        b.linear_fwd(
-            &linear(FC1, n),
-            &act.pooled,
-            params,
-            &self.fc1,
-            &mut act.hidden,
-        )?;
-        b.relu_fwd(&mut act.hidden)?;
+        let n = h.batch;
+        let pooled = &cut.pooled;
+        b.linear_fwd(&linear(FC1, n), pooled, params, &self.fc1, &mut h.hidden)?;
+        b.relu_fwd(&mut h.hidden)?;
         if let Mode::Train { dropout_seed } = mode {
             let (_, s2) = Self::dropout_seeds(dropout_seed);
-            b.dropout_fwd(self.dropout.hidden, s2, &mut act.hidden)?;
+            b.dropout_fwd(self.dropout.hidden, s2, &mut h.hidden)?;
         }
-        b.linear_fwd(
-            &linear(FC2, n),
-            &act.hidden,
-            params,
-            &self.fc2,
-            &mut act.logits,
-        )
+        b.linear_fwd(&linear(FC2, n), &h.hidden, params, &self.fc2, &mut h.logits)
     }
 
     /// Backward from the loss gradient to the pooled activations' gradient
-    /// (`dpooled`, before the pool dropout), writing the head's gradients.
+    /// (`cut`'s, before the pool dropout), writing the head's gradients.
     /// The ReLU masks read the post-dropout activations: where dropout
     /// zeroed a unit its gradient is already zero, elsewhere the sign is
     /// unchanged.
     pub(crate) fn backward_head<B: Ops>(
         &self,
         b: &B,
-        act: &mut Activations<B>,
-        params: &B::Storage<f32>,
+        cut: &mut Cut<B>,
+        h: &mut Head<B>,
+        step: Backward<'_, B>,
         grads: &mut B::Storage<f32>,
-        dropout_seed: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
-        let n = act.batch;
-        let (_, s2) = Self::dropout_seeds(dropout_seed);
-        let g = ActivationGrads::of(&mut act.grads)?;
+        let (n, params) = (h.batch, step.params);
+        let (_, s2) = Self::dropout_seeds(step.dropout_seed);
+        let g = for_training(&mut h.grads)?;
         b.linear_bwd(
             &linear(FC2, n),
-            &act.hidden,
+            &h.hidden,
             params,
             &self.fc2,
             &g.dlogits,
@@ -373,57 +387,51 @@ impl CnnMnist {
         )?;
         hook.ready(b, grads, self.fc2.weight.start)?;
         b.dropout_bwd(self.dropout.hidden, s2, &mut g.dhidden)?;
-        b.relu_bwd(&act.hidden, &mut g.dhidden)?;
+        b.relu_bwd(&h.hidden, &mut g.dhidden)?;
+        let dpooled = for_training(&mut cut.dpooled)?;
         b.linear_bwd(
             &linear(FC1, n),
-            &act.pooled,
+            &cut.pooled,
             params,
             &self.fc1,
             &g.dhidden,
             grads,
-            Some(&mut g.dpooled),
+            Some(dpooled),
         )?;
         hook.ready(b, grads, self.fc1.weight.start)
     }
 
-    /// Backward from `dpooled` (as the head left it) to the input, writing
-    /// the features' gradients.
+    /// Backward from `cut`'s gradient (as the head left it) to the input,
+    /// writing the features' gradients.
     pub(crate) fn backward_features<B: Ops>(
         &self,
         b: &B,
-        act: &mut Activations<B>,
-        params: &B::Storage<f32>,
+        f: &mut Features<B>,
+        cut: &mut Cut<B>,
+        step: Backward<'_, B>,
         grads: &mut B::Storage<f32>,
-        dropout_seed: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
-        let n = act.batch;
-        let (s1, _) = Self::dropout_seeds(dropout_seed);
-        let g = ActivationGrads::of(&mut act.grads)?;
-        b.dropout_bwd(self.dropout.pool, s1, &mut g.dpooled)?;
+        let (n, params) = (f.batch, step.params);
+        let (s1, _) = Self::dropout_seeds(step.dropout_seed);
+        let (da1, da2) = for_training(&mut f.grads)?;
+        let dpooled = for_training(&mut cut.dpooled)?;
+        b.dropout_bwd(self.dropout.pool, s1, dpooled)?;
         // The mask reads the post-dropout pool, as the head's does.
-        b.relu_bwd(&act.pooled, &mut g.dpooled)?;
-        b.maxpool2d_bwd(&pool(n), &act.a2, &g.dpooled, &mut g.da2)?;
+        b.relu_bwd(&cut.pooled, dpooled)?;
+        b.maxpool2d_bwd(&pool(n), &f.a2, dpooled, da2)?;
         b.conv2d_bwd(
             &conv(CONV2, n),
-            &act.a1,
+            &f.a1,
             params,
             &self.conv2,
-            &g.da2,
+            da2,
             grads,
-            Some(&mut g.da1),
+            Some(da1),
         )?;
         hook.ready(b, grads, self.conv2.weight.start)?;
-        b.relu_bwd(&act.a1, &mut g.da1)?;
-        b.conv2d_bwd(
-            &conv(CONV1, n),
-            &act.x,
-            params,
-            &self.conv1,
-            &g.da1,
-            grads,
-            None,
-        )?;
+        b.relu_bwd(&f.a1, da1)?;
+        b.conv2d_bwd(&conv(CONV1, n), &f.x, params, &self.conv1, da1, grads, None)?;
         hook.ready(b, grads, self.conv1.weight.start)
     }
 }

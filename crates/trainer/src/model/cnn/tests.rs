@@ -87,23 +87,25 @@ fn layers_within_a_part_read_it_at_shifted_offsets() {
     let pixels: Vec<f32> = (0..5 * IMAGE_SIDE * IMAGE_SIDE)
         .map(|i| (i % 97) as f32 / 97.0)
         .collect();
-    b.write_range(&pixels, &mut whole.x, 0).unwrap();
+    b.write_range(&pixels, &mut whole.features.x, 0).unwrap();
     let mut split = Activations::new(&b, 5, false).unwrap();
-    b.write_range(&pixels, &mut split.x, 0).unwrap();
+    b.write_range(&pixels, &mut split.features.x, 0).unwrap();
     let all = b.upload(&params).unwrap();
     Model::forward(&model, &b, &mut whole, &all, Mode::Eval).unwrap();
     let front = b.upload(&params[..cut]).unwrap();
     let back = b.upload(&params[cut..]).unwrap();
+    let Activations {
+        features: f,
+        cut: at_cut,
+        head: h,
+    } = &mut split;
     features
-        .forward_features(&b, &mut split, &front, Mode::Eval)
+        .forward_features(&b, f, at_cut, &front, Mode::Eval)
         .unwrap();
-    head.forward_head(&b, &mut split, &back, Mode::Eval)
-        .unwrap();
+    head.forward_head(&b, at_cut, h, &back, Mode::Eval).unwrap();
+    let refused = head.forward_features(&b, f, at_cut, &back, Mode::Eval);
     let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    let logits = |a: &Activations<Cpu>| bits(b.download(&a.logits).unwrap());
+    let logits = |a: &Activations<Cpu>| bits(b.download(&a.head.logits).unwrap());
     assert_eq!(logits(&split), logits(&whole));
-    assert!(
-        head.forward_features(&b, &mut split, &back, Mode::Eval)
-            .is_err()
-    );
+    assert!(refused.is_err());
 }
