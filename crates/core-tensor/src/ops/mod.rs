@@ -25,7 +25,7 @@ pub mod sgd;
 use std::ops::Range;
 
 pub use accuracy::AccuracyKernel;
-pub use adam::{AdamConfig, AdamKernel, AdamScalars};
+pub use adam::{AdamConfig, AdamKernel, AdamScalars, SparseAdamScalars};
 pub use conv2d::{Conv2dGeom, Conv2dKernel};
 pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
 pub use dropout::DropoutKernel;
