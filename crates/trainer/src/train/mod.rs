@@ -10,6 +10,7 @@ mod checkpointing;
 mod epoch;
 mod eval;
 mod guard;
+mod lazy_adam;
 mod meter;
 mod parts;
 mod replica;
@@ -41,6 +42,7 @@ use crate::model::{Activations, CnnMnist, DropoutRates, Metric, Model};
 use crate::monitor::{Monitor, RankStats, Straggler};
 use crate::stop::StopRequest;
 use eval::Evaluator;
+use lazy_adam::LazyAdam;
 use meter::{EpochMeter, ResumePoint};
 use replica::Replica;
 use shared_flags::Agreed;
@@ -59,6 +61,9 @@ pub struct TrainConfig {
     pub dropout: DropoutRates,
     pub bucket_mb: f64,
     pub sparse_grads: SparseGrads,
+    /// `--sparse-adam`: the lazy (SparseAdam) update of the model's sparse
+    /// table (`lazy_adam.rs`).
+    pub sparse_adam: bool,
 }
 
 impl TrainConfig {
@@ -185,6 +190,8 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     world_size: usize,
     replica: Replica<B>,
     train: Box<dyn Batches<B, M::Buffers>>,
+    /// The lazy update of the sparse table (`--sparse-adam`).
+    lazy_adam: Option<LazyAdam<B>>,
     /// Training buffers per batch size (the full batch, the last partial one).
     buffers: HashMap<usize, M::Buffers>,
     meter: EpochMeter<B>,
@@ -304,6 +311,18 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             group.as_ref(),
         )
         .with_context(|| format!("rank {rank}: planning the gradient averaging"))?;
+        let lazy_adam = LazyAdam::plan(&model, cfg.sparse_adam)?;
+        if lazy_adam.is_some()
+            && world_size > 1
+            && !reducer.as_ref().is_some_and(|r| r.forms_row_union())
+        {
+            bail!(
+                "rank {rank}: --sparse-adam updates the union of the ranks' batch rows, which the \
+                 host's sparse gradient exchange forms; this job averages the table densely \
+                 (--backend nccl, --sparse-grads never, or a table of 2^24 rows or more): use \
+                 --backend tcp and --sparse-grads auto or always, or leave --sparse-adam out"
+            );
+        }
         let trained = model.partition().map(|p| p.mine());
         let resume_at = (start.position.step > 0).then(|| ResumePoint::of(&start));
         // A pipeline's stages evaluate its ranks' shards together.
@@ -319,6 +338,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 .transpose()?,
             meter: EpochMeter::new(&backend)?,
             buffers: HashMap::new(),
+            lazy_adam,
             checkpoints,
             stop,
             timer: StepTimer::new(backend.clone()),
