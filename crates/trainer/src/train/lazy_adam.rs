@@ -4,7 +4,10 @@
 //! sparse gradient exchange forms), every other row keeping its parameters
 //! and moments; the rest of the parameters get dense Adam. Nothing of the
 //! optimizer's work per step grows with the table: dense Adam runs over
-//! the parameters outside it, and the lazy step over the rows named.
+//! the parameters outside it, and the lazy step over the rows named, which
+//! it then zeroes in the gradient, so that the table's gradient is all
+//! zero whenever backward begins and backward need not zero the whole
+//! table ([`Model::sparse_table_kept_zero`]).
 
 use anyhow::{Context, bail};
 use core_tensor::Ops;
@@ -13,12 +16,18 @@ use core_tensor::ops::{AdamConfig, RowsGeom};
 use super::replica::Replica;
 use crate::model::Model;
 
-/// The table's place and the device ids of the rows to update.
+/// The table's place, and device room for the rows to update.
 pub(super) struct LazyAdam<B: Ops> {
     table: RowsGeom,
-    /// Room for the most rows updated yet (powers of two, never past the
-    /// table's rows).
-    ids: Option<B::Storage<u32>>,
+    room: Option<Room<B>>,
+}
+
+/// The ids of the rows to update, and zero rows to write into their
+/// gradient afterwards: room for the most rows updated yet (powers of two,
+/// never past the table's rows).
+struct Room<B: Ops> {
+    ids: B::Storage<u32>,
+    zeros: B::Storage<f32>,
 }
 
 impl<B: Ops> LazyAdam<B> {
@@ -43,12 +52,13 @@ impl<B: Ops> LazyAdam<B> {
                 rows: range.len() / dim,
                 offset: range.start,
             },
-            ids: None,
+            room: None,
         }))
     }
 
     /// One optimizer step of `replica`: update number `replica.step` of
-    /// `adam`, the table's `rows` (increasing, each once) lazily.
+    /// `adam`, the table's `rows` (increasing, each once) lazily; then
+    /// those rows of the gradient are zero again.
     pub fn step(
         &mut self,
         backend: &B,
@@ -75,29 +85,133 @@ impl<B: Ops> LazyAdam<B> {
             count: rows.len(),
             ..self.table
         };
-        let ids = self.room(backend, rows.len())?;
-        backend.write_range(rows, ids, 0)?;
-        let lazy = adam.sparse_scalars(r.step);
+        let room = self.room(backend, rows.len())?;
+        backend.write_range(rows, &mut room.ids, 0)?;
         backend.sparse_adam_step(
-            &lazy,
+            &adam.sparse_scalars(r.step),
             &geom,
-            ids,
+            &room.ids,
             &mut r.params,
             &r.grads,
             &mut r.adam_m,
             &mut r.adam_v,
             &r.guard,
         )?;
+        backend.rows_scatter(&geom, &room.ids, &room.zeros, &mut r.grads)?;
         Ok(())
     }
 
-    /// The device ids, with room for at least `count`.
-    fn room(&mut self, backend: &B, count: usize) -> anyhow::Result<&mut B::Storage<u32>> {
-        if (self.ids.as_ref()).is_none_or(|ids| B::len(ids) < count) {
-            self.ids = None;
-            let room = count.next_power_of_two().min(self.table.rows).max(count);
-            self.ids = Some(backend.zeros(room)?);
+    /// The device buffers, with room for at least `count` rows.
+    fn room(&mut self, backend: &B, count: usize) -> anyhow::Result<&mut Room<B>> {
+        if (self.room.as_ref()).is_none_or(|room| B::len(&room.ids) < count) {
+            self.room = None;
+            let rows = count.next_power_of_two().min(self.table.rows).max(count);
+            self.room = Some(Room {
+                ids: backend.zeros(rows)?,
+                zeros: backend.zeros(rows * self.table.dim)?,
+            });
         }
-        self.ids.as_mut().context("made above")
+        self.room.as_mut().context("made above")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core_tensor::ops::{AdamKernel, GUARD_CLEAR};
+    use core_tensor::{Backend, Cpu};
+
+    use super::*;
+    use crate::checkpoint::Position;
+    use crate::checkpoint::origin::Start;
+    use crate::model::recsys::{RatingsIndex, RecsysModel, synth};
+
+    /// A step over rows 1 and 4 of a table of rows of 3: the dense part as
+    /// dense Adam steps it, those rows as the lazy kernel steps them, every
+    /// other row's parameters and moments as they were, and the table's
+    /// gradient all zero afterwards (what backward then relies on).
+    #[test]
+    fn a_step_moves_the_dense_part_and_the_rows_named_and_zeroes_their_gradient() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ratings.csv");
+        synth::write_ratings(&path, 200, 5, 7, 1).unwrap();
+        let model = RecsysModel::new(&RatingsIndex::build(&path).unwrap(), 3).unwrap();
+        let (table, _) = Model::<Cpu>::sparse_table(&model).unwrap();
+        let b = Cpu::new(1).unwrap();
+        let n = Model::<Cpu>::layout(&model).len();
+        let wave = |a: f32| (0..n).map(|i| (a * i as f32).sin()).collect::<Vec<f32>>();
+        let start = Start {
+            params: wave(0.3),
+            exp_avg: wave(0.7),
+            exp_avg_sq: wave(0.9).iter().map(|x| x * x).collect(),
+            optimizer_step: 4,
+            position: Position { epoch: 1, step: 4 },
+            epoch_loss_sum: 0.0,
+            epoch_correct: 0.0,
+            epoch_train_seconds: 0.0,
+        };
+        let mut grads = wave(0.5);
+        let named = [1usize, 4].map(|r| table.start + 3 * r..table.start + 3 * r + 3);
+        for (i, g) in grads[table.clone()].iter_mut().enumerate() {
+            if !named.iter().any(|r| r.contains(&(table.start + i))) {
+                *g = 0.0;
+            }
+        }
+        let mut replica = Replica::upload(&b, &start, None).unwrap();
+        replica.grads = b.upload(&grads).unwrap();
+        replica.step = 5;
+        let adam = AdamConfig::default();
+        let mut lazy = LazyAdam::plan(&model, true).unwrap().unwrap();
+        lazy.step(&b, &adam, &[1, 4], &mut replica).unwrap();
+
+        let (mut p, mut m, mut v) = (
+            start.params.clone(),
+            start.exp_avg.clone(),
+            start.exp_avg_sq.clone(),
+        );
+        let clear = GUARD_CLEAR.to_vec();
+        b.adam_step(&adam.scalars(5), &mut p, &grads, &mut m, &mut v, &clear)
+            .unwrap();
+        let (mut lp, mut lm, mut lv) = (
+            start.params.clone(),
+            start.exp_avg.clone(),
+            start.exp_avg_sq.clone(),
+        );
+        let rows = RowsGeom {
+            count: 2,
+            dim: 3,
+            rows: table.len() / 3,
+            offset: table.start,
+        };
+        b.sparse_adam_step(
+            &adam.sparse_scalars(5),
+            &rows,
+            &vec![1, 4],
+            &mut lp,
+            &grads,
+            &mut lm,
+            &mut lv,
+            &clear,
+        )
+        .unwrap();
+        for i in 0..n {
+            let got = [replica.params[i], replica.adam_m[i], replica.adam_v[i]];
+            let want = match (table.contains(&i), named.iter().any(|r| r.contains(&i))) {
+                (false, _) => [p[i], m[i], v[i]],
+                (true, true) => [lp[i], lm[i], lv[i]],
+                (true, false) => [start.params[i], start.exp_avg[i], start.exp_avg_sq[i]],
+            };
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "element {i}");
+        }
+        assert!(
+            named
+                .iter()
+                .all(|r| r.clone().all(|i| replica.params[i] != start.params[i]))
+        );
+        assert!(
+            replica.grads[table.clone()]
+                .iter()
+                .all(|g| g.to_bits() == 0)
+        );
+        assert_eq!(replica.grads[table.end..], grads[table.end..]);
     }
 }

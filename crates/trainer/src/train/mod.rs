@@ -260,7 +260,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// (`None` for a model without a metric).
     pub fn with_model(
         backend: B,
-        model: M,
+        mut model: M,
         train: Box<dyn Batches<B, M::Buffers>>,
         test: Option<Box<dyn Batches<B, M::Buffers>>>,
         cfg: TrainConfig,
@@ -312,6 +312,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         )
         .with_context(|| format!("rank {rank}: planning the gradient averaging"))?;
         let lazy_adam = LazyAdam::plan(&model, cfg.sparse_adam)?;
+        if lazy_adam.is_some() {
+            // The lazy step zeroes the table's gradient rows it used.
+            model.sparse_table_kept_zero();
+        }
         if lazy_adam.is_some()
             && world_size > 1
             && !reducer.as_ref().is_some_and(|r| r.forms_row_union())
