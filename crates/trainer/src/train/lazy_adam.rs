@@ -14,6 +14,7 @@ use core_tensor::Ops;
 use core_tensor::ops::{AdamConfig, RowsGeom};
 
 use super::replica::Replica;
+use crate::ddp::Reducer;
 use crate::model::Model;
 
 /// The table's place, and device room for the rows to update.
@@ -32,10 +33,25 @@ struct Room<B: Ops> {
 
 impl<B: Ops> LazyAdam<B> {
     /// The lazy update of `model`'s sparse table, or `None` without
-    /// `sparse_adam`; an error for a model without one.
-    pub fn plan<M: Model<B>>(model: &M, sparse_adam: bool) -> anyhow::Result<Option<Self>> {
+    /// `sparse_adam`; an error for a model without one, or for more than
+    /// one of `world` ranks where `reducer` hands back no union of their
+    /// rows. Tells `model` that its table's gradient is kept zero.
+    pub fn plan<M: Model<B>>(
+        model: &mut M,
+        sparse_adam: bool,
+        reducer: Option<&Reducer<B>>,
+        world: usize,
+    ) -> anyhow::Result<Option<Self>> {
         if !sparse_adam {
             return Ok(None);
+        }
+        if world > 1 && !reducer.is_some_and(|r| r.forms_row_union()) {
+            bail!(
+                "--sparse-adam updates the union of the ranks' batch rows, which the host's \
+                 sparse gradient exchange forms; this job averages the table densely \
+                 (--backend nccl, --sparse-grads never, or a table of 2^24 rows or more): use \
+                 --backend tcp and --sparse-grads auto or always, or leave --sparse-adam out"
+            );
         }
         let Some((range, dim)) = model.sparse_table() else {
             bail!(
@@ -45,6 +61,8 @@ impl<B: Ops> LazyAdam<B> {
             );
         };
         let dim = dim.max(1);
+        // The lazy step zeroes the table's gradient rows it used.
+        model.sparse_table_kept_zero();
         Ok(Some(Self {
             table: RowsGeom {
                 count: 0,
@@ -160,7 +178,9 @@ mod tests {
         replica.grads = b.upload(&grads).unwrap();
         replica.step = 5;
         let adam = AdamConfig::default();
-        let mut lazy = LazyAdam::plan(&model, true).unwrap().unwrap();
+        let mut lazy = LazyAdam::plan(&mut model.clone(), true, None, 1)
+            .unwrap()
+            .unwrap();
         lazy.step(&b, &adam, &[1, 4], &mut replica).unwrap();
 
         let (mut p, mut m, mut v) = (
