@@ -70,6 +70,7 @@ fn step_seconds(args: &Args, data: &FashionMnist, monitor: Monitor) -> Result<Ve
         dropout: DropoutRates::REFERENCE,
         bucket_mb: 25.0,
         sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_adam: false,
     };
     let mut trainer =
         Trainer::new(Cpu::new(args.threads)?, data, cfg, None).context("building the trainer")?;

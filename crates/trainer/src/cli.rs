@@ -216,6 +216,14 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = SparseGrads::Auto, value_name = "auto|always|never")]
     pub sparse_grads: SparseGrads,
 
+    /// Recsys: update only the embedding rows a step's batch looked up (all
+    /// ranks' rows), as torch.optim.SparseAdam does, not the whole table
+    /// (dense Adam, the default, decays every row's moments every step).
+    /// Needs the host's sparse exchange (--backend tcp, not
+    /// --sparse-grads never) with more than one rank.
+    #[arg(long)]
+    pub sparse_adam: bool,
+
     /// Seconds a rank waits for its peers (rendezvous, each collective)
     /// before failing.
     #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = seconds)]

@@ -51,6 +51,7 @@ fn config(batch_size: usize, dropout: DropoutRates) -> TrainConfig {
         // Small buckets: several all-reduces per step.
         bucket_mb: 0.5,
         sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_adam: false,
     }
 }
 
@@ -207,6 +208,7 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
         let cfg = TrainConfig {
             bucket_mb: 0.05,
             sparse_grads: trainer::cli::SparseGrads::Auto,
+            sparse_adam: false,
             ..config(16, DropoutRates::OFF)
         };
         let layout = trainer::model::cnn_layout();

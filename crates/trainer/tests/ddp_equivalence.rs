@@ -32,6 +32,7 @@ fn config(batch_size: usize) -> TrainConfig {
         // Small buckets, so that several all-reduces overlap backward.
         bucket_mb: 0.05,
         sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_adam: false,
     }
 }
 

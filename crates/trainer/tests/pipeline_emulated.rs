@@ -117,6 +117,7 @@ fn config() -> TrainConfig {
         dropout: DropoutRates::OFF,
         bucket_mb: 0.5,
         sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_adam: false,
     }
 }
 

@@ -41,6 +41,7 @@ fn config() -> TrainConfig {
         dropout: DropoutRates::OFF,
         bucket_mb: 0.05,
         sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_adam: false,
     }
 }
 

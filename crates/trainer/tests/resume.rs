@@ -46,6 +46,7 @@ fn config(epochs: usize) -> TrainConfig {
         dropout: DropoutRates::REFERENCE,
         bucket_mb: 0.05,
         sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_adam: false,
     }
 }
 

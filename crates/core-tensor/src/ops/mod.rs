@@ -3,8 +3,10 @@
 //!
 //! All kernels overwrite their outputs (gradients included: there is no
 //! accumulation across calls to forget to zero), except the two metric
-//! accumulators `loss_sum` and `correct`, which add to what they hold, and
-//! `rows_scatter`, which writes only the rows it names.
+//! accumulators `loss_sum` and `correct`, which add to what they hold,
+//! `rows_scatter`, which writes only the rows it names, and
+//! `embedding_bwd_add`, which adds into the rows it names (for a caller
+//! that keeps the table's gradient zero).
 
 pub mod accuracy;
 pub mod adam;
@@ -25,7 +27,7 @@ pub mod sgd;
 use std::ops::Range;
 
 pub use accuracy::AccuracyKernel;
-pub use adam::{AdamConfig, AdamKernel, AdamScalars};
+pub use adam::{AdamConfig, AdamKernel, AdamScalars, SparseAdamScalars};
 pub use conv2d::{Conv2dGeom, Conv2dKernel};
 pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
 pub use dropout::DropoutKernel;

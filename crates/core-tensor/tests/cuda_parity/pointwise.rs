@@ -201,6 +201,12 @@ fn embedding_matches<B: Ops>(dev: &B) {
     let mut grads = params.clone();
     cpu.embedding_bwd(&g, &ids, &dout, &mut grads).unwrap();
     assert_same_bits(&format!("{what} bwd"), &down(dev, &grads_d), &grads);
+    let mut added_d = up(dev, &params);
+    dev.embedding_bwd_add(&g, &ids_d, &up(dev, &dout), &mut added_d)
+        .unwrap();
+    let mut added = params.clone();
+    cpu.embedding_bwd_add(&g, &ids, &dout, &mut added).unwrap();
+    assert_same_bits(&format!("{what} bwd_add"), &down(dev, &added_d), &added);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use core_tensor::Ops;
 use core_tensor::ops::{
     AccuracyKernel, AdamConfig, AdamKernel, ClassGeom, CrossEntropyKernel, GUARD_CLEAR, MseGeom,
-    MseKernel, OffsetGeom, OffsetKernel, SgdKernel,
+    MseKernel, OffsetGeom, OffsetKernel, RowsGeom, SgdKernel,
 };
 
 use crate::on_each_device;
@@ -124,6 +124,75 @@ fn adam_matches<B: Ops>(dev: &B) {
     )
     .unwrap();
     assert_same_bits("params after a tripped guard", &down(dev, &p_d), &before);
+}
+
+/// 300 of a table's 2,000 rows, three steps (with room for 50 more ids):
+/// the CPU's bits, every other row untouched; then a tripped guard.
+fn sparse_adam_matches<B: Ops>(dev: &B) {
+    let g = RowsGeom {
+        count: 300,
+        dim: 32,
+        rows: 2000,
+        offset: 9,
+    };
+    let n = 9 + 2000 * 32 + 3;
+    let cfg = AdamConfig {
+        lr: 3e-3,
+        ..AdamConfig::default()
+    };
+    let start = uniform(810, n, -1.0, 1.0);
+    let (mut p_d, mut m_d, mut v_d) = (
+        up(dev, &start),
+        dev.zeros(n).unwrap(),
+        dev.zeros(n).unwrap(),
+    );
+    let (mut p, mut m, mut v) = (start.clone(), vec![0.0f32; n], vec![0.0f32; n]);
+    let cpu = reference();
+    let clear = GUARD_CLEAR.to_vec();
+    let clear_d = dev.upload(&clear).unwrap();
+    for step in 1..=3u64 {
+        let mut ids: Vec<u32> = (0..350u32).map(|i| i * 5 + (i + step as u32) % 3).collect();
+        ids[349] = 0; // past `count`: never read
+        let ids_d = up(dev, &ids);
+        let grads = uniform(810 + step, n, -1.0, 1.0);
+        let s = cfg.sparse_scalars(step);
+        dev.sparse_adam_step(
+            &s,
+            &g,
+            &ids_d,
+            &mut p_d,
+            &up(dev, &grads),
+            &mut m_d,
+            &mut v_d,
+            &clear_d,
+        )
+        .unwrap();
+        cpu.sparse_adam_step(&s, &g, &ids, &mut p, &grads, &mut m, &mut v, &clear)
+            .unwrap();
+        let what = format!("{} sparse adam step {step}", dev.describe());
+        assert_same_bits(&format!("{what} params"), &down(dev, &p_d), &p);
+        assert_same_bits(&format!("{what} m"), &down(dev, &m_d), &m);
+        assert_same_bits(&format!("{what} v"), &down(dev, &v_d), &v);
+    }
+    let moved = p.iter().zip(&start).filter(|(a, b)| a != b).count();
+    assert!(
+        moved > 300 * 32 && moved <= 900 * 32,
+        "{moved} moved: only rows named"
+    );
+    let tripped = dev.upload(&[5u32, 0]).unwrap();
+    let ids_d = up(dev, &(0..300u32).collect::<Vec<_>>());
+    let grads = up(dev, &uniform(900, n, -1.0, 1.0));
+    let s = cfg.sparse_scalars(4);
+    dev.sparse_adam_step(
+        &s, &g, &ids_d, &mut p_d, &grads, &mut m_d, &mut v_d, &tripped,
+    )
+    .unwrap();
+    assert_same_bits("params after a tripped guard", &down(dev, &p_d), &p);
+}
+
+#[test]
+fn sparse_adam() {
+    on_each_device!(sparse_adam_matches);
 }
 
 /// The gradient bit for bit; the loss sum within float reordering.

@@ -29,6 +29,18 @@ impl Cli {
                 "--sparse-grads chooses how recsys' embedding rows travel; it is for --model recsys"
             );
         }
+        if self.sparse_adam && !recsys {
+            bail!(
+                "--sparse-adam updates the embedding rows a batch looked up; it is for --model recsys (other models have no such table)"
+            );
+        }
+        if self.sparse_adam
+            && (self.backend == BackendChoice::Nccl || self.sparse_grads == SparseGrads::Never)
+        {
+            bail!(
+                "--sparse-adam takes the rows to update from the host's sparse gradient exchange, which --backend nccl and --sparse-grads never turn off; use --backend tcp and --sparse-grads auto, or leave --sparse-adam out"
+            );
+        }
         if self.pipeline_stages > 2 {
             bail!(
                 "--pipeline-stages {}: this CNN splits into 2 stages (the convolution stack and the fully connected stack); use 2",

@@ -33,6 +33,7 @@ impl Cli {
                 "--sparse-grads",
                 format!("{:?}", self.sparse_grads).to_lowercase(),
             ),
+            ("--sparse-adam", given(self.sparse_adam)),
             ("--backend", format!("{:?}", self.backend).to_lowercase()),
             ("--tf32", given(self.tf32)),
             // Given or not (its path is rank 0's alone): every rank takes

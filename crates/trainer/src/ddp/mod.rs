@@ -145,20 +145,27 @@ impl<B: Ops> Reducer<B> {
         self.carries_votes.then(|| self.hook.any_vote())
     }
 
+    /// Whether [`Reducer::finish`] returns the union of every rank's rows
+    /// of the sparse table each step (see [`SparseExchange::plan`]).
+    pub fn forms_row_union(&self) -> bool {
+        self.sparse.as_ref().is_some_and(|s| s.forms_union())
+    }
+
     /// Ends the step's communication: every bucket must have been launched.
     /// `sparse_rows` are the rows of the sparse table the step's batch
-    /// looked up ([`crate::model::Model::sparse_rows`]).
+    /// looked up ([`crate::model::Model::sparse_rows`]). Returns the union
+    /// of every rank's such rows where the sparse exchange formed it.
     pub fn finish(
         &mut self,
         backend: &B,
         grads: &mut B::Storage<f32>,
         sparse_rows: Option<&[u32]>,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Option<Vec<u32>>> {
         self.queue.end_step()?;
         self.hook.finish(backend, grads, self.queue.buckets())?;
         match &mut self.sparse {
             Some(sparse) => sparse.exchange(backend, grads, sparse_rows),
-            None => Ok(()),
+            None => Ok(None),
         }
     }
 }

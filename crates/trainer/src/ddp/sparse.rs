@@ -18,6 +18,11 @@
 //! `+0.0`, exactly what it would have added densely, so at two ranks (where
 //! the ring's `a + b` is `b + a`) the result is the dense one bit for bit.
 //!
+//! Either way the exchange can hand back the union of every rank's rows
+//! (the rows `--sparse-adam` updates): the row path forms it anyway; the
+//! dense path, asked for it, gathers the ranks' ids alone after the
+//! all-reduce.
+//!
 //! [`Model::sparse_table`]: crate::model::Model::sparse_table
 //! [`Model::sparse_rows`]: crate::model::Model::sparse_rows
 
@@ -41,6 +46,8 @@ pub struct SparseExchange<B: RowsKernel> {
     table: Range<usize>,
     width: usize,
     always: bool,
+    /// Whether the dense path also forms the union of the ranks' rows.
+    union: bool,
     comm: CommHandle,
     rank: usize,
     world: usize,
@@ -59,11 +66,14 @@ struct Scratch<B: RowsKernel> {
 impl<B: RowsKernel> SparseExchange<B> {
     /// The exchange for a model's `table` (range, row width), or `None`
     /// where the table keeps the dense buckets (`--sparse-grads never`, no
-    /// table, one rank, or too many rows for `auto`).
+    /// table, one rank, or too many rows for `auto`). With `union`, every
+    /// exchange returns the union of the ranks' rows, whichever path the
+    /// gradients took.
     pub fn plan(
         table: Option<(Range<usize>, usize)>,
         mode: SparseGrads,
         comm: &CommThread,
+        union: bool,
     ) -> anyhow::Result<Option<Self>> {
         let Some((table, width)) = table else {
             return Ok(None);
@@ -86,12 +96,18 @@ impl<B: RowsKernel> SparseExchange<B> {
             table,
             width: width.max(1),
             always: mode == SparseGrads::Always,
+            union,
             comm: comm.handle(),
             rank: comm.rank(),
             world: comm.world_size(),
             scratch: None,
             steps: 0,
         }))
+    }
+
+    /// Whether every exchange returns the union of the ranks' rows.
+    pub fn forms_union(&self) -> bool {
+        self.union
     }
 
     /// `buckets` without the elements of `sparse`'s table, launch order
@@ -108,13 +124,15 @@ impl<B: RowsKernel> SparseExchange<B> {
 
     /// Averages the table's gradients in `grads` over all ranks; `rows` are
     /// the table rows this rank's batch looked up, increasing (the model's
-    /// [`crate::model::Model::sparse_rows`]).
+    /// [`crate::model::Model::sparse_rows`]). Returns the union of every
+    /// rank's rows, increasing, when the row path formed it or the plan
+    /// asked for it.
     pub fn exchange(
         &mut self,
         backend: &B,
         grads: &mut B::Storage<f32>,
         rows: Option<&[u32]>,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Option<Vec<u32>>> {
         let rows = rows.context(
             "the model declares a row-sparse gradient table but not the rows its batch looked up",
         )?;
@@ -138,7 +156,7 @@ impl<B: RowsKernel> SparseExchange<B> {
             );
         }
         if use_sparse {
-            return self.sum_rows(backend, grads, rows);
+            return self.sum_rows(backend, grads, rows).map(Some);
         }
         self.host.resize(self.table.len(), 0.0);
         backend.read_range(grads, self.table.clone(), &mut self.host)?;
@@ -146,17 +164,26 @@ impl<B: RowsKernel> SparseExchange<B> {
         self.comm.submit(Op::AverageF32(staged))?;
         self.host = self.comm.next_staged()?.to_vec();
         backend.write_range(&self.host, grads, self.table.start)?;
-        Ok(())
+        if !self.union {
+            return Ok(None);
+        }
+        let gathered = self
+            .comm
+            .all_gather(rows.iter().map(|&r| r as f32).collect())?;
+        let parsed = (gathered.iter().enumerate())
+            .map(|(from, data)| self.parse(from, data, 0))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Some(union(&parsed)))
     }
 
     /// Sends `mine` rows to every rank and writes the average of every
-    /// rank's rows into the union of the rows sent.
+    /// rank's rows into the union of the rows sent, which it returns.
     fn sum_rows(
         &mut self,
         backend: &B,
         grads: &mut B::Storage<f32>,
         mine: &[u32],
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Vec<u32>> {
         let (w, k) = (self.width, mine.len());
         let mut payload: Vec<f32> = mine.iter().map(|&r| r as f32).collect();
         payload.resize(k * (1 + w), 0.0);
@@ -169,14 +196,9 @@ impl<B: RowsKernel> SparseExchange<B> {
         }
         let gathered = self.comm.all_gather(payload)?;
         let parsed = (gathered.iter().enumerate())
-            .map(|(from, data)| self.parse(from, data))
+            .map(|(from, data)| self.parse(from, data, w))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let mut union: Vec<u32> = parsed
-            .iter()
-            .flat_map(|(ids, _)| ids.iter().copied())
-            .collect();
-        union.sort_unstable();
-        union.dedup();
+        let union = union(&parsed);
         // Each union row is summed in rank order; a rank that sent no such
         // row adds `+0.0`, as it would in the dense sum. Every rank's ids
         // increase, so one pass along the union finds its rows.
@@ -201,13 +223,18 @@ impl<B: RowsKernel> SparseExchange<B> {
             backend.write_range(&sum, &mut s.rows, 0)?;
             backend.rows_scatter(&geom, &s.ids, &s.rows, grads)?;
         }
-        Ok(())
+        Ok(union)
     }
 
-    /// Rank `from`'s rows: their ids (below the table's rows, increasing)
-    /// and their values.
-    fn parse<'a>(&self, from: usize, data: &'a [f32]) -> anyhow::Result<(Vec<u32>, &'a [f32])> {
-        let (w, rows) = (self.width, self.table.len() / self.width);
+    /// Rank `from`'s rows of `w` values: their ids (below the table's rows,
+    /// increasing) and their values.
+    fn parse<'a>(
+        &self,
+        from: usize,
+        data: &'a [f32],
+        w: usize,
+    ) -> anyhow::Result<(Vec<u32>, &'a [f32])> {
+        let rows = self.table.len() / self.width;
         let k = data.len() / (1 + w);
         ensure!(
             data.len() == k * (1 + w),
@@ -253,6 +280,16 @@ impl<B: RowsKernel> SparseExchange<B> {
         }
         self.scratch.as_mut().context("made above")
     }
+}
+
+/// The ids of every rank's rows, increasing, each once.
+fn union(parsed: &[(Vec<u32>, &[f32])]) -> Vec<u32> {
+    let mut union: Vec<u32> = (parsed.iter())
+        .flat_map(|(ids, _)| ids.iter().copied())
+        .collect();
+    union.sort_unstable();
+    union.dedup();
+    union
 }
 
 /// `buckets` less the elements of `table`, in the same order.

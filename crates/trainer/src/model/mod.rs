@@ -179,6 +179,12 @@ pub trait Model<B: Ops> {
         None
     }
 
+    /// The trainer promises that the gradient of [`Model::sparse_table`]
+    /// is all `+0.0` whenever backward begins (it zeroes the rows it used
+    /// after each step), so backward may add the batch's rows into it
+    /// instead of zeroing the whole table first.
+    fn sparse_table_kept_zero(&mut self) {}
+
     /// The part of the parameters this rank trains, when it trains only a
     /// part (a pipeline stage); `None` (the default): all of them.
     fn partition(&self) -> Option<Partition> {

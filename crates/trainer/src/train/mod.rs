@@ -4,12 +4,15 @@
 //! `step.rs` is one optimizer step, top to bottom; `epoch.rs` the loop over
 //! an epoch's steps (stop requests, periodic checkpoints); `meter.rs` the
 //! epoch's running numbers; `eval.rs` the test-set pass; `checkpointing.rs`
-//! what a checkpoint gathers; `timer.rs` where a step's time goes.
+//! what a checkpoint gathers; `timer.rs` where a step's time goes;
+//! `config.rs` the loop's settings; `lazy_adam.rs` the `--sparse-adam` step.
 
 mod checkpointing;
+mod config;
 mod epoch;
 mod eval;
 mod guard;
+mod lazy_adam;
 mod meter;
 mod parts;
 mod replica;
@@ -24,65 +27,27 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use core_tensor::Ops;
-use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
 
+pub use config::TrainConfig;
 pub(crate) use room::host_room_bytes;
 pub use setup::{DataShare, Setup};
 pub use timer::{Phase, PhaseSeconds};
 
 use crate::checkpoint::origin;
-use crate::checkpoint::{Checkpoints, Position, Settings};
-use crate::cli::SparseGrads;
-use crate::data::{Batches, DataFingerprint, Order};
+use crate::checkpoint::{Checkpoints, Position};
+use crate::data::{Batches, Order};
 use crate::ddp::{CommThread, Reducer};
 use crate::model::cnn::{DeviceSplit, HostSplit};
-use crate::model::{BatchInputs, CnnMnist, DropoutRates, Metric, Model};
+use crate::model::{BatchInputs, CnnMnist, Metric, Model};
 use crate::monitor::{Monitor, RankStats, Straggler};
 use crate::stop::StopRequest;
 use eval::Evaluator;
+use lazy_adam::LazyAdam;
 use meter::{EpochMeter, ResumePoint};
 use replica::Replica;
 use shared_flags::Agreed;
 use timer::StepTimer;
-
-/// What the loop needs to know, shared by every rank.
-#[derive(Clone, Debug)]
-pub struct TrainConfig {
-    pub epochs: usize,
-    /// Samples per step on each rank.
-    pub batch_size: usize,
-    pub adam: AdamConfig,
-    pub seed: u64,
-    /// A cap on the steps of each epoch, for quick runs.
-    pub max_steps: Option<usize>,
-    pub dropout: DropoutRates,
-    pub bucket_mb: f64,
-    pub sparse_grads: SparseGrads,
-}
-
-impl TrainConfig {
-    /// What a checkpoint records of this configuration, training `model`
-    /// (its `--model` name) on `data` (the training split's fingerprint)
-    /// with `world_size` ranks in pipelines of `pipeline_stages`.
-    pub fn settings(
-        &self,
-        (world_size, pipeline_stages): (usize, usize),
-        model: &str,
-        data: DataFingerprint,
-    ) -> Settings {
-        Settings {
-            model: model.to_string(),
-            data: Some(data),
-            seed: self.seed,
-            world_size,
-            pipeline_stages,
-            batch_size: self.batch_size,
-            lr: self.adam.lr,
-            dropout: self.dropout,
-        }
-    }
-}
 
 /// One epoch's numbers, already reduced over all ranks.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,6 +150,8 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     world_size: usize,
     replica: Replica<B>,
     train: Box<dyn Batches<B, M::Buffers>>,
+    /// The lazy update of the sparse table (`--sparse-adam`).
+    lazy_adam: Option<LazyAdam<B>>,
     /// Training buffers per batch size (the full batch, the last partial one).
     buffers: HashMap<usize, M::Buffers>,
     meter: EpochMeter<B>,
@@ -253,7 +220,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// (`None` for a model without a metric).
     pub fn with_model(
         backend: B,
-        model: M,
+        mut model: M,
         train: Box<dyn Batches<B, M::Buffers>>,
         test: Option<Box<dyn Batches<B, M::Buffers>>>,
         cfg: TrainConfig,
@@ -304,6 +271,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             group.as_ref(),
         )
         .with_context(|| format!("rank {rank}: planning the gradient averaging"))?;
+        let lazy_adam = LazyAdam::plan(&mut model, cfg.sparse_adam, reducer.as_ref(), world_size)
+            .with_context(|| format!("rank {rank}: planning --sparse-adam"))?;
         let trained = model.partition().map(|p| p.mine());
         let resume_at = (start.position.step > 0).then(|| ResumePoint::of(&start));
         // A pipeline's stages evaluate its ranks' shards together.
@@ -319,6 +288,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 .transpose()?,
             meter: EpochMeter::new(&backend)?,
             buffers: HashMap::new(),
+            lazy_adam,
             checkpoints,
             stop,
             timer: StepTimer::new(backend.clone()),

@@ -48,7 +48,12 @@ pub(super) fn plan_reducer<B: Ops, M: Model<B>>(
     let reducer = match (device_hook, averaging) {
         (Some(hook), _) => Reducer::new(buckets, hook),
         (None, Some(comm)) => {
-            let sparse = SparseExchange::plan(model.sparse_table(), cfg.sparse_grads, comm)?;
+            let sparse = SparseExchange::plan(
+                model.sparse_table(),
+                cfg.sparse_grads,
+                comm,
+                cfg.sparse_adam,
+            )?;
             let buckets = SparseExchange::dense_buckets(sparse.as_ref(), buckets);
             let hook = HostHook::new(backend, &buckets, comm.handle())?;
             Reducer::new(buckets, Box::new(hook)).with_sparse(sparse)

@@ -1,5 +1,6 @@
 //! One optimizer step, top to bottom.
 
+use anyhow::Context;
 use core_tensor::Ops;
 
 use super::Trainer;
@@ -52,15 +53,30 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         //    soon as backward has written it, then the step waits for all.
         timer.enter(Phase::Backward)?;
         let (params, grads) = (&replica.params, &mut replica.grads);
-        match &mut self.reducer {
-            None => model.backward(b, &mut buffers, params, grads, dropout_seed, &mut NoSync)?,
+        let union = match &mut self.reducer {
+            None => {
+                model.backward(b, &mut buffers, params, grads, dropout_seed, &mut NoSync)?;
+                None
+            }
             Some(reducer) => {
                 reducer.carry_vote(stop_vote);
                 model.backward(b, &mut buffers, params, grads, dropout_seed, reducer)?;
                 timer.enter(Phase::AllReduceWait)?;
-                reducer.finish(b, grads, model.sparse_rows(&buffers))?;
+                reducer.finish(b, grads, model.sparse_rows(&buffers))?
             }
-        }
+        };
+        // The rows the lazy update moves: every rank's (the union), or with
+        // no other rank this one's.
+        let lazy_rows = match (&self.lazy_adam, union) {
+            (None, _) => None,
+            (Some(_), Some(union)) => Some(union),
+            (Some(_), None) => Some(
+                model
+                    .sparse_rows(&buffers)
+                    .context("--sparse-adam: the model names no rows of its table")?
+                    .to_vec(),
+            ),
+        };
         self.buffers.insert(n, buffers);
 
         // 4. The optimizer, behind the guard that skips it on a non-finite
@@ -75,8 +91,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             &replica.grads,
             &mut replica.guard,
         )?;
-        match model.optimizer() {
-            Optimizer::Adam => b.adam_step(
+        match (model.optimizer(), &mut self.lazy_adam, lazy_rows) {
+            (Optimizer::Adam, Some(lazy), Some(rows)) => {
+                lazy.step(b, &self.cfg.adam, &rows, replica)?
+            }
+            (Optimizer::Adam, ..) => b.adam_step(
                 &self.cfg.adam.scalars(replica.step),
                 &mut replica.params,
                 &replica.grads,
@@ -84,7 +103,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 &mut replica.adam_v,
                 &replica.guard,
             )?,
-            Optimizer::Sgd => b.sgd_step(
+            (Optimizer::Sgd, ..) => b.sgd_step(
                 self.cfg.adam.lr as f32,
                 &mut replica.params,
                 &replica.grads,

@@ -63,6 +63,7 @@ pub(super) fn train_on<B: Ops>(
         },
         bucket_mb: cli.bucket_mb,
         sparse_grads: cli.sparse_grads,
+        sparse_adam: cli.sparse_adam,
     };
     let rank = job.info.rank;
     let context = || format!("rank {rank}: setting up");

@@ -18,7 +18,7 @@ use super::launch::{DropoutArgs, GatherArgs, In, Out, Val, kernel_table};
 use crate::Result;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
-    RowsGeom,
+    RowsGeom, SparseAdamScalars,
 };
 
 /// The launch parameters of the conv2d GEMM kernels (`Conv2dLaunch` in C).
@@ -54,7 +54,19 @@ kernel_table! {
             v: Out<f32>,
             guard: In<u32>,
             s: Val<AdamScalars>,
-            n: Val<u64>,
+            start: Val<u64>,
+            end: Val<u64>,
+        );
+        sparse_adam_step_f32(
+            params: Out<f32>,
+            grads: In<f32>,
+            m: Out<f32>,
+            v: Out<f32>,
+            ids: In<u32>,
+            guard: In<u32>,
+            fault: Out<u32>,
+            s: Val<SparseAdamScalars>,
+            g: Val<RowsGeom>,
         );
     }
     conv2d (CONV2D_SRC, CONV2D_PTX) {
@@ -194,6 +206,7 @@ mod tests {
         OffsetGeom => "OffsetGeom",
         PoolGeom => "PoolGeom",
         RowsGeom => "RowsGeom",
+        SparseAdamScalars => "SparseAdamScalars",
     }
 
     /// The parameter types of `kernel`'s definition in `source`, one

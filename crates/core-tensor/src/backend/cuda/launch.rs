@@ -17,7 +17,7 @@ use super::Cuda;
 use super::gemm::GemmLaunch;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
-    RowsGeom,
+    RowsGeom, SparseAdamScalars,
 };
 use crate::{Elem, Error, Result};
 
@@ -72,6 +72,8 @@ unsafe impl DeviceRepr for MseGeom {}
 unsafe impl DeviceRepr for OffsetGeom {}
 // SAFETY: repr(C), seven f32 fields, mirrored by `AdamScalars` in adam.cu.
 unsafe impl DeviceRepr for AdamScalars {}
+// SAFETY: repr(C), four f32 fields, mirrored by `SparseAdamScalars` in adam.cu.
+unsafe impl DeviceRepr for SparseAdamScalars {}
 // SAFETY: repr(C), two u64 then two f32 fields (no padding), mirrored by
 // `DropoutArgs` in dropout.cu.
 unsafe impl DeviceRepr for DropoutArgs {}

@@ -30,8 +30,22 @@ impl EmbeddingKernel for Cpu {
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= g.rows) {
             return Err(g.bad_id(id));
         }
+        grads[g.table()].fill(0.0);
+        self.embedding_bwd_add(g, ids, dout, grads)
+    }
+
+    fn embedding_bwd_add(
+        &self,
+        g: &EmbeddingGeom,
+        ids: &Vec<u32>,
+        dout: &Vec<f32>,
+        grads: &mut Vec<f32>,
+    ) -> Result<()> {
+        g.check::<Self>(ids, grads, dout)?;
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= g.rows) {
+            return Err(g.bad_id(id));
+        }
         let table = &mut grads[g.table()];
-        table.fill(0.0);
         for (&id, row) in ids.iter().zip(dout.chunks(g.dim.max(1))) {
             let at = id as usize * g.dim;
             for (t, &d) in table[at..at + g.dim].iter_mut().zip(row) {

@@ -57,4 +57,25 @@ impl EmbeddingKernel for Cuda {
             }
         })
     }
+
+    /// The column threads of [`EmbeddingKernel::embedding_bwd`] alone.
+    fn embedding_bwd_add(
+        &self,
+        g: &EmbeddingGeom,
+        ids: &CudaSlice<u32>,
+        dout: &CudaSlice<f32>,
+        grads: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        g.check::<Self>(ids, grads, dout)?;
+        if g.rows * g.dim == 0 {
+            return Ok(());
+        }
+        let columns = blocks_for("embedding", g.dim, THREADS)?;
+        self.with_fault(|fault| {
+            // SAFETY: as in `embedding_fwd`, with `dout` matched to `g` and
+            // the table to `grads`; the column threads check their index
+            // against `dim`.
+            unsafe { kernels::embedding_bwd_f32(self, columns, ids, dout, grads, fault, g) }
+        })
+    }
 }

@@ -80,4 +80,16 @@ pub trait EmbeddingKernel: Backend {
         dout: &Self::Storage<f32>,
         grads: &mut Self::Storage<f32>,
     ) -> Result<()>;
+
+    /// Adds `Σ dout[b]` (in batch order, as [`EmbeddingKernel::embedding_bwd`]
+    /// sums) into the rows of `grads` the ids name, zeroing nothing: for a
+    /// caller that keeps the table's gradient zero between backward passes
+    /// (zeroing the rows it used), so that no pass touches the whole table.
+    fn embedding_bwd_add(
+        &self,
+        geom: &EmbeddingGeom,
+        ids: &Self::Storage<u32>,
+        dout: &Self::Storage<f32>,
+        grads: &mut Self::Storage<f32>,
+    ) -> Result<()>;
 }

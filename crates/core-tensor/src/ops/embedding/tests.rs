@@ -35,6 +35,19 @@ fn backward_sums_repeated_ids_and_zeroes_the_rest() {
     );
 }
 
+/// As above, adding to what the table held and zeroing nothing.
+#[test]
+fn backward_add_adds_to_the_rows_named_only() {
+    let dout = vec![1.0, 2.0, 10.0, 20.0, 100.0, 200.0, 0.5, 0.25];
+    let mut grads = vec![9.0f32; 8];
+    cpu()
+        .embedding_bwd_add(&G, &vec![2, 0, 2, 2], &dout, &mut grads)
+        .unwrap();
+    assert_eq!(grads, vec![9.0, 19.0, 29.0, 9.0, 9.0, 110.5, 211.25, 9.0]);
+    let err = cpu().embedding_bwd_add(&G, &vec![0, 3, 0, 0], &dout, &mut grads);
+    assert!(err.is_err());
+}
+
 #[test]
 fn bad_ids_and_tables_are_errors() {
     let (params, mut out) = (vec![0.0f32; 8], vec![0.0; 8]);

@@ -160,9 +160,10 @@ fn the_exchange_moves_only_the_batchs_rows_between_device_and_host() {
                     let comm = TcpCommunicator::connect(&config).unwrap();
                     let thread = CommThread::spawn(Box::new(comm)).unwrap();
                     let table = Some((TABLE, WIDTH));
-                    let mut sparse = SparseExchange::plan(table, SparseGrads::Always, &thread)
-                        .unwrap()
-                        .unwrap();
+                    let mut sparse =
+                        SparseExchange::plan(table, SparseGrads::Always, &thread, false)
+                            .unwrap()
+                            .unwrap();
                     let backend = Counted {
                         cpu: Cpu::new(1).unwrap(),
                         read: Arc::default(),

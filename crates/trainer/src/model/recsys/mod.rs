@@ -43,6 +43,9 @@ pub struct RecsysModel {
     embedding: Range<usize>,
     /// One bias per row of the embedding table (users', then movies').
     biases: Range<usize>,
+    /// Backward adds into the table's gradient, which the trainer keeps
+    /// zero ([`Model::sparse_table_kept_zero`]), instead of zeroing it.
+    table_kept_zero: bool,
     mlp: Mlp,
 }
 
@@ -64,6 +67,7 @@ impl RecsysModel {
             mean: index.mean as f32,
             embedding: layout.range("embedding.weight").context("declared above")?,
             biases: layout.range("bias.weight").context("declared above")?,
+            table_kept_zero: false,
             mlp: Mlp::new(&layout, "fc1", "fc2")?,
             layout,
         })
@@ -135,6 +139,10 @@ impl<B: Ops> Model<B> for RecsysModel {
 
     fn sparse_rows<'a>(&self, buf: &'a RecsysBuffers<B>) -> Option<&'a [u32]> {
         Some(&buf.rows)
+    }
+
+    fn sparse_table_kept_zero(&mut self) {
+        self.table_kept_zero = true;
     }
 
     fn init_params(&self, seed: u64) -> Vec<f32> {
@@ -222,7 +230,10 @@ impl<B: Ops> Model<B> for RecsysModel {
         b.offset_bwd(&self.offsets(buf.batch), dout, dbias)?;
         b.embedding_bwd(&self.bias_lookup(buf.batch), &buf.ids, dbias, grads)?;
         hook.ready(b, grads, self.biases.start)?;
-        b.embedding_bwd(&self.lookup(buf.batch), &buf.ids, dx, grads)?;
+        match self.table_kept_zero {
+            true => b.embedding_bwd_add(&self.lookup(buf.batch), &buf.ids, dx, grads)?,
+            false => b.embedding_bwd(&self.lookup(buf.batch), &buf.ids, dx, grads)?,
+        }
         hook.ready(b, grads, self.embedding.start)
     }
 }

@@ -1,0 +1,249 @@
+//! `--sparse-adam`: recsys' embedding rows get torch.optim.SparseAdam's lazy
+//! update (only the rows a step's batches looked up move), the rest dense
+//! Adam; two ranks stay bitwise identical; the union of the ranks' rows is
+//! the same whether the gradients travel as rows or dense; checkpoints keep
+//! their format, so a run resumes exactly and with either optimizer; a GPU
+//! (cuda-emu) trains with it; the flag is refused where it cannot work.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use comm::{CommConfig, TcpCommunicator};
+use common::{free_port, run, stderr, trainer};
+use core_tensor::Cpu;
+use core_tensor::ops::AdamConfig;
+use trainer::cli::SparseGrads;
+use trainer::ddp::CommThread;
+use trainer::model::recsys::synth::write_ratings;
+use trainer::model::recsys::{RatingsIndex, RatingsShard, RecsysModel};
+use trainer::model::{DropoutRates, Model};
+use trainer::train::{Setup, Silent, TrainConfig, Trainer};
+
+const STEPS: usize = 12;
+const BATCH: usize = 32;
+const DIM: usize = 4;
+
+fn config(sparse_adam: bool) -> TrainConfig {
+    TrainConfig {
+        epochs: 1,
+        batch_size: BATCH,
+        adam: AdamConfig::default(),
+        seed: 5,
+        max_steps: Some(STEPS),
+        dropout: DropoutRates::OFF,
+        bucket_mb: 25.0,
+        sparse_grads: SparseGrads::Auto,
+        sparse_adam,
+    }
+}
+
+/// One rank's parameters after each step of one epoch (`comm`: of two).
+fn params_after_each_step(
+    index: &Arc<RatingsIndex>,
+    sparse_adam: bool,
+    comm: Option<CommThread>,
+) -> Vec<Vec<f32>> {
+    let model = RecsysModel::new(index, DIM).unwrap();
+    let train = Box::new(RatingsShard::new(index.clone(), false));
+    let setup = Setup::fresh(comm);
+    let cpu = Cpu::new(1).unwrap();
+    let mut t = Trainer::with_model(cpu, model, train, None, config(sparse_adam), setup).unwrap();
+    let mut history = Vec::new();
+    t.train_epoch(1, &mut Silent, &mut |t| {
+        history.push(t.params()?);
+        Ok(())
+    })
+    .unwrap();
+    history
+}
+
+/// The embedding rows (of `DIM`) that differ between `a` and `b`.
+fn rows_moved(model: &RecsysModel, a: &[f32], b: &[f32]) -> usize {
+    let (table, _) = Model::<Cpu>::sparse_table(model).unwrap();
+    (a[table.clone()].chunks(DIM).zip(b[table].chunks(DIM)))
+        .filter(|(x, y)| x != y)
+        .count()
+}
+
+/// A step moves at most the rows its two ranks' batches looked up (two per
+/// rating), where dense Adam keeps moving every row seen since the start;
+/// and the ranks hold the same bits after every step.
+#[test]
+fn two_ranks_move_only_their_batches_rows_and_stay_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratings.csv");
+    // 5000 rows, of which a step touches at most 2·2·32 = 128.
+    write_ratings(&path, 20_000, 3000, 2000, 3).unwrap();
+    let index = Arc::new(RatingsIndex::build(&path).unwrap());
+    let model = RecsysModel::new(&index, DIM).unwrap();
+    let most = 2 * 2 * BATCH;
+    for sparse_adam in [true, false] {
+        let port = free_port();
+        let ranks = common::on_two_ranks(|rank| {
+            let cfg =
+                CommConfig::new(rank, 2, "127.0.0.1", port).with_timeout(Duration::from_secs(20));
+            let comm = CommThread::spawn(Box::new(TcpCommunicator::connect(&cfg).unwrap()));
+            params_after_each_step(&index, sparse_adam, Some(comm.unwrap()))
+        });
+        assert_eq!(ranks[0].len(), STEPS);
+        for (step, (a, b)) in ranks[0].iter().zip(&ranks[1]).enumerate() {
+            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "sparse_adam {sparse_adam}: ranks differ after step {}",
+                step + 1
+            );
+        }
+        let moved: Vec<usize> = (ranks[0].windows(2))
+            .map(|w| rows_moved(&model, &w[0], &w[1]))
+            .collect();
+        let most_moved = moved.iter().copied().max().unwrap();
+        if sparse_adam {
+            assert!(most_moved <= most, "rows moved per step: {moved:?}");
+            assert!(most_moved > most / 2, "rows moved per step: {moved:?}");
+        } else {
+            assert!(
+                most_moved > 3 * most,
+                "dense Adam moves every row seen: {moved:?}"
+            );
+        }
+    }
+}
+
+/// Trains `extra` on two ranks over the binary; the files of the final
+/// checkpoint and rank 0's stderr.
+fn train(ratings: &Path, ckpt: &Path, extra: &[&str]) -> (Vec<(PathBuf, Vec<u8>)>, String) {
+    let out = run(trainer()
+        .args(["--model", "recsys", "--ratings"])
+        .arg(ratings)
+        .args(["--world-size", "2", "--epochs", "2", "--batch-size", "64"])
+        .args(["--sparse-adam", "--checkpoint-dir"])
+        .arg(ckpt)
+        .args(extra));
+    assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
+    let end = ckpt.join("ckpt-e0003-s000000");
+    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&end)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", end.display(), stderr(&out)))
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().into(), std::fs::read(&p).unwrap()))
+        .collect();
+    files.sort();
+    (files, stderr(&out))
+}
+
+/// A table the dense all-reduce moves more cheaply (60 rows of one, each
+/// rank's batch touching most of them, not all): the union the ranks
+/// gather for the lazy update beside it is the row path's, bit for bit.
+#[test]
+fn the_dense_exchange_updates_the_same_rows_as_the_row_exchange() {
+    let dir = tempfile::tempdir().unwrap();
+    let ratings = dir.path().join("ratings.csv");
+    write_ratings(&ratings, 5_000, 40, 20, 4).unwrap();
+    let small = [
+        "--device",
+        "cpu",
+        "--embedding-dim",
+        "1",
+        "--max-steps",
+        "10",
+    ];
+    let mut auto = small.to_vec();
+    auto.extend(["--sparse-grads", "auto"]);
+    let (dense, err) = train(&ratings, &dir.path().join("auto"), &auto);
+    let chose = err
+        .lines()
+        .find(|l| l.contains("sparse gradients, first step"));
+    assert!(chose.is_some_and(|l| l.ends_with("dense")), "{err}");
+    let mut always = small.to_vec();
+    always.extend(["--sparse-grads", "always"]);
+    let (rows, _) = train(&ratings, &dir.path().join("always"), &always);
+    assert!(dense == rows, "the dense and the row exchange differ");
+}
+
+/// Straight through two epochs, or resumed from a mid-epoch checkpoint:
+/// the same epochs and the same final checkpoint, byte for byte; and the
+/// checkpoint resumes with dense Adam too.
+#[test]
+fn a_mid_epoch_checkpoint_resumes_exactly_with_either_optimizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let ratings = dir.path().join("ratings.csv");
+    write_ratings(&ratings, 8_000, 300, 200, 2).unwrap();
+    let cpu = ["--device", "cpu", "--keep", "100"];
+    let first = dir.path().join("a");
+    let mut args = cpu.to_vec();
+    args.extend(["--checkpoint-every", "20"]);
+    let (straight, _) = train(&ratings, &first, &args);
+    let mid = first.join("ckpt-e0001-s000020");
+    let mut args = cpu.to_vec();
+    args.extend(["--resume", mid.to_str().unwrap()]);
+    let (resumed, err) = train(&ratings, &dir.path().join("b"), &args);
+    assert!(straight == resumed, "the resumed run ends elsewhere: {err}");
+    let dense = run(trainer()
+        .args(["--model", "recsys", "--device", "cpu", "--ratings"])
+        .arg(&ratings)
+        .args(["--world-size", "2", "--epochs", "1", "--batch-size", "64"])
+        .args(["--resume", mid.to_str().unwrap()]));
+    assert!(dense.status.success(), "{}", stderr(&dense));
+}
+
+/// Re-runs `emulated_gpu_trains_with_sparse_adam` on cuda-emu; in the first
+/// run it returns at once.
+#[test]
+fn sparse_adam_on_the_cuda_emulator() {
+    common::rerun_on_emulated_gpus(1, &["emulated_gpu_trains_with_sparse_adam"]);
+}
+
+/// Two ranks on one emulated GPU over the TCP ring: the lazy step's kernel
+/// and the dense one's over the rest, as rows and as the dense exchange.
+#[test]
+fn emulated_gpu_trains_with_sparse_adam() {
+    if common::emulated_gpu(0).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ratings = dir.path().join("ratings.csv");
+    write_ratings(&ratings, 5_000, 300, 200, 3).unwrap();
+    for mode in ["always", "auto"] {
+        let gpu = ["--device", "cuda", "--backend", "tcp", "--max-steps", "4"];
+        let mut args = gpu.to_vec();
+        args.extend(["--sparse-grads", mode]);
+        train(&ratings, &dir.path().join(mode), &args);
+    }
+}
+
+#[test]
+fn the_flag_is_refused_where_it_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let ratings = dir.path().join("ratings.csv");
+    write_ratings(&ratings, 500, 30, 20, 1).unwrap();
+    let recsys = ["--model", "recsys", "--ratings", ratings.to_str().unwrap()];
+    for (args, says) in [
+        (
+            &["--model", "toy", "--sparse-adam"][..],
+            "it is for --model recsys",
+        ),
+        (
+            &[&recsys[..], &["--sparse-adam", "--sparse-grads", "never"]].concat(),
+            "--sparse-grads never",
+        ),
+        (
+            &[
+                &recsys[..],
+                &["--sparse-adam", "--backend", "nccl", "--device", "cuda"],
+            ]
+            .concat(),
+            "--backend nccl",
+        ),
+    ] {
+        let out = run(trainer().args(args));
+        assert!(!out.status.success(), "{args:?} ran");
+        let err = stderr(&out);
+        assert!(
+            err.contains("--sparse-adam") && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
+}
