@@ -7,7 +7,10 @@
 //! p = p − lr/(1 − β1ᵗ) · m / (√v / √(1 − β2ᵗ) + ε)
 //! ```
 //! The bias corrections are computed on the host in f64, as Python does,
-//! and handed to every backend as the same f32 scalars.
+//! and handed to every backend as the same f32 scalars. Every operation is
+//! rounded once, on the CPU as on the GPU; PyTorch's CPU kernels fuse some
+//! (`lerp_`) and round `sqrt` otherwise, so the two agree to a few units in
+//! the last place, not bit for bit (`tests/torch_adam.rs`).
 //!
 //! The lazy step (`sparse_adam_step`) is `torch.optim.SparseAdam`'s
 //! arithmetic (`torch/optim/_functional.py`, `sparse_adam`) on the rows of
