@@ -20,8 +20,8 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use core_tensor::ops::{AdamConfig, AdamKernel, GUARD_CLEAR, RowsGeom};
 use core_tensor::Cpu;
+use core_tensor::ops::{AdamConfig, AdamKernel, GUARD_CLEAR, RowsGeom};
 
 const ROWS: usize = 40;
 const DIM: usize = 3;
