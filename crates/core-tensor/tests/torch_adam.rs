@@ -195,7 +195,8 @@ fn our_adam_and_sparse_adam_match_pytorchs() {
         .map(unhex)
         .collect();
     let names = ["param", "exp_avg", "exp_avg_sq"];
-    for (o, (optimizer, ours)) in ["SparseAdam", "Adam"].iter().zip(ours(&start)).enumerate() {
+    let mine = ours(&start);
+    for (o, (optimizer, ours)) in ["SparseAdam", "Adam"].iter().zip(&mine).enumerate() {
         for (k, ours) in ours.iter().enumerate() {
             let theirs = &theirs[3 * o + k];
             let bits = (0..ours.len())
@@ -223,6 +224,6 @@ fn our_adam_and_sparse_adam_match_pytorchs() {
     }
     // The lazy step really skipped rows: row 0 (absent from steps 0 and
     // 3) differs between the two optimizers' moments.
-    let [[_, lazy_m, _], [_, dense_m, _]] = ours(&start);
+    let [[_, lazy_m, _], [_, dense_m, _]] = &mine;
     assert_ne!(lazy_m[..DIM], dense_m[..DIM]);
 }
