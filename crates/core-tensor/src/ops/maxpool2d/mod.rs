@@ -9,7 +9,7 @@ mod cuda;
 mod tests;
 
 use crate::error::check_len;
-use crate::{Backend, Result};
+use crate::{Backend, Error, Result};
 
 /// The input shape `[batch, channels, in_h, in_w]` of a pooling call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +36,16 @@ impl PoolGeom {
     }
 
     pub(crate) fn check<B: Backend>(&self, x: &B::Storage<f32>, y: &B::Storage<f32>) -> Result<()> {
+        if self.in_h < 2 || self.in_w < 2 {
+            // PyTorch refuses it too ("output size is too small").
+            return Err(Error::InvalidArgument {
+                op: "maxpool2d",
+                reason: format!(
+                    "a {}x{} plane holds no 2x2 window; pool planes of at least 2x2",
+                    self.in_h, self.in_w
+                ),
+            });
+        }
         check_len("maxpool2d", "x", B::len(x), self.input_len())?;
         check_len("maxpool2d", "y", B::len(y), self.output_len())
     }

@@ -112,6 +112,25 @@ fn wrong_lengths_are_errors() {
 /// Planes are split between threads (here 6 planes over 4 threads: three
 /// groups of 2), which must not change a bit, odd trailing row included.
 #[test]
+fn planes_without_a_window_are_errors() {
+    for (in_h, in_w) in [(1, 4), (4, 1), (0, 0)] {
+        let g = PoolGeom {
+            batch: 1,
+            channels: 1,
+            in_h,
+            in_w,
+        };
+        let x = vec![0.0; in_h * in_w];
+        let err = cpu().maxpool2d_fwd(&g, &x, &mut vec![]).unwrap_err();
+        assert!(err.to_string().contains("no 2x2 window"), "{err}");
+        let err = cpu()
+            .maxpool2d_bwd(&g, &x, &vec![], &mut x.clone())
+            .unwrap_err();
+        assert!(err.to_string().contains("no 2x2 window"), "{err}");
+    }
+}
+
+#[test]
 fn threads_do_not_change_the_bits() {
     let x = uniform(5, G.input_len(), -1.0, 1.0);
     let dy = uniform(6, G.output_len(), -1.0, 1.0);
