@@ -133,30 +133,34 @@ fn stages(micro_batches: usize) -> [PipelineStage<Cpu>; 2] {
 #[test]
 fn a_stage_holds_the_micro_batches_in_flight_only() {
     let (front, back) = (StageBytes::front(), StageBytes::back());
-    let mut trained = Vec::new();
+    let (mut held, mut expected) = (Vec::new(), Vec::new());
     for m in [1, 2, 4, 8] {
         let [first, last] = stages(m);
-        let micro = BATCH / m;
-        // Stage 0: two slots (one for a single micro-batch); the last
-        // stage: one.
-        let two = vec![micro; m.min(2)];
-        let at_front = buffer_bytes(&first, BATCH, true);
-        let at_back = buffer_bytes(&last, BATCH, true);
-        assert_eq!(at_front, front.training(BATCH, &two), "stage 0, M = {m}");
-        assert_eq!(at_back, back.training(BATCH, &[micro]), "last, M = {m}");
-        trained.push((at_front, at_back));
-        // Evaluation goes through in one piece, whatever M.
+        let train = |stage: &PipelineStage<Cpu>| buffer_bytes(stage, BATCH, true);
         let eval = |stage: &PipelineStage<Cpu>| buffer_bytes(stage, BATCH, false);
-        assert_eq!(eval(&first), front.evaluation(BATCH), "stage 0, M = {m}");
-        assert_eq!(eval(&last), back.evaluation(BATCH), "last, M = {m}");
+        held.push((m, train(&first), train(&last), eval(&first), eval(&last)));
+        // Stage 0: two slots (one for a single micro-batch); the last
+        // stage: one. Evaluation goes through in one piece, whatever M.
+        let micro = BATCH / m;
+        expected.push((
+            m,
+            front.training(BATCH, &vec![micro; m.min(2)]),
+            back.training(BATCH, &[micro]),
+            front.evaluation(BATCH),
+            back.evaluation(BATCH),
+        ));
     }
+    assert_eq!(
+        held, expected,
+        "(M, training and evaluation bytes of each stage)"
+    );
     // More micro-batches, less memory: stage 0 from M = 2 on (until then
     // every micro-batch has its own slot), the last stage from M = 1 on.
-    for pair in trained.windows(2) {
-        assert!(pair[1].1 < pair[0].1, "the last stage: {trained:?}");
+    for pair in held.windows(2) {
+        assert!(pair[1].2 < pair[0].2, "the last stage: {held:?}");
     }
-    for pair in trained[1..].windows(2) {
-        assert!(pair[1].0 < pair[0].0, "stage 0: {trained:?}");
+    for pair in held[1..].windows(2) {
+        assert!(pair[1].1 < pair[0].1, "stage 0: {held:?}");
     }
 }
 
@@ -165,25 +169,25 @@ fn a_stage_holds_the_micro_batches_in_flight_only() {
 #[test]
 fn micro_batches_of_two_sizes_take_slots_of_each() {
     let (front, back) = (StageBytes::front(), StageBytes::back());
-    let [first, last] = stages(4);
-    let (at_front, at_back) = (13, 12);
-    assert_eq!(
-        buffer_bytes(&first, UNEVEN, true),
-        front.training(UNEVEN, &[at_front, at_front, at_back, at_back])
+    let held = |m: usize| {
+        let [first, last] = stages(m);
+        (
+            buffer_bytes(&first, UNEVEN, true),
+            buffer_bytes(&last, UNEVEN, true),
+        )
+    };
+    // 8 micro-batches: 7, 7, then six of 6.
+    let expected = (
+        front.training(UNEVEN, &[7, 7, 6, 6]),
+        back.training(UNEVEN, &[7, 6]),
     );
-    assert_eq!(
-        buffer_bytes(&last, UNEVEN, true),
-        back.training(UNEVEN, &[at_front, at_back])
+    assert_eq!(held(8), expected, "M = 8");
+    // 4: 13, 13, 12, 12, so stage 0 has a slot for each.
+    let expected = (
+        front.training(UNEVEN, &[13, 13, 12, 12]),
+        back.training(UNEVEN, &[13, 12]),
     );
-    let [first, last] = stages(8);
-    assert_eq!(
-        buffer_bytes(&first, UNEVEN, true),
-        front.training(UNEVEN, &[7, 7, 6, 6])
-    );
-    assert_eq!(
-        buffer_bytes(&last, UNEVEN, true),
-        back.training(UNEVEN, &[7, 6])
-    );
+    assert_eq!(held(4), expected, "M = 4");
 }
 
 /// The whole network (a data-parallel rank) holds each buffer once, for
