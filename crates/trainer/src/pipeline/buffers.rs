@@ -27,7 +27,7 @@ use anyhow::Context;
 use core_tensor::{Elem, Ops, Result};
 
 use super::stage_params;
-use crate::model::cnn::{BatchInputs, Cut, Features, Head, InputPart, classes};
+use crate::model::cnn::{BatchInputs, Cut, Features, GradAndPooled, Head, InputPart, classes};
 
 /// A stage's buffers: its layers' activations (with their gradients, for
 /// training) in slots, for the micro-batches or for the whole batch when
@@ -175,10 +175,7 @@ impl<B: Ops> Slotted<BackActs<B>, Scores<B>> {
     /// The last stage's exchange before micro-batch `i`: the gradient of
     /// `i - 1`'s pooled activations to send back, and the buffer for
     /// `i`'s to arrive in.
-    pub(super) fn handover(
-        &mut self,
-        i: usize,
-    ) -> anyhow::Result<(&B::Storage<f32>, &mut B::Storage<f32>)> {
+    pub(super) fn handover(&mut self, i: usize) -> anyhow::Result<GradAndPooled<'_, B>> {
         if self.share_slot(i - 1, i) {
             return self.slot(i).cut.dpooled_and_pooled();
         }

@@ -71,7 +71,7 @@ pub(super) fn run<B: Ops>(
 }
 
 /// Stage 0's part of the schedule over its micro-batches: micro-batch
-/// `i` starts in its slot before `i - 1`, in the other, finishes.
+/// `i` starts in its slot before `i - 1` finishes in the other.
 fn front<B: Ops>(
     work: &Work<'_, B>,
     link: &mut Link<'_, B>,

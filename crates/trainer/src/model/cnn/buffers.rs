@@ -73,6 +73,10 @@ pub struct HeadGrads<B: Ops> {
 /// An activation buffer on `B`'s device.
 type Values<B> = <B as Backend>::Storage<f32>;
 
+/// A cut's gradient to read and its pooled activations to write, at once
+/// (see [`Cut::dpooled_and_pooled`]).
+pub(crate) type GradAndPooled<'a, B> = (&'a Values<B>, &'a mut Values<B>);
+
 /// `values` zeros, and as many more for the gradient when `with_grads`.
 fn with_grad<B: Ops>(
     b: &B,
@@ -145,9 +149,7 @@ impl<B: Ops> Cut<B> {
     /// [`Self::dpooled`] to read and the pooled activations to write, at
     /// once: a pipeline's last stage sends one micro-batch's gradient
     /// while it receives the next one's activations into the same cut.
-    pub(crate) fn dpooled_and_pooled(
-        &mut self,
-    ) -> anyhow::Result<(&B::Storage<f32>, &mut B::Storage<f32>)> {
+    pub(crate) fn dpooled_and_pooled(&mut self) -> anyhow::Result<GradAndPooled<'_, B>> {
         let dpooled = self.dpooled.as_ref().context(TRAINING_ONLY)?;
         Ok((dpooled, &mut self.pooled))
     }
