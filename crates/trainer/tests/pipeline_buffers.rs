@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use comm::LocalCommunicator;
 use core_tensor::{Backend, Cpu};
-use trainer::model::{CnnMnist, DropoutRates, IMAGE_SIDE, Model, NoSync, cnn_layout};
+use trainer::model::{
+    BatchInputs, CnnMnist, DropoutRates, IMAGE_SIDE, Mode, Model, NoSync, cnn_layout,
+};
 use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage, stage_params};
 
 /// A batch that splits evenly into 1, 2, 4 and 8 micro-batches.
@@ -114,18 +116,25 @@ fn buffer_bytes<M: Model<Cpu>>(model: &M, batch: usize, train: bool) -> usize {
     (cpu.allocated_host_bytes().unwrap() - before) as usize
 }
 
+/// Stage `rank` of a pipeline of `micro_batches` over `comm`.
+fn stage(
+    rank: usize,
+    comm: LocalCommunicator,
+    micro_batches: usize,
+    dropout: DropoutRates,
+) -> PipelineStage<Cpu> {
+    let place = PipelinePlace::of(rank, 2, 2).unwrap();
+    let link = Box::new(HostLink::new(Box::new(comm)));
+    PipelineStage::new(CnnMnist::new(dropout), place, micro_batches, link).unwrap()
+}
+
 /// Both stages of one pipeline of `micro_batches` (their links unused:
 /// making buffers sends nothing).
 fn stages(micro_batches: usize) -> [PipelineStage<Cpu>; 2] {
     let stages: Vec<_> = LocalCommunicator::job(2, Duration::from_secs(30))
         .into_iter()
         .enumerate()
-        .map(|(rank, comm)| {
-            let place = PipelinePlace::of(rank, 2, 2).unwrap();
-            let link = Box::new(HostLink::new(Box::new(comm)));
-            let cnn = CnnMnist::new(DropoutRates::REFERENCE);
-            PipelineStage::new(cnn, place, micro_batches, link).unwrap()
-        })
+        .map(|(rank, comm)| stage(rank, comm, micro_batches, DropoutRates::REFERENCE))
         .collect();
     stages.try_into().ok().unwrap()
 }
@@ -188,6 +197,94 @@ fn micro_batches_of_two_sizes_take_slots_of_each() {
         back.training(UNEVEN, &[13, 12]),
     );
     assert_eq!(held(4), expected, "M = 4");
+}
+
+/// What one training step leaves: the gradients, the loss sum and the
+/// correct count.
+type Step = (Vec<f32>, f32, f32);
+
+/// One training step of `model` (over parameters `params`, its part)
+/// after `fill` wrote the batch into its buffers.
+fn step<M: Model<Cpu>>(model: &M, params: &[f32], fill: impl FnOnce(&mut M::Buffers)) -> Step {
+    let cpu = Cpu::new(1).unwrap();
+    let mut buffers = model.buffers(&cpu, UNEVEN, true).unwrap();
+    fill(&mut buffers);
+    let mut grads = cpu.zeros(params.len()).unwrap();
+    let params = cpu.upload(params).unwrap();
+    let (mut loss, mut correct) = (cpu.zeros(1).unwrap(), cpu.zeros(1).unwrap());
+    let mode = Mode::Train { dropout_seed: 1 };
+    model.forward(&cpu, &mut buffers, &params, mode).unwrap();
+    model.metric_sum(&cpu, &buffers, &mut correct).unwrap();
+    model.loss(&cpu, &mut buffers, &mut loss).unwrap();
+    model
+        .backward(&cpu, &mut buffers, &params, &mut grads, 1, &mut NoSync)
+        .unwrap();
+    (grads, loss[0], correct[0])
+}
+
+/// `|a - b| / |b|`, over the vectors.
+fn relative(a: &[f32], b: &[f32]) -> f64 {
+    let norm = |v: &mut dyn Iterator<Item = f32>| v.map(|x| f64::from(x).powi(2)).sum::<f64>();
+    norm(&mut a.iter().zip(b).map(|(x, y)| x - y)).sqrt() / norm(&mut b.iter().copied()).sqrt()
+}
+
+/// Micro-batches of two sizes (50 in 8: 7, 7, then six of 6) go through
+/// their slots as the batch goes through the whole network: the same
+/// gradients of each stage's parameters, loss and correct count, within
+/// the rounding of sums in another order (dropout off). A micro-batch in
+/// another's slot, or its labels or logits lost, would be far off.
+#[test]
+fn micro_batches_of_two_sizes_train_as_the_whole_batch() {
+    let cnn = CnnMnist::new(DropoutRates::OFF);
+    let params = cnn.init_params(5);
+    let pixels = IMAGE_SIDE * IMAGE_SIDE;
+    let images: Vec<f32> = (0..UNEVEN * pixels)
+        .map(|i| (i % 97) as f32 / 97.0)
+        .collect();
+    let labels: Vec<u8> = (0..UNEVEN).map(|i| (i * 7 % 10) as u8).collect();
+    let cpu = Cpu::new(1).unwrap();
+    let (grads, loss, correct) = step(&cnn, &params, |whole| {
+        cpu.write_range(&images, &mut whole.features.x, 0).unwrap();
+        cpu.write_range(&labels, &mut whole.head.labels, 0).unwrap();
+    });
+    let comms = LocalCommunicator::job(2, Duration::from_secs(30));
+    let piped: Vec<Step> = std::thread::scope(|s| {
+        let ranks: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, comm)| {
+                let (params, images, labels, cpu) = (&params, &images, &labels, &cpu);
+                s.spawn(move || {
+                    let stage = stage(rank, comm, 8, DropoutRates::OFF);
+                    step(&stage, &params[stage_params(rank)], |buffers| {
+                        let mut at = 0;
+                        for part in buffers.parts() {
+                            let n = part.samples;
+                            if let Some(x) = part.images {
+                                let mine = &images[at * pixels..(at + n) * pixels];
+                                cpu.write_range(mine, x, 0).unwrap();
+                            }
+                            if let Some(y) = part.labels {
+                                cpu.write_range(&labels[at..at + n], y, 0).unwrap();
+                            }
+                            at += n;
+                        }
+                    })
+                })
+            })
+            .collect();
+        ranks.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (rank, (part, ..)) in piped.iter().enumerate() {
+        let whole = &grads[stage_params(rank)];
+        assert!(relative(part, whole) < 1e-5, "stage {rank}");
+    }
+    let (_, last_loss, last_correct) = piped[1];
+    assert!(
+        (last_loss - loss).abs() <= 1e-5 * loss,
+        "{last_loss} {loss}"
+    );
+    assert_eq!(last_correct, correct);
 }
 
 /// The whole network (a data-parallel rank) holds each buffer once, for
