@@ -16,7 +16,7 @@
 //! parameters and nothing of the others: the stage's layers read it at
 //! offsets less its start ([`CnnMnist::within`]). Its buffers
 //! ([`PipeBuffers`]) are likewise its own layers' activations and the
-//! cut's only. Evaluation goes through
+//! cut's only, for the micro-batches in flight only. Evaluation goes through
 //! the pipeline as training does, a whole test batch at a time (stage 0's
 //! features, the last stage's head and count). The whole model is made
 //! only on rank 0's host, at a checkpoint: each stage's part (and Adam's
@@ -256,8 +256,9 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         })
     }
 
-    /// This stage's activations only: for training one set per
-    /// micro-batch, with gradients; for evaluation one for the whole batch.
+    /// This stage's activations only: for training those of the
+    /// micro-batches in flight, with gradients; for evaluation one set for
+    /// the whole batch (see [`PipeBuffers`]).
     fn buffers(&self, b: &B, batch: usize, train: bool) -> Result<PipeBuffers<B>> {
         let sizes = match train {
             true => {
@@ -289,7 +290,8 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         })
     }
 
-    /// The last stage counts, over each micro-batch (or the whole batch).
+    /// The last stage counts, over each micro-batch's logits (or the
+    /// whole batch's), which it keeps past the micro-batch's slot.
     fn metric_sum(
         &self,
         b: &B,
@@ -298,14 +300,16 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
     ) -> Result<()> {
         match &buffers.acts {
             StageActs::Front(_) => Ok(()),
-            StageActs::Back(parts) => parts
+            StageActs::Back(acts) => acts
+                .micro
                 .iter()
-                .try_for_each(|a| a.head.count_correct(b, correct)),
+                .try_for_each(|m| m.count_correct(b, correct)),
         }
     }
 
-    /// The last stage adds every micro-batch's loss (computed again: the
-    /// schedule needed the gradients before the trainer asks for this).
+    /// The last stage adds every micro-batch's loss (computed again, from
+    /// the logits it keeps, in the micro-batch's slot: the schedule needed
+    /// the gradients before the trainer asks for this).
     fn loss(
         &self,
         b: &B,
@@ -314,7 +318,11 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
     ) -> anyhow::Result<()> {
         match &mut buffers.acts {
             StageActs::Front(_) => Ok(()),
-            StageActs::Back(parts) => parts.iter_mut().try_for_each(|a| a.head.loss(b, loss_sum)),
+            StageActs::Back(acts) => (0..acts.micro.len()).try_for_each(|i| {
+                acts.start(i).head.loss(b, loss_sum)?;
+                acts.finish(i);
+                Ok(())
+            }),
         }
     }
 

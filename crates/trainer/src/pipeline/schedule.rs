@@ -17,9 +17,12 @@
 //! between GPUs). Each micro-batch's parameter gradients are added into
 //! the stage's host accumulator scaled by `m / n` (`m` its samples, `n`
 //! the batch's): the batch mean, which the trainer then averages over the
-//! stage's replicas. The data set gathers each micro-batch's inputs
-//! straight into its buffers: the images on stage 0, the labels on the
-//! last stage (see `PipeBuffers`).
+//! stage's replicas. The data set gathers each micro-batch's inputs into
+//! its own buffers before the schedule starts: the images on stage 0, the
+//! labels on the last stage. A micro-batch runs in a slot of activations
+//! that the stage's micro-batches take in turn, from its start (its own
+//! buffers move in) to its finish (they move out): two slots on stage 0,
+//! one on the last stage, per micro-batch size (see `PipeBuffers`).
 //!
 //! Evaluation ([`evaluate`]) sends a whole test batch through at once:
 //! stage 0's features forward, the last stage's head.
@@ -27,7 +30,9 @@
 use anyhow::Context;
 use core_tensor::{Ops, rng};
 
-use super::buffers::{BackActs, FrontActs, GradScratch, StageActs, TRAINING_BUFFERS};
+use super::buffers::{
+    BackActs, FrontActs, GradScratch, Images, Scores, Slotted, StageActs, TRAINING_BUFFERS,
+};
 use super::{PipeBuffers, PipelineStage, StageLink};
 use crate::model::cnn::Backward;
 use crate::model::{Mode, NoSync};
@@ -52,63 +57,63 @@ pub(super) fn run<B: Ops>(
     let scratch = bufs.train.as_mut().context(TRAINING_BUFFERS)?;
     scratch.acc.fill(0.0);
     match &mut bufs.acts {
-        StageActs::Front(micro) => {
-            let work = Work::new(
-                stage,
-                b,
-                params,
-                seed,
-                micro.iter().map(|a| a.features.batch),
-            );
-            front(&work, &mut link, micro, scratch)?;
+        StageActs::Front(acts) => {
+            let work = Work::new(stage, b, params, seed, acts.micro.iter().map(|m| m.samples));
+            front(&work, &mut link, acts, scratch)?;
         }
-        StageActs::Back(micro) => {
-            let work = Work::new(stage, b, params, seed, micro.iter().map(|a| a.head.batch));
-            back(&work, &mut link, micro, scratch)?;
+        StageActs::Back(acts) => {
+            let work = Work::new(stage, b, params, seed, acts.micro.iter().map(|m| m.samples));
+            back(&work, &mut link, acts, scratch)?;
         }
     }
     stage.mark(b, None)?;
     Ok(())
 }
 
-/// Stage 0's part of the schedule over its micro-batches.
+/// Stage 0's part of the schedule over its micro-batches: micro-batch
+/// `i` starts in its slot before `i - 1` finishes in the other.
 fn front<B: Ops>(
     work: &Work<'_, B>,
     link: &mut Link<'_, B>,
-    micro: &mut [FrontActs<B>],
+    acts: &mut Slotted<FrontActs<B>, Images<B>>,
     scratch: &mut GradScratch<B>,
 ) -> anyhow::Result<()> {
-    let m = micro.len();
-    work.forward_features(&mut micro[0], 0)?;
-    link.exchange(Some(&micro[0].cut.pooled), None)?;
+    let m = acts.micro.len();
+    work.forward_features(acts.start(0), 0)?;
+    link.exchange(Some(&acts.slot(0).cut.pooled), None)?;
     for i in 1..m {
-        work.forward_features(&mut micro[i], i)?;
-        let (done, now) = micro.split_at_mut(i);
-        let back = done[i - 1].cut.dpooled_mut()?;
-        link.exchange(Some(&now[0].cut.pooled), Some(back))?;
-        work.backward_features(&mut done[i - 1], i - 1, scratch)?;
+        work.forward_features(acts.start(i), i)?;
+        let (now, done) = acts.two(i, i - 1)?;
+        link.exchange(Some(&now.cut.pooled), Some(done.cut.dpooled_mut()?))?;
+        work.backward_features(done, i - 1, scratch)?;
+        acts.finish(i - 1);
     }
-    link.exchange(None, Some(micro[m - 1].cut.dpooled_mut()?))?;
-    work.backward_features(&mut micro[m - 1], m - 1, scratch)
+    let last = acts.slot(m - 1);
+    link.exchange(None, Some(last.cut.dpooled_mut()?))?;
+    work.backward_features(last, m - 1, scratch)?;
+    acts.finish(m - 1);
+    Ok(())
 }
 
-/// The last stage's part of the schedule over its micro-batches.
+/// The last stage's part of the schedule over its micro-batches, each
+/// from start to finish in its slot.
 fn back<B: Ops>(
     work: &Work<'_, B>,
     link: &mut Link<'_, B>,
-    micro: &mut [BackActs<B>],
+    acts: &mut Slotted<BackActs<B>, Scores<B>>,
     scratch: &mut GradScratch<B>,
 ) -> anyhow::Result<()> {
-    let m = micro.len();
-    link.exchange(None, Some(&mut micro[0].cut.pooled))?;
-    work.head(&mut micro[0], 0, scratch)?;
+    let m = acts.micro.len();
+    link.exchange(None, Some(&mut acts.slot(0).cut.pooled))?;
+    work.head(acts.start(0), 0, scratch)?;
+    acts.finish(0);
     for i in 1..m {
-        let (done, now) = micro.split_at_mut(i);
-        let back = done[i - 1].cut.dpooled()?;
-        link.exchange(Some(back), Some(&mut now[0].cut.pooled))?;
-        work.head(&mut now[0], i, scratch)?;
+        let (back, next) = acts.handover(i)?;
+        link.exchange(Some(back), Some(next))?;
+        work.head(acts.start(i), i, scratch)?;
+        acts.finish(i);
     }
-    link.exchange(Some(micro[m - 1].cut.dpooled()?), None)
+    link.exchange(Some(acts.slot(m - 1).cut.dpooled()?), None)
 }
 
 /// One test batch (without dropout) through this rank's stage: stage 0
@@ -125,15 +130,21 @@ pub(super) fn evaluate<B: Ops>(
     let peer = 1 - me;
     let context = || format!("pipeline stage {me}: evaluating, exchanging with stage {peer}");
     match &mut bufs.acts {
-        StageActs::Front(parts) => parts.iter_mut().try_for_each(|a| {
+        StageActs::Front(acts) => (0..acts.micro.len()).try_for_each(|i| {
+            let a = acts.start(i);
             cnn.forward_features(b, &mut a.features, &mut a.cut, params, Mode::Eval)?;
             link.exchange(b, peer, Some(&a.cut.pooled), None)
-                .with_context(context)
+                .with_context(context)?;
+            acts.finish(i);
+            Ok(())
         }),
-        StageActs::Back(parts) => parts.iter_mut().try_for_each(|a| {
+        StageActs::Back(acts) => (0..acts.micro.len()).try_for_each(|i| {
+            let a = acts.start(i);
             link.exchange(b, peer, None, Some(&mut a.cut.pooled))
                 .with_context(context)?;
-            Ok(cnn.forward_head(b, &a.cut, &mut a.head, params, Mode::Eval)?)
+            cnn.forward_head(b, &a.cut, &mut a.head, params, Mode::Eval)?;
+            acts.finish(i);
+            Ok(())
         }),
     }
 }

@@ -73,6 +73,10 @@ pub struct HeadGrads<B: Ops> {
 /// An activation buffer on `B`'s device.
 type Values<B> = <B as Backend>::Storage<f32>;
 
+/// A cut's gradient to read and its pooled activations to write, at once
+/// (see [`Cut::dpooled_and_pooled`]).
+pub(crate) type GradAndPooled<'a, B> = (&'a Values<B>, &'a mut Values<B>);
+
 /// `values` zeros, and as many more for the gradient when `with_grads`.
 fn with_grad<B: Ops>(
     b: &B,
@@ -97,15 +101,31 @@ impl<B: Ops> Activations<B> {
 
 impl<B: Ops> Features<B> {
     pub(crate) fn new(b: &B, batch: usize, with_grads: bool) -> Result<Self> {
+        Self::around(b, batch, Self::images(b, batch)?, with_grads)
+    }
+
+    /// The buffers for `batch` images but the images, which are `x` (a
+    /// pipeline's slot lends it each micro-batch's own in turn).
+    pub(crate) fn around(
+        b: &B,
+        batch: usize,
+        x: B::Storage<f32>,
+        with_grads: bool,
+    ) -> Result<Self> {
         let (a1, da1) = with_grad(b, batch * CONV1.out_image_len(), with_grads)?;
         let (a2, da2) = with_grad(b, batch * CONV2.out_image_len(), with_grads)?;
         Ok(Self {
             batch,
-            x: b.zeros(batch * CONV1.in_image_len())?,
+            x,
             a1,
             a2,
             grads: da1.zip(da2),
         })
+    }
+
+    /// A buffer for `batch` images, the length of [`Features::x`].
+    pub(crate) fn images(b: &B, batch: usize) -> Result<B::Storage<f32>> {
+        b.zeros(batch * CONV1.in_image_len())
     }
 }
 
@@ -125,21 +145,52 @@ impl<B: Ops> Cut<B> {
     pub(crate) fn dpooled_mut(&mut self) -> anyhow::Result<&mut B::Storage<f32>> {
         for_training(&mut self.dpooled)
     }
+
+    /// [`Self::dpooled`] to read and the pooled activations to write, at
+    /// once: a pipeline's last stage sends one micro-batch's gradient
+    /// while it receives the next one's activations into the same cut.
+    pub(crate) fn dpooled_and_pooled(&mut self) -> anyhow::Result<GradAndPooled<'_, B>> {
+        let dpooled = self.dpooled.as_ref().context(TRAINING_ONLY)?;
+        Ok((dpooled, &mut self.pooled))
+    }
 }
 
 impl<B: Ops> Head<B> {
     pub(crate) fn new(b: &B, batch: usize, with_grads: bool) -> Result<Self> {
+        let (labels, logits) = (Self::labels(b, batch)?, Self::logits(b, batch)?);
+        Self::around(b, batch, labels, logits, with_grads)
+    }
+
+    /// The buffers for `batch` samples but the labels and the logits, which
+    /// are those given (see [`Features::around`]).
+    pub(crate) fn around(
+        b: &B,
+        batch: usize,
+        labels: B::Storage<u8>,
+        logits: B::Storage<f32>,
+        with_grads: bool,
+    ) -> Result<Self> {
         let (hidden, dhidden) = with_grad(b, batch * FC1.out_features, with_grads)?;
-        let (logits, dlogits) = with_grad(b, batch * FC2.out_features, with_grads)?;
+        let dlogits = with_grads.then(|| Self::logits(b, batch)).transpose()?;
         Ok(Self {
             batch,
-            labels: b.zeros(batch)?,
+            labels,
             hidden,
             logits,
             grads: dlogits
                 .zip(dhidden)
                 .map(|(dlogits, dhidden)| HeadGrads { dlogits, dhidden }),
         })
+    }
+
+    /// A buffer for `batch` labels, the length of [`Head::labels`].
+    pub(crate) fn labels(b: &B, batch: usize) -> Result<B::Storage<u8>> {
+        b.zeros(batch)
+    }
+
+    /// A buffer for `batch` samples' logits, the length of [`Head::logits`].
+    pub(crate) fn logits(b: &B, batch: usize) -> Result<B::Storage<f32>> {
+        b.zeros(batch * FC2.out_features)
     }
 
     /// The cross-entropy of the logits: its sum added to `loss_sum`, its

@@ -19,8 +19,8 @@ use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
 mod buffers;
 mod data;
 
-pub(crate) use buffers::for_training;
 pub use buffers::{Activations, Cut, Features, Head, HeadGrads};
+pub(crate) use buffers::{GradAndPooled, for_training};
 pub use data::{BatchInputs, DeviceSplit, HostSplit, InputPart};
 
 use super::{GradsReady, Metric, Mode, Model, pytorch_default_init};
