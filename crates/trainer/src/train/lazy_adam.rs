@@ -220,9 +220,9 @@ mod tests {
             epoch_train_seconds: 0.0,
         };
         let mut grads = wave(0.5);
-        for i in 0..n {
+        for (i, g) in grads.iter_mut().enumerate() {
             if table_of(&model, i).is_some() && !named(&model, i) {
-                grads[i] = 0.0;
+                *g = 0.0;
             }
         }
         (model, start, grads)
