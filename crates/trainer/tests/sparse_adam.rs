@@ -65,17 +65,20 @@ fn params_after_each_step(
     history
 }
 
-/// The embedding rows (of `DIM`) that differ between `a` and `b`.
+/// The rows whose embedding (of `DIM`) or bias differs between `a` and `b`.
 fn rows_moved(model: &RecsysModel, a: &[f32], b: &[f32]) -> usize {
     let (table, _) = Model::<Cpu>::sparse_table(model).unwrap();
-    (a[table.clone()].chunks(DIM).zip(b[table].chunks(DIM)))
-        .filter(|(x, y)| x != y)
+    let biases = Model::<Cpu>::layout(model).range("bias.weight").unwrap();
+    let rows = (a[table.clone()].chunks(DIM)).zip(b[table].chunks(DIM));
+    (rows.zip(a[biases.clone()].iter().zip(&b[biases])))
+        .filter(|((x, y), (p, q))| x != y || p != q)
         .count()
 }
 
-/// A step moves at most the rows its two ranks' batches looked up (two per
-/// rating), where dense Adam keeps moving every row seen since the start;
-/// and the ranks hold the same bits after every step.
+/// A step moves at most the rows (embeddings and biases) its two ranks'
+/// batches looked up (two per rating), where dense Adam keeps moving every
+/// row seen since the start; and the ranks hold the same bits after every
+/// step.
 #[test]
 fn two_ranks_move_only_their_batches_rows_and_stay_identical() {
     let dir = tempfile::tempdir().unwrap();
