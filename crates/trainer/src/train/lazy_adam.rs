@@ -126,8 +126,9 @@ impl<B: Ops> LazyAdam<B> {
             ..*table
         };
         // Every check before any update, since the updates skip on what
-        // the guard says. The dense ranges lie above and between the
-        // tables' rows: the guard keeps the smallest bad index of all.
+        // the guard says. The dense ranges and the tables interleave in
+        // flat order: the guard keeps the smallest bad index of all its
+        // calls, whatever their order.
         for range in &self.dense {
             backend.guard_finite_range(step, loss, &r.grads, range.clone(), &mut r.guard)?;
         }
