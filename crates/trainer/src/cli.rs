@@ -216,9 +216,10 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = SparseGrads::Auto, value_name = "auto|always|never")]
     pub sparse_grads: SparseGrads,
 
-    /// Recsys: update only the embedding rows a step's batch looked up (all
-    /// ranks' rows), as torch.optim.SparseAdam does, not the whole table
-    /// (dense Adam, the default, decays every row's moments every step).
+    /// Recsys: update only the embedding rows and per-row biases a step's
+    /// batch looked up (all ranks' rows), as torch.optim.SparseAdam does,
+    /// not the whole tables (dense Adam, the default, decays every row's
+    /// moments every step).
     /// Needs the host's sparse exchange (--backend tcp, not
     /// --sparse-grads never) with more than one rank.
     #[arg(long)]

@@ -3,23 +3,28 @@
 //! Adam; two ranks stay bitwise identical; the union of the ranks' rows is
 //! the same whether the gradients travel as rows or dense; checkpoints keep
 //! their format, so a run resumes exactly and with either optimizer; a GPU
-//! (cuda-emu) trains with it; the flag is refused where it cannot work.
+//! (cuda-emu) trains with it; the finiteness guard, which reads only the
+//! loss, the dense gradients and the step's rows of the tables, still
+//! stops at a NaN in any of them, naming the step and the smallest index;
+//! the flag is refused where it cannot work.
 
 mod common;
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use comm::{CommConfig, TcpCommunicator};
 use common::{free_port, run, stderr, trainer};
-use core_tensor::Cpu;
 use core_tensor::ops::AdamConfig;
+use core_tensor::{Cpu, FlatLayout, Ops};
 use trainer::cli::SparseGrads;
 use trainer::ddp::CommThread;
 use trainer::model::recsys::synth::write_ratings;
-use trainer::model::recsys::{RatingsIndex, RatingsShard, RecsysModel};
-use trainer::model::{DropoutRates, Model};
+use trainer::model::recsys::{RatingsIndex, RatingsShard, RecsysBuffers, RecsysModel};
+use trainer::model::{DropoutRates, GradsReady, Metric, Mode, Model};
 use trainer::train::{Setup, Silent, TrainConfig, Trainer};
 
 const STEPS: usize = 12;
@@ -60,17 +65,20 @@ fn params_after_each_step(
     history
 }
 
-/// The embedding rows (of `DIM`) that differ between `a` and `b`.
+/// The rows whose embedding (of `DIM`) or bias differs between `a` and `b`.
 fn rows_moved(model: &RecsysModel, a: &[f32], b: &[f32]) -> usize {
     let (table, _) = Model::<Cpu>::sparse_table(model).unwrap();
-    (a[table.clone()].chunks(DIM).zip(b[table].chunks(DIM)))
-        .filter(|(x, y)| x != y)
+    let biases = Model::<Cpu>::layout(model).range("bias.weight").unwrap();
+    let rows = (a[table.clone()].chunks(DIM)).zip(b[table].chunks(DIM));
+    (rows.zip(a[biases.clone()].iter().zip(&b[biases])))
+        .filter(|((x, y), (p, q))| x != y || p != q)
         .count()
 }
 
-/// A step moves at most the rows its two ranks' batches looked up (two per
-/// rating), where dense Adam keeps moving every row seen since the start;
-/// and the ranks hold the same bits after every step.
+/// A step moves at most the rows (embeddings and biases) its two ranks'
+/// batches looked up (two per rating), where dense Adam keeps moving every
+/// row seen since the start; and the ranks hold the same bits after every
+/// step.
 #[test]
 fn two_ranks_move_only_their_batches_rows_and_stay_identical() {
     let dir = tempfile::tempdir().unwrap();
@@ -111,6 +119,184 @@ fn two_ranks_move_only_their_batches_rows_and_stay_identical() {
             );
         }
     }
+}
+
+/// Where a NaN goes into the gradient, given the model and the rows the
+/// batch looked up.
+type Plant = fn(&RecsysModel, &[u32]) -> Vec<usize>;
+
+/// recsys, whose backward at step [`PLANT_AT`] writes NaNs where `plant`
+/// says (after averaging, as a bad all-reduce or kernel would leave them).
+struct Planted {
+    inner: RecsysModel,
+    plant: Plant,
+    steps: AtomicUsize,
+    /// The flat indices planted.
+    planted: Mutex<Vec<usize>>,
+}
+
+const PLANT_AT: usize = 3;
+
+impl<B: Ops> Model<B> for Planted {
+    type Buffers = RecsysBuffers<B>;
+
+    fn kind(&self) -> &'static str {
+        "recsys"
+    }
+    fn metric(&self) -> Metric {
+        Metric::Rmse
+    }
+    fn layout(&self) -> &FlatLayout {
+        Model::<B>::layout(&self.inner)
+    }
+    fn sparse_table(&self) -> Option<(Range<usize>, usize)> {
+        Model::<B>::sparse_table(&self.inner)
+    }
+    fn sparse_rows<'a>(&self, buf: &'a RecsysBuffers<B>) -> Option<&'a [u32]> {
+        self.inner.sparse_rows(buf)
+    }
+    fn row_tables(&self) -> Vec<(Range<usize>, usize)> {
+        Model::<B>::row_tables(&self.inner)
+    }
+    fn row_tables_kept_zero(&mut self) {
+        Model::<B>::row_tables_kept_zero(&mut self.inner)
+    }
+    fn init_params(&self, seed: u64) -> Vec<f32> {
+        Model::<B>::init_params(&self.inner, seed)
+    }
+    fn buffers(&self, b: &B, batch: usize, train: bool) -> core_tensor::Result<Self::Buffers> {
+        self.inner.buffers(b, batch, train)
+    }
+    fn forward(
+        &self,
+        b: &B,
+        buf: &mut Self::Buffers,
+        params: &B::Storage<f32>,
+        mode: Mode,
+    ) -> core_tensor::Result<()> {
+        self.inner.forward(b, buf, params, mode)
+    }
+    fn metric_sum(
+        &self,
+        b: &B,
+        buf: &Self::Buffers,
+        sum: &mut B::Storage<f32>,
+    ) -> core_tensor::Result<()> {
+        self.inner.metric_sum(b, buf, sum)
+    }
+    fn loss(
+        &self,
+        b: &B,
+        buf: &mut Self::Buffers,
+        sum: &mut B::Storage<f32>,
+    ) -> anyhow::Result<()> {
+        self.inner.loss(b, buf, sum)
+    }
+    fn backward(
+        &self,
+        b: &B,
+        buf: &mut Self::Buffers,
+        params: &B::Storage<f32>,
+        grads: &mut B::Storage<f32>,
+        seed: u64,
+        hook: &mut dyn GradsReady<B>,
+    ) -> anyhow::Result<()> {
+        self.inner.backward(b, buf, params, grads, seed, hook)?;
+        if self.steps.fetch_add(1, Ordering::Relaxed) + 1 == PLANT_AT {
+            let rows = self.inner.sparse_rows(buf).unwrap();
+            for at in (self.plant)(&self.inner, rows) {
+                b.write_range(&[f32::NAN], grads, at)?;
+                self.planted.lock().unwrap().push(at);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A value in the middle row the step used of the embedding table.
+fn plant_table_row(m: &RecsysModel, rows: &[u32]) -> Vec<usize> {
+    let (table, dim) = Model::<Cpu>::sparse_table(m).unwrap();
+    vec![table.start + rows[rows.len() / 2] as usize * dim + 1]
+}
+
+/// The bias of the first row the step used.
+fn plant_bias(m: &RecsysModel, rows: &[u32]) -> Vec<usize> {
+    let biases = Model::<Cpu>::layout(m).range("bias.weight").unwrap();
+    vec![biases.start + rows[0] as usize]
+}
+
+fn plant_dense(m: &RecsysModel, _: &[u32]) -> Vec<usize> {
+    vec![Model::<Cpu>::layout(m).range("fc1.weight").unwrap().start + 5]
+}
+
+/// All three, the MLP's first: the guard checks the dense range first.
+fn plant_all(m: &RecsysModel, rows: &[u32]) -> Vec<usize> {
+    [plant_dense, plant_bias, plant_table_row]
+        .iter()
+        .flat_map(|plant| plant(m, rows))
+        .collect()
+}
+
+/// Under `--sparse-adam` the guard reads the loss, the gradients outside
+/// the tables and the step's rows of the embedding and the biases, not
+/// the whole tables: a NaN planted in a row the step used or in a dense
+/// gradient still stops training at that step, naming the smallest flat
+/// index of all (the table lies first, the MLP last), and the step's
+/// update is skipped. Had the guard left one of those parts out, the NaN
+/// would reach the parameters and a later step's loss would trip it.
+fn a_planted_nan_stops_at_its_step<B: Ops>(backend: &B) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratings.csv");
+    write_ratings(&path, 20_000, 3000, 2000, 3).unwrap();
+    let index = Arc::new(RatingsIndex::build(&path).unwrap());
+    for (what, plant) in [
+        ("a used table row", plant_table_row as Plant),
+        ("a used bias", plant_bias),
+        ("fc1.weight", plant_dense),
+        ("all three", plant_all),
+    ] {
+        let model = Planted {
+            inner: RecsysModel::new(&index, DIM).unwrap(),
+            plant,
+            steps: AtomicUsize::new(0),
+            planted: Mutex::new(Vec::new()),
+        };
+        let train = Box::new(RatingsShard::new(index.clone(), false));
+        let (cfg, setup) = (config(true), Setup::fresh(None));
+        let mut t = Trainer::with_model(backend.clone(), model, train, None, cfg, setup).unwrap();
+        let mut history = Vec::new();
+        let err = t
+            .train_epoch(1, &mut Silent, &mut |t| {
+                history.push(t.params()?);
+                Ok(())
+            })
+            .unwrap_err();
+        let err = format!("{err:#}");
+        let planted = t.model().planted.lock().unwrap().clone();
+        let smallest = planted.iter().min().unwrap();
+        // The CPU reads the guard every step, a GPU at the epoch's end.
+        let at_step = match B::IN_HOST_MEMORY {
+            true => format!("epoch 1, step {PLANT_AT}: non-finite gradient"),
+            false => format!("at optimizer step {PLANT_AT} (noticed"),
+        };
+        assert!(
+            err.contains(&at_step) && err.contains(&format!("flat index {smallest})")),
+            "{what}, planted at {planted:?}: {err}"
+        );
+        let before = &history[PLANT_AT - 2];
+        let now = t.params().unwrap();
+        assert!(
+            now.iter()
+                .zip(before)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{what}: the bad step moved the parameters"
+        );
+    }
+}
+
+#[test]
+fn a_planted_nan_stops_training_at_its_step_on_the_cpu() {
+    a_planted_nan_stops_at_its_step(&Cpu::new(1).unwrap());
 }
 
 /// Trains `extra` on two ranks over the binary; the files of the final
@@ -197,12 +383,13 @@ fn sparse_adam_on_the_cuda_emulator() {
 }
 
 /// Two ranks on one emulated GPU over the TCP ring: the lazy step's kernel
-/// and the dense one's over the rest, as rows and as the dense exchange.
+/// and the dense one's over the rest, as rows and as the dense exchange;
+/// and the guard's kernels in parts, stopping at a planted NaN.
 #[test]
 fn emulated_gpu_trains_with_sparse_adam() {
-    if common::emulated_gpu(0).is_none() {
+    let Some(gpu) = common::emulated_gpu(0) else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let ratings = dir.path().join("ratings.csv");
     write_ratings(&ratings, 5_000, 300, 200, 3).unwrap();
@@ -212,6 +399,7 @@ fn emulated_gpu_trains_with_sparse_adam() {
         args.extend(["--sparse-grads", mode]);
         train(&ratings, &dir.path().join(mode), &args);
     }
+    a_planted_nan_stops_at_its_step(&gpu);
 }
 
 #[test]

@@ -162,6 +162,6 @@ fn suite_on_the_cuda_emulator() {
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
         &["--skip", "suite_on_the_cuda_emulator"],
         &[("REQUIRE_GPU", "1")],
-        14,
+        15,
     );
 }

@@ -314,6 +314,69 @@ fn guard_finite_matches<B: Ops>(dev: &B) {
     assert_eq!(down_u32(dev, &fresh), vec![9, u32::MAX], "the loss alone");
 }
 
+/// A step checked in parts (`--sparse-adam`'s dense ranges and the rows of
+/// a table it used), in either order of the calls: each device keeps the
+/// CPU's smallest bad index over all of them, the rows no id names and the
+/// values outside the ranges unread.
+fn guard_finite_parts_match<B: Ops>(dev: &B) {
+    let (dim, rows, offset) = (32, 5_000, 1_000);
+    let n = offset + rows * dim + 3_000;
+    let table = RowsGeom {
+        count: 0,
+        dim,
+        rows,
+        offset,
+    };
+    let ids: Vec<u32> = (0..rows as u32).filter(|r| r % 3 == 1).collect();
+    let used = RowsGeom {
+        count: ids.len(),
+        ..table
+    };
+    let dense = [0..offset, table.table().end..n];
+    let at = |row: usize, d: usize| offset + row * dim + d;
+    let mut values = uniform(860, n, -1.0, 1.0);
+    // Unread: rows 0 and 3 999 (not named), and nothing outside the parts.
+    for i in [at(0, 5), at(3_999, 0)] {
+        values[i] = f32::NAN;
+    }
+    let cases: [(&[usize], [u32; 2]); 4] = [
+        (&[], GUARD_CLEAR),
+        (&[n - 1, at(4_000, 31)], [7, at(4_000, 31) as u32]),
+        (&[n - 1, at(4_000, 31), at(1, 9)], [7, at(1, 9) as u32]),
+        (&[at(4_000, 31), at(1, 9), 999], [7, 999]),
+    ];
+    let (ids_d, loss) = (up(dev, &ids), up(dev, &[0.5f32]));
+    for (bad, want) in cases {
+        let mut values = values.clone();
+        bad.iter().for_each(|&i| values[i] = f32::INFINITY);
+        let values_d = up(dev, &values);
+        for rows_first in [false, true] {
+            let mut guard = dev.upload(&GUARD_CLEAR).unwrap();
+            let check_rows = |guard: &mut B::Storage<u32>| {
+                dev.guard_finite_rows(7, &used, &ids_d, &values_d, guard)
+                    .unwrap()
+            };
+            if rows_first {
+                check_rows(&mut guard);
+            }
+            for range in dense.clone() {
+                dev.guard_finite_range(7, &loss, &values_d, range, &mut guard)
+                    .unwrap();
+            }
+            if !rows_first {
+                check_rows(&mut guard);
+            }
+            let what = format!("{} {bad:?} rows first {rows_first}", dev.describe());
+            assert_eq!(down_u32(dev, &guard), want.to_vec(), "{what}");
+        }
+    }
+}
+
+#[test]
+fn guard_finite_parts() {
+    on_each_device!(guard_finite_parts_match);
+}
+
 fn down_u32<B: Ops>(dev: &B, buf: &B::Storage<u32>) -> Vec<u32> {
     dev.download(buf).unwrap()
 }

@@ -179,11 +179,22 @@ pub trait Model<B: Ops> {
         None
     }
 
-    /// The trainer promises that the gradient of [`Model::sparse_table`]
-    /// is all `+0.0` whenever backward begins (it zeroes the rows it used
-    /// after each step), so backward may add the batch's rows into it
-    /// instead of zeroing the whole table first.
-    fn sparse_table_kept_zero(&mut self) {}
+    /// Every table (range and row width) whose rows the ids of
+    /// [`Model::sparse_rows`] name: [`Model::sparse_table`] and any other
+    /// table the batch looks up with the same ids (recsys' per-row biases,
+    /// a table of width 1), as PyTorch would hold each in an
+    /// `nn.Embedding(sparse=True)`. `--sparse-adam` updates those rows of
+    /// each lazily, and the finiteness guard reads only them. The default:
+    /// the sparse table alone.
+    fn row_tables(&self) -> Vec<(Range<usize>, usize)> {
+        self.sparse_table().into_iter().collect()
+    }
+
+    /// The trainer promises that the gradient of every table of
+    /// [`Model::row_tables`] is all `+0.0` whenever backward begins (it
+    /// zeroes the rows it used after each step), so backward may add the
+    /// batch's rows into them instead of zeroing the whole tables first.
+    fn row_tables_kept_zero(&mut self) {}
 
     /// The part of the parameters this rank trains, when it trains only a
     /// part (a pipeline stage); `None` (the default): all of them.

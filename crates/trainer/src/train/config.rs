@@ -20,8 +20,8 @@ pub struct TrainConfig {
     pub dropout: DropoutRates,
     pub bucket_mb: f64,
     pub sparse_grads: SparseGrads,
-    /// `--sparse-adam`: the lazy (SparseAdam) update of the model's sparse
-    /// table (`lazy_adam.rs`).
+    /// `--sparse-adam`: the lazy (SparseAdam) update of the model's row
+    /// tables (`lazy_adam.rs`).
     pub sparse_adam: bool,
 }
 

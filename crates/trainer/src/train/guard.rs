@@ -37,8 +37,14 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             Some(i) => {
                 let i = i + self.replica.offset();
                 let views = self.model.layout().views();
-                let name = views.iter().find(|v| v.range.contains(&i));
-                format!("gradient in {}", name.map_or("?", |v| v.spec.name.as_str()))
+                match views.iter().find(|v| v.range.contains(&i)) {
+                    Some(v) => format!(
+                        "gradient in {} (its element {}, flat index {i})",
+                        v.spec.name,
+                        i - v.range.start
+                    ),
+                    None => format!("gradient (flat index {i})"),
+                }
             }
             None => "loss".to_string(),
         };

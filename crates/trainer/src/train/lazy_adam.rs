@@ -1,13 +1,17 @@
-//! `--sparse-adam`: the embedding table ([`Model::sparse_table`]) gets
-//! `torch.optim.SparseAdam`'s lazy update on the rows the step's batch
-//! looked up (with several ranks, the union of all ranks' rows, which the
-//! sparse gradient exchange forms), every other row keeping its parameters
-//! and moments; the rest of the parameters get dense Adam. Nothing of the
-//! optimizer's work per step grows with the table: dense Adam runs over
-//! the parameters outside it, and the lazy step over the rows named, which
-//! it then zeroes in the gradient, so that the table's gradient is all
-//! zero whenever backward begins and backward need not zero the whole
-//! table ([`Model::sparse_table_kept_zero`]).
+//! `--sparse-adam`: the tables the batch's ids index ([`Model::row_tables`]:
+//! recsys' embedding and its per-row biases) get `torch.optim.SparseAdam`'s
+//! lazy update on the rows the step's batch looked up (with several ranks,
+//! the union of all ranks' rows, which the sparse gradient exchange forms),
+//! every other row keeping its parameters and moments; the rest of the
+//! parameters get dense Adam. Nothing of the optimizer's work per step grows
+//! with the tables: the finiteness guard reads the loss, the gradients
+//! outside the tables and the rows named; dense Adam runs over the
+//! parameters outside the tables, and the lazy step over the rows named,
+//! which it then zeroes in the gradient, so that the tables' gradients are
+//! all zero whenever backward begins and backward need not zero them
+//! ([`Model::row_tables_kept_zero`]).
+
+use std::ops::Range;
 
 use anyhow::{Context, bail};
 use core_tensor::Ops;
@@ -17,25 +21,29 @@ use super::replica::Replica;
 use crate::ddp::Reducer;
 use crate::model::Model;
 
-/// The table's place, and device room for the rows to update.
+/// The tables' places, the dense ranges between them, and device room for
+/// the rows to update.
 pub(super) struct LazyAdam<B: Ops> {
-    table: RowsGeom,
+    /// Every table the rows index (`count` 0), in flat order.
+    tables: Vec<RowsGeom>,
+    /// The parameters outside every table, in flat order.
+    dense: Vec<Range<usize>>,
     room: Option<Room<B>>,
 }
 
 /// The ids of the rows to update, and zero rows to write into their
 /// gradient afterwards: room for the most rows updated yet (powers of two,
-/// never past the table's rows).
+/// never past the tables' rows) of the widest table.
 struct Room<B: Ops> {
     ids: B::Storage<u32>,
     zeros: B::Storage<f32>,
 }
 
 impl<B: Ops> LazyAdam<B> {
-    /// The lazy update of `model`'s sparse table, or `None` without
+    /// The lazy update of `model`'s row tables, or `None` without
     /// `sparse_adam`; an error for a model without one, or for more than
     /// one of `world` ranks where `reducer` hands back no union of their
-    /// rows. Tells `model` that its table's gradient is kept zero.
+    /// rows. Tells `model` that its tables' gradients are kept zero.
     pub fn plan<M: Model<B>>(
         model: &mut M,
         sparse_adam: bool,
@@ -53,45 +61,85 @@ impl<B: Ops> LazyAdam<B> {
                  --backend tcp and --sparse-grads auto or always, or leave --sparse-adam out"
             );
         }
-        let Some((range, dim)) = model.sparse_table() else {
+        let mut tables = model.row_tables();
+        if tables.is_empty() {
             bail!(
                 "--sparse-adam updates the rows of an embedding table a batch looked up, but \
                  --model {} has no such table; leave --sparse-adam out",
                 model.kind()
             );
-        };
-        let dim = dim.max(1);
-        // The lazy step zeroes the table's gradient rows it used.
-        model.sparse_table_kept_zero();
+        }
+        tables.sort_by_key(|(range, _)| range.start);
+        let mut dense = Vec::new();
+        let mut at = 0;
+        for (range, _) in &tables {
+            if range.start < at {
+                bail!("--model {}: its row tables overlap", model.kind());
+            }
+            dense.push(at..range.start);
+            at = range.end;
+        }
+        dense.push(at..model.layout().len());
+        dense.retain(|range| !range.is_empty());
+        if dense.is_empty() {
+            // The guard reads the loss with the dense ranges: one, empty.
+            dense.push(0..0);
+        }
+        // The lazy step zeroes the tables' gradient rows it used.
+        model.row_tables_kept_zero();
+        let tables = (tables.into_iter())
+            .map(|(range, dim)| {
+                let dim = dim.max(1);
+                RowsGeom {
+                    count: 0,
+                    dim,
+                    rows: range.len() / dim,
+                    offset: range.start,
+                }
+            })
+            .collect();
         Ok(Some(Self {
-            table: RowsGeom {
-                count: 0,
-                dim,
-                rows: range.len() / dim,
-                offset: range.start,
-            },
+            tables,
+            dense,
             room: None,
         }))
     }
 
     /// One optimizer step of `replica`: update number `replica.step` of
-    /// `adam`, the table's `rows` (increasing, each once) lazily; then
-    /// those rows of the gradient are zero again.
+    /// `adam`, the tables' `rows` (increasing, each once) lazily, behind
+    /// the guard, which first reads `loss` (one value) and every gradient
+    /// the update reads; then those rows of the gradient are zero again.
     pub fn step(
         &mut self,
         backend: &B,
         adam: &AdamConfig,
         rows: &[u32],
+        loss: &B::Storage<f32>,
         replica: &mut Replica<B>,
     ) -> anyhow::Result<()> {
         let r = replica;
+        let step = r.guard_step();
+        let room = Self::room(&mut self.room, &self.tables, backend, rows.len())?;
+        backend.write_range(rows, &mut room.ids, 0)?;
+        let used = |table: &RowsGeom| RowsGeom {
+            count: rows.len(),
+            ..*table
+        };
+        // Every check before any update, since the updates skip on what
+        // the guard says. The dense ranges and the tables interleave in
+        // flat order: the guard keeps the smallest bad index of all its
+        // calls, whatever their order.
+        for range in &self.dense {
+            backend.guard_finite_range(step, loss, &r.grads, range.clone(), &mut r.guard)?;
+        }
+        for table in &self.tables {
+            backend.guard_finite_rows(step, &used(table), &room.ids, &r.grads, &mut r.guard)?;
+        }
         let dense = adam.scalars(r.step);
-        let table = self.table.table();
-        let len = B::len(&r.params);
-        for range in [0..table.start, table.end..len] {
+        for range in &self.dense {
             backend.adam_step_range(
                 &dense,
-                range,
+                range.clone(),
                 &mut r.params,
                 &r.grads,
                 &mut r.adam_m,
@@ -99,43 +147,49 @@ impl<B: Ops> LazyAdam<B> {
                 &r.guard,
             )?;
         }
-        let geom = RowsGeom {
-            count: rows.len(),
-            ..self.table
-        };
-        let room = self.room(backend, rows.len())?;
-        backend.write_range(rows, &mut room.ids, 0)?;
-        backend.sparse_adam_step(
-            &adam.sparse_scalars(r.step),
-            &geom,
-            &room.ids,
-            &mut r.params,
-            &r.grads,
-            &mut r.adam_m,
-            &mut r.adam_v,
-            &r.guard,
-        )?;
-        backend.rows_scatter(&geom, &room.ids, &room.zeros, &mut r.grads)?;
+        let lazy = adam.sparse_scalars(r.step);
+        for table in &self.tables {
+            let geom = used(table);
+            backend.sparse_adam_step(
+                &lazy,
+                &geom,
+                &room.ids,
+                &mut r.params,
+                &r.grads,
+                &mut r.adam_m,
+                &mut r.adam_v,
+                &r.guard,
+            )?;
+            backend.rows_scatter(&geom, &room.ids, &room.zeros, &mut r.grads)?;
+        }
         Ok(())
     }
 
-    /// The device buffers, with room for at least `count` rows.
-    fn room(&mut self, backend: &B, count: usize) -> anyhow::Result<&mut Room<B>> {
-        if (self.room.as_ref()).is_none_or(|room| B::len(&room.ids) < count) {
-            self.room = None;
-            let rows = count.next_power_of_two().min(self.table.rows).max(count);
-            self.room = Some(Room {
+    /// The device buffers `room`, with room for at least `count` rows of
+    /// any of `tables`.
+    fn room<'a>(
+        room: &'a mut Option<Room<B>>,
+        tables: &[RowsGeom],
+        backend: &B,
+        count: usize,
+    ) -> anyhow::Result<&'a mut Room<B>> {
+        if (room.as_ref()).is_none_or(|room| B::len(&room.ids) < count) {
+            *room = None;
+            let most = tables.iter().map(|t| t.rows).max().unwrap_or(0);
+            let dim = tables.iter().map(|t| t.dim).max().unwrap_or(1);
+            let rows = count.next_power_of_two().min(most).max(count);
+            *room = Some(Room {
                 ids: backend.zeros(rows)?,
-                zeros: backend.zeros(rows * self.table.dim)?,
+                zeros: backend.zeros(rows * dim)?,
             });
         }
-        self.room.as_mut().context("made above")
+        room.as_mut().context("made above")
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use core_tensor::ops::{AdamKernel, GUARD_CLEAR};
+    use core_tensor::ops::{AdamKernel, GUARD_CLEAR, GuardState};
     use core_tensor::{Backend, Cpu};
 
     use super::*;
@@ -143,18 +197,17 @@ mod tests {
     use crate::checkpoint::origin::Start;
     use crate::model::recsys::{RatingsIndex, RecsysModel, synth};
 
-    /// A step over rows 1 and 4 of a table of rows of 3: the dense part as
-    /// dense Adam steps it, those rows as the lazy kernel steps them, every
-    /// other row's parameters and moments as they were, and the table's
-    /// gradient all zero afterwards (what backward then relies on).
-    #[test]
-    fn a_step_moves_the_dense_part_and_the_rows_named_and_zeroes_their_gradient() {
+    /// Rows 1 and 4 of recsys' tables (rows of 3, and the biases), as a
+    /// step's batch names them.
+    const NAMED: [u32; 2] = [1, 4];
+
+    /// A recsys model with rows of 3, a starting point of `n` parameters,
+    /// and a gradient that is zero in its tables but for the rows named.
+    fn fixture() -> (RecsysModel, Start, Vec<f32>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ratings.csv");
         synth::write_ratings(&path, 200, 5, 7, 1).unwrap();
         let model = RecsysModel::new(&RatingsIndex::build(&path).unwrap(), 3).unwrap();
-        let (table, _) = Model::<Cpu>::sparse_table(&model).unwrap();
-        let b = Cpu::new(1).unwrap();
         let n = Model::<Cpu>::layout(&model).len();
         let wave = |a: f32| (0..n).map(|i| (a * i as f32).sin()).collect::<Vec<f32>>();
         let start = Start {
@@ -168,70 +221,138 @@ mod tests {
             epoch_train_seconds: 0.0,
         };
         let mut grads = wave(0.5);
-        let named = [1usize, 4].map(|r| table.start + 3 * r..table.start + 3 * r + 3);
-        for (i, g) in grads[table.clone()].iter_mut().enumerate() {
-            if !named.iter().any(|r| r.contains(&(table.start + i))) {
+        for (i, g) in grads.iter_mut().enumerate() {
+            if table_of(&model, i).is_some() && !named(&model, i) {
                 *g = 0.0;
             }
         }
-        let mut replica = Replica::upload(&b, &start, None).unwrap();
-        replica.grads = b.upload(&grads).unwrap();
+        (model, start, grads)
+    }
+
+    /// The row table element `i` lies in, and its row width.
+    fn table_of(model: &RecsysModel, i: usize) -> Option<(Range<usize>, usize)> {
+        let tables = Model::<Cpu>::row_tables(model);
+        tables.into_iter().find(|(range, _)| range.contains(&i))
+    }
+
+    /// Whether element `i` lies in a named row of a table.
+    fn named(model: &RecsysModel, i: usize) -> bool {
+        table_of(model, i)
+            .is_some_and(|(range, dim)| NAMED.contains(&(((i - range.start) / dim) as u32)))
+    }
+
+    /// Update 5 of the lazy step from `start` with `grads`: the replica.
+    fn lazy_step(model: &RecsysModel, start: &Start, grads: &[f32]) -> Replica<Cpu> {
+        let b = Cpu::new(1).unwrap();
+        let mut replica = Replica::upload(&b, start, None).unwrap();
+        replica.grads = b.upload(grads).unwrap();
         replica.step = 5;
-        let adam = AdamConfig::default();
         let mut lazy = LazyAdam::plan(&mut model.clone(), true, None, 1)
             .unwrap()
             .unwrap();
-        lazy.step(&b, &adam, &[1, 4], &mut replica).unwrap();
+        (lazy.step(&b, &AdamConfig::default(), &NAMED, &vec![0.5], &mut replica)).unwrap();
+        replica
+    }
 
+    /// A step over rows 1 and 4: the MLP as dense Adam steps it, those rows
+    /// of the table and of the biases as the lazy kernel steps them, every
+    /// other row's parameters and moments as they were, and the tables'
+    /// gradients all zero afterwards (what backward then relies on).
+    #[test]
+    fn a_step_moves_the_dense_part_and_the_rows_named_and_zeroes_their_gradient() {
+        let (model, start, grads) = fixture();
+        let replica = lazy_step(&model, &start, &grads);
+        let (b, adam, clear) = (Cpu::new(1).unwrap(), AdamConfig::default(), GUARD_CLEAR);
         let (mut p, mut m, mut v) = (
             start.params.clone(),
             start.exp_avg.clone(),
             start.exp_avg_sq.clone(),
         );
-        let clear = GUARD_CLEAR.to_vec();
-        b.adam_step(&adam.scalars(5), &mut p, &grads, &mut m, &mut v, &clear)
-            .unwrap();
+        b.adam_step(
+            &adam.scalars(5),
+            &mut p,
+            &grads,
+            &mut m,
+            &mut v,
+            &clear.to_vec(),
+        )
+        .unwrap();
         let (mut lp, mut lm, mut lv) = (
             start.params.clone(),
             start.exp_avg.clone(),
             start.exp_avg_sq.clone(),
         );
-        let rows = RowsGeom {
-            count: 2,
-            dim: 3,
-            rows: table.len() / 3,
-            offset: table.start,
-        };
-        b.sparse_adam_step(
-            &adam.sparse_scalars(5),
-            &rows,
-            &vec![1, 4],
-            &mut lp,
-            &grads,
-            &mut lm,
-            &mut lv,
-            &clear,
-        )
-        .unwrap();
-        for i in 0..n {
+        for (table, dim) in Model::<Cpu>::row_tables(&model) {
+            let rows = RowsGeom {
+                count: NAMED.len(),
+                dim,
+                rows: table.len() / dim,
+                offset: table.start,
+            };
+            let (s, ids) = (adam.sparse_scalars(5), NAMED.to_vec());
+            (b.sparse_adam_step(
+                &s,
+                &rows,
+                &ids,
+                &mut lp,
+                &grads,
+                &mut lm,
+                &mut lv,
+                &clear.to_vec(),
+            ))
+            .unwrap();
+        }
+        for i in 0..grads.len() {
             let got = [replica.params[i], replica.adam_m[i], replica.adam_v[i]];
-            let want = match (table.contains(&i), named.iter().any(|r| r.contains(&i))) {
+            let want = match (table_of(&model, i).is_some(), named(&model, i)) {
                 (false, _) => [p[i], m[i], v[i]],
                 (true, true) => [lp[i], lm[i], lv[i]],
                 (true, false) => [start.params[i], start.exp_avg[i], start.exp_avg_sq[i]],
             };
             assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "element {i}");
+            match table_of(&model, i) {
+                Some(_) => assert_eq!(replica.grads[i].to_bits(), 0, "gradient {i}"),
+                None => assert_eq!(replica.grads[i], grads[i], "gradient {i}"),
+            }
         }
-        assert!(
-            named
-                .iter()
-                .all(|r| r.clone().all(|i| replica.params[i] != start.params[i]))
-        );
-        assert!(
-            replica.grads[table.clone()]
-                .iter()
-                .all(|g| g.to_bits() == 0)
-        );
-        assert_eq!(replica.grads[table.end..], grads[table.end..]);
+        let moved = |i: &usize| replica.params[*i] != start.params[*i];
+        let named_elements: Vec<usize> = (0..grads.len()).filter(|&i| named(&model, i)).collect();
+        assert_eq!(named_elements.len(), 2 * (3 + 1));
+        assert!(named_elements.iter().all(moved));
+    }
+
+    /// A NaN the update would read trips the guard at the step with its
+    /// flat index, the smallest of several, and nothing moves; one in a
+    /// row the step did not name is not read.
+    #[test]
+    fn the_guard_reads_the_dense_gradients_and_the_rows_named() {
+        let (model, start, grads) = fixture();
+        let (table, _) = Model::<Cpu>::sparse_table(&model).unwrap();
+        let biases = Model::<Cpu>::layout(&model).range("bias.weight").unwrap();
+        let mlp = biases.end + 7;
+        let (table_row, bias_row) = (table.start + 3 * 4 + 2, biases.start + 1);
+        for (bad, want) in [
+            (vec![mlp], Some(mlp)),
+            (vec![table_row], Some(table_row)),
+            (vec![bias_row], Some(bias_row)),
+            (vec![mlp, bias_row, table_row], Some(table_row)),
+            (vec![table.start + 3 * 2, biases.start + 3], None),
+        ] {
+            let mut grads = grads.clone();
+            bad.iter().for_each(|&i| grads[i] = f32::NAN);
+            let replica = lazy_step(&model, &start, &grads);
+            let guard = GuardState::from_words([replica.guard[0], replica.guard[1]]);
+            match want {
+                Some(index) => {
+                    let tripped = GuardState::Tripped {
+                        step: 5,
+                        index: Some(index),
+                    };
+                    assert_eq!(guard, tripped, "NaN at {bad:?}");
+                    assert_eq!(replica.params, start.params, "NaN at {bad:?}");
+                }
+                None => assert_eq!(guard, GuardState::Clear, "NaN at {bad:?}"),
+            }
+        }
     }
 }

@@ -150,7 +150,7 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     world_size: usize,
     replica: Replica<B>,
     train: Box<dyn Batches<B, M::Buffers>>,
-    /// The lazy update of the sparse table (`--sparse-adam`).
+    /// The lazy update of the row tables (`--sparse-adam`).
     lazy_adam: Option<LazyAdam<B>>,
     /// Training buffers per batch size (the full batch, the last partial one).
     buffers: HashMap<usize, M::Buffers>,

@@ -45,6 +45,12 @@ impl<B: Ops> Replica<B> {
         })
     }
 
+    /// The step number the finiteness guard records for the next update
+    /// (`step`, once incremented for it; saturating at `u32::MAX`).
+    pub fn guard_step(&self) -> u32 {
+        u32::try_from(self.step).unwrap_or(u32::MAX)
+    }
+
     /// Where element 0 of the parameters (gradients, moments) lies in the
     /// model.
     pub fn offset(&self) -> usize {

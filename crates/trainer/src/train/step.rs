@@ -81,34 +81,35 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
         // 4. The optimizer, behind the guard that skips it on a non-finite
         //    loss or gradient (on the device: the host looks only now and
-        //    then).
+        //    then). The lazy update guards what it reads itself: the loss,
+        //    the dense gradients and its rows, not the whole tables.
         timer.enter(Phase::Optimizer)?;
         replica.step += 1;
-        let step = u32::try_from(replica.step).unwrap_or(u32::MAX);
-        b.guard_finite(
-            step,
-            &self.meter.loss_sum,
-            &replica.grads,
-            &mut replica.guard,
-        )?;
+        let loss = &self.meter.loss_sum;
         match (model.optimizer(), &mut self.lazy_adam, lazy_rows) {
             (Optimizer::Adam, Some(lazy), Some(rows)) => {
-                lazy.step(b, &self.cfg.adam, &rows, replica)?
+                lazy.step(b, &self.cfg.adam, &rows, loss, replica)?
             }
-            (Optimizer::Adam, ..) => b.adam_step(
-                &self.cfg.adam.scalars(replica.step),
-                &mut replica.params,
-                &replica.grads,
-                &mut replica.adam_m,
-                &mut replica.adam_v,
-                &replica.guard,
-            )?,
-            (Optimizer::Sgd, ..) => b.sgd_step(
-                self.cfg.adam.lr as f32,
-                &mut replica.params,
-                &replica.grads,
-                &replica.guard,
-            )?,
+            (optimizer, ..) => {
+                let step = replica.guard_step();
+                b.guard_finite(step, loss, &replica.grads, &mut replica.guard)?;
+                match optimizer {
+                    Optimizer::Adam => b.adam_step(
+                        &self.cfg.adam.scalars(replica.step),
+                        &mut replica.params,
+                        &replica.grads,
+                        &mut replica.adam_m,
+                        &mut replica.adam_v,
+                        &replica.guard,
+                    )?,
+                    Optimizer::Sgd => b.sgd_step(
+                        self.cfg.adam.lr as f32,
+                        &mut replica.params,
+                        &replica.grads,
+                        &replica.guard,
+                    )?,
+                }
+            }
         }
         timer.end_step()?;
         if B::IN_HOST_MEMORY || replica.step % GUARD_READ_EVERY == 0 {

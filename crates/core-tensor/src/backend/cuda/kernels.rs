@@ -107,7 +107,22 @@ kernel_table! {
         embedding_bwd_f32(ids: In<u32>, dout: In<f32>, grads: Out<f32>, fault: Out<u32>, g: Val<EmbeddingGeom>);
     }
     finite (FINITE_SRC, FINITE_PTX) {
-        guard_finite_f32(values: In<f32>, loss: In<f32>, guard: Out<u32>, step: Val<u32>, n: Val<u64>);
+        guard_finite_f32(
+            values: In<f32>,
+            loss: In<f32>,
+            guard: Out<u32>,
+            step: Val<u32>,
+            start: Val<u64>,
+            end: Val<u64>,
+        );
+        guard_finite_rows_f32(
+            values: In<f32>,
+            ids: In<u32>,
+            guard: Out<u32>,
+            fault: Out<u32>,
+            step: Val<u32>,
+            g: Val<RowsGeom>,
+        );
     }
     gather (GATHER_SRC, GATHER_PTX) {
         gather_batch_u8_f32(

@@ -43,9 +43,10 @@ pub struct RecsysModel {
     embedding: Range<usize>,
     /// One bias per row of the embedding table (users', then movies').
     biases: Range<usize>,
-    /// Backward adds into the table's gradient, which the trainer keeps
-    /// zero ([`Model::sparse_table_kept_zero`]), instead of zeroing it.
-    table_kept_zero: bool,
+    /// Backward adds into the gradients of the table and the biases, which
+    /// the trainer keeps zero ([`Model::row_tables_kept_zero`]), instead
+    /// of zeroing them.
+    tables_kept_zero: bool,
     mlp: Mlp,
 }
 
@@ -67,7 +68,7 @@ impl RecsysModel {
             mean: index.mean as f32,
             embedding: layout.range("embedding.weight").context("declared above")?,
             biases: layout.range("bias.weight").context("declared above")?,
-            table_kept_zero: false,
+            tables_kept_zero: false,
             mlp: Mlp::new(&layout, "fc1", "fc2")?,
             layout,
         })
@@ -80,6 +81,22 @@ impl RecsysModel {
             dim: self.dim,
             rows: self.rows,
             offset: self.embedding.start,
+        }
+    }
+
+    /// The backward of a lookup in `geom`'s table: adds into its gradient
+    /// where the trainer keeps that zero, else overwrites it.
+    fn lookup_bwd<B: Ops>(
+        &self,
+        b: &B,
+        geom: &EmbeddingGeom,
+        ids: &B::Storage<u32>,
+        dout: &B::Storage<f32>,
+        grads: &mut B::Storage<f32>,
+    ) -> Result<()> {
+        match self.tables_kept_zero {
+            true => b.embedding_bwd_add(geom, ids, dout, grads),
+            false => b.embedding_bwd(geom, ids, dout, grads),
         }
     }
 
@@ -141,8 +158,13 @@ impl<B: Ops> Model<B> for RecsysModel {
         Some(&buf.rows)
     }
 
-    fn sparse_table_kept_zero(&mut self) {
-        self.table_kept_zero = true;
+    /// The table and the biases, which the same ids look up.
+    fn row_tables(&self) -> Vec<(Range<usize>, usize)> {
+        vec![(self.embedding.clone(), self.dim), (self.biases.clone(), 1)]
+    }
+
+    fn row_tables_kept_zero(&mut self) {
+        self.tables_kept_zero = true;
     }
 
     fn init_params(&self, seed: u64) -> Vec<f32> {
@@ -228,12 +250,9 @@ impl<B: Ops> Model<B> for RecsysModel {
             .backward(b, &buf.x, params, grads, &mut buf.mlp, Some(dx), hook)?;
         let dout = buf.mlp.dout().context(training)?;
         b.offset_bwd(&self.offsets(buf.batch), dout, dbias)?;
-        b.embedding_bwd(&self.bias_lookup(buf.batch), &buf.ids, dbias, grads)?;
+        self.lookup_bwd(b, &self.bias_lookup(buf.batch), &buf.ids, dbias, grads)?;
         hook.ready(b, grads, self.biases.start)?;
-        match self.table_kept_zero {
-            true => b.embedding_bwd_add(&self.lookup(buf.batch), &buf.ids, dx, grads)?,
-            false => b.embedding_bwd(&self.lookup(buf.batch), &buf.ids, dx, grads)?,
-        }
+        self.lookup_bwd(b, &self.lookup(buf.batch), &buf.ids, dx, grads)?;
         hook.ready(b, grads, self.embedding.start)
     }
 }
