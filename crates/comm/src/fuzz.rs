@@ -13,7 +13,7 @@ use crate::store_protocol::{MAX_FRAME, Request, Response, read_frame};
 use crate::tcp::header::{HEADER_BYTES, Header};
 
 /// Valid store payloads (tag byte onwards), one per message kind.
-const STORE_CORPUS: [&[u8]; 9] = [
+const STORE_CORPUS: [&[u8]; 11] = [
     include_bytes!("../tests/corpus/store/hello.bin"),
     include_bytes!("../tests/corpus/store/set.bin"),
     include_bytes!("../tests/corpus/store/get.bin"),
@@ -23,6 +23,8 @@ const STORE_CORPUS: [&[u8]; 9] = [
     include_bytes!("../tests/corpus/store/not_found.bin"),
     include_bytes!("../tests/corpus/store/rejected_world_size.bin"),
     include_bytes!("../tests/corpus/store/rejected_duplicate.bin"),
+    include_bytes!("../tests/corpus/store/look.bin"),
+    include_bytes!("../tests/corpus/store/values.bin"),
 ];
 
 /// Valid ring headers, one per collective kind.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::auth::{Role, handshake};
 use crate::config::CommConfig;
 use crate::error::CommError;
-use crate::store_protocol::{Request, Response, read_frame, write_frame};
+use crate::store_protocol::{MAX_LOOK_KEYS, Request, Response, read_frame, write_frame};
 
 /// Pause between attempts to reach a store that is not up yet (rank 0 may
 /// start after the others).
@@ -161,6 +161,39 @@ impl Store {
     pub fn departed(&mut self, rank: usize) -> Result<bool, CommError> {
         let key = crate::store_server::departed_key(rank);
         Ok(self.wait_for(&key, Duration::ZERO)?.is_some())
+    }
+
+    /// The values of `keys` (`None`: not set) as they stood at one instant,
+    /// in one request and without waiting: a member that sets one key and
+    /// then another is never seen with the second and not the first. At
+    /// most [`Store::MAX_LOOK_KEYS`] keys, whose values together fit in a
+    /// 16 MiB frame (a store asked for more closes the connection).
+    pub fn look_all(&mut self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, CommError> {
+        if keys.len() > MAX_LOOK_KEYS {
+            return Err(CommError::Store {
+                master: self.master.clone(),
+                detail: format!(
+                    "a look at {} keys exceeds the store's limit of {MAX_LOOK_KEYS}: look in several requests",
+                    keys.len()
+                ),
+            });
+        }
+        let request = Request::Look {
+            keys: keys.to_vec(),
+        };
+        match self.request(&request, Duration::ZERO)? {
+            Response::Values(values) if values.len() == keys.len() => Ok(values),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// Most keys one [`Store::look_all`] may name.
+    pub const MAX_LOOK_KEYS: usize = MAX_LOOK_KEYS;
+
+    /// The key under which the store marks that the member registered as
+    /// `rank` left ([`Store::departed`]), for a [`Store::look_all`].
+    pub fn departed_key(rank: usize) -> String {
+        crate::store_server::departed_key(rank)
     }
 
     /// Ends the rendezvous for every rank with `reason`; ranks waiting in

@@ -5,11 +5,21 @@
 //! byte strings are a `u32` length plus the bytes. Frames are bounded so a
 //! stray client (a port scanner, a curl) cannot make the store allocate
 //! without limit.
+//!
+//! The protocol grows by new tags only: a tag's layout never changes, so an
+//! older client is served as before. A store that predates a tag closes
+//! the connection of a client that sends it (an unknown message); `Look`
+//! is sent only by node 0's launcher to the store it hosts itself, which
+//! is always as new as its client.
 
 use std::io::{self, Read, Write};
 use std::time::Duration;
 
 use crate::error::Rejection;
+
+/// Most keys one [`Request::Look`] may name: the launcher looks at three
+/// at a time, and the bound keeps a hostile count from costing anything.
+pub(crate) const MAX_LOOK_KEYS: usize = 64;
 
 /// Largest payload either side accepts. Values are addresses and ids of a few
 /// hundred bytes; 16 MiB leaves room without inviting abuse.
@@ -40,6 +50,11 @@ pub(crate) enum Request {
     /// Ends the rendezvous for everyone with this reason (unless an
     /// earlier one is already recorded).
     Poison(Rejection),
+    /// The values of up to [`MAX_LOOK_KEYS`] keys as they stand at one
+    /// instant, without waiting: answered with `Values`, in order.
+    Look {
+        keys: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +63,8 @@ pub(crate) enum Response {
     Value(Vec<u8>),
     NotFound,
     Rejected(Rejection),
+    /// A `Look`'s answer: each key's value, `None` where it is not set.
+    Values(Vec<Option<Vec<u8>>>),
 }
 
 const HELLO: u8 = 1;
@@ -55,11 +72,16 @@ const SET: u8 = 2;
 const GET: u8 = 3;
 const POISON: u8 = 4;
 const JOIN: u8 = 5;
+const LOOK: u8 = 6;
 
 const OK: u8 = 0;
 const VALUE: u8 = 1;
 const NOT_FOUND: u8 = 2;
 const REJECTED: u8 = 3;
+const VALUES: u8 = 4;
+
+const UNSET: u8 = 0;
+const SET_VALUE: u8 = 1;
 
 const WORLD_SIZE_MISMATCH: u8 = 0;
 const DUPLICATE_RANK: u8 = 1;
@@ -119,6 +141,10 @@ impl Encoder {
     fn new(tag: u8) -> Self {
         Encoder(vec![tag])
     }
+    fn u8(mut self, v: u8) -> Self {
+        self.0.push(v);
+        self
+    }
     fn u64(mut self, v: u64) -> Self {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
@@ -155,6 +181,9 @@ impl<'a> Decoder<'a> {
         self.rest = rest;
         Ok(head)
     }
+    fn u8(&mut self) -> io::Result<u8> {
+        Ok(self.take(1)?[0])
+    }
     fn u64(&mut self) -> io::Result<u64> {
         let mut b = [0_u8; 8];
         b.copy_from_slice(self.take(8)?);
@@ -171,6 +200,21 @@ impl<'a> Decoder<'a> {
     }
     fn string(&mut self) -> io::Result<String> {
         String::from_utf8(self.bytes()?).map_err(|_| invalid("key is not UTF-8"))
+    }
+    /// A count of entries that take at least `min_bytes` each, at most
+    /// [`MAX_LOOK_KEYS`]: refused before anything is allocated for it.
+    fn count(&mut self, min_bytes: usize) -> io::Result<usize> {
+        let count = self.u64()?;
+        if count > MAX_LOOK_KEYS as u64 {
+            return Err(invalid(format!(
+                "a look at {count} keys exceeds the {MAX_LOOK_KEYS}-key limit"
+            )));
+        }
+        let count = count as usize;
+        if count > self.rest.len() / min_bytes {
+            return Err(invalid("truncated message"));
+        }
+        Ok(count)
     }
     fn finish<T>(self, value: T) -> io::Result<T> {
         if self.rest.is_empty() {
@@ -254,6 +298,13 @@ impl Request {
                 Encoder::new(GET).bytes(key.as_bytes()).u64(millis).0
             }
             Request::Poison(r) => encode_rejection(Encoder::new(POISON), r).0,
+            Request::Look { keys } => {
+                keys.iter()
+                    .fold(Encoder::new(LOOK).usize(keys.len()), |e, k| {
+                        e.bytes(k.as_bytes())
+                    })
+                    .0
+            }
         }
     }
 
@@ -283,6 +334,12 @@ impl Request {
                 let rejection = decode_rejection(&mut d)?;
                 d.finish(Request::Poison(rejection))
             }
+            LOOK => {
+                // Each key takes its 4-byte length at least.
+                let count = d.count(4)?;
+                let keys = (0..count).map(|_| d.string()).collect::<io::Result<_>>()?;
+                d.finish(Request::Look { keys })
+            }
             other => Err(invalid(format!("unknown request tag {other}"))),
         }
     }
@@ -295,6 +352,15 @@ impl Response {
             Response::Value(v) => Encoder::new(VALUE).bytes(v).0,
             Response::NotFound => Encoder::new(NOT_FOUND).0,
             Response::Rejected(r) => encode_rejection(Encoder::new(REJECTED), r).0,
+            Response::Values(values) => {
+                values
+                    .iter()
+                    .fold(Encoder::new(VALUES).usize(values.len()), |e, v| match v {
+                        None => e.u8(UNSET),
+                        Some(v) => e.u8(SET_VALUE).bytes(v),
+                    })
+                    .0
+            }
         }
     }
 
@@ -311,104 +377,22 @@ impl Response {
                 let rejection = decode_rejection(&mut d)?;
                 d.finish(Response::Rejected(rejection))
             }
+            VALUES => {
+                // Each value takes its 1-byte mark at least.
+                let count = d.count(1)?;
+                let values = (0..count)
+                    .map(|_| match d.u8()? {
+                        UNSET => Ok(None),
+                        SET_VALUE => d.bytes().map(Some),
+                        other => Err(invalid(format!("unknown value mark {other}"))),
+                    })
+                    .collect::<io::Result<_>>()?;
+                d.finish(Response::Values(values))
+            }
             other => Err(invalid(format!("unknown response tag {other}"))),
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_round_trip() {
-        let requests = [
-            Request::Hello {
-                rank: 3,
-                world_size: 8,
-            },
-            Request::Set {
-                key: "nccl/unique_id".into(),
-                value: (0..128).collect(),
-            },
-            Request::Set {
-                key: String::new(),
-                value: Vec::new(),
-            },
-            Request::Join { world_size: 3 },
-            Request::Get {
-                key: "comm/addr/1".into(),
-                wait: Duration::from_millis(1500),
-            },
-            Request::Poison(Rejection::RanksMissing {
-                missing: vec![2],
-                world_size: 3,
-            }),
-        ];
-        for r in requests {
-            assert_eq!(Request::decode(&r.encode()).unwrap(), r);
-        }
-    }
-
-    #[test]
-    fn responses_round_trip() {
-        let responses = [
-            Response::Ok,
-            Response::NotFound,
-            Response::Value(b"10.0.0.2:4567".to_vec()),
-            Response::Rejected(Rejection::WorldSizeMismatch {
-                rank: 1,
-                rank_world_size: 3,
-                master_world_size: 2,
-            }),
-            Response::Rejected(Rejection::DuplicateRank { rank: 2 }),
-            Response::Rejected(Rejection::RanksMissing {
-                missing: vec![1, 3],
-                world_size: 4,
-            }),
-            Response::Rejected(Rejection::RankOutOfRange {
-                rank: 9,
-                world_size: 4,
-            }),
-        ];
-        for r in responses {
-            assert_eq!(Response::decode(&r.encode()).unwrap(), r);
-        }
-    }
-
-    #[test]
-    fn truncated_and_trailing_bytes_are_errors() {
-        let full = Request::Set {
-            key: "k".into(),
-            value: vec![1, 2, 3],
-        }
-        .encode();
-        for cut in 0..full.len() {
-            assert!(
-                Request::decode(&full[..cut]).is_err(),
-                "prefix of {cut} bytes decoded"
-            );
-        }
-        let mut long = full.clone();
-        long.push(0);
-        assert!(Request::decode(&long).is_err());
-    }
-
-    #[test]
-    fn frames_round_trip_and_oversized_frames_are_refused() {
-        let mut wire = Vec::new();
-        write_frame(&mut wire, b"hello").unwrap();
-        assert_eq!(read_frame(&wire[..]).unwrap(), b"hello");
-
-        let mut huge = Vec::new();
-        huge.extend_from_slice(&u32::MAX.to_le_bytes());
-        let err = read_frame(&huge[..]).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
-    }
-
-    #[test]
-    fn http_request_is_not_mistaken_for_a_message() {
-        // "GET / HTTP/1.1" read as a length is ~1.3 GB: refused, not allocated.
-        assert!(read_frame(&b"GET / HTTP/1.1\r\n\r\n"[..]).is_err());
-    }
-}
+mod tests;

@@ -22,6 +22,7 @@ use crate::auth::{AuthToken, HANDSHAKE_TIMEOUT, Role, handshake};
 use crate::deadline::Deadline;
 use crate::error::{CommError, Rejection};
 use crate::store_protocol::{Request, Response, read_frame, write_frame};
+mod look;
 
 /// A running store. Dropping it stops the accept thread, disconnects all
 /// clients and joins their threads.
@@ -364,6 +365,10 @@ fn serve_member(stream: &TcpStream, shared: &Shared, member: &mut Option<usize>)
             Request::Set { key, value } => shared.set(key, value),
             Request::Poison(rejection) => shared.poison(rejection),
             Request::Get { key, wait } => shared.get(&key, wait),
+            Request::Look { keys } => match shared.look(&keys) {
+                Some(values) => values,
+                None => return,
+            },
         };
         // A refused newcomer hears why, and is served no more.
         if write_frame(stream, &response.encode()).is_err() || member.is_none() {

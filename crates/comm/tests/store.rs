@@ -229,3 +229,55 @@ fn a_member_whose_connection_closes_is_marked_departed_and_the_others_see_it() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn one_look_reads_several_keys_a_departure_included() {
+    let server = server(2);
+    let port = server.port();
+    let mut host = Store::connect(&config(0, 2, port, TIMEOUT)).unwrap();
+    let mut member = Store::connect(&config(1, 2, port, TIMEOUT)).unwrap();
+    member.set("heartbeat/1", &7_u64.to_le_bytes()).unwrap();
+    member.set("ended/1", b"").unwrap();
+    let keys = |names: &[&str]| names.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+    let watch = [
+        Store::departed_key(1),
+        "ended/1".into(),
+        "heartbeat/1".into(),
+    ];
+    assert_eq!(
+        host.look_all(&watch).unwrap(),
+        [None, Some(Vec::new()), Some(7_u64.to_le_bytes().to_vec())]
+    );
+    drop(member);
+    let deadline = Instant::now() + TIMEOUT;
+    while host.look_all(&watch).unwrap()[0].is_none() {
+        assert!(Instant::now() < deadline, "rank 1's departure never showed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(host.departed(1).unwrap());
+    assert_eq!(host.look_all(&[]).unwrap(), Vec::<Option<Vec<u8>>>::new());
+    // Past the limit: refused before it is sent, the connection still good.
+    let many = vec!["k".to_string(); Store::MAX_LOOK_KEYS + 1];
+    let err = host.look_all(&many).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a look at 65 keys exceeds the store's limit of 64"),
+        "{err}"
+    );
+    assert_eq!(
+        host.look_all(&keys(&["ended/1"])).unwrap(),
+        [Some(Vec::new())]
+    );
+}
+
+#[test]
+fn a_look_whose_answer_would_exceed_a_frame_is_refused_without_building_it() {
+    let server = server(1);
+    let mut host = Store::connect(&config(0, 1, server.port(), TIMEOUT)).unwrap();
+    host.set("big", &vec![1_u8; 6 << 20]).unwrap();
+    let twice = ["big".to_string(), "big".to_string()];
+    assert_eq!(host.look_all(&twice).unwrap().len(), 2);
+    // Three copies of 6 MiB are past the 16 MiB frame: the store hangs up.
+    let err = host.look_all(&[twice.to_vec(), vec!["big".into()]].concat());
+    assert!(matches!(err, Err(CommError::Store { .. })), "{err:?}");
+}

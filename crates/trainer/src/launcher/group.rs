@@ -287,11 +287,29 @@ impl NodeGroup {
         }
     }
 
+    /// Node 0's look at node `k` in `attempt`, in one request: whether its
+    /// launcher left the store, whether it said its workers ended, and its
+    /// heartbeat. Read at one instant: a launcher says it ended before it
+    /// leaves, so one that did both is never seen gone without its word.
+    fn watch(&mut self, k: usize, attempt: u32) -> Result<Seen, CommError> {
+        let keys = [
+            Store::departed_key(k),
+            format!("attempt/{attempt}/ended/{k}"),
+            heartbeat::key(k),
+        ];
+        let mut values = self.store.look_all(&keys)?.into_iter();
+        let mut next = || values.next().flatten();
+        Ok(Seen {
+            departed: next().is_some(),
+            ended: next().is_some(),
+            beat: next(),
+        })
+    }
+
     /// How long node `k` has sent no heartbeat, once past the limit (node
-    /// 0 only: its own clock).
-    fn silent(&mut self, k: usize) -> Result<Option<Duration>, CommError> {
-        let beat = self.store.look(&heartbeat::key(k))?;
-        Ok(self.pulse.silent_for(k, beat, Instant::now()))
+    /// 0 only: its own clock), from its `beat` read now.
+    fn silent(&mut self, k: usize, beat: Option<Vec<u8>>) -> Option<Duration> {
+        self.pulse.silent_for(k, beat, Instant::now())
     }
 
     /// One look at the store for news of `attempt`: a failure, a signal, or
@@ -336,11 +354,8 @@ impl NodeGroup {
     fn vanished(&mut self, attempt: u32) -> Result<Option<String>, CommError> {
         let key = |what: &str| format!("attempt/{attempt}/{what}");
         for k in 1..self.nnodes {
-            // A launcher says it ended before it leaves: read the departure
-            // first, so that one leaving between the two looks is not taken
-            // for one that vanished.
-            let ended = key(&format!("ended/{k}"));
-            let cause = if self.store.departed(k)? && self.store.look(&ended)?.is_none() {
+            let seen = self.watch(k, attempt)?;
+            let cause = if seen.departed && !seen.ended {
                 let host = self.host(k);
                 match self.away {
                     Some(away) => {
@@ -351,8 +366,8 @@ impl NodeGroup {
                         "node {k}'s launcher ({host}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?), and the job cannot go on without its ranks"
                     ),
                 }
-            } else if let Some(silent) = self.silent(k)?
-                && self.store.look(&ended)?.is_none()
+            } else if let Some(silent) = self.silent(k, seen.beat)
+                && !seen.ended
             {
                 heartbeat::silent_node(k, &self.host(k), silent, self.pulse.limit())
             } else {
@@ -378,25 +393,34 @@ impl NodeGroup {
         if self.server.is_some() {
             let until = Instant::now() + wait;
             for node in 1..self.nnodes {
-                let key = format!("attempt/{attempt}/ended/{node}");
-                // A launcher that left (its departure read first, as in
-                // `look`), or fell silent, will say nothing more.
+                // A launcher that left, or fell silent, will say nothing more.
                 loop {
-                    let gone = self.store.departed(node).unwrap_or(true)
-                        || self.silent(node).unwrap_or(None).is_some();
-                    match self.store.look(&key) {
-                        Ok(Some(_)) => break,
-                        Ok(None) if !gone && Instant::now() < until => std::thread::sleep(POLL),
-                        Ok(None) if !gone => {
-                            tell!("launcher: node {node} did not say it ended within {wait:?}");
-                            break;
-                        }
-                        _ => break,
+                    let Ok(seen) = self.watch(node, attempt) else {
+                        break;
+                    };
+                    let gone = seen.departed || self.silent(node, seen.beat).is_some();
+                    if seen.ended || gone {
+                        break;
                     }
+                    if Instant::now() >= until {
+                        tell!("launcher: node {node} did not say it ended within {wait:?}");
+                        break;
+                    }
+                    std::thread::sleep(POLL);
                 }
             }
         }
     }
+}
+
+/// What node 0 saw of another node at one instant ([`NodeGroup::watch`]).
+struct Seen {
+    /// Its launcher left the store.
+    departed: bool,
+    /// Its launcher said its workers ended in the attempt watched.
+    ended: bool,
+    /// Its heartbeat, if it beat yet.
+    beat: Option<Vec<u8>>,
 }
 
 /// What another node's launcher reported.

@@ -80,8 +80,9 @@ impl SharedStore {
         self.ask(|s| s.wait_for(key, Duration::ZERO))
     }
 
-    pub fn departed(&self, rank: usize) -> Result<bool, CommError> {
-        self.ask(|s| s.departed(rank))
+    /// The values of `keys` at one instant, in one request (no wait).
+    pub fn look_all(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, CommError> {
+        self.ask(|s| s.look_all(keys))
     }
 
     /// How long the store has given this launcher no answer.
