@@ -154,11 +154,11 @@ fn run_rank(
         ),
     };
     let (nccl, pipeline_nccl) = match (&device, transport, &mut comm) {
-        (Device::Cuda(_), Some(Transport::Nccl), Some(JobComm::Local(_))) => bail!(
+        (Device::Cuda { .. }, Some(Transport::Nccl), Some(JobComm::Local(_))) => bail!(
             "rank {}: --spawn threads averages gradients in this process's memory, not over NCCL: add --backend tcp, or use --spawn processes for NCCL",
             info.rank
         ),
-        (Device::Cuda(gpu), Some(Transport::Nccl), comm) => {
+        (Device::Cuda { gpu, .. }, Some(Transport::Nccl), comm) => {
             let mut store = match comm {
                 Some(JobComm::Tcp(tcp)) => tcp.store(),
                 _ => None,
@@ -224,7 +224,7 @@ fn run_rank(
     };
     let gpu_uuid = match &device {
         Device::Cpu(_) => None,
-        Device::Cuda(gpu) => gpu.uuid().ok(),
+        Device::Cuda { gpu, .. } => gpu.uuid().ok(),
     };
     let (monitor, unwatched) = Monitor::start(gpu_uuid)
         .with_context(|| format!("rank {}: starting the monitor thread", info.rank))?;
@@ -244,7 +244,7 @@ fn run_rank(
             };
             train_on(cpu, &job, links, pipeline)
         }
-        Device::Cuda(gpu) => {
+        Device::Cuda { gpu, .. } => {
             let hook = match nccl {
                 Some(nccl) => Some(Box::new(NcclHook::new(nccl, &gpu)?) as Box<dyn CommHook<Cuda>>),
                 None => None,

@@ -76,7 +76,7 @@ impl Dataset {
         };
         let gpu = match device {
             Device::Cpu(_) => None,
-            Device::Cuda(gpu) => Some(gpu),
+            Device::Cuda { gpu, gpus } => Some((gpu, *gpus)),
         };
         // Ranks are numbered machine by machine: rank 0 is here when this
         // machine's first rank is.
@@ -91,7 +91,7 @@ impl Dataset {
             loads: rank_0_here && cli.resume.is_some(),
         };
         table::check_fits(index, *dim, &footprint, host_room_bytes())?;
-        let Some(gpu) = gpu else {
+        let Some((gpu, gpus)) = gpu else {
             return Ok(());
         };
         let name = format!("cuda:{} ({})", gpu.ordinal(), gpu.name());
@@ -99,7 +99,7 @@ impl Dataset {
             .memory()
             .with_context(|| format!("rank {}: asking {name} for its free memory", info.rank))?;
         let room = GpuRoom {
-            ranks: ranks_on(gpu, info)?,
+            ranks: ranks_on(gpu, gpus, info),
             name,
             free,
             total,

@@ -14,7 +14,11 @@ use crate::ddp::transport::{self, RankDevice, Transport};
 /// The device a rank trains on.
 pub(super) enum Device {
     Cpu(Cpu),
-    Cuda(Cuda),
+    /// The GPU, and how many this machine has (ranks wrap around them).
+    Cuda {
+        gpu: Cuda,
+        gpus: usize,
+    },
 }
 
 /// The device `--device` asks for: `cuda` insists on the GPU of this rank's
@@ -22,12 +26,10 @@ pub(super) enum Device {
 /// when one is usable and otherwise says why it trains on the CPU.
 pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device> {
     let precision = MatmulPrecision::from_tf32(cli.tf32);
-    let gpu = || -> anyhow::Result<Cuda> {
-        let count = core_tensor::cuda_available()?;
-        Ok(Cuda::with_precision(
-            gpu_of(info.local_rank, count),
-            precision,
-        )?)
+    let gpu = || -> anyhow::Result<Device> {
+        let gpus = core_tensor::cuda_available()?;
+        let gpu = Cuda::with_precision(gpu_of(info.local_rank, gpus), precision)?;
+        Ok(Device::Cuda { gpu, gpus })
     };
     // The flag to name: --tf32 when the GPU is too old for it (drop the
     // flag), --device cuda for everything else (no driver, no GPU).
@@ -41,9 +43,9 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
     };
     match cli.device {
         DeviceChoice::Cpu => Ok(Device::Cpu(cpu_backend(cli, info)?)),
-        DeviceChoice::Cuda => gpu().map(Device::Cuda).map_err(blame),
+        DeviceChoice::Cuda => gpu().map_err(blame),
         DeviceChoice::Auto => match gpu() {
-            Ok(gpu) => Ok(Device::Cuda(gpu)),
+            Ok(gpu) => Ok(gpu),
             // A GPU too old for --tf32 is an error, not a quiet CPU run.
             Err(why) if is_gpu_too_old(&why) => Err(blame(why)),
             Err(why) => {
@@ -75,11 +77,11 @@ fn gpu_of(local_rank: usize, count: usize) -> usize {
     }
 }
 
-/// How many of this machine's ranks train on `gpu`, this one included.
-pub(super) fn ranks_on(gpu: &Cuda, info: &RankInfo) -> anyhow::Result<usize> {
-    let count = core_tensor::cuda_available()?;
-    let sharing = (0..info.local_world_size).filter(|&r| gpu_of(r, count) == gpu.ordinal());
-    Ok(sharing.count().max(1))
+/// How many of this machine's ranks train on `gpu`, this one included,
+/// the machine having `gpus` GPUs.
+pub(super) fn ranks_on(gpu: &Cuda, gpus: usize, info: &RankInfo) -> usize {
+    let sharing = (0..info.local_world_size).filter(|&r| gpu_of(r, gpus) == gpu.ordinal());
+    sharing.count().max(1)
 }
 
 fn is_gpu_too_old(e: &anyhow::Error) -> bool {
@@ -107,7 +109,7 @@ pub(super) fn choose_transport(
     // search report for its own error.
     let (mine, missing_nccl) = match device {
         Device::Cpu(_) => (RankDevice::default(), None),
-        Device::Cuda(gpu) => {
+        Device::Cuda { gpu, .. } => {
             let uuid = gpu
                 .uuid()
                 .with_context(|| format!("rank {rank}: reading the GPU's UUID"))?;
