@@ -1,0 +1,122 @@
+//! Node 0's watch over the other nodes: their launchers leaving the store,
+//! falling silent, and saying their workers ended.
+
+use std::time::{Duration, Instant};
+
+use comm::{CommError, Store};
+
+use super::{LOOK_EVERY, NodeGroup, POLL};
+use crate::launcher::heartbeat;
+
+impl NodeGroup {
+    /// Node 0's look at node `k` in `attempt`, in one request: whether its
+    /// launcher left the store, whether it said its workers ended, and its
+    /// heartbeat. Read at one instant: a launcher says it ended before it
+    /// leaves, so one that did both is never seen gone without its word.
+    fn watch(&mut self, k: usize, attempt: u32) -> Result<Seen, CommError> {
+        let keys = [
+            Store::departed_key(k),
+            format!("attempt/{attempt}/ended/{k}"),
+            heartbeat::key(k),
+        ];
+        let mut values = self.store.look_all(&keys)?.into_iter();
+        let mut next = || values.next().flatten();
+        Ok(Seen {
+            departed: next().is_some(),
+            ended: next().is_some(),
+            beat: next(),
+        })
+    }
+
+    /// How long node `k` has sent no heartbeat, once past the limit (node
+    /// 0 only: its own clock), from its `beat` read now.
+    fn silent(&mut self, k: usize, beat: Option<Vec<u8>>) -> Option<Duration> {
+        self.pulse.silent_for(k, beat, Instant::now())
+    }
+
+    /// Node 0, after a signal: a node whose launcher left or fell silent
+    /// meanwhile (the workers' stop may wait on its ranks), looked for at
+    /// most every [`LOOK_EVERY`].
+    pub fn vanished_node(&mut self, attempt: u32) -> Option<String> {
+        if self.server.is_none() || self.last_look.elapsed() < LOOK_EVERY {
+            return None;
+        }
+        self.last_look = Instant::now();
+        self.note_away();
+        self.vanished(attempt).ok().flatten()
+    }
+
+    /// Node 0: a node whose launcher left, or fell silent, before it said
+    /// its workers ended in `attempt`, told to the others as a failure no
+    /// restart mends.
+    pub(super) fn vanished(&mut self, attempt: u32) -> Result<Option<String>, CommError> {
+        let key = |what: &str| format!("attempt/{attempt}/{what}");
+        for k in 1..self.nnodes {
+            let seen = self.watch(k, attempt)?;
+            let cause = if seen.departed && !seen.ended {
+                let host = self.host(k);
+                match self.away {
+                    Some(away) => {
+                        let left = format!("node {k}'s launcher ({host}) left");
+                        heartbeat::was_away(0, away, self.pulse.limit(), &left)
+                    }
+                    None => format!(
+                        "node {k}'s launcher ({host}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?), and the job cannot go on without its ranks"
+                    ),
+                }
+            } else if let Some(silent) = self.silent(k, seen.beat)
+                && !seen.ended
+            {
+                heartbeat::silent_node(k, &self.host(k), silent, self.pulse.limit())
+            } else {
+                continue;
+            };
+            // The other nodes hear it as a failure no restart mends.
+            self.store.set(&key("final"), b"")?;
+            self.store.set(&key("failed"), cause.as_bytes())?;
+            return Ok(Some(cause));
+        }
+        Ok(None)
+    }
+
+    /// Says this node's workers ended in `attempt`; node 0 then waits (up to
+    /// `wait`) for the others, so that its store outlives their last look.
+    pub fn finish(&mut self, attempt: u32, wait: Duration) {
+        if self.lost {
+            return;
+        }
+        let _ = self
+            .store
+            .set(&format!("attempt/{attempt}/ended/{}", self.node_rank), b"");
+        if self.server.is_some() {
+            let until = Instant::now() + wait;
+            for node in 1..self.nnodes {
+                // A launcher that left, or fell silent, will say nothing more.
+                loop {
+                    let Ok(seen) = self.watch(node, attempt) else {
+                        break;
+                    };
+                    let gone = seen.departed || self.silent(node, seen.beat).is_some();
+                    if seen.ended || gone {
+                        break;
+                    }
+                    if Instant::now() >= until {
+                        tell!("launcher: node {node} did not say it ended within {wait:?}");
+                        break;
+                    }
+                    std::thread::sleep(POLL);
+                }
+            }
+        }
+    }
+}
+
+/// What node 0 saw of another node at one instant ([`NodeGroup::watch`]).
+struct Seen {
+    /// Its launcher left the store.
+    departed: bool,
+    /// Its launcher said its workers ended in the attempt watched.
+    ended: bool,
+    /// Its heartbeat, if it beat yet.
+    beat: Option<Vec<u8>>,
+}
