@@ -257,15 +257,15 @@ fn ratings_and(extra: &str) -> (tempfile::TempDir, std::path::PathBuf) {
 /// One huge id makes the table far larger than the file: refused before
 /// anything that size is made (here under an address-space limit, where
 /// the starting state's allocation aborted the process), naming the id,
-/// its line and the sizes.
-#[test]
-fn an_id_too_large_for_the_machine_is_refused_before_allocating() {
+/// its line and the sizes, in one line. `spawn`: the extra flags.
+fn refuse_an_id_too_large_for_the_machine(spawn: &[&str]) {
     let (_dir, path) = ratings_and("16777215,16777215,3.0,1\n");
     // 4 GiB of parameters, about 20 GiB in all, in 6 GB of address space.
     let out = run(std::process::Command::new("bash")
         .args(["-c", r#"ulimit -v 6000000 && exec "$0" "$@""#])
         .arg(trainer().get_program())
         .args(["--model", "recsys", "--device", "cpu", "--epochs", "1"])
+        .args(spawn)
         .arg("--ratings")
         .arg(&path));
     let err = stderr(&out);
@@ -278,6 +278,19 @@ fn an_id_too_large_for_the_machine_is_refused_before_allocating() {
         assert!(err.contains(needle), "`{needle}` not in {err}");
     }
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn an_id_too_large_for_the_machine_is_refused_before_allocating() {
+    refuse_an_id_too_large_for_the_machine(&[]);
+}
+
+/// Rank threads share the machine: its memory is checked once, before
+/// any starts, not by every rank (which said `(2 ranks alike)` and that 2
+/// of 2 rank threads failed).
+#[test]
+fn rank_threads_check_the_machines_memory_once_before_they_start() {
+    refuse_an_id_too_large_for_the_machine(&["--world-size", "2", "--spawn", "threads"]);
 }
 
 const EMULATED: [&str; 2] = [

@@ -71,27 +71,34 @@ impl Dataset {
         info: &RankInfo,
         device: &Device,
     ) -> anyhow::Result<()> {
+        self.check_host(cli, info, device.is_gpu())?;
+        self.check_device(info, device)
+    }
+
+    /// Refuses a recsys table that this machine's memory cannot hold, its
+    /// ranks together (on GPUs, which then hold their replicas, if `gpu`).
+    pub(super) fn check_host(&self, cli: &Cli, info: &RankInfo, gpu: bool) -> anyhow::Result<()> {
         let Dataset::Recsys { index, dim } = self else {
             return Ok(());
-        };
-        let gpu = match device {
-            Device::Cpu(_) => None,
-            Device::Cuda { gpu, gpus } => Some((gpu, *gpus)),
         };
         // Ranks are numbered machine by machine: rank 0 is here when this
         // machine's first rank is.
         let rank_0_here = info.rank == info.local_rank;
         let footprint = Footprint {
-            gpu: gpu.is_some(),
+            gpu,
             local_ranks: info.local_world_size,
             // Counted unless NCCL is asked for: `auto` may use the host.
-            host_exchange: info.world_size > 1
-                && !(gpu.is_some() && cli.backend == BackendChoice::Nccl),
+            host_exchange: info.world_size > 1 && !(gpu && cli.backend == BackendChoice::Nccl),
             saves: rank_0_here && cli.checkpoint_dir.is_some(),
             loads: rank_0_here && cli.resume.is_some(),
         };
-        table::check_fits(index, *dim, &footprint, host_room_bytes())?;
-        let Some((gpu, gpus)) = gpu else {
+        table::check_fits(index, *dim, &footprint, host_room_bytes())
+    }
+
+    /// Refuses a recsys table that `device`'s memory cannot hold (nothing
+    /// to check on the CPU: [`Dataset::check_host`] counts it).
+    pub(super) fn check_device(&self, info: &RankInfo, device: &Device) -> anyhow::Result<()> {
+        let (Dataset::Recsys { index, dim }, Device::Cuda { gpu, gpus }) = (self, device) else {
             return Ok(());
         };
         let name = format!("cuda:{} ({})", gpu.ordinal(), gpu.name());
@@ -99,7 +106,7 @@ impl Dataset {
             .memory()
             .with_context(|| format!("rank {}: asking {name} for its free memory", info.rank))?;
         let room = GpuRoom {
-            ranks: ranks_on(gpu, gpus, info),
+            ranks: ranks_on(gpu, *gpus, info),
             name,
             free,
             total,

@@ -21,6 +21,23 @@ pub(super) enum Device {
     },
 }
 
+impl Device {
+    pub(super) fn is_gpu(&self) -> bool {
+        matches!(self, Device::Cuda { .. })
+    }
+}
+
+/// Whether the ranks of `cli` will train on GPUs, for a check made before
+/// each settles its device: `--device auto` takes one where the driver
+/// counts any (a GPU that then fails to open sends its rank to the CPU).
+pub(super) fn expects_gpu(cli: &Cli) -> bool {
+    match cli.device {
+        DeviceChoice::Cpu => false,
+        DeviceChoice::Cuda => true,
+        DeviceChoice::Auto => core_tensor::cuda_available().is_ok_and(|gpus| gpus > 0),
+    }
+}
+
 /// The device `--device` asks for: `cuda` insists on the GPU of this rank's
 /// local rank (wrapping around when ranks outnumber GPUs), `auto` takes it
 /// when one is usable and otherwise says why it trains on the CPU.

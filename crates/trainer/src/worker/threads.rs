@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use comm::LocalCommunicator;
 
+use super::device::expects_gpu;
 use super::{Dataset, JobComm, RankInfo, Shared, choose_device, run_rank};
 use crate::cli::Cli;
 use crate::launcher::NodePlan;
@@ -39,12 +40,22 @@ pub fn run(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     let stop = StopRequest::new();
     install_worker_handlers(&stop)?;
     let data = Dataset::load(cli)?;
+    let world = plan.nproc;
+    let machine = |rank| RankInfo {
+        rank,
+        local_rank: rank,
+        world_size: world,
+        local_world_size: world,
+    };
+    // The machine's memory once, for all its ranks: its message is said
+    // once, and no thread starts for a table it cannot hold.
+    let gpu = expects_gpu(cli);
+    data.check_host(cli, &machine(0), gpu)?;
     let shared = Shared {
         cli,
         data: &data,
         started_by: THREADS,
     };
-    let world = plan.nproc;
     let comms = LocalCommunicator::job(world, Duration::from_secs_f64(cli.timeout));
     let ends: Vec<anyhow::Result<RunEnd>> = std::thread::scope(|scope| {
         let ranks: Vec<_> = comms
@@ -55,14 +66,14 @@ pub fn run(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
                 std::thread::Builder::new()
                     .name(format!("rank{rank}"))
                     .spawn_scoped(scope, move || {
-                        let info = RankInfo {
-                            rank,
-                            local_rank: rank,
-                            world_size: world,
-                            local_world_size: world,
-                        };
+                        let info = machine(rank);
                         let device = choose_device(cli, &info)?;
-                        shared.data.check_room(cli, &info, &device)?;
+                        // A GPU that failed to open: this rank's replica
+                        // is in the machine's memory after all.
+                        if device.is_gpu() != gpu {
+                            shared.data.check_host(cli, &info, device.is_gpu())?;
+                        }
+                        shared.data.check_device(&info, &device)?;
                         let comm = (world > 1).then_some(JobComm::Local(comm));
                         run_rank(shared, &info, device, comm, stop)
                     })
