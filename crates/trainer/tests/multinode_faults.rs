@@ -127,6 +127,39 @@ fn a_launcher_resumed_after_the_job_ended_on_its_silence_names_its_own_stop() {
     }
 }
 
+/// Node 1's launcher alone is stopped (its ranks train on) until node 0
+/// ends the job on its silence, and resumed at once, while node 0 still
+/// gives its own ranks their grace: node 1 reads node 0's verdict as its
+/// own, not as news of some "node 1's launcher".
+#[test]
+fn a_launcher_resumed_while_node_0_is_up_reads_the_verdict_on_its_silence_as_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let flags = ["--timeout", "20", "--heartbeat-timeout", "2"];
+    let ([mut node0, node1], _, (lines, relay)) = running_job(tmp.path(), &flags);
+    let (said0, relay0) = stderr_lines(&mut node0);
+    let stopped = Stopped::new(vec![node1.id().to_string()]);
+    loop {
+        let line = said0
+            .recv_timeout(Duration::from_secs(30))
+            .expect("node 0 names the silent node");
+        if line.contains("node 1's launcher") && line.contains("sent no heartbeat") {
+            break;
+        }
+    }
+    stopped.resume();
+    let out1 = wait_within(node1, Duration::from_secs(60));
+    wait_within(node0, Duration::from_secs(60));
+    relay.join().unwrap();
+    relay0.join().unwrap();
+    let said = lines.try_iter().collect::<Vec<_>>().join("\n");
+    assert!(
+        said.contains("launcher: node 1: node 0 heard no heartbeat from this launcher for ")
+            && !said.contains("node 1's launcher"),
+        "{said}"
+    );
+    assert_eq!(out1.status.code(), Some(1), "{said}");
+}
+
 /// Node 1's workers stopped, its launcher alive (its heartbeat goes on):
 /// node 0's ranks time out on them, and both launchers end within a bound,
 /// node 1 saying that its ranks were hung and killed, not failed on their

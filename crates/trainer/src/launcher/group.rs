@@ -294,13 +294,23 @@ impl NodeGroup {
     fn look(&mut self, attempt: u32) -> Result<Option<Elsewhere>, CommError> {
         self.note_away();
         let key = |what: &str| format!("attempt/{attempt}/{what}");
-        if let Some(cause) = self.store.look(&key("failed"))? {
-            // Set before the failure, when no restart can mend it.
-            let restartable = self.store.look(&key("final"))?.is_none();
-            let cause = String::from_utf8_lossy(&cause).into_owned();
+        let node = self.node_rank;
+        let keys = [
+            key("failed"),
+            key("final"),
+            key("signal"),
+            heartbeat::verdict_key(attempt, node),
+        ];
+        // One request: `final` and the verdict are set before the failure.
+        let mut values = self.store.look_all(&keys)?.into_iter();
+        let mut next = || values.next().flatten();
+        let (failed, is_final, signal, own) = (next(), next().is_some(), next(), next());
+        if let Some(cause) = failed {
+            let cause = heartbeat::verdict(node, &cause, own, self.pulse.limit());
+            let restartable = !is_final;
             return Ok(Some(Elsewhere::Failed { cause, restartable }));
         }
-        if let Some(signal) = self.store.look(&key("signal"))? {
+        if let Some(signal) = signal {
             return Ok(signal
                 .try_into()
                 .ok()

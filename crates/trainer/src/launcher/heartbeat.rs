@@ -38,6 +38,13 @@ pub(super) fn key(node: usize) -> String {
     format!("heartbeat/{node}")
 }
 
+/// Where node 0 records, before it ends `attempt` on node `node`'s
+/// silence, how long that was: the node, should it come back while node 0
+/// is still up, reads the verdict as its own.
+pub(super) fn verdict_key(attempt: u32, node: usize) -> String {
+    format!("attempt/{attempt}/silent/{node}")
+}
+
 /// The group store's connection, shared by a launcher's main loop and its
 /// [`Beater`]: each request holds it for itself alone, so neither waits
 /// for the other longer than one request (which are all quick: the main
@@ -196,6 +203,20 @@ pub(super) fn silent_node(node: usize, host: &str, silent: Duration, limit: Dura
     )
 }
 
+/// What node `node` says of the failure `cause` that node 0 reported, with
+/// `own` what node 0 recorded under [`verdict_key`] for this node: when it
+/// ended the job on this very node's silence, that, from this node's side.
+pub(super) fn verdict(node: usize, cause: &[u8], own: Option<Vec<u8>>, limit: Duration) -> String {
+    let Some(millis) = own.and_then(|v| <[u8; 8]>::try_from(v).ok()) else {
+        return String::from_utf8_lossy(cause).into_owned();
+    };
+    format!(
+        "node {node}: node 0 heard no heartbeat from this launcher for {:.1} s (--heartbeat-timeout {}) and ended the job: this launcher was stopped (SIGSTOP, a debugger, a suspended VM) or starved, or this machine was cut off from node 0 (check the network), and its ranks cannot go on; keep every launcher running (a larger --heartbeat-timeout allows longer pauses)",
+        Duration::from_millis(u64::from_le_bytes(millis)).as_secs_f64(),
+        limit.as_secs_f64()
+    )
+}
+
 /// What node `node` says of node 0, on `host`, whose store gave no answer
 /// for `silent`.
 pub(super) fn silent_master(node: usize, host: &str, silent: Duration) -> String {
@@ -253,6 +274,27 @@ mod tests {
         assert_eq!(pulse.silent_for(2, beat(70), at(60.0)), None);
         assert_eq!(pulse.silent_for(2, beat(70), at(61.0)), None);
         assert_eq!(interval(limit), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn a_node_reads_node_0s_verdict_on_its_own_silence_as_its_own() {
+        let limit = Duration::from_secs(2);
+        let cause = silent_node(1, "host n1", Duration::from_millis(2345), limit);
+        let own = Some(2345_u64.to_le_bytes().to_vec());
+        let said = verdict(1, cause.as_bytes(), own, limit);
+        assert!(
+            said.starts_with(
+                "node 1: node 0 heard no heartbeat from this launcher for 2.3 s (--heartbeat-timeout 2) and ended the job: this launcher was stopped"
+            ) && !said.contains("node 1's launcher"),
+            "{said}"
+        );
+        // Any other failure, or a record that is not one, reads as told.
+        assert_eq!(verdict(1, cause.as_bytes(), None, limit), cause);
+        assert_eq!(
+            verdict(2, b"rank 3 failed", Some(vec![1]), limit),
+            "rank 3 failed"
+        );
+        assert_eq!(verdict_key(4, 1), "attempt/4/silent/1");
     }
 
     #[test]

@@ -67,6 +67,10 @@ impl NodeGroup {
             } else if let Some(silent) = self.silent(k, seen.beat)
                 && !seen.ended
             {
+                // Before the failure: the node reads both in one look.
+                let millis = u64::try_from(silent.as_millis()).unwrap_or(u64::MAX);
+                let verdict = heartbeat::verdict_key(attempt, k);
+                self.store.set(&verdict, &millis.to_le_bytes())?;
                 heartbeat::silent_node(k, &self.host(k), silent, self.pulse.limit())
             } else {
                 continue;
