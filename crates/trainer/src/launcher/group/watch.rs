@@ -95,11 +95,9 @@ impl NodeGroup {
         if self.server.is_some() {
             let until = Instant::now() + wait;
             for node in 1..self.nnodes {
-                // A launcher that left, or fell silent, will say nothing more.
-                loop {
-                    let Ok(seen) = self.watch(node, attempt) else {
-                        break;
-                    };
+                // A launcher that left, or fell silent, will say nothing
+                // more; a store that fails says nothing either.
+                while let Ok(seen) = self.watch(node, attempt) {
                     let gone = seen.departed || self.silent(node, seen.beat).is_some();
                     if seen.ended || gone {
                         break;
