@@ -98,7 +98,8 @@ impl<B: RowsKernel> SparseExchange<B> {
         if let Some(t) = tables.iter().find(|t| t.rows != rows) {
             bail!(
                 "the model's row tables, indexed by the same ids, must have as many rows each, \
-                 but one at element {} has {} rows where the first has {rows}",
+                 but one at element {} has {} rows where the first has {rows}: Model::row_tables \
+                 must name only tables the batch's ids index",
                 t.offset,
                 t.rows
             );
