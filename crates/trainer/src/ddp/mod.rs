@@ -153,6 +153,13 @@ impl<B: Ops> Reducer<B> {
         self.sparse.as_ref().is_some_and(|s| s.forms_union())
     }
 
+    /// After [`Reducer::finish`] returned the union of the ranks' rows: the
+    /// same ids on the device, where the sparse exchange left them there
+    /// (see [`SparseExchange::union_on_device`]).
+    pub fn row_union_on_device(&self) -> Option<&B::Storage<u32>> {
+        self.sparse.as_ref()?.union_on_device()
+    }
+
     /// The gradient elements the dense buckets carry each step: every
     /// parameter trained but the row tables a sparse exchange carries.
     pub fn dense_elements(&self) -> usize {

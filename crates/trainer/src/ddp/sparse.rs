@@ -58,6 +58,8 @@ pub struct SparseExchange<B: RowsKernel> {
     /// The tables' host copy, for the dense all-reduce only.
     host: Vec<f32>,
     scratch: Option<Scratch<B>>,
+    /// Whether the scratch's ids hold the union the last exchange returned.
+    union_in_scratch: bool,
     steps: u64,
 }
 
@@ -126,6 +128,7 @@ impl<B: RowsKernel> SparseExchange<B> {
             rank: comm.rank(),
             world: comm.world_size(),
             scratch: None,
+            union_in_scratch: false,
             steps: 0,
         }))
     }
@@ -133,6 +136,15 @@ impl<B: RowsKernel> SparseExchange<B> {
     /// Whether every exchange returns the union of the ranks' rows.
     pub fn forms_union(&self) -> bool {
         self.union
+    }
+
+    /// The union the last exchange returned, on the device, where the row
+    /// path left it (its scatter's ids; at least the union's length): the
+    /// lazy update reads it there instead of uploading it again. `None`
+    /// after the dense path or an empty union.
+    pub fn union_on_device(&self) -> Option<&B::Storage<u32>> {
+        let scratch = self.scratch.as_ref().filter(|_| self.union_in_scratch);
+        scratch.map(|s| &s.ids)
     }
 
     /// `buckets` without the elements of `sparse`'s tables, launch order
@@ -172,6 +184,7 @@ impl<B: RowsKernel> SparseExchange<B> {
         );
         let use_sparse = self.always || sparse_bytes < dense_bytes;
         self.steps += 1;
+        self.union_in_scratch = false;
         if self.rank == 0 && self.steps == 1 {
             tell!(
                 "rank 0: sparse gradients, first step: {sent} touched rows in all, {sparse_bytes} B \
@@ -255,6 +268,7 @@ impl<B: RowsKernel> SparseExchange<B> {
             };
             backend.rows_scatter(&geom, &s.ids, rows, grads)?;
         }
+        self.union_in_scratch = true;
         Ok(union)
     }
 

@@ -180,7 +180,10 @@ fn the_exchange_moves_only_the_batchs_rows_of_every_table() {
         for step in steps {
             let (mine, union) = (step[rank], union(step));
             let mut g = grads(rank, mine);
-            sparse.exchange(&backend, &mut g, Some(mine)).unwrap();
+            let got = sparse.exchange(&backend, &mut g, Some(mine)).unwrap();
+            assert_eq!(got.as_ref(), Some(&union));
+            let on_device = sparse.union_on_device().expect("the row path's ids");
+            assert_eq!(on_device[..union.len()], union, "the union on the device");
             let (read, written) = backend.take();
             assert_eq!(read, mine.len() * (WIDTH + 1), "rank {rank} read");
             assert_eq!(
