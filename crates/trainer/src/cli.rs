@@ -80,8 +80,8 @@ pub enum BackendChoice {
     Tcp,
 }
 
-/// How a model's row-sparse gradients (the recsys embedding table) travel
-/// between ranks over the host transport.
+/// How a model's row-sparse gradients (recsys' embedding and per-row
+/// biases) travel between ranks over the host transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum SparseGrads {
     /// The touched rows when they are fewer bytes than the dense
@@ -210,9 +210,9 @@ pub struct Cli {
     #[arg(long, default_value_t = 25.0, value_name = "MIB", value_parser = positive_finite)]
     pub bucket_mb: f64,
 
-    /// Row-sparse gradients (recsys' embedding table): send only the rows a
-    /// step touched, or the dense all-reduce, whichever moves fewer bytes
-    /// (auto). NCCL ranks always use the dense all-reduce.
+    /// Row-sparse gradients (recsys' embedding and per-row biases): send
+    /// only the rows a step touched, or the dense all-reduce, whichever
+    /// moves fewer bytes (auto). NCCL ranks always use the dense all-reduce.
     #[arg(long, value_enum, default_value_t = SparseGrads::Auto, value_name = "auto|always|never")]
     pub sparse_grads: SparseGrads,
 

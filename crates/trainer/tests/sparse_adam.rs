@@ -320,14 +320,16 @@ fn train(ratings: &Path, ckpt: &Path, extra: &[&str]) -> (Vec<(PathBuf, Vec<u8>)
     (files, stderr(&out))
 }
 
-/// A table the dense all-reduce moves more cheaply (60 rows of one, each
-/// rank's batch touching most of them, not all): the union the ranks
-/// gather for the lazy update beside it is the row path's, bit for bit.
+/// Tables the dense all-reduce moves more cheaply (39 rows of one and
+/// their biases, 33 of them ids, each rank's batch touching most of those,
+/// not all: 59 rows in all, three floats each, against four a table row
+/// densely): the union the ranks gather for the lazy update beside it is
+/// the row path's, bit for bit.
 #[test]
 fn the_dense_exchange_updates_the_same_rows_as_the_row_exchange() {
     let dir = tempfile::tempdir().unwrap();
     let ratings = dir.path().join("ratings.csv");
-    write_ratings(&ratings, 5_000, 40, 20, 4).unwrap();
+    write_ratings(&ratings, 5_000, 30, 3, 4).unwrap();
     let small = [
         "--device",
         "cpu",

@@ -112,9 +112,11 @@ fn emulated_gpu_rows_and_dense_give_the_same_weights() {
 fn auto_keeps_the_dense_all_reduce_for_a_small_table() {
     let dir = tempfile::tempdir().unwrap();
     let ratings = dir.path().join("ratings.csv");
-    // 10 ids, all touched by both ranks every step, in rows of one: two
-    // floats a row as rows against two a row for the dense all-reduce.
-    write_ratings(&ratings, 20_000, 6, 4, 4).unwrap();
+    // 12 ids (10 users, movies 1 and 4) in tables of 16 rows, all touched
+    // by both ranks every step, in rows of one with their biases: three
+    // floats a touched row (id, row, bias) as rows, 24 touched rows in all,
+    // against four a table row (two, twice) for the dense all-reduce.
+    write_ratings(&ratings, 20_000, 10, 2, 4).unwrap();
     let small = [
         "--device",
         "cpu",

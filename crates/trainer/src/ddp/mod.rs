@@ -25,6 +25,8 @@ mod host_hook;
 mod nccl_hook;
 mod sparse;
 pub mod transport;
+#[cfg(test)]
+pub(crate) mod two_ranks;
 
 use std::ops::Range;
 
@@ -101,7 +103,7 @@ pub struct Reducer<B: Ops> {
     may_carry_votes: bool,
     /// Whether the hook carries this step's stop votes.
     carries_votes: bool,
-    /// The row-sparse table, exchanged apart from the buckets.
+    /// The row-sparse tables, exchanged apart from the buckets.
     sparse: Option<SparseExchange<B>>,
 }
 
@@ -123,8 +125,8 @@ impl<B: Ops> Reducer<B> {
         self
     }
 
-    /// Exchanges a row-sparse table apart from the buckets (which must not
-    /// cover it), after them, every step.
+    /// Exchanges the row-sparse tables apart from the buckets (which must
+    /// not cover them), after them, every step.
     pub fn with_sparse(mut self, sparse: Option<SparseExchange<B>>) -> Self {
         self.sparse = sparse;
         self
@@ -146,13 +148,26 @@ impl<B: Ops> Reducer<B> {
     }
 
     /// Whether [`Reducer::finish`] returns the union of every rank's rows
-    /// of the sparse table each step (see [`SparseExchange::plan`]).
+    /// of the row tables each step (see [`SparseExchange::plan`]).
     pub fn forms_row_union(&self) -> bool {
         self.sparse.as_ref().is_some_and(|s| s.forms_union())
     }
 
+    /// After [`Reducer::finish`] returned the union of the ranks' rows: the
+    /// same ids on the device, where the sparse exchange left them there
+    /// (see [`SparseExchange::union_on_device`]).
+    pub fn row_union_on_device(&self) -> Option<&B::Storage<u32>> {
+        self.sparse.as_ref()?.union_on_device()
+    }
+
+    /// The gradient elements the dense buckets carry each step: every
+    /// parameter trained but the row tables a sparse exchange carries.
+    pub fn dense_elements(&self) -> usize {
+        self.queue.buckets().iter().map(|b| b.len()).sum()
+    }
+
     /// Ends the step's communication: every bucket must have been launched.
-    /// `sparse_rows` are the rows of the sparse table the step's batch
+    /// `sparse_rows` are the rows of the row tables the step's batch
     /// looked up ([`crate::model::Model::sparse_rows`]). Returns the union
     /// of every rank's such rows where the sparse exchange formed it.
     pub fn finish(

@@ -1,16 +1,18 @@
-//! Row-sparse gradients (a model's [`Model::sparse_table`]) over the host
-//! communicator: each step, after the dense buckets, every rank either
-//! sends only the rows its batch looked up ([`Model::sparse_rows`]: indices
-//! and rows) to all ranks, or the table goes through the dense all-reduce,
-//! whichever moves fewer bytes, decided alike on every rank from the
-//! all-reduced row counts.
+//! Row-sparse gradients (a model's [`Model::row_tables`]: every table
+//! the batch's ids index, recsys' embedding and its per-row biases) over
+//! the host communicator: each step, after the dense buckets, every rank
+//! either sends only the rows its batch looked up ([`Model::sparse_rows`]:
+//! the ids once, then each table's rows) to all ranks, or the tables go
+//! through the dense all-reduce, whichever moves fewer bytes over the
+//! tables together, decided alike on every rank from the all-reduced row
+//! counts. The tables never travel in the dense buckets.
 //!
 //! On the row path only those rows cross between the device and the host:
-//! a gather of the rank's rows into compact scratch, and a scatter of the
-//! averaged union of every rank's rows back. Backward wrote `+0.0` to every
-//! other row of the table (the embedding's backward zeroes it), which is
-//! also their average, so they are left as they are; no host work and no
-//! scratch grows with the table.
+//! a gather of the rank's rows of each table into compact scratch, and a
+//! scatter of the averaged union of every rank's rows back. Backward wrote
+//! `+0.0` to every other row of the tables (the lookups' backward zeroes
+//! them), which is also their average, so they are left as they are; no
+//! host work and no scratch grows with the tables.
 //!
 //! The rows are summed as the dense all-reduce would sum them: per row,
 //! rank 0's row (zeros when it sent none) plus each next rank's, in rank
@@ -23,7 +25,7 @@
 //! dense path, asked for it, gathers the ranks' ids alone after the
 //! all-reduce.
 //!
-//! [`Model::sparse_table`]: crate::model::Model::sparse_table
+//! [`Model::row_tables`]: crate::model::Model::row_tables
 //! [`Model::sparse_rows`]: crate::model::Model::sparse_rows
 
 #[cfg(test)]
@@ -40,10 +42,12 @@ use crate::cli::SparseGrads;
 /// Row indices travel as f32: exact below 2^24.
 const MAX_ROWS: usize = 1 << 24;
 
-/// The table, the device scratch its rows pass through, and the handle its
-/// exchanges go through.
+/// The tables, the device scratch their rows pass through, and the handle
+/// their exchanges go through.
 pub struct SparseExchange<B: RowsKernel> {
-    table: Range<usize>,
+    /// Every table's place (`count` 0), in the order their rows travel.
+    tables: Vec<RowsGeom>,
+    /// The tables' row widths summed: the values one id carries.
     width: usize,
     always: bool,
     /// Whether the dense path also forms the union of the ranks' rows.
@@ -51,34 +55,57 @@ pub struct SparseExchange<B: RowsKernel> {
     comm: CommHandle,
     rank: usize,
     world: usize,
-    /// The table's host copy, for the dense all-reduce only.
+    /// The tables' host copy, for the dense all-reduce only.
     host: Vec<f32>,
     scratch: Option<Scratch<B>>,
+    /// Whether the scratch's ids hold the union the last exchange returned.
+    union_in_scratch: bool,
     steps: u64,
 }
 
-/// Row ids and rows on the device, with room for the most rows moved yet.
+/// Row ids and each table's rows on the device, with room for the most
+/// rows moved yet.
 struct Scratch<B: RowsKernel> {
     ids: B::Storage<u32>,
-    rows: B::Storage<f32>,
+    rows: Vec<B::Storage<f32>>,
 }
 
 impl<B: RowsKernel> SparseExchange<B> {
-    /// The exchange for a model's `table` (range, row width), or `None`
-    /// where the table keeps the dense buckets (`--sparse-grads never`, no
-    /// table, one rank, or too many rows for `auto`). With `union`, every
-    /// exchange returns the union of the ranks' rows, whichever path the
-    /// gradients took.
+    /// The exchange for a model's row `tables` (range, row width; the same
+    /// ids index every one, so they have as many rows), or `None` where the
+    /// tables keep the dense buckets (`--sparse-grads never`, no table, one
+    /// rank, or too many rows for `auto`). With `union`, every exchange
+    /// returns the union of the ranks' rows, whichever path the gradients
+    /// took.
     pub fn plan(
-        table: Option<(Range<usize>, usize)>,
+        tables: Vec<(Range<usize>, usize)>,
         mode: SparseGrads,
         comm: &CommThread,
         union: bool,
     ) -> anyhow::Result<Option<Self>> {
-        let Some((table, width)) = table else {
+        let tables: Vec<RowsGeom> = (tables.into_iter())
+            .map(|(range, width)| {
+                let dim = width.max(1);
+                RowsGeom {
+                    count: 0,
+                    dim,
+                    rows: range.len() / dim,
+                    offset: range.start,
+                }
+            })
+            .collect();
+        let Some(rows) = tables.first().map(|t| t.rows) else {
             return Ok(None);
         };
-        let rows = table.len() / width.max(1);
+        if let Some(t) = tables.iter().find(|t| t.rows != rows) {
+            bail!(
+                "the model's row tables, indexed by the same ids, must have as many rows each, \
+                 but one at element {} has {} rows where the first has {rows}: Model::row_tables \
+                 must name only tables the batch's ids index",
+                t.offset,
+                t.rows
+            );
+        }
         if mode == SparseGrads::Never || comm.world_size() == 1 {
             return Ok(None);
         }
@@ -93,14 +120,15 @@ impl<B: RowsKernel> SparseExchange<B> {
         }
         Ok(Some(Self {
             host: Vec::new(),
-            table,
-            width: width.max(1),
+            width: tables.iter().map(|t| t.dim).sum(),
+            tables,
             always: mode == SparseGrads::Always,
             union,
             comm: comm.handle(),
             rank: comm.rank(),
             world: comm.world_size(),
             scratch: None,
+            union_in_scratch: false,
             steps: 0,
         }))
     }
@@ -110,20 +138,27 @@ impl<B: RowsKernel> SparseExchange<B> {
         self.union
     }
 
-    /// `buckets` without the elements of `sparse`'s table, launch order
-    /// kept (a bucket the table splits becomes its upper, then lower part).
+    /// The union the last exchange returned, on the device, where the row
+    /// path left it (its scatter's ids; at least the union's length): the
+    /// lazy update reads it there instead of uploading it again. `None`
+    /// after the dense path or an empty union.
+    pub fn union_on_device(&self) -> Option<&B::Storage<u32>> {
+        let scratch = self.scratch.as_ref().filter(|_| self.union_in_scratch);
+        scratch.map(|s| &s.ids)
+    }
+
+    /// `buckets` without the elements of `sparse`'s tables, launch order
+    /// kept (a bucket a table splits becomes its upper, then lower part).
     pub fn dense_buckets(
         sparse: Option<&SparseExchange<B>>,
         buckets: Vec<Range<usize>>,
     ) -> Vec<Range<usize>> {
-        match sparse {
-            Some(sparse) => without(&sparse.table, buckets),
-            None => buckets,
-        }
+        let tables = sparse.map_or(&[][..], |s| &s.tables);
+        (tables.iter()).fold(buckets, |buckets, t| without(&t.table(), buckets))
     }
 
-    /// Averages the table's gradients in `grads` over all ranks; `rows` are
-    /// the table rows this rank's batch looked up, increasing (the model's
+    /// Averages the tables' gradients in `grads` over all ranks; `rows`
+    /// are the rows this rank's batch looked up, increasing (the model's
     /// [`crate::model::Model::sparse_rows`]). Returns the union of every
     /// rank's rows, increasing, when the row path formed it or the plan
     /// asked for it.
@@ -134,20 +169,22 @@ impl<B: RowsKernel> SparseExchange<B> {
         rows: Option<&[u32]>,
     ) -> anyhow::Result<Option<Vec<u32>>> {
         let rows = rows.context(
-            "the model declares a row-sparse gradient table but not the rows its batch looked up",
+            "the model declares row-sparse gradient tables but not the rows its batch looked up",
         )?;
         let (w, world) = (self.width, self.world);
         let mut counts = vec![0.0; world];
         counts[self.rank] = rows.len() as f64;
         let sent: f64 = self.comm.sum_f64(counts)?.iter().sum();
         // Each rank's rows cross world - 1 links (ring broadcast); the ring
-        // all-reduce sends twice the table over the same links.
+        // all-reduce sends twice the tables over the same links.
+        let elements: usize = self.tables.iter().map(|t| t.rows * t.dim).sum();
         let (sparse_bytes, dense_bytes) = (
             (world - 1) as u64 * sent as u64 * (1 + w) as u64 * 4,
-            (world - 1) as u64 * 2 * self.table.len() as u64 * 4,
+            (world - 1) as u64 * 2 * elements as u64 * 4,
         );
         let use_sparse = self.always || sparse_bytes < dense_bytes;
         self.steps += 1;
+        self.union_in_scratch = false;
         if self.rank == 0 && self.steps == 1 {
             tell!(
                 "rank 0: sparse gradients, first step: {sent} touched rows in all, {sparse_bytes} B \
@@ -158,12 +195,22 @@ impl<B: RowsKernel> SparseExchange<B> {
         if use_sparse {
             return self.sum_rows(backend, grads, rows).map(Some);
         }
-        self.host.resize(self.table.len(), 0.0);
-        backend.read_range(grads, self.table.clone(), &mut self.host)?;
+        self.host.resize(elements, 0.0);
+        let mut at = 0;
+        for t in &self.tables {
+            let part = &mut self.host[at..at + t.rows * t.dim];
+            backend.read_range(grads, t.table(), part)?;
+            at += part.len();
+        }
         let staged: Staged = Box::new(std::mem::take(&mut self.host));
         self.comm.submit(Op::AverageF32(staged))?;
         self.host = self.comm.next_staged()?.to_vec();
-        backend.write_range(&self.host, grads, self.table.start)?;
+        let mut at = 0;
+        for t in &self.tables {
+            let part = &self.host[at..at + t.rows * t.dim];
+            backend.write_range(part, grads, t.offset)?;
+            at += part.len();
+        }
         if !self.union {
             return Ok(None);
         }
@@ -176,8 +223,9 @@ impl<B: RowsKernel> SparseExchange<B> {
         Ok(Some(union(&parsed)))
     }
 
-    /// Sends `mine` rows to every rank and writes the average of every
-    /// rank's rows into the union of the rows sent, which it returns.
+    /// Sends `mine` rows of every table to every rank and writes the
+    /// average of every rank's rows into the union of the rows sent, which
+    /// it returns.
     fn sum_rows(
         &mut self,
         backend: &B,
@@ -185,56 +233,54 @@ impl<B: RowsKernel> SparseExchange<B> {
         mine: &[u32],
     ) -> anyhow::Result<Vec<u32>> {
         let (w, k) = (self.width, mine.len());
+        // The ids, then each table's k rows.
         let mut payload: Vec<f32> = mine.iter().map(|&r| r as f32).collect();
         payload.resize(k * (1 + w), 0.0);
         if k > 0 {
-            let geom = self.geom(k);
-            let s = self.scratch(backend, k)?;
+            let s = Self::scratch(&mut self.scratch, &self.tables, backend, k)?;
             backend.write_range(mine, &mut s.ids, 0)?;
-            backend.rows_gather(&geom, &s.ids, grads, &mut s.rows)?;
-            backend.read_range(&s.rows, 0..k * w, &mut payload[k..])?;
+            let mut at = k;
+            for (t, rows) in self.tables.iter().zip(&mut s.rows) {
+                let geom = RowsGeom { count: k, ..*t };
+                backend.rows_gather(&geom, &s.ids, grads, rows)?;
+                backend.read_range(rows, 0..k * t.dim, &mut payload[at..at + k * t.dim])?;
+                at += k * t.dim;
+            }
         }
         let gathered = self.comm.all_gather(payload)?;
         let parsed = (gathered.iter().enumerate())
             .map(|(from, data)| self.parse(from, data, w))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let union = union(&parsed);
-        // Each union row is summed in rank order; a rank that sent no such
-        // row adds `+0.0`, as it would in the dense sum. Every rank's ids
-        // increase, so one pass along the union finds its rows.
-        let mut sum = vec![0.0f32; union.len() * w];
-        for (from, (ids, values)) in parsed.iter().enumerate() {
-            let mut sent = ids.iter().zip(values.chunks_exact(w)).peekable();
-            for (&r, out) in union.iter().zip(sum.chunks_exact_mut(w)) {
-                match (sent.next_if(|(id, _)| **id == r), from) {
-                    (None, 0) => out.fill(0.0),
-                    (None, _) => out.iter_mut().for_each(|o| *o += 0.0),
-                    (Some((_, row)), 0) => out.copy_from_slice(row),
-                    (Some((_, row)), _) => out.iter_mut().zip(row).for_each(|(o, v)| *o += v),
-                }
-            }
+        if union.is_empty() {
+            return Ok(union);
         }
-        let scale = 1.0 / self.world as f32;
-        sum.iter_mut().for_each(|x| *x *= scale);
-        if !union.is_empty() {
-            let geom = self.geom(union.len());
-            let s = self.scratch(backend, union.len())?;
-            backend.write_range(&union, &mut s.ids, 0)?;
-            backend.write_range(&sum, &mut s.rows, 0)?;
-            backend.rows_scatter(&geom, &s.ids, &s.rows, grads)?;
+        let s = Self::scratch(&mut self.scratch, &self.tables, backend, union.len())?;
+        backend.write_range(&union, &mut s.ids, 0)?;
+        let mut before = 0;
+        for (t, rows) in self.tables.iter().zip(&mut s.rows) {
+            let sum = average(&parsed, &union, before, t.dim);
+            before += t.dim;
+            backend.write_range(&sum, rows, 0)?;
+            let geom = RowsGeom {
+                count: union.len(),
+                ..*t
+            };
+            backend.rows_scatter(&geom, &s.ids, rows, grads)?;
         }
+        self.union_in_scratch = true;
         Ok(union)
     }
 
-    /// Rank `from`'s rows of `w` values: their ids (below the table's rows,
-    /// increasing) and their values.
+    /// Rank `from`'s rows of `w` values: their ids (below the tables' rows,
+    /// increasing) and their values (each table's rows in turn).
     fn parse<'a>(
         &self,
         from: usize,
         data: &'a [f32],
         w: usize,
     ) -> anyhow::Result<(Vec<u32>, &'a [f32])> {
-        let rows = self.table.len() / self.width;
+        let rows = self.tables.first().map_or(0, |t| t.rows);
         let k = data.len() / (1 + w);
         ensure!(
             data.len() == k * (1 + w),
@@ -255,31 +301,53 @@ impl<B: RowsKernel> SparseExchange<B> {
         Ok((ids, values))
     }
 
-    /// The gather or scatter of `count` rows of the table.
-    fn geom(&self, count: usize) -> RowsGeom {
-        RowsGeom {
-            count,
-            dim: self.width,
-            rows: self.table.len() / self.width,
-            offset: self.table.start,
-        }
-    }
-
-    /// The device scratch, with room for at least `count` ids and rows
-    /// (grown in powers of two, never past the table).
-    fn scratch(&mut self, backend: &B, count: usize) -> anyhow::Result<&mut Scratch<B>> {
-        if (self.scratch.as_ref()).is_none_or(|s| B::len(&s.ids) < count) {
-            self.scratch = None;
-            let room = (count.next_power_of_two())
-                .min(self.table.len() / self.width)
-                .max(count);
-            self.scratch = Some(Scratch {
+    /// The device scratch `slot`, with room for at least `count` ids and
+    /// rows of each of `tables` (grown in powers of two, never past the
+    /// tables' rows).
+    fn scratch<'a>(
+        slot: &'a mut Option<Scratch<B>>,
+        tables: &[RowsGeom],
+        backend: &B,
+        count: usize,
+    ) -> anyhow::Result<&'a mut Scratch<B>> {
+        if (slot.as_ref()).is_none_or(|s| B::len(&s.ids) < count) {
+            *slot = None;
+            let most = tables.first().map_or(0, |t| t.rows);
+            let room = count.next_power_of_two().min(most).max(count);
+            *slot = Some(Scratch {
                 ids: backend.zeros(room)?,
-                rows: backend.zeros(room * self.width)?,
+                rows: (tables.iter())
+                    .map(|t| backend.zeros(room * t.dim))
+                    .collect::<core_tensor::Result<_>>()?,
             });
         }
-        self.scratch.as_mut().context("made above")
+        slot.as_mut().context("made above")
     }
+}
+
+/// The average over the ranks of one table's rows in `union` (rows of
+/// `dim`, each rank's `k` rows starting at value `k · before` of what it
+/// sent), summed as the dense all-reduce sums: in rank order, a rank that
+/// sent no such row adding `+0.0`, then scaled by `1 / world`.
+fn average(parsed: &[(Vec<u32>, &[f32])], union: &[u32], before: usize, dim: usize) -> Vec<f32> {
+    let mut sum = vec![0.0f32; union.len() * dim];
+    for (from, (ids, values)) in parsed.iter().enumerate() {
+        let k = ids.len();
+        let rows = &values[k * before..k * (before + dim)];
+        // Every rank's ids increase: one pass along the union finds them.
+        let mut sent = ids.iter().zip(rows.chunks_exact(dim)).peekable();
+        for (&r, out) in union.iter().zip(sum.chunks_exact_mut(dim)) {
+            match (sent.next_if(|(id, _)| **id == r), from) {
+                (None, 0) => out.fill(0.0),
+                (None, _) => out.iter_mut().for_each(|o| *o += 0.0),
+                (Some((_, row)), 0) => out.copy_from_slice(row),
+                (Some((_, row)), _) => out.iter_mut().zip(row).for_each(|(o, v)| *o += v),
+            }
+        }
+    }
+    let scale = 1.0 / parsed.len() as f32;
+    sum.iter_mut().for_each(|x| *x *= scale);
+    sum
 }
 
 /// The ids of every rank's rows, increasing, each once.

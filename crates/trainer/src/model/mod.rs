@@ -183,9 +183,11 @@ pub trait Model<B: Ops> {
     /// [`Model::sparse_rows`] name: [`Model::sparse_table`] and any other
     /// table the batch looks up with the same ids (recsys' per-row biases,
     /// a table of width 1), as PyTorch would hold each in an
-    /// `nn.Embedding(sparse=True)`. `--sparse-adam` updates those rows of
-    /// each lazily, and the finiteness guard reads only them. The default:
-    /// the sparse table alone.
+    /// `nn.Embedding(sparse=True)`. The sparse gradient exchange moves
+    /// those rows of each (and keeps every table out of the dense buckets),
+    /// `--sparse-adam` updates them lazily, and the finiteness guard reads
+    /// only them. Backward must write `+0.0` to every other row of each.
+    /// The default: the sparse table alone.
     fn row_tables(&self) -> Vec<(Range<usize>, usize)> {
         self.sparse_table().into_iter().collect()
     }

@@ -109,18 +109,27 @@ impl<B: Ops> LazyAdam<B> {
     /// `adam`, the tables' `rows` (increasing, each once) lazily, behind
     /// the guard, which first reads `loss` (one value) and every gradient
     /// the update reads; then those rows of the gradient are zero again.
+    /// `on_device` holds `rows` on the device already (the sparse
+    /// exchange's), else they are uploaded.
     pub fn step(
         &mut self,
         backend: &B,
         adam: &AdamConfig,
         rows: &[u32],
+        on_device: Option<&B::Storage<u32>>,
         loss: &B::Storage<f32>,
         replica: &mut Replica<B>,
     ) -> anyhow::Result<()> {
         let r = replica;
         let step = r.guard_step();
         let room = Self::room(&mut self.room, &self.tables, backend, rows.len())?;
-        backend.write_range(rows, &mut room.ids, 0)?;
+        let ids = match on_device {
+            Some(ids) => ids,
+            None => {
+                backend.write_range(rows, &mut room.ids, 0)?;
+                &room.ids
+            }
+        };
         let used = |table: &RowsGeom| RowsGeom {
             count: rows.len(),
             ..*table
@@ -133,7 +142,7 @@ impl<B: Ops> LazyAdam<B> {
             backend.guard_finite_range(step, loss, &r.grads, range.clone(), &mut r.guard)?;
         }
         for table in &self.tables {
-            backend.guard_finite_rows(step, &used(table), &room.ids, &r.grads, &mut r.guard)?;
+            backend.guard_finite_rows(step, &used(table), ids, &r.grads, &mut r.guard)?;
         }
         let dense = adam.scalars(r.step);
         for range in &self.dense {
@@ -153,14 +162,14 @@ impl<B: Ops> LazyAdam<B> {
             backend.sparse_adam_step(
                 &lazy,
                 &geom,
-                &room.ids,
+                ids,
                 &mut r.params,
                 &r.grads,
                 &mut r.adam_m,
                 &mut r.adam_v,
                 &r.guard,
             )?;
-            backend.rows_scatter(&geom, &room.ids, &room.zeros, &mut r.grads)?;
+            backend.rows_scatter(&geom, ids, &room.zeros, &mut r.grads)?;
         }
         Ok(())
     }
@@ -250,7 +259,15 @@ mod tests {
         let mut lazy = LazyAdam::plan(&mut model.clone(), true, None, 1)
             .unwrap()
             .unwrap();
-        (lazy.step(&b, &AdamConfig::default(), &NAMED, &vec![0.5], &mut replica)).unwrap();
+        (lazy.step(
+            &b,
+            &AdamConfig::default(),
+            &NAMED,
+            None,
+            &vec![0.5],
+            &mut replica,
+        ))
+        .unwrap();
         replica
     }
 

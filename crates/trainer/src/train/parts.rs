@@ -48,12 +48,8 @@ pub(super) fn plan_reducer<B: Ops, M: Model<B>>(
     let reducer = match (device_hook, averaging) {
         (Some(hook), _) => Reducer::new(buckets, hook),
         (None, Some(comm)) => {
-            let sparse = SparseExchange::plan(
-                model.sparse_table(),
-                cfg.sparse_grads,
-                comm,
-                cfg.sparse_adam,
-            )?;
+            let sparse =
+                SparseExchange::plan(model.row_tables(), cfg.sparse_grads, comm, cfg.sparse_adam)?;
             let buckets = SparseExchange::dense_buckets(sparse.as_ref(), buckets);
             let hook = HostHook::new(backend, &buckets, comm.handle())?;
             Reducer::new(buckets, Box::new(hook)).with_sparse(sparse)
@@ -120,5 +116,57 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             }
         }
         Ok(whole)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core_tensor::Cpu;
+    use core_tensor::ops::AdamConfig;
+
+    use super::*;
+    use crate::cli::SparseGrads;
+    use crate::ddp::two_ranks::on_two_ranks;
+    use crate::model::DropoutRates;
+    use crate::model::recsys::{RatingsIndex, RecsysModel, synth};
+
+    /// recsys at two ranks over the host's ring: the dense all-reduce
+    /// carries every gradient but the row tables (the embedding and the
+    /// per-row biases), which the sparse exchange carries; with
+    /// `--sparse-grads never`, every gradient.
+    #[test]
+    fn the_dense_buckets_carry_neither_row_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ratings.csv");
+        synth::write_ratings(&path, 200, 5, 7, 1).unwrap();
+        let model = RecsysModel::new(&RatingsIndex::build(&path).unwrap(), 3).unwrap();
+        let layout = Model::<Cpu>::layout(&model);
+        let tables: usize = (Model::<Cpu>::row_tables(&model).iter())
+            .map(|(range, _)| range.len())
+            .sum();
+        let biases = layout.range("bias.weight").unwrap().len();
+        assert_eq!(tables, biases * 4, "rows of 3 and their biases");
+        for (mode, dense) in [
+            (SparseGrads::Auto, layout.len() - tables),
+            (SparseGrads::Never, layout.len()),
+        ] {
+            let cfg = TrainConfig {
+                epochs: 1,
+                batch_size: 8,
+                adam: AdamConfig::default(),
+                seed: 1,
+                max_steps: None,
+                dropout: DropoutRates::OFF,
+                bucket_mb: 25.0,
+                sparse_grads: mode,
+                sparse_adam: false,
+            };
+            let got = on_two_ranks(|_, comm| {
+                let cpu = Cpu::new(1).unwrap();
+                let reducer = plan_reducer(&cpu, &model, &cfg, None, Some(&comm), None).unwrap();
+                reducer.unwrap().dense_elements()
+            });
+            assert_eq!(got, [dense, dense], "--sparse-grads {mode:?}");
+        }
     }
 }

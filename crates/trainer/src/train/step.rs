@@ -88,7 +88,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let loss = &self.meter.loss_sum;
         match (model.optimizer(), &mut self.lazy_adam, lazy_rows) {
             (Optimizer::Adam, Some(lazy), Some(rows)) => {
-                lazy.step(b, &self.cfg.adam, &rows, loss, replica)?
+                let on_device = self.reducer.as_ref().and_then(|r| r.row_union_on_device());
+                lazy.step(b, &self.cfg.adam, &rows, on_device, loss, replica)?
             }
             (optimizer, ..) => {
                 let step = replica.guard_step();

@@ -1,11 +1,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use comm::{CommConfig, TcpCommunicator};
 use core_tensor::{Backend, Cpu, Elem, Result};
 
 use super::*;
+use crate::ddp::two_ranks::on_two_ranks;
 
 #[test]
 fn the_dense_buckets_leave_out_the_table_and_keep_launch_order() {
@@ -116,95 +116,115 @@ impl RowsKernel for Counted {
     }
 }
 
-/// A table of 1,000 rows of 4 at element 3 of a gradient buffer of 4,008.
+/// Two row tables indexed by the same ids, as recsys' embedding and its
+/// per-row biases: 1,000 rows of 4 at element 3 of a gradient buffer of
+/// 5,008, then 1,000 rows of 1.
 const TABLE: Range<usize> = 3..4003;
 const WIDTH: usize = 4;
+const BIASES: Range<usize> = 4003..5003;
 
-/// Rank `rank`'s gradient after backward: row `r` of the table holds
-/// `r + rank / 8 + column / 16` where `r` is one of `rows`, zeros
-/// elsewhere in the table (as the embedding's backward leaves them), and 7
-/// outside it.
-fn grads(rank: usize, rows: &[u32]) -> Vec<f32> {
-    let mut g = vec![7.0f32; TABLE.end + 5];
-    g[TABLE].fill(0.0);
-    for &r in rows {
-        for c in 0..WIDTH {
-            g[TABLE.start + r as usize * WIDTH + c] =
-                r as f32 + rank as f32 / 8.0 + c as f32 / 16.0;
-        }
-    }
-    g
+/// The table (range and width) and the row of it element `i` lies in.
+fn row_of(i: usize) -> Option<(Range<usize>, usize, u32)> {
+    [(TABLE, WIDTH), (BIASES, 1)]
+        .into_iter()
+        .find(|(t, _)| t.contains(&i))
+        .map(|(t, w)| (t.clone(), w, ((i - t.start) / w) as u32))
 }
 
-/// Two ranks exchange their batches' rows, twice (the second time more of
-/// them, so the scratch grows): each reads only its rows from the device
-/// and writes back only the union, every union row ends as the dense
-/// average's `(rank 0 + rank 1) · ½` (zeros from a rank that did not send
-/// it), and nothing else in the buffer changes.
+/// Rank `rank`'s gradient after backward: row `r` of a table of width `w`
+/// holds `r + rank / 8 + column / 16 + w` where `r` is one of `rows`, zeros
+/// elsewhere in the tables (as the lookups' backward leaves them), and 7
+/// outside them.
+fn grads(rank: usize, rows: &[u32]) -> Vec<f32> {
+    (0..BIASES.end + 5)
+        .map(|i| match row_of(i) {
+            None => 7.0,
+            Some((_, _, r)) if !rows.contains(&r) => 0.0,
+            Some((t, w, r)) => {
+                let column = (i - t.start) % w;
+                r as f32 + rank as f32 / 8.0 + column as f32 / 16.0 + w as f32
+            }
+        })
+        .collect()
+}
+
+/// Two ranks exchange their batches' rows of both tables, twice (the
+/// second time more of them, so the scratch grows): each reads only its
+/// rows from the device and writes back only the union, every union row
+/// of either table ends as the dense average's `(rank 0 + rank 1) · ½`
+/// (zeros from a rank that did not send it), the rows no rank sent keep
+/// their bits, and nothing else in the buffer changes.
 #[test]
-fn the_exchange_moves_only_the_batchs_rows_between_device_and_host() {
+fn the_exchange_moves_only_the_batchs_rows_of_every_table() {
     let steps: [[&[u32]; 2]; 2] = [
         [&[1, 5, 7, 900], &[5, 8, 999]],
         [&[0, 2, 3, 4, 6, 10, 11, 12, 13], &[2, 999]],
     ];
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let results: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
-        let ranks: Vec<_> = (0..2)
-            .map(|rank| {
-                s.spawn(move || {
-                    let config = CommConfig::new(rank, 2, "127.0.0.1", port)
-                        .with_timeout(Duration::from_secs(20));
-                    let comm = TcpCommunicator::connect(&config).unwrap();
-                    let thread = CommThread::spawn(Box::new(comm)).unwrap();
-                    let table = Some((TABLE, WIDTH));
-                    let mut sparse =
-                        SparseExchange::plan(table, SparseGrads::Always, &thread, false)
-                            .unwrap()
-                            .unwrap();
-                    let backend = Counted {
-                        cpu: Cpu::new(1).unwrap(),
-                        read: Arc::default(),
-                        written: Arc::default(),
-                    };
-                    let mut out = Vec::new();
-                    for step in steps {
-                        let (mine, union) = (step[rank], union(step));
-                        let mut g = grads(rank, mine);
-                        sparse.exchange(&backend, &mut g, Some(mine)).unwrap();
-                        let (read, written) = backend.take();
-                        assert_eq!(read, mine.len() * WIDTH, "rank {rank} read");
-                        assert_eq!(
-                            written,
-                            mine.len() + union.len() * (1 + WIDTH),
-                            "rank {rank} wrote"
-                        );
-                        out.push(g);
-                    }
-                    out
-                })
-            })
-            .collect();
-        ranks.into_iter().map(|r| r.join().unwrap()).collect()
+    let results = on_two_ranks(|rank, thread| {
+        let tables = vec![(TABLE, WIDTH), (BIASES, 1)];
+        let mut sparse = SparseExchange::plan(tables, SparseGrads::Always, &thread, false)
+            .unwrap()
+            .unwrap();
+        let buckets = vec![4500..BIASES.end + 5, 0..4500];
+        assert_eq!(
+            SparseExchange::dense_buckets(Some(&sparse), buckets),
+            vec![BIASES.end..BIASES.end + 5, 0..TABLE.start],
+            "the buckets leave out both tables"
+        );
+        let backend = Counted {
+            cpu: Cpu::new(1).unwrap(),
+            read: Arc::default(),
+            written: Arc::default(),
+        };
+        let mut out = Vec::new();
+        for step in steps {
+            let (mine, union) = (step[rank], union(step));
+            let mut g = grads(rank, mine);
+            let got = sparse.exchange(&backend, &mut g, Some(mine)).unwrap();
+            assert_eq!(got.as_ref(), Some(&union));
+            let on_device = sparse.union_on_device().expect("the row path's ids");
+            assert_eq!(on_device[..union.len()], union, "the union on the device");
+            let (read, written) = backend.take();
+            assert_eq!(read, mine.len() * (WIDTH + 1), "rank {rank} read");
+            assert_eq!(
+                written,
+                mine.len() + union.len() * (1 + WIDTH + 1),
+                "rank {rank} wrote"
+            );
+            out.push(g);
+        }
+        out
     });
     assert_eq!(results[0], results[1], "the ranks agree");
     for (step, got) in steps.iter().zip(&results[0]) {
         let (g0, g1) = (grads(0, step[0]), grads(1, step[1]));
         let union = union(*step);
+        let mut averaged = 0;
         for (i, (&x, (&a, &b))) in got.iter().zip(g0.iter().zip(&g1)).enumerate() {
-            let row = i.wrapping_sub(TABLE.start) / WIDTH;
-            let want = if !TABLE.contains(&i) {
-                7.0
-            } else if union.contains(&(row as u32)) {
-                (a + b) * 0.5
-            } else {
-                0.0
+            let want = match row_of(i) {
+                None => 7.0,
+                Some((_, _, r)) if union.contains(&r) => {
+                    averaged += 1;
+                    (a + b) * 0.5
+                }
+                Some(_) => 0.0,
             };
-            assert_eq!(x.to_bits(), want.to_bits(), "element {i} (row {row})");
+            assert_eq!(x.to_bits(), want.to_bits(), "element {i} ({:?})", row_of(i));
         }
+        assert_eq!(averaged, union.len() * (WIDTH + 1));
     }
+}
+
+/// Tables of different row counts cannot share the batch's ids.
+#[test]
+fn tables_of_different_row_counts_are_refused() {
+    on_two_ranks(|_, thread| {
+        let tables = vec![(TABLE, WIDTH), (BIASES.start..BIASES.end - 1, 1)];
+        let err = SparseExchange::<Cpu>::plan(tables, SparseGrads::Auto, &thread, false)
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("999 rows"), "{err}");
+    });
 }
 
 /// The rows either rank sent, in order.

@@ -23,7 +23,7 @@ const START: u64 = 3;
 pub const REPLICA: u64 = 4;
 /// Gradients averaged through host memory (more than one rank, not over
 /// NCCL): `ddp::HostHook`'s staging buffers (page-locked on a GPU), or
-/// `SparseExchange`'s copy of the table and the dense rest's staging.
+/// `SparseExchange`'s copy of the tables and the dense rest's staging.
 const EXCHANGE: u64 = 1;
 /// Rank 0 saving a checkpoint (`Trainer::save_checkpoint`): the three
 /// vectors copied to the host, and, while `optimizer.safetensors` is
