@@ -38,6 +38,7 @@ use core_tensor::ops::{RowsGeom, RowsKernel};
 
 use super::comm_thread::{CommHandle, CommThread, Op, Staged};
 use crate::cli::SparseGrads;
+use crate::model::row_table_geom;
 
 /// Row indices travel as f32: exact below 2^24.
 const MAX_ROWS: usize = 1 << 24;
@@ -83,16 +84,8 @@ impl<B: RowsKernel> SparseExchange<B> {
         comm: &CommThread,
         union: bool,
     ) -> anyhow::Result<Option<Self>> {
-        let tables: Vec<RowsGeom> = (tables.into_iter())
-            .map(|(range, width)| {
-                let dim = width.max(1);
-                RowsGeom {
-                    count: 0,
-                    dim,
-                    rows: range.len() / dim,
-                    offset: range.start,
-                }
-            })
+        let tables: Vec<RowsGeom> = (tables.iter())
+            .map(|(range, width)| row_table_geom(range, *width))
             .collect();
         let Some(rows) = tables.first().map(|t| t.rows) else {
             return Ok(None);

@@ -20,6 +20,7 @@ pub use cnn::{
 
 use std::ops::Range;
 
+use core_tensor::ops::RowsGeom;
 use core_tensor::{FlatLayout, Ops, Result};
 use rand::RngCore;
 use rand::SeedableRng;
@@ -260,5 +261,17 @@ pub trait Model<B: Ops> {
     /// `None` (the default): forward did forward work only.
     fn forward_split(&self, _backend: &B) -> Result<Option<PhaseSeconds>> {
         Ok(None)
+    }
+}
+
+/// The geometry of a table of [`Model::row_tables`]: `range` holds rows of
+/// `width` floats (0 counts as 1), no rows picked yet (`count` 0).
+pub fn row_table_geom(range: &Range<usize>, width: usize) -> RowsGeom {
+    let dim = width.max(1);
+    RowsGeom {
+        count: 0,
+        dim,
+        rows: range.len() / dim,
+        offset: range.start,
     }
 }

@@ -19,7 +19,7 @@ use core_tensor::ops::{AdamConfig, RowsGeom};
 
 use super::replica::Replica;
 use crate::ddp::Reducer;
-use crate::model::Model;
+use crate::model::{Model, row_table_geom};
 
 /// The tables' places, the dense ranges between them, and device room for
 /// the rows to update.
@@ -87,16 +87,8 @@ impl<B: Ops> LazyAdam<B> {
         }
         // The lazy step zeroes the tables' gradient rows it used.
         model.row_tables_kept_zero();
-        let tables = (tables.into_iter())
-            .map(|(range, dim)| {
-                let dim = dim.max(1);
-                RowsGeom {
-                    count: 0,
-                    dim,
-                    rows: range.len() / dim,
-                    offset: range.start,
-                }
-            })
+        let tables = (tables.iter())
+            .map(|(range, width)| row_table_geom(range, *width))
             .collect();
         Ok(Some(Self {
             tables,
