@@ -38,7 +38,7 @@ use core_tensor::ops::{RowsGeom, RowsKernel};
 
 use super::comm_thread::{CommHandle, CommThread, Op, Staged};
 use crate::cli::SparseGrads;
-use crate::model::row_table_geom;
+use crate::model::{row_room, row_table_geom};
 
 /// Row indices travel as f32: exact below 2^24.
 const MAX_ROWS: usize = 1 << 24;
@@ -295,8 +295,7 @@ impl<B: RowsKernel> SparseExchange<B> {
     }
 
     /// The device scratch `slot`, with room for at least `count` ids and
-    /// rows of each of `tables` (grown in powers of two, never past the
-    /// tables' rows).
+    /// rows of each of `tables` ([`row_room`]).
     fn scratch<'a>(
         slot: &'a mut Option<Scratch<B>>,
         tables: &[RowsGeom],
@@ -306,7 +305,7 @@ impl<B: RowsKernel> SparseExchange<B> {
         if (slot.as_ref()).is_none_or(|s| B::len(&s.ids) < count) {
             *slot = None;
             let most = tables.first().map_or(0, |t| t.rows);
-            let room = count.next_power_of_two().min(most).max(count);
+            let room = row_room(count, most);
             *slot = Some(Scratch {
                 ids: backend.zeros(room)?,
                 rows: (tables.iter())

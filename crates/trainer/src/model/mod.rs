@@ -275,3 +275,10 @@ pub fn row_table_geom(range: &Range<usize>, width: usize) -> RowsGeom {
         offset: range.start,
     }
 }
+
+/// Rows of device scratch for `count` rows of tables of `rows` rows: grown
+/// in powers of two (so a step that uses a few more rows than the last does
+/// not reallocate), never past the tables' rows, never below `count`.
+pub fn row_room(count: usize, rows: usize) -> usize {
+    count.next_power_of_two().min(rows).max(count)
+}

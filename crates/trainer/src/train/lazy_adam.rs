@@ -19,7 +19,7 @@ use core_tensor::ops::{AdamConfig, RowsGeom};
 
 use super::replica::Replica;
 use crate::ddp::Reducer;
-use crate::model::{Model, row_table_geom};
+use crate::model::{Model, row_room, row_table_geom};
 
 /// The tables' places, the dense ranges between them, and device room for
 /// the rows to update.
@@ -178,7 +178,7 @@ impl<B: Ops> LazyAdam<B> {
             *room = None;
             let most = tables.iter().map(|t| t.rows).max().unwrap_or(0);
             let dim = tables.iter().map(|t| t.dim).max().unwrap_or(1);
-            let rows = count.next_power_of_two().min(most).max(count);
+            let rows = row_room(count, most);
             *room = Some(Room {
                 ids: backend.zeros(rows)?,
                 zeros: backend.zeros(rows * dim)?,
