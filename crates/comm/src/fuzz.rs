@@ -149,10 +149,10 @@ proptest! {
 
     #[test]
     fn ring_headers_decode_canonically(bytes in input(header_corpus())) {
-        if let Ok(exact) = <[u8; HEADER_BYTES]>::try_from(&bytes[..]) {
-            if let Some(header) = Header::decode(&exact) {
-                prop_assert_eq!(header.encode(), exact);
-            }
+        if let Ok(exact) = <[u8; HEADER_BYTES]>::try_from(&bytes[..])
+            && let Some(header) = Header::decode(&exact)
+        {
+            prop_assert_eq!(header.encode(), exact);
         }
     }
 }

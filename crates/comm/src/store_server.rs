@@ -413,11 +413,9 @@ impl Drop for StoreServer {
         let woke = wake(Ipv4Addr::LOCALHOST.into())
             .or_else(|_| wake(Ipv6Addr::LOCALHOST.into()))
             .is_ok();
-        if woke {
-            if let Some(t) = self.accept_thread.take() {
-                // A panic in the accept thread has nothing left to clean up.
-                let _ = t.join();
-            }
+        if woke && let Some(t) = self.accept_thread.take() {
+            // A panic in the accept thread has nothing left to clean up.
+            let _ = t.join();
         }
         let (connections, handlers) = {
             let deadline = Instant::now() + DRAIN_TIMEOUT;

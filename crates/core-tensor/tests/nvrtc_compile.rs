@@ -183,25 +183,25 @@ fn number_before(line: &str, label: &str) -> u32 {
 /// Without NVRTC on the loader path: re-runs this test with the wheel's lib
 /// folder on LD_LIBRARY_PATH when there is one, else skips (or fails).
 fn rerun_or_skip(why: &str) {
-    if env::var_os(RERUN).is_none() {
-        if let Some(lib) = nvrtc_lib_dir() {
-            let mut path = OsString::from(&lib);
-            if let Some(old) = env::var_os("LD_LIBRARY_PATH") {
-                path.push(":");
-                path.push(old);
-            }
-            println!("re-running with LD_LIBRARY_PATH={}", lib.display());
-            let out = Command::new(env::current_exe().expect("test binary path"))
-                .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
-                .env("LD_LIBRARY_PATH", path)
-                .env(RERUN, "1")
-                .output()
-                .expect("re-run the test binary");
-            println!("{}", String::from_utf8_lossy(&out.stdout));
-            eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-            assert!(out.status.success(), "the re-run with NVRTC failed");
-            return;
+    if env::var_os(RERUN).is_none()
+        && let Some(lib) = nvrtc_lib_dir()
+    {
+        let mut path = OsString::from(&lib);
+        if let Some(old) = env::var_os("LD_LIBRARY_PATH") {
+            path.push(":");
+            path.push(old);
         }
+        println!("re-running with LD_LIBRARY_PATH={}", lib.display());
+        let out = Command::new(env::current_exe().expect("test binary path"))
+            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+            .env("LD_LIBRARY_PATH", path)
+            .env(RERUN, "1")
+            .output()
+            .expect("re-run the test binary");
+        println!("{}", String::from_utf8_lossy(&out.stdout));
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "the re-run with NVRTC failed");
+        return;
     }
     skip(why);
 }

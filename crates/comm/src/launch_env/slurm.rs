@@ -132,7 +132,7 @@ fn slurm_local_world_size(
         };
     }
     let nodes = node_count()?;
-    if nodes > 0 && world_size % nodes == 0 {
+    if nodes > 0 && world_size.is_multiple_of(nodes) {
         Ok(world_size / nodes)
     } else {
         Err(LaunchEnvError::Underivable {

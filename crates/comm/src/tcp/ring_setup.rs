@@ -255,10 +255,10 @@ fn connect(
     deadline: Instant,
 ) -> io::Result<Stream> {
     #[cfg(target_os = "linux")]
-    if let (true, true, Some(name)) = (use_unix, mine.same_machine(peer), &peer.unix) {
-        if let Ok(s) = unix_socket::connect(name) {
-            return Ok(Stream::Unix(s));
-        }
+    if let (true, true, Some(name)) = (use_unix, mine.same_machine(peer), &peer.unix)
+        && let Ok(s) = unix_socket::connect(name)
+    {
+        return Ok(Stream::Unix(s));
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (mine, use_unix);

@@ -324,7 +324,7 @@ impl Meta<'_> {
             bail!("{STATE_FILE}: world size and batch size must be at least 1");
         }
         let stages = settings.pipeline_stages;
-        if stages == 0 || settings.world_size % stages != 0 {
+        if stages == 0 || !settings.world_size.is_multiple_of(stages) {
             bail!(
                 "{STATE_FILE}: metadata `{STAGES}` = {stages} does not divide the world size {}",
                 settings.world_size

@@ -69,7 +69,7 @@ impl PipelinePlace {
                 "--pipeline-stages {stages}: this CNN splits into 2 stages (the convolution stack and the fully connected stack); use 2"
             );
         }
-        if world % stages != 0 {
+        if !world.is_multiple_of(stages) {
             bail!(
                 "world size {world} is not a multiple of --pipeline-stages {stages}: the world is stages x data-parallel replicas"
             );

@@ -19,7 +19,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// Whether `--checkpoint-every` asks for a checkpoint after this step.
     pub(super) fn checkpoint_due(&self) -> bool {
         let every = self.checkpoints.as_ref().and_then(|c| c.every);
-        every.is_some_and(|n| self.replica.step % n == 0)
+        every.is_some_and(|n| self.replica.step.is_multiple_of(n))
     }
 
     /// Checkpoints at `position`, if checkpoints are on. Every rank calls it

@@ -130,7 +130,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     fn report_running(&self, progress: &mut dyn Progress) -> anyhow::Result<()> {
         let due = progress
             .running_every()
-            .is_some_and(|every| B::IN_HOST_MEMORY && self.replica.step % every == 0)
+            .is_some_and(|every| B::IN_HOST_MEMORY && self.replica.step.is_multiple_of(every))
             && self.share.counts;
         if due {
             let [loss_sum, correct] = self.meter.read(&self.backend)?;
@@ -174,7 +174,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         }
         // In host memory a vote costs no device synchronisation: every
         // step (a pipeline stage, whose averaging covers its group only).
-        if !B::IN_HOST_MEMORY && self.replica.step % GUARD_READ_EVERY != 0 {
+        if !B::IN_HOST_MEMORY && !self.replica.step.is_multiple_of(GUARD_READ_EVERY) {
             return Ok(false);
         }
         let votes = self.sum_over_ranks(vec![f64::from(u8::from(vote))])?;
