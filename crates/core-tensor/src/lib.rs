@@ -16,6 +16,7 @@ mod flat;
 mod gemm;
 pub mod ops;
 pub mod rng;
+mod simd;
 #[cfg(test)]
 mod testing;
 

@@ -1,5 +1,6 @@
 use rayon::prelude::*;
 
+use super::wide::{self, Wide, WideBwd};
 use super::{Conv2dGeom, Conv2dKernel};
 use crate::gemm::{MatMut, MatRef, matmul};
 use crate::ops::ParamAt;
@@ -18,6 +19,17 @@ impl Conv2dKernel for Cpu {
         let (w, b) = (&params[at.weight.clone()], &params[at.bias.clone()]);
         let (in_len, out_len, ohw) = (g.in_image_len(), g.out_image_len(), g.out_h() * g.out_w());
         let per_group = g.batch.div_ceil(self.threads()).max(1);
+        if let Some(isa) = wide::isa_for(g) {
+            let wide = Wide::new(isa, g, w, b);
+            self.for_each_chunk(y, per_group * out_len, |group, y_group| {
+                let (mut scratch, mut padded) = (Vec::new(), Vec::new());
+                for (i, y_n) in y_group.chunks_mut(out_len).enumerate() {
+                    let n = group * per_group + i;
+                    wide.forward(wide.image(x, n * in_len, &mut padded), &mut scratch, y_n);
+                }
+            });
+            return Ok(());
+        }
         // Images are split into one contiguous group per thread; each group
         // reuses one im2col scratch buffer, sized to stay in L2.
         self.for_each_chunk(y, per_group * out_len, |group, y_group| {
@@ -53,6 +65,11 @@ impl Conv2dKernel for Cpu {
         g.lens()?
             .check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         let w = &params[at.weight.clone()];
+        let wide = wide::isa_for(g).map(|isa| {
+            let fwd = Wide::new(isa, g, w, &params[at.bias.clone()]);
+            let bwd = WideBwd::new(&fwd, w, dx.is_some());
+            (fwd, bwd)
+        });
         let (wlen, blen) = (g.weight_len(), g.out_channels);
         let groups = self.threads().min(g.batch).max(1);
         let per_group = g.batch.div_ceil(groups);
@@ -63,7 +80,10 @@ impl Conv2dKernel for Cpu {
         let group_work = |group: usize, partial: &mut [f32], dx: Option<&mut [f32]>| {
             let first = group * per_group;
             let images = first..(first + per_group).min(g.batch);
-            bwd_group(g, x, w, dy, images, partial, dx);
+            match &wide {
+                Some((fwd, bwd)) => wide_bwd_group(g, fwd, bwd, x, dy, images, partial, dx),
+                None => bwd_group(g, x, w, dy, images, partial, dx),
+            }
         };
         let in_group = per_group * g.in_image_len();
         match dx {
@@ -120,9 +140,7 @@ fn bwd_group(
     let mut col = vec![0.0; patch * ohw];
     for (i, n) in images.enumerate() {
         let dy_n = &dy[n * out_len..(n + 1) * out_len];
-        for (acc, row) in db.iter_mut().zip(dy_n.chunks(ohw)) {
-            *acc += lane_sum(row);
-        }
+        add_bias_grad(db, dy_n, ohw);
         im2col(g, &x[n * in_len..(n + 1) * in_len], &mut col);
         let dy_mat = MatRef::row_major(dy_n, g.out_channels, ohw);
         // dW += dy_n · col_nᵀ
@@ -144,6 +162,44 @@ fn bwd_group(
             );
             col2im(g, &col, &mut dx[i * in_len..(i + 1) * in_len]);
         }
+    }
+}
+
+/// [`bwd_group`] on wide rows.
+#[allow(clippy::too_many_arguments)]
+fn wide_bwd_group(
+    g: &Conv2dGeom,
+    fwd: &Wide,
+    bwd: &WideBwd,
+    x: &[f32],
+    dy: &[f32],
+    images: std::ops::Range<usize>,
+    partial: &mut [f32],
+    mut dx: Option<&mut [f32]>,
+) {
+    let (in_len, out_len, ohw) = (g.in_image_len(), g.out_image_len(), g.out_h() * g.out_w());
+    let (dw, db) = partial.split_at_mut(g.weight_len());
+    let (mut scratch, mut padded) = (bwd.scratch(), Vec::new());
+    for (i, n) in images.enumerate() {
+        let dy_n = &dy[n * out_len..(n + 1) * out_len];
+        add_bias_grad(db, dy_n, ohw);
+        let dx_n = dx
+            .as_deref_mut()
+            .map(|dx| &mut dx[i * in_len..(i + 1) * in_len]);
+        bwd.image(
+            fwd.image(x, n * in_len, &mut padded),
+            dy_n,
+            &mut scratch,
+            dx_n,
+        );
+    }
+    bwd.dw_into(&scratch, dw);
+}
+
+/// `db[o] += Σ dy_n[o][·]`, each plane of `ohw` summed by [`lane_sum`].
+fn add_bias_grad(db: &mut [f32], dy_n: &[f32], ohw: usize) {
+    for (acc, row) in db.iter_mut().zip(dy_n.chunks(ohw)) {
+        *acc += lane_sum(row);
     }
 }
 

@@ -1,10 +1,14 @@
 //! 2-D convolution, NCHW input, OIHW weight, per-channel bias, square kernel,
-//! stride and zero padding. Computed as im2col + GEMM.
+//! stride and zero padding. On x86-64 with AVX2 or AVX-512, stride-1
+//! unpadded layers (both of CNN_MNIST's) run on wide rows with hand-written
+//! microkernels (`wide.rs`, `crate::simd`): no im2col buffer, no GEMM
+//! packing. Everything else is im2col + GEMM.
 
 mod cpu;
 mod cuda;
 #[cfg(test)]
 mod tests;
+mod wide;
 
 use super::{LayerLens, ParamAt};
 use crate::{Backend, Error, Result};

@@ -5,7 +5,7 @@ use crate::Cpu;
 use crate::testing::{assert_close, check_grad, cpu, dot, uniform};
 
 /// Direct six-loop convolution in f64: the definition, for comparison only.
-fn naive_conv(g: &Conv2dGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f32> {
+pub(super) fn naive_conv(g: &Conv2dGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f32> {
     let x = Array4::from_shape_vec((g.batch, g.in_channels, g.in_h, g.in_w), x.to_vec()).unwrap();
     let w = Array4::from_shape_vec(
         (g.out_channels, g.in_channels, g.kernel, g.kernel),
@@ -257,7 +257,12 @@ fn matches_pytorch_reference_values() {
 }
 
 /// The backward pass by its definition, in f64: `(dx, dW)`.
-fn naive_conv_bwd(g: &Conv2dGeom, x: &[f32], w: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>) {
+pub(super) fn naive_conv_bwd(
+    g: &Conv2dGeom,
+    x: &[f32],
+    w: &[f32],
+    dy: &[f32],
+) -> (Vec<f32>, Vec<f32>) {
     let (k, (oh_n, ow_n)) = (g.kernel, (g.out_h(), g.out_w()));
     let (mut dx, mut dw) = (vec![0.0f64; x.len()], vec![0.0f64; w.len()]);
     for n in 0..g.batch {
@@ -290,7 +295,7 @@ fn naive_conv_bwd(g: &Conv2dGeom, x: &[f32], w: &[f32], dy: &[f32]) -> (Vec<f32>
 /// The largest error of `got` against `want`, relative to the largest
 /// magnitude in `want` (element-wise ratios would measure the cancellation
 /// near zero that every summation order suffers, not the method).
-fn max_rel_error(got: &[f32], want: &[f32]) -> f32 {
+pub(super) fn max_rel_error(got: &[f32], want: &[f32]) -> f32 {
     let scale = want.iter().fold(0.0f32, |m, w| m.max(w.abs()));
     let err = got.iter().zip(want).map(|(g, w)| (g - w).abs());
     err.fold(0.0, f32::max) / scale

@@ -1,0 +1,288 @@
+//! Stride-1, unpadded convolution on "wide" rows (see [`crate::simd`]), per
+//! image:
+//!
+//! * forward: `y[o][p] = b[o] + Σ_t W[o][t] · x[p + off_t]` over wide
+//!   positions `p = oh·W + ow`, taps `t = (c, kh, kw)`, `off_t = (c·H + kh)·W + kw`;
+//! * weight gradient: `dW[o][t] = Σ_p dy[o][p] · x[p + off_t]`, with `dy`
+//!   spread onto wide rows whose scratch columns are zero;
+//! * input gradient: `dx[c][p + kh·W + kw] += Σ_o W[o][c][kh][kw] · dy[o][p]`,
+//!   one correlation per kernel tap `(kh, kw)`, accumulated tap by tap.
+//!
+//! No im2col copy, no padded `dy`: the scratch columns' zeros keep both
+//! gradients exact sums over the real positions.
+
+use super::Conv2dGeom;
+use crate::simd::{Block, Isa, Reduce, Taps};
+
+#[cfg(test)]
+#[path = "wide_tests.rs"]
+mod tests;
+
+/// Whether `g` runs on wide rows here: stride 1, no padding, a vector
+/// instruction set, and offsets that fit the kernels' `u32`s.
+pub(super) fn isa_for(g: &Conv2dGeom) -> Option<Isa> {
+    let planes = g.in_channels.max(g.out_channels) + 1;
+    let fits = planes.saturating_mul(g.in_h * g.in_w + 64) <= u32::MAX as usize;
+    (g.stride == 1 && g.padding == 0 && fits)
+        .then(Isa::detect)
+        .flatten()
+}
+
+/// Weights packed for [`Block`]s: `[block][tap][row]`, rows past the last
+/// output channel zero.
+struct Packed {
+    taps: Taps,
+    w: Vec<f32>,
+    out_channels: usize,
+}
+
+impl Packed {
+    fn new(
+        isa: Isa,
+        offsets: Vec<u32>,
+        out_channels: usize,
+        weight: impl Fn(usize, usize) -> f32,
+    ) -> Self {
+        let (rows, taps) = (isa.rows(), offsets.len());
+        let mut w = vec![0.0; out_channels.div_ceil(rows) * taps * rows];
+        for (b, block) in w.chunks_mut(taps * rows).enumerate() {
+            for (t, tap) in block.chunks_mut(rows).enumerate() {
+                for (r, v) in tap.iter_mut().enumerate() {
+                    let o = b * rows + r;
+                    if o < out_channels {
+                        *v = weight(o, t);
+                    }
+                }
+            }
+        }
+        Self {
+            taps: Taps::new(offsets),
+            w,
+            out_channels,
+        }
+    }
+
+    /// Runs every block over wide positions `[0, len)` of `x` into rows of
+    /// `out` `stride` apart, shifted by `shift`; `init` per output channel
+    /// (padded to whole blocks), or accumulating onto `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn correlate(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        len: usize,
+        init: Option<&[f32]>,
+        out: &mut [f32],
+        stride: usize,
+        shift: usize,
+    ) {
+        let rows = isa.rows();
+        let per_block = self.taps.offsets().len() * rows;
+        for (b, w) in self.w.chunks(per_block).enumerate() {
+            for at in (0..len).step_by(isa.tile()) {
+                Block {
+                    x,
+                    x_at: at,
+                    taps: &self.taps,
+                    w,
+                    init: init.map(|init| &init[b * rows..]),
+                    out_at: b * rows * stride + at + shift,
+                    out_stride: stride,
+                }
+                .run(isa, out);
+            }
+        }
+    }
+
+    fn padded_channels(&self, isa: Isa) -> usize {
+        self.out_channels.next_multiple_of(isa.rows())
+    }
+}
+
+/// One convolution layer's weights, packed for both passes.
+pub(super) struct Wide {
+    isa: Isa,
+    g: Conv2dGeom,
+    /// Wide positions per plane, whole blocks: the length of a wide row.
+    len: usize,
+    /// Input elements one image's kernels read, from its first element.
+    reach: usize,
+    forward: Packed,
+    init: Vec<f32>,
+}
+
+impl Wide {
+    pub fn new(isa: Isa, g: &Conv2dGeom, w: &[f32], b: &[f32]) -> Self {
+        let (k, width, patch) = (g.kernel, g.in_w, g.patch_len());
+        let offsets: Vec<u32> = (0..g.in_channels)
+            .flat_map(|c| (0..k).flat_map(move |kh| (0..k).map(move |kw| (c, kh, kw))))
+            .map(|(c, kh, kw)| offset((c * g.in_h + kh) * width + kw))
+            .collect();
+        let forward = Packed::new(isa, offsets, g.out_channels, |o, t| w[o * patch + t]);
+        let len = ((g.out_h() - 1) * width + g.out_w()).next_multiple_of(isa.tile());
+        let mut init = b.to_vec();
+        init.resize(forward.padded_channels(isa), 0.0);
+        Self {
+            isa,
+            g: *g,
+            len,
+            reach: forward.taps.max() + len,
+            forward,
+            init,
+        }
+    }
+
+    /// The image starting at `x[at]`, or a zero-padded copy in `padded` when
+    /// the last blocks would read past the end of `x`.
+    pub fn image<'a>(&self, x: &'a [f32], at: usize, padded: &'a mut Vec<f32>) -> &'a [f32] {
+        let x = &x[at..];
+        if x.len() >= self.reach {
+            return x;
+        }
+        padded.clear();
+        padded.extend_from_slice(&x[..self.g.in_image_len()]);
+        padded.resize(self.reach, 0.0);
+        padded
+    }
+
+    /// One image's output `y` (`[O][OH][OW]`) from its input (see [`Self::image`]).
+    pub fn forward(&self, x: &[f32], scratch: &mut Vec<f32>, y: &mut [f32]) {
+        scratch.resize(self.forward.padded_channels(self.isa) * self.len, 0.0);
+        let init = Some(self.init.as_slice());
+        self.forward
+            .correlate(self.isa, x, self.len, init, scratch, self.len, 0);
+        let (oh, ow) = (self.g.out_h(), self.g.out_w());
+        for (plane, wide) in y.chunks_mut(oh * ow).zip(scratch.chunks(self.len)) {
+            for (row, src) in plane.chunks_mut(ow).zip(wide.chunks(self.g.in_w)) {
+                row.copy_from_slice(&src[..ow]);
+            }
+        }
+    }
+}
+
+/// One layer's weights packed for the backward pass.
+pub(super) struct WideBwd {
+    isa: Isa,
+    g: Conv2dGeom,
+    len: usize,
+    /// The forward taps' input offsets, padded to whole reductions.
+    taps: Vec<u32>,
+    /// Per kernel tap `(kh, kw)`, the transposed weights `W[·][c][kh][kw]`
+    /// over the output channels' wide rows; empty when `dx` is not wanted.
+    dx: Vec<Packed>,
+}
+
+/// One thread's buffers for [`WideBwd::image`].
+pub(super) struct BwdScratch {
+    /// `dy` on wide rows, scratch columns and padding rows zero.
+    dy: Vec<f32>,
+    /// `dW` summed over this thread's images, `[O padded][taps padded]`.
+    dw: Vec<f32>,
+    /// `dx` planes `dx_stride` apart.
+    dx: Vec<f32>,
+}
+
+impl WideBwd {
+    pub fn new(fwd: &Wide, w: &[f32], with_dx: bool) -> Self {
+        let (isa, g, len) = (fwd.isa, fwd.g, fwd.len);
+        let mut taps = fwd.forward.taps.offsets().to_vec();
+        taps.resize(taps.len().next_multiple_of(Isa::REDUCE_TAPS), 0);
+        let (k, patch) = (g.kernel, g.patch_len());
+        let rows_of_dy: Vec<u32> = (0..g.out_channels).map(|o| offset(o * len)).collect();
+        let dx = (0..k * k)
+            .filter(|_| with_dx)
+            .map(|tap| {
+                Packed::new(isa, rows_of_dy.clone(), g.in_channels, |c, o| {
+                    w[o * patch + c * k * k + tap]
+                })
+            })
+            .collect();
+        Self {
+            isa,
+            g,
+            len,
+            taps,
+            dx,
+        }
+    }
+
+    fn dy_rows(&self) -> usize {
+        self.g.out_channels.next_multiple_of(self.isa.reduce_rows())
+    }
+
+    /// A `dx` plane's stride: room for the last tap's shift past `len`.
+    fn dx_stride(&self) -> usize {
+        let k = self.g.kernel;
+        self.len + (k - 1) * self.g.in_w + k - 1
+    }
+
+    pub fn scratch(&self) -> BwdScratch {
+        let dx_rows = self.g.in_channels.next_multiple_of(self.isa.rows());
+        BwdScratch {
+            dy: vec![0.0; self.dy_rows() * self.len],
+            dw: vec![0.0; self.dy_rows() * self.taps.len()],
+            dx: vec![
+                0.0;
+                if self.dx.is_empty() {
+                    0
+                } else {
+                    dx_rows * self.dx_stride()
+                }
+            ],
+        }
+    }
+
+    /// Adds one image's `dW` into `s` and writes its `dx` when asked, from
+    /// its input (see [`Wide::image`]) and output gradient.
+    pub fn image(&self, x: &[f32], dy: &[f32], s: &mut BwdScratch, dx: Option<&mut [f32]>) {
+        let (isa, len, g) = (self.isa, self.len, &self.g);
+        let (oh, ow) = (g.out_h(), g.out_w());
+        for (wide, plane) in s.dy.chunks_mut(len).zip(dy.chunks(oh * ow)) {
+            for (row, src) in wide.chunks_mut(g.in_w).zip(plane.chunks(ow)) {
+                row[..ow].copy_from_slice(src);
+            }
+        }
+        let (rows, taps) = (isa.reduce_rows(), self.taps.len());
+        for r in (0..self.dy_rows()).step_by(rows) {
+            for t in (0..taps).step_by(Isa::REDUCE_TAPS) {
+                Reduce {
+                    a: &s.dy,
+                    a_at: r * len,
+                    a_stride: len,
+                    x,
+                    x_at: 0,
+                    offsets: &self.taps[t..t + Isa::REDUCE_TAPS],
+                    len,
+                    out_at: r * taps + t,
+                    out_stride: taps,
+                }
+                .run(isa, &mut s.dw);
+            }
+        }
+        let Some(dx) = dx else { return };
+        s.dx.fill(0.0);
+        let stride = self.dx_stride();
+        let k = g.kernel;
+        for (tap, packed) in self.dx.iter().enumerate() {
+            let shift = (tap / k) * g.in_w + tap % k;
+            packed.correlate(isa, &s.dy, len, None, &mut s.dx, stride, shift);
+        }
+        let plane = g.in_h * g.in_w;
+        for (dst, src) in dx.chunks_mut(plane).zip(s.dx.chunks(stride)) {
+            dst.copy_from_slice(&src[..plane]);
+        }
+    }
+
+    /// The weight gradient summed so far, `[O][C·K·K]`.
+    pub fn dw_into(&self, s: &BwdScratch, dw: &mut [f32]) {
+        let patch = self.g.patch_len();
+        for (dst, src) in dw.chunks_mut(patch).zip(s.dw.chunks(self.taps.len())) {
+            dst.copy_from_slice(&src[..patch]);
+        }
+    }
+}
+
+/// An input offset; [`isa_for`] keeps every layer's within `u32`.
+fn offset(at: usize) -> u32 {
+    u32::try_from(at).expect("isa_for checked the layer size")
+}

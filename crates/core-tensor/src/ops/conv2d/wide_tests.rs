@@ -1,0 +1,155 @@
+use super::*;
+use crate::ops::conv2d::tests::{max_rel_error, naive_conv, naive_conv_bwd};
+use crate::simd::Block;
+use crate::testing::uniform;
+
+/// Every instruction set this CPU can run: its own, and the 16-lane shapes
+/// in pairs of AVX2 vectors (so an AVX2 machine tests the AVX-512 kernels'
+/// blocking, tails and padding). Says so when none is there.
+fn isas() -> Vec<Isa> {
+    let mut isas: Vec<Isa> = Isa::detect().into_iter().collect();
+    if isas == [Isa::Avx2] {
+        isas.push(Isa::Emu16);
+    }
+    if isas.is_empty() {
+        eprintln!("SKIPPED: this CPU has no AVX2; the im2col + GEMM path runs instead");
+    }
+    isas
+}
+
+/// `(y, dW, dx)` of a whole batch through [`Wide`] and [`WideBwd`], one
+/// image at a time as the CPU backend's threads do.
+fn run(isa: Isa, g: &Conv2dGeom, x: &[f32], w: &[f32], b: &[f32], dy: &[f32]) -> [Vec<f32>; 3] {
+    let (in_len, out_len) = (g.in_image_len(), g.out_image_len());
+    let fwd = Wide::new(isa, g, w, b);
+    let bwd = WideBwd::new(&fwd, w, true);
+    let (mut y, mut dx) = (vec![0.0; g.batch * out_len], vec![0.0; x.len()]);
+    let (mut scratch, mut padded, mut s) = (Vec::new(), Vec::new(), bwd.scratch());
+    for n in 0..g.batch {
+        let y_n = &mut y[n * out_len..(n + 1) * out_len];
+        fwd.forward(fwd.image(x, n * in_len, &mut padded), &mut scratch, y_n);
+        let dx_n = &mut dx[n * in_len..(n + 1) * in_len];
+        let dy_n = &dy[n * out_len..(n + 1) * out_len];
+        bwd.image(
+            fwd.image(x, n * in_len, &mut padded),
+            dy_n,
+            &mut s,
+            Some(dx_n),
+        );
+    }
+    let mut dw = vec![0.0; w.len()];
+    bwd.dw_into(&s, &mut dw);
+    [y, dw, dx]
+}
+
+/// Shapes that leave partial blocks everywhere: channel counts that are not
+/// multiples of any block's rows, tap counts not multiples of a reduction's,
+/// planes whose wide rows end mid-block, one input channel (conv1), 1×1
+/// kernels; and CNN_MNIST's conv2.
+fn shapes() -> Vec<Conv2dGeom> {
+    let base = Conv2dGeom {
+        batch: 3,
+        in_channels: 5,
+        in_h: 9,
+        in_w: 11,
+        out_channels: 7,
+        kernel: 3,
+        stride: 1,
+        padding: 0,
+    };
+    vec![
+        base,
+        Conv2dGeom {
+            kernel: 2,
+            in_h: 4,
+            in_w: 5,
+            out_channels: 13,
+            ..base
+        },
+        Conv2dGeom {
+            kernel: 1,
+            in_channels: 2,
+            out_channels: 9,
+            ..base
+        },
+        Conv2dGeom {
+            in_channels: 1,
+            in_h: 28,
+            in_w: 28,
+            out_channels: 32,
+            batch: 2,
+            ..base
+        },
+        Conv2dGeom {
+            in_channels: 32,
+            in_h: 26,
+            in_w: 26,
+            out_channels: 64,
+            batch: 2,
+            ..base
+        },
+    ]
+}
+
+#[test]
+fn every_pass_matches_the_definition_on_every_instruction_set() {
+    for isa in isas() {
+        for (i, g) in shapes().iter().enumerate() {
+            let seed = 40 + 3 * i as u64;
+            let x = uniform(seed, g.batch * g.in_image_len(), -1.0, 1.0);
+            let w = uniform(seed + 1, g.weight_len(), -0.5, 0.5);
+            let b = uniform(seed + 2, g.out_channels, -0.5, 0.5);
+            let dy = uniform(seed + 3, g.batch * g.out_image_len(), -1.0, 1.0);
+            let [y, dw, dx] = run(isa, g, &x, &w, &b, &dy);
+            let (want_dx, want_dw) = naive_conv_bwd(g, &x, &w, &dy);
+            let errors = [
+                ("y", max_rel_error(&y, &naive_conv(g, &x, &w, &b))),
+                ("dW", max_rel_error(&dw, &want_dw)),
+                ("dx", max_rel_error(&dx, &want_dx)),
+            ];
+            for (what, err) in errors {
+                assert!(
+                    err <= 1e-5,
+                    "{isa:?}, {g:?}: {what} max relative error {err}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_same_inputs_give_the_same_bits() {
+    for isa in isas() {
+        let g = &shapes()[0];
+        let x = uniform(1, g.batch * g.in_image_len(), -1.0, 1.0);
+        let w = uniform(2, g.weight_len(), -0.5, 0.5);
+        let b = uniform(3, g.out_channels, -0.5, 0.5);
+        let dy = uniform(4, g.batch * g.out_image_len(), -1.0, 1.0);
+        assert_eq!(
+            run(isa, g, &x, &w, &b, &dy),
+            run(isa, g, &x, &w, &b, &dy),
+            "{isa:?}"
+        );
+    }
+}
+
+#[test]
+#[should_panic(expected = "reads past its input")]
+fn a_block_that_would_read_past_its_input_is_refused() {
+    let Some(isa) = Isa::detect() else {
+        panic!("reads past its input (SKIPPED: no AVX2 here)");
+    };
+    let taps = Taps::new(vec![0, 5]);
+    let w = vec![0.0; 2 * isa.rows()];
+    let mut out = vec![0.0; isa.rows() * isa.tile()];
+    Block {
+        x: &vec![0.0; isa.tile() + 4],
+        x_at: 0,
+        taps: &taps,
+        w: &w,
+        init: None,
+        out_at: 0,
+        out_stride: isa.tile(),
+    }
+    .run(isa, &mut out);
+}
