@@ -6,8 +6,9 @@
 //! output position `p = oh·W + ow`, so the output is computed at every `p` of
 //! a row, `W − OW` of them scratch. One contiguous vector load then feeds a
 //! whole register block, with no im2col copy and no packing of the input.
-//! The safe wrappers here check every index a kernel derives before calling
-//! it; `x86` holds the kernels.
+//! The weight gradient sums over positions instead, with the output channels
+//! in the vector lanes. The safe wrappers here check every index a kernel
+//! derives before calling it; `x86` holds the kernels.
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -62,13 +63,15 @@ impl Isa {
         if self.wide() { 48 } else { 16 }
     }
 
-    /// Output channels of one [`Reduce`].
-    pub fn reduce_rows(self) -> usize {
-        if self.wide() { 4 } else { 2 }
+    /// Taps of one [`TapSums`].
+    pub fn taps(self) -> usize {
+        if self.wide() { 12 } else { 6 }
     }
 
-    /// Taps of one [`Reduce`].
-    pub const REDUCE_TAPS: usize = 6;
+    /// Output channels of one [`TapSums`] (two vectors).
+    pub fn channels(self) -> usize {
+        2 * self.lanes()
+    }
 }
 
 /// The input offsets of a correlation's taps, with the largest of them.
@@ -95,7 +98,8 @@ impl Taps {
 /// One register block of a wide correlation: `rows()` output channels at
 /// `tile()` consecutive wide positions starting at `x_at`,
 /// `out[out_at + r·out_stride + j] = start_r + Σ_k w[k·rows + r] · x[x_at + taps[k] + j]`,
-/// where `start_r` is `init[r]`, or with no `init` what `out` held there.
+/// where `start_r` is `init[r]`, or with no `init` what `out` held there,
+/// added after the sum (taken in tap order).
 pub(crate) struct Block<'a> {
     pub x: &'a [f32],
     pub x_at: usize,
@@ -149,61 +153,63 @@ impl Block<'_> {
     }
 }
 
-/// One register block of a wide reduction: for `reduce_rows()` rows `r` of
-/// `a` and [`Isa::REDUCE_TAPS`] taps `t`,
-/// `out[out_at + r·out_stride + t] += Σ_{j < len} a[a_at + r·a_stride + j] · x[x_at + offsets[t] + j]`,
-/// each sum taken in vector lanes and then across them.
-pub(crate) struct Reduce<'a> {
-    pub a: &'a [f32],
-    pub a_at: usize,
-    pub a_stride: usize,
+/// One register block of a weight gradient: for [`Isa::taps`] taps `t` and
+/// [`Isa::channels`] output channels `j`,
+/// `out[out_at + t·out_stride + j] += Σ_i dyt[dy_at + i·dy_stride + j] · x[offsets[t] + oh·width + ow]`
+/// over positions `i = oh·cols + ow` (`oh < rows`, `ow < cols`), in order.
+pub(crate) struct TapSums<'a> {
+    pub dyt: &'a [f32],
+    pub dy_at: usize,
+    pub dy_stride: usize,
     pub x: &'a [f32],
-    pub x_at: usize,
     pub offsets: &'a [u32],
-    /// A multiple of the vector length.
-    pub len: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub width: usize,
     pub out_at: usize,
     pub out_stride: usize,
 }
 
-impl Reduce<'_> {
+impl TapSums<'_> {
     /// Runs the block on `isa`.
     ///
     /// # Panics
     /// As [`Block::run`].
     pub fn run(&self, isa: Isa, out: &mut [f32]) {
-        let (rows, taps) = (isa.reduce_rows(), Isa::REDUCE_TAPS);
-        assert!(self.offsets.len() == taps && self.len.is_multiple_of(isa.lanes()));
+        let (taps, channels) = (isa.taps(), isa.channels());
+        assert!(self.offsets.len() == taps && self.cols <= self.width);
         assert!(
-            self.a_at + (rows - 1) * self.a_stride + self.len <= self.a.len(),
-            "wide reduction reads past its rows"
+            self.out_at + (taps - 1) * self.out_stride + channels <= out.len(),
+            "weight-gradient block writes past its output"
         );
-        let reach = self.offsets.iter().max().map_or(0, |&o| o as usize) + self.len;
+        if self.rows == 0 || self.cols == 0 {
+            return;
+        }
+        let last = self.rows * self.cols - 1;
         assert!(
-            self.x_at + reach <= self.x.len(),
-            "wide reduction reads past its input"
+            self.dy_at + last * self.dy_stride + channels <= self.dyt.len(),
+            "weight-gradient block reads past its output gradient"
         );
+        let max = self.offsets.iter().max().map_or(0, |&o| o as usize);
         assert!(
-            self.out_at + (rows - 1) * self.out_stride + taps <= out.len(),
-            "wide reduction writes past its output"
+            max + (self.rows - 1) * self.width + self.cols <= self.x.len(),
+            "weight-gradient block reads past its input"
         );
         #[cfg(target_arch = "x86_64")]
         {
-            let a = self.a[self.a_at..].as_ptr();
-            let x = self.x[self.x_at..].as_ptr();
+            let d = self.dyt[self.dy_at..].as_ptr();
+            let (x, offsets) = (self.x.as_ptr(), self.offsets.as_ptr());
             let o = out[self.out_at..].as_mut_ptr();
-            let (offsets, steps) = (self.offsets.as_ptr(), self.len / isa.lanes());
-            let (a_stride, out_stride) = (self.a_stride, self.out_stride);
+            let plane = (self.rows, self.cols, self.width);
+            let (ds, os) = (self.dy_stride, self.out_stride);
             // SAFETY: as in `Block::run`: the instruction set is there, and
-            // the asserts above bound every row, input and output index.
+            // the asserts above bound every position's reads and the writes.
             unsafe {
                 match isa {
-                    Isa::Avx512 => {
-                        x86::reduce_avx512(a, a_stride, x, offsets, steps, o, out_stride)
-                    }
-                    Isa::Avx2 => x86::reduce_avx2(a, a_stride, x, offsets, steps, o, out_stride),
+                    Isa::Avx512 => x86::taps_avx512(d, ds, x, offsets, plane, o, os),
+                    Isa::Avx2 => x86::taps_avx2(d, ds, x, offsets, plane, o, os),
                     #[cfg(test)]
-                    Isa::Emu16 => x86::reduce_emu16(a, a_stride, x, offsets, steps, o, out_stride),
+                    Isa::Emu16 => x86::taps_emu16(d, ds, x, offsets, plane, o, os),
                 }
             }
         }

@@ -1,7 +1,11 @@
-//! The x86-64 kernels behind [`super::Block`] and [`super::Reduce`], one
+//! The x86-64 kernels behind [`super::Block`] and [`super::TapSums`], one
 //! macro each, instantiated per instruction set. Every accumulator is a
 //! named local, which LLVM keeps in a register: arrays of vectors were
 //! spilled to the stack and ran at half speed.
+//!
+//! Each output element is one chain of fused multiply-adds from zero, in the
+//! order of the reduction index, and then added to its start value: the
+//! order im2col + `gemm` sums in, so both paths give the same bits.
 
 use std::arch::x86_64::*;
 
@@ -9,7 +13,7 @@ use std::arch::x86_64::*;
 /// output row `$r` one accumulator `$acc` for each input vector `$bv`.
 macro_rules! block_kernel {
     ($name:ident, $feature:literal, $vec:ty, $lanes:expr,
-     $set1:ident, $load:ident, $store:ident, $fma:ident,
+     $set1:ident, $load:ident, $store:ident, $fma:ident, $add:ident,
      [$($b:ident $j:literal),+]
      $([$r:literal; $($acc:ident $bv:ident $jv:literal),+])+) => {
         /// # Safety
@@ -30,11 +34,7 @@ macro_rules! block_kernel {
             const ROWS: usize = [$($r),+].len();
             // SAFETY: the caller's contract covers every pointer below.
             unsafe {
-                $(
-                    let o = out.add($r * out_stride);
-                    let start: $vec = if init.is_null() { $set1(0.0) } else { $set1(*init.add($r)) };
-                    $(let mut $acc: $vec = if init.is_null() { $load(o.add($jv * $lanes)) } else { start };)+
-                )+
+                $($(let mut $acc: $vec = $set1(0.0);)+)+
                 let mut wk = w;
                 for &off in offsets {
                     let xp = x.add(off as usize);
@@ -47,124 +47,141 @@ macro_rules! block_kernel {
                 }
                 $(
                     let o = out.add($r * out_stride);
-                    $($store(o.add($jv * $lanes), $acc);)+
+                    $(
+                        let at = o.add($jv * $lanes);
+                        let start = if init.is_null() { $load(at) } else { $set1(*init.add($r)) };
+                        $store(at, $add(start, $acc));
+                    )+
                 )+
             }
         }
     };
 }
 
-/// A reduction kernel: row vectors `$a` of rows `$ra`, and per tap `$t` one
-/// accumulator `$acc` for each row vector `$av` (of row `$rv`).
-macro_rules! reduce_kernel {
+/// A weight-gradient kernel: `dy` vectors `$b` (output channels at lane
+/// offsets `$j·$lanes`) per position, and per tap `$t` (input pointer `$xp`)
+/// one accumulator `$acc` for each vector `$bv`.
+macro_rules! taps_kernel {
     ($name:ident, $feature:literal, $vec:ty, $lanes:expr,
-     $zero:ident, $load:ident, $fma:ident, $hsum:ident,
-     [$($a:ident $ra:literal),+]
-     $([$t:literal; $($acc:ident $av:ident $rv:literal),+])+) => {
+     $set1:ident, $load:ident, $store:ident, $fma:ident, $add:ident,
+     [$($b:ident $j:literal),+]
+     $([$t:literal $xp:ident; $($acc:ident $bv:ident $jv:literal),+])+) => {
         /// # Safety
-        /// The CPU has `$feature`; `a + r·a_stride + j` and
-        /// `x + offsets[t] + j` are readable for every row `r`, tap `t` and
-        /// `j < steps·$lanes`, `offsets` holds one value per tap, and
-        /// `out + r·out_stride + t` is readable and writable.
+        /// The CPU has `$feature`; for every position `i = oh·cols + ow`
+        /// (`oh < rows`, `ow < cols`), `dyt + i·dy_stride + j` is readable
+        /// for `j` in the block and `x + offsets[t] + oh·width + ow` for
+        /// every tap `t`; `offsets` holds one value per tap, and
+        /// `out + t·out_stride + j` is readable and writable.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn $name(
-            a: *const f32,
-            a_stride: usize,
+            dyt: *const f32,
+            dy_stride: usize,
             x: *const f32,
             offsets: *const u32,
-            steps: usize,
+            (rows, cols, width): (usize, usize, usize),
             out: *mut f32,
             out_stride: usize,
         ) {
             // SAFETY: the caller's contract covers every pointer below.
             unsafe {
-                $($(let mut $acc: $vec = $zero();)+)+
-                for s in 0..steps {
-                    let at = s * $lanes;
-                    $(let $a = $load(a.add($ra * a_stride + at));)+
-                    $(
-                        let xv = $load(x.add(*offsets.add($t) as usize + at));
-                        $($acc = $fma($av, xv, $acc);)+
-                    )+
+                $(
+                    let $xp = x.add(*offsets.add($t) as usize);
+                    $(let mut $acc: $vec = $set1(0.0);)+
+                )+
+                let mut d = dyt;
+                for oh in 0..rows {
+                    for at in oh * width..oh * width + cols {
+                        $(let $b = $load(d.add($j * $lanes));)+
+                        $(
+                            let a = $set1(*$xp.add(at));
+                            $($acc = $fma(a, $bv, $acc);)+
+                        )+
+                        d = d.add(dy_stride);
+                    }
                 }
-                $($(*out.add($rv * out_stride + $t) += $hsum($acc);)+)+
+                $(
+                    let o = out.add($t * out_stride);
+                    $(
+                        let at = o.add($jv * $lanes);
+                        $store(at, $add($load(at), $acc));
+                    )+
+                )+
             }
         }
     };
 }
 
-/// The sum of a vector's lanes, pairwise.
-#[target_feature(enable = "avx2,fma")]
-fn hsum_avx2(v: __m256) -> f32 {
-    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-    _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)))
-}
-
-#[target_feature(enable = "avx512f")]
-fn hsum_avx512(v: __m512) -> f32 {
-    _mm512_reduce_add_ps(v)
-}
-
 block_kernel!(
     block_avx2, "avx2,fma", __m256, 8,
-    _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_fmadd_ps,
+    _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_fmadd_ps, _mm256_add_ps,
     [b0 0, b1 1]
-    [0; c00 b0 0, c01 b1 1] [1; c10 b0 0, c11 b1 1] [2; c20 b0 0, c21 b1 1]
-    [3; c30 b0 0, c31 b1 1] [4; c40 b0 0, c41 b1 1] [5; c50 b0 0, c51 b1 1]
+    [0; c00 b0 0, c01 b1 1] [1; c10 b0 0, c11 b1 1] [2; c20 b0 0, c21 b1 1] [3; c30 b0 0, c31 b1 1] [4; c40 b0 0, c41 b1 1] [5; c50 b0 0, c51 b1 1]
 );
 
-reduce_kernel!(
-    reduce_avx2, "avx2,fma", __m256, 8,
-    _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, hsum_avx2,
-    [a0 0, a1 1]
-    [0; s00 a0 0, s10 a1 1] [1; s01 a0 0, s11 a1 1] [2; s02 a0 0, s12 a1 1]
-    [3; s03 a0 0, s13 a1 1] [4; s04 a0 0, s14 a1 1] [5; s05 a0 0, s15 a1 1]
+taps_kernel!(
+    taps_avx2, "avx2,fma", __m256, 8,
+    _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_fmadd_ps, _mm256_add_ps,
+    [b0 0, b1 1]
+    [0 x0; s00 b0 0, s01 b1 1]
+    [1 x1; s10 b0 0, s11 b1 1]
+    [2 x2; s20 b0 0, s21 b1 1]
+    [3 x3; s30 b0 0, s31 b1 1]
+    [4 x4; s40 b0 0, s41 b1 1]
+    [5 x5; s50 b0 0, s51 b1 1]
 );
 
-/// The 16-lane shapes: 8 rows × 3 vectors per block, 4 rows × 6 taps per
-/// reduction (24 accumulators of AVX-512's 32 registers).
+/// The 16-lane shapes: 8 rows × 3 vectors per block, 12 taps × 2 vectors
+/// per weight-gradient block (24 accumulators of AVX-512's 32 registers).
 macro_rules! sixteen_lane_kernels {
-    ($block:ident, $reduce:ident, $feature:literal, $vec:ty,
-     $set1:ident, $zero:ident, $load:ident, $store:ident, $fma:ident, $hsum:ident) => {
+    ($block:ident, $taps:ident, $feature:literal, $vec:ty,
+     $set1:ident, $load:ident, $store:ident, $fma:ident, $add:ident) => {
         block_kernel!(
             $block, $feature, $vec, 16,
-            $set1, $load, $store, $fma,
+            $set1, $load, $store, $fma, $add,
             [b0 0, b1 1, b2 2]
-            [0; c00 b0 0, c01 b1 1, c02 b2 2] [1; c10 b0 0, c11 b1 1, c12 b2 2]
-            [2; c20 b0 0, c21 b1 1, c22 b2 2] [3; c30 b0 0, c31 b1 1, c32 b2 2]
-            [4; c40 b0 0, c41 b1 1, c42 b2 2] [5; c50 b0 0, c51 b1 1, c52 b2 2]
-            [6; c60 b0 0, c61 b1 1, c62 b2 2] [7; c70 b0 0, c71 b1 1, c72 b2 2]
+            [0; c00 b0 0, c01 b1 1, c02 b2 2]
+            [1; c10 b0 0, c11 b1 1, c12 b2 2]
+            [2; c20 b0 0, c21 b1 1, c22 b2 2]
+            [3; c30 b0 0, c31 b1 1, c32 b2 2]
+            [4; c40 b0 0, c41 b1 1, c42 b2 2]
+            [5; c50 b0 0, c51 b1 1, c52 b2 2]
+            [6; c60 b0 0, c61 b1 1, c62 b2 2]
+            [7; c70 b0 0, c71 b1 1, c72 b2 2]
         );
-        reduce_kernel!(
-            $reduce, $feature, $vec, 16,
-            $zero, $load, $fma, $hsum,
-            [a0 0, a1 1, a2 2, a3 3]
-            [0; s00 a0 0, s10 a1 1, s20 a2 2, s30 a3 3]
-            [1; s01 a0 0, s11 a1 1, s21 a2 2, s31 a3 3]
-            [2; s02 a0 0, s12 a1 1, s22 a2 2, s32 a3 3]
-            [3; s03 a0 0, s13 a1 1, s23 a2 2, s33 a3 3]
-            [4; s04 a0 0, s14 a1 1, s24 a2 2, s34 a3 3]
-            [5; s05 a0 0, s15 a1 1, s25 a2 2, s35 a3 3]
+        taps_kernel!(
+            $taps, $feature, $vec, 16,
+            $set1, $load, $store, $fma, $add,
+            [b0 0, b1 1]
+            [0 x0; s00 b0 0, s01 b1 1]
+            [1 x1; s10 b0 0, s11 b1 1]
+            [2 x2; s20 b0 0, s21 b1 1]
+            [3 x3; s30 b0 0, s31 b1 1]
+            [4 x4; s40 b0 0, s41 b1 1]
+            [5 x5; s50 b0 0, s51 b1 1]
+            [6 x6; s60 b0 0, s61 b1 1]
+            [7 x7; s70 b0 0, s71 b1 1]
+            [8 x8; s80 b0 0, s81 b1 1]
+            [9 x9; s90 b0 0, s91 b1 1]
+            [10 x10; s100 b0 0, s101 b1 1]
+            [11 x11; s110 b0 0, s111 b1 1]
         );
     };
 }
 
 sixteen_lane_kernels!(
     block_avx512,
-    reduce_avx512,
+    taps_avx512,
     "avx512f",
     __m512,
     _mm512_set1_ps,
-    _mm512_setzero_ps,
     _mm512_loadu_ps,
     _mm512_storeu_ps,
     _mm512_fmadd_ps,
-    hsum_avx512
+    _mm512_add_ps
 );
 
 #[cfg(test)]
-pub(crate) use emu16::{block_emu16, reduce_emu16};
+pub(crate) use emu16::{block_emu16, taps_emu16};
 
 /// Sixteen lanes as two AVX2 vectors, for testing the 16-lane kernels'
 /// shapes where AVX-512 is missing (only these wrappers differ).
@@ -178,11 +195,6 @@ mod emu16 {
     #[target_feature(enable = "avx2,fma")]
     fn set1(v: f32) -> V16 {
         V16(_mm256_set1_ps(v), _mm256_set1_ps(v))
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    fn zero() -> V16 {
-        set1(0.0)
     }
 
     /// # Safety
@@ -213,20 +225,19 @@ mod emu16 {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    fn hsum(v: V16) -> f32 {
-        hsum_avx2(_mm256_add_ps(v.0, v.1))
+    fn add(a: V16, b: V16) -> V16 {
+        V16(_mm256_add_ps(a.0, b.0), _mm256_add_ps(a.1, b.1))
     }
 
     sixteen_lane_kernels!(
         block_emu16,
-        reduce_emu16,
+        taps_emu16,
         "avx2,fma",
         V16,
         set1,
-        zero,
         load,
         store,
         fma,
-        hsum
+        add
     );
 }

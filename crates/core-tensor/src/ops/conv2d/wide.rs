@@ -3,16 +3,18 @@
 //!
 //! * forward: `y[o][p] = b[o] + Σ_t W[o][t] · x[p + off_t]` over wide
 //!   positions `p = oh·W + ow`, taps `t = (c, kh, kw)`, `off_t = (c·H + kh)·W + kw`;
-//! * weight gradient: `dW[o][t] = Σ_p dy[o][p] · x[p + off_t]`, with `dy`
-//!   spread onto wide rows whose scratch columns are zero;
+//! * weight gradient: `dW[o][t] = Σ_p dy[o][p] · x[p + off_t]` over the real
+//!   positions, with `dy` transposed so that output channels fill the lanes;
 //! * input gradient: `dx[c][p + kh·W + kw] += Σ_o W[o][c][kh][kw] · dy[o][p]`,
-//!   one correlation per kernel tap `(kh, kw)`, accumulated tap by tap.
+//!   one correlation per kernel tap `(kh, kw)`, added tap by tap, over `dy`
+//!   spread onto wide rows whose scratch columns are zero.
 //!
-//! No im2col copy, no padded `dy`: the scratch columns' zeros keep both
-//! gradients exact sums over the real positions.
+//! No im2col copy, no GEMM packing, and every sum in im2col + GEMM's order
+//! (each output a chain from zero over its reduction index, then added), so
+//! the two paths give the same bits.
 
 use super::Conv2dGeom;
-use crate::simd::{Block, Isa, Reduce, Taps};
+use crate::simd::{Block, Isa, TapSums, Taps};
 
 #[cfg(test)]
 #[path = "wide_tests.rs"]
@@ -165,8 +167,10 @@ pub(super) struct WideBwd {
     isa: Isa,
     g: Conv2dGeom,
     len: usize,
-    /// The forward taps' input offsets, padded to whole reductions.
+    /// The forward taps' input offsets, padded to whole [`TapSums`].
     taps: Vec<u32>,
+    /// Output channels padded to whole [`TapSums`]: `dyt`'s row length.
+    channels: usize,
     /// Per kernel tap `(kh, kw)`, the transposed weights `W[·][c][kh][kw]`
     /// over the output channels' wide rows; empty when `dx` is not wanted.
     dx: Vec<Packed>,
@@ -174,9 +178,11 @@ pub(super) struct WideBwd {
 
 /// One thread's buffers for [`WideBwd::image`].
 pub(super) struct BwdScratch {
-    /// `dy` on wide rows, scratch columns and padding rows zero.
+    /// `dy` transposed, `[position][channel]`, padding channels zero.
+    dyt: Vec<f32>,
+    /// `dy` on wide rows, scratch columns zero (for `dx` only).
     dy: Vec<f32>,
-    /// `dW` summed over this thread's images, `[O padded][taps padded]`.
+    /// `dW` summed over this thread's images, `[taps padded][channels]`.
     dw: Vec<f32>,
     /// `dx` planes `dx_stride` apart.
     dx: Vec<f32>,
@@ -186,7 +192,7 @@ impl WideBwd {
     pub fn new(fwd: &Wide, w: &[f32], with_dx: bool) -> Self {
         let (isa, g, len) = (fwd.isa, fwd.g, fwd.len);
         let mut taps = fwd.forward.taps.offsets().to_vec();
-        taps.resize(taps.len().next_multiple_of(Isa::REDUCE_TAPS), 0);
+        taps.resize(taps.len().next_multiple_of(isa.taps()), 0);
         let (k, patch) = (g.kernel, g.patch_len());
         let rows_of_dy: Vec<u32> = (0..g.out_channels).map(|o| offset(o * len)).collect();
         let dx = (0..k * k)
@@ -202,12 +208,9 @@ impl WideBwd {
             g,
             len,
             taps,
+            channels: g.out_channels.next_multiple_of(isa.channels()),
             dx,
         }
-    }
-
-    fn dy_rows(&self) -> usize {
-        self.g.out_channels.next_multiple_of(self.isa.reduce_rows())
     }
 
     /// A `dx` plane's stride: room for the last tap's shift past `len`.
@@ -217,49 +220,55 @@ impl WideBwd {
     }
 
     pub fn scratch(&self) -> BwdScratch {
-        let dx_rows = self.g.in_channels.next_multiple_of(self.isa.rows());
+        let (g, with_dx) = (&self.g, !self.dx.is_empty());
+        let dx_rows = g.in_channels.next_multiple_of(self.isa.rows());
+        let sized = |len: usize| vec![0.0; if with_dx { len } else { 0 }];
         BwdScratch {
-            dy: vec![0.0; self.dy_rows() * self.len],
-            dw: vec![0.0; self.dy_rows() * self.taps.len()],
-            dx: vec![
-                0.0;
-                if self.dx.is_empty() {
-                    0
-                } else {
-                    dx_rows * self.dx_stride()
-                }
-            ],
+            dyt: vec![0.0; g.out_h() * g.out_w() * self.channels],
+            dy: sized(g.out_channels * self.len),
+            dw: vec![0.0; self.taps.len() * self.channels],
+            dx: sized(dx_rows * self.dx_stride()),
         }
     }
 
     /// Adds one image's `dW` into `s` and writes its `dx` when asked, from
     /// its input (see [`Wide::image`]) and output gradient.
     pub fn image(&self, x: &[f32], dy: &[f32], s: &mut BwdScratch, dx: Option<&mut [f32]>) {
-        let (isa, len, g) = (self.isa, self.len, &self.g);
+        let (isa, g, channels) = (self.isa, &self.g, self.channels);
         let (oh, ow) = (g.out_h(), g.out_w());
-        for (wide, plane) in s.dy.chunks_mut(len).zip(dy.chunks(oh * ow)) {
-            for (row, src) in wide.chunks_mut(g.in_w).zip(plane.chunks(ow)) {
-                row[..ow].copy_from_slice(src);
+        // Position by position: the writes run along a row of `dyt`, the
+        // reads along one cache line of each plane at a time.
+        let positions = oh * ow;
+        for (i, row) in s.dyt.chunks_exact_mut(channels).enumerate() {
+            for (d, v) in row.iter_mut().zip(dy.iter().skip(i).step_by(positions)) {
+                *d = *v;
             }
         }
-        let (rows, taps) = (isa.reduce_rows(), self.taps.len());
-        for r in (0..self.dy_rows()).step_by(rows) {
-            for t in (0..taps).step_by(Isa::REDUCE_TAPS) {
-                Reduce {
-                    a: &s.dy,
-                    a_at: r * len,
-                    a_stride: len,
+        let taps = isa.taps();
+        for c in (0..channels).step_by(isa.channels()) {
+            for t in (0..self.taps.len()).step_by(taps) {
+                TapSums {
+                    dyt: &s.dyt,
+                    dy_at: c,
+                    dy_stride: channels,
                     x,
-                    x_at: 0,
-                    offsets: &self.taps[t..t + Isa::REDUCE_TAPS],
-                    len,
-                    out_at: r * taps + t,
-                    out_stride: taps,
+                    offsets: &self.taps[t..t + taps],
+                    rows: oh,
+                    cols: ow,
+                    width: g.in_w,
+                    out_at: t * channels + c,
+                    out_stride: channels,
                 }
                 .run(isa, &mut s.dw);
             }
         }
         let Some(dx) = dx else { return };
+        let len = self.len;
+        for (wide, plane) in s.dy.chunks_mut(len).zip(dy.chunks(oh * ow)) {
+            for (row, src) in wide.chunks_mut(g.in_w).zip(plane.chunks(ow)) {
+                row[..ow].copy_from_slice(src);
+            }
+        }
         s.dx.fill(0.0);
         let stride = self.dx_stride();
         let k = g.kernel;
@@ -275,9 +284,10 @@ impl WideBwd {
 
     /// The weight gradient summed so far, `[O][C·K·K]`.
     pub fn dw_into(&self, s: &BwdScratch, dw: &mut [f32]) {
-        let patch = self.g.patch_len();
-        for (dst, src) in dw.chunks_mut(patch).zip(s.dw.chunks(self.taps.len())) {
-            dst.copy_from_slice(&src[..patch]);
+        for (o, row) in dw.chunks_mut(self.g.patch_len()).enumerate() {
+            for (t, v) in row.iter_mut().enumerate() {
+                *v = s.dw[t * self.channels + o];
+            }
         }
     }
 }

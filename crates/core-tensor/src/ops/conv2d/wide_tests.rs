@@ -153,3 +153,88 @@ fn a_block_that_would_read_past_its_input_is_refused() {
     }
     .run(isa, &mut out);
 }
+
+/// `Σ_k terms(k)` as the kernels take it: one chain of fused multiply-adds
+/// from zero, in `k`'s order.
+fn chain(terms: impl Iterator<Item = (f32, f32)>) -> f32 {
+    terms.fold(0.0, |acc, (a, b)| a.mul_add(b, acc))
+}
+
+/// Every pass by its summation order, one scalar at a time: outputs are a
+/// chain over taps (in `(c, kh, kw)` order) plus the bias; `dW` per image a
+/// chain over positions, added image by image; `dx` per kernel tap a chain
+/// over output channels, added tap by tap.
+fn in_order(g: &Conv2dGeom, x: &[f32], w: &[f32], b: &[f32], dy: &[f32]) -> [Vec<f32>; 3] {
+    let (k, (oh_n, ow_n), patch) = (g.kernel, (g.out_h(), g.out_w()), g.patch_len());
+    let (c_n, o_n, (h, wd)) = (g.in_channels, g.out_channels, (g.in_h, g.in_w));
+    let xi = |n: usize, c: usize, i: usize, j: usize| x[((n * c_n + c) * h + i) * wd + j];
+    let dyi = |n: usize, o: usize, i: usize, j: usize| dy[((n * o_n + o) * oh_n + i) * ow_n + j];
+    let taps = |t: usize| (t / (k * k), t / k % k, t % k);
+    let mut y = Vec::new();
+    for (n, o, i, j) in indices(g.batch, o_n, oh_n, ow_n) {
+        let terms = (0..patch).map(|t| {
+            let (c, kh, kw) = taps(t);
+            (w[o * patch + t], xi(n, c, i + kh, j + kw))
+        });
+        y.push(b[o] + chain(terms));
+    }
+    let mut dw = vec![0.0f32; w.len()];
+    for n in 0..g.batch {
+        for (o, t) in (0..o_n).flat_map(|o| (0..patch).map(move |t| (o, t))) {
+            let (c, kh, kw) = taps(t);
+            let positions = (0..oh_n).flat_map(|i| (0..ow_n).map(move |j| (i, j)));
+            dw[o * patch + t] +=
+                chain(positions.map(|(i, j)| (dyi(n, o, i, j), xi(n, c, i + kh, j + kw))));
+        }
+    }
+    let mut dx = Vec::new();
+    for (n, c, i, j) in indices(g.batch, c_n, h, wd) {
+        let mut acc = 0.0f32;
+        for (kh, kw) in (0..k).flat_map(|kh| (0..k).map(move |kw| (kh, kw))) {
+            let (Some(oi), Some(oj)) = (i.checked_sub(kh), j.checked_sub(kw)) else {
+                continue;
+            };
+            if oi < oh_n && oj < ow_n {
+                acc += chain(
+                    (0..o_n).map(|o| (w[o * patch + c * k * k + kh * k + kw], dyi(n, o, oi, oj))),
+                );
+            }
+        }
+        dx.push(acc);
+    }
+    [y, dw, dx]
+}
+
+/// Every index of a `[a][b][c][d]` array, in memory order.
+fn indices(
+    a: usize,
+    b: usize,
+    c: usize,
+    d: usize,
+) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+    (0..a).flat_map(move |p| {
+        (0..b).flat_map(move |q| (0..c).flat_map(move |r| (0..d).map(move |s| (p, q, r, s))))
+    })
+}
+
+/// Each output is one chain of fused multiply-adds in its reduction index's
+/// order, added to its start value after, on every instruction set, so the
+/// vector width never changes a bit (and the order is im2col + `gemm`'s
+/// where `gemm` does not split the sum, which keeps the CPU–GPU parity
+/// tolerances where they were).
+#[test]
+fn every_pass_sums_in_its_documented_order() {
+    for isa in isas() {
+        for g in &shapes() {
+            let x = uniform(7, g.batch * g.in_image_len(), -1.0, 1.0);
+            let w = uniform(8, g.weight_len(), -0.5, 0.5);
+            let b = uniform(9, g.out_channels, -0.5, 0.5);
+            let dy = uniform(10, g.batch * g.out_image_len(), -1.0, 1.0);
+            let got = run(isa, g, &x, &w, &b, &dy);
+            let want = in_order(g, &x, &w, &b, &dy);
+            for ((what, got), want) in ["y", "dW", "dx"].iter().zip(&got).zip(&want) {
+                assert!(got == want, "{isa:?}, {g:?}: {what}");
+            }
+        }
+    }
+}
