@@ -236,14 +236,7 @@ impl WideBwd {
     pub fn image(&self, x: &[f32], dy: &[f32], s: &mut BwdScratch, dx: Option<&mut [f32]>) {
         let (isa, g, channels) = (self.isa, &self.g, self.channels);
         let (oh, ow) = (g.out_h(), g.out_w());
-        // Position by position: the writes run along a row of `dyt`, the
-        // reads along one cache line of each plane at a time.
-        let positions = oh * ow;
-        for (i, row) in s.dyt.chunks_exact_mut(channels).enumerate() {
-            for (d, v) in row.iter_mut().zip(dy.iter().skip(i).step_by(positions)) {
-                *d = *v;
-            }
-        }
+        transpose(dy, oh * ow, &mut s.dyt, channels);
         let taps = isa.taps();
         for c in (0..channels).step_by(isa.channels()) {
             for t in (0..self.taps.len()).step_by(taps) {
@@ -287,6 +280,24 @@ impl WideBwd {
         for (o, row) in dw.chunks_mut(self.g.patch_len()).enumerate() {
             for (t, v) in row.iter_mut().enumerate() {
                 *v = s.dw[t * self.channels + o];
+            }
+        }
+    }
+}
+
+/// `dyt[i][o] = dy[o][i]` for `positions` columns `i`, rows of `dyt`
+/// `channels` long. Eight positions at a time: each plane's eight values
+/// are one short run, and the eight rows they land in stay in L1 (one
+/// element at a time, plane by plane or position by position, missed the
+/// cache on every write or every read, and took longer than the kernels).
+fn transpose(dy: &[f32], positions: usize, dyt: &mut [f32], channels: usize) {
+    const RUN: usize = 8;
+    for (block, rows) in dyt.chunks_mut(RUN * channels).enumerate() {
+        let first = block * RUN;
+        let run = RUN.min(positions - first);
+        for (o, plane) in dy.chunks_exact(positions).enumerate() {
+            for (j, &v) in plane[first..first + run].iter().enumerate() {
+                rows[j * channels + o] = v;
             }
         }
     }
