@@ -65,7 +65,7 @@ impl Conv2dKernel for Cpu {
         g.lens()?
             .check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         let w = &params[at.weight.clone()];
-        let wide = wide::isa_for(g).map(|isa| {
+        let wide = wide::bwd_isa_for(g).map(|isa| {
             let fwd = Wide::new(isa, g, w, &params[at.bias.clone()]);
             let bwd = WideBwd::new(&fwd, w, dx.is_some());
             (fwd, bwd)
