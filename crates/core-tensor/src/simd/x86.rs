@@ -115,7 +115,12 @@ block_kernel!(
     block_avx2, "avx2,fma", __m256, 8,
     _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_fmadd_ps, _mm256_add_ps,
     [b0 0, b1 1]
-    [0; c00 b0 0, c01 b1 1] [1; c10 b0 0, c11 b1 1] [2; c20 b0 0, c21 b1 1] [3; c30 b0 0, c31 b1 1] [4; c40 b0 0, c41 b1 1] [5; c50 b0 0, c51 b1 1]
+    [0; c00 b0 0, c01 b1 1]
+    [1; c10 b0 0, c11 b1 1]
+    [2; c20 b0 0, c21 b1 1]
+    [3; c30 b0 0, c31 b1 1]
+    [4; c40 b0 0, c41 b1 1]
+    [5; c50 b0 0, c51 b1 1]
 );
 
 taps_kernel!(

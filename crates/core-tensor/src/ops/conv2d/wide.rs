@@ -9,9 +9,10 @@
 //!   one correlation per kernel tap `(kh, kw)`, added tap by tap, over `dy`
 //!   spread onto wide rows whose scratch columns are zero.
 //!
-//! No im2col copy, no GEMM packing, and every sum in im2col + GEMM's order
-//! (each output a chain from zero over its reduction index, then added), so
-//! the two paths give the same bits.
+//! No im2col copy, no GEMM packing. Each output is one chain from zero over
+//! its reduction index, then added to its start value: the vector width
+//! never changes a bit, and wherever `gemm` does not cut a sum into cache
+//! blocks the two paths agree bit for bit.
 
 use super::Conv2dGeom;
 use crate::simd::{Block, Isa, TapSums, Taps};
@@ -295,9 +296,9 @@ impl WideBwd {
 
 /// `dyt[i][o] = dy[o][i]` for `positions` columns `i`, rows of `dyt`
 /// `channels` long. Eight positions at a time: each plane's eight values
-/// are one short run, and the eight rows they land in stay in L1 (one
-/// element at a time, plane by plane or position by position, missed the
-/// cache on every write or every read, and took longer than the kernels).
+/// are one short run, and the eight rows they land in stay in L1 (element
+/// by element, plane by plane, missed the cache on every write: conv1's
+/// backward took 3.3 ms with it, 2.2 ms with this).
 fn transpose(dy: &[f32], positions: usize, dyt: &mut [f32], channels: usize) {
     const RUN: usize = 8;
     for (block, rows) in dyt.chunks_mut(RUN * channels).enumerate() {
