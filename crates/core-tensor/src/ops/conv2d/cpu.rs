@@ -1,6 +1,6 @@
 use rayon::prelude::*;
 
-use super::wide::{self, Wide, WideBwd};
+use super::wide::{self, Layout, Wide, WideBwd};
 use super::{Conv2dGeom, Conv2dKernel};
 use crate::gemm::{MatMut, MatRef, matmul};
 use crate::ops::ParamAt;
@@ -20,12 +20,14 @@ impl Conv2dKernel for Cpu {
         let (in_len, out_len, ohw) = (g.in_image_len(), g.out_image_len(), g.out_h() * g.out_w());
         let per_group = g.batch.div_ceil(self.threads()).max(1);
         if let Some(isa) = wide::isa_for(g) {
-            let wide = Wide::new(isa, g, w, b);
+            let layout = Layout::new(isa, g);
+            let wide = Wide::new(&layout, w, b);
             self.for_each_chunk(y, per_group * out_len, |group, y_group| {
                 let (mut scratch, mut padded) = (Vec::new(), Vec::new());
                 for (i, y_n) in y_group.chunks_mut(out_len).enumerate() {
                     let n = group * per_group + i;
-                    wide.forward(wide.image(x, n * in_len, &mut padded), &mut scratch, y_n);
+                    let x_n = layout.image(x, n * in_len, &mut padded);
+                    wide.forward(x_n, &mut scratch, y_n);
                 }
             });
             return Ok(());
@@ -65,11 +67,10 @@ impl Conv2dKernel for Cpu {
         g.lens()?
             .check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
         let w = &params[at.weight.clone()];
-        let wide = wide::bwd_isa_for(g).map(|isa| {
-            let fwd = Wide::new(isa, g, w, &params[at.bias.clone()]);
-            let bwd = WideBwd::new(&fwd, w, dx.is_some());
-            (fwd, bwd)
-        });
+        let layout = wide::bwd_isa_for(g).map(|isa| Layout::new(isa, g));
+        let wide = layout
+            .as_ref()
+            .map(|layout| WideBwd::new(layout, w, dx.is_some()));
         let (wlen, blen) = (g.weight_len(), g.out_channels);
         let groups = self.threads().min(g.batch).max(1);
         let per_group = g.batch.div_ceil(groups);
@@ -81,7 +82,7 @@ impl Conv2dKernel for Cpu {
             let first = group * per_group;
             let images = first..(first + per_group).min(g.batch);
             match &wide {
-                Some((fwd, bwd)) => wide_bwd_group(g, fwd, bwd, x, dy, images, partial, dx),
+                Some(bwd) => wide_bwd_group(g, bwd, x, dy, images, partial, dx),
                 None => bwd_group(g, x, w, dy, images, partial, dx),
             }
         };
@@ -166,10 +167,8 @@ fn bwd_group(
 }
 
 /// [`bwd_group`] on wide rows.
-#[allow(clippy::too_many_arguments)]
 fn wide_bwd_group(
     g: &Conv2dGeom,
-    fwd: &Wide,
     bwd: &WideBwd,
     x: &[f32],
     dy: &[f32],
@@ -186,12 +185,8 @@ fn wide_bwd_group(
         let dx_n = dx
             .as_deref_mut()
             .map(|dx| &mut dx[i * in_len..(i + 1) * in_len]);
-        bwd.image(
-            fwd.image(x, n * in_len, &mut padded),
-            dy_n,
-            &mut scratch,
-            dx_n,
-        );
+        let x_n = bwd.layout().image(x, n * in_len, &mut padded);
+        bwd.image(x_n, dy_n, &mut scratch, dx_n);
     }
     bwd.dw_into(&scratch, dw);
 }

@@ -14,6 +14,8 @@
 //! never changes a bit, and wherever `gemm` does not cut a sum into cache
 //! blocks the two paths agree bit for bit.
 
+use std::ops::Range;
+
 use super::Conv2dGeom;
 use crate::simd::{Block, Isa, TapSums, Taps};
 
@@ -39,107 +41,34 @@ pub(super) fn bwd_isa_for(g: &Conv2dGeom) -> Option<Isa> {
     isa_for(g).filter(|isa| g.patch_len() >= 4 * isa.taps())
 }
 
-/// Weights packed for [`Block`]s: `[block][tap][row]`, rows past the last
-/// output channel zero.
-struct Packed {
-    taps: Taps,
-    w: Vec<f32>,
-    out_channels: usize,
-}
-
-impl Packed {
-    fn new(
-        isa: Isa,
-        offsets: Vec<u32>,
-        out_channels: usize,
-        weight: impl Fn(usize, usize) -> f32,
-    ) -> Self {
-        let (rows, taps) = (isa.rows(), offsets.len());
-        let mut w = vec![0.0; out_channels.div_ceil(rows) * taps * rows];
-        for (b, block) in w.chunks_mut(taps * rows).enumerate() {
-            for (t, tap) in block.chunks_mut(rows).enumerate() {
-                for (r, v) in tap.iter_mut().enumerate() {
-                    let o = b * rows + r;
-                    if o < out_channels {
-                        *v = weight(o, t);
-                    }
-                }
-            }
-        }
-        Self {
-            taps: Taps::new(offsets),
-            w,
-            out_channels,
-        }
-    }
-
-    /// Runs every block over wide positions `[0, len)` of `x` into rows of
-    /// `out` `stride` apart, shifted by `shift`; `init` per output channel
-    /// (padded to whole blocks), or accumulating onto `out`.
-    #[allow(clippy::too_many_arguments)]
-    fn correlate(
-        &self,
-        isa: Isa,
-        x: &[f32],
-        len: usize,
-        init: Option<&[f32]>,
-        out: &mut [f32],
-        stride: usize,
-        shift: usize,
-    ) {
-        let rows = isa.rows();
-        let per_block = self.taps.offsets().len() * rows;
-        for (b, w) in self.w.chunks(per_block).enumerate() {
-            for at in (0..len).step_by(isa.tile()) {
-                Block {
-                    x,
-                    x_at: at,
-                    taps: &self.taps,
-                    w,
-                    init: init.map(|init| &init[b * rows..]),
-                    out_at: b * rows * stride + at + shift,
-                    out_stride: stride,
-                }
-                .run(isa, out);
-            }
-        }
-    }
-
-    fn padded_channels(&self, isa: Isa) -> usize {
-        self.out_channels.next_multiple_of(isa.rows())
-    }
-}
-
-/// One convolution layer's weights, packed for both passes.
-pub(super) struct Wide {
+/// Where one layer's wide rows lie, for both passes: the row length, the
+/// forward taps' input offsets, and how far one image's kernels read.
+pub(super) struct Layout {
     isa: Isa,
     g: Conv2dGeom,
     /// Wide positions per plane, whole blocks: the length of a wide row.
     len: usize,
+    /// The forward taps `(c, kh, kw)`' input offsets, in that order.
+    taps: Taps,
     /// Input elements one image's kernels read, from its first element.
     reach: usize,
-    forward: Packed,
-    init: Vec<f32>,
 }
 
-impl Wide {
-    pub fn new(isa: Isa, g: &Conv2dGeom, w: &[f32], b: &[f32]) -> Self {
-        let (k, width, patch) = (g.kernel, g.in_w, g.patch_len());
+impl Layout {
+    pub fn new(isa: Isa, g: &Conv2dGeom) -> Self {
+        let (k, width) = (g.kernel, g.in_w);
         let offsets: Vec<u32> = (0..g.in_channels)
             .flat_map(|c| (0..k).flat_map(move |kh| (0..k).map(move |kw| (c, kh, kw))))
             .map(|(c, kh, kw)| offset((c * g.in_h + kh) * width + kw))
             .collect();
-        let forward = Packed::new(isa, offsets, g.out_channels, |o, t| w[o * patch + t]);
+        let taps = Taps::new(offsets);
         let len = ((g.out_h() - 1) * width + g.out_w()).next_multiple_of(isa.tile());
-        let mut init = b.to_vec();
-        init.resize(forward.padded_channels(isa), 0.0);
         Self {
             isa,
             g: *g,
             len,
-            reach: forward.taps.max() + len,
-            forward,
-            init,
+            reach: taps.max() + len,
+            taps,
         }
     }
 
@@ -156,32 +85,128 @@ impl Wide {
         padded
     }
 
-    /// One image's output `y` (`[O][OH][OW]`) from its input (see [`Self::image`]).
-    pub fn forward(&self, x: &[f32], scratch: &mut Vec<f32>, y: &mut [f32]) {
-        scratch.resize(self.forward.padded_channels(self.isa) * self.len, 0.0);
-        let init = Some(self.init.as_slice());
-        self.forward
-            .correlate(self.isa, x, self.len, init, scratch, self.len, 0);
-        let (oh, ow) = (self.g.out_h(), self.g.out_w());
-        for (plane, wide) in y.chunks_mut(oh * ow).zip(scratch.chunks(self.len)) {
-            for (row, src) in plane.chunks_mut(ow).zip(wide.chunks(self.g.in_w)) {
-                row.copy_from_slice(&src[..ow]);
+    /// Each output row's place in `planes` planes `[OH][OW]` and on their
+    /// wide rows (`len` apart, rows `W` apart): `(compact, wide)` ranges.
+    fn rows(&self, planes: usize) -> impl Iterator<Item = (Range<usize>, Range<usize>)> {
+        let (oh, ow, width, len) = (self.g.out_h(), self.g.out_w(), self.g.in_w, self.len);
+        (0..planes * oh).map(move |r| {
+            let (compact, wide) = (r * ow, (r / oh) * len + (r % oh) * width);
+            (compact..compact + ow, wide..wide + ow)
+        })
+    }
+}
+
+/// Weights packed for [`Block`]s: `[block][tap][row]`, rows past the last
+/// output channel zero.
+struct Packed {
+    w: Vec<f32>,
+    out_channels: usize,
+}
+
+impl Packed {
+    fn new(
+        isa: Isa,
+        taps: usize,
+        out_channels: usize,
+        weight: impl Fn(usize, usize) -> f32,
+    ) -> Self {
+        let rows = isa.rows();
+        let mut w = vec![0.0; out_channels.div_ceil(rows) * taps * rows];
+        for (b, block) in w.chunks_mut(taps * rows).enumerate() {
+            for (t, tap) in block.chunks_mut(rows).enumerate() {
+                for (r, v) in tap.iter_mut().enumerate() {
+                    let o = b * rows + r;
+                    if o < out_channels {
+                        *v = weight(o, t);
+                    }
+                }
             }
+        }
+        Self { w, out_channels }
+    }
+
+    /// Runs every block over wide positions `[0, len)` of `x`, reading
+    /// `taps`, into rows of `out` `stride` apart, shifted by `shift`; `init`
+    /// per output channel (padded to whole blocks), or accumulating onto `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn correlate(
+        &self,
+        isa: Isa,
+        taps: &Taps,
+        x: &[f32],
+        len: usize,
+        init: Option<&[f32]>,
+        out: &mut [f32],
+        stride: usize,
+        shift: usize,
+    ) {
+        let rows = isa.rows();
+        for (b, w) in self.w.chunks(taps.offsets().len() * rows).enumerate() {
+            for at in (0..len).step_by(isa.tile()) {
+                Block {
+                    x,
+                    x_at: at,
+                    taps,
+                    w,
+                    init: init.map(|init| &init[b * rows..]),
+                    out_at: b * rows * stride + at + shift,
+                    out_stride: stride,
+                }
+                .run(isa, out);
+            }
+        }
+    }
+
+    fn padded_channels(&self, isa: Isa) -> usize {
+        self.out_channels.next_multiple_of(isa.rows())
+    }
+}
+
+/// One convolution layer's weights and bias, packed for the forward pass.
+pub(super) struct Wide<'l> {
+    layout: &'l Layout,
+    weights: Packed,
+    init: Vec<f32>,
+}
+
+impl<'l> Wide<'l> {
+    pub fn new(layout: &'l Layout, w: &[f32], b: &[f32]) -> Self {
+        let (isa, g) = (layout.isa, &layout.g);
+        let (taps, patch) = (layout.taps.offsets().len(), g.patch_len());
+        let weights = Packed::new(isa, taps, g.out_channels, |o, t| w[o * patch + t]);
+        let mut init = b.to_vec();
+        init.resize(weights.padded_channels(isa), 0.0);
+        Self {
+            layout,
+            weights,
+            init,
+        }
+    }
+
+    /// One image's output `y` (`[O][OH][OW]`) from its input (see [`Layout::image`]).
+    pub fn forward(&self, x: &[f32], scratch: &mut Vec<f32>, y: &mut [f32]) {
+        let Layout { isa, len, .. } = *self.layout;
+        scratch.resize(self.weights.padded_channels(isa) * len, 0.0);
+        let (taps, init) = (&self.layout.taps, Some(self.init.as_slice()));
+        self.weights
+            .correlate(isa, taps, x, len, init, scratch, len, 0);
+        for (compact, wide) in self.layout.rows(self.layout.g.out_channels) {
+            y[compact].copy_from_slice(&scratch[wide]);
         }
     }
 }
 
 /// One layer's weights packed for the backward pass.
-pub(super) struct WideBwd {
-    isa: Isa,
-    g: Conv2dGeom,
-    len: usize,
+pub(super) struct WideBwd<'l> {
+    layout: &'l Layout,
     /// The forward taps' input offsets, padded to whole [`TapSums`].
     taps: Vec<u32>,
     /// Output channels padded to whole [`TapSums`]: `dyt`'s row length.
     channels: usize,
+    /// The output channels' wide rows: the input gradient's taps.
+    dy_rows: Taps,
     /// Per kernel tap `(kh, kw)`, the transposed weights `W[·][c][kh][kw]`
-    /// over the output channels' wide rows; empty when `dx` is not wanted.
+    /// over [`Self::dy_rows`]; empty when `dx` is not wanted.
     dx: Vec<Packed>,
 }
 
@@ -197,53 +222,59 @@ pub(super) struct BwdScratch {
     dx: Vec<f32>,
 }
 
-impl WideBwd {
-    pub fn new(fwd: &Wide, w: &[f32], with_dx: bool) -> Self {
-        let (isa, g, len) = (fwd.isa, fwd.g, fwd.len);
-        let mut taps = fwd.forward.taps.offsets().to_vec();
+impl<'l> WideBwd<'l> {
+    pub fn new(layout: &'l Layout, w: &[f32], with_dx: bool) -> Self {
+        let (isa, g, len) = (layout.isa, &layout.g, layout.len);
+        let mut taps = layout.taps.offsets().to_vec();
         taps.resize(taps.len().next_multiple_of(isa.taps()), 0);
         let (k, patch) = (g.kernel, g.patch_len());
-        let rows_of_dy: Vec<u32> = (0..g.out_channels).map(|o| offset(o * len)).collect();
         let dx = (0..k * k)
             .filter(|_| with_dx)
             .map(|tap| {
-                Packed::new(isa, rows_of_dy.clone(), g.in_channels, |c, o| {
+                Packed::new(isa, g.out_channels, g.in_channels, |c, o| {
                     w[o * patch + c * k * k + tap]
                 })
             })
             .collect();
         Self {
-            isa,
-            g,
-            len,
+            layout,
             taps,
             channels: g.out_channels.next_multiple_of(isa.channels()),
+            dy_rows: Taps::new((0..g.out_channels).map(|o| offset(o * len)).collect()),
             dx,
         }
     }
 
     /// A `dx` plane's stride: room for the last tap's shift past `len`.
     fn dx_stride(&self) -> usize {
-        let k = self.g.kernel;
-        self.len + (k - 1) * self.g.in_w + k - 1
+        let Layout { g, len, .. } = self.layout;
+        len + (g.kernel - 1) * g.in_w + g.kernel - 1
+    }
+
+    pub fn layout(&self) -> &'l Layout {
+        self.layout
     }
 
     pub fn scratch(&self) -> BwdScratch {
-        let (g, with_dx) = (&self.g, !self.dx.is_empty());
-        let dx_rows = g.in_channels.next_multiple_of(self.isa.rows());
+        let Layout { isa, g, len, .. } = self.layout;
+        let with_dx = !self.dx.is_empty();
+        let dx_rows = g.in_channels.next_multiple_of(isa.rows());
         let sized = |len: usize| vec![0.0; if with_dx { len } else { 0 }];
         BwdScratch {
             dyt: vec![0.0; g.out_h() * g.out_w() * self.channels],
-            dy: sized(g.out_channels * self.len),
+            dy: sized(g.out_channels * len),
             dw: vec![0.0; self.taps.len() * self.channels],
             dx: sized(dx_rows * self.dx_stride()),
         }
     }
 
     /// Adds one image's `dW` into `s` and writes its `dx` when asked, from
-    /// its input (see [`Wide::image`]) and output gradient.
+    /// its input (see [`Layout::image`]) and output gradient.
     pub fn image(&self, x: &[f32], dy: &[f32], s: &mut BwdScratch, dx: Option<&mut [f32]>) {
-        let (isa, g, channels) = (self.isa, &self.g, self.channels);
+        let Layout {
+            isa, ref g, len, ..
+        } = *self.layout;
+        let channels = self.channels;
         let (oh, ow) = (g.out_h(), g.out_w());
         transpose(dy, oh * ow, &mut s.dyt, channels);
         let taps = isa.taps();
@@ -265,18 +296,16 @@ impl WideBwd {
             }
         }
         let Some(dx) = dx else { return };
-        let len = self.len;
-        for (wide, plane) in s.dy.chunks_mut(len).zip(dy.chunks(oh * ow)) {
-            for (row, src) in wide.chunks_mut(g.in_w).zip(plane.chunks(ow)) {
-                row[..ow].copy_from_slice(src);
-            }
+        for (compact, wide) in self.layout.rows(g.out_channels) {
+            s.dy[wide].copy_from_slice(&dy[compact]);
         }
         s.dx.fill(0.0);
         let stride = self.dx_stride();
         let k = g.kernel;
         for (tap, packed) in self.dx.iter().enumerate() {
             let shift = (tap / k) * g.in_w + tap % k;
-            packed.correlate(isa, &s.dy, len, None, &mut s.dx, stride, shift);
+            let (taps, out) = (&self.dy_rows, &mut s.dx);
+            packed.correlate(isa, taps, &s.dy, len, None, out, stride, shift);
         }
         let plane = g.in_h * g.in_w;
         for (dst, src) in dx.chunks_mut(plane).zip(s.dx.chunks(stride)) {
@@ -286,7 +315,7 @@ impl WideBwd {
 
     /// The weight gradient summed so far, `[O][C·K·K]`.
     pub fn dw_into(&self, s: &BwdScratch, dw: &mut [f32]) {
-        for (o, row) in dw.chunks_mut(self.g.patch_len()).enumerate() {
+        for (o, row) in dw.chunks_mut(self.layout.g.patch_len()).enumerate() {
             for (t, v) in row.iter_mut().enumerate() {
                 *v = s.dw[t * self.channels + o];
             }

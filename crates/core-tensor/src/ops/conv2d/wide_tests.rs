@@ -21,21 +21,17 @@ fn isas() -> Vec<Isa> {
 /// image at a time as the CPU backend's threads do.
 fn run(isa: Isa, g: &Conv2dGeom, x: &[f32], w: &[f32], b: &[f32], dy: &[f32]) -> [Vec<f32>; 3] {
     let (in_len, out_len) = (g.in_image_len(), g.out_image_len());
-    let fwd = Wide::new(isa, g, w, b);
-    let bwd = WideBwd::new(&fwd, w, true);
+    let layout = Layout::new(isa, g);
+    let (fwd, bwd) = (Wide::new(&layout, w, b), WideBwd::new(&layout, w, true));
     let (mut y, mut dx) = (vec![0.0; g.batch * out_len], vec![0.0; x.len()]);
     let (mut scratch, mut padded, mut s) = (Vec::new(), Vec::new(), bwd.scratch());
     for n in 0..g.batch {
         let y_n = &mut y[n * out_len..(n + 1) * out_len];
-        fwd.forward(fwd.image(x, n * in_len, &mut padded), &mut scratch, y_n);
+        fwd.forward(layout.image(x, n * in_len, &mut padded), &mut scratch, y_n);
         let dx_n = &mut dx[n * in_len..(n + 1) * in_len];
         let dy_n = &dy[n * out_len..(n + 1) * out_len];
-        bwd.image(
-            fwd.image(x, n * in_len, &mut padded),
-            dy_n,
-            &mut s,
-            Some(dx_n),
-        );
+        let x_n = layout.image(x, n * in_len, &mut padded);
+        bwd.image(x_n, dy_n, &mut s, Some(dx_n));
     }
     let mut dw = vec![0.0; w.len()];
     bwd.dw_into(&s, &mut dw);
