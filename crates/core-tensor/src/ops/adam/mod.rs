@@ -166,17 +166,7 @@ pub(crate) fn check_rows<B: Backend>(
     ids: &B::Storage<u32>,
     n: usize,
 ) -> Result<()> {
-    if B::len(ids) < rows.count {
-        return Err(Error::InvalidArgument {
-            op: "adam",
-            reason: format!(
-                "ids holds {} ids, fewer than the {} rows",
-                B::len(ids),
-                rows.count
-            ),
-        });
-    }
-    check_range(&rows.table(), n)
+    rows.check_table("adam", B::len(ids), n, "parameters")
 }
 
 /// The fused optimizer steps. Each leaves everything as it is when `guard`

@@ -143,19 +143,7 @@ pub(crate) fn check_rows(
     guard_len: usize,
 ) -> Result<()> {
     check(step, values_len, guard_len)?;
-    if ids_len < rows.count {
-        return Err(invalid(format!(
-            "ids holds {ids_len} ids, fewer than the {} rows",
-            rows.count
-        )));
-    }
-    if rows.table().end > values_len {
-        return Err(invalid(format!(
-            "the table {:?} is not inside the {values_len} values",
-            rows.table()
-        )));
-    }
-    Ok(())
+    rows.check_table("guard_finite", ids_len, values_len, "values")
 }
 
 fn invalid(reason: String) -> Error {

@@ -39,27 +39,48 @@ impl RowsGeom {
         flat: &B::Storage<f32>,
         compact: &B::Storage<f32>,
     ) -> Result<()> {
-        let short = |buffer: &str, len: usize, need: usize| Error::InvalidArgument {
-            op: "rows",
-            reason: format!("{buffer} holds {len} elements, fewer than the {need} needed"),
-        };
-        if B::len(ids) < self.count {
-            return Err(short("ids", B::len(ids), self.count));
-        }
+        self.check_table(
+            "rows",
+            B::len(ids),
+            B::len(flat),
+            "elements of the flat buffer",
+        )?;
         if B::len(compact) < self.count * self.dim {
-            return Err(short("rows", B::len(compact), self.count * self.dim));
-        }
-        if self.table().end > B::len(flat) {
             return Err(Error::InvalidArgument {
                 op: "rows",
                 reason: format!(
-                    "the table {:?} exceeds the flat buffer of {} elements",
-                    self.table(),
-                    B::len(flat)
+                    "rows holds {} elements, fewer than the {} needed",
+                    B::len(compact),
+                    self.count * self.dim
                 ),
             });
         }
         Ok(())
+    }
+
+    /// Checks, for `op`, that `ids_len` ids cover `count` and that the table
+    /// lies inside the `len` `elements` (named so in the error) it indexes.
+    pub(crate) fn check_table(
+        &self,
+        op: &'static str,
+        ids_len: usize,
+        len: usize,
+        elements: &str,
+    ) -> Result<()> {
+        let reason = if ids_len < self.count {
+            format!(
+                "ids holds {ids_len} ids, fewer than the {} rows",
+                self.count
+            )
+        } else if self.table().end > len {
+            format!(
+                "the table {:?} is not inside the {len} {elements}",
+                self.table()
+            )
+        } else {
+            return Ok(());
+        };
+        Err(Error::InvalidArgument { op, reason })
     }
 
     /// The first of `ids` (the first `count`) not below `rows` or not above
