@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{data_arg, dataset, run, stderr, trainer};
+use common::{data_arg, dataset, python_with, run, stderr, trainer};
 
 const EPOCHS: usize = 2;
 const STEPS: usize = 6;
@@ -88,23 +88,6 @@ fn the_log_says_who_started_the_ranks_once_and_how_to_load_the_model() {
     );
 }
 
-fn tensorboard_python() -> Option<String> {
-    let python = std::env::var("TENSORBOARD_PYTHON").unwrap_or_else(|_| "python3".into());
-    let found = Command::new(&python)
-        .args(["-c", "import tensorboard"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return Some(python);
-    }
-    assert!(
-        std::env::var("REQUIRE_TENSORBOARD").as_deref() != Ok("1"),
-        "REQUIRE_TENSORBOARD=1 but {python} cannot import tensorboard"
-    );
-    eprintln!("skipped: {python} cannot import tensorboard (set TENSORBOARD_PYTHON)");
-    None
-}
-
 const READ_SCALARS: &str = "
 import sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -117,7 +100,8 @@ for tag in sorted(acc.Tags()['scalars']):
 
 #[test]
 fn tensorboard_reads_loss_accuracy_and_monitoring_from_the_event_files() {
-    let Some(python) = tensorboard_python() else {
+    let Some(python) = python_with("TENSORBOARD_PYTHON", "tensorboard", "REQUIRE_TENSORBOARD")
+    else {
         return;
     };
     let tb: PathBuf = observed_run().join("tb");

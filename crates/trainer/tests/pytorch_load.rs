@@ -7,9 +7,12 @@
 //! Without them the test says so and passes, unless REQUIRE_TORCH=1 (as in
 //! CI), which turns the skip into a failure.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
+use common::python_with;
 use core_tensor::{Backend, Cpu};
 use safetensors::{Dtype, SafeTensors};
 use trainer::checkpoint::{
@@ -18,17 +21,6 @@ use trainer::checkpoint::{
 use trainer::model::{Activations, CnnMnist, DropoutRates, IMAGE_SIDE, Mode, Model};
 
 const BATCH: usize = 8;
-
-fn python() -> String {
-    std::env::var("TORCH_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-fn has_torch(python: &str) -> bool {
-    Command::new(python)
-        .args(["-c", "import torch, safetensors"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// A fixed batch: pixel values spread over [0, 1), as the model sees them.
 fn batch() -> Vec<f32> {
@@ -73,18 +65,9 @@ fn relative_error(a: &[f32], b: &[f32]) -> f64 {
 
 #[test]
 fn pytorch_loads_our_checkpoint_and_we_load_pytorchs_weights_with_the_same_logits() {
-    let python = python();
-    if !has_torch(&python) {
-        assert!(
-            std::env::var_os("REQUIRE_TORCH").is_none_or(|v| v != "1"),
-            "REQUIRE_TORCH=1, but `{python}` cannot import torch and safetensors \
-             (set TORCH_PYTHON to a Python that can)"
-        );
-        println!(
-            "skipping: `{python}` cannot import torch and safetensors (set TORCH_PYTHON to a Python that can)"
-        );
+    let Some(python) = python_with("TORCH_PYTHON", "torch, safetensors", "REQUIRE_TORCH") else {
         return;
-    }
+    };
     let model = CnnMnist::new(DropoutRates::REFERENCE);
     let layout = model.layout();
     let params = model.init_params(11);

@@ -212,3 +212,24 @@ pub fn emulated_gpu(ordinal: usize) -> Option<core_tensor::Cuda> {
     assert!(gpu.describe().contains("cuda-emu"), "{}", gpu.describe());
     Some(gpu)
 }
+
+/// The Python named by `$python_var` (else `python3`) when it can run
+/// `import {modules}`; else `None`, saying the test is skipped, or failing
+/// when `$require_var` is 1 (as in CI).
+pub fn python_with(python_var: &str, modules: &str, require_var: &str) -> Option<String> {
+    let python = std::env::var(python_var).unwrap_or_else(|_| "python3".into());
+    let found = Command::new(&python)
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(python);
+    }
+    let why = format!("`{python}` cannot import {modules} (set {python_var} to a Python that can)");
+    assert!(
+        std::env::var(require_var).as_deref() != Ok("1"),
+        "{require_var}=1, but {why}"
+    );
+    eprintln!("skipped: {why}");
+    None
+}
