@@ -6,7 +6,9 @@
 //! for the micro-batches its 1F1B schedule has in flight, in slots the
 //! micro-batches take in turn: two on stage 0, one on the last stage, per
 //! micro-batch size; what each micro-batch keeps of its own (its images or
-//! its labels and logits) is small. So a stage's training buffers shrink
+//! its labels and logits) is small. Stage 0 runs one backward at a time,
+//! so its slots hold no gradients: one set per micro-batch size is lent
+//! to the micro-batch whose backward runs. So a stage's training buffers shrink
 //! as the micro-batches grow in number, where they used to hold the whole
 //! batch at any `M`. The data-parallel network still allocates every
 //! buffer once. The expected bytes come from the layer geometry (the
@@ -53,28 +55,32 @@ fn per_sample() -> PerSample {
 }
 
 /// A stage's bytes: per sample of the batch (its own inputs and outputs),
-/// per sample of a slot (to evaluate, to train), per slot (the
+/// per sample of a slot (to evaluate, to train), per sample of a
+/// micro-batch size (the gradients lent to its slots), per slot (the
 /// placeholders of what micro-batches lend it: one value each) and the
 /// training scratch.
 struct StageBytes {
     own: usize,
     eval: usize,
     train: usize,
+    lent: usize,
     placeholders: usize,
     scratch: usize,
 }
 
 impl StageBytes {
     /// Stage 0: its own images; in a slot conv1's and conv2's outputs and
-    /// the pooled values, each with its gradient for training; the scratch
-    /// of one micro-batch's gradients of the stage's parameters.
+    /// the pooled values; for training their gradients once per
+    /// micro-batch size, and the scratch of one micro-batch's gradients of
+    /// the stage's parameters.
     fn front() -> Self {
         let s = per_sample();
         let slot = F32 * (s.a1 + s.a2 + s.pooled);
         Self {
             own: F32 * s.image,
             eval: slot,
-            train: 2 * slot,
+            train: slot,
+            lent: slot,
             placeholders: F32,
             scratch: F32 * stage_params(0).len(),
         }
@@ -90,6 +96,7 @@ impl StageBytes {
             own: 1 + F32 * s.logits,
             eval: F32 * (s.pooled + s.hidden),
             train: F32 * (2 * (s.pooled + s.hidden) + s.logits),
+            lent: 0,
             placeholders: 1 + F32,
             scratch: F32 * (stage_params(1).len() + 1),
         }
@@ -99,7 +106,11 @@ impl StageBytes {
     /// samples.
     fn training(&self, batch: usize, slots: &[usize]) -> usize {
         let held: usize = slots.iter().map(|n| n * self.train).sum();
-        batch * self.own + held + slots.len() * self.placeholders + self.scratch
+        // Slots come size by size, so each size once:
+        let mut sizes = slots.to_vec();
+        sizes.dedup();
+        let lent: usize = sizes.iter().map(|n| n * self.lent).sum();
+        batch * self.own + held + lent + slots.len() * self.placeholders + self.scratch
     }
 
     /// Evaluation buffers: one slot for the whole batch.
@@ -298,7 +309,8 @@ fn the_whole_network_holds_every_buffer_once() {
     let cut = F32 * s.pooled;
     let eval = front.own + front.eval + back.own + back.eval - cut;
     assert_eq!(buffer_bytes(&whole, BATCH, false), BATCH * eval);
-    let train = front.own + front.train + back.own + back.train - 2 * cut;
+    let front_train = front.own + front.train + front.lent;
+    let train = front_train + back.own + back.train - 2 * cut;
     assert_eq!(buffer_bytes(&whole, BATCH, true), BATCH * train);
 }
 

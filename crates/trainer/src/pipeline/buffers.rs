@@ -4,7 +4,10 @@
 //!
 //! The activations live in slots that the micro-batches take in turn. On
 //! stage 0 micro-batch `i`'s forward runs while `i - 1` waits for its
-//! gradient, so two slots serve it: `i` takes slot `i mod 2`. The last
+//! gradient, so two slots serve it: `i` takes slot `i mod 2`. Only one of
+//! them runs a backward at a time, so stage 0's slots hold no gradients:
+//! one set per micro-batch size ([`SharedGrads`]) is lent to the
+//! micro-batch whose gradient arrives, for its backward. The last
 //! stage runs each micro-batch from forward to backward at once: in its
 //! exchange it sends `i - 1`'s gradient from one buffer of the cut while it
 //! receives `i`'s pooled activations into the other, so one slot serves
@@ -27,7 +30,9 @@ use anyhow::Context;
 use core_tensor::{Elem, Ops, Result};
 
 use super::stage_params;
-use crate::model::cnn::{BatchInputs, Cut, Features, GradAndPooled, Head, InputPart, classes};
+use crate::model::cnn::{
+    BatchInputs, Cut, FeatureGrads, Features, GradAndPooled, Head, InputPart, classes,
+};
 
 /// A stage's buffers: its layers' activations (with their gradients, for
 /// training) in slots, for the micro-batches or for the whole batch when
@@ -44,8 +49,32 @@ pub struct PipeBuffers<B: Ops> {
 
 /// One stage's activations, and what each micro-batch keeps of its own.
 pub(super) enum StageActs<B: Ops> {
-    Front(Slotted<FrontActs<B>, Images<B>>),
+    Front(Slotted<FrontActs<B>, Images<B>>, SharedGrads<B>),
     Back(Slotted<BackActs<B>, Scores<B>>),
+}
+
+/// Stage 0's activation gradients: one set per micro-batch size (none
+/// for evaluation), lent to the micro-batch whose backward runs.
+pub(super) struct SharedGrads<B: Ops>(Vec<(usize, FeatureGrads<B>)>);
+
+impl<B: Ops> SharedGrads<B> {
+    /// Runs `f` on the slot `act` of a micro-batch of `samples` with the
+    /// gradients of that size lent to it, and takes them back, also when
+    /// `f` fails.
+    pub(super) fn lend<R>(
+        &mut self,
+        samples: usize,
+        act: &mut FrontActs<B>,
+        f: impl FnOnce(&mut FrontActs<B>) -> anyhow::Result<R>,
+    ) -> anyhow::Result<R> {
+        let (_, grads) = (self.0.iter_mut())
+            .find(|(n, _)| *n == samples)
+            .context(TRAINING_BUFFERS)?;
+        grads.trade(&mut act.features, &mut act.cut);
+        let result = f(act);
+        grads.trade(&mut act.features, &mut act.cut);
+        result
+    }
 }
 
 /// Stage 0's: the convolution stack's buffers and the cut it sends
@@ -221,7 +250,7 @@ impl<B: Ops> PipeBuffers<B> {
 impl<B: Ops> BatchInputs<B> for PipeBuffers<B> {
     fn parts(&mut self) -> Vec<InputPart<'_, B>> {
         match &mut self.acts {
-            StageActs::Front(acts) => acts
+            StageActs::Front(acts, _) => acts
                 .micro
                 .iter_mut()
                 .map(|m| InputPart {
@@ -251,12 +280,19 @@ impl<B: Ops> PipeBuffers<B> {
         let acts = if first {
             let front = |n| -> Result<_> {
                 Ok(FrontActs {
-                    features: Features::around(b, n, placeholder(b)?, train)?,
-                    cut: Cut::new(b, n, train)?,
+                    features: Features::around(b, n, placeholder(b)?, false)?,
+                    cut: Cut::new(b, n, false)?,
                 })
             };
             let images = |n| Ok(Images(Features::images(b, n)?));
-            StageActs::Front(Slotted::new(sizes, |i, n| (n, i % 2), front, images)?)
+            let mut grads: Vec<(usize, FeatureGrads<B>)> = Vec::new();
+            for &n in sizes.iter().filter(|_| train) {
+                if grads.iter().all(|&(held, _)| held != n) {
+                    grads.push((n, FeatureGrads::new(b, n)?));
+                }
+            }
+            let slots = Slotted::new(sizes, |i, n| (n, i % 2), front, images)?;
+            StageActs::Front(slots, SharedGrads(grads))
         } else {
             let back = |n| -> Result<_> {
                 Ok(BackActs {
@@ -292,3 +328,7 @@ impl<B: Ops> PipeBuffers<B> {
 fn placeholder<B: Ops, T: Elem>(b: &B) -> Result<B::Storage<T>> {
     b.zeros(1)
 }
+
+#[cfg(test)]
+#[path = "buffers_tests.rs"]
+mod tests;

@@ -299,7 +299,7 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         correct: &mut B::Storage<f32>,
     ) -> Result<()> {
         match &buffers.acts {
-            StageActs::Front(_) => Ok(()),
+            StageActs::Front(..) => Ok(()),
             StageActs::Back(acts) => acts
                 .micro
                 .iter()
@@ -317,7 +317,7 @@ impl<B: Ops> Model<B> for PipelineStage<B> {
         loss_sum: &mut B::Storage<f32>,
     ) -> anyhow::Result<()> {
         match &mut buffers.acts {
-            StageActs::Front(_) => Ok(()),
+            StageActs::Front(..) => Ok(()),
             StageActs::Back(acts) => (0..acts.micro.len()).try_for_each(|i| {
                 acts.start(i).head.loss(b, loss_sum)?;
                 acts.finish(i);

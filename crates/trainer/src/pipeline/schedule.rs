@@ -31,7 +31,8 @@ use anyhow::Context;
 use core_tensor::{Ops, rng};
 
 use super::buffers::{
-    BackActs, FrontActs, GradScratch, Images, Scores, Slotted, StageActs, TRAINING_BUFFERS,
+    BackActs, FrontActs, GradScratch, Images, Scores, SharedGrads, Slotted, StageActs,
+    TRAINING_BUFFERS,
 };
 use super::{PipeBuffers, PipelineStage, StageLink};
 use crate::model::cnn::Backward;
@@ -57,9 +58,9 @@ pub(super) fn run<B: Ops>(
     let scratch = bufs.train.as_mut().context(TRAINING_BUFFERS)?;
     scratch.acc.fill(0.0);
     match &mut bufs.acts {
-        StageActs::Front(acts) => {
+        StageActs::Front(acts, grads) => {
             let work = Work::new(stage, b, params, seed, acts.micro.iter().map(|m| m.samples));
-            front(&work, &mut link, acts, scratch)?;
+            front(&work, &mut link, acts, grads, scratch)?;
         }
         StageActs::Back(acts) => {
             let work = Work::new(stage, b, params, seed, acts.micro.iter().map(|m| m.samples));
@@ -71,11 +72,14 @@ pub(super) fn run<B: Ops>(
 }
 
 /// Stage 0's part of the schedule over its micro-batches: micro-batch
-/// `i` starts in its slot before `i - 1` finishes in the other.
+/// `i` starts in its slot before `i - 1` finishes in the other, which
+/// borrows the gradients of its size to receive its gradient and run its
+/// backward.
 fn front<B: Ops>(
     work: &Work<'_, B>,
     link: &mut Link<'_, B>,
     acts: &mut Slotted<FrontActs<B>, Images<B>>,
+    grads: &mut SharedGrads<B>,
     scratch: &mut GradScratch<B>,
 ) -> anyhow::Result<()> {
     let m = acts.micro.len();
@@ -83,14 +87,19 @@ fn front<B: Ops>(
     link.exchange(Some(&acts.slot(0).cut.pooled), None)?;
     for i in 1..m {
         work.forward_features(acts.start(i), i)?;
+        let samples = acts.micro[i - 1].samples;
         let (now, done) = acts.two(i, i - 1)?;
-        link.exchange(Some(&now.cut.pooled), Some(done.cut.dpooled_mut()?))?;
-        work.backward_features(done, i - 1, scratch)?;
+        grads.lend(samples, done, |done| {
+            link.exchange(Some(&now.cut.pooled), Some(done.cut.dpooled_mut()?))?;
+            work.backward_features(done, i - 1, scratch)
+        })?;
         acts.finish(i - 1);
     }
-    let last = acts.slot(m - 1);
-    link.exchange(None, Some(last.cut.dpooled_mut()?))?;
-    work.backward_features(last, m - 1, scratch)?;
+    let samples = acts.micro[m - 1].samples;
+    grads.lend(samples, acts.slot(m - 1), |last| {
+        link.exchange(None, Some(last.cut.dpooled_mut()?))?;
+        work.backward_features(last, m - 1, scratch)
+    })?;
     acts.finish(m - 1);
     Ok(())
 }
@@ -130,7 +139,7 @@ pub(super) fn evaluate<B: Ops>(
     let peer = 1 - me;
     let context = || format!("pipeline stage {me}: evaluating, exchanging with stage {peer}");
     match &mut bufs.acts {
-        StageActs::Front(acts) => (0..acts.micro.len()).try_for_each(|i| {
+        StageActs::Front(acts, _) => (0..acts.micro.len()).try_for_each(|i| {
             let a = acts.start(i);
             cnn.forward_features(b, &mut a.features, &mut a.cut, params, Mode::Eval)?;
             link.exchange(b, peer, Some(&a.cut.pooled), None)

@@ -129,6 +129,33 @@ impl<B: Ops> Features<B> {
     }
 }
 
+/// The gradients of the convolution stack's activations (`da1`, `da2`)
+/// and of the cut (`dpooled`) for `batch` images, apart from the
+/// activations: a pipeline's stage 0 keeps one set per micro-batch size
+/// and lends it to the one micro-batch whose backward runs.
+pub(crate) struct FeatureGrads<B: Ops> {
+    grads: Option<(Values<B>, Values<B>)>,
+    dpooled: Option<Values<B>>,
+}
+
+impl<B: Ops> FeatureGrads<B> {
+    pub(crate) fn new(b: &B, batch: usize) -> Result<Self> {
+        let (da1, da2) = (CONV1.out_image_len(), CONV2.out_image_len());
+        Ok(Self {
+            grads: Some((b.zeros(batch * da1)?, b.zeros(batch * da2)?)),
+            dpooled: Some(b.zeros(batch * FC1.in_features)?),
+        })
+    }
+
+    /// Swaps these gradients with those of `f` and `cut` (buffers of the
+    /// same batch built without them): lends them, or takes them back.
+    /// Moves handles and copies nothing.
+    pub(crate) fn trade(&mut self, f: &mut Features<B>, cut: &mut Cut<B>) {
+        std::mem::swap(&mut self.grads, &mut f.grads);
+        std::mem::swap(&mut self.dpooled, &mut cut.dpooled);
+    }
+}
+
 impl<B: Ops> Cut<B> {
     pub(crate) fn new(b: &B, batch: usize, with_grads: bool) -> Result<Self> {
         let (pooled, dpooled) = with_grad(b, batch * FC1.in_features, with_grads)?;

@@ -20,7 +20,7 @@ mod buffers;
 mod data;
 
 pub use buffers::{Activations, Cut, Features, Head, HeadGrads};
-pub(crate) use buffers::{GradAndPooled, for_training};
+pub(crate) use buffers::{FeatureGrads, GradAndPooled, for_training};
 pub use data::{BatchInputs, DeviceSplit, HostSplit, InputPart};
 
 use super::{GradsReady, Metric, Mode, Model, pytorch_default_init};
