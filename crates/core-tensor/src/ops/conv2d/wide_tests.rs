@@ -130,24 +130,30 @@ fn the_same_inputs_give_the_same_bits() {
 }
 
 #[test]
-#[should_panic(expected = "reads past its input")]
 fn a_block_that_would_read_past_its_input_is_refused() {
     let Some(isa) = Isa::detect() else {
-        panic!("reads past its input (SKIPPED: no AVX2 here)");
+        eprintln!("SKIPPED: this CPU has no AVX2; the wide kernels never run");
+        return;
     };
     let taps = Taps::new(vec![0, 5]);
     let w = vec![0.0; 2 * isa.rows()];
     let mut out = vec![0.0; isa.rows() * isa.tile()];
-    Block {
-        x: &vec![0.0; isa.tile() + 4],
-        x_at: 0,
-        taps: &taps,
-        w: &w,
-        init: None,
-        out_at: 0,
-        out_stride: isa.tile(),
-    }
-    .run(isa, &mut out);
+    let x = vec![0.0; isa.tile() + 4];
+    let refused = std::panic::catch_unwind(move || {
+        Block {
+            x: &x,
+            x_at: 0,
+            taps: &taps,
+            w: &w,
+            init: None,
+            out_at: 0,
+            out_stride: isa.tile(),
+        }
+        .run(isa, &mut out)
+    })
+    .expect_err("the block ran");
+    let said = refused.downcast_ref::<&str>().copied().unwrap_or_default();
+    assert!(said.contains("reads past its input"), "{said}");
 }
 
 /// `Σ_k terms(k)` as the kernels take it: one chain of fused multiply-adds
