@@ -34,9 +34,11 @@ use crate::model::cnn::{
     BatchInputs, Cut, FeatureGrads, Features, GradAndPooled, Head, InputPart, classes,
 };
 
-/// A stage's buffers: its layers' activations (with their gradients, for
-/// training) in slots, for the micro-batches or for the whole batch when
-/// evaluating, and the training scratch of its parameter gradients. Each
+/// A stage's buffers: its layers' activations in slots, for the
+/// micro-batches or for the whole batch when evaluating, with their
+/// gradients for training (in the slot on the last stage, lent to one slot
+/// at a time on stage 0), and the training scratch of its parameter
+/// gradients. Each
 /// stage's activations are of its own layers and the cut between the
 /// stages only: stage 0's code is handed [`FrontActs`], the last stage's
 /// [`BackActs`], so neither can reach a buffer the other stage's layers
@@ -286,9 +288,11 @@ impl<B: Ops> PipeBuffers<B> {
             };
             let images = |n| Ok(Images(Features::images(b, n)?));
             let mut grads: Vec<(usize, FeatureGrads<B>)> = Vec::new();
-            for &n in sizes.iter().filter(|_| train) {
-                if grads.iter().all(|&(held, _)| held != n) {
-                    grads.push((n, FeatureGrads::new(b, n)?));
+            if train {
+                for &n in sizes {
+                    if grads.iter().all(|&(held, _)| held != n) {
+                        grads.push((n, FeatureGrads::new(b, n)?));
+                    }
                 }
             }
             let slots = Slotted::new(sizes, |i, n| (n, i % 2), front, images)?;
