@@ -14,7 +14,7 @@
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use core_tensor::ops::{Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
-use core_tensor::{Backend, Cpu, Cuda, MatmulPrecision, Ops};
+use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, MatmulPrecision, Ops};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Device {
@@ -38,6 +38,10 @@ struct Args {
     /// TF32 tensor cores for the conv and linear products (`--device cuda`).
     #[arg(long)]
     tf32: bool,
+    /// The float32 products' tile (`--device cuda`): `square` (64 x 64, 4 x 4
+    /// per thread) or `wide` (64 x 128, 4 x 8 per thread); the same bits.
+    #[arg(long, value_name = "TILE", value_parser = Fp32Tile::parse)]
+    fp32_tile: Option<Fp32Tile>,
     /// Time only the calls whose name starts with this (e.g. `conv2`).
     #[arg(long, default_value = "")]
     only: String,
@@ -219,14 +223,19 @@ fn main() -> Result<()> {
     let a = Args::parse();
     let (described, rows) = match a.device {
         Device::Cpu if a.tf32 => bail!("--tf32 is for --device cuda"),
+        Device::Cpu if a.fp32_tile.is_some() => bail!("--fp32-tile is for --device cuda"),
+        Device::Cuda if a.tf32 && a.fp32_tile.is_some() => {
+            bail!("--fp32-tile chooses the float32 products' tile; TF32 ones keep theirs")
+        }
         Device::Cpu => {
             let cpu = Cpu::new(a.threads)?;
             (cpu.describe(), rows(&cpu, &a)?)
         }
         Device::Cuda => {
             let precision = MatmulPrecision::from_tf32(a.tf32);
-            let cuda =
-                Cuda::with_precision(0, precision).context("--device cuda: no usable GPU 0")?;
+            let cuda = Cuda::with_precision(0, precision)
+                .context("--device cuda: no usable GPU 0")?
+                .with_fp32_tile(a.fp32_tile.unwrap_or_default());
             (cuda.describe(), rows(&cuda, &a)?)
         }
     };

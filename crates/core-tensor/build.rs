@@ -101,7 +101,8 @@ fn kernel_sources(ops: &Path) -> Vec<(String, PathBuf)> {
     found
 }
 
-/// Replaces each `#include "x.cuh"` line with the file `headers/x.cuh`.
+/// Replaces each `#include "x.cuh"` line with the file `headers/x.cuh`, its
+/// own includes pasted in likewise.
 fn paste_includes(text: &str, headers: &Path, from: &Path) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
@@ -115,6 +116,7 @@ fn paste_includes(text: &str, headers: &Path, from: &Path) -> String {
                 let body = fs::read_to_string(&header).unwrap_or_else(|e| {
                     panic!("{} includes {}: {e}", from.display(), header.display())
                 });
+                let body = paste_includes(&body, headers, &header);
                 writeln!(out, "// ---- {name} ----\n{body}// ---- end of {name} ----").unwrap();
             }
             None => writeln!(out, "{line}").unwrap(),

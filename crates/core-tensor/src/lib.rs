@@ -20,7 +20,7 @@ mod simd;
 #[cfg(test)]
 mod testing;
 
-pub use backend::{Backend, Cpu, Cuda, Elem, MatmulPrecision, cuda_available};
+pub use backend::{Backend, Cpu, Cuda, Elem, Fp32Tile, MatmulPrecision, cuda_available};
 pub use error::{Error, Result};
 pub use flat::{FlatLayout, ParamSpec, ParamView};
 pub use ops::Ops;

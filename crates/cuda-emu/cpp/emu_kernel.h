@@ -83,9 +83,9 @@ inline unsigned int atomicCAS(unsigned int* address, unsigned int compare, unsig
     return old;
 }
 
-// ---- Tensor cores (sgemm.cuh's TF32 products) ----
+// ---- Tensor cores (mma.cuh's TF32 products) ----
 //
-// CUDA_EMU tells sgemm.cuh to use these instead of its inline PTX.
+// CUDA_EMU tells mma.cuh to use these instead of its inline PTX.
 #define CUDA_EMU 1
 
 // cvt.rna.tf32.f32: to the nearest TF32 (10 stored mantissa bits), ties away
@@ -99,7 +99,7 @@ inline float tf32_round(float x) {
 }
 
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 for the calling warp:
-// d += a·b, with the fragment layouts sgemm.cuh lists. A warp-wide
+// d += a·b, with the fragment layouts mma.cuh lists. A warp-wide
 // instruction on fibers: every lane publishes its fragments, the block meets
 // (every warp of a tensor-core tile issues the same products, so the block
 // barrier stands in for the warp's), each lane sums its four outputs from

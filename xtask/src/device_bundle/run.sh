@@ -208,6 +208,9 @@ for batch in 64 512; do
     --batch-size "$batch" --reps 50
   step "bench_cnn_layers_tf32_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
     --tf32 --batch-size "$batch" --reps 50
+  # The float32 products in 64 x 128 tiles (the same bits), beside the first.
+  step "bench_cnn_layers_wide_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
+    --fp32-tile wide --batch-size "$batch" --reps 50
 done
 step bench_allreduce_unix "$largest" "$here/benches/allreduce" --ranks 2 --max-bytes 67108864
 if [ "$have_nccl" = 1 ]; then

@@ -6,7 +6,7 @@ mod cpu;
 pub mod cuda;
 
 pub use cpu::Cpu;
-pub use cuda::{Cuda, MatmulPrecision, cuda_available};
+pub use cuda::{Cuda, Fp32Tile, MatmulPrecision, cuda_available};
 
 use std::fmt::Debug;
 use std::ops::{DerefMut, Range};

@@ -4,13 +4,13 @@
 
 use std::fmt::Debug;
 
-use core_tensor::Ops;
 use core_tensor::ops::{Conv2dGeom, LinearGeom, ParamAt};
+use core_tensor::{Backend, Cuda, Fp32Tile, Ops};
 
 use crate::on_each_device;
 use crate::support::{
     TF32_PRODUCT_ERROR, abs, assert_same_bits, assert_within_rounded_sum_bound,
-    assert_within_sum_bound, down, gpu_tf32, reference, small_integers, uniform, up,
+    assert_within_sum_bound, down, gpu, gpu_tf32, reference, small_integers, uniform, up,
 };
 
 /// A layer's two kernels, as the suite drives them: forward into `y`,
@@ -352,4 +352,56 @@ fn small_integer_products() {
     if let Some(gpu) = gpu_tf32("small_integer_products") {
         small_integer_products_are_exact(&gpu);
     }
+    if let Some(gpu) = wide_fp32_gpu("small_integer_products") {
+        small_integer_products_are_exact(&gpu);
+    }
+}
+
+/// GPU 0 with the float32 products in 64 x 128 tiles.
+fn wide_fp32_gpu(test: &str) -> Option<Cuda> {
+    gpu(test).map(|gpu| gpu.with_fp32_tile(Fp32Tile::Wide))
+}
+
+/// The 64 x 128 float32 tiles sum every output in the square tiles' order
+/// and split K as they do, so every conv and linear shape of the suite
+/// (conv2's, fc1's, several row tiles, ragged edges, split K) gives the
+/// square tiles' bits: y, the gradients and dx.
+#[test]
+fn wide_fp32_tiles_give_the_square_tiles_bits() {
+    let test = "wide_fp32_tiles_give_the_square_tiles_bits";
+    let (Some(square), Some(wide)) = (gpu(test), wide_fp32_gpu(test)) else {
+        return;
+    };
+    for (i, g) in conv_geoms().iter().enumerate() {
+        let x = uniform(500 + i as u64, g.batch * g.in_image_len(), -1.0, 1.0);
+        let dy = uniform(600 + i as u64, g.batch * g.out_image_len(), -1.0, 1.0);
+        let (params, at) = conv_params(g, 700 + i as u64);
+        same_bits(&square, &wide, g, (&x, &params, &at, &dy));
+    }
+    for (i, g) in linear_geoms().iter().enumerate() {
+        let x = uniform(800 + i as u64, g.batch * g.in_features, -1.0, 1.0);
+        let dy = uniform(900 + i as u64, g.batch * g.out_features, -1.0, 1.0);
+        let wl = g.in_features * g.out_features;
+        let params = uniform(1000 + i as u64, wl + g.out_features, -1.0, 1.0);
+        let at = ParamAt {
+            weight: 0..wl,
+            bias: wl..wl + g.out_features,
+        };
+        same_bits(&square, &wide, g, (&x, &params, &at, &dy));
+    }
+}
+
+/// `g` on `wide` gives `square`'s bits.
+fn same_bits(
+    square: &Cuda,
+    wide: &Cuda,
+    g: &impl Layer,
+    (x, params, at, dy): (&[f32], &[f32], &ParamAt, &[f32]),
+) {
+    let what = |part: &str| format!("{} {part} {g:?}", wide.describe());
+    let (y, grads, dx) = layer_run(square, g, x, params, at, dy);
+    let (wide_y, wide_grads, wide_dx) = layer_run(wide, g, x, params, at, dy);
+    assert_same_bits(&what("y"), &wide_y, &y);
+    assert_same_bits(&what("grads"), &wide_grads, &grads);
+    assert_same_bits(&what("dx"), &wide_dx, &dx);
 }

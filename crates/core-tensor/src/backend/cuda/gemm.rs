@@ -9,14 +9,17 @@ use cudarc::driver::LaunchConfig;
 
 use super::launch::{In, Out, Val};
 
-use crate::{Cuda, Error, MatmulPrecision, Result};
+use crate::{Cuda, Error, Fp32Tile, MatmulPrecision, Result};
 
 /// The tiles; mirror `GEMM_BK`, `GEMM_THREADS` and `GEMM_TILE_ELEMS` in
 /// sgemm.cuh. A tile has `tile_m` rows (64, or 32 for short products) and
-/// `TILE_ELEMS / tile_m` columns.
+/// `TILE_ELEMS / tile_m` columns, or with [`Fp32Tile::Wide`] 64 x
+/// [`WIDE_TILE_N`].
 const BK: usize = 16;
 const THREADS: u32 = 256;
 const TILE_ELEMS: usize = 4096;
+/// The columns of [`Fp32Tile::Wide`]'s 64-row tile.
+const WIDE_TILE_N: usize = 128;
 
 /// Rows of the tile for an `m × n` output: 32 when m fits in 32 rows and the
 /// output is wide enough to fill a 128-column tile, so that half of every
@@ -54,6 +57,7 @@ pub(crate) struct GemmTiling {
     pub k_chunk: u64,
     pub splits: u64,
     pub tile_m: u64,
+    pub tile_n: u64,
 }
 
 /// How one `M × N × K` product is cut into blocks.
@@ -61,8 +65,10 @@ pub(crate) struct GemmTiling {
 pub(crate) struct GemmPlan {
     m: usize,
     n: usize,
-    /// Rows of one tile (32 or 64); its columns are `TILE_ELEMS / tile_m`.
+    /// Rows of one tile (32 or 64).
     tile_m: usize,
+    /// Columns of one tile: `TILE_ELEMS / tile_m`, or [`WIDE_TILE_N`].
+    tile_n: usize,
     tiles_m: usize,
     tiles_n: usize,
     /// Blocks along K; 1 means the tile kernel stores the result directly.
@@ -72,19 +78,34 @@ pub(crate) struct GemmPlan {
 }
 
 impl GemmPlan {
-    /// The plan for a non-empty output (`m, n ≥ 1`).
-    pub(crate) fn new(op: &'static str, m: usize, n: usize, k: usize) -> Result<Self> {
+    /// The plan for a non-empty output (`m, n ≥ 1`) in tiles of `tile`
+    /// (the tensor cores' products take [`Fp32Tile::Square`]).
+    pub(crate) fn new(
+        op: &'static str,
+        m: usize,
+        n: usize,
+        k: usize,
+        tile: Fp32Tile,
+    ) -> Result<Self> {
         let tile_m = tile_rows(m, n);
         let tiles_m = m.div_ceil(tile_m);
-        let tiles_n = n.div_ceil(TILE_ELEMS / tile_m);
-        let wanted = TARGET_BLOCKS.div_ceil(tiles_m * tiles_n);
+        // K is split as for the square tiles whatever tile runs, so that
+        // the tile never changes the order of a sum.
+        let square_tiles = tiles_m * n.div_ceil(TILE_ELEMS / tile_m);
+        let wanted = TARGET_BLOCKS.div_ceil(square_tiles);
         let most = (k / MIN_K_CHUNK).max(1);
         let k_chunk = k.div_ceil(wanted.min(most)).next_multiple_of(BK).max(BK);
         let splits = k.div_ceil(k_chunk).max(1);
+        let tile_n = match tile {
+            Fp32Tile::Wide if tile_m == 64 && n > TILE_ELEMS / tile_m => WIDE_TILE_N,
+            _ => TILE_ELEMS / tile_m,
+        };
+        let tiles_n = n.div_ceil(tile_n);
         let plan = Self {
             m,
             n,
             tile_m,
+            tile_n,
             tiles_m,
             tiles_n,
             splits,
@@ -150,6 +171,7 @@ impl GemmPlan {
                 k_chunk: self.k_chunk as u64,
                 splits: self.splits as u64,
                 tile_m: self.tile_m as u64,
+                tile_n: self.tile_n as u64,
             },
         }
     }
@@ -179,17 +201,24 @@ type BiasProduct<G> = unsafe fn(
 /// A `_reduce` kernel: sums the workspace's splits into the result.
 type Reduce<G> =
     unsafe fn(&Cuda, LaunchConfig, In<'_, f32>, Out<'_, f32>, Val<'_, GemmLaunch<G>>) -> Result<()>;
-/// A tile kernel's two entry points: `_f32` (CUDA cores) and `_tf32`
-/// (tensor cores).
+/// A tile kernel's three entry points: `_f32` (CUDA cores, square tiles),
+/// `_f32w` (CUDA cores, the 64 x 128 tile too) and `_tf32` (tensor cores).
 #[derive(Clone, Copy)]
-pub(crate) struct ByPrecision<K> {
+pub(crate) struct ByKind<K> {
     pub fp32: K,
+    pub fp32_wide: K,
     pub tf32: K,
 }
 
-impl<K: Copy> ByPrecision<K> {
-    fn pick(&self, precision: MatmulPrecision) -> K {
+impl<K: Copy> ByKind<K> {
+    /// The entry point for products in `precision` by `plan`: `_f32w` only
+    /// for a plan in the 64 x 128 tile, so that no other product runs with
+    /// its registers.
+    fn pick(&self, precision: MatmulPrecision, plan: &GemmPlan) -> K {
         match precision {
+            MatmulPrecision::Fp32 if plan.tile_n == WIDE_TILE_N && plan.tile_m == 64 => {
+                self.fp32_wide
+            }
             MatmulPrecision::Fp32 => self.fp32,
             MatmulPrecision::Tf32 => self.tf32,
         }
@@ -199,15 +228,15 @@ impl<K: Copy> ByPrecision<K> {
 /// The kernels of one GEMM-based op direction, from the kernel table: the
 /// tile kernel that stores the result, and the split-K pair.
 pub(crate) struct GemmKernels<G: 'static> {
-    pub whole: ByPrecision<Product<G>>,
-    pub partial: ByPrecision<Product<G>>,
+    pub whole: ByKind<Product<G>>,
+    pub partial: ByKind<Product<G>>,
     pub reduce: Reduce<G>,
 }
 
 /// [`GemmKernels`] for a product with a bias per output row.
 pub(crate) struct BiasGemmKernels<G: 'static> {
-    pub whole: ByPrecision<BiasProduct<G>>,
-    pub partial: ByPrecision<Product<G>>,
+    pub whole: ByKind<BiasProduct<G>>,
+    pub partial: ByKind<Product<G>>,
     /// `(workspace, bias, out, args)`: the shape of a [`Product`].
     pub reduce: Product<G>,
 }
@@ -219,7 +248,7 @@ pub(crate) enum Store<'k, 'v, G: 'static> {
 }
 
 impl<G> Store<'_, '_, G> {
-    fn partial(&self) -> ByPrecision<Product<G>> {
+    fn partial(&self) -> ByKind<Product<G>> {
         match self {
             Self::Plain(k) => k.partial,
             Self::Bias(k, _) => k.partial,
@@ -252,7 +281,9 @@ impl Cuda {
             // SAFETY: `a`, `b` as promised by the caller; `ws` holds
             // `workspace_len()` = splits·m·n elements, what the partial
             // kernel writes for this plan.
-            unsafe { store.partial().pick(precision)(self, plan.tiles(), a, b, &mut ws, &args)? };
+            unsafe {
+                store.partial().pick(precision, plan)(self, plan.tiles(), a, b, &mut ws, &args)?
+            };
             match store {
                 // SAFETY: as above; the reduce kernel reads the same `ws`.
                 Store::Plain(k) => unsafe { (k.reduce)(self, plan.reduce(), &ws, out, &args) },
@@ -265,11 +296,11 @@ impl Cuda {
             match store {
                 // SAFETY: the caller's promise for every buffer.
                 Store::Plain(k) => unsafe {
-                    k.whole.pick(precision)(self, plan.tiles(), a, b, out, &args)
+                    k.whole.pick(precision, plan)(self, plan.tiles(), a, b, out, &args)
                 },
                 // SAFETY: the caller's promise for every buffer.
                 Store::Bias(k, bias) => unsafe {
-                    k.whole.pick(precision)(self, plan.tiles(), a, b, bias, out, &args)
+                    k.whole.pick(precision, plan)(self, plan.tiles(), a, b, bias, out, &args)
                 },
             }
         }
@@ -288,108 +319,5 @@ pub(crate) fn check_i32(op: &'static str, lens: &[usize]) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn covers_k_exactly(plan: &GemmPlan, k: usize) {
-        assert_eq!(plan.k_chunk % BK, 0, "{plan:?}");
-        assert!(
-            plan.splits * plan.k_chunk >= k,
-            "{plan:?} misses part of k = {k}"
-        );
-        assert!(
-            k == 0 || (plan.splits - 1) * plan.k_chunk < k,
-            "{plan:?}: the last split of k = {k} is empty"
-        );
-    }
-
-    #[test]
-    fn a_long_k_behind_few_tiles_is_split() {
-        // conv2's weight gradient at batch 64: 64 x 288 outputs, K = 64·24·24.
-        let k = 64 * 24 * 24;
-        let plan = GemmPlan::new("test", 64, 288, k).unwrap();
-        assert!(plan.is_split());
-        assert!(plan.k_chunk >= MIN_K_CHUNK);
-        let blocks = plan.tiles_m * plan.tiles_n * plan.splits;
-        assert!(
-            (TARGET_BLOCKS..2 * TARGET_BLOCKS).contains(&blocks),
-            "{plan:?}"
-        );
-        covers_k_exactly(&plan, k);
-        assert_eq!(plan.workspace_len(), plan.splits * 64 * 288);
-    }
-
-    #[test]
-    fn many_tiles_or_a_short_k_stay_whole() {
-        // conv2's forward pass at batch 64: 64 x 36864 outputs, K = 288.
-        let plan = GemmPlan::new("test", 64, 64 * 24 * 24, 288).unwrap();
-        assert!(!plan.is_split());
-        covers_k_exactly(&plan, 288);
-        // fc2: a single tile, but K = 128 is below one minimum chunk.
-        let plan = GemmPlan::new("test", 64, 10, 128).unwrap();
-        assert!(!plan.is_split());
-        covers_k_exactly(&plan, 128);
-    }
-
-    #[test]
-    fn short_wide_products_take_the_32_row_tile() {
-        // conv2's input gradient at batch 64: 32 channels x 64·26·26 pixels.
-        let plan = GemmPlan::new("test", 32, 64 * 26 * 26, 576).unwrap();
-        assert_eq!(plan.tile_m, 32);
-        assert_eq!(
-            plan.tiles().grid_dim,
-            ((64 * 26 * 26usize).div_ceil(128) as u32, 1, 1)
-        );
-        assert_eq!(plan.args(()).tiling.tile_m, 32);
-        // 33 rows, or an output too narrow for 128 columns, keep 64 x 64.
-        assert_eq!(GemmPlan::new("test", 33, 10_000, 16).unwrap().tile_m, 64);
-        assert_eq!(GemmPlan::new("test", 32, 64, 16).unwrap().tile_m, 64);
-    }
-
-    #[test]
-    fn a_long_reduce_takes_a_warp_per_element() {
-        // conv1's weight gradient at batch 64: 32 x 9 outputs, K = 64·26·26.
-        let plan = GemmPlan::new("test", 32, 9, 64 * 26 * 26).unwrap();
-        assert!(plan.splits >= WIDE_REDUCE_SPLITS, "{plan:?}");
-        assert_eq!(
-            plan.reduce().grid_dim,
-            ((32 * 9usize).div_ceil(8) as u32, 1, 1)
-        );
-        // A short chain keeps a thread per element.
-        let plan = GemmPlan::new("test", 64, 288, 4 * 24 * 24).unwrap();
-        assert!(
-            plan.is_split() && plan.splits < WIDE_REDUCE_SPLITS,
-            "{plan:?}"
-        );
-        assert_eq!(
-            plan.reduce().grid_dim,
-            ((64 * 288usize).div_ceil(256) as u32, 1, 1)
-        );
-    }
-
-    #[test]
-    fn empty_k_runs_one_split() {
-        let plan = GemmPlan::new("test", 3, 5, 0).unwrap();
-        assert_eq!((plan.splits, plan.k_chunk), (1, BK));
-        assert_eq!(plan.tiles().grid_dim, (1, 1, 1));
-    }
-
-    #[test]
-    fn the_plan_covers_k_for_every_shape() {
-        for m in [1, 63, 64, 65, 200] {
-            for n in [1, 64, 1000] {
-                for k in [1, 15, 16, 17, 255, 256, 257, 5000, 100_000] {
-                    covers_k_exactly(&GemmPlan::new("test", m, n, k).unwrap(), k);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn products_beyond_32_bit_indexing_are_refused() {
-        let err = GemmPlan::new("test", 1 << 16, 1 << 16, 16).unwrap_err();
-        assert!(err.to_string().contains("32-bit"), "{err}");
-        assert!(check_i32("test", &[1 << 31]).is_err());
-        assert!(check_i32("test", &[(1 << 31) - 1]).is_ok());
-    }
-}
+#[path = "gemm_tests.rs"]
+mod tests;

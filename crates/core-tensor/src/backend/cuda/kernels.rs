@@ -72,18 +72,24 @@ kernel_table! {
     conv2d (CONV2D_SRC, CONV2D_PTX) {
         conv2d_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_fwd_partial_f32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_fwd_partial_tf32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_fwd_partial_f32w(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_fwd_reduce_f32(ws: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_input_f32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_input_tf32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_input_f32w(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_input_partial_f32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_input_partial_tf32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_input_partial_f32w(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_weight_f32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_weight_tf32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_weight_f32w(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_weight_partial_f32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_weight_partial_tf32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_weight_partial_f32w(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<Conv2dGeom>);
     }
@@ -138,18 +144,24 @@ kernel_table! {
     linear (LINEAR_SRC, LINEAR_PTX) {
         linear_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
         linear_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
+        linear_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
         linear_fwd_partial_f32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_fwd_partial_tf32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        linear_fwd_partial_f32w(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_fwd_reduce_f32(ws: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_weight_f32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_weight_tf32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_weight_f32w(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_weight_partial_f32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_weight_partial_tf32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_weight_partial_f32w(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_input_f32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_input_tf32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_input_f32w(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_input_partial_f32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_input_partial_tf32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_input_partial_f32w(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<LinearGeom>);
     }

@@ -25,6 +25,7 @@ pub(crate) mod layer;
 mod modules;
 mod nvrtc;
 mod pinned;
+mod products;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -39,6 +40,7 @@ use cudarc::driver::{
 pub use kernels::{KernelModule, kernel_modules};
 pub use modules::{compile_cubin, compile_ptx, nvrtc_version};
 pub use pinned::PinnedVec;
+pub use products::{Fp32Tile, MatmulPrecision};
 
 use super::{Backend, Elem};
 use crate::error::check_len;
@@ -67,26 +69,7 @@ pub fn cuda_available() -> Result<usize> {
 pub struct Cuda {
     inner: Arc<Inner>,
     matmul: MatmulPrecision,
-}
-
-/// How the matrix products inside conv2d and linear multiply on the GPU.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum MatmulPrecision {
-    /// Float32 fused multiply-adds on the CUDA cores: the CPU backend's
-    /// arithmetic up to summation order (parity within 1e-5).
-    #[default]
-    Fp32,
-    /// TF32 on the tensor cores (compute capability 8.0 and later): inputs
-    /// rounded to a 10-bit mantissa, products accumulated in float32. Faster,
-    /// and about 1e-3 from float32 (PyTorch's `allow_tf32`).
-    Tf32,
-}
-
-impl MatmulPrecision {
-    /// TF32 when `tf32` (a `--tf32` flag), float32 otherwise.
-    pub fn from_tf32(tf32: bool) -> Self {
-        if tf32 { Self::Tf32 } else { Self::Fp32 }
-    }
+    fp32_tile: Fp32Tile,
 }
 
 struct Inner {
@@ -106,6 +89,7 @@ impl fmt::Debug for Cuda {
             .field("ordinal", &self.inner.ordinal)
             .field("name", &self.inner.name)
             .field("matmul", &self.matmul)
+            .field("fp32_tile", &self.fp32_tile)
             .finish()
     }
 }
@@ -157,7 +141,26 @@ impl Cuda {
                 fault,
             }),
             matmul: precision,
+            fp32_tile: Fp32Tile::Square,
         })
+    }
+
+    /// This backend with the float32 products in tiles of `tile` (TF32
+    /// products keep theirs).
+    pub fn with_fp32_tile(self, tile: Fp32Tile) -> Self {
+        Self {
+            fp32_tile: tile,
+            ..self
+        }
+    }
+
+    /// The tile the products run in: [`Self::with_fp32_tile`]'s for
+    /// float32, always [`Fp32Tile::Square`] on the tensor cores.
+    pub(crate) fn gemm_tile(&self) -> Fp32Tile {
+        match self.matmul {
+            MatmulPrecision::Fp32 => self.fp32_tile,
+            MatmulPrecision::Tf32 => Fp32Tile::Square,
+        }
     }
 
     /// How this backend's conv2d and linear products multiply.
@@ -255,9 +258,10 @@ impl Backend for Cuda {
 
     fn describe(&self) -> String {
         let (major, minor) = self.inner.compute_cap;
-        let tf32 = match self.matmul {
-            MatmulPrecision::Fp32 => "",
-            MatmulPrecision::Tf32 => ", TF32 matmuls",
+        let tf32 = match (self.matmul, self.gemm_tile()) {
+            (MatmulPrecision::Fp32, Fp32Tile::Square) => "",
+            (MatmulPrecision::Fp32, Fp32Tile::Wide) => ", 64x128 float32 tiles",
+            (MatmulPrecision::Tf32, _) => ", TF32 matmuls",
         };
         format!(
             "cuda:{} ({}, sm_{major}{minor}, kernels from {}{tf32})",

@@ -3,10 +3,15 @@
 // self-contained source per op.
 //
 // C[M, N] = A[M, K] · B[K, N], one BM x BN tile of C per block of 256
-// threads, each thread owning a 4x4 register block. Two tile shapes: 64x64,
-// and 32x128 for products with at most 32 rows (a layer with 32 channels),
-// whose 64-row tiles would be half padding. The host picks one per product
-// and passes it as `tile_m`; `gemm` dispatches on it.
+// threads, each thread owning a 4 x TN register block. Three tile shapes:
+// 64x64 (TN = 4), 32x128 (TN = 4) for products with at most 32 rows (a
+// layer with 32 channels), whose 64-row tiles would be half padding, and
+// 64x128 (TN = 8, float32 only), which loads 12 operands from shared
+// memory per 32 FMAs instead of 8 per 16. The host picks one per product
+// and passes it as `tile_m` and `tile_n`; `gemm` dispatches on them. Every
+// shape sums each output over k in the same order, so the shape never
+// changes a bit; only the host's split-K plan does, and it does not depend
+// on the shape.
 //
 // A and B are "loaders" that read one element of an implicit matrix (im2col
 // of an image, a transposed weight) without materialising it. An element's
@@ -29,80 +34,43 @@
 // alone (backend/cuda/gemm.rs), so results are identical run to run and on
 // every GPU: no atomics, every sum has one fixed order.
 //
-// Every GEMM kernel comes in two entry points: `_f32` multiplies on the CUDA
-// cores, `_tf32` on the tensor cores (see "Tensor cores" below; the host's
-// `MatmulPrecision`). Staging, loaders, split-K and stores are the same; a
-// kernel holds only the products it runs, so neither costs the other
-// registers.
+// Every GEMM kernel comes in three entry points: `_f32` multiplies on the
+// CUDA cores, `_tf32` on the tensor cores (mma.cuh; the host's
+// `MatmulPrecision`), `_f32w` on the CUDA cores with the 64 x 128
+// tile too (the host's `Fp32Tile`). Staging, loaders, split-K and stores
+// are the same; a kernel holds only the products it runs, so none costs
+// another registers.
 //
-// The host mirrors GEMM_BK, GEMM_THREADS, the two tile shapes and
-// `GemmTiling` in gemm.rs.
+// The host mirrors GEMM_BK, GEMM_THREADS, the tile shapes and `GemmTiling`
+// in gemm.rs.
 
 #define GEMM_BK 16
 #define GEMM_THREADS 256
-// Outputs per block: 256 threads x 4 x 4.
+// Outputs per block of the tensor-core shapes (64x64, 32x128): 256 threads
+// x 4 x 4.
 #define GEMM_TILE_ELEMS 4096
 
 // Mirrors `GemmTiling` in backend/cuda/gemm.rs: how one product is cut
 // into blocks.
 struct GemmTiling {
-    unsigned long long k_chunk, splits, tile_m;
+    unsigned long long k_chunk, splits, tile_m, tile_n;
+};
+
+// A thread's register block in a BM x BN tile: 4 rows by TN columns, the
+// columns in TN / 4 groups of 4 that lie BN / (TN / 4) apart, so that the
+// threads of a warp read one contiguous run of B per group.
+template <int BM, int BN>
+struct RegBlock {
+    static const int TN = BM * BN / GEMM_THREADS / 4;
+    static const int GROUPS = TN / 4;
+    static const int THREADS_N = BN / TN;
+    // The tile column of this thread's column j.
+    static __device__ __forceinline__ int col(int tx, int j) {
+        return j / 4 * (BN / GROUPS) + tx * 4 + j % 4;
+    }
 };
 
 __device__ __forceinline__ int gemm_min(int a, int b) { return a < b ? a : b; }
-
-// ---- Tensor cores ----
-//
-// mma.sync m16n8k8 with TF32 inputs (a 10-bit mantissa: operands are rounded
-// to nearest as they are staged) and float32 accumulation, on compute
-// capability 8.0 and later (the host refuses TF32 below). Each warp owns a
-// 32 x 16 sub-tile of C: 2 x 2 products of 16 x 8. Fragments (PTX ISA,
-// "Matrix fragments for mma.m16n8k8", .tf32), for lane = 4·g + t:
-//   A (16 x 8):  a0 (g, t)   a1 (g + 8, t)   a2 (g, t + 4)   a3 (g + 8, t + 4)
-//   B (8 x 8):   b0 (k = t, n = g)           b1 (k = t + 4, n = g)
-//   C (16 x 8):  c0 (g, 2t)  c1 (g, 2t + 1)  c2 (g + 8, 2t)  c3 (g + 8, 2t + 1)
-// cuda-emu defines CUDA_EMU and supplies both functions in C++.
-#ifndef CUDA_EMU
-__device__ __forceinline__ float tf32_round(float x) {
-#if __CUDA_ARCH__ >= 800
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return __uint_as_float(r);
-#else
-    return x;  // never runs: TF32 is refused below compute capability 8.0
-#endif
-}
-
-// d += a·b for the calling warp.
-__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const float (&a)[4],
-                                                 const float (&b)[2]) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
-          "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
-#else
-    __trap();  // never runs: TF32 is refused below compute capability 8.0
-#endif
-}
-#endif
-
-// A tensor-core warp's place in a BM-row tile: its sub-tile's corner
-// (wm, wn) and the lane's (g, t).
-template <int BM>
-struct MmaLane {
-    int wm, wn, g, t;
-    __device__ MmaLane() {
-        const int warps_n = GEMM_TILE_ELEMS / BM / 16;
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        wm = warp / warps_n * 32;
-        wn = warp % warps_n * 16;
-        g = lane / 4;
-        t = lane % 4;
-    }
-};
 
 // An operand tile of R (BM or BN) rows by GEMM_BK k: each thread holds
 // PER = R / 16 of its elements, and LDS is the shared row stride. R + 4 keeps
@@ -113,6 +81,8 @@ struct OperandTile {
     static const int PER = R * GEMM_BK / GEMM_THREADS;
     static const int LDS = R + 4;
 };
+
+#include "mma.cuh"
 
 // Where thread `tid` stores its i-th element of an R x 16 operand tile.
 template <int R, bool K_FAST>
@@ -181,71 +151,79 @@ __device__ __forceinline__ void gemm_stash(float (*tile)[OperandTile<R>::LDS],
     }
 }
 
-// acc += this thread's share of As·Bs on the CUDA cores: a 4 x 4 block at
-// rows 4·ty, columns 4·tx of the tile.
-template <int BM>
-__device__ __forceinline__ void fma_k_tile(
-    const float (*As)[OperandTile<BM>::LDS],
-    const float (*Bs)[OperandTile<GEMM_TILE_ELEMS / BM>::LDS], float (&acc)[4][4]) {
-    const int BN = GEMM_TILE_ELEMS / BM;
-    const int tx = threadIdx.x % (BN / 4), ty = threadIdx.x / (BN / 4);
+// acc += this thread's share of As·Bs on the CUDA cores: a 4 x TN block at
+// rows 4·ty, columns `RegBlock::col(tx, ·)` of the tile.
+template <int BM, int BN>
+__device__ __forceinline__ void fma_k_tile(const float (*As)[OperandTile<BM>::LDS],
+                                           const float (*Bs)[OperandTile<BN>::LDS],
+                                           float (&acc)[4][RegBlock<BM, BN>::TN]) {
+    typedef RegBlock<BM, BN> RB;
+    const int tx = threadIdx.x % RB::THREADS_N, ty = threadIdx.x / RB::THREADS_N;
 #pragma unroll
     for (int k = 0; k < GEMM_BK; ++k) {
         const float4 av = *reinterpret_cast<const float4*>(&As[k][ty * 4]);
-        const float4 bv = *reinterpret_cast<const float4*>(&Bs[k][tx * 4]);
         const float ai[4] = {av.x, av.y, av.z, av.w};
-        const float bj[4] = {bv.x, bv.y, bv.z, bv.w};
+        float bj[RB::TN];
+#pragma unroll
+        for (int g = 0; g < RB::GROUPS; ++g) {
+            const float4 bv = *reinterpret_cast<const float4*>(&Bs[k][RB::col(tx, 4 * g)]);
+            bj[4 * g] = bv.x;
+            bj[4 * g + 1] = bv.y;
+            bj[4 * g + 2] = bv.z;
+            bj[4 * g + 3] = bv.w;
+        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(ai[i], bj[j], acc[i][j]);
+            for (int j = 0; j < RB::TN; ++j) acc[i][j] = fmaf(ai[i], bj[j], acc[i][j]);
         }
     }
 }
 
-// acc += this warp's share of As·Bs on the tensor cores; acc[2·mi + ni] is
-// the C fragment of the 16 x 8 product (mi, ni) of the warp's sub-tile.
-template <int BM>
-__device__ __forceinline__ void mma_k_tile(
-    const float (*As)[OperandTile<BM>::LDS],
-    const float (*Bs)[OperandTile<GEMM_TILE_ELEMS / BM>::LDS], const MmaLane<BM>& l,
-    float (&acc)[4][4]) {
-#pragma unroll
-    for (int k0 = 0; k0 < GEMM_BK; k0 += 8) {
-        float a[2][4], b[2][2];
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-            const int m = l.wm + mi * 16 + l.g;
-            a[mi][0] = As[k0 + l.t][m];
-            a[mi][1] = As[k0 + l.t][m + 8];
-            a[mi][2] = As[k0 + l.t + 4][m];
-            a[mi][3] = As[k0 + l.t + 4][m + 8];
-        }
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni) {
-            const int n = l.wn + ni * 8 + l.g;
-            b[ni][0] = Bs[k0 + l.t][n];
-            b[ni][1] = Bs[k0 + l.t + 4][n];
-        }
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-            for (int ni = 0; ni < 2; ++ni) mma_m16n8k8_tf32(acc[2 * mi + ni], a[mi], b[ni]);
-        }
-    }
+// The staged operand tiles As and Bs of whichever shape runs: one buffer
+// per kernel, sized for the largest (64 x 128). A kernel holds the code of
+// every shape, and a static array per shape would add up past the 48 KiB
+// of static shared memory (the input gradient's two loaders: 67.5 KiB).
+#define GEMM_SHARED_FLOATS (GEMM_BK * (64 + 4) + GEMM_BK * (128 + 4))
+__device__ __forceinline__ float* gemm_shared() {
+    __shared__ __align__(16) float staged[GEMM_SHARED_FLOATS];
+    return staged;
 }
 
-// This thread's 16 elements of the tile at (m0, n0) = (BM·blockIdx.y,
+// The product of one staged k tile: `fma_k_tile` on the CUDA cores, or
+// `mma_k_tile` on the tensor cores (for their 4096-element shapes only;
+// only the chosen one is instantiated).
+template <bool TF32>
+struct KTileProduct {
+    template <int BM, int BN>
+    static __device__ __forceinline__ void run(const float (*As)[OperandTile<BM>::LDS],
+                                               const float (*Bs)[OperandTile<BN>::LDS],
+                                               float (&acc)[4][RegBlock<BM, BN>::TN]) {
+        fma_k_tile<BM, BN>(As, Bs, acc);
+    }
+};
+template <>
+struct KTileProduct<true> {
+    template <int BM, int BN>
+    static __device__ __forceinline__ void run(const float (*As)[OperandTile<BM>::LDS],
+                                               const float (*Bs)[OperandTile<BN>::LDS],
+                                               float (&acc)[4][RegBlock<BM, BN>::TN]) {
+        const MmaLane<BM> lane;
+        mma_k_tile<BM>(As, Bs, lane, acc);
+    }
+};
+
+// This thread's 4 x TN elements of the tile at (m0, n0) = (BM·blockIdx.y,
 // BN·blockIdx.x) over the block's k range (split blockIdx.z of k_chunk), in
 // the layout of `fma_k_tile` or `mma_k_tile` (`gemm_store` maps them).
-template <int BM, bool TF32, class LA, class LB>
+template <int BM, int BN, bool TF32, class LA, class LB>
 __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N, int K,
-                                          int k_chunk, float (&acc)[4][4]) {
-    const int BN = GEMM_TILE_ELEMS / BM;
+                                          int k_chunk, float (&acc)[4][RegBlock<BM, BN>::TN]) {
     typedef OperandTile<BM> TA;
-    typedef OperandTile<GEMM_TILE_ELEMS / BM> TB;
-    __shared__ __align__(16) float As[GEMM_BK][TA::LDS];
-    __shared__ __align__(16) float Bs[GEMM_BK][TB::LDS];
+    typedef OperandTile<BN> TB;
+    // Rows of LDS floats, a multiple of 4: both tiles start 16-byte aligned.
+    float(*As)[TA::LDS] = reinterpret_cast<float(*)[TA::LDS]>(gemm_shared());
+    float(*Bs)[TB::LDS] = reinterpret_cast<float(*)[TB::LDS]>(gemm_shared() + GEMM_BK * TA::LDS);
     // The k halves of the next tile's addresses, double-buffered: one buffer
     // is read by this tile's fetch while the other is filled for the next.
     __shared__ typename LA::K a_ks[2][GEMM_BK];
@@ -256,7 +234,7 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+        for (int j = 0; j < RegBlock<BM, BN>::TN; ++j) acc[i][j] = 0.0f;
     }
     if (k_begin >= k_end) return;
     const Rows<BM, LA> a_rows = gemm_rows<BM>(a, m0, M);
@@ -267,7 +245,6 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
     float ra[TA::PER], rb[TB::PER];
     gemm_fetch<BM>(a, a_rows, a_ks[0], k_begin, k_end, ra);
     gemm_fetch<BN>(b, b_rows, b_ks[0], k_begin, k_end, rb);
-    const MmaLane<BM> lane;  // used by the tensor-core product only
     int buf = 0;
     for (int kt = k_begin; kt < k_end; kt += GEMM_BK) {
         const bool more = kt + GEMM_BK < k_end;
@@ -284,20 +261,17 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
             gemm_fetch<BM>(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
             gemm_fetch<BN>(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
         }
-        if (TF32) {
-            mma_k_tile<BM>(As, Bs, lane, acc);
-        } else {
-            fma_k_tile<BM>(As, Bs, acc);
-        }
+        KTileProduct<TF32>::template run<BM, BN>(As, Bs, acc);
         __syncthreads();
     }
 }
 
 // Hands each in-range element of the tile to `store(m, n, value)`; acc is
 // laid out as `fma_k_tile` or `mma_k_tile` left it.
-template <int BM, bool TF32, class S>
-__device__ __forceinline__ void gemm_store(const float (&acc)[4][4], int M, int N, const S& store) {
-    const int BN = GEMM_TILE_ELEMS / BM;
+template <int BM, int BN, bool TF32, class S>
+__device__ __forceinline__ void gemm_store(const float (&acc)[4][RegBlock<BM, BN>::TN], int M,
+                                           int N, const S& store) {
+    typedef RegBlock<BM, BN> RB;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     if (TF32) {
         // acc[2·mi + ni][r]: C fragment element r of the warp's product (mi, ni).
@@ -313,36 +287,47 @@ __device__ __forceinline__ void gemm_store(const float (&acc)[4][4], int M, int 
         }
         return;
     }
-    const int tx = threadIdx.x % (BN / 4), ty = threadIdx.x / (BN / 4);
+    const int tx = threadIdx.x % RB::THREADS_N, ty = threadIdx.x / RB::THREADS_N;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int m = m0 + ty * 4 + i;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int n = n0 + tx * 4 + j;
+        for (int j = 0; j < RB::TN; ++j) {
+            const int n = n0 + RB::col(tx, j);
             if (m < M && n < N) store(m, n, acc[i][j]);
         }
     }
 }
 
-template <int BM, bool TF32, class LA, class LB, class S>
+template <int BM, int BN, bool TF32, class LA, class LB, class S>
 __device__ __forceinline__ void gemm_shaped(const LA& a, const LB& b, int M, int N, int K,
                                             int k_chunk, const S& store) {
-    float acc[4][4];
-    gemm_tile<BM, TF32>(a, b, M, N, K, k_chunk, acc);
-    gemm_store<BM, TF32>(acc, M, N, store);
+    float acc[4][RegBlock<BM, BN>::TN];
+    gemm_tile<BM, BN, TF32>(a, b, M, N, K, k_chunk, acc);
+    gemm_store<BM, BN, TF32>(acc, M, N, store);
 }
 
+// What a GEMM entry point holds: float32 products in the square tiles
+// (`_f32`), TF32 ones on the tensor cores (`_tf32`), or float32 in the
+// 64 x 128 tile as well (`_f32w`, which the host launches for the products
+// it plans in that tile: its registers are the wide tile's, so the other
+// kinds do not pay for them).
+#define GEMM_F32 0
+#define GEMM_TF32 1
+#define GEMM_F32_WIDE 2
+
 // The block's tile (or split's partial tile) of a·b, handed to `store`, in
-// the tile shape the host chose (`tile_m` rows, 32 or 64), on the tensor
-// cores when TF32.
-template <bool TF32, class LA, class LB, class S>
+// the tile shape the host chose (`tile_m` x `tile_n`) among those of KIND.
+template <int KIND, class LA, class LB, class S>
 __device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int K,
                                      const GemmTiling& t, const S& store) {
+    const bool TF32 = KIND == GEMM_TF32;
     if (t.tile_m == 32) {
-        gemm_shaped<32, TF32>(a, b, M, N, K, (int)t.k_chunk, store);
+        gemm_shaped<32, 128, TF32>(a, b, M, N, K, (int)t.k_chunk, store);
+    } else if (KIND == GEMM_F32_WIDE && t.tile_n == 128) {
+        gemm_shaped<64, 128, false>(a, b, M, N, K, (int)t.k_chunk, store);
     } else {
-        gemm_shaped<64, TF32>(a, b, M, N, K, (int)t.k_chunk, store);
+        gemm_shaped<64, 64, TF32>(a, b, M, N, K, (int)t.k_chunk, store);
     }
 }
 

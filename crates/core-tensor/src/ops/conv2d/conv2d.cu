@@ -6,9 +6,10 @@
 //   input grad   dx [C, (n, ih, iw)]  = Wᵀ[C, (o, kh, kw)] · taps of dy
 //   weight grad  dW [O, C·K·K]        = dy [O, (n, oh, ow)] · im2col(x)ᵀ
 //
-// Each GEMM has whole-tile entry points (`_f32`, `_tf32`), split-K ones that
-// fill the workspace with one K split each (`_partial_f32`, `_partial_tf32`),
-// and `_reduce_f32`, which sums the splits in order.
+// Each GEMM has whole-tile entry points (`_f32`, `_tf32`, `_f32w`), split-K
+// ones that fill the workspace with one K split each (`_partial_f32`,
+// `_partial_tf32`, `_partial_f32w`), and `_reduce_f32`, which sums the
+// splits in order.
 
 #include "sgemm.cuh"
 #include "reduce.cuh"
@@ -194,15 +195,15 @@ struct DyTaps {
 };
 
 // dx's tile (or one split's partial tile) of Wᵀ · taps(dy), for either stride.
-template <bool TF32, class S>
+template <int KIND, class S>
 __device__ __forceinline__ void conv2d_bwd_input(const float* dy, const float* w, const Dims& d,
                                                  const Conv2dLaunch& p, const S& store) {
     const WeightCols wt{w, d.c, d.kk};
     const int n = d.n * d.h * d.w, k = d.o * d.kk;
     if (d.s == 1) {
-        gemm<TF32>(wt, DyTaps<true>{dy, d}, d.c, n, k, p.t, store);
+        gemm<KIND>(wt, DyTaps<true>{dy, d}, d.c, n, k, p.t, store);
     } else {
-        gemm<TF32>(wt, DyTaps<false>{dy, d}, d.c, n, k, p.t, store);
+        gemm<KIND>(wt, DyTaps<false>{dy, d}, d.c, n, k, p.t, store);
     }
 }
 
@@ -218,40 +219,52 @@ struct NchwStore {
     }
 };
 
-// Each product below is one device function templated on TF32, behind two
-// entry points, `_f32` and `_tf32` (see sgemm.cuh).
+// Each product below is one device function templated on its kind, behind
+// three entry points, `_f32`, `_tf32` and `_f32w` (see sgemm.cuh).
 
 // ---- forward: M = O, N = batch·OH·OW, K = C·K·K ----
 
-template <bool TF32, class S>
+template <int KIND, class S>
 __device__ __forceinline__ void conv2d_fwd(const float* x, const float* w, const Conv2dLaunch& p,
                                            const S& store) {
     const Dims d = dims(p.g);
-    gemm<TF32>(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, p.t, store);
+    gemm<KIND>(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, p.t, store);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_fwd_f32(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    conv2d_fwd<false>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
+    conv2d_fwd<GEMM_F32>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_fwd_tf32(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    conv2d_fwd<true>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
+    conv2d_fwd<GEMM_TF32>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_f32w(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_F32_WIDE>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_fwd_partial_f32(const float* x, const float* w, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    conv2d_fwd<false>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
+    conv2d_fwd<GEMM_F32>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_fwd_partial_tf32(const float* x, const float* w, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    conv2d_fwd<true>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
+    conv2d_fwd<GEMM_TF32>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_partial_f32w(const float* x, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_F32_WIDE>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
 }
 
 extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* bias, float* y,
@@ -265,25 +278,37 @@ extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* b
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_input_f32(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    conv2d_bwd_input<false>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
+    conv2d_bwd_input<GEMM_F32>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_input_tf32(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    conv2d_bwd_input<true>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
+    conv2d_bwd_input<GEMM_TF32>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_f32w(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_F32_WIDE>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_input_partial_f32(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    conv2d_bwd_input<false>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
+    conv2d_bwd_input<GEMM_F32>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_input_partial_tf32(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    conv2d_bwd_input<true>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
+    conv2d_bwd_input<GEMM_TF32>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_partial_f32w(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_F32_WIDE>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
 }
 
 extern "C" __global__ void conv2d_bwd_input_reduce_f32(const float* ws, float* dx, Conv2dLaunch p) {
@@ -294,33 +319,44 @@ extern "C" __global__ void conv2d_bwd_input_reduce_f32(const float* ws, float* d
 
 // ---- weight gradient: M = O, N = C·K·K, K = batch·OH·OW ----
 
-template <bool TF32, class S>
+template <int KIND, class S>
 __device__ __forceinline__ void conv2d_bwd_weight(const float* x, const float* dy,
                                                   const Conv2dLaunch& p, const S& store) {
     const Dims d = dims(p.g);
-    gemm<TF32>(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, p.t, store);
+    gemm<KIND>(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, p.t, store);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_f32(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
-    conv2d_bwd_weight<false>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
+    conv2d_bwd_weight<GEMM_F32>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_tf32(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
-    conv2d_bwd_weight<true>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
+    conv2d_bwd_weight<GEMM_TF32>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_f32w(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
+    conv2d_bwd_weight<GEMM_F32_WIDE>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_partial_f32(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    conv2d_bwd_weight<false>(x, dy, p, PartialStore{ws, d.o, d.ckk});
+    conv2d_bwd_weight<GEMM_F32>(x, dy, p, PartialStore{ws, d.o, d.ckk});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_partial_tf32(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
-    conv2d_bwd_weight<true>(x, dy, p, PartialStore{ws, d.o, d.ckk});
+    conv2d_bwd_weight<GEMM_TF32>(x, dy, p, PartialStore{ws, d.o, d.ckk});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_partial_f32w(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_weight<GEMM_F32_WIDE>(x, dy, p, PartialStore{ws, d.o, d.ckk});
 }
 
 extern "C" __global__ void conv2d_bwd_weight_reduce_f32(const float* ws, float* dw, Conv2dLaunch p) {

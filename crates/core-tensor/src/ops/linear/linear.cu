@@ -48,35 +48,45 @@ struct BiasStore {
     __device__ void operator()(int m, int n, float v) const { y[m * ld + n] = v + bias[n]; }
 };
 
-// Each product is one device function templated on TF32, behind two entry
-// points, `_f32` and `_tf32` (see sgemm.cuh).
+// Each product is one device function templated on its kind, behind three
+// entry points, `_f32`, `_tf32` and `_f32w` (see sgemm.cuh).
 
 // Forward: M = batch, N = out, K = in; A = x, B(k = i, n = o) = W[o, i].
-template <bool TF32, class S>
+template <int KIND, class S>
 __device__ __forceinline__ void linear_fwd(const float* x, const float* w, const LinearLaunch& p,
                                            const S& store) {
     const int I = (int)p.g.in_features, O = (int)p.g.out_features;
-    gemm<TF32>(RowsByK{x, I}, RowsByK{w, I}, (int)p.g.batch, O, I, p.t, store);
+    gemm<KIND>(RowsByK{x, I}, RowsByK{w, I}, (int)p.g.batch, O, I, p.t, store);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_f32(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) {
-    linear_fwd<false>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});
+    linear_fwd<GEMM_F32>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_tf32(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) {
-    linear_fwd<true>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});
+    linear_fwd<GEMM_TF32>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_fwd_f32w(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) {
+    linear_fwd<GEMM_F32_WIDE>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_partial_f32(const float* x, const float* w, float* ws, LinearLaunch p) {
-    linear_fwd<false>(x, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.out_features});
+    linear_fwd<GEMM_F32>(x, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.out_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_partial_tf32(const float* x, const float* w, float* ws, LinearLaunch p) {
-    linear_fwd<true>(x, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.out_features});
+    linear_fwd<GEMM_TF32>(x, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.out_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_fwd_partial_f32w(const float* x, const float* w, float* ws, LinearLaunch p) {
+    linear_fwd<GEMM_F32_WIDE>(x, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.out_features});
 }
 
 extern "C" __global__ void linear_fwd_reduce_f32(const float* ws, const float* bias, float* y,
@@ -86,33 +96,44 @@ extern "C" __global__ void linear_fwd_reduce_f32(const float* ws, const float* b
 }
 
 // Weight gradient: dW[o, i] = Σ_b dy[b, o] · x[b, i]; M = out, N = in, K = batch.
-template <bool TF32, class S>
+template <int KIND, class S>
 __device__ __forceinline__ void linear_bwd_weight(const float* x, const float* dy,
                                                   const LinearLaunch& p, const S& store) {
     const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    gemm<TF32>(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, p.t, store);
+    gemm<KIND>(ColsByK{dy, O}, ColsByK{x, I}, O, I, B, p.t, store);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_f32(const float* x, const float* dy, float* dw, LinearLaunch p) {
-    linear_bwd_weight<false>(x, dy, p, PlainStore{dw, (int)p.g.in_features});
+    linear_bwd_weight<GEMM_F32>(x, dy, p, PlainStore{dw, (int)p.g.in_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_tf32(const float* x, const float* dy, float* dw, LinearLaunch p) {
-    linear_bwd_weight<true>(x, dy, p, PlainStore{dw, (int)p.g.in_features});
+    linear_bwd_weight<GEMM_TF32>(x, dy, p, PlainStore{dw, (int)p.g.in_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_weight_f32w(const float* x, const float* dy, float* dw, LinearLaunch p) {
+    linear_bwd_weight<GEMM_F32_WIDE>(x, dy, p, PlainStore{dw, (int)p.g.in_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_partial_f32(const float* x, const float* dy, float* ws, LinearLaunch p) {
-    linear_bwd_weight<false>(x, dy, p,
+    linear_bwd_weight<GEMM_F32>(x, dy, p,
                              PartialStore{ws, (int)p.g.out_features, (int)p.g.in_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_partial_tf32(const float* x, const float* dy, float* ws, LinearLaunch p) {
-    linear_bwd_weight<true>(x, dy, p,
+    linear_bwd_weight<GEMM_TF32>(x, dy, p,
                             PartialStore{ws, (int)p.g.out_features, (int)p.g.in_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_weight_partial_f32w(const float* x, const float* dy, float* ws, LinearLaunch p) {
+    linear_bwd_weight<GEMM_F32_WIDE>(x, dy, p,
+                             PartialStore{ws, (int)p.g.out_features, (int)p.g.in_features});
 }
 
 extern "C" __global__ void linear_bwd_weight_reduce_f32(const float* ws, float* dw, LinearLaunch p) {
@@ -121,31 +142,41 @@ extern "C" __global__ void linear_bwd_weight_reduce_f32(const float* ws, float* 
 }
 
 // Input gradient: dx[b, i] = Σ_o dy[b, o] · W[o, i]; M = batch, N = in, K = out.
-template <bool TF32, class S>
+template <int KIND, class S>
 __device__ __forceinline__ void linear_bwd_input(const float* dy, const float* w,
                                                  const LinearLaunch& p, const S& store) {
     const int B = (int)p.g.batch, I = (int)p.g.in_features, O = (int)p.g.out_features;
-    gemm<TF32>(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, p.t, store);
+    gemm<KIND>(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, p.t, store);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_f32(const float* dy, const float* w, float* dx, LinearLaunch p) {
-    linear_bwd_input<false>(dy, w, p, PlainStore{dx, (int)p.g.in_features});
+    linear_bwd_input<GEMM_F32>(dy, w, p, PlainStore{dx, (int)p.g.in_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_tf32(const float* dy, const float* w, float* dx, LinearLaunch p) {
-    linear_bwd_input<true>(dy, w, p, PlainStore{dx, (int)p.g.in_features});
+    linear_bwd_input<GEMM_TF32>(dy, w, p, PlainStore{dx, (int)p.g.in_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_input_f32w(const float* dy, const float* w, float* dx, LinearLaunch p) {
+    linear_bwd_input<GEMM_F32_WIDE>(dy, w, p, PlainStore{dx, (int)p.g.in_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_partial_f32(const float* dy, const float* w, float* ws, LinearLaunch p) {
-    linear_bwd_input<false>(dy, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.in_features});
+    linear_bwd_input<GEMM_F32>(dy, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.in_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_partial_tf32(const float* dy, const float* w, float* ws, LinearLaunch p) {
-    linear_bwd_input<true>(dy, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.in_features});
+    linear_bwd_input<GEMM_TF32>(dy, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.in_features});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_input_partial_f32w(const float* dy, const float* w, float* ws, LinearLaunch p) {
+    linear_bwd_input<GEMM_F32_WIDE>(dy, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.in_features});
 }
 
 extern "C" __global__ void linear_bwd_input_reduce_f32(const float* ws, float* dx, LinearLaunch p) {

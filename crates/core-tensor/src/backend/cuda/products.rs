@@ -1,0 +1,49 @@
+//! How the matrix products inside conv2d and linear run on the GPU: their
+//! arithmetic, and the tile of the float32 ones.
+
+/// How the matrix products inside conv2d and linear multiply on the GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatmulPrecision {
+    /// Float32 fused multiply-adds on the CUDA cores: the CPU backend's
+    /// arithmetic up to summation order (parity within 1e-5).
+    #[default]
+    Fp32,
+    /// TF32 on the tensor cores (compute capability 8.0 and later): inputs
+    /// rounded to a 10-bit mantissa, products accumulated in float32. Faster,
+    /// and about 1e-3 from float32 (PyTorch's `allow_tf32`).
+    Tf32,
+}
+
+impl MatmulPrecision {
+    /// TF32 when `tf32` (a `--tf32` flag), float32 otherwise.
+    pub fn from_tf32(tf32: bool) -> Self {
+        if tf32 { Self::Tf32 } else { Self::Fp32 }
+    }
+}
+
+/// The register block of the float32 products' tiles (`sgemm.cuh`); the
+/// tensor cores' tiles are fixed. Both sum every output in the same order,
+/// so the choice changes the speed and never a bit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fp32Tile {
+    /// 64 × 64 outputs per block of 256 threads, 4 × 4 per thread (32 × 128
+    /// for products of at most 32 rows).
+    #[default]
+    Square,
+    /// 64 × 128 outputs per block, 4 × 8 per thread, for products of more
+    /// than 32 rows and 64 columns (others keep the square tiles): 12
+    /// shared-memory loads feed 32 multiply-adds per k instead of 8 feeding
+    /// 16, at twice the accumulator registers.
+    Wide,
+}
+
+impl Fp32Tile {
+    /// `square` or `wide`, as a flag gives it.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "square" => Ok(Self::Square),
+            "wide" => Ok(Self::Wide),
+            other => Err(format!("`{other}` is not a float32 tile: square or wide")),
+        }
+    }
+}
