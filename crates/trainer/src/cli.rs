@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+use core_tensor::Fp32Tile;
 
 use crate::checkpoint::resume::ResumeFrom;
 
@@ -178,6 +179,11 @@ pub struct Cli {
     /// as PyTorch's `allow_tf32`.
     #[arg(long)]
     pub tf32: bool,
+
+    /// The GPU's float32 products' tile: square (64x64) or wide (64x128, for
+    /// products of more than 32 rows); the same results, a speed choice.
+    #[arg(long, default_value = "square", value_name = "square|wide", value_parser = Fp32Tile::parse)]
+    pub fp32_tile: Fp32Tile,
 
     /// Gradient transport between ranks.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto, value_name = "auto|nccl|tcp")]
@@ -366,6 +372,7 @@ mod tests {
         for (flags, hint) in [
             (&["--backend", "nccl"][..], "--backend tcp"),
             (&["--tf32"], "--tf32"),
+            (&["--fp32-tile", "wide"], "--fp32-tile"),
         ] {
             let cpu = [&["--device", "cpu"][..], flags].concat();
             let err = parse(&cpu).unwrap().validate().unwrap_err().to_string();
@@ -381,6 +388,10 @@ mod tests {
                 .validate()
                 .unwrap();
         }
+        let both = parse(&["--tf32", "--fp32-tile", "wide"])
+            .unwrap()
+            .validate();
+        assert!(both.unwrap_err().to_string().contains("--tf32"));
     }
 
     #[test]

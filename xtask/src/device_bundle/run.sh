@@ -170,6 +170,11 @@ for batch in 256 512; do
   step "train_tf32_b$batch" 'Epoch' "${trainer[@]}" --tf32 --batch-size "$batch" --epochs 1 \
     --metrics "$logs/train_tf32_b$batch.jsonl"
 done
+# The float32 products in 64 x 128 tiles (the same bits), one epoch each.
+for batch in 64 512; do
+  step "train_wide_b$batch" 'Epoch' "${trainer[@]}" --fp32-tile wide --batch-size "$batch" \
+    --epochs 1 --metrics "$logs/train_wide_b$batch.jsonl"
+done
 
 # PyTorch on the same model and data, and its all-reduce.
 if [ -n "$orig_ld" ]; then

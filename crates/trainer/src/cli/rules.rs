@@ -1,6 +1,7 @@
 //! The rules between flags that clap does not express in one line.
 
 use anyhow::bail;
+use core_tensor::Fp32Tile;
 
 use super::{BackendChoice, Cli, DeviceChoice, ModelChoice, ResumeFrom, SparseGrads};
 
@@ -65,6 +66,11 @@ impl Cli {
         }
         if self.device == DeviceChoice::Cpu && self.tf32 {
             bail!("--tf32 runs products on a GPU's tensor cores; --device cpu has none");
+        }
+        if self.fp32_tile == Fp32Tile::Wide && (self.tf32 || self.device == DeviceChoice::Cpu) {
+            bail!(
+                "--fp32-tile wide is the tile of a GPU's float32 products; --tf32 and --device cpu have none (leave it out)"
+            );
         }
         if self.device == DeviceChoice::Cpu && self.backend == BackendChoice::Nccl {
             bail!(

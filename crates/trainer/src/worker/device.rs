@@ -45,7 +45,8 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
     let precision = MatmulPrecision::from_tf32(cli.tf32);
     let gpu = || -> anyhow::Result<Device> {
         let gpus = core_tensor::cuda_available()?;
-        let gpu = Cuda::with_precision(gpu_of(info.local_rank, gpus), precision)?;
+        let gpu = Cuda::with_precision(gpu_of(info.local_rank, gpus), precision)?
+            .with_fp32_tile(cli.fp32_tile);
         Ok(Device::Cuda { gpu, gpus })
     };
     // The flag to name: --tf32 when the GPU is too old for it (drop the
