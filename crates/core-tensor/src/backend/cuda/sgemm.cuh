@@ -198,6 +198,7 @@ struct KTileProduct {
     template <int BM, int BN>
     static __device__ __forceinline__ void run(const float (*As)[OperandTile<BM>::LDS],
                                                const float (*Bs)[OperandTile<BN>::LDS],
+                                               const MmaLane<BM>&,
                                                float (&acc)[4][RegBlock<BM, BN>::TN]) {
         fma_k_tile<BM, BN>(As, Bs, acc);
     }
@@ -207,8 +208,8 @@ struct KTileProduct<true> {
     template <int BM, int BN>
     static __device__ __forceinline__ void run(const float (*As)[OperandTile<BM>::LDS],
                                                const float (*Bs)[OperandTile<BN>::LDS],
+                                               const MmaLane<BM>& lane,
                                                float (&acc)[4][RegBlock<BM, BN>::TN]) {
-        const MmaLane<BM> lane;
         mma_k_tile<BM>(As, Bs, lane, acc);
     }
 };
@@ -245,6 +246,7 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
     float ra[TA::PER], rb[TB::PER];
     gemm_fetch<BM>(a, a_rows, a_ks[0], k_begin, k_end, ra);
     gemm_fetch<BN>(b, b_rows, b_ks[0], k_begin, k_end, rb);
+    const MmaLane<BM> lane;  // read by the tensor-core product only
     int buf = 0;
     for (int kt = k_begin; kt < k_end; kt += GEMM_BK) {
         const bool more = kt + GEMM_BK < k_end;
@@ -261,7 +263,7 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
             gemm_fetch<BM>(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
             gemm_fetch<BN>(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
         }
-        KTileProduct<TF32>::template run<BM, BN>(As, Bs, acc);
+        KTileProduct<TF32>::template run<BM, BN>(As, Bs, lane, acc);
         __syncthreads();
     }
 }
