@@ -10,6 +10,8 @@
 //! in the vector lanes. The safe wrappers here check every index a kernel
 //! derives before calling it; `x86` holds the kernels.
 
+#[cfg(test)]
+mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -42,6 +44,22 @@ impl Isa {
             }
         }
         None
+    }
+
+    /// Every instruction set this CPU can run the kernels of: its own, and
+    /// the 16-lane shapes in pairs of AVX2 vectors (so an AVX2 machine tests
+    /// the AVX-512 kernels' blocking, tails and padding). Says so when
+    /// there is none.
+    #[cfg(test)]
+    pub fn testable() -> Vec<Self> {
+        let mut isas: Vec<Self> = Self::detect().into_iter().collect();
+        if isas == [Self::Avx2] {
+            isas.push(Self::Emu16);
+        }
+        if isas.is_empty() {
+            eprintln!("SKIPPED: this CPU has no AVX2; the im2col + GEMM path runs instead");
+        }
+        isas
     }
 
     fn wide(self) -> bool {

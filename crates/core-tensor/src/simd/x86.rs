@@ -35,15 +35,14 @@ macro_rules! block_kernel {
             // SAFETY: the caller's contract covers every pointer below.
             unsafe {
                 $($(let mut $acc: $vec = $set1(0.0);)+)+
-                let mut wk = w;
-                for &off in offsets {
+                for (k, &off) in offsets.iter().enumerate() {
                     let xp = x.add(off as usize);
+                    let wk = w.add(k * ROWS);
                     $(let $b = $load(xp.add($j * $lanes));)+
                     $(
                         let a = $set1(*wk.add($r));
                         $($acc = $fma(a, $bv, $acc);)+
                     )+
-                    wk = wk.add(ROWS);
                 }
                 $(
                     let o = out.add($r * out_stride);
@@ -88,15 +87,19 @@ macro_rules! taps_kernel {
                     let $xp = x.add(*offsets.add($t) as usize);
                     $(let mut $acc: $vec = $set1(0.0);)+
                 )+
-                let mut d = dyt;
+                // Each position's pointer from its index: stepping one
+                // pointer on would move it past the end of `dyt` after the
+                // last position, which `add` must never do.
                 for oh in 0..rows {
-                    for at in oh * width..oh * width + cols {
+                    let row = dyt.add(oh * cols * dy_stride);
+                    for ow in 0..cols {
+                        let d = row.add(ow * dy_stride);
+                        let at = oh * width + ow;
                         $(let $b = $load(d.add($j * $lanes));)+
                         $(
                             let a = $set1(*$xp.add(at));
                             $($acc = $fma(a, $bv, $acc);)+
                         )+
-                        d = d.add(dy_stride);
                     }
                 }
                 $(

@@ -3,20 +3,6 @@ use crate::ops::conv2d::tests::{max_rel_error, naive_conv, naive_conv_bwd};
 use crate::simd::Block;
 use crate::testing::uniform;
 
-/// Every instruction set this CPU can run: its own, and the 16-lane shapes
-/// in pairs of AVX2 vectors (so an AVX2 machine tests the AVX-512 kernels'
-/// blocking, tails and padding). Says so when none is there.
-fn isas() -> Vec<Isa> {
-    let mut isas: Vec<Isa> = Isa::detect().into_iter().collect();
-    if isas == [Isa::Avx2] {
-        isas.push(Isa::Emu16);
-    }
-    if isas.is_empty() {
-        eprintln!("SKIPPED: this CPU has no AVX2; the im2col + GEMM path runs instead");
-    }
-    isas
-}
-
 /// `(y, dW, dx)` of a whole batch through [`Wide`] and [`WideBwd`], one
 /// image at a time as the CPU backend's threads do.
 fn run(isa: Isa, g: &Conv2dGeom, x: &[f32], w: &[f32], b: &[f32], dy: &[f32]) -> [Vec<f32>; 3] {
@@ -89,7 +75,7 @@ fn shapes() -> Vec<Conv2dGeom> {
 
 #[test]
 fn every_pass_matches_the_definition_on_every_instruction_set() {
-    for isa in isas() {
+    for isa in Isa::testable() {
         for (i, g) in shapes().iter().enumerate() {
             let seed = 40 + 3 * i as u64;
             let x = uniform(seed, g.batch * g.in_image_len(), -1.0, 1.0);
@@ -115,7 +101,7 @@ fn every_pass_matches_the_definition_on_every_instruction_set() {
 
 #[test]
 fn the_same_inputs_give_the_same_bits() {
-    for isa in isas() {
+    for isa in Isa::testable() {
         let g = &shapes()[0];
         let x = uniform(1, g.batch * g.in_image_len(), -1.0, 1.0);
         let w = uniform(2, g.weight_len(), -0.5, 0.5);
@@ -226,7 +212,7 @@ fn indices(
 /// tolerances where they were).
 #[test]
 fn every_pass_sums_in_its_documented_order() {
-    for isa in isas() {
+    for isa in Isa::testable() {
         for g in &shapes() {
             let x = uniform(7, g.batch * g.in_image_len(), -1.0, 1.0);
             let w = uniform(8, g.weight_len(), -0.5, 0.5);
