@@ -6,6 +6,7 @@ mod cuda_emu;
 mod device_bundle;
 mod fetch_data;
 mod gpu_report;
+mod miri;
 mod slurm_submit;
 
 use std::io::Write;
@@ -33,6 +34,8 @@ enum Task {
     CudaEmu(cuda_emu::Args),
     /// Print docs/gpu.md's tables (throughput, goals, kernels) from a device-bundle run's logs.
     GpuReport(gpu_report::Args),
+    /// Run the CPU kernels' unsafe code under Miri, with AVX2 and with AVX-512 enabled.
+    Miri(miri::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Task::DeviceBundle(args) => device_bundle::run(args),
         Task::CudaEmu(args) => cuda_emu::run(args),
         Task::GpuReport(args) => gpu_report::run(args),
+        Task::Miri(args) => miri::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
