@@ -13,7 +13,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
-use core_tensor::ops::{Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
+use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, LinearGeom, ParamAt, PoolGeom};
 use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, MatmulPrecision, Ops};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -142,12 +142,8 @@ impl<B: Ops> Bench<'_, B> {
         ])
     }
 
-    /// Max-pool and the ReLU before it, on conv2's output.
-    fn pool_and_relu(
-        &self,
-        pool: PoolGeom,
-        want: impl Fn(&str) -> bool,
-    ) -> Result<Vec<(String, Timing)>> {
+    /// Max-pool with its epilogue (ReLU, then dropout), on conv2's output.
+    fn pool(&self, pool: PoolGeom) -> Result<Vec<(String, Timing)>> {
         let b = self.b;
         let a2 = self.random(pool.input_len(), 5)?;
         let dpool = self.random(pool.output_len(), 6)?;
@@ -155,24 +151,26 @@ impl<B: Ops> Bench<'_, B> {
             self.zeros(pool.output_len())?,
             self.zeros(pool.input_len())?,
         );
-        let mut rows = Vec::new();
-        if want("maxpool") {
-            let fwd = self.time(|| b.maxpool2d_fwd(&pool, &a2, &mut pooled))?;
-            let bwd = self.time(|| b.maxpool2d_bwd(&pool, &a2, &dpool, &mut da2))?;
-            rows.extend([("maxpool fwd".into(), fwd), ("maxpool bwd".into(), bwd)]);
-        }
-        if want("relu") {
-            // conv2's ReLU runs on the pooled values (model::cnn).
-            let mut act = self.random(pool.output_len(), 5)?;
-            let mut dact = self.random(pool.output_len(), 6)?;
-            let fwd = self.time(|| b.relu_fwd(&mut act))?;
-            let bwd = self.time(|| b.relu_bwd(&act, &mut dact))?;
-            rows.extend([
-                ("relu fwd (pool)".into(), fwd),
-                ("relu bwd (pool)".into(), bwd),
-            ]);
-        }
-        Ok(rows)
+        let then = Epilogue::ReluDropout(Dropout { p: 0.25, seed: 1 });
+        let fwd = self.time(|| b.maxpool2d_fwd(&pool, then, &a2, &mut pooled))?;
+        let bwd = self.time(|| b.maxpool2d_bwd(&pool, then, &a2, &pooled, &dpool, &mut da2))?;
+        Ok(vec![
+            ("maxpool fwd".into(), fwd),
+            ("maxpool bwd".into(), bwd),
+        ])
+    }
+
+    /// The ReLU `layer`'s output of `len` values takes, with its dropout.
+    fn relu(&self, layer: &str, len: usize, dropout: Dropout) -> Result<Vec<(String, Timing)>> {
+        let b = self.b;
+        let mut act = self.random(len, 5)?;
+        let mut dact = self.random(len, 6)?;
+        let fwd = self.time(|| b.relu_fwd(dropout, &mut act))?;
+        let bwd = self.time(|| b.relu_bwd(dropout, &act, &mut dact))?;
+        Ok(vec![
+            (format!("relu fwd ({layer})"), fwd),
+            (format!("relu bwd ({layer})"), bwd),
+        ])
     }
 }
 
@@ -200,6 +198,9 @@ fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
     if want("conv1") {
         rows.extend(bench.conv("conv1", conv(1, 28, 32), false)?);
     }
+    if want("relu") {
+        rows.extend(bench.relu("conv1", n * 32 * 26 * 26, Dropout::OFF)?);
+    }
     if want("conv2") {
         rows.extend(bench.conv("conv2", conv(32, 26, 64), true)?);
     }
@@ -209,9 +210,15 @@ fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
         in_h: 24,
         in_w: 24,
     };
-    rows.extend(bench.pool_and_relu(pool, want)?);
+    if want("maxpool") {
+        rows.extend(bench.pool(pool)?);
+    }
     if want("fc1") {
         rows.extend(bench.linear("fc1", fc(9216, 128))?);
+    }
+    if want("relu") {
+        let dropout = Dropout { p: 0.5, seed: 2 };
+        rows.extend(bench.relu("fc1", n * 128, dropout)?);
     }
     if want("fc2") {
         rows.extend(bench.linear("fc2", fc(128, 10))?);

@@ -30,12 +30,12 @@ pub use accuracy::AccuracyKernel;
 pub use adam::{AdamConfig, AdamKernel, AdamScalars, SparseAdamScalars};
 pub use conv2d::{Conv2dGeom, Conv2dKernel};
 pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
-pub use dropout::DropoutKernel;
+pub use dropout::Dropout;
 pub use embedding::{EmbeddingGeom, EmbeddingKernel};
 pub use finite::{FiniteKernel, GUARD_CLEAR, GUARD_LEN, GuardState};
 pub use gather::GatherKernel;
 pub use linear::{LinearGeom, LinearKernel};
-pub use maxpool2d::{MaxPool2dKernel, PoolGeom};
+pub use maxpool2d::{Epilogue, MaxPool2dKernel, PoolGeom};
 pub use mse::{MseGeom, MseKernel};
 pub use offset::{OffsetGeom, OffsetKernel};
 pub use relu::ReluKernel;
@@ -60,7 +60,6 @@ all_ops!(
     AdamKernel,
     Conv2dKernel,
     CrossEntropyKernel,
-    DropoutKernel,
     EmbeddingKernel,
     FiniteKernel,
     GatherKernel,

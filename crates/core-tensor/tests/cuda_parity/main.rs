@@ -23,7 +23,7 @@ mod pointwise;
 mod support;
 mod training_step;
 
-use core_tensor::ops::{ClassGeom, RowsGeom};
+use core_tensor::ops::{ClassGeom, Dropout, RowsGeom};
 use core_tensor::{Backend, Cuda, Error, Ops, cuda_available};
 use support::{uniform, up};
 
@@ -101,10 +101,10 @@ fn marks_time_the_work<B: Ops>(dev: &B) {
     let mut dy = up(dev, &uniform(8, 1 << 20, -1.0, 1.0));
     let mut start = dev.mark().unwrap();
     for _ in 0..20 {
-        dev.relu_bwd(&y, &mut dy).unwrap();
+        dev.relu_bwd(Dropout::OFF, &y, &mut dy).unwrap();
     }
     let middle = dev.mark().unwrap();
-    dev.relu_bwd(&y, &mut dy).unwrap();
+    dev.relu_bwd(Dropout::OFF, &y, &mut dy).unwrap();
     let end = dev.mark().unwrap();
     let (first, second) = (
         dev.seconds_between(&start, &middle).unwrap(),

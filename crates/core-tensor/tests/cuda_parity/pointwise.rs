@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use core_tensor::Ops;
 use core_tensor::ops::{
-    DropoutKernel, EmbeddingGeom, EmbeddingKernel, GatherKernel, MaxPool2dKernel, PoolGeom,
+    Dropout, EmbeddingGeom, EmbeddingKernel, Epilogue, GatherKernel, MaxPool2dKernel, PoolGeom,
     ReluKernel, RowsGeom, RowsKernel,
 };
 
@@ -18,22 +18,20 @@ fn relu_matches<B: Ops>(dev: &B) {
     x[6] = 0.0;
     x[7] = -0.0;
     let dy = uniform(301, x.len(), -1.0, 1.0);
-    let mut y = up(dev, &x);
-    dev.relu_fwd(&mut y).unwrap();
-    let mut dx = up(dev, &dy);
-    dev.relu_bwd(&y, &mut dx).unwrap();
     let cpu = reference();
-    let (mut y_ref, mut dx_ref) = (x.clone(), dy.clone());
-    cpu.relu_fwd(&mut y_ref).unwrap();
-    cpu.relu_bwd(&y_ref, &mut dx_ref).unwrap();
-    let y = down(dev, &y);
-    assert!(y[5].is_nan(), "ReLU must keep NaN");
-    assert_same_bits(&format!("{} relu y", dev.describe()), &y, &y_ref);
-    assert_same_bits(
-        &format!("{} relu dx", dev.describe()),
-        &down(dev, &dx),
-        &dx_ref,
-    );
+    for dropout in [Dropout::OFF, Dropout { p: 0.5, seed: 7 }] {
+        let mut y = up(dev, &x);
+        dev.relu_fwd(dropout, &mut y).unwrap();
+        let mut dx = up(dev, &dy);
+        dev.relu_bwd(dropout, &y, &mut dx).unwrap();
+        let (mut y_ref, mut dx_ref) = (x.clone(), dy.clone());
+        cpu.relu_fwd(dropout, &mut y_ref).unwrap();
+        cpu.relu_bwd(dropout, &y_ref, &mut dx_ref).unwrap();
+        let y = down(dev, &y);
+        let what = format!("{} relu, {dropout:?}", dev.describe());
+        assert_same_bits(&format!("{what}: y"), &y, &y_ref);
+        assert_same_bits(&format!("{what}: dx"), &down(dev, &dx), &dx_ref);
+    }
 }
 
 #[test]
@@ -56,25 +54,31 @@ fn maxpool2d_matches<B: Ops>(dev: &B) {
     x[7 * 3 + 3] = f32::NAN;
     let dy = uniform(401, g.output_len(), -1.0, 1.0);
     let (x_d, dy_d) = (up(dev, &x), up(dev, &dy));
-    let mut y = dev.zeros(g.output_len()).unwrap();
-    dev.maxpool2d_fwd(&g, &x_d, &mut y).unwrap();
-    let mut dx = up(dev, &vec![f32::NAN; x.len()]);
-    dev.maxpool2d_bwd(&g, &x_d, &dy_d, &mut dx).unwrap();
     let cpu = reference();
-    let mut y_ref = vec![0.0; g.output_len()];
-    cpu.maxpool2d_fwd(&g, &x, &mut y_ref).unwrap();
-    let mut dx_ref = vec![0.0; x.len()];
-    cpu.maxpool2d_bwd(&g, &x, &dy, &mut dx_ref).unwrap();
-    assert_same_bits(
-        &format!("{} maxpool y", dev.describe()),
-        &down(dev, &y),
-        &y_ref,
-    );
-    assert_same_bits(
-        &format!("{} maxpool dx", dev.describe()),
-        &down(dev, &dx),
-        &dx_ref,
-    );
+    let model = Dropout {
+        p: 0.25,
+        seed: u64::MAX,
+    };
+    let epilogues = [
+        Epilogue::Identity,
+        Epilogue::ReluDropout(Dropout::OFF),
+        Epilogue::ReluDropout(model),
+    ];
+    for then in epilogues {
+        let mut y = dev.zeros(g.output_len()).unwrap();
+        dev.maxpool2d_fwd(&g, then, &x_d, &mut y).unwrap();
+        let mut dx = up(dev, &vec![f32::NAN; x.len()]);
+        dev.maxpool2d_bwd(&g, then, &x_d, &y, &dy_d, &mut dx)
+            .unwrap();
+        let mut y_ref = vec![0.0; g.output_len()];
+        cpu.maxpool2d_fwd(&g, then, &x, &mut y_ref).unwrap();
+        let mut dx_ref = vec![0.0; x.len()];
+        cpu.maxpool2d_bwd(&g, then, &x, &y_ref, &dy, &mut dx_ref)
+            .unwrap();
+        let what = format!("{} maxpool, {then:?}", dev.describe());
+        assert_same_bits(&format!("{what}: y"), &down(dev, &y), &y_ref);
+        assert_same_bits(&format!("{what}: dx"), &down(dev, &dx), &dx_ref);
+    }
 }
 
 #[test]
@@ -82,25 +86,41 @@ fn maxpool2d() {
     on_each_device!(maxpool2d_matches);
 }
 
+/// Dropout, in the ReLU's epilogue over positive values: the CPU's mask,
+/// bit for bit, forward and backward, and its drop rate.
 fn dropout_matches<B: Ops>(dev: &B) {
-    let x = uniform(500, 100_003, -1.0, 1.0);
+    let x = uniform(500, 100_003, 0.5, 1.0);
     let cpu = reference();
     for (p, seed) in [(0.5, 7u64), (0.25, u64::MAX), (0.0, 3)] {
+        let dropout = Dropout { p, seed };
         let mut fwd = up(dev, &x);
-        dev.dropout_fwd(p, seed, &mut fwd).unwrap();
-        let mut bwd = up(dev, &x);
-        dev.dropout_bwd(p, seed, &mut bwd).unwrap();
+        dev.relu_fwd(dropout, &mut fwd).unwrap();
+        let (y, mut bwd) = (up(dev, &x), up(dev, &x));
+        dev.relu_bwd(dropout, &y, &mut bwd).unwrap();
         let mut want = x.clone();
-        cpu.dropout_fwd(p, seed, &mut want).unwrap();
+        cpu.relu_fwd(dropout, &mut want).unwrap();
         let what = format!("{} dropout p={p} seed={seed}", dev.describe());
-        // The same mask bit for bit, hence the same values.
         assert_same_bits(&format!("{what} fwd"), &down(dev, &fwd), &want);
         assert_same_bits(&format!("{what} bwd"), &down(dev, &bwd), &want);
         let dropped = want.iter().filter(|v| **v == 0.0).count() as f32 / x.len() as f32;
         assert!((dropped - p).abs() < 0.01, "{what}: dropped {dropped}");
     }
-    let mut any = up(dev, &x);
-    assert!(dev.dropout_fwd(1.0, 0, &mut any).is_err());
+    let refused = Dropout { p: 1.0, seed: 0 };
+    let (window, mut pooled) = (up(dev, &[1.0; 4]), dev.zeros(1).unwrap());
+    let g = PoolGeom {
+        batch: 1,
+        channels: 1,
+        in_h: 2,
+        in_w: 2,
+    };
+    let errors = [
+        dev.relu_fwd(refused, &mut up(dev, &x)).unwrap_err(),
+        dev.maxpool2d_fwd(&g, Epilogue::ReluDropout(refused), &window, &mut pooled)
+            .unwrap_err(),
+    ];
+    for err in errors {
+        assert!(err.to_string().contains("outside [0, 1)"), "{err}");
+    }
 }
 
 #[test]

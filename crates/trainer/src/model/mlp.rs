@@ -2,7 +2,7 @@
 //! and the head of the recommender.
 
 use anyhow::Context as _;
-use core_tensor::ops::{LinearGeom, MseGeom, ParamAt};
+use core_tensor::ops::{Dropout, LinearGeom, MseGeom, ParamAt};
 use core_tensor::{FlatLayout, Ops, Result};
 
 use super::GradsReady;
@@ -112,7 +112,7 @@ impl Mlp {
     ) -> Result<()> {
         let n = buf.batch;
         b.linear_fwd(&self.fc1(n), x, params, &self.fc1, &mut buf.hidden)?;
-        b.relu_fwd(&mut buf.hidden)?;
+        b.relu_fwd(Dropout::OFF, &mut buf.hidden)?;
         b.linear_fwd(&self.fc2(n), &buf.hidden, params, &self.fc2, &mut buf.out)
     }
 
@@ -172,7 +172,7 @@ impl Mlp {
             Some(dhidden),
         )?;
         hook.ready(b, grads, self.fc2.weight.start)?;
-        b.relu_bwd(&buf.hidden, dhidden)?;
+        b.relu_bwd(Dropout::OFF, &buf.hidden, dhidden)?;
         b.linear_bwd(&self.fc1(n), x, params, &self.fc1, dhidden, grads, dx)?;
         hook.ready(b, grads, self.fc1.weight.start)
     }

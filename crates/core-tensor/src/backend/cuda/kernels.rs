@@ -103,10 +103,6 @@ kernel_table! {
             g: Val<ClassGeom>,
         );
     }
-    dropout (DROPOUT_SRC, DROPOUT_PTX) {
-        dropout_fwd_f32(x: Out<f32>, a: Val<DropoutArgs>);
-        dropout_bwd_f32(dy: Out<f32>, a: Val<DropoutArgs>);
-    }
     embedding (EMBEDDING_SRC, EMBEDDING_PTX) {
         embedding_fwd_f32(ids: In<u32>, params: In<f32>, out: Out<f32>, fault: Out<u32>, g: Val<EmbeddingGeom>);
         embedding_bwd_zero_f32(grads: Out<f32>, g: Val<EmbeddingGeom>);
@@ -166,8 +162,16 @@ kernel_table! {
         linear_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<LinearGeom>);
     }
     maxpool2d (MAXPOOL2D_SRC, MAXPOOL2D_PTX) {
-        maxpool2d_fwd_f32(x: In<f32>, y: Out<f32>, g: Val<PoolGeom>);
-        maxpool2d_bwd_f32(x: In<f32>, dy: In<f32>, dx: Out<f32>, g: Val<PoolGeom>);
+        maxpool2d_fwd_f32(x: In<f32>, y: Out<f32>, g: Val<PoolGeom>, relu: Val<u32>, d: Val<DropoutArgs>);
+        maxpool2d_bwd_f32(
+            x: In<f32>,
+            y: In<f32>,
+            dy: In<f32>,
+            dx: Out<f32>,
+            g: Val<PoolGeom>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
     }
     mse (MSE_SRC, MSE_PTX) {
         mse_fwd_bwd_f32(y: In<f32>, target: In<f32>, dy: Out<f32>, loss_sum: Out<f32>, g: Val<MseGeom>);
@@ -178,8 +182,8 @@ kernel_table! {
         offset_bwd_f32(dy: In<f32>, d_offsets: Out<f32>, g: Val<OffsetGeom>);
     }
     relu (RELU_SRC, RELU_PTX) {
-        relu_fwd_f32(x: Out<f32>, n: Val<u64>);
-        relu_bwd_f32(y: In<f32>, dy: Out<f32>, n: Val<u64>);
+        relu_fwd_f32(x: Out<f32>, n: Val<u64>, d: Val<DropoutArgs>);
+        relu_bwd_f32(y: In<f32>, dy: Out<f32>, n: Val<u64>, d: Val<DropoutArgs>);
     }
     rows (ROWS_SRC, ROWS_PTX) {
         rows_gather_f32(ids: In<u32>, flat: In<f32>, rows: Out<f32>, fault: Out<u32>, g: Val<RowsGeom>);

@@ -16,20 +16,32 @@ use cudarc::driver::{
 use super::Cuda;
 use super::gemm::GemmLaunch;
 use crate::ops::{
-    AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
-    RowsGeom, SparseAdamScalars,
+    AdamScalars, ClassGeom, Conv2dGeom, Dropout, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom,
+    PoolGeom, RowsGeom, SparseAdamScalars,
 };
 use crate::{Elem, Error, Result};
 
-/// Launch parameters of the dropout kernels; mirrored by `DropoutArgs` in
-/// dropout.cu.
+/// A dropout epilogue's launch parameters; mirrored by `DropoutArgs` in
+/// dropout.cuh.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub(crate) struct DropoutArgs {
-    pub n: u64,
     pub seed: u64,
     pub p: f32,
     pub scale: f32,
+}
+
+impl DropoutArgs {
+    /// `dropout`'s parameters, its probability checked.
+    pub fn new(dropout: Dropout) -> Result<Self> {
+        dropout.check()?;
+        Ok(Self {
+            seed: dropout.seed,
+            p: dropout.p,
+            // The CPU kernel's expression, so kept values scale identically.
+            scale: dropout.scale(),
+        })
+    }
 }
 
 /// Launch parameters of the gather kernel; mirrored by `GatherArgs` in
@@ -74,8 +86,8 @@ unsafe impl DeviceRepr for OffsetGeom {}
 unsafe impl DeviceRepr for AdamScalars {}
 // SAFETY: repr(C), four f32 fields, mirrored by `SparseAdamScalars` in adam.cu.
 unsafe impl DeviceRepr for SparseAdamScalars {}
-// SAFETY: repr(C), two u64 then two f32 fields (no padding), mirrored by
-// `DropoutArgs` in dropout.cu.
+// SAFETY: repr(C), a u64 then two f32 fields (no padding), mirrored by
+// `DropoutArgs` in dropout.cuh.
 unsafe impl DeviceRepr for DropoutArgs {}
 // SAFETY: repr(C), five u64 fields, mirrored by `GatherArgs` in gather.cu.
 unsafe impl DeviceRepr for GatherArgs {}

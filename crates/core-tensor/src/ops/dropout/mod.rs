@@ -1,38 +1,71 @@
-//! Inverted dropout, in place: kept elements are scaled by `1/(1−p)`.
+//! Inverted dropout: kept elements are scaled by `1/(1−p)`, the others
+//! zeroed. It has no kernel of its own: it runs as the epilogue of the
+//! kernels whose outputs it drops ([`crate::ops::ReluKernel`], and
+//! [`crate::ops::MaxPool2dKernel`] with [`crate::ops::Epilogue::ReluDropout`]),
+//! so the values are read and written once, in one launch on a GPU.
 //!
 //! The mask is never stored: element `i` is kept when
 //! `rng::uniform(seed, i) >= p`, so the backward pass (and any other device)
-//! regenerates the identical mask from the seed.
+//! regenerates the identical mask from the seed. `dropout.cuh` (in
+//! `backend/cuda`) is the GPU's copy of [`Dropout::apply`].
 
-mod cpu;
-mod cuda;
 #[cfg(test)]
 mod tests;
 
-use crate::{Backend, Error, Result};
+use crate::{Error, Result};
 
-/// Rejects drop probabilities outside `[0, 1)`.
-pub(crate) fn check_p(p: f32) -> Result<()> {
-    if (0.0..1.0).contains(&p) {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument {
-            op: "dropout",
-            reason: format!("drop probability {p} is outside [0, 1)"),
-        })
+/// One dropout layer's draw for one step: drop probability `p` and the
+/// seed of its mask.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dropout {
+    pub p: f32,
+    pub seed: u64,
+}
+
+impl Dropout {
+    /// No dropout: every value passes unchanged (evaluation, or a model
+    /// without it).
+    pub const OFF: Self = Self { p: 0.0, seed: 0 };
+
+    /// Rejects drop probabilities outside `[0, 1)`.
+    pub(crate) fn check(&self) -> Result<()> {
+        if (0.0..1.0).contains(&self.p) {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument {
+                op: "dropout",
+                reason: format!("drop probability {} is outside [0, 1)", self.p),
+            })
+        }
     }
-}
 
-/// Whether element `index` survives, shared by every backend's reference.
-#[inline]
-pub fn keeps(p: f32, seed: u64, index: u64) -> bool {
-    crate::rng::uniform(seed, index) >= p
-}
+    /// Whether it leaves every value unchanged (`p = 0`), so that a kernel
+    /// can skip the mask.
+    pub(crate) fn is_off(&self) -> bool {
+        self.p == 0.0
+    }
 
-/// Dropout kernels.
-pub trait DropoutKernel: Backend {
-    /// `x = x · mask / (1 − p)` in place.
-    fn dropout_fwd(&self, p: f32, seed: u64, x: &mut Self::Storage<f32>) -> Result<()>;
-    /// `dy = dy · mask / (1 − p)` in place, with the same `p` and `seed`.
-    fn dropout_bwd(&self, p: f32, seed: u64, dy: &mut Self::Storage<f32>) -> Result<()>;
+    /// Whether element `index` survives, shared by every backend's
+    /// reference.
+    #[inline]
+    pub fn keeps(&self, index: u64) -> bool {
+        crate::rng::uniform(self.seed, index) >= self.p
+    }
+
+    /// What kept values are multiplied by.
+    #[inline]
+    pub(crate) fn scale(&self) -> f32 {
+        1.0 / (1.0 - self.p)
+    }
+
+    /// `v` at element `index` after the mask: scaled if kept, else zero.
+    /// Forward and backward are the same map.
+    #[inline]
+    pub(crate) fn apply(&self, index: u64, v: f32) -> f32 {
+        if self.keeps(index) {
+            v * self.scale()
+        } else {
+            0.0
+        }
+    }
 }

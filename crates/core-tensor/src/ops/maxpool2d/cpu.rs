@@ -1,5 +1,6 @@
-use super::{MaxPool2dKernel, PoolGeom};
+use super::{Epilogue, MaxPool2dKernel, PoolGeom};
 use crate::error::check_len;
+use crate::ops::Dropout;
 use crate::{Cpu, Result};
 
 /// The pooled value of a window: its maximum, or NaN if any input is NaN
@@ -37,16 +38,70 @@ fn window_route(w: [f32; 4], d: f32) -> [f32; 4] {
     taken.map(|t| f32::from_bits(d.to_bits() & u32::from(t).wrapping_neg()))
 }
 
+/// An [`Epilogue`] as the CPU loops apply it: whether ReLU runs, the
+/// dropout after it, and the index of the first output the loop sees (the
+/// dropout mask's element index is the output's in the whole tensor).
+#[derive(Clone, Copy)]
+struct Then {
+    relu: bool,
+    dropout: Dropout,
+    first: usize,
+}
+
+impl Then {
+    /// Pooled value `v` of the loop's output `at` after the epilogue.
+    #[inline]
+    fn fwd(&self, at: usize, v: f32) -> f32 {
+        if !self.relu {
+            return v;
+        }
+        let v = if v < 0.0 { 0.0 } else { v };
+        match self.dropout.is_off() {
+            true => v,
+            false => self.dropout.apply((self.first + at) as u64, v),
+        }
+    }
+
+    /// The gradient `d` of the loop's output `at` through the dropout and
+    /// the ReLU, which masks by the forward output `y`.
+    #[inline]
+    fn bwd(&self, at: usize, y: f32, d: f32) -> f32 {
+        match (self.relu, self.dropout.is_off()) {
+            (false, _) => d,
+            _ if y <= 0.0 || y.is_nan() => 0.0,
+            (true, true) => d,
+            (true, false) => self.dropout.apply((self.first + at) as u64, d),
+        }
+    }
+}
+
 impl MaxPool2dKernel for Cpu {
-    fn maxpool2d_fwd(&self, g: &PoolGeom, x: &Vec<f32>, y: &mut Vec<f32>) -> Result<()> {
+    fn maxpool2d_fwd(
+        &self,
+        g: &PoolGeom,
+        then: Epilogue,
+        x: &Vec<f32>,
+        y: &mut Vec<f32>,
+    ) -> Result<()> {
         g.check::<Self>(x, y)?;
+        let (relu, dropout) = then.parts()?;
         let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h() * g.out_w());
         // Whole planes per thread: every output is one window's maximum,
         // so the split cannot change a bit.
         let per = planes_per_thread(self, g);
         self.for_each_chunk(y, per * out_plane, |i, y| {
             let x = &x[i * per * in_plane..];
-            fwd_planes(g, x, y);
+            let first = i * per * out_plane;
+            fwd_planes(
+                g,
+                Then {
+                    relu,
+                    dropout,
+                    first,
+                },
+                x,
+                y,
+            );
         });
         Ok(())
     }
@@ -54,17 +109,32 @@ impl MaxPool2dKernel for Cpu {
     fn maxpool2d_bwd(
         &self,
         g: &PoolGeom,
+        then: Epilogue,
         x: &Vec<f32>,
+        y: &Vec<f32>,
         dy: &Vec<f32>,
         dx: &mut Vec<f32>,
     ) -> Result<()> {
         g.check::<Self>(x, dy)?;
+        check_len("maxpool2d", "y", y.len(), dy.len())?;
         check_len("maxpool2d", "dx", dx.len(), x.len())?;
+        let (relu, dropout) = then.parts()?;
         let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h() * g.out_w());
         let per = planes_per_thread(self, g);
         self.for_each_chunk(dx, per * in_plane, |i, dx| {
-            let (x, dy) = (&x[i * per * in_plane..], &dy[i * per * out_plane..]);
-            bwd_planes(g, x, dy, dx);
+            let first = i * per * out_plane;
+            let (x, y, dy) = (&x[i * per * in_plane..], &y[first..], &dy[first..]);
+            bwd_planes(
+                g,
+                Then {
+                    relu,
+                    dropout,
+                    first,
+                },
+                x,
+                (y, dy),
+                dx,
+            );
         });
         Ok(())
     }
@@ -75,28 +145,33 @@ fn planes_per_thread(cpu: &Cpu, g: &PoolGeom) -> usize {
     (g.batch * g.channels).div_ceil(cpu.threads()).max(1)
 }
 
-/// Pools the planes of `x` into those of `y` (as many as `y` holds).
-fn fwd_planes(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
-    let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h() * g.out_w());
+/// Pools the planes of `x` into those of `y` (as many as `y` holds), each
+/// output row through `then` while it is in cache.
+fn fwd_planes(g: &PoolGeom, then: Then, x: &[f32], y: &mut [f32]) {
+    let (in_plane, out_plane, ow) = (g.in_h * g.in_w, g.out_h() * g.out_w(), g.out_w());
+    let mut at = 0;
     for (src, dst) in x.chunks_exact(in_plane).zip(y.chunks_exact_mut(out_plane)) {
         // Pairs of input rows pool into one output row; an odd last row
         // or column is dropped by `chunks_exact`.
-        for (pair, row) in src
-            .chunks_exact(2 * g.in_w)
-            .zip(dst.chunks_exact_mut(g.out_w()))
-        {
+        for (pair, row) in src.chunks_exact(2 * g.in_w).zip(dst.chunks_exact_mut(ow)) {
             let (top, bottom) = pair.split_at(g.in_w);
             let windows = top.chunks_exact(2).zip(bottom.chunks_exact(2));
             for (out, (t, b)) in row.iter_mut().zip(windows) {
                 *out = window_max([t[0], t[1], b[0], b[1]]);
             }
+            if then.relu {
+                for (k, out) in row.iter_mut().enumerate() {
+                    *out = then.fwd(at + k, *out);
+                }
+            }
+            at += ow;
         }
     }
 }
 
-/// Routes the gradient of the planes of `dy` onto those of `dx` (as many
-/// as `dx` holds).
-fn bwd_planes(g: &PoolGeom, x: &[f32], dy: &[f32], dx: &mut [f32]) {
+/// Routes the gradient of the planes of `dy`, through `then`'s masks (by
+/// the forward output `y`), onto those of `dx` (as many as `dx` holds).
+fn bwd_planes(g: &PoolGeom, then: Then, x: &[f32], (y, dy): (&[f32], &[f32]), dx: &mut [f32]) {
     if g.in_h % 2 == 1 || g.in_w % 2 == 1 {
         // The dropped last row/column gets no gradient; nothing else
         // below writes there.
@@ -107,6 +182,8 @@ fn bwd_planes(g: &PoolGeom, x: &[f32], dy: &[f32], dx: &mut [f32]) {
     // position k (row-major) of window j. Routed over unit-stride arrays the
     // loop vectorizes; over the interleaved rows it stayed scalar.
     let mut soa = [(); 4].map(|_| vec![0.0f32; ow]);
+    let mut masked = vec![0.0f32; ow];
+    let mut at = 0;
     let planes = x
         .chunks_exact(in_plane)
         .zip(dy.chunks_exact(out_plane))
@@ -116,6 +193,18 @@ fn bwd_planes(g: &PoolGeom, x: &[f32], dy: &[f32], dx: &mut [f32]) {
             .chunks_exact(2 * g.in_w)
             .zip(dst.chunks_exact_mut(2 * g.in_w));
         for ((pair, dpair), grad_row) in rows.zip(grad.chunks_exact(ow)) {
+            let grad_row = match then.relu {
+                false => grad_row,
+                true => {
+                    let y_row = &y[at..at + ow];
+                    for (k, ((m, &d), &y)) in masked.iter_mut().zip(grad_row).zip(y_row).enumerate()
+                    {
+                        *m = then.bwd(at + k, y, d);
+                    }
+                    &masked
+                }
+            };
+            at += ow;
             let (top, bottom) = pair.split_at(g.in_w);
             let [p0, p1, p2, p3] = &mut soa;
             deinterleave(top, p0, p1);

@@ -1,22 +1,30 @@
 use cudarc::driver::CudaSlice;
 
-use super::{MaxPool2dKernel, PoolGeom};
+use super::{Epilogue, MaxPool2dKernel, PoolGeom};
 use crate::backend::cuda::gemm::check_i32;
 use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::blocks_for;
+use crate::backend::cuda::launch::{DropoutArgs, blocks_for};
 use crate::error::check_len;
 use crate::{Cuda, Result};
 
 const THREADS: u32 = 256;
 
+/// The epilogue's kernel arguments: ReLU on (1) or off (0), and the dropout.
+fn epilogue_args(then: Epilogue) -> Result<(u32, DropoutArgs)> {
+    let (relu, dropout) = then.parts()?;
+    Ok((u32::from(relu), DropoutArgs::new(dropout)?))
+}
+
 impl MaxPool2dKernel for Cuda {
     fn maxpool2d_fwd(
         &self,
         g: &PoolGeom,
+        then: Epilogue,
         x: &CudaSlice<f32>,
         y: &mut CudaSlice<f32>,
     ) -> Result<()> {
         g.check::<Self>(x, y)?;
+        let (relu, d) = epilogue_args(then)?;
         check_i32("maxpool2d", &[x.len()])?;
         if y.is_empty() {
             return Ok(());
@@ -24,18 +32,22 @@ impl MaxPool2dKernel for Cuda {
         let cfg = blocks_for("maxpool2d", y.len(), THREADS)?;
         // SAFETY: `x` and `y` were checked against `g`; every thread checks
         // its index against the output size.
-        unsafe { kernels::maxpool2d_fwd_f32(self, cfg, x, y, g) }
+        unsafe { kernels::maxpool2d_fwd_f32(self, cfg, x, y, g, &relu, &d) }
     }
 
     fn maxpool2d_bwd(
         &self,
         g: &PoolGeom,
+        then: Epilogue,
         x: &CudaSlice<f32>,
+        y: &CudaSlice<f32>,
         dy: &CudaSlice<f32>,
         dx: &mut CudaSlice<f32>,
     ) -> Result<()> {
         g.check::<Self>(x, dy)?;
+        check_len("maxpool2d", "y", y.len(), dy.len())?;
         check_len("maxpool2d", "dx", dx.len(), x.len())?;
+        let (relu, d) = epilogue_args(then)?;
         check_i32("maxpool2d", &[x.len()])?;
         if dx.is_empty() {
             return Ok(());
@@ -43,9 +55,9 @@ impl MaxPool2dKernel for Cuda {
         // One thread per window, each writing its window and any dropped odd
         // row or column beside it.
         let cfg = blocks_for("maxpool2d", dy.len(), THREADS)?;
-        // SAFETY: `x`, `dy` and `dx` were checked against `g`; every thread
-        // checks its index against the output size, and writes only inside
-        // its window's rows and columns of the input.
-        unsafe { kernels::maxpool2d_bwd_f32(self, cfg, x, dy, dx, g) }
+        // SAFETY: `x`, `y`, `dy` and `dx` were checked against `g`; every
+        // thread checks its index against the output size, and writes only
+        // inside its window's rows and columns of the input.
+        unsafe { kernels::maxpool2d_bwd_f32(self, cfg, x, y, dy, dx, g, &relu, &d) }
     }
 }

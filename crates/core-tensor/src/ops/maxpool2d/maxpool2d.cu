@@ -1,7 +1,11 @@
 // 2x2 max-pooling with stride 2 (odd trailing rows/columns dropped). The
 // window rules are maxpool2d/cpu.rs's `window_max` and `window_argmax`: the
 // maximum, NaN when any input is NaN, and the gradient to the first input
-// equal to it in row-major window order (the first NaN for NaN).
+// equal to it in row-major window order (the first NaN for NaN). The
+// epilogue (`Epilogue` in mod.rs: ReLU when `relu` is 1, then the dropout)
+// is relu.cu's, applied to each pooled value and, backward, to its gradient.
+
+#include "dropout.cuh"
 
 // Mirrors `PoolGeom` (usize fields) field by field.
 struct PoolGeom {
@@ -39,7 +43,8 @@ __device__ __forceinline__ int load_window(const float* x, int in_h_w, int in_w,
 // Indices are 32-bit: the host checks that the input fits.
 
 // One thread per output element.
-extern "C" __global__ void maxpool2d_fwd_f32(const float* x, float* y, PoolGeom g) {
+extern "C" __global__ void maxpool2d_fwd_f32(const float* x, float* y, PoolGeom g,
+                                             unsigned int relu, DropoutArgs d) {
     const int in_h = (int)g.in_h, in_w = (int)g.in_w, oh_n = in_h / 2, ow_n = in_w / 2;
     const int windows = oh_n * ow_n;
     const int total = (int)(g.batch * g.channels) * windows;
@@ -48,7 +53,8 @@ extern "C" __global__ void maxpool2d_fwd_f32(const float* x, float* y, PoolGeom 
     const int plane = i / windows, r = i - plane * windows;
     float w[4];
     load_window(x, in_h * in_w, in_w, plane, r / ow_n, r % ow_n, w);
-    y[i] = window_max(w);
+    const float m = window_max(w);
+    y[i] = relu ? dropout_apply(d, i, m < 0.0f ? 0.0f : m) : m;
 }
 
 // One thread per window: it writes the window's gradient to its argmax and
@@ -56,8 +62,9 @@ extern "C" __global__ void maxpool2d_fwd_f32(const float* x, float* y, PoolGeom 
 // zeroes the odd column or row dropped beside it, so dx is overwritten
 // completely without a separate clearing pass. (A geometry without windows
 // has an empty dy, which no CUDA buffer is, so it never reaches here.)
-extern "C" __global__ void maxpool2d_bwd_f32(const float* x, const float* dy, float* dx,
-                                             PoolGeom g) {
+extern "C" __global__ void maxpool2d_bwd_f32(const float* x, const float* y, const float* dy,
+                                             float* dx, PoolGeom g, unsigned int relu,
+                                             DropoutArgs d) {
     const int in_h = (int)g.in_h, in_w = (int)g.in_w, oh_n = in_h / 2, ow_n = in_w / 2;
     const int windows = oh_n * ow_n;
     const int total = (int)(g.batch * g.channels) * windows;
@@ -68,7 +75,7 @@ extern "C" __global__ void maxpool2d_bwd_f32(const float* x, const float* dy, fl
     float w[4];
     const int top = load_window(x, in_h * in_w, in_w, plane, oh, ow, w);
     const int arg = window_argmax(w);
-    const float grad = dy[i];
+    const float grad = !relu ? dy[i] : y[i] > 0.0f ? dropout_apply(d, i, dy[i]) : 0.0f;
     dx[top] = arg == 0 ? grad : 0.0f;
     dx[top + 1] = arg == 1 ? grad : 0.0f;
     dx[top + in_w] = arg == 2 ? grad : 0.0f;

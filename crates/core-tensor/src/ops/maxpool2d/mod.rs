@@ -2,6 +2,10 @@
 //! in PyTorch). Backward routes each gradient to the window's argmax, found
 //! again from the input: the first maximum in row-major window order, NaN
 //! winning, exactly PyTorch's rule, so no index buffer is stored.
+//!
+//! An [`Epilogue`] can apply ReLU and dropout to the pooled values in the
+//! same pass (and their gradients' masks in the backward one): CNN_MNIST's
+//! ReLU commutes with the pool, and dropout follows it.
 
 mod cpu;
 mod cuda;
@@ -9,7 +13,28 @@ mod cuda;
 mod tests;
 
 use crate::error::check_len;
+use crate::ops::Dropout;
 use crate::{Backend, Error, Result};
+
+/// What the pooling kernels apply to each pooled value after the maximum.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Epilogue {
+    /// The maximum itself.
+    Identity,
+    /// ReLU, then the dropout (`Dropout::OFF` for ReLU alone), as
+    /// [`crate::ops::ReluKernel`] computes them.
+    ReluDropout(Dropout),
+}
+
+impl Epilogue {
+    /// Whether ReLU runs, and the dropout after it.
+    pub(crate) fn parts(self) -> Result<(bool, Dropout)> {
+        match self {
+            Self::Identity => Ok((false, Dropout::OFF)),
+            Self::ReluDropout(d) => d.check().map(|()| (true, d)),
+        }
+    }
+}
 
 /// The input shape `[batch, channels, in_h, in_w]` of a pooling call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,17 +78,23 @@ impl PoolGeom {
 
 /// Max-pooling kernels.
 pub trait MaxPool2dKernel: Backend {
+    /// `y = then(max over each window of x)`.
     fn maxpool2d_fwd(
         &self,
         geom: &PoolGeom,
+        then: Epilogue,
         x: &Self::Storage<f32>,
         y: &mut Self::Storage<f32>,
     ) -> Result<()>;
-    /// Overwrites `dx` with `dy` routed to each window's argmax in `x`.
+    /// Overwrites `dx` with `dy`, through `then`'s masks (ReLU's by the
+    /// forward output `y`, dropout's), routed to each window's argmax in
+    /// `x`. With [`Epilogue::Identity`], `y` is not read.
     fn maxpool2d_bwd(
         &self,
         geom: &PoolGeom,
+        then: Epilogue,
         x: &Self::Storage<f32>,
+        y: &Self::Storage<f32>,
         dy: &Self::Storage<f32>,
         dx: &mut Self::Storage<f32>,
     ) -> Result<()>;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::ops::ReluKernel;
 use crate::testing::{check_grad, cpu, dot, uniform};
 
 const G: PoolGeom = PoolGeom {
@@ -23,7 +24,9 @@ fn forward_takes_window_maxima_and_drops_the_odd_row() {
         9.0, 9.0, 9.0, 9.0,
     ];
     let mut y = vec![0.0; 2];
-    cpu().maxpool2d_fwd(&g, &x, &mut y).unwrap();
+    cpu()
+        .maxpool2d_fwd(&g, Epilogue::Identity, &x, &mut y)
+        .unwrap();
     assert_eq!(y, vec![4.0, 0.0]);
 }
 
@@ -45,9 +48,9 @@ fn backward_routes_to_the_first_maximum_or_nan() {
         2.0,
         7.0,
     ];
-    let mut dx = vec![0.0; 8];
+    let (mut dx, dy) = (vec![0.0; 8], vec![10.0, 20.0]);
     cpu()
-        .maxpool2d_bwd(&g, &x, &vec![10.0, 20.0], &mut dx)
+        .maxpool2d_bwd(&g, Epilogue::Identity, &x, &dy, &dy, &mut dx)
         .unwrap();
     assert_eq!(dx, vec![10.0, 0.0, 0.0, 0.0, 0.0, 20.0, 0.0, 0.0]);
 }
@@ -66,9 +69,9 @@ fn backward_picks_a_nan_after_the_maximum_and_the_first_of_equal_maxima() {
         -1.0, 5.0, 2.0, 5.0,          // the first 5
         0.0, -0.0, -3.0, 0.0,         // 0 == -0: the first
     ];
-    let mut dx = vec![9.0; 12];
+    let (mut dx, dy) = (vec![9.0; 12], vec![1.0, 2.0, 3.0]);
     cpu()
-        .maxpool2d_bwd(&g, &x, &vec![1.0, 2.0, 3.0], &mut dx)
+        .maxpool2d_bwd(&g, Epilogue::Identity, &x, &dy, &dy, &mut dx)
         .unwrap();
     #[rustfmt::skip]
     let want = vec![
@@ -90,10 +93,14 @@ fn backward_passes_the_finite_difference_check() {
         .for_each(|(v, n)| *v += n);
     let r = uniform(4, G.output_len(), -1.0, 1.0);
     let mut dx = vec![0.0; x.len()];
-    cpu().maxpool2d_bwd(&G, &x, &r, &mut dx).unwrap();
+    cpu()
+        .maxpool2d_bwd(&G, Epilogue::Identity, &x, &r, &r, &mut dx)
+        .unwrap();
     check_grad("maxpool", &x, &dx, |x| {
         let mut y = vec![0.0; G.output_len()];
-        cpu().maxpool2d_fwd(&G, &x.to_vec(), &mut y).unwrap();
+        cpu()
+            .maxpool2d_fwd(&G, Epilogue::Identity, &x.to_vec(), &mut y)
+            .unwrap();
         dot(&r, &y)
     });
 }
@@ -101,7 +108,12 @@ fn backward_passes_the_finite_difference_check() {
 #[test]
 fn wrong_lengths_are_errors() {
     let err = cpu()
-        .maxpool2d_fwd(&G, &vec![0.0; 3], &mut vec![0.0; G.output_len()])
+        .maxpool2d_fwd(
+            &G,
+            Epilogue::Identity,
+            &vec![0.0; 3],
+            &mut vec![0.0; G.output_len()],
+        )
         .unwrap_err();
     assert!(
         err.to_string().contains("buffer `x` has 3 elements"),
@@ -109,8 +121,6 @@ fn wrong_lengths_are_errors() {
     );
 }
 
-/// Planes are split between threads (here 6 planes over 4 threads: three
-/// groups of 2), which must not change a bit, odd trailing row included.
 #[test]
 fn planes_without_a_window_are_errors() {
     for (in_h, in_w) in [(1, 4), (4, 1), (0, 0)] {
@@ -121,25 +131,66 @@ fn planes_without_a_window_are_errors() {
             in_w,
         };
         let x = vec![0.0; in_h * in_w];
-        let err = cpu().maxpool2d_fwd(&g, &x, &mut vec![]).unwrap_err();
+        let then = Epilogue::Identity;
+        let err = cpu().maxpool2d_fwd(&g, then, &x, &mut vec![]).unwrap_err();
         assert!(err.to_string().contains("no 2x2 window"), "{err}");
         let err = cpu()
-            .maxpool2d_bwd(&g, &x, &vec![], &mut x.clone())
+            .maxpool2d_bwd(&g, then, &x, &vec![], &vec![], &mut x.clone())
             .unwrap_err();
         assert!(err.to_string().contains("no 2x2 window"), "{err}");
     }
 }
 
+/// `(y, dx)` of one forward and backward pass through `then`.
+fn pool(b: &crate::Cpu, then: Epilogue, x: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let x = x.to_vec();
+    let (mut y, mut dx) = (vec![0.0; dy.len()], vec![7.0; x.len()]);
+    b.maxpool2d_fwd(&G, then, &x, &mut y).unwrap();
+    b.maxpool2d_bwd(&G, then, &x, &y, &dy.to_vec(), &mut dx)
+        .unwrap();
+    (y, dx)
+}
+
+/// Planes are split between threads (here 6 planes over 4 threads: three
+/// groups of 2), which must not change a bit, odd trailing row included,
+/// nor the dropout's element indices.
 #[test]
 fn threads_do_not_change_the_bits() {
     let x = uniform(5, G.input_len(), -1.0, 1.0);
     let dy = uniform(6, G.output_len(), -1.0, 1.0);
-    let run = |b: &crate::Cpu| {
-        let (mut y, mut dx) = (vec![0.0; G.output_len()], vec![7.0; x.len()]);
-        b.maxpool2d_fwd(&G, &x, &mut y).unwrap();
-        b.maxpool2d_bwd(&G, &x, &dy, &mut dx).unwrap();
-        (y, dx)
-    };
     let four = crate::Cpu::new(4).unwrap();
-    assert_eq!(run(&four), run(&cpu()));
+    let dropout = Dropout { p: 0.5, seed: 9 };
+    for then in [Epilogue::Identity, Epilogue::ReluDropout(dropout)] {
+        assert_eq!(pool(&four, then, &x, &dy), pool(&cpu(), then, &x, &dy));
+    }
+}
+
+/// The epilogue gives the bits of the pool followed by the ReLU kernel
+/// (with its dropout), forward and backward: the fusion changes no value.
+#[test]
+fn the_epilogue_is_the_relu_kernel_after_the_pool() {
+    let mut x = uniform(7, G.input_len(), -1.0, 1.0);
+    x[9] = f32::NAN;
+    let dy = uniform(8, G.output_len(), -1.0, 1.0);
+    let four = crate::Cpu::new(4).unwrap();
+    for dropout in [Dropout::OFF, Dropout { p: 0.25, seed: 3 }] {
+        let (mut want_y, _) = pool(&four, Epilogue::Identity, &x, &dy);
+        four.relu_fwd(dropout, &mut want_y).unwrap();
+        let mut masked = dy.clone();
+        four.relu_bwd(dropout, &want_y, &mut masked).unwrap();
+        let (_, want_dx) = pool(&four, Epilogue::Identity, &x, &masked);
+        let (y, dx) = pool(&four, Epilogue::ReluDropout(dropout), &x, &dy);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y), bits(&want_y), "{dropout:?}: y");
+        assert_eq!(bits(&dx), bits(&want_dx), "{dropout:?}: dx");
+    }
+}
+
+#[test]
+fn a_drop_probability_outside_zero_to_one_is_an_error() {
+    let x = vec![0.0; G.input_len()];
+    let then = Epilogue::ReluDropout(Dropout { p: 1.0, seed: 0 });
+    let mut y = vec![0.0; G.output_len()];
+    let err = cpu().maxpool2d_fwd(&G, then, &x, &mut y).unwrap_err();
+    assert!(err.to_string().contains("outside [0, 1)"), "{err}");
 }

@@ -2,24 +2,32 @@ use cudarc::driver::CudaSlice;
 
 use super::ReluKernel;
 use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::blocks_for;
+use crate::backend::cuda::launch::{DropoutArgs, blocks_for};
 use crate::error::check_len;
+use crate::ops::Dropout;
 use crate::{Cuda, Result};
 
 const THREADS: u32 = 256;
 
 impl ReluKernel for Cuda {
-    fn relu_fwd(&self, x: &mut CudaSlice<f32>) -> Result<()> {
+    fn relu_fwd(&self, dropout: Dropout, x: &mut CudaSlice<f32>) -> Result<()> {
+        let d = DropoutArgs::new(dropout)?;
         if x.is_empty() {
             return Ok(());
         }
         let cfg = blocks_for("relu", x.len(), THREADS)?;
         let n = x.len() as u64;
         // SAFETY: `n` is the length of `x`; every thread checks its index.
-        unsafe { kernels::relu_fwd_f32(self, cfg, x, &n) }
+        unsafe { kernels::relu_fwd_f32(self, cfg, x, &n, &d) }
     }
 
-    fn relu_bwd(&self, y: &CudaSlice<f32>, dy: &mut CudaSlice<f32>) -> Result<()> {
+    fn relu_bwd(
+        &self,
+        dropout: Dropout,
+        y: &CudaSlice<f32>,
+        dy: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let d = DropoutArgs::new(dropout)?;
         check_len("relu_bwd", "dy", dy.len(), y.len())?;
         if y.is_empty() {
             return Ok(());
@@ -28,6 +36,6 @@ impl ReluKernel for Cuda {
         let n = y.len() as u64;
         // SAFETY: `dy` was checked to have `n` elements like `y`; every
         // thread checks its index.
-        unsafe { kernels::relu_bwd_f32(self, cfg, y, dy, &n) }
+        unsafe { kernels::relu_bwd_f32(self, cfg, y, dy, &n, &d) }
     }
 }

@@ -13,7 +13,7 @@
 use std::ops::Range;
 use std::sync::LazyLock;
 
-use core_tensor::ops::{ClassGeom, Conv2dGeom, LinearGeom, ParamAt, PoolGeom};
+use core_tensor::ops::{ClassGeom, Conv2dGeom, Dropout, Epilogue, LinearGeom, ParamAt, PoolGeom};
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
 
 mod buffers;
@@ -198,9 +198,23 @@ impl CnnMnist {
         }
     }
 
-    /// The two dropout layers' seeds for one step: independent streams.
-    fn dropout_seeds(seed: u64) -> (u64, u64) {
-        (rng::derive_seed(seed, &[1]), rng::derive_seed(seed, &[2]))
+    /// The two dropout layers of one training step, `(after the pool,
+    /// after fc1)`: their rates, and independent streams from the step's
+    /// seed.
+    fn dropouts(&self, step_seed: u64) -> (Dropout, Dropout) {
+        let layer = |p, stream| Dropout {
+            p,
+            seed: rng::derive_seed(step_seed, &[stream]),
+        };
+        (layer(self.dropout.pool, 1), layer(self.dropout.hidden, 2))
+    }
+
+    /// The dropout layers of a forward pass: none when evaluating.
+    fn dropouts_in(&self, mode: Mode) -> (Dropout, Dropout) {
+        match mode {
+            Mode::Train { dropout_seed } => self.dropouts(dropout_seed),
+            Mode::Eval => (Dropout::OFF, Dropout::OFF),
+        }
     }
 }
 
@@ -323,20 +337,16 @@ impl CnnMnist {
     ) -> Result<()> {
         let n = f.batch;
         b.conv2d_fwd(&conv(CONV1, n), &f.x, params, &self.conv1, &mut f.a1)?;
-        b.relu_fwd(&mut f.a1)?;
+        b.relu_fwd(Dropout::OFF, &mut f.a1)?;
         b.conv2d_fwd(&conv(CONV2, n), &f.a1, params, &self.conv2, &mut f.a2)?;
-        // ReLU after the pool, on a quarter of the values: max-pooling and
-        // ReLU commute (both keep the largest value, or zero), and in
-        // backward the pool routes each gradient to the window's first
-        // maximum of conv2's output, which is that of its ReLU wherever
-        // the gradient survives the ReLU. So the bits are the model's.
-        b.maxpool2d_fwd(&pool(n), &f.a2, &mut cut.pooled)?;
-        b.relu_fwd(&mut cut.pooled)?;
-        if let Mode::Train { dropout_seed } = mode {
-            let (s1, _) = Self::dropout_seeds(dropout_seed);
-            b.dropout_fwd(self.dropout.pool, s1, &mut cut.pooled)?;
-        }
-        Ok(())
+        // ReLU after the pool, on a quarter of the values, in the pool's
+        // epilogue with the dropout: max-pooling and ReLU commute (both keep
+        // the largest value, or zero), and in backward the pool routes each
+        // gradient to the window's first maximum of conv2's output, which is
+        // that of its ReLU wherever the gradient survives the ReLU. So the
+        // bits are the model's.
+        let then = Epilogue::ReluDropout(self.dropouts_in(mode).0);
+        b.maxpool2d_fwd(&pool(n), then, &f.a2, &mut cut.pooled)
     }
 
     /// Forward from `cut.pooled` to `h.logits`.
@@ -351,18 +361,14 @@ impl CnnMnist {
         let n = h.batch;
         let pooled = &cut.pooled;
         b.linear_fwd(&linear(FC1, n), pooled, params, &self.fc1, &mut h.hidden)?;
-        b.relu_fwd(&mut h.hidden)?;
-        if let Mode::Train { dropout_seed } = mode {
-            let (_, s2) = Self::dropout_seeds(dropout_seed);
-            b.dropout_fwd(self.dropout.hidden, s2, &mut h.hidden)?;
-        }
+        b.relu_fwd(self.dropouts_in(mode).1, &mut h.hidden)?;
         b.linear_fwd(&linear(FC2, n), &h.hidden, params, &self.fc2, &mut h.logits)
     }
 
     /// Backward from the loss gradient to the pooled activations' gradient
     /// (`cut`'s, before the pool dropout), writing the head's gradients.
     /// The ReLU masks read the post-dropout activations: where dropout
-    /// zeroed a unit its gradient is already zero, elsewhere the sign is
+    /// zeroed a unit its gradient is zero either way, elsewhere the sign is
     /// unchanged.
     pub(crate) fn backward_head<B: Ops>(
         &self,
@@ -374,7 +380,7 @@ impl CnnMnist {
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
         let (n, params) = (h.batch, step.params);
-        let (_, s2) = Self::dropout_seeds(step.dropout_seed);
+        let (_, hidden) = self.dropouts(step.dropout_seed);
         let g = for_training(&mut h.grads)?;
         b.linear_bwd(
             &linear(FC2, n),
@@ -386,8 +392,7 @@ impl CnnMnist {
             Some(&mut g.dhidden),
         )?;
         hook.ready(b, grads, self.fc2.weight.start)?;
-        b.dropout_bwd(self.dropout.hidden, s2, &mut g.dhidden)?;
-        b.relu_bwd(&h.hidden, &mut g.dhidden)?;
+        b.relu_bwd(hidden, &h.hidden, &mut g.dhidden)?;
         let dpooled = for_training(&mut cut.dpooled)?;
         b.linear_bwd(
             &linear(FC1, n),
@@ -413,13 +418,11 @@ impl CnnMnist {
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
         let (n, params) = (f.batch, step.params);
-        let (s1, _) = Self::dropout_seeds(step.dropout_seed);
+        let then = Epilogue::ReluDropout(self.dropouts(step.dropout_seed).0);
         let (da1, da2) = for_training(&mut f.grads)?;
         let dpooled = for_training(&mut cut.dpooled)?;
-        b.dropout_bwd(self.dropout.pool, s1, dpooled)?;
-        // The mask reads the post-dropout pool, as the head's does.
-        b.relu_bwd(&cut.pooled, dpooled)?;
-        b.maxpool2d_bwd(&pool(n), &f.a2, dpooled, da2)?;
+        // The ReLU mask reads the post-dropout pool, as the head's does.
+        b.maxpool2d_bwd(&pool(n), then, &f.a2, &cut.pooled, dpooled, da2)?;
         b.conv2d_bwd(
             &conv(CONV2, n),
             &f.a1,
@@ -430,7 +433,7 @@ impl CnnMnist {
             Some(da1),
         )?;
         hook.ready(b, grads, self.conv2.weight.start)?;
-        b.relu_bwd(&f.a1, da1)?;
+        b.relu_bwd(Dropout::OFF, &f.a1, da1)?;
         b.conv2d_bwd(&conv(CONV1, n), &f.x, params, &self.conv1, da1, grads, None)?;
         hook.ready(b, grads, self.conv1.weight.start)
     }
