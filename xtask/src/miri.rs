@@ -12,7 +12,8 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-/// The tests run under Miri: every kernel against its definition, small
+/// The tests run under Miri: every kernel against its definition (`simd::`
+/// holds the convolution microkernels and dropout's mask loops), small
 /// enough to interpret in seconds (the convolution tests take Miri minutes).
 /// `gemm::` also matches the CUDA GEMM planner's host-side tests, which
 /// take no time.

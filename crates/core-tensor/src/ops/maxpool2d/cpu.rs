@@ -1,6 +1,7 @@
 use super::{Epilogue, MaxPool2dKernel, PoolGeom};
 use crate::error::check_len;
 use crate::ops::Dropout;
+use crate::simd::mask;
 use crate::{Cpu, Result};
 
 /// The pooled value of a window: its maximum, or NaN if any input is NaN
@@ -49,29 +50,19 @@ struct Then {
 }
 
 impl Then {
-    /// Pooled value `v` of the loop's output `at` after the epilogue.
-    #[inline]
-    fn fwd(&self, at: usize, v: f32) -> f32 {
-        if !self.relu {
-            return v;
-        }
-        let v = if v < 0.0 { 0.0 } else { v };
-        match self.dropout.is_off() {
-            true => v,
-            false => self.dropout.apply((self.first + at) as u64, v),
-        }
+    /// The pooled values of the loop's outputs from `at` on, in place,
+    /// after the epilogue. Whole planes at a time: the mask's hash is most
+    /// of the cost, and a row's dozen values are too short a loop for it.
+    fn fwd(&self, at: usize, values: &mut [f32]) {
+        mask::relu_dropout_fwd(self.dropout, self.first + at, values);
     }
 
-    /// The gradient `d` of the loop's output `at` through the dropout and
-    /// the ReLU, which masks by the forward output `y`.
-    #[inline]
-    fn bwd(&self, at: usize, y: f32, d: f32) -> f32 {
-        match (self.relu, self.dropout.is_off()) {
-            (false, _) => d,
-            _ if y <= 0.0 || y.is_nan() => 0.0,
-            (true, true) => d,
-            (true, false) => self.dropout.apply((self.first + at) as u64, d),
-        }
+    /// The gradients `dy` of the loop's outputs from `at` on through the
+    /// dropout and the ReLU, which masks by the forward output `y`, into
+    /// `out`.
+    fn bwd(&self, at: usize, (y, dy): (&[f32], &[f32]), out: &mut [f32]) {
+        out.copy_from_slice(dy);
+        mask::relu_dropout_bwd(self.dropout, self.first + at, y, out);
     }
 }
 
@@ -145,27 +136,38 @@ fn planes_per_thread(cpu: &Cpu, g: &PoolGeom) -> usize {
     (g.batch * g.channels).div_ceil(cpu.threads()).max(1)
 }
 
+/// Planes whose pooled values go through the epilogue's mask in one call:
+/// the mask's loop is short for one plane (CNN_MNIST's 144 values), and
+/// 16 planes' values stay in the first-level cache.
+const MASK_PLANES: usize = 16;
+
 /// Pools the planes of `x` into those of `y` (as many as `y` holds), each
-/// output row through `then` while it is in cache.
+/// group of planes through `then` while it is in cache.
 fn fwd_planes(g: &PoolGeom, then: Then, x: &[f32], y: &mut [f32]) {
     let (in_plane, out_plane, ow) = (g.in_h * g.in_w, g.out_h() * g.out_w(), g.out_w());
     let mut at = 0;
-    for (src, dst) in x.chunks_exact(in_plane).zip(y.chunks_exact_mut(out_plane)) {
-        // Pairs of input rows pool into one output row; an odd last row
-        // or column is dropped by `chunks_exact`.
-        for (pair, row) in src.chunks_exact(2 * g.in_w).zip(dst.chunks_exact_mut(ow)) {
-            let (top, bottom) = pair.split_at(g.in_w);
-            let windows = top.chunks_exact(2).zip(bottom.chunks_exact(2));
-            for (out, (t, b)) in row.iter_mut().zip(windows) {
-                *out = window_max([t[0], t[1], b[0], b[1]]);
-            }
-            if then.relu {
-                for (k, out) in row.iter_mut().enumerate() {
-                    *out = then.fwd(at + k, *out);
+    let groups = x
+        .chunks(MASK_PLANES * in_plane)
+        .zip(y.chunks_mut(MASK_PLANES * out_plane));
+    for (xs, ys) in groups {
+        for (src, dst) in xs
+            .chunks_exact(in_plane)
+            .zip(ys.chunks_exact_mut(out_plane))
+        {
+            // Pairs of input rows pool into one output row; an odd last row
+            // or column is dropped by `chunks_exact`.
+            for (pair, row) in src.chunks_exact(2 * g.in_w).zip(dst.chunks_exact_mut(ow)) {
+                let (top, bottom) = pair.split_at(g.in_w);
+                let windows = top.chunks_exact(2).zip(bottom.chunks_exact(2));
+                for (out, (t, b)) in row.iter_mut().zip(windows) {
+                    *out = window_max([t[0], t[1], b[0], b[1]]);
                 }
             }
-            at += ow;
         }
+        if then.relu {
+            then.fwd(at, ys);
+        }
+        at += ys.len();
     }
 }
 
@@ -178,47 +180,59 @@ fn bwd_planes(g: &PoolGeom, then: Then, x: &[f32], (y, dy): (&[f32], &[f32]), dx
         dx.fill(0.0);
     }
     let (in_plane, out_plane, ow) = (g.in_h * g.in_w, g.out_h() * g.out_w(), g.out_w());
+    let planes = dx.len() / in_plane;
+    let (y, dy) = (&y[..planes * out_plane], &dy[..planes * out_plane]);
     // One output row's windows as structure of arrays: `soa[k][j]` is
     // position k (row-major) of window j. Routed over unit-stride arrays the
     // loop vectorizes; over the interleaved rows it stayed scalar.
     let mut soa = [(); 4].map(|_| vec![0.0f32; ow]);
-    let mut masked = vec![0.0f32; ow];
+    let mut masked = vec![
+        0.0f32;
+        if then.relu {
+            MASK_PLANES * out_plane
+        } else {
+            0
+        }
+    ];
     let mut at = 0;
-    let planes = x
-        .chunks_exact(in_plane)
-        .zip(dy.chunks_exact(out_plane))
-        .zip(dx.chunks_exact_mut(in_plane));
-    for ((src, grad), dst) in planes {
-        let rows = src
-            .chunks_exact(2 * g.in_w)
-            .zip(dst.chunks_exact_mut(2 * g.in_w));
-        for ((pair, dpair), grad_row) in rows.zip(grad.chunks_exact(ow)) {
-            let grad_row = match then.relu {
-                false => grad_row,
-                true => {
-                    let y_row = &y[at..at + ow];
-                    for (k, ((m, &d), &y)) in masked.iter_mut().zip(grad_row).zip(y_row).enumerate()
-                    {
-                        *m = then.bwd(at + k, y, d);
-                    }
-                    &masked
-                }
-            };
-            at += ow;
-            let (top, bottom) = pair.split_at(g.in_w);
-            let [p0, p1, p2, p3] = &mut soa;
-            deinterleave(top, p0, p1);
-            deinterleave(bottom, p2, p3);
-            let windows = p0
-                .iter_mut()
-                .zip(p1.iter_mut())
-                .zip(p2.iter_mut().zip(p3.iter_mut()));
-            for (&d, ((a, b), (c, e))) in grad_row.iter().zip(windows) {
-                [*a, *b, *c, *e] = window_route([*a, *b, *c, *e], d);
+    let groups = x
+        .chunks(MASK_PLANES * in_plane)
+        .zip(dy.chunks(MASK_PLANES * out_plane))
+        .zip(dx.chunks_mut(MASK_PLANES * in_plane));
+    for ((xs, grads), dxs) in groups {
+        let grads = match then.relu {
+            false => grads,
+            true => {
+                let masked = &mut masked[..grads.len()];
+                then.bwd(at, (&y[at..at + grads.len()], grads), masked);
+                &*masked
             }
-            let (dtop, dbottom) = dpair.split_at_mut(g.in_w);
-            interleave(p0, p1, dtop);
-            interleave(p2, p3, dbottom);
+        };
+        at += grads.len();
+        let planes = xs
+            .chunks_exact(in_plane)
+            .zip(grads.chunks_exact(out_plane))
+            .zip(dxs.chunks_exact_mut(in_plane));
+        for ((src, grad), dst) in planes {
+            let rows = src
+                .chunks_exact(2 * g.in_w)
+                .zip(dst.chunks_exact_mut(2 * g.in_w));
+            for ((pair, dpair), grad_row) in rows.zip(grad.chunks_exact(ow)) {
+                let (top, bottom) = pair.split_at(g.in_w);
+                let [p0, p1, p2, p3] = &mut soa;
+                deinterleave(top, p0, p1);
+                deinterleave(bottom, p2, p3);
+                let windows = p0
+                    .iter_mut()
+                    .zip(p1.iter_mut())
+                    .zip(p2.iter_mut().zip(p3.iter_mut()));
+                for (&d, ((a, b), (c, e))) in grad_row.iter().zip(windows) {
+                    [*a, *b, *c, *e] = window_route([*a, *b, *c, *e], d);
+                }
+                let (dtop, dbottom) = dpair.split_at_mut(g.in_w);
+                interleave(p0, p1, dtop);
+                interleave(p2, p3, dbottom);
+            }
         }
     }
 }
