@@ -19,6 +19,9 @@ use anyhow::{Context, bail};
 /// take no time.
 const FILTERS: [&str; 2] = ["simd::", "gemm::"];
 
+/// How the error begins when Miri is missing (xtask's miri test skips on it).
+const NOT_INSTALLED: &str = "Miri is not installed for the nightly toolchain";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Isa {
     /// AVX2 and FMA: the 8-lane kernels, and the 16-lane shapes in pairs.
@@ -49,12 +52,13 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let installed = Command::new("cargo")
         .args(["+nightly", "miri", "--version"])
+        // Only asks: rustup would otherwise download a missing nightly.
+        .env("RUSTUP_AUTO_INSTALL", "0")
         .output()
         .is_ok_and(|out| out.status.success());
     if !installed {
         bail!(
-            "Miri is not installed for the nightly toolchain: install it with \
-             `rustup toolchain install nightly --component miri,rust-src`"
+            "{NOT_INSTALLED}: install it with `rustup toolchain install nightly --component miri,rust-src`"
         );
     }
     let isas = args
