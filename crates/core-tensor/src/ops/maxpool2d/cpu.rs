@@ -50,9 +50,22 @@ struct Then {
 }
 
 impl Then {
+    fn new(then: Epilogue) -> Result<Self> {
+        let (relu, dropout) = then.parts()?;
+        Ok(Self {
+            relu,
+            dropout,
+            first: 0,
+        })
+    }
+
+    /// The same epilogue for a loop whose first output is element `first`.
+    fn starting_at(self, first: usize) -> Self {
+        Self { first, ..self }
+    }
+
     /// The pooled values of the loop's outputs from `at` on, in place,
-    /// after the epilogue. Whole planes at a time: the mask's hash is most
-    /// of the cost, and a row's dozen values are too short a loop for it.
+    /// after the epilogue (a group of [`MASK_PLANES`] planes at a time).
     fn fwd(&self, at: usize, values: &mut [f32]) {
         mask::relu_dropout_fwd(self.dropout, self.first + at, values);
     }
@@ -75,7 +88,7 @@ impl MaxPool2dKernel for Cpu {
         y: &mut Vec<f32>,
     ) -> Result<()> {
         g.check::<Self>(x, y)?;
-        let (relu, dropout) = then.parts()?;
+        let then = Then::new(then)?;
         let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h() * g.out_w());
         // Whole planes per thread: every output is one window's maximum,
         // so the split cannot change a bit.
@@ -83,16 +96,7 @@ impl MaxPool2dKernel for Cpu {
         self.for_each_chunk(y, per * out_plane, |i, y| {
             let x = &x[i * per * in_plane..];
             let first = i * per * out_plane;
-            fwd_planes(
-                g,
-                Then {
-                    relu,
-                    dropout,
-                    first,
-                },
-                x,
-                y,
-            );
+            fwd_planes(g, then.starting_at(first), x, y);
         });
         Ok(())
     }
@@ -109,23 +113,13 @@ impl MaxPool2dKernel for Cpu {
         g.check::<Self>(x, dy)?;
         check_len("maxpool2d", "y", y.len(), dy.len())?;
         check_len("maxpool2d", "dx", dx.len(), x.len())?;
-        let (relu, dropout) = then.parts()?;
+        let then = Then::new(then)?;
         let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h() * g.out_w());
         let per = planes_per_thread(self, g);
         self.for_each_chunk(dx, per * in_plane, |i, dx| {
             let first = i * per * out_plane;
             let (x, y, dy) = (&x[i * per * in_plane..], &y[first..], &dy[first..]);
-            bwd_planes(
-                g,
-                Then {
-                    relu,
-                    dropout,
-                    first,
-                },
-                x,
-                (y, dy),
-                dx,
-            );
+            bwd_planes(g, then.starting_at(first), x, (y, dy), dx);
         });
         Ok(())
     }
