@@ -1,0 +1,146 @@
+use super::*;
+
+fn parse(args: &[&str]) -> Result<Cli, String> {
+    Cli::try_parse_from(std::iter::once("trainer").chain(args.iter().copied()))
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn defaults_are_the_reference_settings() {
+    let cli = parse(&[]).unwrap();
+    assert_eq!(
+        (cli.epochs, cli.batch_size, cli.lr, cli.seed),
+        (5, 64, 1e-3, 0)
+    );
+    assert_eq!(cli.device, DeviceChoice::Auto);
+    assert_eq!(cli.backend, BackendChoice::Auto);
+    assert_eq!(cli.bucket_mb, 25.0);
+    assert_eq!(cli.sparse_grads, SparseGrads::Auto);
+    assert_eq!(
+        (cli.checkpoint_dir, cli.keep, cli.max_restarts, cli.resume),
+        (None, 3, 0, None)
+    );
+}
+
+#[test]
+fn checkpoint_flags_that_need_a_directory_say_so() {
+    for (args, needle) in [
+        (
+            &["--checkpoint-every", "5"][..],
+            "--checkpoint-every needs --checkpoint-dir",
+        ),
+        (
+            &["--max-restarts", "1"],
+            "--max-restarts needs --checkpoint-dir",
+        ),
+        (
+            &["--resume", "auto"],
+            "--resume auto needs --checkpoint-dir",
+        ),
+        (
+            &["--resume", "x", "--init-from", "w.safetensors"],
+            "give one",
+        ),
+    ] {
+        let err = parse(args).unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let ok = parse(&[
+        "--checkpoint-dir",
+        "d",
+        "--resume",
+        "auto",
+        "--init-from",
+        "w.safetensors",
+        "--max-restarts",
+        "2",
+    ])
+    .unwrap();
+    ok.validate().unwrap();
+    assert_eq!(ok.resume, Some(ResumeFrom::Auto));
+    assert_eq!(
+        parse(&["--resume", "d/ckpt-e0002-s000000"]).unwrap().resume,
+        Some(ResumeFrom::Path("d/ckpt-e0002-s000000".into()))
+    );
+}
+
+#[test]
+fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
+    for (flags, hint) in [
+        (&["--backend", "nccl"][..], "--backend tcp"),
+        (&["--tf32"], "--tf32"),
+        (&["--fp32-tile", "wide"], "--fp32-tile"),
+    ] {
+        let cpu = [&["--device", "cpu"][..], flags].concat();
+        let err = parse(&cpu).unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains(hint), "{err}");
+        for device in ["auto", "cuda"] {
+            let gpu = [&["--device", device][..], flags].concat();
+            parse(&gpu).unwrap().validate().unwrap();
+        }
+    }
+    for backend in ["auto", "tcp"] {
+        parse(&["--device", "cuda", "--backend", backend])
+            .unwrap()
+            .validate()
+            .unwrap();
+    }
+    let both = parse(&["--tf32", "--fp32-tile", "wide"])
+        .unwrap()
+        .validate();
+    assert!(both.unwrap_err().to_string().contains("--tf32"));
+}
+
+#[test]
+fn flags_that_cannot_apply_are_refused() {
+    for (args, needle) in [
+        (&["--sparse-grads", "never"][..], "it is for --model recsys"),
+        (&["--pipeline-stages", "3"], "this CNN splits into 2 stages"),
+        (
+            &["--model", "toy", "--pipeline-stages", "2"][..],
+            "--pipeline-stages splits --model cnn",
+        ),
+        (
+            &[
+                "--pipeline-stages",
+                "2",
+                "--batch-size",
+                "8",
+                "--micro-batches",
+                "9",
+            ],
+            "--micro-batches 9 is more than --batch-size 8",
+        ),
+    ] {
+        let err = parse(args).unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let ok = [
+        "--pipeline-stages",
+        "2",
+        "--batch-size",
+        "8",
+        "--micro-batches",
+        "8",
+    ];
+    parse(&ok).unwrap().validate().unwrap();
+}
+
+#[test]
+fn bad_values_are_rejected_with_the_flag_named() {
+    for (args, flag) in [
+        (&["--batch-size", "0"][..], "--batch-size"),
+        (&["--epochs", "0"], "--epochs"),
+        (&["--lr", "-1"], "--lr"),
+        (&["--lr", "NaN"], "--lr"),
+        (&["--lr", "inf"], "--lr"),
+        (&["--device", "tpu"], "--device"),
+        (&["--keep", "0"], "--keep"),
+        (&["--checkpoint-every", "0"], "--checkpoint-every"),
+        (&["--resume", ""], "--resume"),
+        (&["--backend", "mpi"], "--backend"),
+    ] {
+        let err = parse(args).unwrap_err();
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+}
