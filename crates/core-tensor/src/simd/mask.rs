@@ -14,18 +14,15 @@ pub(crate) fn relu_dropout_fwd(dropout: Dropout, first: usize, values: &mut [f32
         values.iter_mut().for_each(|v| *v = relu(*v));
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512dq") {
-            // SAFETY: the CPU has the features the function is compiled for.
-            return unsafe { x86::fwd_avx512(dropout, first, values) };
-        }
-        if is_x86_feature_detected!("avx2") {
-            // SAFETY: as above.
-            return unsafe { x86::fwd_avx2(dropout, first, values) };
-        }
+    match Build::detect() {
+        // SAFETY: `detect` saw the features the function is compiled for.
+        #[cfg(target_arch = "x86_64")]
+        Build::Avx512Dq => unsafe { x86::fwd_avx512(dropout, first, values) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Build::Avx2 => unsafe { x86::fwd_avx2(dropout, first, values) },
+        Build::Baseline => fwd(dropout, first, values),
     }
-    fwd(dropout, first, values);
 }
 
 /// `dy[k] = dropout(dy[k]) · [y[k] > 0]`, element `first + k` of the mask.
@@ -37,18 +34,42 @@ pub(crate) fn relu_dropout_bwd(dropout: Dropout, first: usize, y: &[f32], dy: &m
         }
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512dq") {
-            // SAFETY: the CPU has the features the function is compiled for.
-            return unsafe { x86::bwd_avx512(dropout, first, y, dy) };
-        }
-        if is_x86_feature_detected!("avx2") {
-            // SAFETY: as above.
-            return unsafe { x86::bwd_avx2(dropout, first, y, dy) };
-        }
+    match Build::detect() {
+        // SAFETY: `detect` saw the features the function is compiled for.
+        #[cfg(target_arch = "x86_64")]
+        Build::Avx512Dq => unsafe { x86::bwd_avx512(dropout, first, y, dy) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Build::Avx2 => unsafe { x86::bwd_avx2(dropout, first, y, dy) },
+        Build::Baseline => bwd(dropout, first, y, dy),
     }
-    bwd(dropout, first, y, dy);
+}
+
+/// The versions of the loops, the best this CPU runs first. Not
+/// [`super::Isa`]: the AVX-512 version also needs DQ (its 64-bit multiply),
+/// and the AVX2 one no FMA.
+#[derive(Clone, Copy)]
+enum Build {
+    #[cfg(target_arch = "x86_64")]
+    Avx512Dq,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    Baseline,
+}
+
+impl Build {
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512dq") {
+                return Self::Avx512Dq;
+            }
+            if is_x86_feature_detected!("avx2") {
+                return Self::Avx2;
+            }
+        }
+        Self::Baseline
+    }
 }
 
 /// `max(v, 0)`, but NaN stays NaN: `max` would turn it into 0 and hide a
