@@ -48,6 +48,11 @@ a second signal stops at once. The launcher passes signals on to its workers,
 kills them after --grace seconds, and exits with 75 if they all saved, else
 with 128 + the signal; its workers die with it even when it is SIGKILLed.
 
+GPU KERNELS: nvcc's PTX from the build when it loads, else NVRTC compiles them
+for the GPU (libnvrtc.so: CUDA toolkit or the nvidia-cuda-nvrtc-cu12 wheel) and
+keeps them in ~/.cache/core-tensor/kernels for the next start
+(CORE_TENSOR_KERNEL_CACHE=DIR elsewhere, =off for no cache).
+
 CURVES: trainer plot run.jsonl -o curves.png draws a --metrics file's loss,
 accuracy and img/s per epoch (labels in DejaVu Sans: fonts-dejavu-core).
 

@@ -18,6 +18,7 @@
 //!   few ulp between libm and CUDA (≤ 2 ulp for expf), and the batch sum is
 //!   a tree on the GPU.
 
+mod kernel_cache;
 mod layers;
 mod pointwise;
 mod support;

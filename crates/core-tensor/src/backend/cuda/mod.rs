@@ -19,6 +19,7 @@
 
 mod fault;
 pub(crate) mod gemm;
+mod kernel_cache;
 pub(crate) mod kernels;
 pub(crate) mod launch;
 pub(crate) mod layer;
@@ -37,6 +38,7 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut,
 };
+pub use kernel_cache::KERNEL_CACHE_VAR;
 pub use kernels::{KernelModule, kernel_modules};
 pub use modules::{compile_cubin, compile_ptx, nvrtc_version};
 pub use pinned::PinnedVec;

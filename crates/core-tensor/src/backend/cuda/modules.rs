@@ -6,7 +6,8 @@
 //! when there is none, NVRTC compiles the source to a CUBIN for the GPU's
 //! exact `sm_XY`: machine code needs no JIT, and a CUBIN from a newer NVRTC
 //! of the same major version loads on an older driver. CUBINs are cached per
-//! (module, architecture), so each is compiled once per process.
+//! (module, architecture), so each is compiled once per process, and on
+//! disk ([`KernelCache`]), so that the next process does not compile it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -15,6 +16,7 @@ use std::thread;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
+use super::kernel_cache::{CacheKey, KernelCache};
 use super::kernels::{KernelModule, PTX_ARCH, kernel_modules};
 use super::nvrtc::{self, Output};
 use crate::{Error, Result};
@@ -43,8 +45,12 @@ pub fn compile_ptx(module: &KernelModule, compute_cap: u32) -> Result<String> {
 /// `module` compiled by NVRTC to a CUBIN for `sm_<compute_cap>`, exactly as
 /// [`super::Cuda::new`] does when it has no loadable PTX.
 pub fn compile_cubin(module: &KernelModule, compute_cap: u32) -> Result<Vec<u8>> {
-    let arch = format!("--gpu-architecture=sm_{compute_cap}");
-    nvrtc::compile(module.name, module.source, &[arch], Output::Cubin)
+    let options = cubin_options(compute_cap);
+    nvrtc::compile(module.name, module.source, &options, Output::Cubin)
+}
+
+fn cubin_options(compute_cap: u32) -> Vec<String> {
+    vec![format!("--gpu-architecture=sm_{compute_cap}")]
 }
 
 /// Every kernel loaded on one GPU.
@@ -86,7 +92,12 @@ pub(super) fn load_all(
         origin.push(format!("PTX for {} from nvcc", PTX_ARCH.unwrap_or("?")));
     }
     if !need_nvrtc.is_empty() {
-        let cubins = cubins(&need_nvrtc, sm).map_err(|e| {
+        let disk = KernelCache::from_env();
+        let found = nvrtc::version().and_then(|version| {
+            let found = cubins(&need_nvrtc, sm, version, disk.as_ref())?;
+            Ok((version, found))
+        });
+        let ((nv_major, nv_minor), found) = found.map_err(|e| {
             if ptx_failures.is_empty() {
                 e
             } else {
@@ -100,11 +111,15 @@ pub(super) fn load_all(
                 }
             }
         })?;
+        let (cubins, sources): (Vec<_>, Vec<_>) = found.into_iter().unzip();
         for (module, cubin) in need_nvrtc.into_iter().zip(cubins) {
             loaded.push((module, ctx.load_module(Ptx::from_binary(cubin.to_vec()))?));
         }
-        let (nv_major, nv_minor) = nvrtc::version()?;
-        origin.push(format!("NVRTC {nv_major}.{nv_minor} for sm_{sm}"));
+        let nvrtc = format!("NVRTC {nv_major}.{nv_minor} for sm_{sm}");
+        origin.push(match disk {
+            Some(disk) => format!("{nvrtc}{}", Source::describe(&sources, &disk)),
+            None => nvrtc,
+        });
     }
     let mut functions = HashMap::new();
     for (module, cuda_module) in &loaded {
@@ -132,22 +147,79 @@ fn load_function(
         })
 }
 
-/// The CUBINs of `modules` for `sm`, from the cache or compiled now (in
-/// parallel: NVRTC programs are independent).
-fn cubins(modules: &[&'static KernelModule], sm: u32) -> Result<Vec<Arc<[u8]>>> {
-    let cached = |module: &KernelModule| {
+/// Where a module's CUBIN came from.
+enum Source {
+    /// An earlier load in this process.
+    Process,
+    /// The disk cache.
+    Disk,
+    /// NVRTC, just now; then stored on disk, or why not.
+    Compiled(std::io::Result<()>),
+}
+
+impl Source {
+    /// What the disk cache did, for the origin line: `, read from DIR`,
+    /// `, saved in DIR`, both with counts, or why it could not be saved.
+    fn describe(sources: &[Self], disk: &KernelCache) -> String {
+        let dir = disk.dir().display();
+        let read = sources.iter().filter(|s| matches!(s, Self::Disk)).count();
+        let compiled = sources
+            .iter()
+            .filter(|s| matches!(s, Self::Compiled(_)))
+            .count();
+        let unsaved = sources.iter().find_map(|s| match s {
+            Self::Compiled(Err(e)) => Some(e),
+            _ => None,
+        });
+        match (compiled, read, unsaved) {
+            (_, _, Some(e)) => format!(
+                ", not saved in the kernel cache {dir} ({e}; set {} to a writable \
+                 directory, or to `off`)",
+                super::kernel_cache::KERNEL_CACHE_VAR
+            ),
+            (0, 0, None) => String::new(),
+            (0, _, None) => format!(", read from the kernel cache {dir}"),
+            (_, 0, None) => format!(", saved in the kernel cache {dir}"),
+            (c, r, None) => format!(", {c} compiled and {r} read from the kernel cache {dir}"),
+        }
+    }
+}
+
+/// The CUBINs of `modules` for `sm` (by NVRTC `nvrtc`), from this process's cache, from
+/// `disk`, or compiled now (in parallel: NVRTC programs are independent)
+/// and stored there.
+fn cubins(
+    modules: &[&'static KernelModule],
+    sm: u32,
+    nvrtc: (i32, i32),
+    disk: Option<&KernelCache>,
+) -> Result<Vec<(Arc<[u8]>, Source)>> {
+    let in_process = |module: &KernelModule| {
         let cache = CUBINS.lock().unwrap_or_else(PoisonError::into_inner);
         cache.get(&(module.name, sm)).cloned()
     };
-    let compiled: Vec<Result<Arc<[u8]>>> = thread::scope(|scope| {
+    let options = cubin_options(sm);
+    let find_or_compile = |module: &'static KernelModule| -> Result<(Arc<[u8]>, Source)> {
+        if let Some(cubin) = in_process(module) {
+            return Ok((cubin, Source::Process));
+        }
+        let key = CacheKey {
+            module: module.name,
+            source: module.source,
+            options: &options,
+            nvrtc,
+        };
+        if let Some(cubin) = disk.and_then(|disk| disk.get(&key)) {
+            return Ok((Arc::from(cubin), Source::Disk));
+        }
+        let cubin = compile_cubin(module, sm)?;
+        let saved = disk.map_or(Ok(()), |disk| disk.put(&key, &cubin));
+        Ok((Arc::from(cubin), Source::Compiled(saved)))
+    };
+    let found: Vec<Result<(Arc<[u8]>, Source)>> = thread::scope(|scope| {
         let jobs: Vec<_> = modules
             .iter()
-            .map(|&module| {
-                scope.spawn(move || match cached(module) {
-                    Some(cubin) => Ok(cubin),
-                    None => compile_cubin(module, sm).map(Arc::from),
-                })
-            })
+            .map(|&module| scope.spawn(move || find_or_compile(module)))
             .collect();
         jobs.into_iter()
             .map(|job| {
@@ -160,10 +232,10 @@ fn cubins(modules: &[&'static KernelModule], sm: u32) -> Result<Vec<Arc<[u8]>>> 
             })
             .collect()
     });
-    let compiled: Vec<Arc<[u8]>> = compiled.into_iter().collect::<Result<_>>()?;
+    let found = found.into_iter().collect::<Result<Vec<_>>>()?;
     let mut cache = CUBINS.lock().unwrap_or_else(PoisonError::into_inner);
-    for (module, cubin) in modules.iter().zip(&compiled) {
+    for (module, (cubin, _)) in modules.iter().zip(&found) {
         cache.insert((module.name, sm), Arc::clone(cubin));
     }
-    Ok(compiled)
+    Ok(found)
 }
