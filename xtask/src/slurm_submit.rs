@@ -1,4 +1,5 @@
-//! `cargo xtask slurm-submit`: builds the release trainer, renders a batch
+//! `cargo xtask slurm-submit`: builds the trainer (release profile unless
+//! `--profile` says otherwise), renders a batch
 //! script for it, submits that with `sbatch`, and with `--wait` follows the
 //! job to its end. Everything the user typed is validated first.
 
@@ -68,9 +69,14 @@ pub struct Args {
     /// With --wait: cancel the job if it is still queued after this many seconds.
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     pending_timeout: u64,
-    /// Submit the trainer as already built instead of running `cargo build --release -p trainer`.
+    /// Submit the trainer as already built instead of running `cargo build --profile PROFILE -p trainer`.
     #[arg(long)]
     no_build: bool,
+    /// The cargo profile of the trainer to build and submit: `release`, or `dev`
+    /// (target/debug/trainer: it trains as fast, every profile optimising the numeric crates,
+    /// and shares the build of `cargo test`).
+    #[arg(long, default_value = "release", value_name = "PROFILE", value_parser = profile_name)]
+    profile: String,
     /// Run this program under srun instead of the trainer (a wrapper script, a profiler, another
     /// build); nothing is built.
     #[arg(long, value_name = "PATH")]
@@ -95,7 +101,12 @@ pub fn run(args: Args) -> Result<()> {
     };
     let program = match &args.program {
         Some(program) => existing_program(program)?,
-        None => trainer(&root, !(args.no_build || args.dry_run), !args.dry_run)?,
+        None => trainer(
+            &root,
+            &args.profile,
+            !(args.no_build || args.dry_run),
+            !args.dry_run,
+        )?,
     };
     // Seconds and pid: unique to this submission, kept by its requeues.
     let submitted = std::time::SystemTime::now()
@@ -183,30 +194,50 @@ fn existing_program(program: &Path) -> Result<PathBuf> {
     Ok(absolute)
 }
 
-/// The release trainer's path, built first when `build` is set.
-fn trainer(root: &Path, build: bool, must_exist: bool) -> Result<PathBuf> {
+/// The path of the trainer of cargo profile `profile`, built first when
+/// `build` is set.
+fn trainer(root: &Path, profile: &str, build: bool, must_exist: bool) -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let command = format!("cargo build --profile {profile} -p trainer");
     if build {
-        eprintln!("slurm-submit: building the trainer (cargo build --release -p trainer)");
+        eprintln!("slurm-submit: building the trainer ({command})");
         let status = Command::new(&cargo)
-            .args(["build", "--release", "-p", "trainer"])
+            .args(["build", "--profile", profile, "-p", "trainer"])
             .current_dir(root)
             .status()
-            .context("running `cargo build --release -p trainer`")?;
+            .with_context(|| format!("running `{command}`"))?;
         if !status.success() {
-            bail!(
-                "`cargo build --release -p trainer` failed ({status}); fix the build or pass --program"
-            );
+            bail!("`{command}` failed ({status}); fix the build or pass --program");
         }
     }
-    let path = target_dir(&cargo, root)?.join("release").join("trainer");
+    // Cargo's own profiles keep their old folder names.
+    let folder = match profile {
+        "dev" | "test" => "debug",
+        "bench" => "release",
+        custom => custom,
+    };
+    let path = target_dir(&cargo, root)?.join(folder).join("trainer");
     if must_exist && !path.is_file() {
         bail!(
-            "no trainer at {}; build it with `cargo build --release -p trainer` or drop --no-build",
+            "no trainer at {}; build it with `{command}` or drop --no-build",
             path.display()
         );
     }
     Ok(path)
+}
+
+/// A cargo profile's name: letters, digits, `-` and `_`.
+fn profile_name(name: &str) -> Result<String, String> {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    match valid {
+        true => Ok(name.to_owned()),
+        false => Err(format!(
+            "{name:?} is not a cargo profile name (release, dev, or a [profile.NAME] of Cargo.toml)"
+        )),
+    }
 }
 
 /// Asks cargo, which accounts for CARGO_TARGET_DIR and `build.target-dir`.

@@ -92,6 +92,21 @@ fn dry_run_prints_the_script_and_touches_nothing() {
     );
 }
 
+/// `--profile dev` submits cargo's dev build, which `cargo test` has
+/// already built; a custom profile its own folder.
+#[test]
+fn the_profile_picks_the_trainer_build() {
+    for (profile, folder) in [("dev", "debug"), ("release", "release"), ("fast", "fast")] {
+        let out = slurm_submit(&["--dry-run", "--profile", profile])
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+        let srun = stdout.lines().find(|l| l.starts_with("srun ")).unwrap();
+        assert!(srun.contains(&format!("/{folder}/trainer ")), "{srun}");
+    }
+}
+
 #[test]
 fn rejects_invalid_input_before_doing_anything() {
     let tmp = tempfile::tempdir().unwrap();
@@ -118,6 +133,10 @@ fn rejects_invalid_input_before_doing_anything() {
         (
             &["--dry-run", "--program=/nonexistent/wrapper"],
             "no such file",
+        ),
+        (
+            &["--dry-run", "--profile=release; rm -rf ~"],
+            "is not a cargo profile name",
         ),
     ];
     for (args, message) in cases {

@@ -149,7 +149,8 @@ impl Cluster {
         let stdout = logs.path().join("xtask.stdout");
         let stderr = logs.path().join("xtask.stderr");
         let mut child = Command::new(env!("CARGO_BIN_EXE_xtask"))
-            .args(["slurm-submit", "--wait", "--time", "10", "--output-dir"])
+            .args(["slurm-submit", "--wait", "--time", "10", "--profile", "dev"])
+            .arg("--output-dir")
             .arg(logs.path())
             .args(args)
             .current_dir(workspace_root())
@@ -264,20 +265,22 @@ impl Submission {
     }
 }
 
-/// Builds the release trainer once, outside the per-job deadline; slurm-submit's
-/// own build step then finds nothing to do.
+/// Builds the trainer once, outside the per-job deadline; slurm-submit's
+/// own build step then finds nothing to do. Cargo's dev profile, which the
+/// jobs run (`--profile dev`): `cargo test` has built it already, where a
+/// release build would take minutes.
 pub fn build_trainer() {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
         let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .args(["build", "--release", "-p", "trainer"])
+            .args(["build", "--profile", "dev", "-p", "trainer"])
             .current_dir(workspace_root())
             .status()
             .map_err(|e| e.to_string())?;
         status
             .success()
             .then_some(())
-            .ok_or(format!("cargo build --release -p trainer: {status}"))
+            .ok_or(format!("cargo build --profile dev -p trainer: {status}"))
     });
     if let Err(err) = built {
         panic!("cannot build the trainer: {err}");
