@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -414,8 +415,17 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, std::size_t count, St
 // -- modules and launches: a module's image (PTX or CUBIN) is not read;
 // its functions are the kernels compiled into this library.
 
+// The kernels are the ones compiled into this library, whatever the image
+// holds; but like the driver it takes only a CUBIN (an ELF image) or PTX
+// text (NUL-terminated, with a `.version` directive), so that other bytes
+// reaching the driver (a damaged cache entry) are an error here too.
 CUresult cuModuleLoadData(Module** module, const void* image) {
     if (image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const auto* bytes = static_cast<const unsigned char*>(image);
+    const bool elf = bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' && bytes[3] == 'F';
+    if (!elf && std::strstr(static_cast<const char*>(image), ".version") == nullptr) {
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
     *module = new Module;
     return CUDA_SUCCESS;
 }

@@ -25,6 +25,9 @@
 //! * Argument lists: each kernel is called through its own C signature with
 //!   the launch's `kernelParams`, so a wrong count or order of arguments
 //!   gives wrong numbers, a bad launch configuration the driver's error.
+//! * Module images: the kernels are this library's own, but only a CUBIN
+//!   (an ELF image) or PTX text loads, as on the driver, so damaged bytes
+//!   (a bad kernel-cache entry) fail here too.
 //! * Memory: every allocation ends at an unmapped page, so a kernel that
 //!   runs past the end of a buffer faults, and the process ends naming the
 //!   kernel, block and thread. Copies and memsets must stay inside one

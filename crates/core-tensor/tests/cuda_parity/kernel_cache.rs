@@ -1,11 +1,13 @@
 //! The kernel cache across processes, on `cuda-emu`: a first process
 //! compiles every module with NVRTC and saves it, a second reads them all
-//! back, and a damaged entry is compiled again (and the GPU still opens).
+//! back, a damaged entry is compiled again (and the GPU still opens), and
+//! an entry the driver refuses is an error that names the cache.
 
 use std::path::Path;
 
 use core_tensor::backend::cuda::KERNEL_CACHE_VAR;
 use core_tensor::{Backend, Cuda};
+use sha2::{Digest, Sha256};
 
 /// What the re-run's GPU must say of where its kernels came from.
 const WANT: &str = "KERNEL_CACHE_WANT";
@@ -41,18 +43,26 @@ fn the_kernel_cache_across_processes_on_the_cuda_emulator() {
             ", 1 compiled and {} read from the kernel cache",
             entries.len() - 1
         ));
+        // Intact by its checksum, but no CUBIN: the driver's refusal names
+        // the cache and the way out.
+        let mut forged = b"not a cubin\0".to_vec();
+        forged.extend_from_slice(&Sha256::digest(&forged));
+        std::fs::write(entry, forged).unwrap();
+        open_gpu("`: the driver refused its CUBIN from the kernel cache");
     }
 }
 
 /// Inside the re-runs above only: opens the emulated GPU and checks where
-/// its kernels came from.
+/// its kernels came from (or the error opening it).
 #[test]
 fn emulated_kernels_come_from_where_expected() {
     let Some(want) = std::env::var_os(WANT) else {
         return;
     };
-    let gpu = Cuda::new(0).expect("the emulator is loaded");
-    let from = gpu.describe();
+    let from = match Cuda::new(0) {
+        Ok(gpu) => gpu.describe(),
+        Err(e) => format!("error: {e}"),
+    };
     if from.contains("from nvcc") {
         println!("SKIPPED: the kernels came from nvcc's PTX, not NVRTC: {from}");
         return;

@@ -112,8 +112,23 @@ pub(super) fn load_all(
             }
         })?;
         let (cubins, sources): (Vec<_>, Vec<_>) = found.into_iter().unzip();
-        for (module, cubin) in need_nvrtc.into_iter().zip(cubins) {
-            loaded.push((module, ctx.load_module(Ptx::from_binary(cubin.to_vec()))?));
+        for ((module, cubin), source) in need_nvrtc.into_iter().zip(cubins).zip(&sources) {
+            let cuda_module = ctx.load_module(Ptx::from_binary(cubin.to_vec()));
+            let cuda_module = match (cuda_module, source, &disk) {
+                (Err(e), Source::Disk, Some(disk)) => {
+                    return Err(Error::KernelBuild {
+                        module: module.name,
+                        reason: format!(
+                            "the driver refused its CUBIN from the kernel cache {} ({e}): \
+                             remove that directory, or set {}=off",
+                            disk.dir().display(),
+                            super::kernel_cache::KERNEL_CACHE_VAR
+                        ),
+                    });
+                }
+                (loaded, _, _) => loaded?,
+            };
+            loaded.push((module, cuda_module));
         }
         let nvrtc = format!("NVRTC {nv_major}.{nv_minor} for sm_{sm}");
         origin.push(match disk {
@@ -185,9 +200,9 @@ impl Source {
     }
 }
 
-/// The CUBINs of `modules` for `sm` (by NVRTC `nvrtc`), from this process's cache, from
-/// `disk`, or compiled now (in parallel: NVRTC programs are independent)
-/// and stored there.
+/// The CUBINs of `modules` for `sm` by NVRTC version `nvrtc`: from this
+/// process's cache, from `disk`, or compiled now (in parallel: NVRTC
+/// programs are independent) and stored there.
 fn cubins(
     modules: &[&'static KernelModule],
     sm: u32,
