@@ -127,6 +127,13 @@ impl Emulator {
     /// backend into `out` (created if needed), or reuses the one already
     /// there when nothing it is made of changed. Uses `$CXX`, else `c++`.
     pub fn build(out: &Path) -> Result<Self, BuildError> {
+        // One build at a time in this process: its tests may ask at once,
+        // and the work folder below is per process. The later callers then
+        // find it built.
+        static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = BUILDING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let compiler = env::var("CXX").unwrap_or_else(|_| "c++".to_owned());
         let units = translation_units(kernel_modules());
         let fingerprint = fingerprint(&compiler, &units);
