@@ -6,7 +6,7 @@
 //! (`core_tensor::backend::cuda::kernel_modules`) as ordinary C++ (with
 //! `cpp/emu_kernel.h` supplying `threadIdx`, `__syncthreads`, the atomics
 //! and intrinsics) together with the runtime (`cpp/fibers.cpp` runs kernels,
-//! `cpp/driver.cpp` implements the driver API calls cudarc makes over the
+//! `cpp/driver.cpp` and `cpp/devices.cpp` implement the driver API calls cudarc makes over the
 //! guarded device memory of `cpp/memory.cpp`, `cpp/nccl.cpp` the NCCL calls
 //! of `comm::nccl`) into a `libcuda.so`, also linked as `libnccl.so`. A
 //! process started with that folder first on `LD_LIBRARY_PATH`
@@ -70,9 +70,10 @@ const HEADERS: [(&str, &str); 2] = [
     ("emu.h", include_str!("../cpp/emu.h")),
 ];
 /// The runtime: the block scheduler, the driver API, device memory, NCCL.
-const RUNTIME: [(&str, &str); 4] = [
+const RUNTIME: [(&str, &str); 5] = [
     ("fibers.cpp", include_str!("../cpp/fibers.cpp")),
     ("driver.cpp", include_str!("../cpp/driver.cpp")),
+    ("devices.cpp", include_str!("../cpp/devices.cpp")),
     ("memory.cpp", include_str!("../cpp/memory.cpp")),
     ("nccl.cpp", include_str!("../cpp/nccl.cpp")),
 ];
