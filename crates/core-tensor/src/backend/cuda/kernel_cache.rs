@@ -37,7 +37,7 @@ const CHECKSUM_LEN: usize = 32;
 const MAX_ENTRY_BYTES: u64 = 64 << 20;
 
 /// A directory of CUBINs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) struct KernelCache {
     dir: PathBuf,
 }
