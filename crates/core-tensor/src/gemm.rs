@@ -1,5 +1,8 @@
-//! A bounds-checked front to the `gemm` crate, the only `unsafe` on the CPU
-//! path: every matrix product of the CPU backend goes through [`matmul`].
+//! A bounds-checked front to the `gemm` crates' float32 kernels, the only
+//! `unsafe` on the CPU path: every matrix product of the CPU backend goes
+//! through [`matmul`].
+
+pub(crate) use gemm_common::Parallelism;
 
 /// A read-only strided matrix view: element `(r, c)` is
 /// `data[r * row_stride + c * col_stride]`.
@@ -84,7 +87,7 @@ pub(crate) fn matmul(
     accumulate: bool,
     lhs: MatRef<'_>,
     rhs: MatRef<'_>,
-    par: gemm::Parallelism,
+    par: Parallelism,
 ) {
     assert_eq!(lhs.cols, rhs.rows, "matmul: inner dimensions differ");
     assert_eq!(
@@ -111,25 +114,35 @@ pub(crate) fn matmul(
         return;
     }
     let isize_of = |x: usize| x as isize;
+    // `dst` is row-major. `gemm`'s front computes such a product as its
+    // transpose, `dstᵀ = rhsᵀ · lhsᵀ`, a column-major output, which its
+    // microkernels prefer; it does so whenever the row stride (`n`) exceeds
+    // the column stride (1). The same choice here keeps its bits.
+    let (rows, cols, dst_cs, dst_rs, a, b) = if n > 1 {
+        (n, m, isize_of(n), 1, rhs.t(), lhs.t())
+    } else {
+        (m, n, 1, isize_of(n), lhs, rhs)
+    };
     // SAFETY: the asserts above prove that every index gemm derives from
-    // (m, n, k) and the strides lies inside the corresponding slice; `dst` is
+    // (m, n, k) and the strides lies inside the corresponding slice (the
+    // transposed views are the same elements, strides swapped); `dst` is
     // a unique borrow, so it cannot alias `lhs` or `rhs`. With `read_dst`
     // false gemm never reads `dst`, so its previous contents do not matter.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
+        gemm_f32::gemm::f32::get_gemm_fn()(
+            rows,
+            cols,
             k,
             dst.data.as_mut_ptr(),
-            1,
-            isize_of(n),
+            dst_cs,
+            dst_rs,
             accumulate,
-            lhs.data.as_ptr(),
-            isize_of(lhs.col_stride),
-            isize_of(lhs.row_stride),
-            rhs.data.as_ptr(),
-            isize_of(rhs.col_stride),
-            isize_of(rhs.row_stride),
+            a.data.as_ptr(),
+            isize_of(a.col_stride),
+            isize_of(a.row_stride),
+            b.data.as_ptr(),
+            isize_of(b.col_stride),
+            isize_of(b.row_stride),
             1.0,
             1.0,
             false,
@@ -156,7 +169,7 @@ mod tests {
             true,
             lhs,
             rhs,
-            gemm::Parallelism::None,
+            Parallelism::None,
         );
         for i in 0..2 {
             for j in 0..4 {
@@ -176,7 +189,7 @@ mod tests {
             false,
             MatRef::row_major(&a, 2, 3),
             MatRef::row_major(&a, 3, 2),
-            gemm::Parallelism::None,
+            Parallelism::None,
         );
     }
 }

@@ -74,11 +74,11 @@ impl Cpu {
     }
 
     /// The parallelism to hand to `gemm` from inside [`Cpu::run`].
-    pub(crate) fn gemm_parallelism(&self) -> gemm::Parallelism {
+    pub(crate) fn gemm_parallelism(&self) -> crate::gemm::Parallelism {
         if self.threads == 1 {
-            gemm::Parallelism::None
+            crate::gemm::Parallelism::None
         } else {
-            gemm::Parallelism::Rayon(self.threads)
+            crate::gemm::Parallelism::Rayon(self.threads)
         }
     }
 

@@ -2,7 +2,7 @@ use rayon::prelude::*;
 
 use super::wide::{self, Layout, Wide, WideBwd};
 use super::{Conv2dGeom, Conv2dKernel};
-use crate::gemm::{MatMut, MatRef, matmul};
+use crate::gemm::{MatMut, MatRef, Parallelism, matmul};
 use crate::ops::ParamAt;
 use crate::{Cpu, Result};
 
@@ -47,7 +47,7 @@ impl Conv2dKernel for Cpu {
                     true,
                     MatRef::row_major(w, g.out_channels, g.patch_len()),
                     MatRef::row_major(&col, g.patch_len(), ohw),
-                    gemm::Parallelism::None,
+                    Parallelism::None,
                 );
             }
         });
@@ -150,7 +150,7 @@ fn bwd_group(
             i > 0,
             dy_mat,
             MatRef::row_major(&col, patch, ohw).t(),
-            gemm::Parallelism::None,
+            Parallelism::None,
         );
         if let Some(dx) = dx.as_deref_mut() {
             // dcol = Wᵀ · dy_n, scattered back onto the image.
@@ -159,7 +159,7 @@ fn bwd_group(
                 false,
                 MatRef::row_major(w, g.out_channels, patch).t(),
                 dy_mat,
-                gemm::Parallelism::None,
+                Parallelism::None,
             );
             col2im(g, &col, &mut dx[i * in_len..(i + 1) * in_len]);
         }
