@@ -74,7 +74,7 @@ pub struct Args {
     no_build: bool,
     /// The cargo profile of the trainer to build and submit: `release`, or `dev`
     /// (target/debug/trainer: it trains as fast, every profile optimising the numeric crates,
-    /// and reuses most of what `cargo test` has built).
+    /// and is already built after `cargo test`).
     #[arg(long, default_value = "release", value_name = "PROFILE", value_parser = profile_name)]
     profile: String,
     /// Run this program under srun instead of the trainer (a wrapper script, a profiler, another
