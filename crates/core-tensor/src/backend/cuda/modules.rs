@@ -16,7 +16,7 @@ use std::thread;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
-use super::kernel_cache::{CacheKey, KernelCache};
+use super::kernel_cache::{CacheKey, KERNEL_CACHE_VAR, KernelCache};
 use super::kernels::{KernelModule, PTX_ARCH, kernel_modules};
 use super::nvrtc::{self, Output};
 use crate::{Error, Result};
@@ -122,7 +122,7 @@ pub(super) fn load_all(
                             "the driver refused its CUBIN from the kernel cache {} ({e}): \
                              remove that directory, or set {}=off",
                             disk.dir().display(),
-                            super::kernel_cache::KERNEL_CACHE_VAR
+                            KERNEL_CACHE_VAR
                         ),
                     });
                 }
@@ -190,7 +190,7 @@ impl Source {
             (_, _, Some(e)) => format!(
                 ", not saved in the kernel cache {dir} ({e}; set {} to a writable \
                  directory, or to `off`)",
-                super::kernel_cache::KERNEL_CACHE_VAR
+                KERNEL_CACHE_VAR
             ),
             (0, 0, None) => String::new(),
             (0, _, None) => format!(", read from the kernel cache {dir}"),
@@ -227,7 +227,8 @@ fn cubins(
         if let Some(cubin) = disk.and_then(|disk| disk.get(&key)) {
             return Ok((Arc::from(cubin), Source::Disk));
         }
-        let cubin = compile_cubin(module, sm)?;
+        // The options of the key, so what is stored is what it names.
+        let cubin = nvrtc::compile(module.name, module.source, &options, Output::Cubin)?;
         let saved = disk.map_or(Ok(()), |disk| disk.put(&key, &cubin));
         Ok((Arc::from(cubin), Source::Compiled(saved)))
     };
