@@ -75,6 +75,11 @@ CUresult allocate(CUdeviceptr* out, std::size_t size) {
     mprotect(bytes + data, page, PROT_NONE);
     // Flush against the guard, keeping the 16-byte alignment of float4.
     char* start = bytes + data - (size + 15) / 16 * 16;
+    // Fresh pages are zero, but what a GPU hands out (from cudarc's
+    // stream-ordered pool, often a buffer freed moments before) is not:
+    // every byte 0xff, a NaN in every float, so a kernel that reads what
+    // nobody wrote fails here too.
+    std::memset(start, 0xff, size);
     std::lock_guard<std::mutex> lock(memory_mutex);
     allocations[reinterpret_cast<CUdeviceptr>(start)] = {bytes, data + page, size};
     allocated_bytes += size;
