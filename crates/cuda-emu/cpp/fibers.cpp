@@ -126,7 +126,12 @@ std::uint64_t fp_control_words() {
 // Runs every thread of the current block to completion. A fiber runs until
 // it finishes or reaches a barrier; once every live fiber is parked, all are
 // released. Threads that have exited count as arrived, as on the GPU.
-void run_block(unsigned threads) {
+// Between two barriers the fibers run in index order, then in reverse
+// order up to the next, and so on (odd blocks start reversed): a GPU runs
+// them in no order, and one fixed order would hide every race in which a
+// thread reads, before the barrier, what a thread on the other side of it
+// in that order writes.
+void run_block(unsigned threads, bool reverse) {
     const std::uint64_t fp = fp_control_words();
     for (unsigned i = 0; i < threads; ++i) {
         Fiber& f = block.fibers[i];
@@ -135,9 +140,9 @@ void run_block(unsigned threads) {
         f.sp = fresh_stack(i, fp);
     }
     unsigned live = threads;
-    while (live > 0) {
-        for (unsigned i = 0; i < threads; ++i) {
-            Fiber& f = block.fibers[i];
+    for (; live > 0; reverse = !reverse) {
+        for (unsigned n = 0; n < threads; ++n) {
+            Fiber& f = block.fibers[reverse ? threads - 1 - n : n];
             if (f.state != State::Ready) continue;
             block.current = &f;
             threadIdx = f.index;
@@ -213,11 +218,14 @@ bool run_grid(const char* kernel, Entry entry, void** params, dim3 grid, dim3 th
     gridDim = grid;
     blockDim = threads;
     const unsigned per_block = threads.x * threads.y * threads.z;
-    for (unsigned z = 0; z < grid.z; ++z) {
-        for (unsigned y = 0; y < grid.y; ++y) {
-            for (unsigned x = 0; x < grid.x; ++x) {
+    // The last block first: a GPU runs blocks in no order, and a kernel
+    // whose block reads what a lower one writes in the same launch would
+    // pass if they ran in index order.
+    for (unsigned z = grid.z; z-- > 0;) {
+        for (unsigned y = grid.y; y-- > 0;) {
+            for (unsigned x = grid.x; x-- > 0;) {
                 blockIdx = {x, y, z};
-                run_block(per_block);
+                run_block(per_block, (x + y + z) % 2 == 1);
             }
         }
     }
