@@ -11,6 +11,7 @@ use rayon::ThreadPool;
 
 use super::{Backend, Elem};
 use crate::error::check_len;
+use crate::gemm::Parallelism;
 use crate::{Error, Result};
 
 /// Host memory and `threads` worker threads.
@@ -74,11 +75,11 @@ impl Cpu {
     }
 
     /// The parallelism to hand to `gemm` from inside [`Cpu::run`].
-    pub(crate) fn gemm_parallelism(&self) -> crate::gemm::Parallelism {
+    pub(crate) fn gemm_parallelism(&self) -> Parallelism {
         if self.threads == 1 {
-            crate::gemm::Parallelism::None
+            Parallelism::None
         } else {
-            crate::gemm::Parallelism::Rayon(self.threads)
+            Parallelism::Rayon(self.threads)
         }
     }
 
