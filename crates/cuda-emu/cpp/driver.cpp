@@ -323,9 +323,10 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, std::size_t count, St
 // directive), so other bytes (a damaged cache entry) are an error here too.
 CUresult cuModuleLoadData(Module** module, const void* image) {
     if (image == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    const auto* bytes = static_cast<const unsigned char*>(image);
-    const bool elf = bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' && bytes[3] == 'F';
-    if (!elf && std::strstr(static_cast<const char*>(image), ".version") == nullptr) {
+    // strncmp stops at a NUL, so a short PTX text is not read past its end.
+    const char* text = static_cast<const char*>(image);
+    const bool elf = std::strncmp(text, "\x7f" "ELF", 4) == 0;
+    if (!elf && std::strstr(text, ".version") == nullptr) {
         return CUDA_ERROR_INVALID_IMAGE;
     }
     *module = new Module;

@@ -93,13 +93,16 @@ const CXX_FLAGS: &[&str] = &[
     "-fPIC",
     "-ffp-contract=off",
     "-fno-strict-aliasing",
-    "-fsanitize=alignment",
+    SANITIZE,
     "-fno-sanitize-recover=alignment",
     "-Wall",
     "-Wno-unknown-pragmas",
     "-Wno-unused-function",
     "-Wno-unused-variable",
 ];
+
+/// The alignment checks, at compile and at link time (their runtime).
+const SANITIZE: &str = "-fsanitize=alignment";
 
 /// Why the emulator could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -219,7 +222,7 @@ fn build_in(
         .args(["-shared", "-o"])
         .arg(&built)
         .args(&objects)
-        .args(["-fsanitize=alignment", "-lpthread"]))
+        .args([SANITIZE, "-lpthread"]))
     .map_err(|e| e.for_compiler(compiler))?;
     rename(&built, library)
 }

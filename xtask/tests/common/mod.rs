@@ -267,8 +267,10 @@ impl Submission {
 
 /// Builds the trainer once, outside the per-job deadline; slurm-submit's
 /// own build step then finds nothing to do. Cargo's dev profile, which the
-/// jobs run (`--profile dev`): it reuses most of what `cargo test` has
-/// built (a minute in CI), where a release build takes three.
+/// jobs run (`--profile dev`): after `cargo test --workspace` it is built
+/// already (the trainer names the features `cargo test` resolves), where a
+/// release build takes three minutes; `cargo test -p xtask` alone builds it
+/// here.
 pub fn build_trainer() {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
