@@ -11,7 +11,9 @@ mod rules;
 mod shared;
 mod values;
 
-use values::{positive_finite, seconds};
+use launcher::LaunchFlags;
+use launcher::flags::seconds;
+use values::positive_finite;
 
 const AFTER_HELP: &str = "\
 HOW RANKS START (first match wins):
@@ -274,17 +276,6 @@ pub struct Cli {
     #[arg(long, value_name = "PATH")]
     pub auth_token_file: Option<PathBuf>,
 
-    /// Local launcher: when a worker fails, stop all and restart them from
-    /// the newest checkpoint, up to N times (needs --checkpoint-dir).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub max_restarts: u32,
-
-    /// Local launcher: seconds the workers get, after it passes them a
-    /// signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2), to save and stop
-    /// before it kills them.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = seconds)]
-    pub grace: f64,
-
     /// Pipeline parallelism: split the model into S stages, one per rank
     /// (S = 2 for this CNN: the convolution stack, the fully connected
     /// stack); the world is S x data-parallel replicas.
@@ -301,7 +292,7 @@ pub struct Cli {
     pub spawn: Spawn,
 
     #[command(flatten)]
-    pub nodes: crate::launcher::NodeFlags,
+    pub launch: LaunchFlags,
 }
 
 #[cfg(test)]

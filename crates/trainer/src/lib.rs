@@ -3,7 +3,7 @@
 //! of its own workers. See `ARCHITECTURE.md` for the map.
 
 #[macro_use]
-mod say;
+extern crate launcher;
 
 pub mod announce;
 pub mod bounded_read;
@@ -11,7 +11,6 @@ pub mod checkpoint;
 pub mod cli;
 pub mod data;
 pub mod ddp;
-pub mod launcher;
 pub mod metrics;
 pub mod model;
 pub mod monitor;
@@ -26,9 +25,11 @@ pub mod worker;
 
 use anyhow::bail;
 use comm::LaunchEnv;
+use launcher::contract::RunEnd;
+use launcher::{NodePlan, WorkerSpec};
 
+use crate::checkpoint::restarts::CheckpointRestarts;
 use crate::cli::Cli;
-use crate::stop::RunEnd;
 
 /// Runs what the flags and the environment ask for.
 pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
@@ -38,7 +39,7 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
     if env.as_ref().is_none_or(|env| env.rank == 0) {
         output_paths::prepare(&cli)?;
     }
-    let plan = launcher::NodePlan::resolve(&cli, env.as_ref())?;
+    let plan = NodePlan::resolve(&cli.launch, cli.world_size, env.as_ref())?;
     if let Some(plan) = &plan
         && cli.pipeline_stages > 1
     {
@@ -47,10 +48,10 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
     }
     match plan {
         Some(plan) if cli.spawn == cli::Spawn::Threads => worker::threads::run(&cli, &plan),
-        Some(plan) => launcher::launch(&cli, &plan),
+        Some(plan) => launch(&cli, &plan),
         None => match env {
             Some(env) => {
-                if cli.max_restarts > 0 {
+                if cli.launch.max_restarts > 0 {
                     bail!(
                         "--max-restarts is for this binary's own launcher; under torchrun or srun, restart there (torchrun --max-restarts, srun --requeue) with --resume auto"
                     );
@@ -65,4 +66,17 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
             None => worker::run(&cli, None),
         },
     }
+}
+
+/// This machine's launcher: its workers are this program, restarted from
+/// the newest checkpoint in `--checkpoint-dir`.
+fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
+    let timeout = std::time::Duration::from_secs_f64(cli.timeout);
+    let spec = WorkerSpec::of_this_process(&cli.launch, timeout, cli.auth_token_file.clone())?;
+    let restarts =
+        CheckpointRestarts::new(cli.checkpoint_dir.as_deref(), cli.keep, cli.resume.clone());
+    if spec.max_restarts > 0 {
+        restarts.preflight()?;
+    }
+    launcher::launch(&spec, plan, &restarts)
 }

@@ -28,8 +28,9 @@ use crate::ddp::transport::Transport;
 use crate::ddp::{CommHook, CommThread, NcclHook};
 use crate::monitor::Monitor;
 use crate::pipeline::{HostLink, NcclLink, PipelinePlace, StageLink};
-use crate::stop::{RunEnd, StopKind, StopRequest, install_worker_handlers};
+use crate::stop::{StopKind, StopRequest, install_worker_handlers};
 use crate::train::RunOutcome;
+use launcher::contract::{RunEnd, hostname};
 
 /// This process's place in the job.
 #[derive(Clone, Debug)]
@@ -321,11 +322,4 @@ fn connect(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
         config.master_endpoint()
     );
     Ok(comm)
-}
-
-/// This machine's name, for messages.
-pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
 }

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use common::{
     data_arg, dataset, final_state, job, launcher_pid, run, stderr, stderr_lines, trainer,
 };
+use launcher::contract::PREEMPTED_EXIT_CODE;
 use trainer::checkpoint::Position;
 use trainer::checkpoint::store::PAUSE_ENV;
-use trainer::stop::PREEMPTED_EXIT_CODE;
 
 /// How long a stopped job may take to be gone.
 const GONE_WITHIN: Duration = Duration::from_secs(15);
@@ -412,7 +412,7 @@ fn sigterm_the_instant_a_worker_starts_is_still_a_preemption() {
         .args(data_arg(dataset()))
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    trainer::stop::die_with_parent(&mut cmd);
+    launcher::contract::die_with_parent(&mut cmd);
     let mut worker = cmd.spawn().unwrap();
     send("TERM", worker.id());
     let status = exit_within(&mut worker);

@@ -24,7 +24,7 @@ fn the_kernel_cache_across_processes_on_the_cuda_emulator() {
             Path::new(env!("CARGO_TARGET_TMPDIR")),
             &[
                 "--exact",
-                "kernel_cache::emulated_kernels_come_from_where_expected",
+                "kernel_cache::emulated_kernels_come_continues_from_expected",
             ],
             &[(KERNEL_CACHE_VAR, cache.to_str().unwrap()), (WANT, want)],
             1,
@@ -55,7 +55,7 @@ fn the_kernel_cache_across_processes_on_the_cuda_emulator() {
 /// Inside the re-runs above only: opens the emulated GPU and checks where
 /// its kernels came from (or the error opening it).
 #[test]
-fn emulated_kernels_come_from_where_expected() {
+fn emulated_kernels_come_continues_from_expected() {
     let Some(want) = std::env::var_os(WANT) else {
         return;
     };

@@ -21,6 +21,7 @@
 pub mod digest;
 mod files;
 pub mod origin;
+pub mod restarts;
 pub mod resume;
 mod state;
 pub mod store;

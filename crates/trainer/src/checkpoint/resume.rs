@@ -8,7 +8,7 @@ use core_tensor::FlatLayout;
 
 use super::origin::Origin;
 use super::{CheckpointDir, Position, Settings, TrainingState, load, load_weights};
-use crate::stop::Misconfigured;
+use launcher::contract::Misconfigured;
 
 /// `--resume`: a checkpoint directory, or `auto`.
 #[derive(Clone, Debug, PartialEq, Eq)]

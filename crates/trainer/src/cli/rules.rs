@@ -77,7 +77,7 @@ impl Cli {
                 "--backend nccl moves gradients between GPUs; with --device cpu use --backend tcp (or auto)"
             );
         }
-        if self.max_restarts > 0 && !has_dir {
+        if self.launch.max_restarts > 0 && !has_dir {
             bail!(
                 "--max-restarts needs --checkpoint-dir: restarts continue from the newest checkpoint there"
             );

@@ -17,7 +17,12 @@ fn defaults_are_the_reference_settings() {
     assert_eq!(cli.bucket_mb, 25.0);
     assert_eq!(cli.sparse_grads, SparseGrads::Auto);
     assert_eq!(
-        (cli.checkpoint_dir, cli.keep, cli.max_restarts, cli.resume),
+        (
+            cli.checkpoint_dir,
+            cli.keep,
+            cli.launch.max_restarts,
+            cli.resume
+        ),
         (None, 3, 0, None)
     );
 }

@@ -76,7 +76,7 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
                     };
                     tell!(
                         "note: no usable GPU ({why:#}); training on the CPU (every rank on {}){tf32}",
-                        super::hostname()
+                        launcher::contract::hostname()
                     );
                 }
                 Ok(Device::Cpu(cpu_backend(cli, info)?))

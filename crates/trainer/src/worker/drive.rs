@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use core_tensor::Ops;
 
-use super::{Job, hostname};
+use launcher::contract::hostname;
+
+use super::Job;
 use crate::announce::report_outcome;
 use crate::metrics::{MetricsFile, epoch_line};
 use crate::model::Model;

@@ -17,8 +17,10 @@ use comm::LocalCommunicator;
 use super::device::expects_gpu;
 use super::{Dataset, JobComm, RankInfo, Shared, choose_device, run_rank};
 use crate::cli::Cli;
-use crate::launcher::NodePlan;
-use crate::stop::{RunEnd, StopRequest, install_worker_handlers};
+use launcher::NodePlan;
+use launcher::contract::RunEnd;
+
+use crate::stop::{StopRequest, install_worker_handlers};
 
 /// Who started the ranks, for the start-up line.
 pub(crate) const THREADS: &str = "ranks run as threads of one process";
@@ -32,7 +34,7 @@ pub fn run(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
             plan.nnodes
         );
     }
-    if cli.max_restarts > 0 {
+    if cli.launch.max_restarts > 0 {
         bail!(
             "--max-restarts restarts worker processes; with --spawn threads restart the whole run with --resume auto"
         );

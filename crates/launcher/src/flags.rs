@@ -19,9 +19,32 @@ pub enum RdzvBackend {
     Static,
 }
 
-/// Where and how many: the flags of a launcher on one of several machines.
+/// The launcher's flags: how many workers on this machine, how to treat
+/// them, and where the machines meet.
 #[derive(Clone, Debug, Args)]
-pub struct NodeFlags {
+pub struct LaunchFlags {
+    /// Ranks to launch on this machine (world size = nnodes x this).
+    #[arg(long, alias = "nproc_per_node", value_name = "M", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub nproc_per_node: Option<u32>,
+
+    /// Local launcher: when a worker fails, stop all and restart them from
+    /// the newest checkpoint, up to N times (needs --checkpoint-dir).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_restarts: u32,
+
+    /// Local launcher: seconds the workers get, after it passes them a
+    /// signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2), to save and stop
+    /// before it kills them.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = seconds)]
+    pub grace: f64,
+
+    #[command(flatten)]
+    pub rdzv: RdzvFlags,
+}
+
+/// Where and how the launchers of a job of several machines meet.
+#[derive(Clone, Debug, Args)]
+pub struct RdzvFlags {
     /// Machines in the job, one launcher on each [default: 1, or one per
     /// SLURM node under srun].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -31,10 +54,6 @@ pub struct NodeFlags {
     /// rendezvous, so the same command works on every machine.
     #[arg(long, alias = "node_rank", value_name = "K")]
     pub node_rank: Option<u32>,
-
-    /// Ranks to launch on this machine (world size = nnodes x this).
-    #[arg(long, alias = "nproc_per_node", value_name = "M", value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub nproc_per_node: Option<u32>,
 
     /// Host of node 0, where the rendezvous store listens.
     #[arg(long, alias = "master_addr", value_name = "HOST")]
@@ -78,6 +97,26 @@ pub struct NodeFlags {
     pub heartbeat_timeout: f64,
 }
 
+/// The longest duration a flag takes (`--grace`, and the trainer's
+/// `--timeout` and `--progress-seconds`): 30 days, beyond any job's
+/// wall-clock limit, and far inside what `Duration` and `Instant`
+/// arithmetic can hold.
+const MAX_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
+
+/// A duration flag in seconds: positive, finite, at most 30 days.
+pub fn seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !(v.is_finite() && v > 0.0) {
+        Err(format!("must be a positive finite number, got {s}"))
+    } else if v > MAX_SECONDS {
+        Err(format!(
+            "{s} seconds is more than 30 days ({MAX_SECONDS}), the longest wait this takes"
+        ))
+    } else {
+        Ok(v)
+    }
+}
+
 /// A `--heartbeat-timeout` within [`HEARTBEAT_SECONDS`].
 fn heartbeat_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -90,7 +129,8 @@ fn heartbeat_seconds(s: &str) -> Result<f64, String> {
 
 /// The flags above that take a value, in both spellings: the launcher's
 /// alone, never passed on to its workers.
-pub const LAUNCHER_ONLY: [&str; 16] = [
+pub const LAUNCHER_ONLY: [&str; 17] = [
+    "--max-restarts",
     "--nnodes",
     "--node-rank",
     "--node_rank",
@@ -112,21 +152,37 @@ pub const LAUNCHER_ONLY: [&str; 16] = [
 /// The one switch among them.
 pub const STANDALONE: &str = "--standalone";
 
-impl NodeFlags {
+impl RdzvFlags {
     /// How long a launcher may go silent: `--heartbeat-timeout`.
     pub fn heartbeat(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64(self.heartbeat_timeout)
     }
+}
 
+impl LaunchFlags {
     /// Whether any flag asks for a launcher.
     pub fn any(&self) -> bool {
-        self.nnodes.is_some() || self.nproc_per_node.is_some() || self.standalone
+        let r = &self.rdzv;
+        r.nnodes.is_some() || self.nproc_per_node.is_some() || r.standalone || self.max_restarts > 0
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_past_thirty_days_are_refused_before_they_overflow() {
+        assert_eq!(seconds("2592000"), Ok(MAX_SECONDS));
+        assert_eq!(seconds("0.5"), Ok(0.5));
+        for bad in ["2592001", "1e19", "1e300"] {
+            let err = seconds(bad).unwrap_err();
+            assert!(err.contains("30 days"), "{bad}: {err}");
+        }
+        for bad in ["0", "-1", "inf", "NaN", "soon"] {
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn heartbeat_timeouts_of_zero_or_past_a_day_are_refused() {

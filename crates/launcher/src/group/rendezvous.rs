@@ -16,7 +16,7 @@ impl NodeGroup {
     /// which ends the job with it (it took a node's seat).
     pub(super) fn show_up(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
         let k = self.node_rank;
-        let host = crate::worker::hostname();
+        let host = crate::contract::hostname();
         self.store.set(&format!("host/{k}"), host.as_bytes())?;
         let theirs = self.store.get("rdzv_id")?;
         if theirs != rdzv_id.as_bytes() {

@@ -14,6 +14,7 @@ use std::fmt;
 use std::io::{self, Write};
 
 /// `println!` that drops the line when stdout is gone.
+#[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {{
         let line = $crate::say::write_line(&mut std::io::stdout(), format_args!($($arg)*));
@@ -24,6 +25,7 @@ macro_rules! say {
 }
 
 /// `eprintln!` that drops the line when stderr is gone.
+#[macro_export]
 macro_rules! tell {
     ($($arg:tt)*) => {{
         let _ = $crate::say::write_line(&mut std::io::stderr(), format_args!($($arg)*));
@@ -31,7 +33,7 @@ macro_rules! tell {
 }
 
 /// Writes `args` and a newline to `out` in one `write_all`.
-pub(crate) fn write_line(out: &mut impl Write, args: fmt::Arguments<'_>) -> io::Result<()> {
+pub fn write_line(out: &mut impl Write, args: fmt::Arguments<'_>) -> io::Result<()> {
     let mut line = args.to_string();
     line.push('\n');
     out.write_all(line.as_bytes())
@@ -41,7 +43,7 @@ pub(crate) fn write_line(out: &mut impl Write, args: fmt::Arguments<'_>) -> io::
 /// someone; any other error (a full disk under a redirected log, EIO) would
 /// make a run look quiet and well, so it is said once on stderr. Training
 /// goes on either way: the checkpoints and the metrics file are what count.
-pub(crate) fn stdout_failed(e: &io::Error) {
+pub fn stdout_failed(e: &io::Error) {
     use std::sync::atomic::{AtomicBool, Ordering};
     static WARNED: AtomicBool = AtomicBool::new(false);
     if e.kind() == io::ErrorKind::BrokenPipe || WARNED.swap(true, Ordering::Relaxed) {

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGHUP, SIGINT};
 use signal_hook::iterator::Signals;
 
-use super::group::{Elsewhere, NodeGroup};
-use super::workers::{Worker, forward, stop};
-use super::{Failure, Graces, Outcome, POLL};
-use crate::stop::{
+use crate::agent::{Failure, Graces, Outcome, POLL};
+use crate::contract::{
     MISCONFIGURED_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, RunEnd, describe,
 };
+use crate::group::{Elsewhere, NodeGroup};
+use crate::workers::{Worker, forward, stop};
 
 /// How long the other workers get to end on their own once one failed for
 /// a reason of its own (the error that names the cause is already in).
@@ -386,48 +386,6 @@ mod tests {
         // a lost connection is still its own.
         let workers = [failed_with(0, lost, 1), failed_with(1, "disk full", 1)];
         assert_eq!(blame(&workers, 0, &[0, 1], &[]), 0);
-    }
-
-    #[test]
-    fn a_lost_peer_anywhere_in_the_chain_sets_its_exit_code() {
-        let lost = comm::CommError::PeerLost {
-            peer: 1,
-            addr: "127.0.0.1:1".into(),
-            op: "all_reduce",
-            detail: "connection closed by peer".into(),
-        };
-        let e = anyhow::Error::new(lost).context("rank 0: epoch 1, step 3");
-        assert_eq!(crate::stop::failure_exit_code(&e), PEER_LOST_EXIT_CODE);
-        let silent = comm::CommError::PeerTimeout {
-            peer: 1,
-            addr: "127.0.0.1:1".into(),
-            op: "all_reduce",
-            timeout: Duration::from_secs(30),
-        };
-        assert_eq!(
-            crate::stop::failure_exit_code(&silent.into()),
-            PEER_LOST_EXIT_CODE
-        );
-        let other = comm::CommError::InvalidArgument {
-            op: "all_reduce",
-            reason: "lengths differ".into(),
-        };
-        assert_eq!(crate::stop::failure_exit_code(&other.into()), 1);
-        let refused = anyhow::Error::new(crate::stop::Misconfigured("not this data".into()))
-            .context("rank 0: --resume ckpt");
-        assert_eq!(
-            crate::stop::failure_exit_code(&refused),
-            MISCONFIGURED_EXIT_CODE
-        );
-        assert_eq!(refused.to_string(), "rank 0: --resume ckpt");
-        assert_eq!(
-            format!("{refused:#}"),
-            "rank 0: --resume ckpt: not this data"
-        );
-        assert_eq!(
-            crate::stop::failure_exit_code(&anyhow::anyhow!("disk full")),
-            1
-        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use comm::{CommError, Store};
 
 use super::{LOOK_EVERY, NodeGroup, POLL};
-use crate::launcher::heartbeat;
+use crate::heartbeat;
 
 impl NodeGroup {
     /// Node 0's look at node `k` in `attempt`, in one request: whether its

@@ -5,8 +5,7 @@
 use anyhow::{Context, anyhow, bail};
 use comm::{LaunchEnv, LaunchSource, launch_var};
 
-use super::flags::{DEFAULT_RDZV_PORT, NodeFlags};
-use crate::cli::Cli;
+use crate::flags::{DEFAULT_RDZV_PORT, LaunchFlags, RdzvFlags};
 
 /// torchrun's `--master-port` default.
 pub const DEFAULT_MASTER_PORT: u16 = 29500;
@@ -33,15 +32,19 @@ impl NodePlan {
     /// (`--world-size N > 1`, `--nproc-per-node`, `--nnodes`,
     /// `--standalone`, `--max-restarts`) and no launcher named its rank,
     /// or srun started it as one task of a node with `--nproc-per-node`.
-    /// `None`: this process is a worker.
-    pub fn resolve(cli: &Cli, env: Option<&LaunchEnv>) -> anyhow::Result<Option<NodePlan>> {
-        let flags = &cli.nodes;
+    /// `None`: this process is a worker. `world_size` is the program's
+    /// `--world-size`, which must agree.
+    pub fn resolve(
+        flags: &LaunchFlags,
+        world_size: Option<u32>,
+        env: Option<&LaunchEnv>,
+    ) -> anyhow::Result<Option<NodePlan>> {
         match env {
             Some(env) if env.source == LaunchSource::Slurm && flags.nproc_per_node.is_some() => {
-                Self::under_srun(cli, env).map(Some)
+                Self::under_srun(flags, world_size, env).map(Some)
             }
             Some(env) => {
-                if let Some(n) = cli.world_size.filter(|&n| n as usize != env.world_size) {
+                if let Some(n) = world_size.filter(|&n| n as usize != env.world_size) {
                     bail!(
                         "--world-size {n} disagrees with the launcher's world size {} (from the environment)",
                         env.world_size
@@ -49,23 +52,44 @@ impl NodePlan {
                 }
                 Ok(None)
             }
-            None if flags.any()
-                || cli.world_size.is_some_and(|n| n > 1)
-                || cli.max_restarts > 0 =>
-            {
-                Self::from_flags(cli).map(Some)
+            None if flags.any() || world_size.is_some_and(|n| n > 1) => {
+                Self::from_flags(flags, world_size).map(Some)
             }
             None => Ok(None),
         }
     }
 
+    /// The variables worker `local_rank` of node `node_rank` gets, as
+    /// torchrun sets them; `master` is where its rank 0's store listens.
+    pub fn worker_env(
+        &self,
+        node_rank: usize,
+        local_rank: usize,
+        master: &(String, u16),
+    ) -> [(&'static str, String); 7] {
+        [
+            (
+                launch_var::RANK,
+                (node_rank * self.nproc + local_rank).to_string(),
+            ),
+            (launch_var::WORLD_SIZE, self.world_size().to_string()),
+            (launch_var::LOCAL_RANK, local_rank.to_string()),
+            (launch_var::LOCAL_WORLD_SIZE, self.nproc.to_string()),
+            (launch_var::GROUP_RANK, node_rank.to_string()),
+            (launch_var::MASTER_ADDR, master.0.clone()),
+            (launch_var::MASTER_PORT, master.1.to_string()),
+        ]
+    }
+
     /// The world size the flags name, if any; they must agree.
-    fn requested_world(cli: &Cli) -> anyhow::Result<Option<usize>> {
-        let flags = &cli.nodes;
+    fn requested_world(
+        flags: &LaunchFlags,
+        world_size: Option<u32>,
+    ) -> anyhow::Result<Option<usize>> {
         let from_nodes = flags
             .nproc_per_node
-            .map(|m| m as usize * flags.nnodes.unwrap_or(1) as usize);
-        match (cli.world_size.map(|n| n as usize), from_nodes) {
+            .map(|m| m as usize * flags.rdzv.nnodes.unwrap_or(1) as usize);
+        match (world_size.map(|n| n as usize), from_nodes) {
             (Some(n), Some(m)) if n != m => {
                 bail!("--world-size {n} disagrees with --nnodes x --nproc-per-node = {m}")
             }
@@ -73,10 +97,10 @@ impl NodePlan {
         }
     }
 
-    fn from_flags(cli: &Cli) -> anyhow::Result<NodePlan> {
-        let flags = &cli.nodes;
-        let nnodes = flags.nnodes.unwrap_or(1) as usize;
-        let nproc = match (flags.nproc_per_node, cli.world_size) {
+    fn from_flags(flags: &LaunchFlags, world_size: Option<u32>) -> anyhow::Result<NodePlan> {
+        let rdzv = &flags.rdzv;
+        let nnodes = rdzv.nnodes.unwrap_or(1) as usize;
+        let nproc = match (flags.nproc_per_node, world_size) {
             (Some(m), _) => m as usize,
             (None, Some(n)) if nnodes == 1 => n as usize,
             (None, _) if nnodes == 1 => 1,
@@ -84,17 +108,17 @@ impl NodePlan {
                 bail!("--nnodes {nnodes} needs --nproc-per-node M (ranks on each machine)")
             }
         };
-        Self::requested_world(cli)?;
-        if flags.standalone && nnodes > 1 {
+        Self::requested_world(flags, world_size)?;
+        if rdzv.standalone && nnodes > 1 {
             bail!(
                 "--standalone is one machine; with --nnodes {nnodes} give --rdzv-endpoint or --master-addr"
             );
         }
-        let node_rank = flags.node_rank.map(|k| k as usize);
+        let node_rank = rdzv.node_rank.map(|k| k as usize);
         if let Some(k) = node_rank.filter(|&k| k >= nnodes) {
             bail!("--node-rank {k} must be less than --nnodes {nnodes}");
         }
-        let master = master(flags)?;
+        let master = master(rdzv)?;
         if nnodes > 1 && master.is_none() {
             bail!(
                 "--nnodes {nnodes} needs the rendezvous: --master-addr HOST (and --master-port) or --rdzv-endpoint HOST:PORT"
@@ -110,16 +134,19 @@ impl NodePlan {
 
     /// One launcher task per node under srun: the node count, this node's
     /// index and the master come from SLURM (its tasks are the nodes).
-    fn under_srun(cli: &Cli, env: &LaunchEnv) -> anyhow::Result<NodePlan> {
+    fn under_srun(
+        flags: &LaunchFlags,
+        world_size: Option<u32>,
+        env: &LaunchEnv,
+    ) -> anyhow::Result<NodePlan> {
         if env.local_world_size != 1 {
             bail!(
                 "--nproc-per-node under srun needs one task per node (srun --ntasks-per-node 1), but this node runs {} tasks",
                 env.local_world_size
             );
         }
-        let flags = &cli.nodes;
         let nproc = flags.nproc_per_node.context("checked by the caller")? as usize;
-        if let Some(n) = flags.nnodes.filter(|&n| n as usize != env.world_size) {
+        if let Some(n) = flags.rdzv.nnodes.filter(|&n| n as usize != env.world_size) {
             bail!(
                 "--nnodes {n} disagrees with the {} srun tasks (one per node)",
                 env.world_size
@@ -129,12 +156,12 @@ impl NodePlan {
             nnodes: env.world_size,
             node_rank: Some(env.rank),
             nproc,
-            master: match master(flags)? {
+            master: match master(&flags.rdzv)? {
                 Some(m) => Some(m),
                 None => Some((env.master_addr.clone(), env.master_port)),
             },
         };
-        if let Some(n) = cli.world_size.filter(|&n| n as usize != plan.world_size()) {
+        if let Some(n) = world_size.filter(|&n| n as usize != plan.world_size()) {
             bail!(
                 "--world-size {n} disagrees with {} nodes x --nproc-per-node {nproc}",
                 plan.nnodes
@@ -146,7 +173,7 @@ impl NodePlan {
 
 /// The rendezvous the flags name: `--rdzv-endpoint`, else `--master-addr`
 /// and `--master-port`; `None` when they name none.
-fn master(flags: &NodeFlags) -> anyhow::Result<Option<(String, u16)>> {
+fn master(flags: &RdzvFlags) -> anyhow::Result<Option<(String, u16)>> {
     if let Some(endpoint) = &flags.rdzv_endpoint {
         let port = |port: &str| {
             port.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| {
@@ -185,36 +212,30 @@ fn master(flags: &NodeFlags) -> anyhow::Result<Option<(String, u16)>> {
     })
 }
 
-/// The variables a worker gets, as torchrun sets them.
-pub fn worker_env(
-    plan: &NodePlan,
-    node_rank: usize,
-    local_rank: usize,
-    master: &(String, u16),
-) -> [(&'static str, String); 7] {
-    [
-        (
-            launch_var::RANK,
-            (node_rank * plan.nproc + local_rank).to_string(),
-        ),
-        (launch_var::WORLD_SIZE, plan.world_size().to_string()),
-        (launch_var::LOCAL_RANK, local_rank.to_string()),
-        (launch_var::LOCAL_WORLD_SIZE, plan.nproc.to_string()),
-        (launch_var::GROUP_RANK, node_rank.to_string()),
-        (launch_var::MASTER_ADDR, master.0.clone()),
-        (launch_var::MASTER_PORT, master.1.to_string()),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser;
 
     use super::*;
 
+    /// A program's flags: the launcher's, and its `--world-size`.
+    #[derive(Parser)]
+    struct Cli {
+        #[arg(long)]
+        world_size: Option<u32>,
+        #[command(flatten)]
+        launch: LaunchFlags,
+    }
+
+    impl Cli {
+        fn resolve(&self, env: Option<&LaunchEnv>) -> anyhow::Result<Option<NodePlan>> {
+            NodePlan::resolve(&self.launch, self.world_size, env)
+        }
+    }
+
     fn plan(args: &[&str]) -> anyhow::Result<Option<NodePlan>> {
         let cli = Cli::try_parse_from(std::iter::once("trainer").chain(args.iter().copied()))?;
-        NodePlan::resolve(&cli, None)
+        cli.resolve(None)
     }
 
     #[test]
@@ -229,7 +250,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(multi.world_size(), 8);
-        let env = worker_env(&multi, 1, 2, multi.master.as_ref().unwrap());
+        let env = multi.worker_env(1, 2, multi.master.as_ref().unwrap());
         let get = |var| env.iter().find(|(v, _)| *v == var).unwrap().1.as_str();
         assert_eq!(get(launch_var::RANK), "6");
         assert_eq!(get(launch_var::WORLD_SIZE), "8");
@@ -264,7 +285,8 @@ mod tests {
             (rdzv.node_rank, rdzv.master),
             (None, Some(("h1".to_string(), DEFAULT_RDZV_PORT)))
         );
-        assert_eq!(plan(&["--epochs", "1"]).unwrap(), None);
+        assert_eq!(plan(&[]).unwrap(), None);
+        assert!(plan(&["--max-restarts", "1"]).unwrap().is_some());
         // IPv6, with and without a port.
         for (endpoint, master) in [
             ("[::1]:29411", ("::1", 29411)),
@@ -332,7 +354,7 @@ mod tests {
             master_port: 20042,
             source: LaunchSource::Slurm,
         };
-        let plan = NodePlan::resolve(&cli, Some(&env)).unwrap().unwrap();
+        let plan = cli.resolve(Some(&env)).unwrap().unwrap();
         assert_eq!(
             plan,
             NodePlan {
@@ -343,7 +365,7 @@ mod tests {
             }
         );
         env.local_world_size = 2;
-        let err = NodePlan::resolve(&cli, Some(&env)).unwrap_err().to_string();
+        let err = cli.resolve(Some(&env)).unwrap_err().to_string();
         assert!(err.contains("one task per node"), "{err}");
         // `srun trainer` in place of `srun torchrun` with its rendezvous flags.
         let seed = Cli::try_parse_from([
@@ -356,12 +378,12 @@ mod tests {
         ])
         .unwrap();
         env.local_world_size = 1;
-        let plan = NodePlan::resolve(&seed, Some(&env)).unwrap().unwrap();
+        let plan = seed.resolve(Some(&env)).unwrap().unwrap();
         assert_eq!(plan.master, Some(("n0".to_string(), 29500)));
         assert_eq!((plan.nnodes, plan.node_rank), (3, Some(1)));
         // Without --nproc-per-node an srun task is a worker.
         let worker = Cli::try_parse_from(["trainer"]).unwrap();
         env.local_world_size = 1;
-        assert_eq!(NodePlan::resolve(&worker, Some(&env)).unwrap(), None);
+        assert_eq!(worker.resolve(Some(&env)).unwrap(), None);
     }
 }

@@ -16,7 +16,7 @@ use std::net::{TcpListener, ToSocketAddrs};
 
 use comm::{AuthToken, CommConfig, CommError, Store, StoreServer};
 
-use super::heartbeat::{self, Beater, Pulse, SharedStore};
+use crate::heartbeat::{self, Beater, Pulse, SharedStore};
 
 mod rendezvous;
 mod watch;
@@ -123,7 +123,7 @@ impl NodeGroup {
             away: None,
         };
         if node_rank == 0 {
-            let host = crate::worker::hostname();
+            let host = crate::contract::hostname();
             group.store.set("host/0", host.as_bytes())?;
             group.store.set("rdzv_id", rdzv_id.as_bytes())?;
             group
@@ -153,7 +153,7 @@ impl NodeGroup {
     pub fn worker_master(&mut self, attempt: u32) -> anyhow::Result<(String, u16)> {
         let key = format!("attempt/{attempt}/port");
         let port = if self.server.is_some() {
-            let port = super::free_port()?;
+            let port = crate::agent::free_port()?;
             self.store.set(&key, &port.to_be_bytes())?;
             port
         } else {

@@ -1,0 +1,269 @@
+//! One launcher's run: joins the other machines' launchers (if any),
+//! starts this node's workers, supervises each attempt and restarts the
+//! workers as the [`Restarts`] policy says, up to `--max-restarts` times.
+
+use std::ffi::OsString;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use comm::{AUTH_TOKEN_VAR, AuthToken, launch_var};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+use signal_hook::iterator::Signals;
+
+use crate::contract::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
+use crate::group::NodeGroup;
+use crate::supervise::supervise;
+use crate::workers::{Worker, stop};
+use crate::{NodePlan, Restarts, WorkerSpec};
+
+/// The signals the launcher passes on to its workers.
+const FORWARDED: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2];
+
+/// How often the launcher checks on its workers.
+pub(crate) const POLL: Duration = Duration::from_millis(50);
+
+/// A failed attempt: the first failure alone, and the whole story.
+pub(crate) struct Failure {
+    pub first: String,
+    pub message: String,
+    /// False when no restart can help: another node's launcher is gone.
+    pub restartable: bool,
+}
+
+/// How one attempt ended.
+pub(crate) enum Outcome {
+    /// Every worker exited with 0, or some with [`PREEMPTED_EXIT_CODE`].
+    Ended(RunEnd),
+    Failed(Failure),
+}
+
+/// How long workers get: to notice a failed peer, and to stop on a signal.
+#[derive(Clone, Copy)]
+pub(crate) struct Graces {
+    pub failure: Duration,
+    pub signal: Duration,
+}
+
+/// Runs this machine's share of the job (`plan`) as `spec` says and waits
+/// for all of it, restarting the workers up to `spec.max_restarts` times
+/// with the arguments `restarts` gives.
+///
+/// After the first failure the others get `spec.failure_grace` to notice
+/// (they report which peer they lost) and are then killed.
+pub fn launch(
+    spec: &WorkerSpec,
+    plan: &NodePlan,
+    restarts: &dyn Restarts,
+) -> anyhow::Result<RunEnd> {
+    let mut signals =
+        Signals::new(FORWARDED).context("installing the launcher's signal handlers")?;
+    let graces = Graces {
+        failure: spec.failure_grace,
+        signal: spec.signal_grace,
+    };
+    let mut group = match &plan.master {
+        Some(master) if plan.nnodes > 1 => {
+            let auth = AuthToken::resolve(spec.auth_token_file.as_deref())
+                .context("reading the job's auth token")?;
+            let (rdzv_id, heartbeat) = (spec.rdzv_id.as_str(), spec.heartbeat);
+            // Node 0 waits for a late node's verdict; a third node's ranks
+            // reporting their timeouts first would be taken at their word.
+            if heartbeat >= graces.failure && plan.nnodes > 2 {
+                tell!(
+                    "launcher: --heartbeat-timeout {heartbeat:?} is not below --timeout {:?}: the ranks waiting on a stopped node may time out, and be blamed (and restarted), before it is found silent",
+                    graces.failure
+                );
+            }
+            Some(unless_signalled(&mut signals, || {
+                NodeGroup::join(
+                    plan.node_rank,
+                    plan.nnodes,
+                    master,
+                    rdzv_id,
+                    (graces.failure, heartbeat),
+                    auth,
+                )
+            })?)
+        }
+        _ => None,
+    };
+    let node_rank = match &group {
+        Some(g) => g.node_rank,
+        None => plan.node_rank.context("one machine is node 0")?,
+    };
+    // Node 0's store outlives the other launchers' last look at it.
+    let finish = |group: Option<&mut NodeGroup>, attempt| {
+        if let Some(g) = group {
+            g.finish(attempt, graces.failure + Duration::from_secs(10));
+        }
+    };
+    let mut attempt = 0;
+    loop {
+        let args = match attempt {
+            0 => spec.args.clone(),
+            _ => restarts.args(&spec.args),
+        };
+        let node = (node_rank, group.as_mut(), attempt);
+        let run = (spec, args.as_slice());
+        let failure = match run_workers(run, plan, graces, &mut signals, node)? {
+            Outcome::Ended(end) => {
+                finish(group.as_mut(), attempt);
+                return Ok(ended(end, restarts));
+            }
+            Outcome::Failed(failure) => failure,
+        };
+        if attempt == spec.max_restarts || !failure.restartable {
+            finish(group.as_mut(), attempt);
+            let spent = match attempt {
+                _ if attempt < spec.max_restarts => {
+                    " (not restarted: a restart would meet the same cause)".to_string()
+                }
+                0 => String::new(),
+                _ => format!(" (after {attempt} restart(s))"),
+            };
+            return Err(anyhow!("{}{spent}", failure.message));
+        }
+        attempt += 1;
+        tell!(
+            "launcher: {}; restart {attempt} of {} from {}",
+            failure.first,
+            spec.max_restarts,
+            restarts.continues_from()
+        );
+    }
+}
+
+/// Says how the workers ended when that was not plain success.
+fn ended(end: RunEnd, restarts: &dyn Restarts) -> RunEnd {
+    match end {
+        RunEnd::Finished => {}
+        RunEnd::Preempted => tell!(
+            "launcher: the workers stopped on a preemption request (exit code {PREEMPTED_EXIT_CODE}); {}",
+            restarts.after_preemption()
+        ),
+        RunEnd::Signalled(signal) => tell!(
+            "launcher: stopped the workers on {}; exiting with {}",
+            describe(signal),
+            end.exit_code()
+        ),
+    }
+    end
+}
+
+/// Runs `wait`, a wait on the other nodes while no worker of this node
+/// runs, watching the launcher's signals meanwhile: one ends the launcher
+/// at once, nothing being lost yet (75 for SIGTERM/SIGUSR1, the code on
+/// which batch scripts requeue; 128 + signal otherwise), where the wait
+/// itself would hold it for up to --timeout.
+fn unless_signalled<T: Send>(signals: &mut Signals, wait: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(wait);
+        loop {
+            if waiting.is_finished() {
+                return waiting
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            }
+            if let Some(signal) = signals.pending().next() {
+                let code = RunEnd::stopped_early_by(signal).exit_code();
+                tell!(
+                    "launcher: {} while waiting for the other nodes (no workers running): exiting with {code}",
+                    describe(signal)
+                );
+                std::process::exit(code);
+            }
+            std::thread::sleep(POLL);
+        }
+    })
+}
+
+/// The job secret this launcher makes for its workers: a fresh one per
+/// attempt when it starts the whole job and the user gave none. Launchers
+/// on several machines would each make another, so there the user's
+/// (`TRAINER_AUTH_TOKEN`, `--auth-token-file`, passed on as they are) is the
+/// job's, or none (the workers warn).
+fn fresh_token(spec: &WorkerSpec, plan: &NodePlan) -> anyhow::Result<Option<AuthToken>> {
+    let given = std::env::var_os(AUTH_TOKEN_VAR).is_some() || spec.auth_token_file.is_some();
+    if given || plan.nnodes > 1 {
+        return Ok(None);
+    }
+    Ok(Some(
+        AuthToken::generate().context("generating the job's auth token")?,
+    ))
+}
+
+/// One attempt: starts the workers of `spec`, with `args`, and supervises
+/// them.
+fn run_workers(
+    (spec, args): (&WorkerSpec, &[OsString]),
+    plan: &NodePlan,
+    graces: Graces,
+    signals: &mut Signals,
+    (node_rank, mut group, attempt): (usize, Option<&mut NodeGroup>, u32),
+) -> anyhow::Result<Outcome> {
+    let master = match (group.as_mut(), &plan.master) {
+        (Some(g), _) => unless_signalled(signals, || g.worker_master(attempt))?,
+        (None, Some(master)) => master.clone(),
+        (None, None) => ("127.0.0.1".to_string(), local_port()?),
+    };
+    let token = fresh_token(spec, plan)?;
+    let exe = &spec.exe;
+    let mut workers: Vec<Worker> = Vec::with_capacity(plan.nproc);
+    for local_rank in 0..plan.nproc {
+        let rank = node_rank * plan.nproc + local_rank;
+        let mut command = Command::new(exe);
+        die_with_parent(&mut command);
+        // The first worker leads a new process group; the others join it.
+        let group = workers.first().map_or(0, |w| w.child.id() as i32);
+        let spawned = command
+            .process_group(group)
+            .args(args)
+            .envs(plan.worker_env(node_rank, local_rank, &master))
+            .envs(token.iter().map(|t| (AUTH_TOKEN_VAR, t.to_hex())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                stop(&mut workers);
+                return Err(e)
+                    .with_context(|| format!("starting worker rank {rank} ({})", exe.display()));
+            }
+        };
+        tell!(
+            "launcher: started rank {rank} (pid {}), master {}:{}",
+            child.id(),
+            master.0,
+            master.1
+        );
+        workers.push(Worker::attach(rank, child));
+    }
+    Ok(supervise(
+        &mut workers,
+        graces,
+        signals,
+        group.map(|g| (g, attempt)),
+    ))
+}
+
+/// The store's port on one machine: `MASTER_PORT`, else a free one.
+fn local_port() -> anyhow::Result<u16> {
+    match std::env::var(launch_var::MASTER_PORT) {
+        Ok(p) => p
+            .parse::<u16>()
+            .map_err(|_| anyhow!("{}={p:?} is not a port number", launch_var::MASTER_PORT)),
+        Err(_) => free_port(),
+    }
+}
+
+/// A port nobody listens on right now, for rank 0's store.
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").context("finding a free port for the rendezvous")?;
+    Ok(listener.local_addr()?.port())
+}
