@@ -25,7 +25,13 @@ const RULES: [(&str, &[&str]); 9] = [
     ("launcher", &["comm"]),
     (
         "trainer",
-        &["core-tensor", "comm", "sampler", "fashion-mnist", "launcher"],
+        &[
+            "core-tensor",
+            "comm",
+            "sampler",
+            "fashion-mnist",
+            "launcher",
+        ],
     ),
     ("cuda-emu", &["core-tensor"]),
     (

@@ -3,16 +3,16 @@
 //! workers as the [`Restarts`] policy says, up to `--max-restarts` times.
 
 use std::ffi::OsString;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
-use comm::{AUTH_TOKEN_VAR, AuthToken, launch_var};
+use comm::{AUTH_TOKEN_VAR, AuthToken};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
+use crate::attempt::{Graces, Outcome, POLL, local_port};
 use crate::contract::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
 use crate::group::NodeGroup;
 use crate::supervise::supervise;
@@ -21,31 +21,6 @@ use crate::{NodePlan, Restarts, WorkerSpec};
 
 /// The signals the launcher passes on to its workers.
 const FORWARDED: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2];
-
-/// How often the launcher checks on its workers.
-pub(crate) const POLL: Duration = Duration::from_millis(50);
-
-/// A failed attempt: the first failure alone, and the whole story.
-pub(crate) struct Failure {
-    pub first: String,
-    pub message: String,
-    /// False when no restart can help: another node's launcher is gone.
-    pub restartable: bool,
-}
-
-/// How one attempt ended.
-pub(crate) enum Outcome {
-    /// Every worker exited with 0, or some with [`PREEMPTED_EXIT_CODE`].
-    Ended(RunEnd),
-    Failed(Failure),
-}
-
-/// How long workers get: to notice a failed peer, and to stop on a signal.
-#[derive(Clone, Copy)]
-pub(crate) struct Graces {
-    pub failure: Duration,
-    pub signal: Duration,
-}
 
 /// Runs this machine's share of the job (`plan`) as `spec` says and waits
 /// for all of it, restarting the workers up to `spec.max_restarts` times
@@ -249,21 +224,4 @@ fn run_workers(
         signals,
         group.map(|g| (g, attempt)),
     ))
-}
-
-/// The store's port on one machine: `MASTER_PORT`, else a free one.
-fn local_port() -> anyhow::Result<u16> {
-    match std::env::var(launch_var::MASTER_PORT) {
-        Ok(p) => p
-            .parse::<u16>()
-            .map_err(|_| anyhow!("{}={p:?} is not a port number", launch_var::MASTER_PORT)),
-        Err(_) => free_port(),
-    }
-}
-
-/// A port nobody listens on right now, for rank 0's store.
-pub(crate) fn free_port() -> anyhow::Result<u16> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").context("finding a free port for the rendezvous")?;
-    Ok(listener.local_addr()?.port())
 }

@@ -22,6 +22,7 @@ pub mod say;
 
 mod agent;
 mod args;
+mod attempt;
 pub mod contract;
 pub mod flags;
 mod group;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGHUP, SIGINT};
 use signal_hook::iterator::Signals;
 
-use crate::agent::{Failure, Graces, Outcome, POLL};
+use crate::attempt::{Failure, Graces, Outcome, POLL};
 use crate::contract::{
     MISCONFIGURED_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, RunEnd, describe,
 };

@@ -153,7 +153,7 @@ impl NodeGroup {
     pub fn worker_master(&mut self, attempt: u32) -> anyhow::Result<(String, u16)> {
         let key = format!("attempt/{attempt}/port");
         let port = if self.server.is_some() {
-            let port = crate::agent::free_port()?;
+            let port = crate::attempt::free_port()?;
             self.store.set(&key, &port.to_be_bytes())?;
             port
         } else {
