@@ -15,7 +15,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use trainer::model::recsys::synth::write_ratings;
+use trainer::models::recsys::synth::write_ratings;
 
 #[derive(Parser, Debug)]
 #[command(about = "Peak RSS and ratings/s of --model recsys against file size")]

@@ -69,7 +69,7 @@ fn step_seconds(args: &Args, data: &FashionMnist, monitor: Monitor) -> Result<Ve
         max_steps: Some(args.warmup + args.steps),
         dropout: DropoutRates::REFERENCE,
         bucket_mb: 25.0,
-        sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
     };
     let mut trainer =

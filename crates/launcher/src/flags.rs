@@ -103,12 +103,20 @@ pub struct RdzvFlags {
 /// arithmetic can hold.
 const MAX_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
 
+/// A flag's value that must be a positive finite number.
+pub fn positive_finite(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("must be a positive finite number, got {s}"))
+    }
+}
+
 /// A duration flag in seconds: positive, finite, at most 30 days.
 pub fn seconds(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    if !(v.is_finite() && v > 0.0) {
-        Err(format!("must be a positive finite number, got {s}"))
-    } else if v > MAX_SECONDS {
+    let v = positive_finite(s)?;
+    if v > MAX_SECONDS {
         Err(format!(
             "{s} seconds is more than 30 days ({MAX_SECONDS}), the longest wait this takes"
         ))

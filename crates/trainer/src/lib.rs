@@ -5,23 +5,24 @@
 #[macro_use]
 extern crate launcher;
 
-pub mod announce;
 pub mod bounded_read;
 pub mod checkpoint;
 pub mod cli;
+pub mod comm_thread;
 pub mod data;
 pub mod ddp;
-pub mod metrics;
 pub mod model;
+pub mod models;
 pub mod monitor;
 pub mod output_paths;
+pub mod phases;
 pub mod pipeline;
-pub mod plot;
-pub mod progress;
+pub mod rank;
+pub mod report;
+pub mod run;
 pub mod stop;
-pub mod tensorboard;
+pub mod topology;
 pub mod train;
-pub mod worker;
 
 use anyhow::bail;
 use comm::LaunchEnv;
@@ -29,41 +30,44 @@ use launcher::contract::RunEnd;
 use launcher::{NodePlan, WorkerSpec};
 
 use crate::checkpoint::restarts::CheckpointRestarts;
-use crate::cli::Cli;
+use crate::cli::{Cli, Spawn};
+use crate::topology::Topology;
 
 /// Runs what the flags and the environment ask for.
 pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
     cli.validate()?;
     let env = LaunchEnv::from_process_env()?;
+    let job = &cli.job;
     // Rank 0 (or the launcher) alone writes checkpoints and metrics.
     if env.as_ref().is_none_or(|env| env.rank == 0) {
-        output_paths::prepare(&cli)?;
+        let outputs = (&job.checkpoints.checkpoint_dir, &job.outputs.metrics);
+        output_paths::prepare(outputs.0.as_deref(), outputs.1.as_deref())?;
     }
     let plan = NodePlan::resolve(&cli.launch, cli.world_size, env.as_ref())?;
-    if let Some(plan) = &plan
-        && cli.pipeline_stages > 1
-    {
+    if let Some(plan) = &plan {
         // Once here, rather than by every worker it would start.
-        pipeline::PipelinePlace::of(0, plan.world_size(), cli.pipeline_stages as usize)?;
+        let stages = job.pipeline.pipeline_stages as usize;
+        Topology::new((0, plan.world_size()), (0, plan.nproc), stages)?;
     }
+    let max_restarts = cli.launch.max_restarts;
     match plan {
-        Some(plan) if cli.spawn == cli::Spawn::Threads => worker::threads::run(&cli, &plan),
+        Some(plan) if cli.spawn == Spawn::Threads => run::threads::run(job, &plan, max_restarts),
         Some(plan) => launch(&cli, &plan),
         None => match env {
             Some(env) => {
-                if cli.launch.max_restarts > 0 {
+                if max_restarts > 0 {
                     bail!(
                         "--max-restarts is for this binary's own launcher; under torchrun or srun, restart there (torchrun --max-restarts, srun --requeue) with --resume auto"
                     );
                 }
-                if cli.spawn == cli::Spawn::Threads {
+                if cli.spawn == Spawn::Threads {
                     bail!(
                         "--spawn threads is for this binary's own launcher; under torchrun, srun or mpirun every rank is a process"
                     );
                 }
-                worker::run(&cli, Some(&env))
+                run::run(job, Some(&env))
             }
-            None => worker::run(&cli, None),
+            None => run::run(job, None),
         },
     }
 }
@@ -71,10 +75,14 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
 /// This machine's launcher: its workers are this program, restarted from
 /// the newest checkpoint in `--checkpoint-dir`.
 fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
-    let timeout = std::time::Duration::from_secs_f64(cli.timeout);
-    let spec = WorkerSpec::of_this_process(&cli.launch, timeout, cli.auth_token_file.clone())?;
-    let restarts =
-        CheckpointRestarts::new(cli.checkpoint_dir.as_deref(), cli.keep, cli.resume.clone());
+    let (join, checkpoints) = (&cli.job.join, &cli.job.checkpoints);
+    let spec =
+        WorkerSpec::of_this_process(&cli.launch, join.timeout(), join.auth_token_file.clone())?;
+    let restarts = CheckpointRestarts::new(
+        checkpoints.checkpoint_dir.as_deref(),
+        checkpoints.keep,
+        checkpoints.resume.clone(),
+    );
     if spec.max_restarts > 0 {
         restarts.preflight()?;
     }

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 use trainer::cli::Cli;
-use trainer::model::recsys::synth;
-use trainer::plot;
+use trainer::models::recsys::synth;
+use trainer::report::plot;
 
 /// A subcommand: its own flags, parsed from the arguments after its name.
 fn subcommand<A: Parser>(run: fn(&A) -> anyhow::Result<()>) -> ExitCode {

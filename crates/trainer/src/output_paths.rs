@@ -8,17 +8,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use crate::cli::Cli;
-
-/// Checks and prepares rank 0's output paths; prints a note for each
-/// directory it creates.
-pub fn prepare(cli: &Cli) -> anyhow::Result<()> {
-    if let Some(dir) = &cli.checkpoint_dir {
+/// Checks and prepares rank 0's output paths (`--checkpoint-dir`,
+/// `--metrics`); prints a note for each directory it creates.
+pub fn prepare(checkpoints: Option<&Path>, metrics: Option<&Path>) -> anyhow::Result<()> {
+    if let Some(dir) = checkpoints {
         for note in checkpoint_dir(dir)? {
             tell!("note: {note}");
         }
     }
-    if let Some(file) = &cli.metrics {
+    if let Some(file) = metrics {
         for note in metrics_file(file)? {
             tell!("note: {note}");
         }

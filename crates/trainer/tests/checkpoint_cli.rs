@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use common::{data_arg, dataset, run, stderr, trainer};
 use trainer::checkpoint::store::PAUSE_ENV;
 use trainer::checkpoint::{CheckpointDir, MODEL_FILE, Position, Settings, TrainingState, load};
-use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
+use trainer::model::DropoutRates;
+use trainer::models::cnn::{CnnMnist, cnn_layout};
 
 fn layout() -> core_tensor::FlatLayout {
     cnn_layout().clone()

@@ -15,7 +15,8 @@ use trainer::checkpoint::{
     CheckpointDir, MODEL_FILE, Position, STATE_FILE, Settings, TrainingState, load, load_weights,
 };
 use trainer::data::DataFingerprint;
-use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
+use trainer::model::DropoutRates;
+use trainer::models::cnn::{CnnMnist, cnn_layout};
 
 fn layout() -> FlatLayout {
     cnn_layout().clone()

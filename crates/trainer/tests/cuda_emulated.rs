@@ -19,9 +19,12 @@ use common::free_port;
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Backend, Cpu, Cuda, Ops};
 use fashion_mnist::FashionMnist;
-use trainer::ddp::{CommThread, NcclHook, plan_buckets};
+use trainer::comm_thread::CommThread;
+use trainer::ddp::{NcclHook, plan_buckets};
 use trainer::model::DropoutRates;
-use trainer::train::{EpochReport, Phase, Setup, TrainConfig, Trainer};
+use trainer::models::cnn::CnnMnist;
+use trainer::phases::Phase;
+use trainer::train::{EpochReport, Setup, TrainConfig, Trainer};
 
 const EMULATED: [&str; 4] = [
     "emulated_gpu_training_follows_the_cpu",
@@ -50,7 +53,7 @@ fn config(batch_size: usize, dropout: DropoutRates) -> TrainConfig {
         dropout,
         // Small buckets: several all-reduces per step.
         bucket_mb: 0.5,
-        sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
     }
 }
@@ -66,7 +69,7 @@ fn train<B: Ops>(
     run(Trainer::new(backend, data, cfg, comm).unwrap())
 }
 
-fn run<B: Ops>(mut trainer: Trainer<B>) -> (Vec<Vec<f32>>, f64) {
+fn run<B: Ops>(mut trainer: Trainer<B, CnnMnist>) -> (Vec<Vec<f32>>, f64) {
     let (history, report) = common::params_after_each_step(&mut trainer);
     phases_fit_the_epoch(&report);
     let accuracy = trainer.evaluate().unwrap();
@@ -207,11 +210,11 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
         let (tcp, nccl) = nccl_rank(rank, port, &gpu, Duration::from_secs(60));
         let cfg = TrainConfig {
             bucket_mb: 0.05,
-            sparse_grads: trainer::cli::SparseGrads::Auto,
+            sparse_grads: trainer::ddp::SparseGrads::Auto,
             sparse_adam: false,
             ..config(16, DropoutRates::OFF)
         };
-        let layout = trainer::model::cnn_layout();
+        let layout = trainer::models::cnn::cnn_layout();
         let buckets = plan_buckets(layout, 0..layout.len(), cfg.bucket_mb);
         assert!(buckets.len() > 2, "several buckets overlap backward");
         let setup = Setup {

@@ -11,7 +11,7 @@ use common::free_port;
 use core_tensor::Cpu;
 use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
-use trainer::ddp::CommThread;
+use trainer::comm_thread::CommThread;
 use trainer::model::DropoutRates;
 use trainer::train::{TrainConfig, Trainer};
 
@@ -31,7 +31,7 @@ fn config(batch_size: usize) -> TrainConfig {
         dropout: DropoutRates::OFF,
         // Small buckets, so that several all-reduces overlap backward.
         bucket_mb: 0.05,
-        sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
     }
 }

@@ -23,7 +23,8 @@ use trainer::checkpoint::{
     CheckpointDir, MODEL_FILE, Position, STATE_FILE, Settings, TrainingState, load,
 };
 use trainer::data::DataFingerprint;
-use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
+use trainer::model::DropoutRates;
+use trainer::models::cnn::{CnnMnist, cnn_layout};
 
 /// Each case writes and checks a few megabytes: about two seconds in all.
 const CASES: u32 = 48;

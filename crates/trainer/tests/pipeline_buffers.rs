@@ -18,9 +18,8 @@ use std::time::Duration;
 
 use comm::LocalCommunicator;
 use core_tensor::{Backend, Cpu};
-use trainer::model::{
-    BatchInputs, CnnMnist, DropoutRates, IMAGE_SIDE, Mode, Model, NoSync, cnn_layout,
-};
+use trainer::model::{DropoutRates, Mode, Model, NoSync};
+use trainer::models::cnn::{BatchInputs, CnnMnist, IMAGE_SIDE, cnn_layout};
 use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage, stage_params};
 
 /// A batch that splits evenly into 1, 2, 4 and 8 micro-batches.

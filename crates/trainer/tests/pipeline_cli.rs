@@ -49,7 +49,7 @@ fn a_pipeline_trains_saves_a_whole_model_and_resumes_on_one_rank() {
     let log = train(&dir, &["--resume", "auto", "--epochs", "2"]);
     assert!(log.contains("resuming from"), "{log}");
     let end = dir.join(trainer::checkpoint::Position { epoch: 3, step: 0 }.dir_name());
-    let resumed = trainer::checkpoint::load(&end, trainer::model::cnn_layout()).unwrap();
+    let resumed = trainer::checkpoint::load(&end, trainer::models::cnn::cnn_layout()).unwrap();
     assert_eq!(resumed.optimizer_step, 8);
     // And on, as 2 stages x 2 replicas (each stage's Adam moments come
     // from the whole ones): rank 0 gathers both stages' parameters and
@@ -60,7 +60,7 @@ fn a_pipeline_trains_saves_a_whole_model_and_resumes_on_one_rank() {
         &[&grid[..], &["--resume", "auto", "--epochs", "3"]].concat(),
     );
     let end = dir.join(trainer::checkpoint::Position { epoch: 4, step: 0 }.dir_name());
-    let last = trainer::checkpoint::load(&end, trainer::model::cnn_layout()).unwrap();
+    let last = trainer::checkpoint::load(&end, trainer::models::cnn::cnn_layout()).unwrap();
     assert_eq!(last.optimizer_step, 12);
     for stage in 0..2 {
         let range = trainer::pipeline::stage_params(stage);

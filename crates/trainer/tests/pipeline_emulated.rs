@@ -20,8 +20,10 @@ use common::free_port;
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Backend, Cpu, Cuda};
 use fashion_mnist::FashionMnist;
-use trainer::ddp::{CommHook, CommThread, NcclHook};
-use trainer::model::{CnnMnist, DropoutRates};
+use trainer::comm_thread::CommThread;
+use trainer::ddp::{CommHook, NcclHook};
+use trainer::model::DropoutRates;
+use trainer::models::cnn::CnnMnist;
 use trainer::pipeline::{NcclLink, PipelinePlace, PipelineStage};
 use trainer::train::{Setup, Silent, TrainConfig, Trainer};
 
@@ -116,7 +118,7 @@ fn config() -> TrainConfig {
         max_steps: Some(3),
         dropout: DropoutRates::OFF,
         bucket_mb: 0.5,
-        sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
     }
 }

@@ -19,8 +19,9 @@ use core_tensor::{Backend, Cpu};
 use fashion_mnist::FashionMnist;
 use trainer::checkpoint::origin::Origin;
 use trainer::checkpoint::{CheckpointDir, Checkpoints, Position};
-use trainer::ddp::CommThread;
-use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
+use trainer::comm_thread::CommThread;
+use trainer::model::DropoutRates;
+use trainer::models::cnn::{CnnMnist, cnn_layout};
 use trainer::pipeline::{HostLink, PipelinePlace, PipelineStage, stage_params};
 use trainer::stop::{StopKind, StopRequest};
 use trainer::train::{EpochReport, RunOutcome, Setup, Silent, TrainConfig, Trainer};
@@ -40,7 +41,7 @@ fn config() -> TrainConfig {
         max_steps: Some(STEPS),
         dropout: DropoutRates::OFF,
         bucket_mb: 0.05,
-        sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
     }
 }

@@ -18,7 +18,8 @@ use safetensors::{Dtype, SafeTensors};
 use trainer::checkpoint::{
     CheckpointDir, MODEL_FILE, Position, Settings, TrainingState, load_weights,
 };
-use trainer::model::{Activations, CnnMnist, DropoutRates, IMAGE_SIDE, Mode, Model};
+use trainer::model::{DropoutRates, Mode, Model};
+use trainer::models::cnn::{Activations, CnnMnist, IMAGE_SIDE};
 
 const BATCH: usize = 8;
 

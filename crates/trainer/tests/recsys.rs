@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::{run, stderr, stdout, trainer};
-use trainer::model::recsys::synth::write_ratings;
+use trainer::models::recsys::synth::write_ratings;
 
 fn recsys(ratings: &Path, args: &[&str]) -> std::process::Output {
     let out = run(trainer()
@@ -208,7 +208,7 @@ fn pipes_are_refused_naming_the_file() {
 /// gets no `test/rmse` (the metrics file writes `null`), instead of NaN.
 #[test]
 fn no_test_ratings_is_no_test_rmse_not_nan() {
-    use trainer::model::recsys::ratings::parse_line;
+    use trainer::models::recsys::ratings::parse_line;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ratings.csv");
     write_ratings(&path, 400, 30, 20, 3).unwrap();

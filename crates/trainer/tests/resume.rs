@@ -15,8 +15,9 @@ use core_tensor::ops::AdamConfig;
 use fashion_mnist::FashionMnist;
 use trainer::checkpoint::origin::Origin;
 use trainer::checkpoint::{CheckpointDir, Checkpoints, Position, TrainingState, load};
-use trainer::ddp::CommThread;
-use trainer::model::{DropoutRates, cnn_layout};
+use trainer::comm_thread::CommThread;
+use trainer::model::DropoutRates;
+use trainer::models::cnn::cnn_layout;
 use trainer::stop::{StopKind, StopRequest};
 use trainer::train::{EpochReport, RunOutcome, Setup, Silent, TrainConfig, Trainer};
 
@@ -45,7 +46,7 @@ fn config(epochs: usize) -> TrainConfig {
         max_steps: Some(STEPS),
         dropout: DropoutRates::REFERENCE,
         bucket_mb: 0.05,
-        sparse_grads: trainer::cli::SparseGrads::Auto,
+        sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
     }
 }

@@ -12,7 +12,8 @@ use std::process::{Command, Output};
 
 use common::{data_arg, dataset, relabelled_dataset, run, stderr, trainer};
 use trainer::checkpoint::{CheckpointDir, Position, Settings, TrainingState};
-use trainer::model::{CnnMnist, DropoutRates, cnn_layout};
+use trainer::model::DropoutRates;
+use trainer::models::cnn::{CnnMnist, cnn_layout};
 
 const MID: Position = Position { epoch: 1, step: 2 };
 const BOUNDARY: Position = Position { epoch: 2, step: 0 };

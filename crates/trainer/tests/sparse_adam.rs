@@ -20,11 +20,11 @@ use comm::{CommConfig, TcpCommunicator};
 use common::{free_port, run, stderr, trainer};
 use core_tensor::ops::AdamConfig;
 use core_tensor::{Cpu, FlatLayout, Ops};
-use trainer::cli::SparseGrads;
-use trainer::ddp::CommThread;
-use trainer::model::recsys::synth::write_ratings;
-use trainer::model::recsys::{RatingsIndex, RatingsShard, RecsysBuffers, RecsysModel};
+use trainer::comm_thread::CommThread;
+use trainer::ddp::SparseGrads;
 use trainer::model::{DropoutRates, GradsReady, Metric, Mode, Model};
+use trainer::models::recsys::synth::write_ratings;
+use trainer::models::recsys::{RatingsIndex, RatingsShard, RecsysBuffers, RecsysModel};
 use trainer::train::{Setup, Silent, TrainConfig, Trainer};
 
 const STEPS: usize = 12;

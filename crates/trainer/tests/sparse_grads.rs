@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{run, stderr, trainer};
-use trainer::model::recsys::synth::write_ratings;
+use trainer::models::recsys::synth::write_ratings;
 
 /// Trains one epoch on two ranks (`extra` names the device and the steps)
 /// and returns the checkpoint directory's files (name, bytes) and rank 0's

@@ -20,6 +20,7 @@
 
 pub mod digest;
 mod files;
+mod flags;
 pub mod origin;
 pub mod restarts;
 pub mod resume;
@@ -29,6 +30,7 @@ pub mod store;
 use std::fmt;
 
 pub use files::load_weights;
+pub use flags::CheckpointFlags;
 pub use state::{MODEL_FILE, STATE_FILE, Settings, TrainingState, load};
 pub use store::CheckpointDir;
 

@@ -6,7 +6,7 @@
 use anyhow::{Context, anyhow, bail};
 
 use super::{Position, TrainingState};
-use crate::ddp::CommThread;
+use crate::comm_thread::CommThread;
 
 /// Rank 0's choice of where training starts.
 pub enum Origin {

@@ -337,7 +337,7 @@ impl Meta<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CnnMnist, cnn_layout};
+    use crate::models::cnn::{CnnMnist, cnn_layout};
 
     #[test]
     fn a_state_with_a_non_finite_weight_or_a_negative_count_is_refused() {

@@ -3,76 +3,55 @@
 use anyhow::bail;
 use core_tensor::Fp32Tile;
 
-use super::{BackendChoice, Cli, DeviceChoice, ModelChoice, ResumeFrom, SparseGrads};
+use super::Cli;
+use crate::checkpoint::resume::ResumeFrom;
+use crate::ddp::{BackendChoice, SparseGrads};
+use crate::run::DeviceChoice;
 
 impl Cli {
     /// The rules between flags that clap does not express in one line.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.model != ModelChoice::Toy && self.samples.is_some() {
+        let job = &self.job;
+        let (train, ddp, device, pipeline) = (&job.train, &job.ddp, &job.device, &job.pipeline);
+        job.model.check(&self.capabilities_given())?;
+        let entry = job.model.model.entry();
+        let stages = pipeline.pipeline_stages as usize;
+        if stages > entry.max_stages() {
             bail!(
-                "--samples sizes the synthetic data of --model toy; other models read a data set"
+                "--pipeline-stages {stages}: --model {} splits into at most {} stages",
+                entry.name(),
+                entry.max_stages()
             );
         }
-        let recsys = self.model == ModelChoice::Recsys;
-        if recsys != self.ratings.is_some() {
-            bail!(
-                "--model recsys trains on --ratings PATH (a MovieLens ratings.csv); give both or neither"
-            );
-        }
-        if !recsys && self.embedding_dim.is_some() {
-            bail!("--embedding-dim is for --model recsys");
-        }
-        if self.model != ModelChoice::Cnn && (self.data_dir.is_some() || self.no_dropout) {
-            bail!("--data-dir and --no-dropout are for --model cnn (the FashionMNIST CNN)");
-        }
-        if self.model != ModelChoice::Recsys && self.sparse_grads != SparseGrads::Auto {
-            bail!(
-                "--sparse-grads chooses how recsys' embedding rows travel; it is for --model recsys"
-            );
-        }
-        if self.sparse_adam && !recsys {
-            bail!(
-                "--sparse-adam updates the embedding rows a batch looked up; it is for --model recsys (other models have no such table)"
-            );
-        }
-        if self.sparse_adam
-            && (self.backend == BackendChoice::Nccl || self.sparse_grads == SparseGrads::Never)
+        if train.sparse_adam
+            && (ddp.backend == BackendChoice::Nccl || ddp.sparse_grads == SparseGrads::Never)
         {
             bail!(
                 "--sparse-adam takes the rows to update from the host's sparse gradient exchange, which --backend nccl and --sparse-grads never turn off; use --backend tcp and --sparse-grads auto, or leave --sparse-adam out"
             );
         }
-        if self.pipeline_stages > 2 {
-            bail!(
-                "--pipeline-stages {}: this CNN splits into 2 stages (the convolution stack and the fully connected stack); use 2",
-                self.pipeline_stages
-            );
-        }
-        if self.model != ModelChoice::Cnn && self.pipeline_stages > 1 {
-            bail!(
-                "--pipeline-stages splits --model cnn into stages; --model toy and recsys train whole on every rank (leave it out)"
-            );
-        }
-        if self.pipeline_stages > 1 && self.micro_batches > self.batch_size {
+        if stages > 1 && pipeline.micro_batches > train.batch_size {
             bail!(
                 "--micro-batches {} is more than --batch-size {}: each micro-batch needs at least one sample",
-                self.micro_batches,
-                self.batch_size
+                pipeline.micro_batches,
+                train.batch_size
             );
         }
-        let has_dir = self.checkpoint_dir.is_some();
-        if self.checkpoint_every.is_some() && !has_dir {
+        let checkpoints = &job.checkpoints;
+        let has_dir = checkpoints.checkpoint_dir.is_some();
+        if checkpoints.checkpoint_every.is_some() && !has_dir {
             bail!("--checkpoint-every needs --checkpoint-dir");
         }
-        if self.device == DeviceChoice::Cpu && self.tf32 {
+        if device.device == DeviceChoice::Cpu && device.tf32 {
             bail!("--tf32 runs products on a GPU's tensor cores; --device cpu has none");
         }
-        if self.fp32_tile == Fp32Tile::Wide && (self.tf32 || self.device == DeviceChoice::Cpu) {
+        if device.fp32_tile == Fp32Tile::Wide && (device.tf32 || device.device == DeviceChoice::Cpu)
+        {
             bail!(
                 "--fp32-tile wide is the tile of a GPU's float32 products; --tf32 and --device cpu have none (leave it out)"
             );
         }
-        if self.device == DeviceChoice::Cpu && self.backend == BackendChoice::Nccl {
+        if device.device == DeviceChoice::Cpu && ddp.backend == BackendChoice::Nccl {
             bail!(
                 "--backend nccl moves gradients between GPUs; with --device cpu use --backend tcp (or auto)"
             );
@@ -82,14 +61,28 @@ impl Cli {
                 "--max-restarts needs --checkpoint-dir: restarts continue from the newest checkpoint there"
             );
         }
-        match &self.resume {
+        match &checkpoints.resume {
             Some(ResumeFrom::Auto) if !has_dir => bail!("--resume auto needs --checkpoint-dir"),
-            Some(ResumeFrom::Path(_)) if self.init_from.is_some() => {
+            Some(ResumeFrom::Path(_)) if checkpoints.init_from.is_some() => {
                 bail!(
                     "--resume PATH and --init-from both say where to start: give one (--init-from goes with --resume auto)"
                 )
             }
             _ => Ok(()),
         }
+    }
+
+    /// The flags given that mean something for some models only (a
+    /// capability they have; see `ModelEntry::takes`).
+    fn capabilities_given(&self) -> Vec<&'static str> {
+        let job = &self.job;
+        [
+            (job.ddp.sparse_grads != SparseGrads::Auto, "--sparse-grads"),
+            (job.train.sparse_adam, "--sparse-adam"),
+            (job.pipeline.pipeline_stages > 1, "--pipeline-stages"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect()
     }
 }

@@ -1,4 +1,9 @@
+use clap::Parser;
+
 use super::*;
+use crate::checkpoint::resume::ResumeFrom;
+use crate::ddp::{BackendChoice, SparseGrads};
+use crate::run::DeviceChoice;
 
 fn parse(args: &[&str]) -> Result<Cli, String> {
     Cli::try_parse_from(std::iter::once("trainer").chain(args.iter().copied()))
@@ -8,20 +13,23 @@ fn parse(args: &[&str]) -> Result<Cli, String> {
 #[test]
 fn defaults_are_the_reference_settings() {
     let cli = parse(&[]).unwrap();
+    let job = cli.job;
+    let train = &job.train;
     assert_eq!(
-        (cli.epochs, cli.batch_size, cli.lr, cli.seed),
+        (train.epochs, train.batch_size, train.lr, train.seed),
         (5, 64, 1e-3, 0)
     );
-    assert_eq!(cli.device, DeviceChoice::Auto);
-    assert_eq!(cli.backend, BackendChoice::Auto);
-    assert_eq!(cli.bucket_mb, 25.0);
-    assert_eq!(cli.sparse_grads, SparseGrads::Auto);
+    assert_eq!(job.device.device, DeviceChoice::Auto);
+    assert_eq!(job.ddp.backend, BackendChoice::Auto);
+    assert_eq!(job.ddp.bucket_mb, 25.0);
+    assert_eq!(job.ddp.sparse_grads, SparseGrads::Auto);
+    let checkpoints = job.checkpoints;
     assert_eq!(
         (
-            cli.checkpoint_dir,
-            cli.keep,
+            checkpoints.checkpoint_dir,
+            checkpoints.keep,
             cli.launch.max_restarts,
-            cli.resume
+            checkpoints.resume
         ),
         (None, 3, 0, None)
     );
@@ -62,9 +70,13 @@ fn checkpoint_flags_that_need_a_directory_say_so() {
     ])
     .unwrap();
     ok.validate().unwrap();
-    assert_eq!(ok.resume, Some(ResumeFrom::Auto));
+    assert_eq!(ok.job.checkpoints.resume, Some(ResumeFrom::Auto));
     assert_eq!(
-        parse(&["--resume", "d/ckpt-e0002-s000000"]).unwrap().resume,
+        parse(&["--resume", "d/ckpt-e0002-s000000"])
+            .unwrap()
+            .job
+            .checkpoints
+            .resume,
         Some(ResumeFrom::Path("d/ckpt-e0002-s000000".into()))
     );
 }
@@ -100,10 +112,22 @@ fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
 fn flags_that_cannot_apply_are_refused() {
     for (args, needle) in [
         (&["--sparse-grads", "never"][..], "it is for --model recsys"),
-        (&["--pipeline-stages", "3"], "this CNN splits into 2 stages"),
+        (
+            &["--pipeline-stages", "3"],
+            "--model cnn splits into at most 2 stages",
+        ),
         (
             &["--model", "toy", "--pipeline-stages", "2"][..],
-            "--pipeline-stages splits --model cnn",
+            "--pipeline-stages means nothing to --model toy: it is for --model cnn",
+        ),
+        (&["--samples", "10"], "--samples is for --model toy"),
+        (
+            &["--model", "toy", "--ratings", "r.csv"],
+            "--ratings is for --model recsys",
+        ),
+        (
+            &["--model", "recsys"],
+            "--model recsys trains on --ratings PATH",
         ),
         (
             &[
@@ -144,6 +168,7 @@ fn bad_values_are_rejected_with_the_flag_named() {
         (&["--checkpoint-every", "0"], "--checkpoint-every"),
         (&["--resume", ""], "--resume"),
         (&["--backend", "mpi"], "--backend"),
+        (&["--model", "mlp"], "--model"),
     ] {
         let err = parse(args).unwrap_err();
         assert!(err.contains(flag), "{args:?}: {err}");

@@ -91,7 +91,8 @@ impl BucketQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CnnMnist, DropoutRates};
+    use crate::model::DropoutRates;
+    use crate::models::cnn::CnnMnist;
 
     #[test]
     fn buckets_follow_pytorchs_rule_and_cover_the_buffer() {
@@ -115,7 +116,7 @@ mod tests {
 
     #[test]
     fn a_stages_buckets_cover_its_part_counted_from_its_start() {
-        let layout = crate::model::cnn_layout();
+        let layout = crate::models::cnn::cnn_layout();
         let fc1 = layout.range("fc1.weight").unwrap();
         let head = fc1.start..layout.len();
         let tiny = plan_buckets(layout, head.clone(), 1e-6);

@@ -7,8 +7,8 @@ use std::ops::Range;
 use anyhow::anyhow;
 use core_tensor::Ops;
 
-use super::comm_thread::{CommHandle, Op, Staged};
 use super::{CommHook, GradBucket};
+use crate::comm_thread::{CommHandle, Op, Staged};
 
 /// The host staging buffers, reused every step, and the communication
 /// thread they travel to.

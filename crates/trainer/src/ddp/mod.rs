@@ -20,18 +20,16 @@
 //! `transport.rs` decides which one a job uses (`--backend`).
 
 mod buckets;
-mod comm_thread;
+mod flags;
 mod host_hook;
 mod nccl_hook;
 mod sparse;
 pub mod transport;
-#[cfg(test)]
-pub(crate) mod two_ranks;
 
 use std::ops::Range;
 
 pub use buckets::plan_buckets;
-pub use comm_thread::{CommHandle, CommThread};
+pub use flags::{BackendChoice, DdpFlags, SparseGrads};
 pub use host_hook::HostHook;
 pub use nccl_hook::NcclHook;
 pub use sparse::SparseExchange;

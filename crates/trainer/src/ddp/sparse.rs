@@ -36,8 +36,8 @@ use std::ops::Range;
 use anyhow::{Context, bail, ensure};
 use core_tensor::ops::{RowsGeom, RowsKernel};
 
-use super::comm_thread::{CommHandle, CommThread, Op, Staged};
-use crate::cli::SparseGrads;
+use super::SparseGrads;
+use crate::comm_thread::{CommHandle, CommThread, Op, Staged};
 use crate::model::{row_room, row_table_geom};
 
 /// Row indices travel as f32: exact below 2^24.

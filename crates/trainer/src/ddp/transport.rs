@@ -5,7 +5,7 @@
 
 use comm::{CommError, Communicator, ReduceOp};
 
-use crate::cli::BackendChoice;
+use super::BackendChoice;
 
 /// The transport gradients take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

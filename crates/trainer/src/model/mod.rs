@@ -1,4 +1,6 @@
-//! The models the trainer can drive, behind one trait.
+//! What the trainer asks of a model: one trait, [`Model`], and what it
+//! speaks of. The models themselves are plug-ins above the training loop
+//! (`crate::models`).
 //!
 //! A model owns no tensors: it describes where its parameters live in one
 //! flat buffer ([`Model::layout`], PyTorch `state_dict` names and order),
@@ -9,44 +11,42 @@
 //! pass reads comes from a [`crate::data::Batches`] of the model's own,
 //! which fills the model's input buffers. Each model is one folder.
 
-pub mod cnn;
-mod mlp;
-pub mod recsys;
-pub mod toy;
+mod init;
+mod rows;
 
-pub use cnn::{
-    Activations, BatchInputs, CLASSES, CnnMnist, DropoutRates, IMAGE_SIDE, PARAM_COUNT, cnn_layout,
-};
+pub use init::{pytorch_default_init, unit_f32};
+pub use rows::{row_room, row_table_geom};
 
 use std::ops::Range;
 
-use core_tensor::ops::RowsGeom;
 use core_tensor::{FlatLayout, Ops, Result};
-use rand::RngCore;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 
-use crate::train::PhaseSeconds;
+use crate::phases::PhaseSeconds;
 
-/// A uniform f32 in `[0, 1)` from 24 random bits, exactly: ChaCha8 words
-/// turned into floats here, not by `rand`'s distributions, so the values
-/// stay the same across `rand` releases.
-pub fn unit_f32(rng: &mut ChaCha8Rng) -> f32 {
-    (rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32
+/// Drop probabilities of the two dropout layers, `(after pool, after fc1)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DropoutRates {
+    pub pool: f32,
+    pub hidden: f32,
 }
 
-/// PyTorch's default distributions for `Conv2d` and `Linear`: weights
-/// (kaiming-uniform with a = √5) and biases uniform in ±1/√fan_in, drawn
-/// from one ChaCha8 stream seeded with `seed`, tensor after tensor; each
-/// tensor is `(element count, fan_in)`.
-pub fn pytorch_default_init(seed: u64, tensors: &[(usize, usize)]) -> Vec<f32> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut params = Vec::with_capacity(tensors.iter().map(|t| t.0).sum());
-    for &(count, fan_in) in tensors {
-        let bound = 1.0 / (fan_in as f32).sqrt();
-        params.extend((0..count).map(|_| (2.0 * unit_f32(&mut rng) - 1.0) * bound));
+impl DropoutRates {
+    /// The rates of the reference model.
+    pub const REFERENCE: Self = Self {
+        pool: 0.25,
+        hidden: 0.5,
+    };
+    /// No dropout: used to compare data-parallel runs element for element.
+    pub const OFF: Self = Self {
+        pool: 0.0,
+        hidden: 0.0,
+    };
+}
+
+impl std::fmt::Display for DropoutRates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} after the pool, {} after fc1", self.pool, self.hidden)
     }
-    params
 }
 
 /// What a model reports besides its loss: the sum [`Model::metric_sum`]
@@ -262,23 +262,4 @@ pub trait Model<B: Ops> {
     fn forward_split(&self, _backend: &B) -> Result<Option<PhaseSeconds>> {
         Ok(None)
     }
-}
-
-/// The geometry of a table of [`Model::row_tables`]: `range` holds rows of
-/// `width` floats (0 counts as 1), no rows picked yet (`count` 0).
-pub fn row_table_geom(range: &Range<usize>, width: usize) -> RowsGeom {
-    let dim = width.max(1);
-    RowsGeom {
-        count: 0,
-        dim,
-        rows: range.len() / dim,
-        offset: range.start,
-    }
-}
-
-/// Rows of device scratch for `count` rows of tables of `rows` rows: grown
-/// in powers of two (so a step that uses a few more rows than the last does
-/// not reallocate), never past the tables' rows, never below `count`.
-pub fn row_room(count: usize, rows: usize) -> usize {
-    count.next_power_of_two().min(rows).max(count)
 }

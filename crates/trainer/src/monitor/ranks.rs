@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::{GpuUsage, Summary, Usage};
-use crate::train::{Phase, PhaseSeconds};
+use crate::phases::{Phase, PhaseSeconds};
 
 /// One rank's epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -30,7 +30,7 @@ use anyhow::Context;
 use core_tensor::{Elem, Ops, Result};
 
 use super::stage_params;
-use crate::model::cnn::{
+use crate::models::cnn::{
     BatchInputs, Cut, FeatureGrads, Features, GradAndPooled, Head, InputPart, classes,
 };
 

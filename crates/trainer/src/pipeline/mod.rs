@@ -44,13 +44,26 @@ use std::time::Duration;
 use anyhow::bail;
 use core_tensor::{FlatLayout, Ops, Result};
 
-use crate::model::{CnnMnist, GradsReady, IMAGE_SIDE, Metric, Mode, Model, Partition, cnn_layout};
-use crate::train::timer::{Phase, StepTimer};
-use crate::train::{DataShare, PhaseSeconds};
+use crate::model::{GradsReady, Metric, Mode, Model, Partition};
+use crate::models::cnn::{CnnMnist, IMAGE_SIDE, cnn_layout};
+use crate::phases::PhaseSeconds;
+use crate::phases::{Phase, StepTimer};
+use crate::train::DataShare;
 use buffers::StageActs;
 
-/// `--micro-batches` when not given.
-pub const DEFAULT_MICRO_BATCHES: usize = 4;
+/// The pipeline's flags.
+#[derive(Clone, Debug, clap::Args)]
+pub struct PipelineFlags {
+    /// Pipeline parallelism: split the model into S stages, one per rank
+    /// (S = 2 for this CNN: the convolution stack, the fully connected
+    /// stack); the world is S x data-parallel replicas.
+    #[arg(long, value_name = "S", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pipeline_stages: u32,
+
+    /// Micro-batches per batch in a pipeline (1F1B schedule).
+    #[arg(long, value_name = "M", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub micro_batches: u32,
+}
 
 /// Where a rank sits in a `stages x replicas` layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

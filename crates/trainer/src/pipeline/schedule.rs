@@ -35,9 +35,9 @@ use super::buffers::{
     TRAINING_BUFFERS,
 };
 use super::{PipeBuffers, PipelineStage, StageLink};
-use crate::model::cnn::Backward;
 use crate::model::{Mode, NoSync};
-use crate::train::timer::Phase;
+use crate::models::cnn::Backward;
+use crate::phases::Phase;
 
 /// One batch through this rank's stage.
 pub(super) fn run<B: Ops>(

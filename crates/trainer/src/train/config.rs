@@ -1,11 +1,67 @@
-//! What the training loop needs to know, shared by every rank.
+//! What the training loop needs to know, shared by every rank: its flags,
+//! and the configuration they make.
 
+use clap::Args;
 use core_tensor::ops::AdamConfig;
+use launcher::flags::positive_finite;
 
 use crate::checkpoint::Settings;
-use crate::cli::SparseGrads;
 use crate::data::DataFingerprint;
+use crate::ddp::{DdpFlags, SparseGrads};
 use crate::model::DropoutRates;
+
+/// The loop's flags.
+#[derive(Clone, Debug, Args)]
+pub struct TrainFlags {
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub epochs: u32,
+
+    /// Samples per step on each rank.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub batch_size: u32,
+
+    /// Learning rate (Adam's; SGD's for --model toy).
+    #[arg(long, default_value_t = 1e-3, value_name = "RATE", value_parser = positive_finite, allow_hyphen_values = true)]
+    pub lr: f64,
+
+    /// Seed for the initial weights, the shuffling and dropout.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub seed: u64,
+
+    /// Stop each epoch after this many steps (for quick runs) [default: the whole epoch].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_steps: Option<u32>,
+
+    /// Recsys: update only the embedding rows and per-row biases a step's
+    /// batch looked up (all ranks' rows), as torch.optim.SparseAdam does,
+    /// not the whole tables (dense Adam, the default, decays every row's
+    /// moments every step).
+    /// Needs the host's sparse exchange (--backend tcp, not
+    /// --sparse-grads never) with more than one rank.
+    #[arg(long)]
+    pub sparse_adam: bool,
+}
+
+impl TrainFlags {
+    /// The loop's configuration, averaging as `ddp` says, with `dropout`.
+    pub fn config(&self, ddp: &DdpFlags, dropout: DropoutRates) -> TrainConfig {
+        TrainConfig {
+            epochs: self.epochs as usize,
+            batch_size: self.batch_size as usize,
+            adam: AdamConfig {
+                lr: self.lr,
+                ..AdamConfig::default()
+            },
+            seed: self.seed,
+            max_steps: self.max_steps.map(|s| s as usize),
+            dropout,
+            bucket_mb: ddp.bucket_mb,
+            sparse_grads: ddp.sparse_grads,
+            sparse_adam: self.sparse_adam,
+        }
+    }
+}
 
 /// What the loop needs to know, shared by every rank.
 #[derive(Clone, Debug)]

@@ -196,7 +196,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::Position;
     use crate::checkpoint::origin::Start;
-    use crate::model::recsys::{RatingsIndex, RecsysModel, synth};
+    use crate::models::recsys::{RatingsIndex, RecsysModel, synth};
 
     /// Rows 1 and 4 of recsys' tables (rows of 3, and the biases), as a
     /// step's batch names them.

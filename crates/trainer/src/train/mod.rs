@@ -20,34 +20,31 @@ mod room;
 mod setup;
 mod shared_flags;
 mod step;
-pub(crate) mod timer;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use core_tensor::Ops;
-use fashion_mnist::FashionMnist;
 
-pub use config::TrainConfig;
+pub use config::{TrainConfig, TrainFlags};
 pub(crate) use room::host_room_bytes;
 pub use setup::{DataShare, Setup};
-pub use timer::{Phase, PhaseSeconds};
 
 use crate::checkpoint::origin;
 use crate::checkpoint::{Checkpoints, Position};
+use crate::comm_thread::CommThread;
 use crate::data::{Batches, Order};
-use crate::ddp::{CommThread, Reducer};
-use crate::model::cnn::{DeviceSplit, HostSplit};
-use crate::model::{BatchInputs, CnnMnist, Metric, Model};
+use crate::ddp::Reducer;
+use crate::model::{Metric, Model};
 use crate::monitor::{Monitor, RankStats, Straggler};
+use crate::phases::StepTimer;
 use crate::stop::StopRequest;
 use eval::Evaluator;
 use lazy_adam::LazyAdam;
 use meter::{EpochMeter, ResumePoint};
 use replica::Replica;
 use shared_flags::Agreed;
-use timer::StepTimer;
 
 /// One epoch's numbers, already reduced over all ranks.
 #[derive(Clone, Debug, PartialEq)]
@@ -133,7 +130,7 @@ impl Progress for Silent {
 }
 
 /// One rank's replica and optimizer state, and what it trains on.
-pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
+pub struct Trainer<B: Ops, M: Model<B>> {
     /// First, so it is dropped first: an NCCL hook makes the compute
     /// stream wait for its collectives before the gradients are freed.
     reducer: Option<Reducer<B>>,
@@ -167,52 +164,6 @@ pub struct Trainer<B: Ops, M: Model<B> = CnnMnist> {
     /// The newest end-of-epoch checkpoint this rank saved.
     last_saved: Option<PathBuf>,
     share: DataShare,
-}
-
-impl<B: Ops> Trainer<B> {
-    /// A fresh CNN replica (every rank starts from rank 0's seeded
-    /// parameters), averaging over `comm`.
-    pub fn new(
-        backend: B,
-        data: &FashionMnist,
-        cfg: TrainConfig,
-        comm: Option<CommThread>,
-    ) -> anyhow::Result<Self> {
-        Self::start(backend, data, cfg, Setup::fresh(comm))
-    }
-
-    /// The CNN replica `setup` describes.
-    pub fn start(
-        backend: B,
-        data: &FashionMnist,
-        cfg: TrainConfig,
-        setup: Setup<B>,
-    ) -> anyhow::Result<Self> {
-        let model = CnnMnist::new(cfg.dropout);
-        Trainer::on_fashion_mnist(backend, model, data, cfg, setup)
-    }
-}
-
-impl<B: Ops, M: Model<B>> Trainer<B, M>
-where
-    M::Buffers: BatchInputs<B>,
-{
-    /// A replica of `model`, a network over the CNN's buffers (the CNN, or
-    /// a pipeline stage of it), trained and evaluated on `data`.
-    pub fn on_fashion_mnist(
-        backend: B,
-        model: M,
-        data: &FashionMnist,
-        cfg: TrainConfig,
-        setup: Setup<B>,
-    ) -> anyhow::Result<Self> {
-        let train = HostSplit::from(data.train.clone());
-        let test = HostSplit::from(data.test.clone());
-        let train = DeviceSplit::upload(&backend, &train, "training")?;
-        let test = DeviceSplit::upload(&backend, &test, "test")?;
-        let test: Box<dyn Batches<B, M::Buffers>> = Box::new(test);
-        Trainer::with_model(backend, model, Box::new(train), Some(test), cfg, setup)
-    }
 }
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
@@ -324,6 +275,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
     pub fn model(&self) -> &M {
         &self.model
+    }
+
+    /// The last epoch it trains.
+    pub fn epochs(&self) -> usize {
+        self.cfg.epochs
     }
 
     /// The epoch this replica starts (or resumes) in.

@@ -8,7 +8,8 @@ use core_tensor::Ops;
 
 use super::replica::Replica;
 use super::{TrainConfig, Trainer};
-use crate::ddp::{CommHook, CommThread, HostHook, Reducer, SparseExchange, plan_buckets};
+use crate::comm_thread::CommThread;
+use crate::ddp::{CommHook, HostHook, Reducer, SparseExchange, plan_buckets};
 use crate::model::Model;
 
 /// The gradient averaging of a rank training `model`: through
@@ -125,10 +126,10 @@ mod tests {
     use core_tensor::ops::AdamConfig;
 
     use super::*;
-    use crate::cli::SparseGrads;
-    use crate::ddp::two_ranks::on_two_ranks;
+    use crate::comm_thread::two_ranks::on_two_ranks;
+    use crate::ddp::SparseGrads;
     use crate::model::DropoutRates;
-    use crate::model::recsys::{RatingsIndex, RecsysModel, synth};
+    use crate::models::recsys::{RatingsIndex, RecsysModel, synth};
 
     /// recsys at two ranks over the host's ring: the dense all-reduce
     /// carries every gradient but the row tables (the embedding and the

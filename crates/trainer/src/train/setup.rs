@@ -4,7 +4,8 @@ use core_tensor::Ops;
 
 use crate::checkpoint::Checkpoints;
 use crate::checkpoint::origin::Origin;
-use crate::ddp::{CommHook, CommThread};
+use crate::comm_thread::CommThread;
+use crate::ddp::CommHook;
 use crate::stop::StopRequest;
 
 /// How a replica comes to be, beyond the backend, data and configuration.

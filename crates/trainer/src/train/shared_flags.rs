@@ -7,7 +7,7 @@
 
 use anyhow::{Context, anyhow, bail};
 
-use crate::ddp::CommThread;
+use crate::comm_thread::CommThread;
 
 /// One thing every rank must hold alike, and what the refusal says of it.
 pub struct Agreed {

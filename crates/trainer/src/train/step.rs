@@ -5,8 +5,8 @@ use core_tensor::Ops;
 
 use super::Trainer;
 use super::guard::GUARD_READ_EVERY;
-use super::timer::Phase;
 use crate::model::{Mode, Model, NoSync, Optimizer};
+use crate::phases::Phase;
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// One optimizer step on batch `step` (of `n` samples) of the epoch the

@@ -42,7 +42,7 @@ pub fn small_data(train_len: usize, test_len: usize) -> fashion_mnist::FashionMn
 /// Trains `trainer`'s first epoch: the parameters after each step, and the
 /// epoch's report.
 pub fn params_after_each_step<B: core_tensor::Ops>(
-    trainer: &mut trainer::train::Trainer<B>,
+    trainer: &mut trainer::train::Trainer<B, trainer::models::cnn::CnnMnist>,
 ) -> (Vec<Vec<f32>>, trainer::train::EpochReport) {
     let mut history = Vec::new();
     let report = trainer
@@ -164,7 +164,7 @@ pub fn stderr_lines(child: &mut Child) -> (Receiver<String>, std::thread::JoinHa
 /// The checkpoint a one-epoch run writes at its end, in `dir`.
 pub fn final_state(dir: &Path) -> trainer::checkpoint::TrainingState {
     let end = dir.join(trainer::checkpoint::Position { epoch: 2, step: 0 }.dir_name());
-    trainer::checkpoint::load(&end, trainer::model::cnn_layout()).unwrap()
+    trainer::checkpoint::load(&end, trainer::models::cnn::cnn_layout()).unwrap()
 }
 
 /// The pid the launcher announced for `rank`, if `line` is that announcement.

@@ -5,7 +5,7 @@ use std::time::Instant;
 use core_tensor::{Backend, Cpu, Elem, Result};
 
 use super::*;
-use crate::ddp::two_ranks::on_two_ranks;
+use crate::comm_thread::two_ranks::on_two_ranks;
 
 #[test]
 fn the_dense_buckets_leave_out_the_table_and_keep_launch_order() {

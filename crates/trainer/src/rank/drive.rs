@@ -10,64 +10,51 @@ use core_tensor::Ops;
 
 use launcher::contract::hostname;
 
-use super::Job;
-use crate::announce::report_outcome;
-use crate::metrics::{MetricsFile, epoch_line};
+use super::RankJob;
 use crate::model::Model;
 use crate::monitor::Monitor;
-use crate::progress::Console;
-use crate::tensorboard::EventWriter;
+use crate::report::announce::{Ending, report_outcome};
+use crate::report::metrics::{MetricsFile, epoch_line};
+use crate::report::progress::Console;
+use crate::report::tensorboard::EventWriter;
+use crate::topology::Topology;
 use crate::train::{Progress, RunOutcome, Silent, Trainer};
 
 /// Trains `trainer` to the end, with rank 0's start-up line, metrics,
 /// TensorBoard and progress display, and reports how it ended.
 pub(super) fn drive<B: Ops, M: Model<B>>(
     trainer: &mut Trainer<B, M>,
-    job: &Job<'_>,
+    (topology, job): (&Topology, &RankJob<'_>),
     device: String,
     resumed: bool,
     monitor: Monitor,
 ) -> anyhow::Result<RunOutcome> {
-    let Job {
-        cli,
-        info,
-        data,
-        gradients,
-        ..
-    } = *job;
-    let lead = info.rank == 0;
+    let (lead, world, epochs) = (topology.leads(), topology.world, trainer.epochs());
+    let outputs = job.outputs;
     trainer.watch(monitor);
     if lead {
-        tell!(
-            "training on {device}, world size {} ({}){gradients}, {}",
-            info.world_size,
-            job.started_by,
-            data.describe(cli.seed)
-        );
-        if trainer.first_epoch() > cli.epochs as usize {
+        tell!("training on {device}, {}", job.about);
+        if trainer.first_epoch() > epochs {
             tell!(
-                "note: the checkpoint is past epoch {}: nothing left to train (raise --epochs to go on)",
-                cli.epochs
+                "note: the checkpoint is past epoch {epochs}: nothing left to train (raise --epochs to go on)"
             );
         }
     }
-    let mut metrics = match (&cli.metrics, lead) {
+    let mut metrics = match (&outputs.metrics, lead) {
         // A resumed run adds to the rows of the epochs before it.
-        (Some(path), true) if resumed => {
-            Some(MetricsFile::append_to(path, info.world_size, device)?)
-        }
-        (Some(path), true) => Some(MetricsFile::create(path, info.world_size, device)?),
+        (Some(path), true) if resumed => Some(MetricsFile::append_to(path, world, device)?),
+        (Some(path), true) => Some(MetricsFile::create(path, world, device)?),
         _ => None,
     };
-    let board = match (&cli.tensorboard, lead) {
+    let board = match (&outputs.tensorboard, lead) {
         (Some(dir), true) => Some(Rc::new(RefCell::new(
             EventWriter::create(dir, &hostname()).context("rank 0: --tensorboard")?,
         ))),
         _ => None,
     };
     let mut progress: Box<dyn Progress> = if lead {
-        let line_every = Duration::from_secs_f64(cli.progress_seconds);
-        Box::new(Console::new(cli.log_every, line_every, board.clone()))
+        let line_every = Duration::from_secs_f64(outputs.progress_seconds);
+        Box::new(Console::new(outputs.log_every, line_every, board.clone()))
     } else {
         Box::new(Silent)
     };
@@ -90,6 +77,13 @@ pub(super) fn drive<B: Ops, M: Model<B>>(
         }
         Ok(())
     })?;
-    report_outcome(&outcome, info, cli, trainer.last_checkpoint());
+    let end = Ending {
+        rank: topology.rank,
+        world,
+        epochs,
+        saves: job.checkpoints.checkpoint_dir.is_some(),
+        pytorch_class: job.pytorch_class,
+    };
+    report_outcome(&outcome, &end, trainer.last_checkpoint());
     Ok(outcome)
 }

@@ -11,6 +11,7 @@
 //! `fc2`'s bias starts at the training ratings' mean, the user and movie
 //! biases at zero.
 
+mod entry;
 pub mod ratings;
 mod shard;
 pub mod synth;
@@ -22,11 +23,12 @@ use anyhow::Context as _;
 use core_tensor::ops::{EmbeddingGeom, OffsetGeom};
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result};
 
+pub use entry::{ENTRY, NAME, RecsysFlags};
 pub use ratings::RatingsIndex;
 pub use shard::RatingsShard;
 
 use super::mlp::{Mlp, MlpBuffers};
-use super::{GradsReady, Metric, Mode, Model, pytorch_default_init};
+use crate::model::{GradsReady, Metric, Mode, Model, pytorch_default_init};
 
 pub const HIDDEN: usize = 64;
 /// Embedding rows start uniform in ±0.1 (a fan-in of 100 in
@@ -139,7 +141,7 @@ impl<B: Ops> Model<B> for RecsysModel {
     type Buffers = RecsysBuffers<B>;
 
     fn kind(&self) -> &'static str {
-        "recsys"
+        NAME
     }
 
     fn metric(&self) -> Metric {
@@ -285,7 +287,7 @@ mod tests {
             let mut loss = vec![0.0];
             model.loss(&b, &mut buf, &mut loss).unwrap();
             let mut grads = vec![0.0; params.len()];
-            let mut hook = super::super::NoSync;
+            let mut hook = crate::model::NoSync;
             model
                 .backward(&b, &mut buf, &params, &mut grads, 0, &mut hook)
                 .unwrap();
@@ -339,7 +341,7 @@ mod tests {
             model.forward(&b, &mut buf, &params, Mode::Eval).unwrap();
             model.loss(&b, &mut buf, &mut vec![0.0]).unwrap();
             let mut grads = vec![9.0; params.len()];
-            let mut hook = super::super::NoSync;
+            let mut hook = crate::model::NoSync;
             model
                 .backward(&b, &mut buf, &params, &mut grads, 0, &mut hook)
                 .unwrap();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::tensorboard::EventWriter;
+use super::tensorboard::EventWriter;
 use crate::train::{Progress, Running};
 
 /// Rank 0's progress display.

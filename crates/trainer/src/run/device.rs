@@ -3,13 +3,48 @@
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
+use clap::{Args, ValueEnum};
 use comm::nccl::{NcclCommunicator, require_nccl};
 use comm::{Communicator, Store};
-use core_tensor::{Backend, Cpu, Cuda, MatmulPrecision};
+use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, MatmulPrecision};
 
-use super::RankInfo;
-use crate::cli::{BackendChoice, Cli, DeviceChoice};
+use crate::ddp::BackendChoice;
 use crate::ddp::transport::{self, RankDevice, Transport};
+use crate::topology::Topology;
+
+/// Which device trains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeviceChoice {
+    /// A GPU when one is usable, the CPU otherwise (saying why).
+    Auto,
+    /// The CPU, with `--threads` threads.
+    Cpu,
+    /// The GPU of this rank's LOCAL_RANK; an error when there is none.
+    Cuda,
+}
+
+/// The device's flags.
+#[derive(Clone, Debug, Args)]
+pub struct DeviceFlags {
+    /// Which device trains.
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto, value_name = "auto|cpu|cuda")]
+    pub device: DeviceChoice,
+
+    /// Run conv and linear products on the GPU's tensor cores in TF32
+    /// (compute capability 8.0+): faster, about 1e-3 relative from float32,
+    /// as PyTorch's `allow_tf32`.
+    #[arg(long)]
+    pub tf32: bool,
+
+    /// The GPU's float32 products' tile: square (64x64) or wide (64x128, for
+    /// products of more than 32 rows); the same results, a speed choice.
+    #[arg(long, default_value = "square", value_name = "square|wide", value_parser = Fp32Tile::parse)]
+    pub fp32_tile: Fp32Tile,
+
+    /// CPU threads per rank [default: cores on this machine / ranks on it].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub threads: Option<u32>,
+}
 
 /// The device a rank trains on.
 pub(super) enum Device {
@@ -30,8 +65,8 @@ impl Device {
 /// Whether the ranks of `cli` will train on GPUs, for a check made before
 /// each settles its device: `--device auto` takes one where the driver
 /// counts any (a GPU that then fails to open sends its rank to the CPU).
-pub(super) fn expects_gpu(cli: &Cli) -> bool {
-    match cli.device {
+pub(super) fn expects_gpu(flags: &DeviceFlags) -> bool {
+    match flags.device {
         DeviceChoice::Cpu => false,
         DeviceChoice::Cuda => true,
         DeviceChoice::Auto => core_tensor::cuda_available().is_ok_and(|gpus| gpus > 0),
@@ -41,12 +76,12 @@ pub(super) fn expects_gpu(cli: &Cli) -> bool {
 /// The device `--device` asks for: `cuda` insists on the GPU of this rank's
 /// local rank (wrapping around when ranks outnumber GPUs), `auto` takes it
 /// when one is usable and otherwise says why it trains on the CPU.
-pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device> {
-    let precision = MatmulPrecision::from_tf32(cli.tf32);
+pub(super) fn choose_device(flags: &DeviceFlags, rank: &Topology) -> anyhow::Result<Device> {
+    let precision = MatmulPrecision::from_tf32(flags.tf32);
     let gpu = || -> anyhow::Result<Device> {
         let gpus = core_tensor::cuda_available()?;
-        let gpu = Cuda::with_precision(gpu_of(info.local_rank, gpus), precision)?
-            .with_fp32_tile(cli.fp32_tile);
+        let gpu = Cuda::with_precision(gpu_of(rank.local_rank, gpus), precision)?
+            .with_fp32_tile(flags.fp32_tile);
         Ok(Device::Cuda { gpu, gpus })
     };
     // The flag to name: --tf32 when the GPU is too old for it (drop the
@@ -57,10 +92,10 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
         } else {
             "--device cuda"
         };
-        why.context(format!("rank {}: {flag}", info.rank))
+        why.context(format!("rank {}: {flag}", rank.rank))
     };
-    match cli.device {
-        DeviceChoice::Cpu => Ok(Device::Cpu(cpu_backend(cli, info)?)),
+    match flags.device {
+        DeviceChoice::Cpu => Ok(Device::Cpu(cpu_backend(flags, rank)?)),
         DeviceChoice::Cuda => gpu().map_err(blame),
         DeviceChoice::Auto => match gpu() {
             Ok(gpu) => Ok(gpu),
@@ -68,8 +103,8 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
             Err(why) if is_gpu_too_old(&why) => Err(blame(why)),
             Err(why) => {
                 // Once per machine: its ranks share the reason.
-                if info.local_rank == 0 {
-                    let tf32 = if cli.tf32 {
+                if rank.local_rank == 0 {
+                    let tf32 = if flags.tf32 {
                         "; --tf32 has no effect there"
                     } else {
                         ""
@@ -79,7 +114,7 @@ pub(super) fn choose_device(cli: &Cli, info: &RankInfo) -> anyhow::Result<Device
                         launcher::contract::hostname()
                     );
                 }
-                Ok(Device::Cpu(cpu_backend(cli, info)?))
+                Ok(Device::Cpu(cpu_backend(flags, rank)?))
             }
         },
     }
@@ -97,8 +132,8 @@ fn gpu_of(local_rank: usize, count: usize) -> usize {
 
 /// How many of this machine's ranks train on `gpu`, this one included,
 /// the machine having `gpus` GPUs.
-pub(super) fn ranks_on(gpu: &Cuda, gpus: usize, info: &RankInfo) -> usize {
-    let sharing = (0..info.local_world_size).filter(|&r| gpu_of(r, gpus) == gpu.ordinal());
+pub(super) fn ranks_on(gpu: &Cuda, gpus: usize, rank: &Topology) -> usize {
+    let sharing = (0..rank.local_world).filter(|&r| gpu_of(r, gpus) == gpu.ordinal());
     sharing.count().max(1)
 }
 
@@ -114,15 +149,14 @@ fn is_gpu_too_old(e: &anyhow::Error) -> bool {
 /// statements travel over the job's communicator, so all ranks apply one
 /// rule to the same facts.
 pub(super) fn choose_transport(
-    cli: &Cli,
-    info: &RankInfo,
+    backend: BackendChoice,
+    rank: usize,
     device: &Device,
     comm: Option<&mut dyn Communicator>,
 ) -> anyhow::Result<Option<Transport>> {
-    if comm.is_none() && cli.backend != BackendChoice::Nccl {
+    if comm.is_none() && backend != BackendChoice::Nccl {
         return Ok(None);
     }
-    let rank = info.rank;
     // A GPU rank that may use NCCL checks the library itself, keeping the
     // search report for its own error.
     let (mine, missing_nccl) = match device {
@@ -131,13 +165,13 @@ pub(super) fn choose_transport(
             let uuid = gpu
                 .uuid()
                 .with_context(|| format!("rank {rank}: reading the GPU's UUID"))?;
-            let missing = match cli.backend {
+            let missing = match backend {
                 BackendChoice::Tcp => None,
                 _ => require_nccl().err(),
             };
             let device = RankDevice {
                 gpu: Some(uuid),
-                nccl_loadable: missing.is_none() && cli.backend != BackendChoice::Tcp,
+                nccl_loadable: missing.is_none() && backend != BackendChoice::Tcp,
             };
             (device, missing)
         }
@@ -147,7 +181,7 @@ pub(super) fn choose_transport(
             .with_context(|| format!("rank {rank}: agreeing on the gradient transport"))?,
         None => vec![mine],
     };
-    match transport::choose(cli.backend, &ranks) {
+    match transport::choose(backend, &ranks) {
         Ok(decision) => {
             if let (Some(note), 0) = (&decision.note, rank) {
                 tell!("note: {note}");
@@ -165,7 +199,7 @@ pub(super) fn choose_transport(
 /// pipeline's), on a side stream of its GPU, as rank `rank` of `world`;
 /// the group's rank 0's unique id travels through the TCP ring's `store`.
 pub(super) fn connect_nccl(
-    cli: &Cli,
+    timeout: Duration,
     gpu: &Cuda,
     store: Option<&mut Store>,
     name: &str,
@@ -178,22 +212,19 @@ pub(super) fn connect_nccl(
         )
     };
     let stream = gpu.side_stream().with_context(context)?;
-    let timeout = Duration::from_secs_f64(cli.timeout);
     NcclCommunicator::connect_named(stream, rank, world, store, timeout, name).with_context(context)
 }
 
 /// The CPU backend, with `--threads` or a fair share of this machine's cores.
-fn cpu_backend(cli: &Cli, info: &RankInfo) -> anyhow::Result<Cpu> {
+fn cpu_backend(flags: &DeviceFlags, rank: &Topology) -> anyhow::Result<Cpu> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = cli
-        .threads
-        .map_or((cores / info.local_world_size).max(1), |t| t as usize);
-    let wanted = threads * info.local_world_size;
-    if wanted > cores && info.local_rank == 0 {
+    let local = rank.local_world;
+    let threads = flags.threads.map_or((cores / local).max(1), |t| t as usize);
+    let wanted = threads * local;
+    if wanted > cores && rank.local_rank == 0 {
         tell!(
-            "note: {} rank(s) x --threads {threads} on this machine's {cores} CPU(s): the threads take turns, which is slower than {} thread(s) per rank",
-            info.local_world_size,
-            (cores / info.local_world_size).max(1)
+            "note: {local} rank(s) x --threads {threads} on this machine's {cores} CPU(s): the threads take turns, which is slower than {} thread(s) per rank",
+            (cores / local).max(1)
         );
     }
     Ok(Cpu::new(threads)?)

@@ -9,75 +9,69 @@
 //! rank that fails drops its communicator, so the others fail at their
 //! next collective instead of waiting for the timeout.
 
-use std::time::Duration;
-
 use anyhow::{Context, anyhow, bail};
 use comm::LocalCommunicator;
-
-use super::device::expects_gpu;
-use super::{Dataset, JobComm, RankInfo, Shared, choose_device, run_rank};
-use crate::cli::Cli;
 use launcher::NodePlan;
 use launcher::contract::RunEnd;
 
+use super::device::{choose_device, expects_gpu};
+use super::{JobComm, JobFlags, Process, room};
 use crate::stop::{StopRequest, install_worker_handlers};
+use crate::topology::Topology;
 
 /// Who started the ranks, for the start-up line.
 pub(crate) const THREADS: &str = "ranks run as threads of one process";
 
 /// Runs the `plan.nproc` ranks of a one-machine job as threads and returns
 /// how they ended; an error names every rank that failed.
-pub fn run(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
+pub fn run(job: &JobFlags, plan: &NodePlan, max_restarts: u32) -> anyhow::Result<RunEnd> {
     if plan.nnodes > 1 {
         bail!(
             "--spawn threads runs the ranks of one machine; a job of {} machines needs --spawn processes",
             plan.nnodes
         );
     }
-    if cli.launch.max_restarts > 0 {
+    if max_restarts > 0 {
         bail!(
             "--max-restarts restarts worker processes; with --spawn threads restart the whole run with --resume auto"
         );
     }
     let stop = StopRequest::new();
     install_worker_handlers(&stop)?;
-    let data = Dataset::load(cli)?;
     let world = plan.nproc;
-    let machine = |rank| RankInfo {
-        rank,
-        local_rank: rank,
-        world_size: world,
-        local_world_size: world,
-    };
+    let stages = job.pipeline.pipeline_stages as usize;
+    let machine = |rank| Topology::new((rank, world), (rank, world), stages);
+    let first = machine(0)?;
+    let data = job.model.model.entry().load(&job.model)?;
     // The machine's memory once, for all its ranks: its message is said
     // once, and no thread starts for a table it cannot hold.
-    let gpu = expects_gpu(cli);
-    data.check_host(cli, &machine(0), gpu)?;
-    let shared = Shared {
-        cli,
-        data: &data,
+    let gpu = expects_gpu(&job.device);
+    room::check_host(data.as_ref(), job, &first, gpu)?;
+    let process = Process {
+        job,
+        data: data.as_ref(),
         started_by: THREADS,
     };
-    let comms = LocalCommunicator::job(world, Duration::from_secs_f64(cli.timeout));
+    let comms = LocalCommunicator::job(world, job.join.timeout());
     let ends: Vec<anyhow::Result<RunEnd>> = std::thread::scope(|scope| {
         let ranks: Vec<_> = comms
             .into_iter()
             .enumerate()
             .map(|(rank, comm)| {
-                let (shared, stop) = (&shared, stop.clone());
+                let (process, stop) = (&process, stop.clone());
                 std::thread::Builder::new()
                     .name(format!("rank{rank}"))
                     .spawn_scoped(scope, move || {
-                        let info = machine(rank);
-                        let device = choose_device(cli, &info)?;
+                        let me = machine(rank)?;
+                        let device = choose_device(&job.device, &me)?;
                         // A GPU that failed to open: this rank's replica
                         // is in the machine's memory after all.
                         if device.is_gpu() != gpu {
-                            shared.data.check_host(cli, &info, device.is_gpu())?;
+                            room::check_host(process.data, job, &me, device.is_gpu())?;
                         }
-                        shared.data.check_device(&info, &device)?;
+                        room::check_device(process.data, &me, &device)?;
                         let comm = (world > 1).then_some(JobComm::Local(comm));
-                        run_rank(shared, &info, device, comm, stop)
+                        process.run_rank(me, device, comm, stop)
                     })
                     .with_context(|| format!("starting the thread of rank {rank}"))
             })

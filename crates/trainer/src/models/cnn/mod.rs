@@ -18,12 +18,15 @@ use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
 
 mod buffers;
 mod data;
+mod entry;
+mod trainer;
 
 pub use buffers::{Activations, Cut, Features, Head, HeadGrads};
 pub(crate) use buffers::{FeatureGrads, GradAndPooled, for_training};
 pub use data::{BatchInputs, DeviceSplit, HostSplit, InputPart};
+pub use entry::{CnnFlags, ENTRY, NAME};
 
-use super::{GradsReady, Metric, Mode, Model, pytorch_default_init};
+use crate::model::{DropoutRates, GradsReady, Metric, Mode, Model, pytorch_default_init};
 
 /// Values in the flat parameter buffer.
 pub const PARAM_COUNT: usize = 1_199_882;
@@ -68,32 +71,6 @@ pub(super) const FC2: LinearGeom = LinearGeom {
     in_features: FC1.out_features,
     out_features: CLASSES,
 };
-
-/// Drop probabilities of the two dropout layers, `(after pool, after fc1)`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DropoutRates {
-    pub pool: f32,
-    pub hidden: f32,
-}
-
-impl DropoutRates {
-    /// The rates of the reference model.
-    pub const REFERENCE: Self = Self {
-        pool: 0.25,
-        hidden: 0.5,
-    };
-    /// No dropout: used to compare data-parallel runs element for element.
-    pub const OFF: Self = Self {
-        pool: 0.0,
-        hidden: 0.0,
-    };
-}
-
-impl std::fmt::Display for DropoutRates {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} after the pool, {} after fc1", self.pool, self.hidden)
-    }
-}
 
 /// The parameters' `state_dict` layout: `(name, shape, fan_in)` per tensor.
 fn param_specs() -> [(&'static str, Vec<usize>, usize); 8] {
@@ -239,7 +216,7 @@ impl<B: Ops> Model<B> for CnnMnist {
     type Buffers = Activations<B>;
 
     fn kind(&self) -> &'static str {
-        "cnn"
+        NAME
     }
 
     fn metric(&self) -> Metric {

@@ -8,6 +8,7 @@ use anyhow::bail;
 
 use super::HIDDEN;
 use super::ratings::RatingsIndex;
+use crate::models::{Footprint, GpuRoom};
 
 // Model-sized f32 buffers, by where they live and how long. Counted as
 // allocated, which an address-space limit (`ulimit -v`) counts: a fresh
@@ -35,21 +36,6 @@ const SAVE: u64 = 8;
 /// before its starting state: both files' bytes (3), the three vectors, and
 /// the pieces of the one being joined.
 const LOAD: u64 = 7;
-
-/// Who holds which model-sized buffers in one machine's memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Footprint {
-    /// The ranks train on GPUs, which hold their replicas; else the CPU.
-    pub gpu: bool,
-    /// The ranks on this machine.
-    pub local_ranks: usize,
-    /// Gradients are averaged through host memory.
-    pub host_exchange: bool,
-    /// Rank 0 is on this machine and saves checkpoints.
-    pub saves: bool,
-    /// Rank 0 is on this machine and resumes from a checkpoint.
-    pub loads: bool,
-}
 
 impl Footprint {
     /// The most model-sized buffers this machine's memory holds at once,
@@ -84,17 +70,6 @@ impl Footprint {
             "training {device} holds up to {copies} copies of them in this machine's memory{ranks}{saves}"
         )
     }
-}
-
-/// A GPU's memory as its driver reports it, and the ranks of this machine
-/// that train on it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GpuRoom {
-    /// Names the GPU in the message, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)`.
-    pub name: String,
-    pub free: u64,
-    pub total: u64,
-    pub ranks: usize,
 }
 
 /// Parameters of the model for `index`'s ids with rows of `dim`: the

@@ -6,9 +6,18 @@ use std::path::Path;
 use comm::{LaunchEnv, LaunchSource};
 
 use crate::checkpoint::MODEL_FILE;
-use crate::cli::{Cli, ModelChoice};
 use crate::train::RunOutcome;
-use crate::worker::RankInfo;
+
+/// What the last line says of the run besides how it ended.
+pub struct Ending {
+    pub rank: usize,
+    pub world: usize,
+    pub epochs: usize,
+    /// Whether it saves checkpoints (`--checkpoint-dir`).
+    pub saves: bool,
+    /// What PyTorch calls the model's module.
+    pub pytorch_class: &'static str,
+}
 
 /// Who started the ranks, for the start line.
 pub fn started_by(launch: Option<&LaunchEnv>) -> &'static str {
@@ -32,13 +41,13 @@ fn parent_is_this_binary() -> bool {
 /// The run's last line: rank 0's for a finished or preempted run (every
 /// rank stopped at the same step), every rank's for an interrupt. Stops are
 /// reported on stderr, beside the errors a job's log is searched for.
-pub fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli, saved: Option<&Path>) {
+pub fn report_outcome(outcome: &RunOutcome, end: &Ending, saved: Option<&Path>) {
     let line = match outcome {
-        RunOutcome::Completed if info.rank == 0 => {
-            say!("{}", finished(cli, info, saved));
+        RunOutcome::Completed if end.rank == 0 => {
+            say!("{}", finished(end, saved));
             return;
         }
-        RunOutcome::Preempted { at, saved } if info.rank == 0 => match saved {
+        RunOutcome::Preempted { at, saved } if end.rank == 0 => match saved {
             Some(dir) => format!(
                 "preempted at epoch {} step {}; checkpoint {}; resume with --resume auto",
                 at.epoch,
@@ -52,7 +61,7 @@ pub fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli, saved: O
         },
         RunOutcome::Interrupted { at } => format!(
             "rank {}: interrupted at epoch {} step {}; nothing saved",
-            info.rank, at.epoch, at.step
+            end.rank, at.epoch, at.step
         ),
         _ => return,
     };
@@ -60,13 +69,13 @@ pub fn report_outcome(outcome: &RunOutcome, info: &RankInfo, cli: &Cli, saved: O
 }
 
 /// A finished run's last lines: the saved model, and how PyTorch loads it.
-fn finished(cli: &Cli, info: &RankInfo, saved: Option<&Path>) -> String {
+fn finished(end: &Ending, saved: Option<&Path>) -> String {
     let done = format!(
         "training finished: {} epoch(s), world size {}",
-        cli.epochs, info.world_size
+        end.epochs, end.world
     );
     match saved.map(|dir| dir.join(MODEL_FILE)) {
-        None if cli.checkpoint_dir.is_some() => {
+        None if end.saves => {
             format!("{done}; no checkpoint written: nothing was left to train")
         }
         None => format!("{done}; no model saved (--checkpoint-dir DIR keeps it)"),
@@ -76,11 +85,7 @@ fn finished(cli: &Cli, info: &RankInfo, saved: Option<&Path>) -> String {
              from safetensors.torch import load_file\n  \
              model.load_state_dict(load_file({0:?}))",
             model.display().to_string(),
-            match cli.model {
-                ModelChoice::Cnn => "CNN_MNIST",
-                ModelChoice::Toy => "ToyModel",
-                ModelChoice::Recsys => "recommender",
-            }
+            end.pytorch_class
         ),
     }
 }

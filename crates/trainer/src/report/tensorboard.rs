@@ -15,7 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 
 use crate::model::Metric;
-use crate::train::{EpochReport, Phase};
+use crate::phases::Phase;
+use crate::train::EpochReport;
 
 /// The counter of the next event file's name, per process (TensorFlow's
 /// `global_uid`).

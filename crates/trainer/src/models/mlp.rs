@@ -5,7 +5,7 @@ use anyhow::Context as _;
 use core_tensor::ops::{Dropout, LinearGeom, MseGeom, ParamAt};
 use core_tensor::{FlatLayout, Ops, Result};
 
-use super::GradsReady;
+use crate::model::GradsReady;
 
 /// The two layers, `{fc1}.weight`/`.bias` and `{fc2}.…` of a layout.
 #[derive(Clone, Debug)]

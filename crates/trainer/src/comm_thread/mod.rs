@@ -10,13 +10,16 @@ use std::thread::JoinHandle;
 use anyhow::{Context, anyhow};
 use comm::{CommError, Communicator, ReduceOp};
 
+#[cfg(test)]
+pub(crate) mod two_ranks;
+
 /// A host buffer of gradients in flight to the communication thread and
 /// back: a backend's staging buffer (page-locked for a GPU), type-erased so
 /// the thread serves every backend.
-pub(super) type Staged = Box<dyn DerefMut<Target = [f32]> + Send>;
+pub(crate) type Staged = Box<dyn DerefMut<Target = [f32]> + Send>;
 
 /// A collective for the communication thread, carrying its buffer.
-pub(super) enum Op {
+pub(crate) enum Op {
     AverageF32(Staged),
     SumF64(Vec<f64>),
     Broadcast(Vec<f32>, usize),
@@ -141,7 +144,7 @@ impl CommThread {
 }
 
 impl CommHandle {
-    pub(super) fn submit(&mut self, op: Op) -> anyhow::Result<()> {
+    pub(crate) fn submit(&mut self, op: Op) -> anyhow::Result<()> {
         let request = Request {
             op,
             reply: self.reply_to.clone(),
@@ -174,7 +177,7 @@ impl CommHandle {
     }
 
     /// Sums `values` over all ranks (exactly, in f64), waiting for it.
-    pub(super) fn sum_f64(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
+    pub(crate) fn sum_f64(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
         self.submit(Op::SumF64(values))?;
         match self.next_reply()? {
             Reply::F64(v) => Ok(v),
@@ -183,7 +186,7 @@ impl CommHandle {
     }
 
     /// Every rank's `values` (lengths may differ), in rank order.
-    pub(super) fn all_gather(&mut self, values: Vec<f32>) -> anyhow::Result<Vec<Vec<f32>>> {
+    pub(crate) fn all_gather(&mut self, values: Vec<f32>) -> anyhow::Result<Vec<Vec<f32>>> {
         self.submit(Op::GatherF32(values))?;
         match self.next_reply()? {
             Reply::Gathered(v) => Ok(v),
@@ -192,7 +195,7 @@ impl CommHandle {
     }
 
     /// The next reply, which must be an averaged [`Staged`] buffer.
-    pub(super) fn next_staged(&mut self) -> anyhow::Result<Staged> {
+    pub(crate) fn next_staged(&mut self) -> anyhow::Result<Staged> {
         match self.next_reply()? {
             Reply::Staged(v) => Ok(v),
             _ => Err(out_of_order()),

@@ -8,15 +8,17 @@
 //! (`net1.weight`, `net1.bias`, `net2.weight`, `net2.bias`).
 
 mod data;
+mod entry;
 
 use std::sync::LazyLock;
 
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result};
 
 pub use data::ToyData;
+pub use entry::{ENTRY, NAME, ToyFlags};
 
 use super::mlp::{Mlp, MlpBuffers};
-use super::{GradsReady, Metric, Mode, Model, Optimizer, pytorch_default_init};
+use crate::model::{GradsReady, Metric, Mode, Model, Optimizer, pytorch_default_init};
 
 pub const IN_FEATURES: usize = 10;
 pub const HIDDEN: usize = 10;
@@ -68,7 +70,7 @@ impl<B: Ops> Model<B> for ToyModel {
     type Buffers = ToyBuffers<B>;
 
     fn kind(&self) -> &'static str {
-        "toy"
+        NAME
     }
 
     fn metric(&self) -> Metric {

@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use crate::model::Metric;
 use crate::monitor::{GpuUsage, Straggler, Summary};
-use crate::train::{EpochReport, Phase, PhaseSeconds};
+use crate::phases::{Phase, PhaseSeconds};
+use crate::train::EpochReport;
 
 /// The epoch line, in the spirit of the reference script.
 /// A model without a metric leaves its two columns out; one that is not

@@ -1,0 +1,137 @@
+//! `--model cnn`: the FashionMNIST CNN on the data set's four files, read
+//! once per process and resident on each rank's device.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use core_tensor::Ops;
+use fashion_mnist::FashionMnist;
+
+use super::{CnnMnist, DeviceSplit, HostSplit};
+use crate::model::DropoutRates;
+use crate::models::{ModelData, ModelEntry, ModelFlags};
+use crate::pipeline::{PipelinePlace, PipelineStage, describe_split};
+use crate::rank::{Rank, Splits};
+use crate::train::RunOutcome;
+
+/// Its `--model` name.
+pub const NAME: &str = "cnn";
+
+pub static ENTRY: CnnEntry = CnnEntry;
+
+/// The CNN's own flags.
+#[derive(Clone, Debug, Args)]
+pub struct CnnFlags {
+    /// Directory holding the four FashionMNIST .gz files [default: see DATA below].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Disable both dropout layers (for checking data-parallel equivalence).
+    #[arg(long)]
+    pub no_dropout: bool,
+}
+
+pub struct CnnEntry;
+
+impl ModelEntry for CnnEntry {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "the FashionMNIST CNN (Adam; --data-dir)"
+    }
+
+    fn pytorch_class(&self) -> &'static str {
+        "CNN_MNIST"
+    }
+
+    fn own_flags_given(&self, flags: &ModelFlags) -> Vec<&'static str> {
+        let own = &flags.cnn;
+        [
+            (own.data_dir.is_some(), "--data-dir"),
+            (own.no_dropout, "--no-dropout"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect()
+    }
+
+    fn takes(&self) -> &'static [&'static str] {
+        &["--pipeline-stages"]
+    }
+
+    fn max_stages(&self) -> usize {
+        2
+    }
+
+    fn dropout(&self, flags: &ModelFlags) -> DropoutRates {
+        match flags.cnn.no_dropout {
+            true => DropoutRates::OFF,
+            false => DropoutRates::REFERENCE,
+        }
+    }
+
+    fn load(&self, flags: &ModelFlags) -> Result<Box<dyn crate::models::Loaded>> {
+        let dir = fashion_mnist::locate(flags.cnn.data_dir.as_deref())?;
+        let FashionMnist { train, test, .. } = FashionMnist::load(&dir)?;
+        Ok(Box::new(FashionData {
+            train: train.into(),
+            test: test.into(),
+            dir,
+        }))
+    }
+}
+
+/// FashionMNIST's splits, read-only in host memory: CPU ranks train on
+/// these very bytes.
+struct FashionData {
+    train: HostSplit,
+    test: HostSplit,
+    dir: PathBuf,
+}
+
+impl ModelData for FashionData {
+    fn describe(&self, _seed: u64) -> String {
+        format!("data from {}", self.dir.display())
+    }
+
+    fn train<B: Ops>(&self, mut rank: Rank<'_, B>) -> Result<RunOutcome> {
+        let (b, topology) = (&rank.backend, rank.topology);
+        let context = || format!("rank {}: setting up", topology.rank);
+        let upload = || -> Result<(DeviceSplit<B>, DeviceSplit<B>)> {
+            let train = DeviceSplit::upload(b, &self.train, "training")?;
+            let test = DeviceSplit::upload(b, &self.test, "test")?;
+            Ok((train, test))
+        };
+        let (train, test) = upload().with_context(context)?;
+        let model = CnnMnist::new(rank.cfg.dropout);
+        let Some(link) = rank.links.pipeline.take() else {
+            let splits: Splits<B, CnnMnist> = (Box::new(train), Some(Box::new(test)));
+            return rank.train(model, splits);
+        };
+        let place = PipelinePlace::of(topology.rank, topology.world, topology.stages)?;
+        let micro = rank.job.micro_batches;
+        let stage = PipelineStage::new(model, place, micro, link).with_context(context)?;
+        if topology.leads() {
+            tell!(
+                "pipeline: {} stages x {} data-parallel replicas, {micro} micro-batches per batch (1F1B); {}",
+                place.stages,
+                place.replicas,
+                describe_split()
+            );
+        }
+        let splits: Splits<B, PipelineStage<B>> = (Box::new(train), Some(Box::new(test)));
+        rank.train_then(stage, splits, |stage| {
+            let times = stage.times();
+            tell!(
+                "pipeline stage {} (rank {}): idle {:.1}% of {:.1} s in the schedule (waiting for the other stage)",
+                place.stage,
+                topology.rank,
+                100.0 * times.idle_fraction(),
+                times.total.as_secs_f64()
+            );
+        })
+    }
+}

@@ -1,0 +1,141 @@
+//! One rank from start to finish, made from the flags: its place in the
+//! job, its model's data, its device, its links to the others; then its
+//! model's entry trains it (`crate::models`, `crate::rank`).
+
+mod device;
+mod job;
+mod join;
+mod room;
+pub mod threads;
+mod wiring;
+
+use anyhow::Context;
+use comm::LaunchEnv;
+use launcher::contract::RunEnd;
+
+pub use device::{DeviceChoice, DeviceFlags};
+pub use job::JobFlags;
+pub use join::JoinFlags;
+
+use device::{Device, choose_device};
+use wiring::{JobComm, wire};
+
+use crate::ddp::transport::Transport;
+use crate::models::Loaded;
+use crate::monitor::Monitor;
+use crate::rank::{Rank, RankJob};
+use crate::report::announce::started_by;
+use crate::stop::{StopKind, StopRequest, install_worker_handlers};
+use crate::topology::Topology;
+use crate::train::RunOutcome;
+
+/// Trains as one rank: `launch` is `None` for a single-process run. The
+/// first SIGTERM/SIGUSR1 asks the loop to stop at an agreed step and save.
+pub fn run(job: &JobFlags, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd> {
+    let stop = StopRequest::new();
+    install_worker_handlers(&stop)?;
+    let rank = Topology::launched(launch, job.pipeline.pipeline_stages as usize)?;
+    let data = job.model.model.entry().load(&job.model)?;
+    // The device comes before the rendezvous: a rank without its GPU, or
+    // without room for the model, fails here, alone and at once, instead
+    // of after its peers' timeout.
+    let device = choose_device(&job.device, &rank)?;
+    room::check_host(data.as_ref(), job, &rank, device.is_gpu())?;
+    room::check_device(data.as_ref(), &rank, &device)?;
+    let tcp = match launch {
+        Some(env) if env.world_size > 1 => Some(join::connect(&job.join, env)?),
+        _ => None,
+    };
+    let process = Process {
+        job,
+        data: data.as_ref(),
+        started_by: started_by(launch),
+    };
+    let comm = tcp.map(|t| JobComm::Tcp(Box::new(t)));
+    process.run_rank(rank, device, comm, stop)
+}
+
+/// What every rank of a process reads and never changes.
+struct Process<'a> {
+    job: &'a JobFlags,
+    data: &'a dyn Loaded,
+    /// Who started the ranks, for the start-up line.
+    started_by: &'static str,
+}
+
+impl Process<'_> {
+    /// One rank on `device`, from its wiring to its last epoch; `comm` is
+    /// `None` for a single rank.
+    fn run_rank(
+        &self,
+        rank: Topology,
+        device: Device,
+        comm: Option<JobComm>,
+        stop: StopRequest,
+    ) -> anyhow::Result<RunEnd> {
+        let job = self.job;
+        let wiring = wire(job, &rank, &device, comm)?;
+        let gradients = match wiring.transport {
+            None => "",
+            Some(Transport::Tcp) if self.started_by == threads::THREADS => {
+                ", gradients through memory"
+            }
+            Some(Transport::Tcp) => ", gradients over the TCP ring",
+            Some(Transport::Nccl) => ", gradients over NCCL",
+        };
+        let about = format!(
+            "world size {} ({}){gradients}, {}",
+            rank.world,
+            self.started_by,
+            self.data.describe(job.train.seed)
+        );
+        let rank_job = RankJob {
+            checkpoints: &job.checkpoints,
+            outputs: &job.outputs,
+            micro_batches: job.pipeline.micro_batches as usize,
+            shared_flags: job.shared_flags(),
+            about,
+            pytorch_class: job.model.model.entry().pytorch_class(),
+        };
+        let gpu_uuid = match &device {
+            Device::Cpu(_) => None,
+            Device::Cuda { gpu, .. } => gpu.uuid().ok(),
+        };
+        let (monitor, unwatched) = Monitor::start(gpu_uuid)
+            .with_context(|| format!("rank {}: starting the monitor thread", rank.rank))?;
+        if let (Some(why), true) = (unwatched, rank.leads()) {
+            tell!(
+                "note: GPU monitoring off (utilisation, memory, power, temperature are null): {why}"
+            );
+        }
+        let cfg = job.train_config();
+        let outcome = match device {
+            Device::Cpu(cpu) => self.data.on_cpu(Rank {
+                backend: cpu,
+                topology: rank,
+                cfg,
+                links: wiring.on_cpu(),
+                stop,
+                monitor,
+                job: &rank_job,
+            }),
+            Device::Cuda { gpu, .. } => {
+                let links = wiring.on_cuda(&gpu)?;
+                self.data.on_cuda(Rank {
+                    backend: gpu,
+                    topology: rank,
+                    cfg,
+                    links,
+                    stop,
+                    monitor,
+                    job: &rank_job,
+                })
+            }
+        }?;
+        Ok(match outcome {
+            RunOutcome::Completed => RunEnd::Finished,
+            RunOutcome::Preempted { .. } => StopKind::Preempt.run_end(),
+            RunOutcome::Interrupted { .. } => StopKind::Interrupt.run_end(),
+        })
+    }
+}

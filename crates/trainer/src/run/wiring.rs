@@ -1,0 +1,175 @@
+//! How a rank reaches the others, made once from its [`Topology`]: the
+//! job's communicator (metrics, stop votes, the starting point,
+//! checkpoints), the averaging of its gradients (through the host over the
+//! job's ring or its stage's group, or NCCL on the GPUs), and for a
+//! pipeline stage its link to the neighbouring stages (the pipeline's
+//! sub-group, or NCCL between GPUs), as `init_process_group` and a
+//! `DeviceMesh` do.
+
+use anyhow::Context;
+use comm::nccl::NcclCommunicator;
+use comm::{Communicator, LocalCommunicator, TcpCommunicator};
+use core_tensor::{Cpu, Cuda, Ops};
+
+use super::device::{Device, choose_transport, connect_nccl};
+use super::job::JobFlags;
+use crate::comm_thread::CommThread;
+use crate::ddp::transport::Transport;
+use crate::ddp::{CommHook, NcclHook};
+use crate::pipeline::{HostLink, NcclLink, StageLink};
+use crate::rank::Links;
+use crate::topology::Topology;
+
+/// How a rank reaches the others before its wiring: sockets (a process per
+/// rank), or memory (ranks as threads of one process).
+pub(super) enum JobComm {
+    Tcp(Box<TcpCommunicator>),
+    Local(LocalCommunicator),
+}
+
+impl JobComm {
+    fn as_dyn(&mut self) -> &mut dyn Communicator {
+        match self {
+            JobComm::Tcp(c) => c.as_mut(),
+            JobComm::Local(c) => c,
+        }
+    }
+
+    fn boxed(self) -> Box<dyn Communicator> {
+        match self {
+            JobComm::Tcp(c) => c,
+            JobComm::Local(c) => Box::new(c),
+        }
+    }
+}
+
+/// A rank's communicators, before they meet its device.
+pub(super) struct Wiring {
+    /// The job's communicator on its thread; `None` for one rank.
+    comm: Option<CommThread>,
+    /// A pipeline stage's data-parallel group, averaging through the host.
+    group: Option<CommThread>,
+    /// A pipeline's sub-group of the job, for a link through the host.
+    pipeline: Option<Box<dyn Communicator>>,
+    /// NCCL communicators: the gradients' (the job's, or a stage's
+    /// replicas'), and a pipeline's.
+    nccl_grads: Option<NcclCommunicator>,
+    nccl_pipeline: Option<NcclCommunicator>,
+    /// How gradients travel; `None` for one rank.
+    pub transport: Option<Transport>,
+}
+
+/// Wires rank `rank` on `device` from its job communicator `comm` (`None`
+/// for one rank).
+pub(super) fn wire(
+    job: &JobFlags,
+    rank: &Topology,
+    device: &Device,
+    mut comm: Option<JobComm>,
+) -> anyhow::Result<Wiring> {
+    let backend = job.ddp.backend;
+    let transport = choose_transport(
+        backend,
+        rank.rank,
+        device,
+        comm.as_mut().map(JobComm::as_dyn),
+    )?;
+    let nccl = transport == Some(Transport::Nccl);
+    let r = rank.rank;
+    // A pipeline's sub-group and its stage's data-parallel group (through
+    // the host; NCCL has its own below).
+    let (pipeline, group) =
+        match &mut comm {
+            Some(comm) if rank.stages > 1 => {
+                let members = rank.pipeline_members();
+                let pipeline = (comm.as_dyn().subgroup(&members))
+                    .with_context(|| format!("rank {r}: forming pipeline {}", rank.replica()))?;
+                let group =
+                    match (rank.replicas(), nccl) {
+                        (1, _) | (_, true) => None,
+                        _ => Some(comm.as_dyn().subgroup(&rank.stage_group()).with_context(
+                            || format!("rank {r}: forming stage {}'s group", rank.stage()),
+                        )?),
+                    };
+                (Some(pipeline), group)
+            }
+            _ => (None, None),
+        };
+    let (nccl_grads, nccl_pipeline) = match (device, nccl, &mut comm) {
+        (Device::Cuda { .. }, true, Some(JobComm::Local(_))) => anyhow::bail!(
+            "rank {r}: --spawn threads averages gradients in this process's memory, not over NCCL: add --backend tcp, or use --spawn processes for NCCL"
+        ),
+        (Device::Cuda { gpu, .. }, true, comm) => {
+            let mut store = match comm {
+                Some(JobComm::Tcp(tcp)) => tcp.store(),
+                _ => None,
+            };
+            let timeout = job.join.timeout();
+            let mut connect =
+                |name: &str, place| connect_nccl(timeout, gpu, store.as_deref_mut(), name, place);
+            // Gradients are averaged over the whole job, or over a
+            // pipeline stage's replicas (none with one replica).
+            let grads = match rank.stages {
+                1 => Some(connect("gradients", (r, rank.world))?),
+                _ if rank.replicas() > 1 => Some(connect(
+                    &format!("gradients-stage-{}", rank.stage()),
+                    (rank.replica(), rank.replicas()),
+                )?),
+                _ => None,
+            };
+            // Each pipeline's own communicator carries its activations.
+            let stages = match rank.stages {
+                1 => None,
+                s => Some(connect(
+                    &format!("pipeline-{}", rank.replica()),
+                    (rank.stage(), s),
+                )?),
+            };
+            (grads, stages)
+        }
+        _ => (None, None),
+    };
+    Ok(Wiring {
+        comm: comm.map(|c| CommThread::spawn(c.boxed())).transpose()?,
+        group: group.map(CommThread::spawn).transpose()?,
+        pipeline,
+        nccl_grads,
+        nccl_pipeline,
+        transport,
+    })
+}
+
+impl Wiring {
+    /// The links of a CPU rank: everything through the host.
+    pub fn on_cpu(self) -> Links<Cpu> {
+        Links {
+            comm: self.comm,
+            group: self.group,
+            device_hook: None,
+            pipeline: self.pipeline.map(host_link),
+        }
+    }
+
+    /// The links of a rank on `gpu`: NCCL where it was chosen.
+    pub fn on_cuda(self, gpu: &Cuda) -> anyhow::Result<Links<Cuda>> {
+        let hook = match self.nccl_grads {
+            Some(nccl) => Some(Box::new(NcclHook::new(nccl, gpu)?) as Box<dyn CommHook<Cuda>>),
+            None => None,
+        };
+        let pipeline = match (self.nccl_pipeline, self.pipeline) {
+            (Some(nccl), _) => Some(Box::new(NcclLink::new(nccl, gpu)) as Box<_>),
+            (None, link) => link.map(host_link),
+        };
+        Ok(Links {
+            comm: self.comm,
+            group: self.group,
+            device_hook: hook,
+            pipeline,
+        })
+    }
+}
+
+/// A pipeline stage's link through host memory over its `group`.
+fn host_link<B: Ops>(group: Box<dyn Communicator>) -> Box<dyn StageLink<B>> {
+    Box::new(HostLink::new(group))
+}
