@@ -23,6 +23,7 @@
 
 mod kernel_cache;
 mod layers;
+mod nan_bits;
 mod pointwise;
 mod support;
 mod training_step;
