@@ -57,13 +57,53 @@ inline float __int_as_float(int bits) {
     return f;
 }
 
+// ---- NaN results ----
+//
+// A GPU's float32 arithmetic yields one NaN, 0x7fffffff, whatever NaN went
+// in or was made (an H100 wrote it where the CPU kept 0x7fc00000:
+// docs/gpu.md); an x86 core keeps the first NaN operand's payload, or makes
+// 0xffc00000 for an invalid operation such as 0*inf. A copy, a select or a
+// comparison keeps a NaN's bits on both. `gpu_result` turns x86's result of
+// one arithmetic operation into the GPU's. The emulator applies it where it
+// sees the operation: the _rn intrinsics, the math functions below and the
+// tensor cores' mma. A kernel's `a * b` on floats is x86 arithmetic, which
+// it cannot intercept (that would take a wrapper type for `float`): such
+// an operation passes a canonical NaN on unchanged, but keeps any other
+// NaN's payload and makes 0xffc00000 from 0*inf, where the GPU makes
+// 0x7fffffff. Rewriting the NaNs of a kernel's outputs after its launch
+// instead (the kernel table says which parameters are outputs) would model
+// the GPU worse: it cannot tell a NaN the kernel computed from one it
+// copied, whose bits a GPU keeps (the max-pool's copied NaN stayed
+// 0x7fc00000 on the H100), nor an element the kernel wrote from one it left
+// (rows_scatter; fresh memory's 0xff bytes). The parity suite compares NaNs
+// as NaNs (its nan_rule), so it does not depend on which NaN comes out.
+inline float gpu_result(float r) { return r != r ? __int_as_float(0x7fffffff) : r; }
+
 // The _rn intrinsics: one correctly rounded operation each. The emulator is
 // built with -ffp-contract=off, so the compiler fuses nothing either.
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-inline float __fsqrt_rn(float a) { return sqrtf(a); }
+inline float __fadd_rn(float a, float b) { return gpu_result(a + b); }
+inline float __fsub_rn(float a, float b) { return gpu_result(a - b); }
+inline float __fmul_rn(float a, float b) { return gpu_result(a * b); }
+inline float __fdiv_rn(float a, float b) { return gpu_result(a / b); }
+inline float __fsqrt_rn(float a) { return gpu_result(sqrtf(a)); }
+
+// The math functions the kernels call, with the GPU's NaN. Each module's
+// namespace takes them by CUDA_EMU_DEVICE_MATH (src/lib.rs), so they hide
+// libm's: a function a kernel starts to call goes here too, or it stays
+// libm's. fmaxf is max.f32: the other operand when one is NaN, as C's, and
+// the GPU's NaN when both are.
+namespace cuda_emu::device {
+inline float expf(float x) { return gpu_result(::expf(x)); }
+inline float logf(float x) { return gpu_result(::logf(x)); }
+inline float fmaf(float a, float b, float c) { return gpu_result(::fmaf(a, b, c)); }
+inline float fmaxf(float a, float b) { return gpu_result(::fmaxf(a, b)); }
+}  // namespace cuda_emu::device
+
+#define CUDA_EMU_DEVICE_MATH           \
+    using cuda_emu::device::expf;      \
+    using cuda_emu::device::logf;      \
+    using cuda_emu::device::fmaf;      \
+    using cuda_emu::device::fmaxf;
 
 // Atomics: no other thread runs while a fiber does, so a read-modify-write
 // is atomic as written. Each returns the old value, as CUDA's do.
@@ -106,7 +146,8 @@ inline float tf32_round(float x) {
 // its warp's fragments, and the block meets again before the fragments are
 // overwritten. Like the hardware, it ignores the 13 low mantissa bits of
 // every input; products are exact, and summed in k order (the hardware's
-// order is unspecified).
+// order is unspecified); a NaN result is the GPU's NaN, as from the CUDA
+// cores' arithmetic (assumed: no GPU has shown the tensor cores' NaN).
 inline void mma_m16n8k8_tf32(float (&d)[4], const float (&a)[4], const float (&b)[2]) {
     static float frag_a[1024][4], frag_b[1024][2];
     const unsigned tid =
@@ -131,7 +172,7 @@ inline void mma_m16n8k8_tf32(float (&d)[4], const float (&a)[4], const float (&b
             const float y = frag_b[warp + col * 4 + k % 4][k / 4];
             sum += x * y;
         }
-        d[r] += sum;
+        d[r] = gpu_result(d[r] + sum);
     }
     cuda_emu::syncthreads();
 }

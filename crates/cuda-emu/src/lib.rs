@@ -22,6 +22,11 @@
 //!   barriers included (threads are fibers; a block's threads interleave at
 //!   each `__syncthreads`). Results match the GPU's up to the rounding of
 //!   libm's `expf`/`logf` against CUDA's.
+//! * NaNs: the `_rn` intrinsics, the math functions the kernels call and
+//!   `mma.sync` return CUDA's one NaN, 0x7fffffff, where x86 keeps an
+//!   operand's payload or makes 0xffc00000 (`gpu_result` in
+//!   `cpp/emu_kernel.h`); copies keep a NaN's bits, as on a GPU. Not:
+//!   float arithmetic written as C++ operators (`a * b`), which stays x86's.
 //! * Argument lists: each kernel is called through its own C signature with
 //!   the launch's `kernelParams`, so a wrong count or order of arguments
 //!   gives wrong numbers, a bad launch configuration the driver's error.
@@ -229,7 +234,8 @@ fn build_in(
 
 /// `(file name, C++ text)` of every translation unit: the runtime files, and one
 /// per kernel module that wraps its source in a namespace of its own (the
-/// modules repeat helper names) and registers its kernels.
+/// modules repeat helper names), where `CUDA_EMU_DEVICE_MATH` puts the
+/// GPU's math functions in front of libm's, and registers its kernels.
 fn translation_units(modules: &[KernelModule]) -> Vec<(String, String)> {
     let mut units: Vec<(String, String)> = RUNTIME
         .iter()
@@ -238,7 +244,7 @@ fn translation_units(modules: &[KernelModule]) -> Vec<(String, String)> {
     for module in modules {
         let ns = format!("emu_{}", module.name);
         let mut text = format!(
-            "#include \"emu_kernel.h\"\nnamespace {ns} {{\n#line 1 \"{}.cu\"\n{}\n}}\n",
+            "#include \"emu_kernel.h\"\nnamespace {ns} {{\nCUDA_EMU_DEVICE_MATH\n#line 1 \"{}.cu\"\n{}\n}}\n",
             module.name, module.source
         );
         text.push_str("static const cuda_emu::Kernel kernels[] = {\n");

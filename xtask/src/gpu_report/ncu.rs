@@ -15,7 +15,8 @@ struct Row {
 }
 
 /// The metric rows of an Nsight Compute `--csv` log (columns found by the
-/// header's names; other lines skipped).
+/// header's names; other lines skipped, and so are the rows of a section's
+/// rules, which name no metric).
 fn ncu_rows(log: &str) -> Vec<Row> {
     let Some(header) = log.lines().find(|l| l.starts_with("\"ID\",")) else {
         return Vec::new();
@@ -33,18 +34,53 @@ fn ncu_rows(log: &str) -> Vec<Row> {
     let Some(at) = names.map(column).into_iter().collect::<Option<Vec<_>>>() else {
         return Vec::new();
     };
+    // A metric's row ends after its value: the rule columns the header
+    // goes on to name are left out, not left empty.
     log.lines()
         .filter(|l| l.starts_with('"') && !l.starts_with("\"ID\","))
         .map(csv_fields)
-        .filter(|fields| fields.len() == header.len())
-        .map(|f| Row {
-            id: f[at[0]].clone(),
-            kernel: format!("{} {}", f[at[1]], f[at[2]]),
-            metric: f[at[3]].clone(),
-            unit: f[at[4]].clone(),
-            value: f[at[5]].clone(),
+        .filter_map(|f| {
+            let field = |i: usize| f.get(at[i]).cloned();
+            Some(Row {
+                id: field(0)?,
+                kernel: format!("{} {}", field(1)?, field(2)?),
+                metric: field(3).filter(|m| !m.is_empty())?,
+                unit: field(4)?,
+                value: field(5)?,
+            })
         })
         .collect()
+}
+
+/// A metric's value as a number: Nsight Compute groups the thousands with
+/// commas (`26,592`, `2,614,560,770.16`).
+fn number(value: &str) -> Option<f64> {
+    value.replace(',', "").parse().ok()
+}
+
+/// `amount` in `unit` as microseconds, for the units Nsight Compute gives
+/// times in; `None` for any other unit.
+fn microseconds(amount: f64, unit: &str) -> Option<f64> {
+    let per_unit = match unit {
+        "ns" | "nsecond" => 1e-3,
+        "us" | "usecond" => 1.0,
+        "ms" | "msecond" => 1e3,
+        "s" | "second" => 1e6,
+        _ => return None,
+    };
+    Some(amount * per_unit)
+}
+
+/// A metric as the tables show it: a time in µs whatever unit it came in,
+/// another figure as a plain number and its unit.
+fn shown(value: &str, unit: &str) -> String {
+    match number(value) {
+        Some(amount) => match microseconds(amount, unit) {
+            Some(us) => format!("{us:.1} µs"),
+            None => format!("{amount} {unit}").trim_end().to_owned(),
+        },
+        None => format!("{value} {unit}").trim_end().to_owned(),
+    }
 }
 
 /// Per kernel and grid: launches and summed device time in µs, from the
@@ -55,14 +91,8 @@ pub(super) fn kernel_times(log: &str) -> BTreeMap<String, (u32, f64)> {
         .iter()
         .filter(|r| r.metric == "gpu__time_duration.sum")
     {
-        let Ok(amount) = row.value.replace(',', "").parse::<f64>() else {
+        let Some(us) = number(&row.value).and_then(|n| microseconds(n, &row.unit)) else {
             continue;
-        };
-        let us = match row.unit.as_str() {
-            "ns" | "nsecond" => amount / 1e3,
-            "us" | "usecond" => amount,
-            "ms" | "msecond" => amount * 1e3,
-            _ => continue,
         };
         let entry = times.entry(row.kernel.clone()).or_insert((0, 0.0));
         entry.0 += 1;
@@ -88,8 +118,7 @@ pub(super) fn detail_table(title: &str, log: &str) -> String {
             launches.push((row.id.clone(), row.kernel.clone(), BTreeMap::new()));
         }
         if let Some(last) = launches.last_mut() {
-            last.2
-                .insert(row.metric, format!("{} {}", row.value, row.unit));
+            last.2.insert(row.metric, shown(&row.value, &row.unit));
         }
     }
     if launches.is_empty() {
@@ -111,14 +140,25 @@ pub(super) fn detail_table(title: &str, log: &str) -> String {
     out
 }
 
-/// The fields of one CSV line whose fields are all quoted.
+/// The fields of one CSV line: quoted (a comma inside is text, `""` one
+/// quote) or bare (Nsight Compute ends a metric's row with a bare, empty
+/// field).
 fn csv_fields(line: &str) -> Vec<String> {
-    line.trim()
-        .trim_start_matches('"')
-        .trim_end_matches('"')
-        .split("\",\"")
-        .map(str::to_owned)
-        .collect()
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.trim_end().chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().expect("one field at least").push('"');
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(String::new()),
+            c => fields.last_mut().expect("one field at least").push(c),
+        }
+    }
+    fields
 }
 
 pub(super) fn kernel_table(title: &str, kernels: &BTreeMap<String, (u32, f64)>) -> String {
@@ -179,18 +219,35 @@ mod tests {
             header.to_string(),
             row("0", "conv2d_fwd_tf32", "Duration", "usecond", "41.2"),
             row("0", "conv2d_fwd_tf32", "Memory Throughput", "%", "61.5"),
-            row("1", "conv2d_bwd_input_tf32", "Duration", "usecond", "97.0"),
+            row("1", "conv2d_bwd_input_tf32", "Duration", "msecond", "0.097"),
+            row("2", "linear_fwd_tf32", "Duration", "ns", "1,296,500"),
         ]
         .join("\n");
         let table = detail_table("t", &log);
         assert!(
-            table.contains("| `conv2d_fwd_tf32 (9, 1, 1)` | 41.2 usecond | – | 61.5 % | – |"),
+            table.contains("| `conv2d_fwd_tf32 (9, 1, 1)` | 41.2 µs | – | 61.5 % | – |"),
             "{table}"
         );
         assert!(
-            table.contains("| `conv2d_bwd_input_tf32 (9, 1, 1)` | 97.0 usecond |"),
+            table.contains("| `conv2d_bwd_input_tf32 (9, 1, 1)` | 97.0 µs |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| `linear_fwd_tf32 (9, 1, 1)` | 1296.5 µs |"),
             "{table}"
         );
         assert_eq!(detail_table("t", "no profile"), "");
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_or_bare() {
+        assert_eq!(
+            csv_fields("\"Duration\",\"ns\",\"26,592\",\n"),
+            ["Duration", "ns", "26,592", ""]
+        );
+        assert_eq!(
+            csv_fields("\"a \"\"b\"\"\",,\"\",c"),
+            ["a \"b\"", "", "", "c"]
+        );
     }
 }

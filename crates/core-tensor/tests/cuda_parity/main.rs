@@ -17,9 +17,13 @@
 //! * cross-entropy: 1e-5 relative to each term's scale. exp/ln differ by a
 //!   few ulp between libm and CUDA (≤ 2 ulp for expf), and the batch sum is
 //!   a tree on the GPU.
+//! * NaN, in every comparison: where the reference has a NaN the device
+//!   must have one, of any payload and sign (`support::nan_rule` says why:
+//!   a GPU's arithmetic makes 0x7fffffff, an x86 core keeps the operand's).
 
 mod kernel_cache;
 mod layers;
+mod nan_bits;
 mod pointwise;
 mod support;
 mod training_step;

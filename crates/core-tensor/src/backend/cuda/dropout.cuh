@@ -27,8 +27,11 @@ __device__ __forceinline__ float uniform(unsigned long long seed, unsigned long 
 // `Dropout::apply`: v at element i after the mask, scaled if kept, else
 // zero; forward and backward are the same map. At p = 0 every value passes
 // untouched (the mask would keep all and scale by 1), without the hash.
+// The scaling is `__fmul_rn`, one rounding as the CPU's `v * scale`, which
+// NVRTC may then not fuse into a caller's addition, and the one form of a
+// multiply cuda-emu sees: a NaN it scales is CUDA's 0x7fffffff there too.
 __device__ __forceinline__ float dropout_apply(const DropoutArgs& d, unsigned long long i,
                                                float v) {
     if (d.p == 0.0f) return v;
-    return uniform(d.seed, i) >= d.p ? v * d.scale : 0.0f;
+    return uniform(d.seed, i) >= d.p ? __fmul_rn(v, d.scale) : 0.0f;
 }

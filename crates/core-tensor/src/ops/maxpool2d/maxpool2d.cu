@@ -12,7 +12,9 @@ struct PoolGeom {
     unsigned long long batch, channels, in_h, in_w;
 };
 
-// f32::NAN, the CPU kernel's NaN, so outputs match bit for bit.
+// f32::NAN, the CPU kernel's NaN: a pooled NaN is the same bits on both
+// devices (fmaxf would drop a NaN; one the epilogue scales is CUDA's NaN,
+// which the parity suite's NaN rule accepts).
 __device__ __forceinline__ float canonical_nan() { return __int_as_float(0x7fc00000); }
 
 __device__ __forceinline__ float window_max(const float (&w)[4]) {
