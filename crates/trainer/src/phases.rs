@@ -59,7 +59,7 @@ impl PhaseSeconds {
 /// recorded on the backend at each phase boundary (host clock on the CPU, an
 /// event on the GPU's compute stream, so timing adds no synchronisation) and
 /// marks are read only when the caller knows the device has caught up.
-pub(crate) struct StepTimer<B: Backend> {
+pub struct StepTimer<B: Backend> {
     backend: B,
     /// Marks recorded since the last harvest, kept to be recorded again.
     marks: Vec<B::Mark>,
@@ -67,9 +67,6 @@ pub(crate) struct StepTimer<B: Backend> {
     starts: Vec<Option<Phase>>,
     recorded: usize,
     totals: PhaseSeconds,
-    /// Seconds a model's forward spent in other phases (see
-    /// [`StepTimer::split_forward`]), moved at [`StepTimer::take`].
-    moved: PhaseSeconds,
 }
 
 impl<B: Backend> StepTimer<B> {
@@ -80,7 +77,6 @@ impl<B: Backend> StepTimer<B> {
             starts: Vec::new(),
             recorded: 0,
             totals: PhaseSeconds::default(),
-            moved: PhaseSeconds::default(),
         }
     }
 
@@ -111,29 +107,9 @@ impl<B: Backend> StepTimer<B> {
         Ok(())
     }
 
-    /// A model's forward ran other phases too (a pipeline stage runs its
-    /// whole schedule there: backward passes and waits for the other
-    /// stage): `split`'s seconds of phases other than forward leave the
-    /// forward phase for their own, so each phase means the same for every
-    /// model.
-    pub fn split_forward(&mut self, split: &PhaseSeconds) {
-        for phase in Phase::ALL {
-            if phase != Phase::Forward {
-                self.moved.0[phase as usize] += split.get(phase);
-                self.moved.0[Phase::Forward as usize] -= split.get(phase);
-            }
-        }
-    }
-
     /// The epoch's totals, and a fresh start for the next epoch.
     pub fn take(&mut self) -> core_tensor::Result<PhaseSeconds> {
         self.harvest()?;
-        let moved = std::mem::take(&mut self.moved);
-        for (total, moved) in self.totals.0.iter_mut().zip(moved.0) {
-            // The forward phase's marks held what moves out; rounding
-            // between two clocks must not leave it below zero.
-            *total = (*total + moved).max(0.0);
-        }
         Ok(std::mem::take(&mut self.totals))
     }
 
@@ -176,25 +152,6 @@ mod tests {
         assert!(totals.get(Phase::Data) < totals.get(Phase::Forward));
         assert_eq!(totals.get(Phase::Backward), 0.0);
         assert_eq!(timer.marks.len(), 3);
-        assert_eq!(timer.take().unwrap(), PhaseSeconds::default());
-    }
-
-    #[test]
-    fn a_forward_that_ran_other_phases_gives_them_their_seconds() {
-        let mut timer = StepTimer::new(Cpu::new(1).unwrap());
-        timer.enter(Phase::Forward).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        timer.end_step().unwrap();
-        let mut split = PhaseSeconds::default();
-        split.0[Phase::Backward as usize] = 0.01;
-        split.0[Phase::PipelineWait as usize] = 0.015;
-        timer.split_forward(&split);
-        let totals = timer.take().unwrap();
-        assert_eq!(totals.get(Phase::Backward), 0.01);
-        assert_eq!(totals.get(Phase::PipelineWait), 0.015);
-        let forward = totals.get(Phase::Forward);
-        assert!((0.004..0.5).contains(&forward), "{totals:?}");
-        // The moves belong to the epoch taken.
         assert_eq!(timer.take().unwrap(), PhaseSeconds::default());
     }
 }

@@ -20,7 +20,7 @@ use core_tensor::ops::AdamConfig;
 use core_tensor::{Backend, Cpu, Cuda, Ops};
 use fashion_mnist::FashionMnist;
 use trainer::comm_thread::CommThread;
-use trainer::ddp::{NcclHook, plan_buckets};
+use trainer::ddp::{AverageOver, NcclHook, plan_buckets};
 use trainer::model::DropoutRates;
 use trainer::models::cnn::CnnMnist;
 use trainer::phases::Phase;
@@ -218,7 +218,9 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
         let buckets = plan_buckets(layout, 0..layout.len(), cfg.bucket_mb);
         assert!(buckets.len() > 2, "several buckets overlap backward");
         let setup = Setup {
-            device_hook: Some(Box::new(NcclHook::new(nccl, &gpu).unwrap())),
+            averaging: Some(AverageOver::Device(Box::new(
+                NcclHook::new(nccl, &gpu).unwrap(),
+            ))),
             ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
         };
         run(Trainer::start(gpu, &data, cfg, setup).unwrap()).0

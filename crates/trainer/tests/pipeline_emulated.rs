@@ -21,10 +21,11 @@ use core_tensor::ops::AdamConfig;
 use core_tensor::{Backend, Cpu, Cuda};
 use fashion_mnist::FashionMnist;
 use trainer::comm_thread::CommThread;
-use trainer::ddp::{CommHook, NcclHook};
+use trainer::ddp::{AverageOver, CommHook, NcclHook};
 use trainer::model::DropoutRates;
-use trainer::models::cnn::CnnMnist;
-use trainer::pipeline::{NcclLink, PipelinePlace, PipelineStage};
+use trainer::models::cnn::StageSpec;
+use trainer::pipeline::NcclLink;
+use trainer::topology::Topology;
 use trainer::train::{Setup, Silent, TrainConfig, Trainer};
 
 /// A device buffer of the CUDA backend.
@@ -133,23 +134,30 @@ fn train_gpu_stage(rank: usize, world: usize, port: u16, data: &FashionMnist) ->
     let timeout = Duration::from_secs(120);
     let cfg = CommConfig::new(rank, world, "127.0.0.1", port).with_timeout(timeout);
     let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
-    let place = PipelinePlace::of(rank, world, 2).unwrap();
+    let topology = Topology::new((rank, world), (rank, world), 2).unwrap();
+    let (stage, replica) = (topology.stage(), topology.replica());
     let mut nccl = |rank, name: String| {
         let stream = gpu.side_stream().unwrap();
         NcclCommunicator::connect_named(stream, rank, 2, tcp.store(), timeout, &name).unwrap()
     };
-    let grads = (place.replicas > 1)
-        .then(|| nccl(place.replica, format!("gradients-stage-{}", place.stage)));
-    let pipe = nccl(place.stage, format!("pipeline-{}", place.replica));
+    let grads =
+        (topology.replicas() > 1).then(|| nccl(replica, format!("gradients-stage-{stage}")));
+    let pipe = nccl(stage, format!("pipeline-{replica}"));
     let link = Box::new(NcclLink::new(pipe, &gpu));
-    let stage = PipelineStage::new(CnnMnist::new(DropoutRates::OFF), place, 2, link).unwrap();
-    let hook = grads.map(|g| Box::new(NcclHook::new(g, &gpu).unwrap()) as Box<dyn CommHook<Cuda>>);
+    let hook = |g| Box::new(NcclHook::new(g, &gpu).unwrap()) as Box<dyn CommHook<Cuda>>;
     let setup = Setup {
-        device_hook: hook,
-        share: Some(place.share()),
+        topology,
+        averaging: grads.map(|g| AverageOver::Device(hook(g))),
         ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
     };
-    let mut trainer = Trainer::on_fashion_mnist(gpu, stage, data, config(), setup).unwrap();
+    // The convolutions, then the fully connected layers: pinned, where
+    // measuring the emulator's times would only slow the test down.
+    let stage = StageSpec {
+        micro_batches: 2,
+        link,
+        cut: Some(vec![0..2, 2..4]),
+    };
+    let mut trainer = Trainer::pipeline_stage(gpu, data, (config(), setup), stage).unwrap();
     trainer
         .train_epoch(1, &mut Silent, &mut |_| Ok(()))
         .unwrap();

@@ -32,12 +32,12 @@ fn batch() -> Vec<f32> {
 
 fn our_logits(model: &CnnMnist, params: &[f32], x: &[f32]) -> Vec<f32> {
     let b = Cpu::new(1).unwrap();
-    let mut act = Activations::new(&b, BATCH, false).unwrap();
-    b.write_range(x, &mut act.features.x, 0).unwrap();
+    let mut act: Activations<Cpu> = model.buffers(&b, BATCH, false).unwrap();
+    b.write_range(x, &mut act.cuts[0], 0).unwrap();
     model
         .forward(&b, &mut act, &b.upload(params).unwrap(), Mode::Eval)
         .unwrap();
-    b.download(&act.head.logits).unwrap()
+    b.download(act.cuts.last().unwrap()).unwrap()
 }
 
 fn write_f32(path: &Path, name: &str, shape: Vec<usize>, values: &[f32]) {

@@ -22,7 +22,7 @@ use core_tensor::ops::AdamConfig;
 use core_tensor::{Cpu, FlatLayout, Ops};
 use trainer::comm_thread::CommThread;
 use trainer::ddp::SparseGrads;
-use trainer::model::{DropoutRates, GradsReady, Metric, Mode, Model};
+use trainer::model::{DropoutRates, GradsReady, Metric, Mode, Model, RowTables};
 use trainer::models::recsys::synth::write_ratings;
 use trainer::models::recsys::{RatingsIndex, RatingsShard, RecsysBuffers, RecsysModel};
 use trainer::train::{Setup, Silent, TrainConfig, Trainer};
@@ -51,7 +51,9 @@ fn params_after_each_step(
     sparse_adam: bool,
     comm: Option<CommThread>,
 ) -> Vec<Vec<f32>> {
-    let model = RecsysModel::new(index, DIM).unwrap();
+    let model = RecsysModel::new(index, DIM)
+        .unwrap()
+        .with_tables_kept_zero(sparse_adam);
     let train = Box::new(RatingsShard::new(index.clone(), false));
     let setup = Setup::fresh(comm);
     let cpu = Cpu::new(1).unwrap();
@@ -65,9 +67,14 @@ fn params_after_each_step(
     history
 }
 
+/// The embedding table: its range and row width.
+fn table_of(model: &RecsysModel) -> (Range<usize>, usize) {
+    RowTables::<RecsysBuffers<Cpu>>::tables(model)[0].clone()
+}
+
 /// The rows whose embedding (of `DIM`) or bias differs between `a` and `b`.
 fn rows_moved(model: &RecsysModel, a: &[f32], b: &[f32]) -> usize {
-    let (table, _) = Model::<Cpu>::sparse_table(model).unwrap();
+    let (table, _) = table_of(model);
     let biases = Model::<Cpu>::layout(model).range("bias.weight").unwrap();
     let rows = (a[table.clone()].chunks(DIM)).zip(b[table].chunks(DIM));
     (rows.zip(a[biases.clone()].iter().zip(&b[biases])))
@@ -149,17 +156,8 @@ impl<B: Ops> Model<B> for Planted {
     fn layout(&self) -> &FlatLayout {
         Model::<B>::layout(&self.inner)
     }
-    fn sparse_table(&self) -> Option<(Range<usize>, usize)> {
-        Model::<B>::sparse_table(&self.inner)
-    }
-    fn sparse_rows<'a>(&self, buf: &'a RecsysBuffers<B>) -> Option<&'a [u32]> {
-        self.inner.sparse_rows(buf)
-    }
-    fn row_tables(&self) -> Vec<(Range<usize>, usize)> {
+    fn row_tables(&self) -> Option<&dyn RowTables<RecsysBuffers<B>>> {
         Model::<B>::row_tables(&self.inner)
-    }
-    fn row_tables_kept_zero(&mut self) {
-        Model::<B>::row_tables_kept_zero(&mut self.inner)
     }
     fn init_params(&self, seed: u64) -> Vec<f32> {
         Model::<B>::init_params(&self.inner, seed)
@@ -203,7 +201,7 @@ impl<B: Ops> Model<B> for Planted {
     ) -> anyhow::Result<()> {
         self.inner.backward(b, buf, params, grads, seed, hook)?;
         if self.steps.fetch_add(1, Ordering::Relaxed) + 1 == PLANT_AT {
-            let rows = self.inner.sparse_rows(buf).unwrap();
+            let rows = RowTables::<RecsysBuffers<B>>::rows(&self.inner, buf);
             for at in (self.plant)(&self.inner, rows) {
                 b.write_range(&[f32::NAN], grads, at)?;
                 self.planted.lock().unwrap().push(at);
@@ -215,7 +213,7 @@ impl<B: Ops> Model<B> for Planted {
 
 /// A value in the middle row the step used of the embedding table.
 fn plant_table_row(m: &RecsysModel, rows: &[u32]) -> Vec<usize> {
-    let (table, dim) = Model::<Cpu>::sparse_table(m).unwrap();
+    let (table, dim) = table_of(m);
     vec![table.start + rows[rows.len() / 2] as usize * dim + 1]
 }
 
@@ -256,7 +254,9 @@ fn a_planted_nan_stops_at_its_step<B: Ops>(backend: &B) {
         ("all three", plant_all),
     ] {
         let model = Planted {
-            inner: RecsysModel::new(&index, DIM).unwrap(),
+            inner: RecsysModel::new(&index, DIM)
+                .unwrap()
+                .with_tables_kept_zero(true),
             plant,
             steps: AtomicUsize::new(0),
             planted: Mutex::new(Vec::new()),

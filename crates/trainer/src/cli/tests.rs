@@ -113,8 +113,8 @@ fn flags_that_cannot_apply_are_refused() {
     for (args, needle) in [
         (&["--sparse-grads", "never"][..], "it is for --model recsys"),
         (
-            &["--pipeline-stages", "3"],
-            "--model cnn splits into at most 2 stages",
+            &["--pipeline-stages", "5"],
+            "--model cnn splits into at most 4 stages",
         ),
         (
             &["--model", "toy", "--pipeline-stages", "2"][..],

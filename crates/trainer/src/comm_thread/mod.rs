@@ -178,7 +178,18 @@ impl CommHandle {
 
     /// Sums `values` over all ranks (exactly, in f64), waiting for it.
     pub(crate) fn sum_f64(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
-        self.submit(Op::SumF64(values))?;
+        self.start_sum_f64(values)?;
+        self.summed_f64()
+    }
+
+    /// Starts summing `values` over all ranks, in program order with this
+    /// thread's other requests; [`CommHandle::summed_f64`] waits for it.
+    pub(crate) fn start_sum_f64(&mut self, values: Vec<f64>) -> anyhow::Result<()> {
+        self.submit(Op::SumF64(values))
+    }
+
+    /// The sum [`CommHandle::start_sum_f64`] started (the next reply).
+    pub(crate) fn summed_f64(&mut self) -> anyhow::Result<Vec<f64>> {
         match self.next_reply()? {
             Reply::F64(v) => Ok(v),
             _ => Err(out_of_order()),

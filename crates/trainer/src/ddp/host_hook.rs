@@ -15,12 +15,8 @@ use crate::comm_thread::{CommHandle, Op, Staged};
 pub struct HostHook {
     comm: CommHandle,
     /// One staging buffer per bucket (the backend's: page-locked on a GPU);
-    /// `None` while it travels to the communication thread and back. The
-    /// last bucket's has one slot more, past its gradients, for the stop
-    /// vote: it rides the step's last all-reduce for free.
+    /// `None` while it travels to the communication thread and back.
     staging: Vec<Option<Staged>>,
-    vote: f32,
-    any_vote: bool,
 }
 
 impl HostHook {
@@ -31,20 +27,9 @@ impl HostHook {
     ) -> anyhow::Result<Self> {
         let staging = buckets
             .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let vote_slot = usize::from(i + 1 == buckets.len());
-                Ok(Some(
-                    Box::new(backend.staging(b.len() + vote_slot)?) as Staged
-                ))
-            })
+            .map(|b| Ok(Some(Box::new(backend.staging(b.len())?) as Staged)))
             .collect::<anyhow::Result<_>>()?;
-        Ok(Self {
-            comm,
-            staging,
-            vote: 0.0,
-            any_vote: false,
-        })
+        Ok(Self { comm, staging })
     }
 }
 
@@ -61,9 +46,6 @@ impl<B: Ops> CommHook<B> for HostHook {
             .ok_or_else(|| anyhow!("gradient bucket {i} is still in flight"))?;
         let len = bucket.range.len();
         backend.read_range(grads, bucket.range.clone(), &mut staging[..len])?;
-        if bucket.last {
-            staging[len] = self.vote;
-        }
         self.comm.submit(Op::AverageF32(staging))
     }
 
@@ -75,23 +57,9 @@ impl<B: Ops> CommHook<B> for HostHook {
     ) -> anyhow::Result<()> {
         for (i, bucket) in buckets.iter().enumerate() {
             let averaged = self.comm.next_staged()?;
-            let len = bucket.len();
-            backend.write_range(&averaged[..len], grads, bucket.start)?;
-            if i + 1 == buckets.len() {
-                // The average of 0/1 votes is above zero iff one rank voted.
-                self.any_vote = averaged[len] > 0.0;
-            }
+            backend.write_range(&averaged[..bucket.len()], grads, bucket.start)?;
             self.staging[i] = Some(averaged);
         }
         Ok(())
-    }
-
-    fn carry_vote(&mut self, vote: bool) -> bool {
-        self.vote = f32::from(u8::from(vote));
-        true
-    }
-
-    fn any_vote(&self) -> bool {
-        self.any_vote
     }
 }

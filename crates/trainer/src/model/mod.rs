@@ -12,16 +12,14 @@
 //! which fills the model's input buffers. Each model is one folder.
 
 mod init;
+pub mod layered;
 mod rows;
 
 pub use init::{pytorch_default_init, unit_f32};
-pub use rows::{row_room, row_table_geom};
-
-use std::ops::Range;
+pub use layered::Layered;
+pub use rows::{RowTables, row_room, row_table_geom};
 
 use core_tensor::{FlatLayout, Ops, Result};
-
-use crate::phases::PhaseSeconds;
 
 /// Drop probabilities of the two dropout layers, `(after pool, after fc1)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -121,28 +119,6 @@ impl<B: Ops> GradsReady<B> for NoSync {
     }
 }
 
-/// How the parameters are split between ranks that train one part each
-/// (pipeline stages): rank `r` trains part `r % parts.len()`, and its part's
-/// gradients are averaged over the `replicas` ranks training the same part.
-/// Rank `p` (`p < parts.len()`, the first replica) is where the whole model
-/// is assembled from, part by part, for checkpoints.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Partition {
-    /// Each part's range of the flat parameter buffer, in order.
-    pub parts: Vec<Range<usize>>,
-    /// The part this rank trains.
-    pub part: usize,
-    /// The ranks training each part.
-    pub replicas: usize,
-}
-
-impl Partition {
-    /// The range this rank trains.
-    pub fn mine(&self) -> Range<usize> {
-        self.parts[self.part].clone()
-    }
-}
-
 /// A network the trainer can train: structure, buffers, and the passes.
 pub trait Model<B: Ops> {
     /// Every buffer one forward/backward pass over a batch needs, allocated
@@ -164,44 +140,10 @@ pub trait Model<B: Ops> {
     /// Where each parameter lives in the flat buffer.
     fn layout(&self) -> &FlatLayout;
 
-    /// The part of the flat gradient that is a row-sparse table (its range
-    /// and row width): a step writes only the rows its batch looked up, so
-    /// ranks may exchange those rows instead of the whole table. `None`
-    /// when every gradient is dense.
-    fn sparse_table(&self) -> Option<(Range<usize>, usize)> {
-        None
-    }
-
-    /// The rows of [`Model::sparse_table`] the batch last filled into
-    /// `buffers` looks up, increasing, each once: the only rows backward
-    /// writes other than `+0.0`, so the only ones a sparse exchange moves.
-    /// `None` for a model without a sparse table.
-    fn sparse_rows<'a>(&self, _buffers: &'a Self::Buffers) -> Option<&'a [u32]> {
-        None
-    }
-
-    /// Every table (range and row width) whose rows the ids of
-    /// [`Model::sparse_rows`] name: [`Model::sparse_table`] and any other
-    /// table the batch looks up with the same ids (recsys' per-row biases,
-    /// a table of width 1), as PyTorch would hold each in an
-    /// `nn.Embedding(sparse=True)`. The sparse gradient exchange moves
-    /// those rows of each (and keeps every table out of the dense buckets),
-    /// `--sparse-adam` updates them lazily, and the finiteness guard reads
-    /// only them. Backward must write `+0.0` to every other row of each.
-    /// The default: the sparse table alone.
-    fn row_tables(&self) -> Vec<(Range<usize>, usize)> {
-        self.sparse_table().into_iter().collect()
-    }
-
-    /// The trainer promises that the gradient of every table of
-    /// [`Model::row_tables`] is all `+0.0` whenever backward begins (it
-    /// zeroes the rows it used after each step), so backward may add the
-    /// batch's rows into them instead of zeroing the whole tables first.
-    fn row_tables_kept_zero(&mut self) {}
-
-    /// The part of the parameters this rank trains, when it trains only a
-    /// part (a pipeline stage); `None` (the default): all of them.
-    fn partition(&self) -> Option<Partition> {
+    /// Its row tables (recsys' embedding and per-row biases), if it has
+    /// any: a capability the sparse gradient exchange, `--sparse-adam` and
+    /// the finiteness guard use.
+    fn row_tables(&self) -> Option<&dyn RowTables<Self::Buffers>> {
         None
     }
 
@@ -242,9 +184,6 @@ pub trait Model<B: Ops> {
     /// Back-propagates the loss gradient, writing every parameter gradient
     /// into `grads` and telling `hook` as soon as each layer's gradients
     /// are final (last layer first). `dropout_seed` is the forward pass's.
-    /// With a [`Model::partition`], `grads` holds the rank's part only
-    /// (element 0 is the part's first parameter), and so do the offsets
-    /// `hook` hears.
     fn backward(
         &self,
         backend: &B,
@@ -254,12 +193,4 @@ pub trait Model<B: Ops> {
         dropout_seed: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()>;
-
-    /// The seconds of the last training [`Model::forward`] that belong to
-    /// other step phases (a pipeline stage runs its micro-batches' backward
-    /// passes and waits for the other stage inside it), in device time;
-    /// `None` (the default): forward did forward work only.
-    fn forward_split(&self, _backend: &B) -> Result<Option<PhaseSeconds>> {
-        Ok(None)
-    }
 }

@@ -1,62 +1,55 @@
-//! Pipeline parallelism for the CNN (`--pipeline-stages 2`): the network
-//! cut where the convolution stack meets the fully connected stack, one
-//! stage per rank, a batch split into micro-batches that flow through the
-//! stages on a 1F1B schedule (`schedule.rs`): activations forward, their
-//! gradients backward, over the pipeline's own communicator (a sub-group).
+//! Pipeline parallelism (`--pipeline-stages S --micro-batches M`): a model
+//! that can be cut ([`Layered`]: the CNN's four segments) split into `S`
+//! stages of contiguous segments, one per rank, a batch split into
+//! micro-batches that flow through the stages on a 1F1B schedule
+//! (`one_f_one_b.rs`): activations forward, their gradients backward, over
+//! the pipeline's own communicator (a sub-group, or NCCL between GPUs,
+//! `link.rs`). It is a [`Schedule`] of the trainer, beside the whole-model
+//! one: the step around it (averaging, optimizer, guard) is the same.
 //!
-//! A stage is a [`Model`], so the trainer drives it like any other: the
-//! schedule runs inside [`Model::forward`], and [`Model::backward`] hands
-//! the stage's accumulated gradients to the trainer's averaging. The stage
-//! is a [`Partition`] of the parameters: its rank's gradient buffer, the
-//! DDP buckets and Adam's state cover the stage's range
-//! ([`stage_params`]) only, averaged over the stage's data-parallel group
-//! (stage `s` of every pipeline, a sub-group communicator; with one
-//! replica nothing is averaged and no communicator is called), and only
-//! that range is stepped. The rank's device holds that range of the
-//! parameters and nothing of the others: the stage's layers read it at
-//! offsets less its start ([`CnnMnist::within`]). Its buffers
-//! ([`PipeBuffers`]) are likewise its own layers' activations and the
-//! cut's only, for the micro-batches in flight only. Evaluation goes through
-//! the pipeline as training does, a whole test batch at a time (stage 0's
-//! features, the last stage's head and count). The whole model is made
-//! only on rank 0's host, at a checkpoint: each stage's part (and Adam's
-//! moments) broadcast from the first replica's rank of that stage. So
-//! checkpoints stay whole models saved by rank 0, exactly as a
-//! data-parallel run writes them, and any layout resumes any other (each
-//! stage uploads its part of the loaded whole).
-//!
-//! Ranks: pipeline `p` is ranks `p*S .. p*S + S` (stage = rank mod S), so
-//! a pipeline's stages sit on one machine when the ranks per machine are a
-//! multiple of `S`; stage `s` of every pipeline forms its data-parallel
-//! group ([`PipelinePlace::replica_group`]).
+//! Where the stages cut the model is chosen from each segment's measured
+//! time (`cuts.rs`), every rank agreeing. A stage trains its segments'
+//! parameters only ([`Schedule::part`]): its rank's device holds that
+//! range and its gradients and moments, its buckets cover it, averaged
+//! over the stage's data-parallel group (stage `s` of every pipeline; with
+//! one replica nothing is averaged). Its buffers (`slots.rs`) are its own
+//! segments' activations and the cuts around them, only for the
+//! micro-batches in flight. Evaluation goes through the pipeline as
+//! training does, a whole test batch at a time. The whole model is made
+//! only on rank 0's host, at a checkpoint (each stage's part broadcast
+//! from its first replica's rank), so checkpoints stay whole models and any
+//! layout resumes any other.
 
-mod buffers;
+mod cuts;
 mod link;
-mod schedule;
+mod one_f_one_b;
+mod slots;
 
-pub use buffers::PipeBuffers;
 pub use link::{HostLink, NcclLink, StageLink};
+pub use slots::StageBuffers;
 
-use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ops::Range;
-use std::time::Duration;
 
-use anyhow::bail;
-use core_tensor::{FlatLayout, Ops, Result};
+use anyhow::{Context, bail};
+use core_tensor::Ops;
 
-use crate::model::{GradsReady, Metric, Mode, Model, Partition};
-use crate::models::cnn::{CnnMnist, IMAGE_SIDE, cnn_layout};
-use crate::phases::PhaseSeconds;
-use crate::phases::{Phase, StepTimer};
-use crate::train::DataShare;
-use buffers::StageActs;
+use crate::comm_thread::CommThread;
+use crate::data::{Batches, DataFingerprint, Order};
+use crate::model::Layered;
+use crate::model::layered::classes;
+use crate::phases::Phase;
+use crate::topology::Topology;
+use crate::train::{EVAL_BATCH, Part, Pass, Schedule, checked_buffers};
+use one_f_one_b::{Cx, GradScratch, forward_through};
+use slots::StageAt;
 
 /// The pipeline's flags.
 #[derive(Clone, Debug, clap::Args)]
 pub struct PipelineFlags {
-    /// Pipeline parallelism: split the model into S stages, one per rank
-    /// (S = 2 for this CNN: the convolution stack, the fully connected
-    /// stack); the world is S x data-parallel replicas.
+    /// Pipeline parallelism: split the model into S stages, one per rank,
+    /// at the cuts that balance their measured times (the CNN: up to 4,
+    /// conv1 | conv2 | fc1 | fc2); the world is S x data-parallel replicas.
     #[arg(long, value_name = "S", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub pipeline_stages: u32,
 
@@ -65,306 +58,324 @@ pub struct PipelineFlags {
     pub micro_batches: u32,
 }
 
-/// Where a rank sits in a `stages x replicas` layout.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PipelinePlace {
-    pub stages: usize,
-    pub stage: usize,
-    pub replica: usize,
-    pub replicas: usize,
-}
+/// A layered model's data splits, filling a stage's buffers.
+pub type StageData<B, M> = Box<dyn Batches<B, StageBuffers<B, <M as Layered<B>>::Acts>>>;
 
-impl PipelinePlace {
-    /// Rank `rank` of `world` in pipelines of `stages` stages.
-    pub fn of(rank: usize, world: usize, stages: usize) -> anyhow::Result<Self> {
-        if stages != 2 {
-            bail!(
-                "--pipeline-stages {stages}: this CNN splits into 2 stages (the convolution stack and the fully connected stack); use 2"
-            );
-        }
-        if !world.is_multiple_of(stages) {
-            bail!(
-                "world size {world} is not a multiple of --pipeline-stages {stages}: the world is stages x data-parallel replicas"
-            );
-        }
-        Ok(Self {
-            stages,
-            stage: rank % stages,
-            replica: rank / stages,
-            replicas: world / stages,
-        })
-    }
-
-    /// The job ranks of this rank's pipeline, in stage order.
-    pub fn members(&self) -> Vec<usize> {
-        (self.replica * self.stages..(self.replica + 1) * self.stages).collect()
-    }
-
-    /// The job ranks of this rank's stage in every pipeline (its
-    /// data-parallel group), in replica order.
-    pub fn replica_group(&self) -> Vec<usize> {
-        (0..self.replicas)
-            .map(|r| r * self.stages + self.stage)
-            .collect()
-    }
-
-    /// The samples this rank trains on: its replica's.
-    pub fn share(&self) -> DataShare {
-        DataShare {
-            replica: self.replica,
-            replicas: self.replicas,
-            counts: self.stage + 1 == self.stages,
-        }
-    }
-}
-
-/// The parameters stage `stage` (of 2) trains.
-pub fn stage_params(stage: usize) -> Range<usize> {
-    let layout = cnn_layout();
-    let cut = layout.range("fc1.weight").map_or(0, |r| r.start);
-    if stage == 0 {
-        0..cut
-    } else {
-        cut..layout.len()
-    }
-}
-
-/// The split, for the start-up line: each stage's layers, parameters and
-/// share of a sample's forward multiply-adds (the time balance: the cut
-/// at the flatten is the only one between the two stacks, and it leaves
-/// the convolutions with most of the work).
-pub fn describe_split() -> String {
-    let layout = cnn_layout();
-    let weights = |name: &str| layout.range(name).map_or(0, |r| r.len());
-    let side = |shrink: usize| (IMAGE_SIDE - shrink) * (IMAGE_SIDE - shrink);
-    let convs = weights("conv1.weight") * side(2) + weights("conv2.weight") * side(4);
-    let fcs = weights("fc1.weight") + weights("fc2.weight");
-    let share = |part: usize| 100.0 * part as f64 / (convs + fcs) as f64;
-    format!(
-        "stage 0: conv1, conv2, pool ({} parameters, {:.1}% of the multiply-adds); stage 1: fc1, fc2, loss ({} parameters, {:.1}%)",
-        stage_params(0).len(),
-        share(convs),
-        stage_params(1).len(),
-        share(fcs)
-    )
-}
-
-/// Where a stage's time went in the schedules so far, in device time: the
-/// clock of the steps' `pipeline_wait` phase.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct StageTimes {
-    /// Running the schedule, waits included.
-    pub total: Duration,
-    /// Waiting for the neighbouring stage (inside send/receive).
-    pub waiting: Duration,
-}
-
-impl StageTimes {
-    /// The stage's bubble: the fraction of the schedule it sat idle.
-    pub fn idle_fraction(&self) -> f64 {
-        self.waiting.as_secs_f64() / self.total.as_secs_f64().max(f64::MIN_POSITIVE)
-    }
-
-    /// Adds one schedule's phases.
-    fn add(&mut self, schedule: &PhaseSeconds) {
-        let seconds = |phase| Duration::from_secs_f64(schedule.get(phase));
-        self.total += seconds(Phase::Forward) + seconds(Phase::Backward);
-        self.total += seconds(Phase::PipelineWait);
-        self.waiting += seconds(Phase::PipelineWait);
-    }
-}
-
-/// One stage of the pipelined CNN on one rank (see the module docs).
-pub struct PipelineStage<B: Ops> {
-    /// The stage's layers, over its part of the parameters (the layout
-    /// and initialisation are the whole network's).
-    cnn: CnnMnist,
-    place: PipelinePlace,
+/// This rank's stage of a pipeline, as the trainer's schedule.
+pub struct Pipeline<B: Ops, M: Layered<B>> {
+    /// This rank's place: its stage of how many, its replica of how many.
+    topology: Topology,
     micro_batches: usize,
-    /// The way to the other stages: stage `s` is its rank `s`.
-    link: RefCell<Box<dyn StageLink<B>>>,
-    times: RefCell<StageTimes>,
-    /// The schedule's phases in device time (forward work, backward work,
-    /// waiting for the other stage), handed to the trainer after each
-    /// schedule (`Model::forward_split`); made at the first schedule.
-    phases: RefCell<Option<StepTimer<B>>>,
+    link: Box<dyn StageLink<B>>,
+    train: StageData<B, M>,
+    test: Option<StageData<B, M>>,
+    /// Each stage's segments when pinned ([`Pipeline::with_cut`]);
+    /// otherwise measured.
+    cut: Option<Vec<Range<usize>>>,
+    /// Settled with the other ranks before training.
+    plan: Option<Plan<B, M>>,
 }
 
-impl<B: Ops> PipelineStage<B> {
-    /// Stage `place.stage` of `cnn`, reaching its neighbours over `link`,
-    /// with `micro_batches` per batch.
+/// The cut every rank agreed on, and what this stage made of it.
+struct Plan<B: Ops, M: Layered<B>> {
+    /// Each stage's segments, in order.
+    runs: Vec<Range<usize>>,
+    at: StageAt,
+    /// The stage's segments over its part of the parameters.
+    local: M,
+    /// That part.
+    part: Range<usize>,
+    /// Training buffers per batch size, test buffers per batch size.
+    buffers: HashMap<usize, StageBuffers<B, M::Acts>>,
+    eval: HashMap<usize, StageBuffers<B, M::Acts>>,
+    /// Made with the first training buffers.
+    scratch: Option<GradScratch<B>>,
+}
+
+impl<B: Ops, M: Layered<B>> Pipeline<B, M> {
+    /// The stage of `topology` reaching its neighbours over `link` (stage
+    /// `s` its rank `s`), `micro_batches` per batch, on these splits.
     pub fn new(
-        cnn: CnnMnist,
-        place: PipelinePlace,
+        topology: &Topology,
         micro_batches: usize,
         link: Box<dyn StageLink<B>>,
+        (train, test): (StageData<B, M>, Option<StageData<B, M>>),
     ) -> anyhow::Result<Self> {
+        let (stage, stages) = (topology.stage(), topology.stages);
         if micro_batches == 0 {
             bail!("--micro-batches must be at least 1");
         }
-        if link.world_size() != place.stages || link.rank() != place.stage {
+        if link.world_size() != stages || link.rank() != stage {
             bail!(
-                "the pipeline communicator has rank {} of {}, not stage {} of {}",
+                "the pipeline communicator has rank {} of {}, not stage {stage} of {stages}",
                 link.rank(),
                 link.world_size(),
-                place.stage,
-                place.stages
             );
         }
         Ok(Self {
-            cnn: cnn.within(stage_params(place.stage)),
-            place,
+            topology: *topology,
             micro_batches,
-            link: RefCell::new(link),
-            times: RefCell::new(StageTimes::default()),
-            phases: RefCell::new(None),
+            link,
+            train,
+            test,
+            cut: None,
+            plan: None,
         })
     }
 
-    pub fn place(&self) -> PipelinePlace {
-        self.place
-    }
-
-    /// Where this stage's time went so far.
-    pub fn times(&self) -> StageTimes {
-        *self.times.borrow()
-    }
-
-    /// The schedule enters `phase` (`None`: it ended).
-    fn mark(&self, b: &B, phase: Option<Phase>) -> Result<()> {
-        let mut timer = self.phases.borrow_mut();
-        let timer = timer.get_or_insert_with(|| StepTimer::new(b.clone()));
-        match phase {
-            Some(phase) => timer.enter(phase),
-            None => timer.end_step(),
+    /// The pipeline cut as `runs` says (each stage's segments, in order),
+    /// not at the measured times: a layout a test or a benchmark repeats.
+    pub fn with_cut(self, runs: Vec<Range<usize>>) -> Self {
+        Self {
+            cut: Some(runs),
+            ..self
         }
+    }
+
+    /// The micro-batches' sizes of a batch of `n`: as even as they come.
+    fn micro_sizes(&self, n: usize) -> Vec<usize> {
+        let m = self.micro_batches.min(n).max(1);
+        let (base, extra) = (n / m, n % m);
+        (0..m).map(|i| base + usize::from(i < extra)).collect()
     }
 }
 
-impl<B: Ops> Model<B> for PipelineStage<B> {
-    type Buffers = PipeBuffers<B>;
-
-    /// The whole CNN, whose checkpoints any layout resumes.
-    fn kind(&self) -> &'static str {
-        Model::<B>::kind(&self.cnn)
+impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
+    fn fingerprint(&self) -> DataFingerprint {
+        self.train.fingerprint()
     }
 
-    fn metric(&self) -> Metric {
-        Metric::Accuracy
+    fn test_samples(&self) -> Option<usize> {
+        self.test.as_ref().map(|t| t.sample_count())
     }
 
-    fn layout(&self) -> &FlatLayout {
-        cnn_layout()
-    }
-
-    fn init_params(&self, seed: u64) -> Vec<f32> {
-        self.cnn.init_params(seed)
-    }
-
-    fn partition(&self) -> Option<Partition> {
-        Some(Partition {
-            parts: (0..self.place.stages).map(stage_params).collect(),
-            part: self.place.stage,
-            replicas: self.place.replicas,
-        })
-    }
-
-    /// This stage's activations only: for training those of the
-    /// micro-batches in flight, with gradients; for evaluation one set for
-    /// the whole batch (see [`PipeBuffers`]).
-    fn buffers(&self, b: &B, batch: usize, train: bool) -> Result<PipeBuffers<B>> {
-        let sizes = match train {
-            true => {
-                let m = self.micro_batches.min(batch).max(1);
-                let (base, extra) = (batch / m, batch % m);
-                (0..m).map(|i| base + usize::from(i < extra)).collect()
+    /// Measures the segments, agrees on the cut with every rank over the
+    /// job's communicator, and makes this stage's model.
+    fn settle(
+        &mut self,
+        b: &B,
+        (model, batch): (&M, usize),
+        job: Option<&mut CommThread>,
+    ) -> anyhow::Result<()> {
+        let (stage, stages) = (self.topology.stage(), self.topology.stages);
+        let segments = model.segments();
+        if stages > segments {
+            bail!(
+                "--pipeline-stages {stages}: --model {} splits into at most {segments} stages",
+                model.kind()
+            );
+        }
+        let runs = match self.cut.take() {
+            Some(runs) => cuts::check(&runs, stages, segments)?,
+            None => {
+                let micro = self.micro_sizes(batch)[0];
+                let mut times = cuts::measure(model, b, micro)?;
+                if let Some(job) = job {
+                    let world = job.world_size() as f64;
+                    times = job.sum_f64(times)?.into_iter().map(|t| t / world).collect();
+                }
+                let runs = cuts::balanced(&times, stages);
+                if self.topology.leads() {
+                    tell!("{}", self.describe(model, &runs, &times));
+                }
+                runs
             }
-            false => vec![batch],
         };
-        PipeBuffers::new(b, self.place.stage, &sizes, train)
+        let mine = runs[stage].clone();
+        let part = segments_params(model, &mine);
+        let at = StageAt {
+            segments: mine,
+            first: stage == 0,
+            last: stage + 1 == stages,
+            in_flight: stages - stage,
+        };
+        self.plan = Some(Plan {
+            at,
+            local: model.within(part.clone()),
+            part,
+            buffers: HashMap::new(),
+            eval: HashMap::new(),
+            scratch: None,
+            runs,
+        });
+        Ok(())
     }
 
-    fn forward(
-        &self,
-        b: &B,
-        buffers: &mut PipeBuffers<B>,
-        params: &B::Storage<f32>,
-        mode: Mode,
-    ) -> Result<()> {
-        let done = match mode {
-            Mode::Train { dropout_seed } => schedule::run(self, b, buffers, params, dropout_seed),
-            Mode::Eval => schedule::evaluate(self, b, buffers, params),
-        };
-        // Forward returns kernel errors only: a communication failure
-        // travels as its text.
-        done.map_err(|e| core_tensor::Error::InvalidArgument {
-            op: "pipeline schedule",
-            reason: format!("{e:#}"),
+    fn part(&self) -> Option<Part> {
+        let plan = self.plan.as_ref()?;
+        let ranges = (plan.runs.iter())
+            .map(|run| segments_params(&plan.local, run))
+            .collect();
+        Some(Part {
+            ranges,
+            mine: self.topology.stage(),
         })
     }
 
-    /// The last stage counts, over each micro-batch's logits (or the
-    /// whole batch's), which it keeps past the micro-batch's slot.
-    fn metric_sum(
-        &self,
+    fn start_epoch(
+        &mut self,
         b: &B,
-        buffers: &PipeBuffers<B>,
-        correct: &mut B::Storage<f32>,
-    ) -> Result<()> {
-        match &buffers.acts {
-            StageActs::Front(..) => Ok(()),
-            StageActs::Back(acts) => acts
-                .micro
-                .iter()
-                .try_for_each(|m| m.count_correct(b, correct)),
-        }
+        order: &Order,
+        epoch: u64,
+        batch: usize,
+    ) -> anyhow::Result<Vec<usize>> {
+        self.train.start_epoch(b, order, epoch, batch)
     }
 
-    /// The last stage adds every micro-batch's loss (computed again, from
-    /// the logits it keeps, in the micro-batch's slot: the schedule needed
-    /// the gradients before the trainer asks for this).
-    fn loss(
-        &self,
+    fn train(
+        &mut self,
         b: &B,
-        buffers: &mut PipeBuffers<B>,
-        loss_sum: &mut B::Storage<f32>,
+        _model: &M,
+        (step, n): (usize, usize),
+        pass: Pass<'_, B>,
     ) -> anyhow::Result<()> {
-        match &mut buffers.acts {
-            StageActs::Front(..) => Ok(()),
-            StageActs::Back(acts) => (0..acts.micro.len()).try_for_each(|i| {
-                acts.start(i).head.loss(b, loss_sum)?;
-                acts.finish(i);
-                Ok(())
-            }),
+        let sizes = self.micro_sizes(n);
+        let stage = self.topology.stage();
+        let (link, train) = (&mut self.link, &mut self.train);
+        let plan = self
+            .plan
+            .as_mut()
+            .context("the pipeline trains once its cut is settled")?;
+        let Plan {
+            at,
+            local,
+            part,
+            buffers,
+            scratch,
+            ..
+        } = plan;
+        let scratch = match scratch {
+            Some(scratch) => scratch,
+            None => scratch.insert(GradScratch::new(b, part.len())?),
+        };
+        let bufs = match buffers.entry(n) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(checked_buffers(b, (n, true), || {
+                    StageBuffers::new(local, b, (at, &sizes), true)
+                })?)
+            }
+        };
+        let Pass {
+            params,
+            grads,
+            dropout_seed,
+            loss_sum,
+            metric_sum,
+            timer,
+            hook,
+        } = pass;
+        timer.enter(Phase::Data)?;
+        // A stage in the middle reads nothing of the data.
+        if at.first || at.last {
+            train.fill(b, step, bufs)?;
         }
-    }
-
-    /// Hands the accumulated gradients of this stage (`grads` is the
-    /// stage's part: see [`Model::partition`]) to `hook` at once: they were
-    /// final when the schedule ended.
-    fn backward(
-        &self,
-        b: &B,
-        buffers: &mut PipeBuffers<B>,
-        _params: &B::Storage<f32>,
-        grads: &mut B::Storage<f32>,
-        _dropout_seed: u64,
-        hook: &mut dyn GradsReady<B>,
-    ) -> anyhow::Result<()> {
-        b.write_range(&buffers.scratch()?.acc, grads, 0)?;
+        let (seeds, weights) = Cx::<B, M>::micro_batches(dropout_seed, &sizes);
+        Cx {
+            b,
+            model: local,
+            at,
+            stage,
+            link: link.as_mut(),
+            params,
+            timer: &mut *timer,
+            scratch: &mut *scratch,
+            sums: (loss_sum, metric_sum),
+            seeds,
+            weights,
+        }
+        .train(bufs)?;
+        // The stage's gradients were final when the schedule ended.
+        timer.enter(Phase::Backward)?;
+        b.write_range(&scratch.acc, grads, 0)?;
         hook.ready(b, grads, 0)
     }
 
-    /// The last schedule's backward passes and waits, which the trainer
-    /// would otherwise count as forward. Its marks are ready: the schedule
-    /// ends in a read of the device (stage 0's last gradients) or a
-    /// completed exchange (stage 1).
-    fn forward_split(&self, _b: &B) -> Result<Option<PhaseSeconds>> {
-        let Some(timer) = self.phases.borrow_mut().as_mut().map(StepTimer::take) else {
-            return Ok(None);
-        };
-        let schedule = timer?;
-        self.times.borrow_mut().add(&schedule);
-        Ok(Some(schedule))
+    fn batch_rows(&self, _model: &M, _n: usize) -> Option<&[u32]> {
+        None
     }
+
+    fn evaluate(
+        &mut self,
+        b: &B,
+        _model: &M,
+        (params, orders): (&B::Storage<f32>, &[Order]),
+        sum: &mut B::Storage<f32>,
+    ) -> anyhow::Result<()> {
+        let Some(test) = self.test.as_mut() else {
+            return Ok(());
+        };
+        let stage = self.topology.stage();
+        let link = &mut self.link;
+        let plan = self
+            .plan
+            .as_mut()
+            .context("the pipeline evaluates once its cut is settled")?;
+        let (at, local) = (&plan.at, &plan.local);
+        let context =
+            |peer| format!("pipeline stage {stage}: evaluating, exchanging with stage {peer}");
+        for order in orders {
+            let sizes = test.start_epoch(b, order, 1, EVAL_BATCH)?;
+            for (step, n) in sizes.into_iter().enumerate() {
+                let bufs = match plan.eval.entry(n) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(checked_buffers(b, (n, false), || {
+                            StageBuffers::new(local, b, (at, &[n]), false)
+                        })?)
+                    }
+                };
+                if at.first || at.last {
+                    test.fill(b, step, bufs)?;
+                }
+                if !at.first {
+                    let input = bufs.slots[0]
+                        .input
+                        .as_mut()
+                        .context("a later stage receives")?;
+                    link.exchange(b, stage - 1, None, Some(input))
+                        .with_context(|| context(stage - 1))?;
+                }
+                forward_through(local, b, (at, bufs, 0), params, crate::model::Mode::Eval)?;
+                let output = bufs.slots[0].cuts.last().context("a stage has a segment")?;
+                if at.last {
+                    let labels = bufs.micro[0]
+                        .labels
+                        .as_ref()
+                        .context("the last stage reads labels")?;
+                    let geom = classes(n, local.width(local.segments()));
+                    b.count_correct(&geom, output, labels, sum)?;
+                } else {
+                    link.exchange(b, stage + 1, Some(output), None)
+                        .with_context(|| context(stage + 1))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<B: Ops, M: Layered<B>> Pipeline<B, M> {
+    /// The start-up line: the layout, and the cut with the times behind it.
+    fn describe(&self, model: &M, runs: &[Range<usize>], times: &[f64]) -> String {
+        let names = cuts::names(model);
+        let stages: Vec<String> = (runs.iter().enumerate())
+            .map(|(k, run)| {
+                let ms: f64 = times[run.clone()].iter().sum::<f64>() * 1e3;
+                format!("stage {k}: {} ({ms:.2} ms)", names[run.clone()].join(", "))
+            })
+            .collect();
+        format!(
+            "pipeline: {} stages x {} data-parallel replicas, {} micro-batches per batch (1F1B); cut at the measured times of a micro-batch's forward and backward: {}",
+            self.topology.stages,
+            self.topology.replicas(),
+            self.micro_batches,
+            stages.join("; ")
+        )
+    }
+}
+
+/// The parameters of segments `run`: consecutive ranges, joined.
+fn segments_params<B: Ops, M: Layered<B>>(model: &M, run: &Range<usize>) -> Range<usize> {
+    model.segment_params(run.start).start..model.segment_params(run.end - 1).end
 }

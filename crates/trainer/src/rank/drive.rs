@@ -13,6 +13,7 @@ use launcher::contract::hostname;
 use super::RankJob;
 use crate::model::Model;
 use crate::monitor::Monitor;
+use crate::phases::Phase;
 use crate::report::announce::{Ending, report_outcome};
 use crate::report::metrics::{MetricsFile, epoch_line};
 use crate::report::progress::Console;
@@ -58,7 +59,16 @@ pub(super) fn drive<B: Ops, M: Model<B>>(
     } else {
         Box::new(Silent)
     };
+    // A pipeline stage's time in the schedule, and its part waiting for
+    // the others: each epoch's phases of this rank.
+    let mut schedule = [0.0f64; 2];
     let outcome = trainer.run(progress.as_mut(), &mut |report| {
+        if let Some(mine) = report.ranks.get(topology.rank) {
+            let phase = |p| mine.phases.get(p);
+            schedule[0] += phase(Phase::Forward) + phase(Phase::Backward);
+            schedule[0] += phase(Phase::PipelineWait);
+            schedule[1] += phase(Phase::PipelineWait);
+        }
         if lead {
             say!("{}", epoch_line(report));
             if let Some(s) = report.straggler {
@@ -77,6 +87,15 @@ pub(super) fn drive<B: Ops, M: Model<B>>(
         }
         Ok(())
     })?;
+    if topology.stages > 1 {
+        let [total, waiting] = schedule;
+        tell!(
+            "pipeline stage {} (rank {}): idle {:.1}% of {total:.1} s in the schedule (waiting for the other stages)",
+            topology.stage(),
+            topology.rank,
+            100.0 * waiting / total.max(f64::MIN_POSITIVE)
+        );
+    }
     let end = Ending {
         rank: topology.rank,
         world,

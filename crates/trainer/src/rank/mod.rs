@@ -11,17 +11,18 @@ mod origin;
 use anyhow::Context;
 use core_tensor::Ops;
 
+use crate::checkpoint::origin::Origin;
 use crate::checkpoint::{CheckpointDir, CheckpointFlags, Checkpoints};
 use crate::comm_thread::CommThread;
 use crate::data::Batches;
-use crate::ddp::CommHook;
-use crate::model::Model;
+use crate::ddp::AverageOver;
+use crate::model::{Layered, Model};
 use crate::monitor::Monitor;
-use crate::pipeline::StageLink;
+use crate::pipeline::{Pipeline, StageBuffers, StageLink};
 use crate::report::OutputFlags;
 use crate::stop::StopRequest;
 use crate::topology::Topology;
-use crate::train::{DataShare, RunOutcome, Setup, TrainConfig, Trainer};
+use crate::train::{RunOutcome, Schedule, Setup, TrainConfig, Trainer, WholeModel};
 
 /// Everything a rank trains with, apart from its model and its data.
 pub struct Rank<'a, B: Ops> {
@@ -38,10 +39,9 @@ pub struct Rank<'a, B: Ops> {
 pub struct Links<B: Ops> {
     /// The job's communicator; `None` for one rank.
     pub comm: Option<CommThread>,
-    /// A pipeline stage's data-parallel group (see [`Setup::group`]).
-    pub group: Option<CommThread>,
-    /// Averages gradients on the device (NCCL).
-    pub device_hook: Option<Box<dyn CommHook<B>>>,
+    /// Who averages the gradients with the other replicas' (see
+    /// [`Setup::averaging`]).
+    pub averaging: Option<AverageOver<B>>,
     /// A pipeline stage's way to its neighbours.
     pub pipeline: Option<Box<dyn StageLink<B>>>,
 }
@@ -67,18 +67,50 @@ pub type Splits<B, M> = (
 );
 
 impl<B: Ops> Rank<'_, B> {
-    /// Trains `model` on `splits` to the end.
-    pub fn train<M: Model<B>>(self, model: M, splits: Splits<B, M>) -> anyhow::Result<RunOutcome> {
-        self.train_then(model, splits, |_| {})
-    }
-
-    /// Trains `model` on `splits` to the end; `finish` then sees the
-    /// model, for what it measured.
-    pub fn train_then<M: Model<B>>(
+    /// Trains the whole `model` on `splits` to the end.
+    pub fn train<M: Model<B> + 'static>(
         self,
         model: M,
         (train, test): Splits<B, M>,
-        finish: impl FnOnce(&M),
+    ) -> anyhow::Result<RunOutcome>
+    where
+        M::Buffers: 'static,
+    {
+        self.train_with(model, Box::new(WholeModel::new(train, test)))
+    }
+
+    /// Trains a model a pipeline can cut: this rank's stage of a pipeline
+    /// when the job has several stages, else the whole model; `train` and
+    /// `test` fill either's buffers.
+    pub fn train_layered<M, D>(
+        mut self,
+        model: M,
+        (train, test): (D, Option<D>),
+    ) -> anyhow::Result<RunOutcome>
+    where
+        M: Layered<B> + 'static,
+        M::Buffers: 'static,
+        D: Batches<B, M::Buffers> + Batches<B, StageBuffers<B, M::Acts>> + 'static,
+    {
+        let Some(link) = self.links.pipeline.take() else {
+            let test = test.map(|t| Box::new(t) as Box<dyn Batches<B, M::Buffers>>);
+            return self.train(model, (Box::new(train), test));
+        };
+        let data = (
+            Box::new(train) as Box<dyn Batches<B, StageBuffers<B, M::Acts>>>,
+            test.map(|t| Box::new(t) as Box<_>),
+        );
+        let micro = self.job.micro_batches;
+        let pipeline = Pipeline::new(&self.topology, micro, link, data)
+            .with_context(|| format!("rank {}: setting up", self.topology.rank))?;
+        self.train_with(model, Box::new(pipeline))
+    }
+
+    /// Trains `model` to the end as `schedule` runs it.
+    fn train_with<M: Model<B>>(
+        self,
+        model: M,
+        schedule: Box<dyn Schedule<B, M>>,
     ) -> anyhow::Result<RunOutcome> {
         let Rank {
             backend,
@@ -98,34 +130,27 @@ impl<B: Ops> Rank<'_, B> {
         let origin = match topology.leads() {
             true => {
                 let layout = (topology.world, topology.stages);
-                let settings = cfg.settings(layout, model.kind(), train.fingerprint());
+                let settings = cfg.settings(layout, model.kind(), schedule.fingerprint());
                 origin::choose(flags, dir.as_ref(), &settings, model.layout())?
             }
-            false => crate::checkpoint::origin::Origin::Fresh,
+            false => Origin::Fresh,
         };
-        let resumed = matches!(origin, crate::checkpoint::origin::Origin::Resume(_));
+        let resumed = matches!(origin, Origin::Resume(_));
         let setup = Setup {
+            topology,
             comm: links.comm,
             origin,
-            device_hook: links.device_hook,
-            group: links.group,
+            averaging: links.averaging,
             checkpoints: dir.map(|dir| Checkpoints {
                 dir,
                 every: flags.checkpoint_every,
             }),
             stop,
-            share: Some(DataShare {
-                replica: topology.replica(),
-                replicas: topology.replicas(),
-                counts: topology.counts_samples(),
-            }),
             shared_flags: job.shared_flags.clone(),
         };
         let device = backend.describe();
-        let mut trainer = Trainer::with_model(backend, model, train, test, cfg, setup)
+        let mut trainer = Trainer::with_schedule(backend, model, schedule, cfg, setup)
             .with_context(|| format!("rank {rank}: setting up"))?;
-        let outcome = drive::drive(&mut trainer, (&topology, job), device, resumed, monitor);
-        finish(trainer.model());
-        outcome
+        drive::drive(&mut trainer, (&topology, job), device, resumed, monitor)
     }
 }

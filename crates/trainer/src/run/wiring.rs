@@ -15,7 +15,7 @@ use super::device::{Device, choose_transport, connect_nccl};
 use super::job::JobFlags;
 use crate::comm_thread::CommThread;
 use crate::ddp::transport::Transport;
-use crate::ddp::{CommHook, NcclHook};
+use crate::ddp::{AverageOver, CommHook, NcclHook};
 use crate::pipeline::{HostLink, NcclLink, StageLink};
 use crate::rank::Links;
 use crate::topology::Topology;
@@ -45,6 +45,8 @@ impl JobComm {
 
 /// A rank's communicators, before they meet its device.
 pub(super) struct Wiring {
+    /// Whether other ranks train the same parameters.
+    replicas: bool,
     /// The job's communicator on its thread; `None` for one rank.
     comm: Option<CommThread>,
     /// A pipeline stage's data-parallel group, averaging through the host.
@@ -130,6 +132,7 @@ pub(super) fn wire(
         _ => (None, None),
     };
     Ok(Wiring {
+        replicas: rank.replicas() > 1,
         comm: comm.map(|c| CommThread::spawn(c.boxed())).transpose()?,
         group: group.map(CommThread::spawn).transpose()?,
         pipeline,
@@ -141,20 +144,22 @@ pub(super) fn wire(
 
 impl Wiring {
     /// The links of a CPU rank: everything through the host.
-    pub fn on_cpu(self) -> Links<Cpu> {
+    pub fn on_cpu(mut self) -> Links<Cpu> {
+        let averaging = self.host_averaging();
         Links {
             comm: self.comm,
-            group: self.group,
-            device_hook: None,
+            averaging,
             pipeline: self.pipeline.map(host_link),
         }
     }
 
     /// The links of a rank on `gpu`: NCCL where it was chosen.
-    pub fn on_cuda(self, gpu: &Cuda) -> anyhow::Result<Links<Cuda>> {
-        let hook = match self.nccl_grads {
-            Some(nccl) => Some(Box::new(NcclHook::new(nccl, gpu)?) as Box<dyn CommHook<Cuda>>),
-            None => None,
+    pub fn on_cuda(mut self, gpu: &Cuda) -> anyhow::Result<Links<Cuda>> {
+        let averaging = match self.nccl_grads.take() {
+            Some(nccl) => Some(AverageOver::Device(
+                Box::new(NcclHook::new(nccl, gpu)?) as Box<dyn CommHook<Cuda>>
+            )),
+            None => self.host_averaging(),
         };
         let pipeline = match (self.nccl_pipeline, self.pipeline) {
             (Some(nccl), _) => Some(Box::new(NcclLink::new(nccl, gpu)) as Box<_>),
@@ -162,10 +167,19 @@ impl Wiring {
         };
         Ok(Links {
             comm: self.comm,
-            group: self.group,
-            device_hook: hook,
+            averaging,
             pipeline,
         })
+    }
+
+    /// Averaging through host memory: over the stage's group, or the
+    /// job's communicator; none with one replica.
+    fn host_averaging<B: Ops>(&mut self) -> Option<AverageOver<B>> {
+        match (self.replicas, self.group.take()) {
+            (false, _) => None,
+            (true, Some(group)) => Some(AverageOver::Group(group)),
+            (true, None) => Some(AverageOver::Job),
+        }
     }
 }
 

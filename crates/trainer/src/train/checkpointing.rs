@@ -18,7 +18,7 @@ const HEARTBEAT: Duration = Duration::from_millis(100);
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// Whether `--checkpoint-every` asks for a checkpoint after this step.
     pub(super) fn checkpoint_due(&self) -> bool {
-        let every = self.checkpoints.as_ref().and_then(|c| c.every);
+        let every = self.state.checkpoints.as_ref().and_then(|c| c.every);
         every.is_some_and(|n| self.replica.step.is_multiple_of(n))
     }
 
@@ -30,20 +30,21 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         &mut self,
         position: Position,
     ) -> anyhow::Result<Option<PathBuf>> {
-        if self.checkpoints.is_none() {
+        if self.state.checkpoints.is_none() {
             return Ok(None);
         }
+        let (rank, world) = (self.topology.rank, self.topology.world);
         self.check_guard()
-            .with_context(|| format!("rank {}: before checkpointing at {position}", self.rank))?;
+            .with_context(|| format!("rank {rank}: before checkpointing at {position}"))?;
         let (epoch_loss_sum, epoch_correct, train_seconds) = if position.step == 0 {
-            (vec![0.0; self.world_size], vec![0.0; self.world_size], 0.0)
+            (vec![0.0; world], vec![0.0; world], 0.0)
         } else {
             let (loss, correct) = self.gather_epoch_metrics()?;
-            (loss, correct, self.meter.train_seconds())
+            (loss, correct, self.state.meter.train_seconds())
         };
         let whole = self
             .whole_state()
-            .with_context(|| format!("rank {}: checkpointing at {position}", self.rank))?;
+            .with_context(|| format!("rank {rank}: checkpointing at {position}"))?;
         let state = whole.map(|[params, exp_avg, exp_avg_sq]| TrainingState {
             position,
             optimizer_step: self.replica.step,
@@ -54,12 +55,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch_correct,
             epoch_train_seconds: train_seconds,
             settings: self.cfg.settings(
-                (self.world_size, self.world_size / self.share.replicas),
+                (world, self.topology.stages),
                 self.model.kind(),
-                self.train.fingerprint(),
+                self.schedule.fingerprint(),
             ),
         });
-        let Some(checkpoints) = self.checkpoints.as_ref() else {
+        let Some(checkpoints) = self.state.checkpoints.as_ref() else {
             return Ok(None);
         };
         let layout = self.model.layout();
@@ -72,7 +73,6 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let Some(comm) = self.comm.as_mut() else {
             return write();
         };
-        let rank = self.rank;
         // The ranks keep meeting while rank 0 writes, each meeting well
         // within --timeout, so that a slow file system (a save longer than
         // --timeout) never reads as a lost rank.
@@ -99,9 +99,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// Every rank's running loss sum and correct count, exactly: each rank
     /// fills its own slots, and f32 → f64 → f32 plus zeros loses nothing.
     fn gather_epoch_metrics(&mut self) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
-        let n = self.world_size;
+        let (n, rank) = (self.topology.world, self.topology.rank);
         let mut mine = vec![0.0; 2 * n];
-        [mine[self.rank], mine[n + self.rank]] = self.meter.read(&self.backend)?;
+        [mine[rank], mine[n + rank]] = self.state.meter.read(&self.backend)?;
         let all = self.sum_over_ranks(mine)?;
         Ok((
             all[..n].iter().map(|&x| x as f32).collect(),

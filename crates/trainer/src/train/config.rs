@@ -82,6 +82,22 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
+    /// The reference settings (Adam at 1e-3, seed 0, both dropouts, 25 MB
+    /// buckets) for `epochs` of batches of `batch_size`.
+    pub fn new(epochs: usize, batch_size: usize) -> Self {
+        Self {
+            epochs,
+            batch_size,
+            adam: AdamConfig::default(),
+            seed: 0,
+            max_steps: None,
+            dropout: DropoutRates::REFERENCE,
+            bucket_mb: 25.0,
+            sparse_grads: SparseGrads::Auto,
+            sparse_adam: false,
+        }
+    }
+
     /// What a checkpoint records of this configuration, training `model`
     /// (its `--model` name) on `data` (the training split's fingerprint)
     /// with `world_size` ranks in pipelines of `pipeline_stages`.

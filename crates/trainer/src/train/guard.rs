@@ -27,9 +27,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let mut words = [0u32; GUARD_LEN];
         self.backend
             .read_range(&self.replica.guard, 0..GUARD_LEN, &mut words)?;
-        if let Some(reducer) = &self.reducer {
-            reducer.hook().check()?;
-        }
+        self.averaging.check()?;
         let GuardState::Tripped { step, index } = GuardState::from_words(words) else {
             return Ok(());
         };

@@ -29,9 +29,12 @@ impl ResumePoint {
 }
 
 pub(super) struct EpochMeter<B: Ops> {
-    /// Device accumulators: `[loss_sum]` and `[correct]`.
+    /// Device accumulators: `[loss_sum]` and `[correct]` (the model's
+    /// metric summed; correct predictions for accuracy).
     pub loss_sum: B::Storage<f32>,
     pub correct: B::Storage<f32>,
+    /// The test pass's metric, summed on the device.
+    pub test_sum: B::Storage<f32>,
     pub images: u64,
     started: Instant,
     seconds_before: f64,
@@ -43,6 +46,7 @@ impl<B: Ops> EpochMeter<B> {
         Ok(Self {
             loss_sum: backend.zeros(1)?,
             correct: backend.zeros(1)?,
+            test_sum: backend.zeros(1)?,
             images: 0,
             started: Instant::now(),
             seconds_before: 0.0,

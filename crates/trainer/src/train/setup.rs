@@ -1,67 +1,166 @@
-//! How a replica comes to be, beyond the backend, data and configuration.
+//! How a replica comes to be: what it is given beyond the backend, the
+//! model, its schedule and the configuration, and the one path every
+//! start takes (the ranks' agreement, the starting point, the plans of the
+//! averaging and the optimizer).
 
+use anyhow::{Context, bail};
 use core_tensor::Ops;
 
+use super::agreement::{self, Agreed};
+use super::meter::{EpochMeter, ResumePoint};
+use super::optimizer;
+use super::replica::Replica;
+use super::votes::StopVotes;
+use super::{LoopState, Schedule, TrainConfig, Trainer};
 use crate::checkpoint::Checkpoints;
-use crate::checkpoint::origin::Origin;
+use crate::checkpoint::origin::{self, Origin};
 use crate::comm_thread::CommThread;
-use crate::ddp::CommHook;
+use crate::ddp::averaging::Plan;
+use crate::ddp::{AverageOver, Averaging};
+use crate::model::Model;
+use crate::monitor::Monitor;
+use crate::phases::StepTimer;
 use crate::stop::StopRequest;
+use crate::topology::Topology;
 
-/// How a replica comes to be, beyond the backend, data and configuration.
+/// What a replica is given beyond the backend, model, schedule and
+/// configuration.
 pub struct Setup<B: Ops> {
-    /// The host communicator (metrics, the starting state, and gradients
-    /// unless `device_hook` averages them); `None` for one rank.
+    /// Where this rank sits in the job.
+    pub topology: Topology,
+    /// The job's communicator (metrics, stop votes, the starting state,
+    /// checkpoints); `None` for one rank.
     pub comm: Option<CommThread>,
     /// Rank 0's starting point (ignored on other ranks, which receive it).
     pub origin: Origin,
-    /// Averages gradients on the device (NCCL) instead of through `comm`
-    /// (or `group`).
-    pub device_hook: Option<Box<dyn CommHook<B>>>,
-    /// For a model split between ranks ([`Model::partition`](crate::model::Model::partition): a pipeline
-    /// stage), the communicator over the ranks training the same part (the
-    /// stage's data-parallel group), which averages its gradients unless
-    /// `device_hook` does; `None` with one rank per part (nothing to
-    /// average).
-    pub group: Option<CommThread>,
+    /// Who averages the gradients with the other replicas'; `None` with
+    /// one replica (nothing to average).
+    pub averaging: Option<AverageOver<B>>,
     /// Checkpoints (on every rank: mid-epoch ones are collective).
     pub checkpoints: Option<Checkpoints>,
     /// Checked once per step.
     pub stop: StopRequest,
-    /// The data this rank trains on; `None`: its own shard, as one of
-    /// `world_size` replicas.
-    pub share: Option<DataShare>,
-    /// The flags every rank must give alike, as `(flag, value)`
-    /// ([`Cli::shared_flags`](crate::cli::Cli::shared_flags)), checked
+    /// The flags every rank must give alike, as `(flag, value)`, checked
     /// against rank 0's before anything else travels: the one check that
     /// ranks agree on the seed, batch size and the rest. Empty (as
     /// [`Setup::fresh`] leaves it), nothing is checked: for ranks built in
-    /// one program from one [`TrainConfig`](super::TrainConfig).
+    /// one program from one [`TrainConfig`].
     pub shared_flags: Vec<(&'static str, String)>,
 }
 
-/// Which shard of the data a rank trains on, and whether it counts the
-/// samples in the epoch's numbers: the stages of one pipeline train on
-/// the same samples, and only the last stage (which has the loss) counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DataShare {
-    pub replica: usize,
-    pub replicas: usize,
-    pub counts: bool,
-}
-
 impl<B: Ops> Setup<B> {
-    /// A fresh start over `comm`, averaging through it.
+    /// A fresh start of a data-parallel rank over `comm` (its rank and
+    /// world size), averaging through it.
     pub fn fresh(comm: Option<CommThread>) -> Self {
+        let (rank, world) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
         Self {
+            topology: Topology {
+                rank,
+                world,
+                local_rank: rank,
+                local_world: world,
+                stages: 1,
+            },
+            averaging: (world > 1).then_some(AverageOver::Job),
             comm,
             origin: Origin::Fresh,
-            device_hook: None,
-            group: None,
             checkpoints: None,
             stop: StopRequest::new(),
-            share: None,
             shared_flags: Vec::new(),
         }
+    }
+}
+
+impl<B: Ops, M: Model<B>> Trainer<B, M> {
+    /// A replica of `model` that `schedule` runs over its batches, as
+    /// `setup` says.
+    pub fn with_schedule(
+        backend: B,
+        model: M,
+        mut schedule: Box<dyn Schedule<B, M>>,
+        cfg: TrainConfig,
+        setup: Setup<B>,
+    ) -> anyhow::Result<Self> {
+        if cfg.batch_size == 0 || cfg.epochs == 0 {
+            bail!("the batch size and the number of epochs must be at least 1");
+        }
+        cfg.adam.validate()?;
+        let Setup {
+            topology,
+            mut comm,
+            origin,
+            averaging,
+            checkpoints,
+            stop,
+            shared_flags,
+        } = setup;
+        let rank = topology.rank;
+        if averaging.is_some() != (topology.replicas() > 1) {
+            bail!(
+                "rank {rank}: {} replica(s) of its parameters need {} to average their gradients",
+                topology.replicas(),
+                if averaging.is_some() {
+                    "nothing"
+                } else {
+                    "a communicator"
+                }
+            );
+        }
+        if let Some(comm) = comm.as_mut() {
+            // Each rank reads its own copy of the data (another host's may
+            // differ): the replicas must train on the same samples.
+            let mut agreed: Vec<_> = shared_flags.into_iter().map(Agreed::flag).collect();
+            agreed.push(Agreed::training_data(schedule.fingerprint()));
+            agreement::check(comm, &agreed)
+                .with_context(|| format!("rank {rank}: checking the flags against rank 0's"))?;
+        }
+        schedule
+            .settle(&backend, (&model, cfg.batch_size), comm.as_mut())
+            .with_context(|| format!("rank {rank}: planning the schedule"))?;
+        let layout = model.layout();
+        let start = origin::agree(
+            origin,
+            comm.as_mut(),
+            || model.init_params(cfg.seed),
+            layout.len(),
+        )
+        .with_context(|| format!("rank {rank}: agreeing on the starting point"))?;
+        // The host waits for every step unless a GPU averages on itself.
+        let host_steps = B::IN_HOST_MEMORY || !matches!(averaging, Some(AverageOver::Device(_)));
+        let part = schedule.part().map(|p| p.range());
+        let trained = part.clone().unwrap_or(0..layout.len());
+        let plan = Plan {
+            bucket_mb: cfg.bucket_mb,
+            sparse_grads: cfg.sparse_grads,
+            row_union: cfg.sparse_adam,
+        };
+        let averaging =
+            Averaging::plan(&backend, (&model, trained), &plan, averaging, comm.as_ref())
+                .with_context(|| format!("rank {rank}: planning the gradient averaging"))?;
+        let optimizer = optimizer::choose(&model, &cfg, &averaging, topology.replicas())
+            .with_context(|| format!("rank {rank}: planning the optimizer"))?;
+        let state = LoopState {
+            meter: EpochMeter::new(&backend)?,
+            timer: StepTimer::new(backend.clone()),
+            votes: StopVotes::new(comm.as_ref(), host_steps),
+            stop,
+            checkpoints,
+            monitor: Monitor::off(),
+            first_epoch: start.position.epoch as usize,
+            resume_at: (start.position.step > 0).then(|| ResumePoint::of(&start)),
+            last_saved: None,
+        };
+        Ok(Self {
+            replica: Replica::upload(&backend, &start, part)?,
+            averaging,
+            comm,
+            backend,
+            model,
+            cfg,
+            topology,
+            optimizer,
+            schedule,
+            state,
+        })
     }
 }

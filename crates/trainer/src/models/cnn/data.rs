@@ -9,8 +9,8 @@ use anyhow::Context;
 use core_tensor::Ops;
 use fashion_mnist::{COLS, PIXELS, ROWS, Split};
 
-use super::Activations;
 use crate::data::{Batches, DataFingerprint, EpochPlan, Hasher, Order, to_device_indices};
+use crate::model::layered::BatchInputs;
 
 /// One split of FashionMNIST in host memory, read-only and
 /// reference-counted, so that the ranks of one process share it.
@@ -79,35 +79,6 @@ impl<B: Ops> DeviceSplit<B> {
     }
 }
 
-/// Buffers a batch of FashionMNIST is gathered into: consecutive parts of
-/// the batch (a pipeline stage's micro-batches, or the whole batch), each
-/// with the inputs its layers read: a pipeline's first stage reads only the
-/// images, its last only the labels, so neither holds the other's.
-pub trait BatchInputs<B: Ops> {
-    /// The parts, in the batch's order.
-    fn parts(&mut self) -> Vec<InputPart<'_, B>>;
-}
-
-/// One part of a batch's inputs (see [`BatchInputs`]); at least one of
-/// the two buffers.
-pub struct InputPart<'a, B: Ops> {
-    pub samples: usize,
-    /// `samples` images of [`PIXELS`] values.
-    pub images: Option<&'a mut B::Storage<f32>>,
-    pub labels: Option<&'a mut B::Storage<u8>>,
-}
-
-/// The whole network reads both, over the whole batch.
-impl<B: Ops> BatchInputs<B> for Activations<B> {
-    fn parts(&mut self) -> Vec<InputPart<'_, B>> {
-        vec![InputPart {
-            samples: self.features.batch,
-            images: Some(&mut self.features.x),
-            labels: Some(&mut self.head.labels),
-        }]
-    }
-}
-
 /// Fills the CNN's activations, or any buffers holding its inputs (a
 /// pipeline stage's).
 impl<B: Ops, Buf: BatchInputs<B>> Batches<B, Buf> for DeviceSplit<B> {
@@ -159,7 +130,7 @@ impl<B: Ops, Buf: BatchInputs<B>> Batches<B, Buf> for DeviceSplit<B> {
                 PIXELS,
                 indices,
                 stretch,
-                part.images,
+                part.inputs,
                 part.labels,
             )?;
         }

@@ -11,8 +11,7 @@ use fashion_mnist::FashionMnist;
 use super::{CnnMnist, DeviceSplit, HostSplit};
 use crate::model::DropoutRates;
 use crate::models::{ModelData, ModelEntry, ModelFlags};
-use crate::pipeline::{PipelinePlace, PipelineStage, describe_split};
-use crate::rank::{Rank, Splits};
+use crate::rank::Rank;
 use crate::train::RunOutcome;
 
 /// Its `--model` name.
@@ -63,7 +62,7 @@ impl ModelEntry for CnnEntry {
     }
 
     fn max_stages(&self) -> usize {
-        2
+        4
     }
 
     fn dropout(&self, flags: &ModelFlags) -> DropoutRates {
@@ -97,41 +96,16 @@ impl ModelData for FashionData {
         format!("data from {}", self.dir.display())
     }
 
-    fn train<B: Ops>(&self, mut rank: Rank<'_, B>) -> Result<RunOutcome> {
-        let (b, topology) = (&rank.backend, rank.topology);
-        let context = || format!("rank {}: setting up", topology.rank);
+    fn train<B: Ops>(&self, rank: Rank<'_, B>) -> Result<RunOutcome> {
+        let b = &rank.backend;
         let upload = || -> Result<(DeviceSplit<B>, DeviceSplit<B>)> {
             let train = DeviceSplit::upload(b, &self.train, "training")?;
             let test = DeviceSplit::upload(b, &self.test, "test")?;
             Ok((train, test))
         };
-        let (train, test) = upload().with_context(context)?;
+        let (train, test) =
+            upload().with_context(|| format!("rank {}: setting up", rank.topology.rank))?;
         let model = CnnMnist::new(rank.cfg.dropout);
-        let Some(link) = rank.links.pipeline.take() else {
-            let splits: Splits<B, CnnMnist> = (Box::new(train), Some(Box::new(test)));
-            return rank.train(model, splits);
-        };
-        let place = PipelinePlace::of(topology.rank, topology.world, topology.stages)?;
-        let micro = rank.job.micro_batches;
-        let stage = PipelineStage::new(model, place, micro, link).with_context(context)?;
-        if topology.leads() {
-            tell!(
-                "pipeline: {} stages x {} data-parallel replicas, {micro} micro-batches per batch (1F1B); {}",
-                place.stages,
-                place.replicas,
-                describe_split()
-            );
-        }
-        let splits: Splits<B, PipelineStage<B>> = (Box::new(train), Some(Box::new(test)));
-        rank.train_then(stage, splits, |stage| {
-            let times = stage.times();
-            tell!(
-                "pipeline stage {} (rank {}): idle {:.1}% of {:.1} s in the schedule (waiting for the other stage)",
-                place.stage,
-                topology.rank,
-                100.0 * times.idle_fraction(),
-                times.total.as_secs_f64()
-            );
-        })
+        rank.train_layered(model, (train, Some(test)))
     }
 }

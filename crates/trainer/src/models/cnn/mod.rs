@@ -8,25 +8,31 @@
 //! Each layer's geometry is written once, below; the parameter shapes and
 //! the activation sizes are derived from it. Parameters are one flat buffer
 //! laid out exactly as PyTorch's `state_dict()` (names, shapes, order), so
-//! checkpoints map one to one.
+//! checkpoints map one to one. The network is a chain of four segments at
+//! its natural cuts (`segments.rs`), which a pipeline may split between
+//! stages; the whole model runs them in turn.
 
 use std::ops::Range;
 use std::sync::LazyLock;
 
-use core_tensor::ops::{ClassGeom, Conv2dGeom, Dropout, Epilogue, LinearGeom, ParamAt, PoolGeom};
+use core_tensor::ops::{Conv2dGeom, Dropout, LinearGeom, ParamAt, PoolGeom};
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
 
-mod buffers;
 mod data;
 mod entry;
+mod segments;
 mod trainer;
 
-pub use buffers::{Activations, Cut, Features, Head, HeadGrads};
-pub(crate) use buffers::{FeatureGrads, GradAndPooled, for_training};
-pub use data::{BatchInputs, DeviceSplit, HostSplit, InputPart};
+pub use data::{DeviceSplit, HostSplit};
 pub use entry::{CnnFlags, ENTRY, NAME};
+pub use segments::Inner;
+pub use trainer::StageSpec;
 
+use crate::model::layered::{self, Chain};
 use crate::model::{DropoutRates, GradsReady, Metric, Mode, Model, pytorch_default_init};
+
+/// Every buffer one pass of the whole network over a batch needs.
+pub type Activations<B> = Chain<B, Inner<B>>;
 
 /// Values in the flat parameter buffer.
 pub const PARAM_COUNT: usize = 1_199_882;
@@ -35,7 +41,7 @@ pub const IMAGE_SIDE: usize = 28;
 pub const CLASSES: usize = 10;
 
 /// The layers at batch size 1 (each pass sets its own batch).
-pub(super) const CONV1: Conv2dGeom = Conv2dGeom {
+const CONV1: Conv2dGeom = Conv2dGeom {
     batch: 1,
     in_channels: 1,
     in_h: IMAGE_SIDE,
@@ -45,7 +51,7 @@ pub(super) const CONV1: Conv2dGeom = Conv2dGeom {
     stride: 1,
     padding: 0,
 };
-pub(super) const CONV2: Conv2dGeom = Conv2dGeom {
+const CONV2: Conv2dGeom = Conv2dGeom {
     batch: 1,
     in_channels: CONV1.out_channels,
     in_h: IMAGE_SIDE - 2,
@@ -55,18 +61,18 @@ pub(super) const CONV2: Conv2dGeom = Conv2dGeom {
     stride: 1,
     padding: 0,
 };
-pub(super) const POOL: PoolGeom = PoolGeom {
+const POOL: PoolGeom = PoolGeom {
     batch: 1,
     channels: CONV2.out_channels,
     in_h: IMAGE_SIDE - 4,
     in_w: IMAGE_SIDE - 4,
 };
-pub(super) const FC1: LinearGeom = LinearGeom {
+const FC1: LinearGeom = LinearGeom {
     batch: 1,
     in_features: POOL.channels * (POOL.in_h / 2) * (POOL.in_w / 2),
     out_features: 128,
 };
-pub(super) const FC2: LinearGeom = LinearGeom {
+const FC2: LinearGeom = LinearGeom {
     batch: 1,
     in_features: FC1.out_features,
     out_features: CLASSES,
@@ -151,7 +157,7 @@ impl CnnMnist {
     /// parameters (a pipeline stage's, with its gradients): the layers
     /// inside `part` address it at offsets less `part.start`, the others
     /// get empty ranges, which every kernel refuses.
-    pub(crate) fn within(&self, part: Range<usize>) -> Self {
+    fn shifted(&self, part: Range<usize>) -> Self {
         let shift = |at: &ParamAt| {
             let inside = |r: &Range<usize>| part.start <= r.start && r.end <= part.end;
             let by = |r: &Range<usize>| r.start - part.start..r.end - part.start;
@@ -205,12 +211,6 @@ fn linear(geom: LinearGeom, batch: usize) -> LinearGeom {
 fn pool(batch: usize) -> PoolGeom {
     PoolGeom { batch, ..POOL }
 }
-pub(crate) fn classes(batch: usize) -> ClassGeom {
-    ClassGeom {
-        batch,
-        classes: CLASSES,
-    }
-}
 
 impl<B: Ops> Model<B> for CnnMnist {
     type Buffers = Activations<B>;
@@ -232,7 +232,7 @@ impl<B: Ops> Model<B> for CnnMnist {
     }
 
     fn buffers(&self, backend: &B, batch: usize, train: bool) -> Result<Activations<B>> {
-        Activations::new(backend, batch, train)
+        Chain::new(self, backend, batch, train)
     }
 
     fn forward(
@@ -242,12 +242,11 @@ impl<B: Ops> Model<B> for CnnMnist {
         params: &B::Storage<f32>,
         mode: Mode,
     ) -> Result<()> {
-        self.forward_features(b, &mut act.features, &mut act.cut, params, mode)?;
-        self.forward_head(b, &act.cut, &mut act.head, params, mode)
+        layered::forward(self, b, act, params, mode)
     }
 
     fn metric_sum(&self, b: &B, act: &Activations<B>, correct: &mut B::Storage<f32>) -> Result<()> {
-        act.head.count_correct(b, correct)
+        layered::count_correct(self, b, act, correct)
     }
 
     fn loss(
@@ -256,7 +255,7 @@ impl<B: Ops> Model<B> for CnnMnist {
         act: &mut Activations<B>,
         loss_sum: &mut B::Storage<f32>,
     ) -> anyhow::Result<()> {
-        act.head.loss(b, loss_sum)
+        layered::loss(self, b, act, loss_sum)
     }
 
     fn backward(
@@ -268,151 +267,7 @@ impl<B: Ops> Model<B> for CnnMnist {
         dropout_seed: u64,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
-        let Activations {
-            features,
-            cut,
-            head,
-        } = act;
-        let step = Backward {
-            params,
-            dropout_seed,
-        };
-        self.backward_head(b, cut, head, step, grads, hook)?;
-        self.backward_features(b, features, cut, step, grads, hook)
-    }
-}
-
-/// What a backward pass reads besides the activations: the parameters and
-/// the step's dropout seed.
-pub(crate) struct Backward<'a, B: Ops> {
-    pub params: &'a B::Storage<f32>,
-    pub dropout_seed: u64,
-}
-
-impl<B: Ops> Clone for Backward<'_, B> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<B: Ops> Copy for Backward<'_, B> {}
-
-/// The network in two parts, for pipeline stages: the features (the
-/// convolution stack, up to the pooled and dropped-out activations in the
-/// [`Cut`]) and the head (the fully connected stack, from the cut to the
-/// logits). [`Model::forward`] and [`Model::backward`] are the two in
-/// sequence. Each part reads and writes its own buffers and the cut only.
-impl CnnMnist {
-    /// Forward from `f.x` to `cut.pooled`.
-    pub(crate) fn forward_features<B: Ops>(
-        &self,
-        b: &B,
-        f: &mut Features<B>,
-        cut: &mut Cut<B>,
-        params: &B::Storage<f32>,
-        mode: Mode,
-    ) -> Result<()> {
-        let n = f.batch;
-        b.conv2d_fwd(&conv(CONV1, n), &f.x, params, &self.conv1, &mut f.a1)?;
-        b.relu_fwd(Dropout::OFF, &mut f.a1)?;
-        b.conv2d_fwd(&conv(CONV2, n), &f.a1, params, &self.conv2, &mut f.a2)?;
-        // ReLU after the pool, on a quarter of the values, in the pool's
-        // epilogue with the dropout: max-pooling and ReLU commute (both keep
-        // the largest value, or zero), and in backward the pool routes each
-        // gradient to the window's first maximum of conv2's output, which is
-        // that of its ReLU wherever the gradient survives the ReLU. So the
-        // bits are the model's.
-        let then = Epilogue::ReluDropout(self.dropouts_in(mode).0);
-        b.maxpool2d_fwd(&pool(n), then, &f.a2, &mut cut.pooled)
-    }
-
-    /// Forward from `cut.pooled` to `h.logits`.
-    pub(crate) fn forward_head<B: Ops>(
-        &self,
-        b: &B,
-        cut: &Cut<B>,
-        h: &mut Head<B>,
-        params: &B::Storage<f32>,
-        mode: Mode,
-    ) -> Result<()> {
-        let n = h.batch;
-        let pooled = &cut.pooled;
-        b.linear_fwd(&linear(FC1, n), pooled, params, &self.fc1, &mut h.hidden)?;
-        b.relu_fwd(self.dropouts_in(mode).1, &mut h.hidden)?;
-        b.linear_fwd(&linear(FC2, n), &h.hidden, params, &self.fc2, &mut h.logits)
-    }
-
-    /// Backward from the loss gradient to the pooled activations' gradient
-    /// (`cut`'s, before the pool dropout), writing the head's gradients.
-    /// The ReLU masks read the post-dropout activations: where dropout
-    /// zeroed a unit its gradient is zero either way, elsewhere the sign is
-    /// unchanged.
-    pub(crate) fn backward_head<B: Ops>(
-        &self,
-        b: &B,
-        cut: &mut Cut<B>,
-        h: &mut Head<B>,
-        step: Backward<'_, B>,
-        grads: &mut B::Storage<f32>,
-        hook: &mut dyn GradsReady<B>,
-    ) -> anyhow::Result<()> {
-        let (n, params) = (h.batch, step.params);
-        let (_, hidden) = self.dropouts(step.dropout_seed);
-        let g = for_training(&mut h.grads)?;
-        b.linear_bwd(
-            &linear(FC2, n),
-            &h.hidden,
-            params,
-            &self.fc2,
-            &g.dlogits,
-            grads,
-            Some(&mut g.dhidden),
-        )?;
-        hook.ready(b, grads, self.fc2.weight.start)?;
-        b.relu_bwd(hidden, &h.hidden, &mut g.dhidden)?;
-        let dpooled = for_training(&mut cut.dpooled)?;
-        b.linear_bwd(
-            &linear(FC1, n),
-            &cut.pooled,
-            params,
-            &self.fc1,
-            &g.dhidden,
-            grads,
-            Some(dpooled),
-        )?;
-        hook.ready(b, grads, self.fc1.weight.start)
-    }
-
-    /// Backward from `cut`'s gradient (as the head left it) to the input,
-    /// writing the features' gradients.
-    pub(crate) fn backward_features<B: Ops>(
-        &self,
-        b: &B,
-        f: &mut Features<B>,
-        cut: &mut Cut<B>,
-        step: Backward<'_, B>,
-        grads: &mut B::Storage<f32>,
-        hook: &mut dyn GradsReady<B>,
-    ) -> anyhow::Result<()> {
-        let (n, params) = (f.batch, step.params);
-        let then = Epilogue::ReluDropout(self.dropouts(step.dropout_seed).0);
-        let (da1, da2) = for_training(&mut f.grads)?;
-        let dpooled = for_training(&mut cut.dpooled)?;
-        // The ReLU mask reads the post-dropout pool, as the head's does.
-        b.maxpool2d_bwd(&pool(n), then, &f.a2, &cut.pooled, dpooled, da2)?;
-        b.conv2d_bwd(
-            &conv(CONV2, n),
-            &f.a1,
-            params,
-            &self.conv2,
-            da2,
-            grads,
-            Some(da1),
-        )?;
-        hook.ready(b, grads, self.conv2.weight.start)?;
-        b.relu_bwd(Dropout::OFF, &f.a1, da1)?;
-        b.conv2d_bwd(&conv(CONV1, n), &f.x, params, &self.conv1, da1, grads, None)?;
-        hook.ready(b, grads, self.conv1.weight.start)
+        layered::backward(self, b, act, (params, grads), dropout_seed, hook)
     }
 }
 

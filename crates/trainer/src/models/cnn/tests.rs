@@ -73,39 +73,65 @@ fn init_values_are_pinned() {
 const PINNED_FIRST: [f32; 3] = [0.103_131_41, 0.139_383_6, 0.153_246_57];
 const PINNED_SUM: f64 = -1.938_792_443_700_45;
 
-/// A stage's layers over its part alone compute what the whole model's do
-/// over the whole buffer, bit for bit; a layer outside the part is refused.
+/// A stage's segments over its part alone compute what the whole model's
+/// do over the whole buffer, bit for bit; a segment outside the part is
+/// refused.
 #[test]
-fn layers_within_a_part_read_it_at_shifted_offsets() {
+fn segments_within_a_part_read_it_at_shifted_offsets() {
     use core_tensor::{Backend, Cpu};
+
+    use crate::model::Layered;
+    use crate::model::layered::Chain;
     let b = Cpu::new(1).unwrap();
     let model = CnnMnist::new(DropoutRates::REFERENCE);
     let params = model.init_params(3);
     let cut = cnn_layout().range("fc1.weight").unwrap().start;
-    let (features, head) = (model.within(0..cut), model.within(cut..params.len()));
-    let mut whole = Activations::new(&b, 5, false).unwrap();
+    let within = |part| Layered::<Cpu>::within(&model, part);
+    let (features, head) = (within(0..cut), within(cut..params.len()));
     let pixels: Vec<f32> = (0..5 * IMAGE_SIDE * IMAGE_SIDE)
         .map(|i| (i % 97) as f32 / 97.0)
         .collect();
-    b.write_range(&pixels, &mut whole.features.x, 0).unwrap();
-    let mut split = Activations::new(&b, 5, false).unwrap();
-    b.write_range(&pixels, &mut split.features.x, 0).unwrap();
+    let chain = || {
+        let mut chain: Activations<Cpu> = Chain::new(&model, &b, 5, false).unwrap();
+        b.write_range(&pixels, &mut chain.cuts[0], 0).unwrap();
+        chain
+    };
+    let (mut whole, mut split) = (chain(), chain());
     let all = b.upload(&params).unwrap();
     Model::forward(&model, &b, &mut whole, &all, Mode::Eval).unwrap();
-    let front = b.upload(&params[..cut]).unwrap();
-    let back = b.upload(&params[cut..]).unwrap();
-    let Activations {
-        features: f,
-        cut: at_cut,
-        head: h,
-    } = &mut split;
-    features
-        .forward_features(&b, f, at_cut, &front, Mode::Eval)
-        .unwrap();
-    head.forward_head(&b, at_cut, h, &back, Mode::Eval).unwrap();
-    let refused = head.forward_features(&b, f, at_cut, &back, Mode::Eval);
+    let parts = [
+        (&features, b.upload(&params[..cut]).unwrap(), 0..2),
+        (&head, b.upload(&params[cut..]).unwrap(), 2..4),
+    ];
+    for (stage, part, segments) in &parts {
+        for s in segments.clone() {
+            let (before, after) = split.cuts.split_at_mut(s + 1);
+            let acts = &mut split.acts[s];
+            stage
+                .forward_segment(
+                    &b,
+                    (s, 5),
+                    &before[s],
+                    &mut after[0],
+                    acts,
+                    part,
+                    Mode::Eval,
+                )
+                .unwrap();
+        }
+    }
+    let (before, after) = split.cuts.split_at_mut(1);
+    let refused = head.forward_segment(
+        &b,
+        (0, 5),
+        &before[0],
+        &mut after[0],
+        &mut split.acts[0],
+        &parts[1].1,
+        Mode::Eval,
+    );
     let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    let logits = |a: &Activations<Cpu>| bits(b.download(&a.head.logits).unwrap());
+    let logits = |a: &Activations<Cpu>| bits(b.download(a.cuts.last().unwrap()).unwrap());
     assert_eq!(logits(&split), logits(&whole));
     assert!(refused.is_err());
 }

@@ -1,13 +1,15 @@
 //! The CNN's trainer on FashionMNIST's splits in host memory, made in one
-//! call (what tests and benches build).
+//! call (what tests and benches build): the whole model, or a pipeline
+//! stage.
+
+use std::ops::Range;
 
 use core_tensor::Ops;
 use fashion_mnist::FashionMnist;
 
-use super::{BatchInputs, CnnMnist, DeviceSplit, HostSplit};
+use super::{CnnMnist, DeviceSplit, HostSplit};
 use crate::comm_thread::CommThread;
-use crate::data::Batches;
-use crate::model::Model;
+use crate::pipeline::{Pipeline, StageData, StageLink};
 use crate::train::{Setup, TrainConfig, Trainer};
 
 impl<B: Ops> Trainer<B, CnnMnist> {
@@ -22,36 +24,70 @@ impl<B: Ops> Trainer<B, CnnMnist> {
         Self::start(backend, data, cfg, Setup::fresh(comm))
     }
 
-    /// The CNN replica `setup` describes.
+    /// The whole CNN's replica `setup` describes.
     pub fn start(
         backend: B,
         data: &FashionMnist,
         cfg: TrainConfig,
         setup: Setup<B>,
     ) -> anyhow::Result<Self> {
+        let (train, test) = upload(&backend, data)?;
         let model = CnnMnist::new(cfg.dropout);
-        Trainer::on_fashion_mnist(backend, model, data, cfg, setup)
+        Trainer::with_model(
+            backend,
+            model,
+            Box::new(train),
+            Some(Box::new(test)),
+            cfg,
+            setup,
+        )
+    }
+
+    /// The CNN's stage of a pipeline `setup.topology` places this rank
+    /// in, as `stage` says.
+    pub fn pipeline_stage(
+        backend: B,
+        data: &FashionMnist,
+        (cfg, setup): (TrainConfig, Setup<B>),
+        stage: StageSpec<B>,
+    ) -> anyhow::Result<Self> {
+        let StageSpec {
+            micro_batches,
+            link,
+            cut,
+        } = stage;
+        let (train, test) = upload(&backend, data)?;
+        let splits = (
+            Box::new(train) as StageData<B, CnnMnist>,
+            Some(Box::new(test) as _),
+        );
+        let mut pipeline = Pipeline::new(&setup.topology, micro_batches, link, splits)?;
+        if let Some(runs) = cut {
+            pipeline = pipeline.with_cut(runs);
+        }
+        let model = CnnMnist::new(cfg.dropout);
+        Trainer::with_schedule(backend, model, Box::new(pipeline), cfg, setup)
     }
 }
 
-impl<B: Ops, M: Model<B>> Trainer<B, M>
-where
-    M::Buffers: BatchInputs<B>,
-{
-    /// A replica of `model`, a network over the CNN's buffers (the CNN, or
-    /// a pipeline stage of it), trained and evaluated on `data`.
-    pub fn on_fashion_mnist(
-        backend: B,
-        model: M,
-        data: &FashionMnist,
-        cfg: TrainConfig,
-        setup: Setup<B>,
-    ) -> anyhow::Result<Self> {
-        let train = HostSplit::from(data.train.clone());
-        let test = HostSplit::from(data.test.clone());
-        let train = DeviceSplit::upload(&backend, &train, "training")?;
-        let test = DeviceSplit::upload(&backend, &test, "test")?;
-        let test: Box<dyn Batches<B, M::Buffers>> = Box::new(test);
-        Trainer::with_model(backend, model, Box::new(train), Some(test), cfg, setup)
-    }
+/// A pipeline stage's own settings.
+pub struct StageSpec<B: Ops> {
+    pub micro_batches: usize,
+    /// The way to the other stages (stage `s` its rank `s`).
+    pub link: Box<dyn StageLink<B>>,
+    /// Each stage's segments; `None`: cut at the measured times.
+    pub cut: Option<Vec<Range<usize>>>,
+}
+
+/// `data`'s splits on `backend`'s device.
+fn upload<B: Ops>(
+    backend: &B,
+    data: &FashionMnist,
+) -> anyhow::Result<(DeviceSplit<B>, DeviceSplit<B>)> {
+    let train = HostSplit::from(data.train.clone());
+    let test = HostSplit::from(data.test.clone());
+    Ok((
+        DeviceSplit::upload(backend, &train, "training")?,
+        DeviceSplit::upload(backend, &test, "test")?,
+    ))
 }

@@ -114,7 +114,8 @@ impl ModelData for Ratings {
     }
 
     fn train<B: Ops>(&self, rank: Rank<'_, B>) -> Result<RunOutcome> {
-        let model = RecsysModel::new(&self.index, self.dim)?;
+        let kept_zero = rank.cfg.sparse_adam;
+        let model = RecsysModel::new(&self.index, self.dim)?.with_tables_kept_zero(kept_zero);
         let train = RatingsShard::new(self.index.clone(), false);
         let test: Box<dyn Batches<B, _>> = Box::new(RatingsShard::new(self.index.clone(), true));
         let splits: Splits<B, RecsysModel> = (Box::new(train), Some(test));

@@ -28,7 +28,7 @@ pub use ratings::RatingsIndex;
 pub use shard::RatingsShard;
 
 use super::mlp::{Mlp, MlpBuffers};
-use crate::model::{GradsReady, Metric, Mode, Model, pytorch_default_init};
+use crate::model::{GradsReady, Metric, Mode, Model, RowTables, pytorch_default_init};
 
 pub const HIDDEN: usize = 64;
 /// Embedding rows start uniform in ±0.1 (a fan-in of 100 in
@@ -46,8 +46,8 @@ pub struct RecsysModel {
     /// One bias per row of the embedding table (users', then movies').
     biases: Range<usize>,
     /// Backward adds into the gradients of the table and the biases, which
-    /// the trainer keeps zero ([`Model::row_tables_kept_zero`]), instead
-    /// of zeroing them.
+    /// the trainer then keeps zero (`--sparse-adam`'s lazy step does),
+    /// instead of overwriting them.
     tables_kept_zero: bool,
     mlp: Mlp,
 }
@@ -74,6 +74,16 @@ impl RecsysModel {
             mlp: Mlp::new(&layout, "fc1", "fc2")?,
             layout,
         })
+    }
+
+    /// The model whose backward adds into its tables' gradients
+    /// (`kept_zero`), which the trainer keeps zero between steps (see
+    /// [`RowTables::adds_into_zeroed_tables`]), or overwrites them.
+    pub fn with_tables_kept_zero(self, kept_zero: bool) -> Self {
+        Self {
+            tables_kept_zero: kept_zero,
+            ..self
+        }
     }
 
     /// Both rows of `batch` samples.
@@ -152,21 +162,8 @@ impl<B: Ops> Model<B> for RecsysModel {
         &self.layout
     }
 
-    fn sparse_table(&self) -> Option<(Range<usize>, usize)> {
-        Some((self.embedding.clone(), self.dim))
-    }
-
-    fn sparse_rows<'a>(&self, buf: &'a RecsysBuffers<B>) -> Option<&'a [u32]> {
-        Some(&buf.rows)
-    }
-
-    /// The table and the biases, which the same ids look up.
-    fn row_tables(&self) -> Vec<(Range<usize>, usize)> {
-        vec![(self.embedding.clone(), self.dim), (self.biases.clone(), 1)]
-    }
-
-    fn row_tables_kept_zero(&mut self) {
-        self.tables_kept_zero = true;
+    fn row_tables(&self) -> Option<&dyn RowTables<RecsysBuffers<B>>> {
+        Some(self)
     }
 
     fn init_params(&self, seed: u64) -> Vec<f32> {
@@ -259,6 +256,21 @@ impl<B: Ops> Model<B> for RecsysModel {
     }
 }
 
+impl<B: Ops> RowTables<RecsysBuffers<B>> for RecsysModel {
+    /// The table and the biases, which the same ids look up.
+    fn tables(&self) -> Vec<(Range<usize>, usize)> {
+        vec![(self.embedding.clone(), self.dim), (self.biases.clone(), 1)]
+    }
+
+    fn rows<'a>(&self, buf: &'a RecsysBuffers<B>) -> &'a [u32] {
+        &buf.rows
+    }
+
+    fn adds_into_zeroed_tables(&self) -> bool {
+        self.tables_kept_zero
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -331,7 +343,7 @@ mod tests {
             let mut want = buf.ids.clone();
             want.sort_unstable();
             want.dedup();
-            let rows = Model::<Cpu>::sparse_rows(&model, &buf).unwrap().to_vec();
+            let rows = RowTables::<RecsysBuffers<Cpu>>::rows(&model, &buf).to_vec();
             assert_eq!(rows, want);
             assert!(
                 rows.len() > 40,

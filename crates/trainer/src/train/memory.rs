@@ -2,20 +2,18 @@
 //! new ones were made and before training writes to them.
 
 use anyhow::bail;
-use core_tensor::{Backend, Ops};
+use core_tensor::Backend;
 
-use crate::model::Model;
 use crate::monitor::procfs;
 
-/// `model`'s buffers for a training (`train`) or test batch of `n`, made
-/// once per batch size, refused when the machine cannot hold them.
-pub(super) fn new_buffers<B: Ops, M: Model<B>>(
-    model: &M,
+/// The buffers `make` makes for a training (`train`) or test batch of
+/// `n` (once per batch size), refused when the machine cannot hold them.
+pub(crate) fn checked_buffers<B: Backend, T>(
     backend: &B,
-    n: usize,
-    train: bool,
-) -> anyhow::Result<M::Buffers> {
-    let buffers = model.buffers(backend, n, train)?;
+    (n, train): (usize, bool),
+    make: impl FnOnce() -> core_tensor::Result<T>,
+) -> anyhow::Result<T> {
+    let buffers = make()?;
     if train {
         check_host_room(
             backend,

@@ -9,7 +9,9 @@
 //! parameters outside the tables, and the lazy step over the rows named,
 //! which it then zeroes in the gradient, so that the tables' gradients are
 //! all zero whenever backward begins and backward need not zero them
-//! ([`Model::row_tables_kept_zero`]).
+//! ([`RowTables::adds_into_zeroed_tables`]).
+//!
+//! [`RowTables::adds_into_zeroed_tables`]: crate::model::RowTables::adds_into_zeroed_tables
 
 use std::ops::Range;
 
@@ -17,13 +19,16 @@ use anyhow::{Context, bail};
 use core_tensor::Ops;
 use core_tensor::ops::{AdamConfig, RowsGeom};
 
-use super::replica::Replica;
-use crate::ddp::Reducer;
+use super::{Optimizer, StepRows, no_rows, refuse_kind};
+use crate::ddp::Averaging;
 use crate::model::{Model, row_room, row_table_geom};
+use crate::train::TrainConfig;
+use crate::train::replica::Replica;
 
 /// The tables' places, the dense ranges between them, and device room for
 /// the rows to update.
 pub(super) struct LazyAdam<B: Ops> {
+    adam: AdamConfig,
     /// Every table the rows index (`count` 0), in flat order.
     tables: Vec<RowsGeom>,
     /// The parameters outside every table, in flat order.
@@ -40,20 +45,16 @@ struct Room<B: Ops> {
 }
 
 impl<B: Ops> LazyAdam<B> {
-    /// The lazy update of `model`'s row tables, or `None` without
-    /// `sparse_adam`; an error for a model without one, or for more than
-    /// one of `world` ranks where `reducer` hands back no union of their
-    /// rows. Tells `model` that its tables' gradients are kept zero.
+    /// The lazy update of `model`'s row tables; an error for a model
+    /// without any, and for more than one of `replicas` where `averaging`
+    /// hands back no union of their rows.
     pub fn plan<M: Model<B>>(
-        model: &mut M,
-        sparse_adam: bool,
-        reducer: Option<&Reducer<B>>,
-        world: usize,
-    ) -> anyhow::Result<Option<Self>> {
-        if !sparse_adam {
-            return Ok(None);
-        }
-        if world > 1 && !reducer.is_some_and(|r| r.forms_row_union()) {
+        model: &M,
+        cfg: &TrainConfig,
+        averaging: &Averaging<B>,
+        replicas: usize,
+    ) -> anyhow::Result<Self> {
+        if replicas > 1 && !averaging.forms_row_union() {
             bail!(
                 "--sparse-adam updates the union of the ranks' batch rows, which the host's \
                  sparse gradient exchange forms; this job averages the table densely \
@@ -61,14 +62,21 @@ impl<B: Ops> LazyAdam<B> {
                  --backend tcp and --sparse-grads auto or always, or leave --sparse-adam out"
             );
         }
-        let mut tables = model.row_tables();
-        if tables.is_empty() {
+        let Some(row_tables) = model.row_tables() else {
             bail!(
                 "--sparse-adam updates the rows of an embedding table a batch looked up, but \
                  --model {} has no such table; leave --sparse-adam out",
                 model.kind()
             );
+        };
+        refuse_kind(model.optimizer(), model.kind())?;
+        if !row_tables.adds_into_zeroed_tables() {
+            bail!(
+                "--model {}: its backward overwrites its tables' gradients, which the lazy step's zeroed rows would not keep: build it keeping them zero",
+                model.kind()
+            );
         }
+        let mut tables = row_tables.tables();
         tables.sort_by_key(|(range, _)| range.start);
         let mut dense = Vec::new();
         let mut at = 0;
@@ -85,33 +93,54 @@ impl<B: Ops> LazyAdam<B> {
             // The guard reads the loss with the dense ranges: one, empty.
             dense.push(0..0);
         }
-        // The lazy step zeroes the tables' gradient rows it used.
-        model.row_tables_kept_zero();
         let tables = (tables.iter())
             .map(|(range, width)| row_table_geom(range, *width))
             .collect();
-        Ok(Some(Self {
+        Ok(Self {
+            adam: cfg.adam,
             tables,
             dense,
             room: None,
-        }))
+        })
     }
 
-    /// One optimizer step of `replica`: update number `replica.step` of
-    /// `adam`, the tables' `rows` (increasing, each once) lazily, behind
-    /// the guard, which first reads `loss` (one value) and every gradient
-    /// the update reads; then those rows of the gradient are zero again.
-    /// `on_device` holds `rows` on the device already (the sparse
-    /// exchange's), else they are uploaded.
-    pub fn step(
+    /// The device buffers `room`, with room for at least `count` rows of
+    /// any of `tables`.
+    fn room<'a>(
+        room: &'a mut Option<Room<B>>,
+        tables: &[RowsGeom],
+        backend: &B,
+        count: usize,
+    ) -> anyhow::Result<&'a mut Room<B>> {
+        if (room.as_ref()).is_none_or(|room| B::len(&room.ids) < count) {
+            *room = None;
+            let most = tables.iter().map(|t| t.rows).max().unwrap_or(0);
+            let dim = tables.iter().map(|t| t.dim).max().unwrap_or(1);
+            let rows = row_room(count, most);
+            *room = Some(Room {
+                ids: backend.zeros(rows)?,
+                zeros: backend.zeros(rows * dim)?,
+            });
+        }
+        room.as_mut().context("made above")
+    }
+}
+
+impl<B: Ops> Optimizer<B> for LazyAdam<B> {
+    /// Update number `replica.step`, the tables' `rows` (increasing, each
+    /// once) lazily, behind the guard, which first reads `loss` (one
+    /// value) and every gradient the update reads; then those rows of the
+    /// gradient are zero again. `rows.on_device` holds the ids on the
+    /// device already (the sparse exchange's), else they are uploaded.
+    fn step(
         &mut self,
         backend: &B,
-        adam: &AdamConfig,
-        rows: &[u32],
-        on_device: Option<&B::Storage<u32>>,
-        loss: &B::Storage<f32>,
         replica: &mut Replica<B>,
+        loss: &B::Storage<f32>,
+        rows: StepRows<'_, B>,
     ) -> anyhow::Result<()> {
+        let (rows, on_device) = (rows.ids.ok_or_else(no_rows)?, rows.on_device);
+        let adam = &self.adam;
         let r = replica;
         let step = r.guard_step();
         let room = Self::room(&mut self.room, &self.tables, backend, rows.len())?;
@@ -165,27 +194,6 @@ impl<B: Ops> LazyAdam<B> {
         }
         Ok(())
     }
-
-    /// The device buffers `room`, with room for at least `count` rows of
-    /// any of `tables`.
-    fn room<'a>(
-        room: &'a mut Option<Room<B>>,
-        tables: &[RowsGeom],
-        backend: &B,
-        count: usize,
-    ) -> anyhow::Result<&'a mut Room<B>> {
-        if (room.as_ref()).is_none_or(|room| B::len(&room.ids) < count) {
-            *room = None;
-            let most = tables.iter().map(|t| t.rows).max().unwrap_or(0);
-            let dim = tables.iter().map(|t| t.dim).max().unwrap_or(1);
-            let rows = row_room(count, most);
-            *room = Some(Room {
-                ids: backend.zeros(rows)?,
-                zeros: backend.zeros(rows * dim)?,
-            });
-        }
-        room.as_mut().context("made above")
-    }
 }
 
 #[cfg(test)]
@@ -196,7 +204,13 @@ mod tests {
     use super::*;
     use crate::checkpoint::Position;
     use crate::checkpoint::origin::Start;
-    use crate::models::recsys::{RatingsIndex, RecsysModel, synth};
+    use crate::model::RowTables;
+    use crate::models::recsys::{RatingsIndex, RecsysBuffers, RecsysModel, synth};
+
+    /// recsys' row tables: the embedding, then the biases.
+    fn tables_of(model: &RecsysModel) -> Vec<(Range<usize>, usize)> {
+        RowTables::<RecsysBuffers<Cpu>>::tables(model)
+    }
 
     /// Rows 1 and 4 of recsys' tables (rows of 3, and the biases), as a
     /// step's batch names them.
@@ -232,7 +246,7 @@ mod tests {
 
     /// The row table element `i` lies in, and its row width.
     fn table_of(model: &RecsysModel, i: usize) -> Option<(Range<usize>, usize)> {
-        let tables = Model::<Cpu>::row_tables(model);
+        let tables = tables_of(model);
         tables.into_iter().find(|(range, _)| range.contains(&i))
     }
 
@@ -248,18 +262,17 @@ mod tests {
         let mut replica = Replica::upload(&b, start, None).unwrap();
         replica.grads = b.upload(grads).unwrap();
         replica.step = 5;
-        let mut lazy = LazyAdam::plan(&mut model.clone(), true, None, 1)
-            .unwrap()
-            .unwrap();
-        (lazy.step(
-            &b,
-            &AdamConfig::default(),
-            &NAMED,
-            None,
-            &vec![0.5],
-            &mut replica,
-        ))
-        .unwrap();
+        let model = model.clone().with_tables_kept_zero(true);
+        let cfg = TrainConfig {
+            sparse_adam: true,
+            ..TrainConfig::new(1, 8)
+        };
+        let mut lazy = LazyAdam::plan(&model, &cfg, &Averaging::alone(), 1).unwrap();
+        let rows = StepRows {
+            ids: Some(&NAMED),
+            on_device: None,
+        };
+        lazy.step(&b, &mut replica, &vec![0.5], rows).unwrap();
         replica
     }
 
@@ -291,7 +304,7 @@ mod tests {
             start.exp_avg.clone(),
             start.exp_avg_sq.clone(),
         );
-        for (table, dim) in Model::<Cpu>::row_tables(&model) {
+        for (table, dim) in tables_of(&model) {
             let rows = RowsGeom {
                 count: NAMED.len(),
                 dim,
@@ -336,7 +349,7 @@ mod tests {
     #[test]
     fn the_guard_reads_the_dense_gradients_and_the_rows_named() {
         let (model, start, grads) = fixture();
-        let (table, _) = Model::<Cpu>::sparse_table(&model).unwrap();
+        let (table, _) = tables_of(&model)[0].clone();
         let biases = Model::<Cpu>::layout(&model).range("bias.weight").unwrap();
         let mlp = biases.end + 7;
         let (table_row, bias_row) = (table.start + 3 * 4 + 2, biases.start + 1);

@@ -1,12 +1,12 @@
-//! One epoch: this rank's shard in steps, stop requests, periodic
-//! checkpoints, then the epoch's numbers over all ranks and the test set.
+//! One epoch: this rank's shard in steps, stop requests and the votes on
+//! them, periodic checkpoints, then the epoch's numbers over all ranks and
+//! the test set.
 
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use core_tensor::{Ops, rng};
 
-use super::guard::GUARD_READ_EVERY;
 use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
 use crate::model::Model;
@@ -26,19 +26,22 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         progress: &mut dyn Progress,
         after_step: &mut dyn FnMut(&Self) -> anyhow::Result<()>,
     ) -> anyhow::Result<EpochEnd> {
-        let rank = self.rank;
-        let resumed = match self.resume_at.take() {
-            Some(point) if epoch == self.first_epoch => Some(point),
+        let rank = self.topology.rank;
+        let first_epoch = self.state.first_epoch;
+        let resumed = match self.state.resume_at.take() {
+            Some(point) if epoch == first_epoch => Some(point),
             Some(_) => bail!(
-                "rank {rank}: asked to train epoch {epoch}, but this run resumes in epoch {}",
-                self.first_epoch
+                "rank {rank}: asked to train epoch {epoch}, but this run resumes in epoch {first_epoch}"
             ),
             None => None,
         };
         let order = self.order();
-        let mut batches =
-            self.train
-                .start_epoch(&self.backend, &order, epoch as u64, self.cfg.batch_size)?;
+        let mut batches = (self.schedule).start_epoch(
+            &self.backend,
+            &order,
+            epoch as u64,
+            self.cfg.batch_size,
+        )?;
         batches.truncate(self.cfg.max_steps.unwrap_or(usize::MAX));
         let steps = batches.len();
         let first = resumed.as_ref().map_or(0, |p| p.step);
@@ -47,37 +50,39 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 "rank {rank}: the checkpoint is at step {first} of epoch {epoch}, but this run's epochs have {steps} steps (another --max-steps?)"
             );
         }
-        let images_before = if self.share.counts {
-            batches[..first].iter().map(|&n| n as u64).sum()
-        } else {
-            0
+        let counts = self.topology.counts_samples();
+        let images_before = match counts {
+            true => batches[..first].iter().map(|&n| n as u64).sum(),
+            false => 0,
         };
-        self.meter
-            .start(&self.backend, resumed.as_ref(), images_before)?;
+        (self.state.meter).start(&self.backend, resumed.as_ref(), images_before)?;
         // The epoch's monitoring leaves out setup and the last checkpoint.
-        self.monitor.take();
+        self.state.monitor.take();
         progress.start_epoch(epoch, steps, first);
-        self.stop.training_begins();
+        self.state.stop.training_begins();
         for (s, n) in batches.into_iter().enumerate().skip(first) {
             let at = Position {
                 epoch: epoch as u64,
                 step: s as u64 + 1,
             };
-            let request = self.stop.requested();
+            let request = self.state.stop.requested();
             if request == Some(StopKind::Interrupt) {
                 progress.finish_epoch();
                 return Ok(EpochEnd::Stopped(RunOutcome::Interrupted { at }));
             }
-            if self.share.counts {
-                self.meter.images += n as u64;
+            if counts {
+                self.state.meter.images += n as u64;
             }
             let seed = rng::derive_seed(self.cfg.seed, &[rank as u64, epoch as u64, s as u64]);
             let vote = request == Some(StopKind::Preempt);
-            self.train_step(s, n, seed, vote)
-                .with_context(|| format!("rank {rank}: epoch {epoch}, step {}", s + 1))?;
+            let in_step = || format!("rank {rank}: epoch {epoch}, step {}", s + 1);
+            (self.state.votes)
+                .cast(self.replica.step + 1, vote)
+                .with_context(in_step)?;
+            self.train_step((s, n), seed).with_context(in_step)?;
             progress.step();
             self.report_running(progress)?;
-            if self.all_ranks_stop(vote)? {
+            if self.state.votes.count(vote).with_context(in_step)? {
                 progress.finish_epoch();
                 // No rank returns before rank 0's checkpoint is on disk
                 // (under srun, one task's exit may kill the others).
@@ -88,18 +93,20 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             if s + 1 < steps && self.checkpoint_due() {
                 let began = Instant::now();
                 self.save_checkpoint(at)?;
-                self.meter.pause_since(began);
+                self.state.meter.pause_since(began);
             }
             after_step(self)?;
         }
         self.check_guard()
             .with_context(|| format!("rank {rank}: end of epoch {epoch}"))?;
-        let [loss_sum, correct] = self.meter.read(&self.backend)?;
-        let local = vec![loss_sum, correct, self.meter.images as f64];
+        let meter = &self.state.meter;
+        let [loss_sum, correct] = meter.read(&self.backend)?;
+        let local = vec![loss_sum, correct, meter.images as f64];
         let [loss_sum, correct, images] = self.sum_over_ranks(local)?[..] else {
             unreachable!("three values in, three out")
         };
-        let train_seconds = self.meter.train_seconds();
+        // After the ranks met: the epoch ends for all when the last ends.
+        let train_seconds = self.state.meter.train_seconds();
         progress.finish_epoch();
         let eval_began = Instant::now();
         let test_accuracy = self.evaluate()?;
@@ -120,7 +127,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             global_step: self.replica.step,
             // A pipeline's stages do different work: compare each rank
             // with the same stage of the other replicas.
-            straggler: Straggler::find(&ranks, self.world_size / self.share.replicas),
+            straggler: Straggler::find(&ranks, self.topology.stages),
             ranks,
         }))
     }
@@ -131,16 +138,17 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let due = progress
             .running_every()
             .is_some_and(|every| B::IN_HOST_MEMORY && self.replica.step.is_multiple_of(every))
-            && self.share.counts;
+            && self.topology.counts_samples();
         if due {
-            let [loss_sum, correct] = self.meter.read(&self.backend)?;
-            let images = self.meter.images as f64;
+            let meter = &self.state.meter;
+            let [loss_sum, correct] = meter.read(&self.backend)?;
+            let images = meter.images as f64;
             progress.running(&Running {
                 global_step: self.replica.step,
                 loss: loss_sum / images,
                 accuracy: self.model.metric().value(correct, images),
-                images: self.meter.images * self.share.replicas as u64,
-                train_seconds: self.meter.train_seconds(),
+                images: meter.images * self.topology.replicas() as u64,
+                train_seconds: meter.train_seconds(),
             });
         }
         Ok(())
@@ -150,34 +158,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// (one all-reduce; see [`RankStats::table_row`]).
     fn gather_rank_stats(&mut self, eval_seconds: f64) -> anyhow::Result<Vec<RankStats>> {
         let mine = RankStats {
-            usage: self.monitor.take(),
-            phases: self.timer.take()?,
+            usage: self.state.monitor.take(),
+            phases: self.state.timer.take()?,
             eval_seconds,
         };
-        let table = self.sum_over_ranks(mine.table_row(self.rank, self.world_size))?;
+        let row = mine.table_row(self.topology.rank, self.topology.world);
+        let table = self.sum_over_ranks(row)?;
         Ok(RankStats::from_table(&table))
-    }
-
-    /// Whether every rank stops after this step: a rank's vote counts for
-    /// all. The votes ride the step's last all-reduce where the hook can
-    /// carry them to every rank; otherwise they travel through the host
-    /// communicator: every step in host memory (a pipeline stage, whose
-    /// averaging reaches its group only), every [`GUARD_READ_EVERY`] steps
-    /// on a device (NCCL), when the host waits for it anyway. One rank
-    /// decides alone.
-    fn all_ranks_stop(&mut self, vote: bool) -> anyhow::Result<bool> {
-        if self.world_size == 1 {
-            return Ok(vote);
-        }
-        if let Some(any) = self.reducer.as_ref().and_then(|r| r.carried_votes()) {
-            return Ok(any);
-        }
-        // In host memory a vote costs no device synchronisation: every
-        // step (a pipeline stage, whose averaging covers its group only).
-        if !B::IN_HOST_MEMORY && !self.replica.step.is_multiple_of(GUARD_READ_EVERY) {
-            return Ok(false);
-        }
-        let votes = self.sum_over_ranks(vec![f64::from(u8::from(vote))])?;
-        Ok(votes[0] > 0.0)
     }
 }

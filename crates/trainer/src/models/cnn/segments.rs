@@ -1,0 +1,148 @@
+//! The CNN as a chain of four segments, cut where its activations are
+//! narrowest between layers:
+//!
+//! ```text
+//! conv1 · relu | conv2 · max-pool · relu · dropout | fc1 · relu · dropout | fc2
+//! ```
+//!
+//! The ReLU after conv2 runs after the pool, on a quarter of the values,
+//! in the pool's epilogue with the dropout: max-pooling and ReLU commute
+//! (both keep the largest value, or zero), and in backward the pool routes
+//! each gradient to the window's first maximum of conv2's output, which is
+//! that of its ReLU wherever the gradient survives the ReLU. So the bits
+//! are the model's. The ReLU masks of backward read the post-dropout
+//! activations: where dropout zeroed a unit its gradient is zero either
+//! way, elsewhere the sign is unchanged.
+
+use std::ops::Range;
+
+use core_tensor::ops::{Dropout, Epilogue};
+use core_tensor::{Ops, Result};
+
+use super::{CLASSES, CONV1, CONV2, CnnMnist, FC1, FC2, IMAGE_SIDE, conv, linear, pool};
+use crate::model::Mode;
+use crate::model::layered::{Io, Layered};
+
+/// Segments, in order.
+const SEGMENTS: usize = 4;
+
+/// A segment's own buffers: conv2's output and its gradient (the pool
+/// reads the one, writes the other); the other segments keep nothing of
+/// their own.
+pub struct Inner<B: Ops> {
+    a: Option<B::Storage<f32>>,
+    da: Option<B::Storage<f32>>,
+}
+
+impl<B: Ops> Layered<B> for CnnMnist {
+    type Acts = Inner<B>;
+
+    fn segments(&self) -> usize {
+        SEGMENTS
+    }
+
+    /// In the whole model's flat buffer: each segment's layer, weight then
+    /// bias.
+    fn segment_params(&self, s: usize) -> Range<usize> {
+        let layer = ["conv1", "conv2", "fc1", "fc2"][s];
+        let layout = super::cnn_layout();
+        let range = |part: &str| layout.range(&format!("{layer}.{part}"));
+        match (range("weight"), range("bias")) {
+            (Ok(w), Ok(b)) => w.start..b.end,
+            _ => unreachable!("declared in param_specs"),
+        }
+    }
+
+    fn width(&self, cut: usize) -> usize {
+        [
+            IMAGE_SIDE * IMAGE_SIDE,
+            CONV1.out_image_len(),
+            FC1.in_features,
+            FC1.out_features,
+            CLASSES,
+        ][cut]
+    }
+
+    fn within(&self, part: Range<usize>) -> Self {
+        self.shifted(part)
+    }
+
+    fn acts(&self, b: &B, s: usize, batch: usize, train: bool) -> Result<Inner<B>> {
+        let a2 = |_| b.zeros(batch * CONV2.out_image_len());
+        let conv2 = s == 1;
+        Ok(Inner {
+            a: conv2.then(|| a2(())).transpose()?,
+            da: (conv2 && train).then(|| a2(())).transpose()?,
+        })
+    }
+
+    fn forward_segment(
+        &self,
+        b: &B,
+        (s, n): (usize, usize),
+        x: &B::Storage<f32>,
+        y: &mut B::Storage<f32>,
+        acts: &mut Inner<B>,
+        params: &B::Storage<f32>,
+        mode: Mode,
+    ) -> Result<()> {
+        let (pooled, hidden) = self.dropouts_in(mode);
+        match s {
+            0 => {
+                b.conv2d_fwd(&conv(CONV1, n), x, params, &self.conv1, y)?;
+                b.relu_fwd(Dropout::OFF, y)
+            }
+            1 => {
+                let a2 = acts.a.as_mut().ok_or_else(|| missing("conv2's output"))?;
+                b.conv2d_fwd(&conv(CONV2, n), x, params, &self.conv2, a2)?;
+                b.maxpool2d_fwd(&pool(n), Epilogue::ReluDropout(pooled), a2, y)
+            }
+            2 => {
+                b.linear_fwd(&linear(FC1, n), x, params, &self.fc1, y)?;
+                b.relu_fwd(hidden, y)
+            }
+            _ => b.linear_fwd(&linear(FC2, n), x, params, &self.fc2, y),
+        }
+    }
+
+    fn backward_segment(
+        &self,
+        b: &B,
+        (s, n): (usize, usize),
+        io: Io<'_, B>,
+        acts: &mut Inner<B>,
+        params: &B::Storage<f32>,
+        grads: &mut B::Storage<f32>,
+        dropout_seed: u64,
+    ) -> Result<()> {
+        let (pooled, hidden) = self.dropouts(dropout_seed);
+        let Io { x, y, dy, dx } = io;
+        match s {
+            0 => {
+                b.relu_bwd(Dropout::OFF, y, dy)?;
+                b.conv2d_bwd(&conv(CONV1, n), x, params, &self.conv1, dy, grads, None)
+            }
+            1 => {
+                let (Some(a2), Some(da2)) = (&acts.a, &mut acts.da) else {
+                    return Err(missing("conv2's output and its gradient"));
+                };
+                let then = Epilogue::ReluDropout(pooled);
+                b.maxpool2d_bwd(&pool(n), then, a2, y, dy, da2)?;
+                b.conv2d_bwd(&conv(CONV2, n), x, params, &self.conv2, da2, grads, dx)
+            }
+            2 => {
+                b.relu_bwd(hidden, y, dy)?;
+                b.linear_bwd(&linear(FC1, n), x, params, &self.fc1, dy, grads, dx)
+            }
+            _ => b.linear_bwd(&linear(FC2, n), x, params, &self.fc2, dy, grads, dx),
+        }
+    }
+}
+
+/// A segment's buffers built without what a pass needs.
+fn missing(what: &str) -> core_tensor::Error {
+    core_tensor::Error::InvalidArgument {
+        op: "CNN segment",
+        reason: format!("{what}: buffers built for evaluation, or for another segment"),
+    }
+}

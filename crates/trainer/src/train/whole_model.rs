@@ -1,0 +1,124 @@
+//! The whole model on this rank, over a batch at a time: what every
+//! data-parallel rank runs.
+
+use std::collections::HashMap;
+
+use core_tensor::Ops;
+
+use super::memory::checked_buffers;
+use super::schedule::{EVAL_BATCH, Pass, Schedule};
+use crate::data::{Batches, DataFingerprint, Order};
+use crate::model::{Mode, Model};
+use crate::phases::Phase;
+
+/// A model's data splits and the buffers they fill, per batch size.
+pub struct WholeModel<B: Ops, M: Model<B>> {
+    train: Box<dyn Batches<B, M::Buffers>>,
+    test: Option<Box<dyn Batches<B, M::Buffers>>>,
+    /// Training buffers per batch size (the full batch, the last one).
+    buffers: HashMap<usize, M::Buffers>,
+    /// Test buffers per batch size (no gradients).
+    eval: HashMap<usize, M::Buffers>,
+}
+
+impl<B: Ops, M: Model<B>> WholeModel<B, M> {
+    /// Trains on `train`, evaluates on `test` (`None`: no test split).
+    pub fn new(
+        train: Box<dyn Batches<B, M::Buffers>>,
+        test: Option<Box<dyn Batches<B, M::Buffers>>>,
+    ) -> Self {
+        Self {
+            train,
+            test,
+            buffers: HashMap::new(),
+            eval: HashMap::new(),
+        }
+    }
+}
+
+impl<B: Ops, M: Model<B>> Schedule<B, M> for WholeModel<B, M> {
+    fn fingerprint(&self) -> DataFingerprint {
+        self.train.fingerprint()
+    }
+
+    fn test_samples(&self) -> Option<usize> {
+        self.test.as_ref().map(|t| t.sample_count())
+    }
+
+    fn start_epoch(
+        &mut self,
+        b: &B,
+        order: &Order,
+        epoch: u64,
+        batch: usize,
+    ) -> anyhow::Result<Vec<usize>> {
+        self.train.start_epoch(b, order, epoch, batch)
+    }
+
+    fn train(
+        &mut self,
+        b: &B,
+        model: &M,
+        (step, n): (usize, usize),
+        pass: Pass<'_, B>,
+    ) -> anyhow::Result<()> {
+        let buffers = match self.buffers.entry(n) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(checked_buffers(b, (n, true), || model.buffers(b, n, true))?)
+            }
+        };
+        let Pass {
+            params,
+            grads,
+            dropout_seed,
+            loss_sum,
+            metric_sum,
+            timer,
+            hook,
+        } = pass;
+        timer.enter(Phase::Data)?;
+        self.train.fill(b, step, buffers)?;
+        timer.enter(Phase::Forward)?;
+        model.forward(b, buffers, params, Mode::Train { dropout_seed })?;
+        model.metric_sum(b, buffers, metric_sum)?;
+        model.loss(b, buffers, loss_sum)?;
+        // Each bucket of gradients starts its averaging as soon as
+        // backward has written it.
+        timer.enter(Phase::Backward)?;
+        model.backward(b, buffers, params, grads, dropout_seed, hook)
+    }
+
+    fn batch_rows(&self, model: &M, n: usize) -> Option<&[u32]> {
+        Some(model.row_tables()?.rows(self.buffers.get(&n)?))
+    }
+
+    fn evaluate(
+        &mut self,
+        b: &B,
+        model: &M,
+        (params, orders): (&B::Storage<f32>, &[Order]),
+        sum: &mut B::Storage<f32>,
+    ) -> anyhow::Result<()> {
+        let Some(test) = self.test.as_mut() else {
+            return Ok(());
+        };
+        for order in orders {
+            let sizes = test.start_epoch(b, order, 1, EVAL_BATCH)?;
+            for (step, n) in sizes.into_iter().enumerate() {
+                let buffers = match self.eval.entry(n) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(checked_buffers(b, (n, false), || {
+                            model.buffers(b, n, false)
+                        })?)
+                    }
+                };
+                test.fill(b, step, buffers)?;
+                model.forward(b, buffers, params, Mode::Eval)?;
+                model.metric_sum(b, buffers, sum)?;
+            }
+        }
+        Ok(())
+    }
+}
