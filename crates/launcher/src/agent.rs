@@ -15,9 +15,10 @@ use signal_hook::iterator::Signals;
 use crate::attempt::{Graces, Outcome, POLL, local_port};
 use crate::contract::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
 use crate::group::NodeGroup;
+use crate::plan::NodePlan;
+use crate::spec::{Restarts, WorkerSpec};
 use crate::supervise::supervise;
 use crate::workers::{Worker, stop};
-use crate::{NodePlan, Restarts, WorkerSpec};
 
 /// The signals the launcher passes on to its workers.
 const FORWARDED: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2];

@@ -34,10 +34,8 @@ const POLL: Duration = Duration::from_millis(50);
 pub(super) struct NodeGroup {
     pub node_rank: usize,
     nnodes: usize,
-    master_addr: String,
-    port: u16,
-    /// Where node 0 runs, as it said (`host NAME`), for the other nodes.
-    master_host: String,
+    /// Where node 0's store listens.
+    master: Master,
     store: SharedStore,
     /// The other nodes' heartbeat (node 0 beats to no one).
     beater: Option<Beater>,
@@ -110,9 +108,11 @@ impl NodeGroup {
         let mut group = NodeGroup {
             node_rank,
             nnodes,
-            master_addr: addr.clone(),
-            port: *port,
-            master_host: format!("at {addr}"),
+            master: Master {
+                addr: addr.clone(),
+                port: *port,
+                host: format!("at {addr}"),
+            },
             store: SharedStore::new(store),
             beater: None,
             pulse: Pulse::new(nnodes, heartbeat),
@@ -178,7 +178,7 @@ impl NodeGroup {
                     .map_err(|_| anyhow::anyhow!("a malformed port"))?,
             )
         };
-        Ok((self.master_addr.clone(), port))
+        Ok((self.master.addr.clone(), port))
     }
 
     /// Tells every node that `what` failed in `attempt`, unless news from
@@ -271,14 +271,14 @@ impl NodeGroup {
         self.note_away();
         match (e, self.away) {
             (CommError::Rejected(r), _) => {
-                let at = format!("{}:{}", self.master_addr, self.port);
+                let at = format!("{}:{}", self.master.addr, self.master.port);
                 format!("node {}: {}", self.node_rank, misfit(r, &at))
             }
             (CommError::StoreSilent { silent, .. }, _) => {
-                heartbeat::silent_master(self.node_rank, &self.master_host, *silent)
+                heartbeat::silent_master(self.node_rank, &self.master.host, *silent)
             }
             (_, Some(away)) => {
-                let left = format!("node 0's launcher ({}) left", self.master_host);
+                let left = format!("node 0's launcher ({}) left", self.master.host);
                 heartbeat::was_away(self.node_rank, away, self.pulse.limit(), &left)
             }
             _ => format!(
@@ -321,6 +321,14 @@ impl NodeGroup {
         }
         Ok(self.vanished(attempt)?.map(Elsewhere::Departed))
     }
+}
+
+/// Where node 0's store listens, and where node 0 runs as it said (`host
+/// NAME`), for the other nodes' messages.
+struct Master {
+    addr: String,
+    port: u16,
+    host: String,
 }
 
 /// What another node's launcher reported.

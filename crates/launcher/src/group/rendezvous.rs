@@ -24,11 +24,11 @@ impl NodeGroup {
             bail!(
                 "node {k}: --rdzv-id {rdzv_id:?} is not node 0's {:?}: another job holds {}:{port}, or this launcher's --rdzv-id is mistyped",
                 String::from_utf8_lossy(&theirs),
-                self.master_addr
+                self.master.addr
             );
         }
         if let Some(host) = self.store.look("host/0")? {
-            self.master_host = format!("host {}", String::from_utf8_lossy(&host));
+            self.master.host = format!("host {}", String::from_utf8_lossy(&host));
         }
         self.store.set(&format!("joined/{k}"), b"")?;
         Ok(())
@@ -72,7 +72,7 @@ impl NodeGroup {
                 bail!(
                     "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (--timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint){away}",
                     self.nnodes,
-                    self.master_addr,
+                    self.master.addr,
                     self.timeout,
                     self.nnodes
                 );
@@ -86,7 +86,7 @@ impl NodeGroup {
     pub(super) fn explain(&self, e: anyhow::Error) -> anyhow::Error {
         match e.downcast_ref::<CommError>() {
             Some(CommError::Rejected(r)) => {
-                let at = format!("{}:{}", self.master_addr, self.port);
+                let at = format!("{}:{}", self.master.addr, self.master.port);
                 anyhow::anyhow!("node {}: {}", self.node_rank, misfit(r, &at))
             }
             _ => e,

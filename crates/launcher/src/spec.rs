@@ -1,0 +1,70 @@
+//! What a launcher is asked to run ([`WorkerSpec`], torchrun's), and what
+//! it asks of the workers' program when it restarts them ([`Restarts`]).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::args;
+use crate::flags::LaunchFlags;
+
+/// What a launcher runs on its machine and how it treats the workers
+/// (torchrun's `WorkerSpec`).
+#[derive(Clone, Debug)]
+pub struct WorkerSpec {
+    /// The program every worker runs.
+    pub exe: PathBuf,
+    /// The workers' arguments (the first attempt's): the launcher's own
+    /// command line less the launcher's flags.
+    pub args: Vec<OsString>,
+    /// How long the other workers get, after one failed, to report which
+    /// peer they lost (the job's collective timeout).
+    pub failure_grace: Duration,
+    /// How long the workers get to stop after a signal (`--grace`).
+    pub signal_grace: Duration,
+    pub max_restarts: u32,
+    /// The job's auth token file, for the launchers' own store; none: the
+    /// one in `TRAINER_AUTH_TOKEN`, else a fresh token per attempt on one
+    /// machine.
+    pub auth_token_file: Option<PathBuf>,
+    /// The job's name at the rendezvous (`--rdzv-id`).
+    pub rdzv_id: String,
+    /// How long a launcher may go silent (`--heartbeat-timeout`).
+    pub heartbeat: Duration,
+}
+
+impl WorkerSpec {
+    /// This process's own program and command line, as `flags` and the
+    /// program's collective `timeout` and `auth_token_file` say.
+    pub fn of_this_process(
+        flags: &LaunchFlags,
+        timeout: Duration,
+        auth_token_file: Option<PathBuf>,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            exe: std::env::current_exe().context("finding this executable to start workers")?,
+            args: args::worker_args(std::env::args_os().skip(1)),
+            failure_grace: timeout,
+            signal_grace: Duration::from_secs_f64(flags.grace),
+            max_restarts: flags.max_restarts,
+            auth_token_file,
+            rdzv_id: flags.rdzv.rdzv_id.clone().unwrap_or_default(),
+            heartbeat: flags.rdzv.heartbeat(),
+        })
+    }
+}
+
+/// What the launcher asks of the workers' program about restarts.
+pub trait Restarts {
+    /// The workers' arguments for a restart, given the first attempt's.
+    fn args(&self, first: &[OsString]) -> Vec<OsString>;
+
+    /// Where restarted workers will continue, for the log.
+    fn continues_from(&self) -> String;
+
+    /// What to do after the workers stopped on a preemption request (what
+    /// they saved, and how to go on), for the log.
+    fn after_preemption(&self) -> String;
+}
