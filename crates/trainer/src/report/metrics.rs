@@ -41,7 +41,11 @@ pub fn epoch_line(r: &EpochReport) -> String {
     };
     format!(
         "Epoch {:02}/{:02} | loss {:.4}{metric} | time {:.1}s | {:.0} {unit}",
-        r.epoch, r.epochs, r.loss, r.train_seconds, r.images_per_second
+        r.epoch,
+        r.epochs,
+        r.loss,
+        r.train_seconds,
+        r.images_per_second()
     )
 }
 
@@ -149,7 +153,7 @@ impl MetricsFile {
             loss: r.loss,
             metric: metric_columns(r),
             time_s: r.train_seconds,
-            img_per_s: r.images_per_second,
+            img_per_s: r.images_per_second(),
             steps: r.steps,
             images: r.images,
             world_size: self.world_size,
@@ -234,7 +238,6 @@ mod tests {
             accuracy: 0.81234,
             test_accuracy: 0.874,
             train_seconds: 45.94,
-            images_per_second: 1306.2,
             steps: 938,
             images: 60000,
             global_step: 938,

@@ -85,7 +85,7 @@ impl EventWriter {
             ];
             values.extend(measured.into_iter().filter(|(_, v)| v.is_finite()));
         }
-        values.push(("epoch/img_per_s".into(), r.images_per_second));
+        values.push(("epoch/img_per_s".into(), r.images_per_second()));
         for (rank, stats) in r.ranks.iter().enumerate() {
             let usage = &stats.usage;
             let gpu = usage.gpu.as_ref();

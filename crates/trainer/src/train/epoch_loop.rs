@@ -121,7 +121,6 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             accuracy: self.model.metric().value(correct, images),
             test_accuracy,
             train_seconds,
-            images_per_second: images / train_seconds,
             steps,
             images: images as u64,
             global_step: self.replica.step,

@@ -21,8 +21,6 @@ pub struct EpochReport {
     pub test_accuracy: f64,
     /// Seconds spent training (evaluation excluded).
     pub train_seconds: f64,
-    /// Training images per second, all ranks together.
-    pub images_per_second: f64,
     pub steps: usize,
     pub images: u64,
     /// Optimizer steps since training began, at the end of this epoch.
@@ -32,6 +30,13 @@ pub struct EpochReport {
     pub ranks: Vec<RankStats>,
     /// The rank far behind the others doing the same work, if one is.
     pub straggler: Option<Straggler>,
+}
+
+impl EpochReport {
+    /// Training images per second, all ranks together.
+    pub fn images_per_second(&self) -> f64 {
+        self.images as f64 / self.train_seconds
+    }
 }
 
 /// How a run ended.
