@@ -14,6 +14,7 @@ use comm::launch_var;
 use fashion_mnist::{Layout, synth};
 
 pub mod nodes;
+pub mod pipeline;
 
 /// A valid synthetic FashionMNIST (60,000 + 10,000 images) in a temp dir
 /// that lives as long as the test binary.
