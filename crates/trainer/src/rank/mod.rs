@@ -1,12 +1,12 @@
 //! One rank's training, from its model and data to its last line: where
 //! training starts (rank 0 reads the checkpoint directory,
-//! `origin.rs`), the trainer, and rank 0's outputs around it
-//! (`drive.rs`). A model's entry (`crate::models`) makes the network and
+//! `starting_point.rs`), the trainer, and rank 0's outputs around it
+//! (`reported_run.rs`). A model's entry (`crate::models`) makes the network and
 //! its data and hands them to [`Rank::train`]; everything else a rank
 //! trains with was made before it (`crate::run`).
 
-mod drive;
-mod origin;
+mod reported_run;
+mod starting_point;
 
 use anyhow::Context;
 use core_tensor::Ops;
@@ -131,7 +131,7 @@ impl<B: Ops> Rank<'_, B> {
             true => {
                 let layout = (topology.world, topology.stages);
                 let settings = cfg.settings(layout, model.kind(), schedule.fingerprint());
-                origin::choose(flags, dir.as_ref(), &settings, model.layout())?
+                starting_point::choose(flags, dir.as_ref(), &settings, model.layout())?
             }
             false => Origin::Fresh,
         };
@@ -151,6 +151,6 @@ impl<B: Ops> Rank<'_, B> {
         let device = backend.describe();
         let mut trainer = Trainer::with_schedule(backend, model, schedule, cfg, setup)
             .with_context(|| format!("rank {rank}: setting up"))?;
-        drive::drive(&mut trainer, (&topology, job), device, resumed, monitor)
+        reported_run::train_and_report(&mut trainer, (&topology, job), device, resumed, monitor)
     }
 }

@@ -5,7 +5,7 @@
 mod device;
 mod job;
 mod join;
-mod room;
+mod memory_fit;
 pub mod threads;
 mod wiring;
 
@@ -40,8 +40,8 @@ pub fn run(job: &JobFlags, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd>
     // without room for the model, fails here, alone and at once, instead
     // of after its peers' timeout.
     let device = choose_device(&job.device, &rank)?;
-    room::check_host(data.as_ref(), job, &rank, device.is_gpu())?;
-    room::check_device(data.as_ref(), &rank, &device)?;
+    memory_fit::check_host(data.as_ref(), job, &rank, device.is_gpu())?;
+    memory_fit::check_device(data.as_ref(), &rank, &device)?;
     let tcp = match launch {
         Some(env) if env.world_size > 1 => Some(join::connect(&job.join, env)?),
         _ => None,

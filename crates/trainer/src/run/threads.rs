@@ -15,7 +15,7 @@ use launcher::NodePlan;
 use launcher::contract::RunEnd;
 
 use super::device::{choose_device, expects_gpu};
-use super::{JobComm, JobFlags, Process, room};
+use super::{JobComm, JobFlags, Process, memory_fit};
 use crate::stop::{StopRequest, install_worker_handlers};
 use crate::topology::Topology;
 
@@ -46,7 +46,7 @@ pub fn run(job: &JobFlags, plan: &NodePlan, max_restarts: u32) -> anyhow::Result
     // The machine's memory once, for all its ranks: its message is said
     // once, and no thread starts for a table it cannot hold.
     let gpu = expects_gpu(&job.device);
-    room::check_host(data.as_ref(), job, &first, gpu)?;
+    memory_fit::check_host(data.as_ref(), job, &first, gpu)?;
     let process = Process {
         job,
         data: data.as_ref(),
@@ -67,9 +67,9 @@ pub fn run(job: &JobFlags, plan: &NodePlan, max_restarts: u32) -> anyhow::Result
                         // A GPU that failed to open: this rank's replica
                         // is in the machine's memory after all.
                         if device.is_gpu() != gpu {
-                            room::check_host(process.data, job, &me, device.is_gpu())?;
+                            memory_fit::check_host(process.data, job, &me, device.is_gpu())?;
                         }
-                        room::check_device(process.data, &me, &device)?;
+                        memory_fit::check_device(process.data, &me, &device)?;
                         let comm = (world > 1).then_some(JobComm::Local(comm));
                         process.run_rank(me, device, comm, stop)
                     })

@@ -23,7 +23,7 @@ use crate::train::{Progress, RunOutcome, Silent, Trainer};
 
 /// Trains `trainer` to the end, with rank 0's start-up line, metrics,
 /// TensorBoard and progress display, and reports how it ended.
-pub(super) fn drive<B: Ops, M: Model<B>>(
+pub(super) fn train_and_report<B: Ops, M: Model<B>>(
     trainer: &mut Trainer<B, M>,
     (topology, job): (&Topology, &RankJob<'_>),
     device: String,
