@@ -37,7 +37,7 @@ const LAYERS: [(&str, &[&[&str]]); 2] = [
     (
         "crates/launcher/src",
         &[
-            &["say", "contract", "flags"],
+            &["say", "error", "contract", "flags"],
             &["args", "attempt", "heartbeat", "plan", "workers"],
             &["group", "spec"],
             &["supervise"],

@@ -7,13 +7,13 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
 use comm::{AUTH_TOKEN_VAR, AuthToken};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
 use crate::attempt::{Graces, Outcome, POLL, local_port};
 use crate::contract::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
+use crate::error::{Doing, LaunchError};
 use crate::group::NodeGroup;
 use crate::plan::NodePlan;
 use crate::spec::{Restarts, WorkerSpec};
@@ -33,9 +33,9 @@ pub fn launch(
     spec: &WorkerSpec,
     plan: &NodePlan,
     restarts: &dyn Restarts,
-) -> anyhow::Result<RunEnd> {
+) -> Result<RunEnd, LaunchError> {
     let mut signals =
-        Signals::new(FORWARDED).context("installing the launcher's signal handlers")?;
+        Signals::new(FORWARDED).doing(|| "installing the launcher's signal handlers".into())?;
     let graces = Graces {
         failure: spec.failure_grace,
         signal: spec.signal_grace,
@@ -43,7 +43,7 @@ pub fn launch(
     let mut group = match &plan.master {
         Some(master) if plan.nnodes > 1 => {
             let auth = AuthToken::resolve(spec.auth_token_file.as_deref())
-                .context("reading the job's auth token")?;
+                .doing(|| "reading the job's auth token".into())?;
             let (rdzv_id, heartbeat) = (spec.rdzv_id.as_str(), spec.heartbeat);
             // Node 0 waits for a late node's verdict; a third node's ranks
             // reporting their timeouts first would be taken at their word.
@@ -68,7 +68,8 @@ pub fn launch(
     };
     let node_rank = match &group {
         Some(g) => g.node_rank,
-        None => plan.node_rank.context("one machine is node 0")?,
+        // Without a group the plan is one machine's, node 0.
+        None => plan.node_rank.unwrap_or(0),
     };
     // Node 0's store outlives the other launchers' last look at it.
     let finish = |group: Option<&mut NodeGroup>, attempt| {
@@ -100,7 +101,7 @@ pub fn launch(
                 0 => String::new(),
                 _ => format!(" (after {attempt} restart(s))"),
             };
-            return Err(anyhow!("{}{spent}", failure.message));
+            refuse!(WorkersFailed, "{}{spent}", failure.message);
         }
         attempt += 1;
         tell!(
@@ -161,13 +162,13 @@ fn unless_signalled<T: Send>(signals: &mut Signals, wait: impl FnOnce() -> T + S
 /// on several machines would each make another, so there the user's
 /// (`TRAINER_AUTH_TOKEN`, `--auth-token-file`, passed on as they are) is the
 /// job's, or none (the workers warn).
-fn fresh_token(spec: &WorkerSpec, plan: &NodePlan) -> anyhow::Result<Option<AuthToken>> {
+fn fresh_token(spec: &WorkerSpec, plan: &NodePlan) -> Result<Option<AuthToken>, LaunchError> {
     let given = std::env::var_os(AUTH_TOKEN_VAR).is_some() || spec.auth_token_file.is_some();
     if given || plan.nnodes > 1 {
         return Ok(None);
     }
     Ok(Some(
-        AuthToken::generate().context("generating the job's auth token")?,
+        AuthToken::generate().doing(|| "generating the job's auth token".into())?,
     ))
 }
 
@@ -179,7 +180,7 @@ fn run_workers(
     graces: Graces,
     signals: &mut Signals,
     (node_rank, mut group, attempt): (usize, Option<&mut NodeGroup>, u32),
-) -> anyhow::Result<Outcome> {
+) -> Result<Outcome, LaunchError> {
     let master = match (group.as_mut(), &plan.master) {
         (Some(g), _) => unless_signalled(signals, || g.worker_master(attempt))?,
         (None, Some(master)) => master.clone(),
@@ -207,8 +208,7 @@ fn run_workers(
             Ok(child) => child,
             Err(e) => {
                 stop(&mut workers);
-                return Err(e)
-                    .with_context(|| format!("starting worker rank {rank} ({})", exe.display()));
+                return Err(e).doing(|| format!("starting worker rank {rank} ({})", exe.display()));
             }
         };
         tell!(

@@ -4,10 +4,10 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
 use comm::launch_var;
 
 use crate::contract::RunEnd;
+use crate::error::{Doing, LaunchError};
 
 /// How often the launcher checks on its workers.
 pub(crate) const POLL: Duration = Duration::from_millis(50);
@@ -35,18 +35,21 @@ pub(crate) struct Graces {
 }
 
 /// The store's port on one machine: `MASTER_PORT`, else a free one.
-pub(crate) fn local_port() -> anyhow::Result<u16> {
+pub(crate) fn local_port() -> Result<u16, LaunchError> {
     match std::env::var(launch_var::MASTER_PORT) {
-        Ok(p) => p
-            .parse::<u16>()
-            .map_err(|_| anyhow!("{}={p:?} is not a port number", launch_var::MASTER_PORT)),
+        Ok(p) => p.parse::<u16>().map_err(|_| {
+            LaunchError::Flags(format!(
+                "{}={p:?} is not a port number",
+                launch_var::MASTER_PORT
+            ))
+        }),
         Err(_) => free_port(),
     }
 }
 
 /// A port nobody listens on right now, for rank 0's store.
-pub(crate) fn free_port() -> anyhow::Result<u16> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").context("finding a free port for the rendezvous")?;
-    Ok(listener.local_addr()?.port())
+pub(crate) fn free_port() -> Result<u16, LaunchError> {
+    let finding = || "finding a free port for the rendezvous".to_string();
+    let listener = TcpListener::bind("127.0.0.1:0").doing(finding)?;
+    Ok(listener.local_addr().doing(finding)?.port())
 }

@@ -26,30 +26,24 @@ pub const WORKER_SIGNALS: [i32; 4] = [SIGTERM, SIGUSR1, SIGINT, SIGHUP];
 
 /// An error that no retry can mend, the job's configuration being the
 /// cause; it reads as its message alone.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Misconfigured(pub String);
-
-impl std::fmt::Display for Misconfigured {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Misconfigured {}
 
 /// The exit code of a process that failed with `e`:
 /// [`MISCONFIGURED_EXIT_CODE`] or [`PEER_LOST_EXIT_CODE`] when such a
-/// cause is in its chain, else 1.
-pub fn failure_exit_code(e: &anyhow::Error) -> i32 {
+/// cause is in its chain of sources, else 1.
+pub fn failure_exit_code(e: &(dyn std::error::Error + 'static)) -> i32 {
+    let chain = || std::iter::successors(Some(e), |cause| cause.source());
     let lost_peer = |cause: &(dyn std::error::Error + 'static)| {
         matches!(
             cause.downcast_ref(),
             Some(comm::CommError::PeerLost { .. } | comm::CommError::PeerTimeout { .. })
         )
     };
-    if e.chain().any(|cause| cause.is::<Misconfigured>()) {
+    if chain().any(|cause| cause.is::<Misconfigured>()) {
         MISCONFIGURED_EXIT_CODE
-    } else if e.chain().any(lost_peer) {
+    } else if chain().any(lost_peer) {
         PEER_LOST_EXIT_CODE
     } else {
         1
@@ -209,27 +203,32 @@ mod tests {
             detail: "connection closed by peer".into(),
         };
         let e = anyhow::Error::new(lost).context("rank 0: epoch 1, step 3");
-        assert_eq!(failure_exit_code(&e), PEER_LOST_EXIT_CODE);
+        assert_eq!(failure_exit_code(e.as_ref()), PEER_LOST_EXIT_CODE);
         let silent = comm::CommError::PeerTimeout {
             peer: 1,
             addr: "127.0.0.1:1".into(),
             op: "all_reduce",
             timeout: std::time::Duration::from_secs(30),
         };
-        assert_eq!(failure_exit_code(&silent.into()), PEER_LOST_EXIT_CODE);
+        assert_eq!(failure_exit_code(&silent), PEER_LOST_EXIT_CODE);
+        let store = crate::LaunchError::Store {
+            doing: "node 1 joining the launchers at h:1".into(),
+            cause: silent,
+        };
+        assert_eq!(failure_exit_code(&store), PEER_LOST_EXIT_CODE);
         let other = comm::CommError::InvalidArgument {
             op: "all_reduce",
             reason: "lengths differ".into(),
         };
-        assert_eq!(failure_exit_code(&other.into()), 1);
+        assert_eq!(failure_exit_code(&other), 1);
         let refused = anyhow::Error::new(Misconfigured("not this data".into()))
             .context("rank 0: --resume ckpt");
-        assert_eq!(failure_exit_code(&refused), MISCONFIGURED_EXIT_CODE);
+        assert_eq!(failure_exit_code(refused.as_ref()), MISCONFIGURED_EXIT_CODE);
         assert_eq!(refused.to_string(), "rank 0: --resume ckpt");
         assert_eq!(
             format!("{refused:#}"),
             "rank 0: --resume ckpt: not this data"
         );
-        assert_eq!(failure_exit_code(&anyhow::anyhow!("disk full")), 1);
+        assert_eq!(failure_exit_code(anyhow::anyhow!("disk full").as_ref()), 1);
     }
 }

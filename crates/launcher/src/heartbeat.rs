@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use comm::{CommError, Store};
+
+use crate::error::{Doing, LaunchError};
 
 /// Beats per `--heartbeat-timeout`: a node is declared silent after this
 /// many missed beats.
@@ -108,7 +109,7 @@ pub(super) struct Beater {
 }
 
 impl Beater {
-    pub fn start(store: SharedStore, node: usize, every: Duration) -> anyhow::Result<Beater> {
+    pub fn start(store: SharedStore, node: usize, every: Duration) -> Result<Beater, LaunchError> {
         let (stop, stopped) = mpsc::channel::<()>();
         let key = key(node);
         let thread = std::thread::Builder::new()
@@ -123,7 +124,7 @@ impl Beater {
                     }
                 }
             })
-            .with_context(|| format!("node {node}: starting the launcher's heartbeat"))?;
+            .doing(|| format!("node {node}: starting the launcher's heartbeat"))?;
         Ok(Beater {
             stop: Some(stop),
             thread: Some(thread),

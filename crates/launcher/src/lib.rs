@@ -19,6 +19,8 @@
 
 #[macro_use]
 pub mod say;
+#[macro_use]
+mod error;
 
 mod agent;
 mod args;
@@ -34,6 +36,7 @@ mod workers;
 
 pub use agent::launch;
 pub use args::without_flag;
+pub use error::LaunchError;
 pub use flags::{LaunchFlags, RdzvBackend, RdzvFlags};
 pub use plan::NodePlan;
 pub use spec::{Restarts, WorkerSpec};

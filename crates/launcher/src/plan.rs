@@ -2,9 +2,9 @@
 //! job's rendezvous store is. From the flags, or from SLURM under srun with
 //! one launcher task per node.
 
-use anyhow::{Context, anyhow, bail};
 use comm::{LaunchEnv, LaunchSource, launch_var};
 
+use crate::error::LaunchError;
 use crate::flags::{DEFAULT_RDZV_PORT, LaunchFlags, RdzvFlags};
 
 /// torchrun's `--master-port` default.
@@ -38,24 +38,25 @@ impl NodePlan {
         flags: &LaunchFlags,
         world_size: Option<u32>,
         env: Option<&LaunchEnv>,
-    ) -> anyhow::Result<Option<NodePlan>> {
-        match env {
-            Some(env) if env.source == LaunchSource::Slurm && flags.nproc_per_node.is_some() => {
-                Self::under_srun(flags, world_size, env).map(Some)
+    ) -> Result<Option<NodePlan>, LaunchError> {
+        match (env, flags.nproc_per_node) {
+            (Some(env), Some(nproc)) if env.source == LaunchSource::Slurm => {
+                Self::under_srun((flags, nproc as usize), world_size, env).map(Some)
             }
-            Some(env) => {
+            (Some(env), _) => {
                 if let Some(n) = world_size.filter(|&n| n as usize != env.world_size) {
-                    bail!(
+                    refuse!(
+                        Flags,
                         "--world-size {n} disagrees with the launcher's world size {} (from the environment)",
                         env.world_size
                     );
                 }
                 Ok(None)
             }
-            None if flags.any() || world_size.is_some_and(|n| n > 1) => {
+            (None, _) if flags.any() || world_size.is_some_and(|n| n > 1) => {
                 Self::from_flags(flags, world_size).map(Some)
             }
-            None => Ok(None),
+            (None, _) => Ok(None),
         }
     }
 
@@ -85,19 +86,22 @@ impl NodePlan {
     fn requested_world(
         flags: &LaunchFlags,
         world_size: Option<u32>,
-    ) -> anyhow::Result<Option<usize>> {
+    ) -> Result<Option<usize>, LaunchError> {
         let from_nodes = flags
             .nproc_per_node
             .map(|m| m as usize * flags.rdzv.nnodes.unwrap_or(1) as usize);
         match (world_size.map(|n| n as usize), from_nodes) {
             (Some(n), Some(m)) if n != m => {
-                bail!("--world-size {n} disagrees with --nnodes x --nproc-per-node = {m}")
+                refuse!(
+                    Flags,
+                    "--world-size {n} disagrees with --nnodes x --nproc-per-node = {m}"
+                )
             }
             (n, m) => Ok(n.or(m)),
         }
     }
 
-    fn from_flags(flags: &LaunchFlags, world_size: Option<u32>) -> anyhow::Result<NodePlan> {
+    fn from_flags(flags: &LaunchFlags, world_size: Option<u32>) -> Result<NodePlan, LaunchError> {
         let rdzv = &flags.rdzv;
         let nnodes = rdzv.nnodes.unwrap_or(1) as usize;
         let nproc = match (flags.nproc_per_node, world_size) {
@@ -105,22 +109,27 @@ impl NodePlan {
             (None, Some(n)) if nnodes == 1 => n as usize,
             (None, _) if nnodes == 1 => 1,
             (None, _) => {
-                bail!("--nnodes {nnodes} needs --nproc-per-node M (ranks on each machine)")
+                refuse!(
+                    Flags,
+                    "--nnodes {nnodes} needs --nproc-per-node M (ranks on each machine)"
+                )
             }
         };
         Self::requested_world(flags, world_size)?;
         if rdzv.standalone && nnodes > 1 {
-            bail!(
+            refuse!(
+                Flags,
                 "--standalone is one machine; with --nnodes {nnodes} give --rdzv-endpoint or --master-addr"
             );
         }
         let node_rank = rdzv.node_rank.map(|k| k as usize);
         if let Some(k) = node_rank.filter(|&k| k >= nnodes) {
-            bail!("--node-rank {k} must be less than --nnodes {nnodes}");
+            refuse!(Flags, "--node-rank {k} must be less than --nnodes {nnodes}");
         }
         let master = master(rdzv)?;
         if nnodes > 1 && master.is_none() {
-            bail!(
+            refuse!(
+                Flags,
                 "--nnodes {nnodes} needs the rendezvous: --master-addr HOST (and --master-port) or --rdzv-endpoint HOST:PORT"
             );
         }
@@ -135,19 +144,20 @@ impl NodePlan {
     /// One launcher task per node under srun: the node count, this node's
     /// index and the master come from SLURM (its tasks are the nodes).
     fn under_srun(
-        flags: &LaunchFlags,
+        (flags, nproc): (&LaunchFlags, usize),
         world_size: Option<u32>,
         env: &LaunchEnv,
-    ) -> anyhow::Result<NodePlan> {
+    ) -> Result<NodePlan, LaunchError> {
         if env.local_world_size != 1 {
-            bail!(
+            refuse!(
+                Flags,
                 "--nproc-per-node under srun needs one task per node (srun --ntasks-per-node 1), but this node runs {} tasks",
                 env.local_world_size
             );
         }
-        let nproc = flags.nproc_per_node.context("checked by the caller")? as usize;
         if let Some(n) = flags.rdzv.nnodes.filter(|&n| n as usize != env.world_size) {
-            bail!(
+            refuse!(
+                Flags,
                 "--nnodes {n} disagrees with the {} srun tasks (one per node)",
                 env.world_size
             );
@@ -162,7 +172,8 @@ impl NodePlan {
             },
         };
         if let Some(n) = world_size.filter(|&n| n as usize != plan.world_size()) {
-            bail!(
+            refuse!(
+                Flags,
                 "--world-size {n} disagrees with {} nodes x --nproc-per-node {nproc}",
                 plan.nnodes
             );
@@ -173,23 +184,28 @@ impl NodePlan {
 
 /// The rendezvous the flags name: `--rdzv-endpoint`, else `--master-addr`
 /// and `--master-port`; `None` when they name none.
-fn master(flags: &RdzvFlags) -> anyhow::Result<Option<(String, u16)>> {
+fn master(flags: &RdzvFlags) -> Result<Option<(String, u16)>, LaunchError> {
     if let Some(endpoint) = &flags.rdzv_endpoint {
         let port = |port: &str| {
             port.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| {
-                anyhow!("--rdzv-endpoint {endpoint:?}: {port:?} is not a port number")
+                LaunchError::Flags(format!(
+                    "--rdzv-endpoint {endpoint:?}: {port:?} is not a port number"
+                ))
             })
         };
         // HOST[:PORT], [IPV6][:PORT], or a bare IPv6 address (colons, no
         // brackets: no port).
         let (host, port) = if let Some(bracketed) = endpoint.strip_prefix('[') {
-            let (host, rest) = bracketed
-                .split_once(']')
-                .ok_or_else(|| anyhow!("--rdzv-endpoint {endpoint:?}: no closing `]`"))?;
+            let (host, rest) = bracketed.split_once(']').ok_or_else(|| {
+                LaunchError::Flags(format!("--rdzv-endpoint {endpoint:?}: no closing `]`"))
+            })?;
             match rest.strip_prefix(':') {
                 Some(p) => (host, port(p)?),
                 None if rest.is_empty() => (host, DEFAULT_RDZV_PORT),
-                None => bail!("--rdzv-endpoint {endpoint:?}: {rest:?} after the address"),
+                None => refuse!(
+                    Flags,
+                    "--rdzv-endpoint {endpoint:?}: {rest:?} after the address"
+                ),
             }
         } else {
             match endpoint.rsplit_once(':') {
@@ -201,7 +217,7 @@ fn master(flags: &RdzvFlags) -> anyhow::Result<Option<(String, u16)>> {
             }
         };
         if host.is_empty() {
-            bail!("--rdzv-endpoint {endpoint:?} names no host");
+            refuse!(Flags, "--rdzv-endpoint {endpoint:?} names no host");
         }
         return Ok(Some((host.to_string(), port)));
     }
@@ -228,14 +244,15 @@ mod tests {
     }
 
     impl Cli {
-        fn resolve(&self, env: Option<&LaunchEnv>) -> anyhow::Result<Option<NodePlan>> {
+        fn resolve(&self, env: Option<&LaunchEnv>) -> Result<Option<NodePlan>, LaunchError> {
             NodePlan::resolve(&self.launch, self.world_size, env)
         }
     }
 
-    fn plan(args: &[&str]) -> anyhow::Result<Option<NodePlan>> {
-        let cli = Cli::try_parse_from(std::iter::once("trainer").chain(args.iter().copied()))?;
-        cli.resolve(None)
+    /// The plan of these arguments (which must parse).
+    fn plan(args: &[&str]) -> Result<Option<NodePlan>, LaunchError> {
+        let args = std::iter::once("trainer").chain(args.iter().copied());
+        Cli::try_parse_from(args).unwrap().resolve(None)
     }
 
     #[test]

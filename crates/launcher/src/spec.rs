@@ -5,9 +5,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
-
 use crate::args;
+use crate::error::{Doing, LaunchError};
 use crate::flags::LaunchFlags;
 
 /// What a launcher runs on its machine and how it treats the workers
@@ -42,9 +41,10 @@ impl WorkerSpec {
         flags: &LaunchFlags,
         timeout: Duration,
         auth_token_file: Option<PathBuf>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, LaunchError> {
         Ok(Self {
-            exe: std::env::current_exe().context("finding this executable to start workers")?,
+            exe: std::env::current_exe()
+                .doing(|| "finding this executable to start workers".into())?,
             args: args::worker_args(std::env::args_os().skip(1)),
             failure_grace: timeout,
             signal_grace: Duration::from_secs_f64(flags.grace),

@@ -86,5 +86,5 @@ fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     if spec.max_restarts > 0 {
         restarts.preflight()?;
     }
-    launcher::launch(&spec, plan, &restarts)
+    Ok(launcher::launch(&spec, plan, &restarts)?)
 }

@@ -51,5 +51,5 @@ fn main() -> ExitCode {
 fn failed(e: &anyhow::Error) -> ExitCode {
     // Not eprintln!, which panics when stderr is gone.
     let _ = writeln!(std::io::stderr(), "error: {e:#}");
-    ExitCode::from(u8::try_from(launcher::contract::failure_exit_code(e)).unwrap_or(1))
+    ExitCode::from(u8::try_from(launcher::contract::failure_exit_code(e.as_ref())).unwrap_or(1))
 }

@@ -11,11 +11,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
 use std::net::{TcpListener, ToSocketAddrs};
 
 use comm::{AuthToken, CommConfig, CommError, Store, StoreServer};
 
+use crate::error::{Doing, LaunchError};
 use crate::heartbeat::{self, Beater, Pulse, SharedStore};
 
 mod rendezvous;
@@ -69,7 +69,7 @@ impl NodeGroup {
         rdzv_id: &str,
         (timeout, heartbeat): (Duration, Duration),
         auth: Option<AuthToken>,
-    ) -> anyhow::Result<NodeGroup> {
+    ) -> Result<NodeGroup, LaunchError> {
         let (addr, port) = master;
         let hosting = node_rank.map_or_else(|| is_this_host(addr), |k| k == 0);
         let bind = || StoreServer::bind_with_auth(addr, *port, nnodes, timeout, auth.clone());
@@ -78,9 +78,8 @@ impl NodeGroup {
             // Another launcher of this host came first.
             Some(Err(CommError::PortInUse { .. })) if node_rank.is_none() => None,
             Some(Err(e)) => {
-                return Err(e).with_context(|| {
-                    format!("node 0 hosting the launchers' store on port {port}")
-                });
+                return Err(e)
+                    .doing(|| format!("node 0 hosting the launchers' store on port {port}"));
             }
             None => None,
         };
@@ -95,11 +94,13 @@ impl NodeGroup {
         let who = node_rank.map_or("a launcher".to_string(), |k| format!("node {k}"));
         let (mut store, node_rank) = match joined {
             Err(CommError::Rejected(r)) => {
-                bail!("{who}: {}", misfit(&r, &format!("{addr}:{port}")))
+                refuse!(
+                    Rendezvous,
+                    "{who}: {}",
+                    misfit(&r, &format!("{addr}:{port}"))
+                )
             }
-            joined => {
-                joined.with_context(|| format!("{who} joining the launchers at {addr}:{port}"))?
-            }
+            joined => joined.doing(|| format!("{who} joining the launchers at {addr}:{port}"))?,
         };
         if server.is_none() {
             // Node 0 stopped or cut off keeps the connection open, silent.
@@ -150,7 +151,7 @@ impl NodeGroup {
 
     /// Where the workers of `attempt` meet: node 0 finds a free port on its
     /// host, the others wait for it.
-    pub fn worker_master(&mut self, attempt: u32) -> anyhow::Result<(String, u16)> {
+    pub fn worker_master(&mut self, attempt: u32) -> Result<(String, u16), LaunchError> {
         let key = format!("attempt/{attempt}/port");
         let port = if self.server.is_some() {
             let port = crate::attempt::free_port()?;
@@ -166,17 +167,23 @@ impl NodeGroup {
                 match self.store.look(&key) {
                     Ok(Some(bytes)) => break bytes,
                     Ok(None) if Instant::now() < until => std::thread::sleep(POLL),
-                    Ok(None) => bail!(
+                    Ok(None) => refuse!(
+                        Rendezvous,
                         "node {node}: node 0 did not start attempt {attempt} within {patience:?}"
                     ),
-                    Err(e) => bail!("{} (before attempt {attempt})", self.master_lost(&e)),
+                    Err(e) => refuse!(
+                        Rendezvous,
+                        "{} (before attempt {attempt})",
+                        self.master_lost(&e)
+                    ),
                 }
             };
-            u16::from_be_bytes(
-                bytes
-                    .try_into()
-                    .map_err(|_| anyhow::anyhow!("a malformed port"))?,
-            )
+            u16::from_be_bytes(bytes.try_into().map_err(|_| {
+                LaunchError::Rendezvous(format!(
+                    "node {}: node 0 gave attempt {attempt} a malformed port",
+                    self.node_rank
+                ))
+            })?)
         };
         Ok((self.master.addr.clone(), port))
     }

@@ -5,23 +5,24 @@
 
 use std::time::Instant;
 
-use anyhow::bail;
 use comm::{CommError, Rejection};
 
 use super::{NodeGroup, POLL};
+use crate::error::LaunchError;
 
 impl NodeGroup {
     /// A node other than 0 says where it runs and checks that it belongs
     /// to node 0's job; a launcher of another job leaves word for node 0,
     /// which ends the job with it (it took a node's seat).
-    pub(super) fn show_up(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
+    pub(super) fn show_up(&mut self, rdzv_id: &str, port: u16) -> Result<(), LaunchError> {
         let k = self.node_rank;
         let host = crate::contract::hostname();
         self.store.set(&format!("host/{k}"), host.as_bytes())?;
         let theirs = self.store.get("rdzv_id")?;
         if theirs != rdzv_id.as_bytes() {
             let _ = self.store.set(&format!("refused/{k}"), rdzv_id.as_bytes());
-            bail!(
+            refuse!(
+                Rendezvous,
                 "node {k}: --rdzv-id {rdzv_id:?} is not node 0's {:?}: another job holds {}:{port}, or this launcher's --rdzv-id is mistyped",
                 String::from_utf8_lossy(&theirs),
                 self.master.addr
@@ -37,14 +38,15 @@ impl NodeGroup {
     /// Node 0 waits up to the timeout for every other node to join, so that
     /// no worker waits in vain for ranks whose launcher never came (or came
     /// with another job's `--rdzv-id`), and says which.
-    pub(super) fn wait_for_nodes(&mut self, rdzv_id: &str, port: u16) -> anyhow::Result<()> {
+    pub(super) fn wait_for_nodes(&mut self, rdzv_id: &str, port: u16) -> Result<(), LaunchError> {
         let deadline = Instant::now() + self.timeout;
         let mut missing: Vec<usize> = (1..self.nnodes).collect();
         loop {
             self.note_away();
             for &k in &missing {
                 if let Some(theirs) = self.store.look(&format!("refused/{k}"))? {
-                    bail!(
+                    refuse!(
+                        Rendezvous,
                         "node 0: the launcher that joined as node {k} ({}) came with --rdzv-id {:?}, not this job's {rdzv_id:?}; every launcher of a job needs the same --rdzv-id, and another job a rendezvous port of its own",
                         self.host(k),
                         String::from_utf8_lossy(&theirs)
@@ -69,7 +71,8 @@ impl NodeGroup {
                         away.as_secs_f64()
                     )
                 });
-                bail!(
+                refuse!(
+                    Rendezvous,
                     "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (--timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint){away}",
                     self.nnodes,
                     self.master.addr,
@@ -83,13 +86,16 @@ impl NodeGroup {
 
     /// `e`, or, when the store refused a misfit launcher (and so every
     /// launcher: the rendezvous was under way), the misfit named.
-    pub(super) fn explain(&self, e: anyhow::Error) -> anyhow::Error {
-        match e.downcast_ref::<CommError>() {
-            Some(CommError::Rejected(r)) => {
+    pub(super) fn explain(&self, e: LaunchError) -> LaunchError {
+        match e {
+            LaunchError::Store {
+                cause: CommError::Rejected(r),
+                ..
+            } => {
                 let at = format!("{}:{}", self.master.addr, self.master.port);
-                anyhow::anyhow!("node {}: {}", self.node_rank, misfit(r, &at))
+                LaunchError::Rendezvous(format!("node {}: {}", self.node_rank, misfit(&r, &at)))
             }
-            _ => e,
+            e => e,
         }
     }
 }
