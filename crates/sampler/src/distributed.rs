@@ -13,11 +13,19 @@ use crate::permutation::epoch_permutation;
 ///    collective operations never wait on a rank that has run out); with
 ///    `drop_last`, truncate to `floor(len / R) * R`;
 /// 3. rank `r` takes positions `r, r + R, r + 2R, ...` of the result.
+///
+/// An epoch can also continue after its first `visited` positions of the
+/// (shuffled) order were taken by a world of any size
+/// ([`Self::set_visited`]): the rest is padded and shared out the same
+/// way, from position `visited` on. Where `visited` is a multiple of `R`
+/// the rank gets exactly the tail of the shard it would have had, so a
+/// resumed epoch on the same world reads what an unbroken one reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DistributedSampler {
     len: usize,
     config: SamplerConfig,
     epoch: u64,
+    visited: usize,
 }
 
 impl DistributedSampler {
@@ -36,6 +44,7 @@ impl DistributedSampler {
             len,
             config,
             epoch: 0,
+            visited: 0,
         })
     }
 
@@ -43,6 +52,14 @@ impl DistributedSampler {
     /// PyTorch, forgetting to call this makes every epoch use the same order.
     pub fn set_epoch(&mut self, epoch: u64) {
         self.epoch = epoch;
+    }
+
+    /// Continues the current epoch after the first `visited` positions of
+    /// its order, which ranks of this or another world size have taken:
+    /// the epoch's samples from there on (none when `visited` reaches the
+    /// data set's length), padded as at the start.
+    pub fn set_visited(&mut self, visited: usize) {
+        self.visited = visited;
     }
 
     /// The epoch last passed to [`Self::set_epoch`] (0 initially).
@@ -61,17 +78,20 @@ impl DistributedSampler {
     }
 
     /// Number of indices this rank visits per epoch: `ceil(len / R)`, or
-    /// `floor(len / R)` with `drop_last`. Identical on every rank.
+    /// `floor(len / R)` with `drop_last` (of the positions not yet visited,
+    /// after [`Self::set_visited`]). Identical on every rank.
     pub fn num_samples(&self) -> usize {
         let replicas = self.config.num_replicas;
+        let left = self.len.saturating_sub(self.visited);
         if self.config.drop_last {
-            self.len / replicas
+            left / replicas
         } else {
-            self.len.div_ceil(replicas)
+            left.div_ceil(replicas)
         }
     }
 
-    /// Number of indices visited by all ranks together per epoch.
+    /// Number of indices visited by all ranks together per epoch (after
+    /// the visited ones).
     pub fn total_size(&self) -> usize {
         self.num_samples() * self.config.num_replicas
     }
@@ -86,7 +106,8 @@ impl DistributedSampler {
         // Position `p` of the padded (or truncated) list is `order[p % len]`:
         // the cyclic repetition PyTorch uses when padding exceeds `len`.
         // `total_size() > 0` implies `len > 0`, so the modulo is defined.
-        (self.config.rank..self.total_size())
+        let first = self.visited + self.config.rank;
+        (first..self.visited + self.total_size())
             .step_by(self.config.num_replicas)
             .map(|position| order[position % self.len])
             .collect()

@@ -81,3 +81,60 @@ proptest! {
         );
     }
 }
+
+/// Every rank's shard of `epoch` from `visited` positions on.
+fn shards_after(len: usize, replicas: usize, seed: u64, visited: usize) -> Vec<Vec<usize>> {
+    (0..replicas)
+        .map(|rank| {
+            let config = SamplerConfig {
+                num_replicas: replicas,
+                rank,
+                shuffle: true,
+                seed,
+                drop_last: false,
+            };
+            let mut sampler = DistributedSampler::new(len, config).expect("rank < num_replicas");
+            sampler.set_epoch(3);
+            sampler.set_visited(visited);
+            sampler.indices()
+        })
+        .collect()
+}
+
+proptest! {
+    /// A resumed epoch on the same world reads the rest of each shard.
+    #[test]
+    fn continuing_on_the_same_world_reads_the_rest_of_each_shard(
+        len in 1usize..400, replicas in 1usize..6, batch in 1usize..9, seed: u64, steps in 0usize..40,
+    ) {
+        let steps = steps.min(len / (batch * replicas));
+        let whole = shards_after(len, replicas, seed, 0);
+        let rest = shards_after(len, replicas, seed, steps * batch * replicas);
+        for (whole, rest) in whole.iter().zip(&rest) {
+            prop_assert_eq!(&whole[steps * batch..], &rest[..]);
+        }
+    }
+
+    /// Across a change of world size (an elastic restart), the samples
+    /// the old world took before the change and the new world takes after
+    /// it are the epoch's samples, each once, plus the new world's padding
+    /// (fewer than its size, repeats from the head of the epoch's order).
+    #[test]
+    fn a_world_change_loses_no_sample_and_repeats_only_the_padding(
+        len in 1usize..400, before in 1usize..6, after in 1usize..6, batch in 1usize..9,
+        seed: u64, steps in 0usize..40,
+    ) {
+        let steps = steps.min(len / (batch * before));
+        let visited = steps * batch * before;
+        let mut seen: Vec<usize> = shards_after(len, before, seed, 0)
+            .iter()
+            .flat_map(|shard| shard[..steps * batch].to_vec())
+            .collect();
+        seen.extend(shards_after(len, after, seed, visited).concat());
+        let padding = seen.len() - len;
+        prop_assert!(padding < after, "{padding} repeats");
+        let distinct: HashSet<usize> = seen.iter().copied().collect();
+        prop_assert_eq!(distinct.len(), len);
+        prop_assert!(distinct.iter().all(|&i| i < len));
+    }
+}

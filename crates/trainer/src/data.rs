@@ -44,14 +44,29 @@ pub trait Batches<B: Ops, Buf> {
 #[derive(Clone, Copy, Debug)]
 pub enum Order {
     /// Training: `DistributedSampler`'s shuffled shard, reshuffled every
-    /// epoch from `seed`.
+    /// epoch from `seed`; in a resumed epoch, the rest of it.
     Shuffled {
         rank: usize,
         world_size: usize,
         seed: u64,
+        resumed: Option<Resumed>,
     },
     /// Evaluation: every `world_size`-th sample from `rank`, in order.
     Strided { rank: usize, world_size: usize },
+}
+
+/// Where a resumed epoch goes on: after its first `steps` steps, which
+/// took the first `visited` samples of the epoch's shuffled order on
+/// `replicas` replicas (the checkpoint's layout, which may not be this
+/// run's). On another number of replicas this run shares out the rest of
+/// the order over its own, so across the change no sample of the epoch is
+/// lost or read twice but for the padding that evens the shards out (see
+/// `sampler::DistributedSampler::set_visited`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resumed {
+    pub steps: usize,
+    pub visited: usize,
+    pub replicas: usize,
 }
 
 /// An epoch's sample indices and the positions of each batch in them.
@@ -76,6 +91,7 @@ impl Order {
                 rank,
                 world_size,
                 seed,
+                resumed,
             } => {
                 let config = SamplerConfig {
                     num_replicas: world_size,
@@ -86,9 +102,18 @@ impl Order {
                 };
                 let mut sampler = DistributedSampler::new(len, config)?;
                 sampler.set_epoch(epoch - 1);
+                // On as many replicas the plan is the unbroken epoch's (the
+                // trainer skips the steps done). On another number the rest
+                // of the order is shared out anew, and the steps done stay
+                // in the plan, empty: batch `s` is still the epoch's step
+                // `s + 1`.
+                let reshared = resumed.filter(|r| r.replicas != world_size);
+                let done = reshared.map_or(0, |r| r.steps);
+                sampler.set_visited(reshared.map_or(0, |r| r.visited));
+                let batches = std::iter::repeat_n(0..0, done);
                 Ok(EpochPlan {
                     indices: sampler.indices(),
-                    batches: sampler.batch_positions(batch)?.collect(),
+                    batches: batches.chain(sampler.batch_positions(batch)?).collect(),
                 })
             }
             Order::Strided { rank, world_size } => {

@@ -51,6 +51,7 @@ fn state(position: Position) -> TrainingState {
         epoch_loss_sum: vec![17.25, 18.5],
         epoch_correct: vec![20.0, 23.0],
         epoch_train_seconds: 12.5,
+        epoch_visited: None,
         settings: settings(),
     }
 }
@@ -319,7 +320,7 @@ fn the_newest_valid_checkpoint_wins_and_only_the_last_k_are_kept() {
 }
 
 #[test]
-fn settings_that_would_change_the_run_are_refused_with_the_rule() {
+fn settings_that_would_change_the_run_are_refused_with_the_rule_and_a_new_layout_noted() {
     let saved = settings();
     let mid = Position { epoch: 2, step: 5 };
     let boundary = Position { epoch: 3, step: 0 };
@@ -348,30 +349,27 @@ fn settings_that_would_change_the_run_are_refused_with_the_rule() {
         )
         .contains("--seed 4, this run has --seed 5")
     );
-    let err = refused(
-        Settings {
-            world_size: 4,
-            ..settings()
-        },
-        mid,
-    );
+    // Mid-epoch a new layout shares out the rest of the epoch, with a note.
+    let noted = |now: Settings| compatibility(&saved, &now, mid, Path::new(CKPT)).unwrap();
+    let notes = noted(Settings {
+        world_size: 4,
+        ..settings()
+    });
     assert!(
-        err.contains("mid-epoch")
-            && err.contains("world size 2, this run has world size 4")
-            && err.contains("epoch-boundary"),
-        "{err}"
+        notes.len() == 1
+            && notes[0].contains("from world size 2 to world size 4 mid-epoch")
+            && notes[0].contains("shared out over 4 replicas"),
+        "{notes:?}"
     );
-    // The same world size in pipelines: other shards, other metric counts.
-    let err = refused(
-        Settings {
-            pipeline_stages: 2,
-            ..settings()
-        },
-        mid,
-    );
+    // The same world size in pipelines: one replica, one shard.
+    let notes = noted(Settings {
+        pipeline_stages: 2,
+        ..settings()
+    });
     assert!(
-        err.contains("world size 2, this run has world size 2 (1 pipeline(s) of 2 stages)"),
-        "{err}"
+        notes[0].contains("to world size 2 (1 pipeline(s) of 2 stages) mid-epoch")
+            && notes[0].contains("over 1 replicas"),
+        "{notes:?}"
     );
     // At an epoch boundary the world size may change, and lr too, with notes.
     let notes = compatibility(

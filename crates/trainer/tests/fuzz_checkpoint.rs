@@ -47,6 +47,7 @@ fn seed() -> &'static (Vec<u8>, Vec<u8>) {
             epoch_loss_sum: vec![17.25, 18.5],
             epoch_correct: vec![20.0, 23.0],
             epoch_train_seconds: 12.5,
+            epoch_visited: None,
             settings: Settings {
                 seed: 4,
                 world_size: 2,

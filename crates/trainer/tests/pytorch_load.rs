@@ -82,6 +82,7 @@ fn pytorch_loads_our_checkpoint_and_we_load_pytorchs_weights_with_the_same_logit
         epoch_loss_sum: vec![0.0],
         epoch_correct: vec![0.0],
         epoch_train_seconds: 0.0,
+        epoch_visited: None,
         settings: Settings {
             seed: 11,
             ..Settings::default()

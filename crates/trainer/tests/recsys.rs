@@ -87,6 +87,27 @@ fn a_mid_epoch_checkpoint_resumes_exactly() {
         assert_eq!(want.len(), 2, "{}", stdout(&straight));
         assert_eq!(column(&resumed, key), want, "{key}: {}", stderr(&resumed));
     }
+    // The stream's chunks are shuffled per rank: another world cannot go
+    // on with the epoch, and says so (exit 78: no restart would help).
+    let third = dir.path().join("c");
+    let args = [
+        "--epochs",
+        "2",
+        "--checkpoint-dir",
+        third.to_str().unwrap(),
+        "--resume",
+        mid.to_str().unwrap(),
+    ];
+    let out = run(trainer()
+        .args(["--model", "recsys", "--device", "cpu", "--ratings"])
+        .arg(&path)
+        .args(args));
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("an epoch begun on 2 replicas cannot go on with 1"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

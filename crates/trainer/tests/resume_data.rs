@@ -162,6 +162,7 @@ fn a_checkpoint_without_a_fingerprint_resumes_with_a_note() {
         epoch_loss_sum: vec![1.0],
         epoch_correct: vec![1.0],
         epoch_train_seconds: 1.0,
+        epoch_visited: None,
         settings: Settings::default(),
     };
     let old = CheckpointDir::new(tmp.path(), 3)

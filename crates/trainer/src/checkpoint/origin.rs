@@ -30,6 +30,9 @@ pub struct Start {
     pub epoch_correct: f32,
     /// Rank 0's training time so far in the epoch.
     pub epoch_train_seconds: f64,
+    /// Samples of the epoch's order visited so far, and by how many
+    /// replicas (the checkpoint's layout; see [`crate::data::Resumed`]).
+    pub epoch_visited: (u64, u64),
 }
 
 /// Turns rank 0's `origin` into every rank's [`Start`]: directly for a lone
@@ -66,6 +69,8 @@ pub fn agree(
 struct Shared {
     position: Position,
     optimizer_step: u64,
+    /// Samples of the epoch's order visited, and by how many replicas.
+    visited: (u64, u64),
     params: Vec<f32>,
     exp_avg: Vec<f32>,
     exp_avg_sq: Vec<f32>,
@@ -83,6 +88,7 @@ impl Shared {
         let fresh = |params: Vec<f32>| Self {
             position: Position::START,
             optimizer_step: 0,
+            visited: (0, 1),
             exp_avg: vec![0.0; params.len()],
             exp_avg_sq: vec![0.0; params.len()],
             params,
@@ -93,27 +99,15 @@ impl Shared {
             Origin::Fresh => fresh(init()),
             Origin::Weights(params) => fresh(params),
             Origin::Resume(state) => {
-                // At an epoch boundary the metrics are zero whatever the
-                // world size was; mid-epoch it must not have changed.
-                let epoch_metrics = if state.position.step == 0 {
-                    vec![0.0; 2 * world_size]
-                } else if state.epoch_loss_sum.len() == world_size
-                    && state.epoch_correct.len() == world_size
-                {
-                    [state.epoch_loss_sum, state.epoch_correct].concat()
-                } else {
-                    bail!(
-                        "the checkpoint holds epoch metrics for {} ranks, not {world_size}",
-                        state.epoch_loss_sum.len()
-                    );
-                };
+                let visited = (state.visited(), state.settings.replicas() as u64);
                 Self {
+                    epoch_metrics: epoch_metrics(&state, world_size)?,
+                    visited,
                     position: state.position,
                     optimizer_step: state.optimizer_step,
                     params: state.params,
                     exp_avg: state.exp_avg,
                     exp_avg_sq: state.exp_avg_sq,
-                    epoch_metrics,
                     epoch_train_seconds: state.epoch_train_seconds,
                 }
             }
@@ -122,11 +116,19 @@ impl Shared {
 
     /// Overwrites this rank's copy with rank 0's.
     fn broadcast(&mut self, comm: &mut CommThread) -> anyhow::Result<()> {
-        let mut header = encode(&[self.position.epoch, self.position.step, self.optimizer_step]);
+        let (position, (visited, by)) = (self.position, self.visited);
+        let mut header = encode(&[
+            position.epoch,
+            position.step,
+            self.optimizer_step,
+            visited,
+            by,
+        ]);
         comm.broadcast(&mut header, 0)
             .context("receiving rank 0's starting point")?;
-        let [epoch, step, optimizer_step] = decode(&header)?;
+        let [epoch, step, optimizer_step, visited, by] = decode(&header)?;
         (self.position, self.optimizer_step) = (Position { epoch, step }, optimizer_step);
+        self.visited = (visited, by);
         for (buf, what) in [
             (&mut self.params, "parameters"),
             (&mut self.exp_avg, "Adam moments"),
@@ -150,8 +152,35 @@ impl Shared {
             optimizer_step: self.optimizer_step,
             position: self.position,
             epoch_train_seconds: self.epoch_train_seconds,
+            epoch_visited: self.visited,
         }
     }
+}
+
+/// Every rank's running loss sums, then correct counts, for a job of
+/// `world_size` ranks resuming `state`: zero at an epoch boundary; the
+/// checkpoint's own on as many ranks; on another number (an epoch begun in
+/// another layout) their totals on rank 0 and zero elsewhere, as the
+/// epoch's numbers add up every rank's.
+fn epoch_metrics(state: &TrainingState, world_size: usize) -> anyhow::Result<Vec<f32>> {
+    let (loss, correct) = (&state.epoch_loss_sum, &state.epoch_correct);
+    if loss.len() != correct.len() {
+        bail!(
+            "the checkpoint holds loss sums of {} ranks but correct counts of {}",
+            loss.len(),
+            correct.len()
+        );
+    }
+    let mut metrics = vec![0.0; 2 * world_size];
+    if state.position.step == 0 {
+        return Ok(metrics);
+    }
+    if loss.len() == world_size {
+        return Ok([loss.as_slice(), correct].concat());
+    }
+    metrics[0] = loss.iter().sum();
+    metrics[world_size] = correct.iter().sum();
+    Ok(metrics)
 }
 
 /// Each integer as four 16-bit pieces, which f32 holds exactly, so that the

@@ -170,11 +170,12 @@ fn resume(path: &Path, state: TrainingState, settings: &Settings) -> anyhow::Res
 /// Why this run cannot continue from the checkpoint `checkpoint`, written
 /// with `saved` at `at`, or notes on the differences it may continue with.
 ///
-/// Mid-epoch, the world size must match: it splits the epoch's samples into
-/// the ranks' shards, and the position counts steps of those. At an epoch
-/// boundary nothing depends on it, so it may change there (the global batch
-/// changes with it, as under an elastic launcher). The training data
-/// likewise ([`data_rule`]).
+/// The layout (world size, pipeline stages) may change anywhere: at an
+/// epoch boundary nothing depends on it, and mid-epoch the rest of the
+/// epoch's order is shared out over the new replicas (`crate::data::Resumed`;
+/// the streamed ratings refuse that); the global batch changes with it, as
+/// under an elastic launcher. The training data has its own rule
+/// ([`data_rule`]).
 pub fn compatibility(
     saved: &Settings,
     now: &Settings,
@@ -204,19 +205,20 @@ pub fn compatibility(
     }
     let mut notes: Vec<String> = data_rule(saved, now, at, checkpoint)?.into_iter().collect();
     if (saved.world_size, saved.pipeline_stages) != (now.world_size, now.pipeline_stages) {
-        if at.step > 0 {
-            bail!(
-                "the checkpoint was written mid-epoch ({at}) with {}, this run has {}: mid-epoch only the same layout can continue (the replicas' shards of the epoch, and which ranks count its metrics, depend on it); resume from an epoch-boundary checkpoint (ckpt-eNNNN-s000000) to change it",
+        let global_batch = now.replicas() * now.batch_size;
+        notes.push(match at.step {
+            0 => format!(
+                "the layout changes from {} to {} at this epoch boundary; the global batch becomes {global_batch}",
                 layout(saved),
                 layout(now)
-            );
-        }
-        notes.push(format!(
-            "the layout changes from {} to {} at this epoch boundary; the global batch becomes {}",
-            layout(saved),
-            layout(now),
-            now.world_size / now.pipeline_stages * now.batch_size
-        ));
+            ),
+            _ => format!(
+                "the layout changes from {} to {} mid-epoch ({at}): the rest of the epoch's samples are shared out over {} replicas (none lost, none read twice but the padding), in global batches of {global_batch}",
+                layout(saved),
+                layout(now),
+                now.replicas()
+            ),
+        });
     }
     if saved.lr != now.lr {
         notes.push(format!(

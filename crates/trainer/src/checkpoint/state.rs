@@ -48,6 +48,14 @@ pub struct Settings {
     pub data: Option<DataFingerprint>,
 }
 
+impl Settings {
+    /// Data-parallel replicas: the ranks an epoch's samples are shared out
+    /// over.
+    pub fn replicas(&self) -> usize {
+        self.world_size / self.pipeline_stages
+    }
+}
+
 /// The trainer's flag defaults on one rank (`--model cnn`, seed 0, batch
 /// 64, lr 1e-3, the reference dropout) and unknown data, as a checkpoint
 /// from before data fingerprints records them: a base to vary.
@@ -82,10 +90,26 @@ pub struct TrainingState {
     pub epoch_correct: Vec<f32>,
     /// Rank 0's training time so far in the current epoch.
     pub epoch_train_seconds: f64,
+    /// Samples of the epoch's shuffled order visited so far, where an
+    /// earlier layout began the epoch; `None`: `step x batch x replicas`,
+    /// the epoch having run in this layout throughout (not recorded then).
+    pub epoch_visited: Option<u64>,
     pub settings: Settings,
 }
 
+/// The metadata key of [`TrainingState::epoch_visited`].
+const VISITED: &str = "epoch_visited";
+
 impl TrainingState {
+    /// Samples of the epoch's shuffled order visited (see
+    /// [`Self::epoch_visited`]).
+    pub fn visited(&self) -> u64 {
+        self.epoch_visited.unwrap_or_else(|| {
+            let s = &self.settings;
+            self.position.step * (s.batch_size * s.replicas()) as u64
+        })
+    }
+
     /// The name and contents of each file, model first.
     pub(super) fn encode(
         &self,
@@ -121,6 +145,9 @@ impl TrainingState {
         .collect();
         if let Some(data) = s.data {
             meta.insert(DATA.to_string(), data.to_metadata());
+        }
+        if let Some(visited) = self.epoch_visited {
+            meta.insert(VISITED.to_string(), visited.to_string());
         }
         let mut tensors = files::unflatten(layout, EXP_AVG, &self.exp_avg);
         tensors.extend(files::unflatten(layout, EXP_AVG_SQ, &self.exp_avg_sq));
@@ -231,6 +258,10 @@ pub fn load(dir: &Path, layout: &FlatLayout) -> anyhow::Result<TrainingState> {
         epoch_loss_sum,
         epoch_correct,
         epoch_train_seconds: meta.get("epoch_train_seconds")?,
+        epoch_visited: match state.metadata.get(VISITED) {
+            Some(_) => Some(meta.get(VISITED)?),
+            None => None,
+        },
         settings,
     };
     state.check_values(layout)?;
@@ -351,6 +382,7 @@ mod tests {
             epoch_loss_sum: vec![1.0],
             epoch_correct: vec![2.0],
             epoch_train_seconds: 1.5,
+            epoch_visited: None,
             settings: Settings::default(),
         };
         state.check_values(cnn_layout()).unwrap();

@@ -45,6 +45,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let whole = self
             .whole_state()
             .with_context(|| format!("rank {rank}: checkpointing at {position}"))?;
+        // Recorded only where it does not follow from the position (see
+        // `TrainingState::epoch_visited`).
+        let visited = self.state.meter.visited;
+        let in_this_layout =
+            position.step * (self.cfg.batch_size * self.topology.replicas()) as u64;
+        let epoch_visited = (position.step > 0 && visited != in_this_layout).then_some(visited);
         let state = whole.map(|[params, exp_avg, exp_avg_sq]| TrainingState {
             position,
             optimizer_step: self.replica.step,
@@ -54,6 +60,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch_loss_sum,
             epoch_correct,
             epoch_train_seconds: train_seconds,
+            epoch_visited,
             settings: self.cfg.settings(
                 (world, self.topology.stages),
                 self.model.kind(),

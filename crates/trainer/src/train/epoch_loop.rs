@@ -9,6 +9,7 @@ use core_tensor::{Ops, rng};
 
 use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
+use crate::data::Resumed;
 use crate::model::Model;
 use crate::monitor::{RankStats, Straggler};
 use crate::stop::StopKind;
@@ -35,7 +36,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             ),
             None => None,
         };
-        let order = self.order();
+        let first = resumed.as_ref().map_or(0, |p| p.step);
+        let replicas = self.topology.replicas();
+        let order = self.order(resumed.as_ref().map(|p| Resumed {
+            steps: first,
+            visited: p.visited.0 as usize,
+            replicas: p.visited.1 as usize,
+        }));
         let mut batches = (self.schedule).start_epoch(
             &self.backend,
             &order,
@@ -44,16 +51,21 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         )?;
         batches.truncate(self.cfg.max_steps.unwrap_or(usize::MAX));
         let steps = batches.len();
-        let first = resumed.as_ref().map_or(0, |p| p.step);
         if first > steps {
             bail!(
                 "rank {rank}: the checkpoint is at step {first} of epoch {epoch}, but this run's epochs have {steps} steps (another --max-steps?)"
             );
         }
         let counts = self.topology.counts_samples();
-        let images_before = match counts {
-            true => batches[..first].iter().map(|&n| n as u64).sum(),
-            false => 0,
+        let images_before = match resumed.as_ref().map(|p| p.visited) {
+            // Begun on another number of replicas: all its images on rank
+            // 0, as the epoch's numbers add up every rank's.
+            Some((visited, by)) if by != replicas as u64 => match rank {
+                0 => visited,
+                _ => 0,
+            },
+            _ if counts => batches[..first].iter().map(|&n| n as u64).sum(),
+            _ => 0,
         };
         (self.state.meter).start(&self.backend, resumed.as_ref(), images_before)?;
         // The epoch's monitoring leaves out setup and the last checkpoint.
@@ -73,6 +85,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             if counts {
                 self.state.meter.images += n as u64;
             }
+            self.state.meter.visited += (n * replicas) as u64;
             let seed = rng::derive_seed(self.cfg.seed, &[rank as u64, epoch as u64, s as u64]);
             let vote = request == Some(StopKind::Preempt);
             let in_step = || format!("rank {rank}: epoch {epoch}, step {}", s + 1);

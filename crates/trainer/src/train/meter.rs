@@ -15,6 +15,8 @@ pub(super) struct ResumePoint {
     pub loss_sum: f32,
     pub correct: f32,
     pub train_seconds: f64,
+    /// Samples of the epoch's order visited, and by how many replicas.
+    pub visited: (u64, u64),
 }
 
 impl ResumePoint {
@@ -24,6 +26,7 @@ impl ResumePoint {
             loss_sum: start.epoch_loss_sum,
             correct: start.epoch_correct,
             train_seconds: start.epoch_train_seconds,
+            visited: start.epoch_visited,
         }
     }
 }
@@ -36,6 +39,9 @@ pub(super) struct EpochMeter<B: Ops> {
     /// The test pass's metric, summed on the device.
     pub test_sum: B::Storage<f32>,
     pub images: u64,
+    /// Samples of the epoch's shuffled order visited so far, over all
+    /// replicas (and layouts, in a resumed epoch).
+    pub visited: u64,
     started: Instant,
     seconds_before: f64,
     paused: Duration,
@@ -48,6 +54,7 @@ impl<B: Ops> EpochMeter<B> {
             correct: backend.zeros(1)?,
             test_sum: backend.zeros(1)?,
             images: 0,
+            visited: 0,
             started: Instant::now(),
             seconds_before: 0.0,
             paused: Duration::ZERO,
@@ -67,6 +74,7 @@ impl<B: Ops> EpochMeter<B> {
         backend.fill(&mut self.loss_sum, loss_sum)?;
         backend.fill(&mut self.correct, correct)?;
         self.images = images;
+        self.visited = point.map_or(0, |p| p.visited.0);
         self.seconds_before = seconds;
         self.paused = Duration::ZERO;
         self.started = Instant::now();

@@ -46,7 +46,7 @@ pub use whole_model::WholeModel;
 
 use crate::checkpoint::{Checkpoints, Position};
 use crate::comm_thread::CommThread;
-use crate::data::{Batches, Order};
+use crate::data::{Batches, Order, Resumed};
 use crate::ddp::Averaging;
 use crate::model::{Metric, Model};
 use crate::monitor::Monitor;
@@ -152,12 +152,14 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         self.schedule.part()
     }
 
-    /// This rank's samples of the training split: its replica's.
-    pub fn order(&self) -> Order {
+    /// This rank's samples of the training split: its replica's (of the
+    /// rest of the epoch, when `resumed`).
+    pub fn order(&self, resumed: Option<Resumed>) -> Order {
         Order::Shuffled {
             rank: self.topology.replica(),
             world_size: self.topology.replicas(),
             seed: self.cfg.seed,
+            resumed,
         }
     }
 

@@ -334,6 +334,7 @@ mod tests {
             rank: 0,
             world_size: 1,
             seed: 5,
+            resumed: None,
         };
         Batches::<Cpu, _>::start_epoch(&mut shard, &b, &order, 0, 64).unwrap();
         let mut buf = Model::<Cpu>::buffers(&model, &b, 64, true).unwrap();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use core_tensor::{Ops, rng};
+use launcher::contract::Misconfigured;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -106,6 +107,14 @@ impl<B: Ops> Batches<B, RecsysBuffers<B>> for RatingsShard {
         batch: usize,
     ) -> anyhow::Result<Vec<usize>> {
         let (rank, world_size) = match *order {
+            Order::Shuffled {
+                resumed: Some(r),
+                world_size,
+                ..
+            } if r.replicas != world_size => bail!(Misconfigured(format!(
+                "the ratings stream in chunks shuffled per rank, so an epoch begun on {} replicas cannot go on with {world_size}: resume from an epoch-boundary checkpoint (ckpt-eNNNN-s000000), or with {0} replicas",
+                r.replicas
+            ))),
             Order::Shuffled {
                 rank, world_size, ..
             }
