@@ -22,6 +22,19 @@ pub enum SameHostTransport {
     Tcp,
 }
 
+/// Who hosts the job's rendezvous store at `MASTER_ADDR:MASTER_PORT`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StoreHost {
+    /// Rank 0 hosts this crate's store, which every connection proves the
+    /// job's token to (when the job has one).
+    #[default]
+    RankZero,
+    /// A launcher hosts a c10d TCPStore there (torchrun's agent, with
+    /// `TORCHELASTIC_USE_AGENT_STORE=True`): every rank is its client, keeps
+    /// its keys under `prefix`, and the store itself is unauthenticated.
+    Agent { prefix: String },
+}
+
 /// Identity of this rank and where the job's rendezvous store lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommConfig {
@@ -29,8 +42,10 @@ pub struct CommConfig {
     pub world_size: usize,
     /// Host name or address of rank 0, as every rank can resolve it.
     pub master_addr: String,
-    /// Port of the rendezvous store that rank 0 hosts.
+    /// Port of the rendezvous store.
     pub master_port: u16,
+    /// Who hosts that store: rank 0, or the launcher.
+    pub store: StoreHost,
     /// Upper bound for every blocking step: connecting, the whole
     /// rendezvous, and each read or write of a collective. A dead peer is
     /// usually reported much sooner, as soon as the OS sees the connection
@@ -55,20 +70,36 @@ impl CommConfig {
             world_size,
             master_addr: master_addr.into(),
             master_port,
+            store: StoreHost::RankZero,
             timeout: DEFAULT_TIMEOUT,
             same_host: SameHostTransport::default(),
             auth: None,
         }
     }
 
-    /// The configuration a launcher (torchrun or SLURM) described.
+    /// The configuration a launcher (torchrun or SLURM) described, at the
+    /// store of torchrun's agent where it hosts one.
     pub fn from_launch_env(env: &LaunchEnv) -> Self {
+        let store = match &env.agent {
+            Some(agent) if agent.hosts_store => StoreHost::Agent {
+                prefix: agent.key_prefix(),
+            },
+            _ => StoreHost::RankZero,
+        };
         CommConfig::new(
             env.rank,
             env.world_size,
             env.master_addr.clone(),
             env.master_port,
         )
+        .with_store(store)
+    }
+
+    /// Replaces who hosts the store.
+    #[must_use]
+    pub fn with_store(mut self, store: StoreHost) -> Self {
+        self.store = store;
+        self
     }
 
     /// Replaces the timeout.

@@ -37,10 +37,12 @@ mod tcp;
 
 pub use auth::{AUTH_TOKEN_VAR, AuthFailure, AuthToken, AuthTokenError, HANDSHAKE_TIMEOUT};
 pub use communicator::{Communicator, ReduceOp};
-pub use config::{CommConfig, DEFAULT_TIMEOUT, SameHostTransport};
+pub use config::{CommConfig, DEFAULT_TIMEOUT, SameHostTransport, StoreHost};
 pub use error::{CommError, Rejection};
 pub use hostlist::{HostlistError, expand_hostlist, first_host};
-pub use launch_env::{LaunchEnv, LaunchEnvError, LaunchSource, SLURM_PORT_BASE, launch_var};
+pub use launch_env::{
+    ElasticAgent, LaunchEnv, LaunchEnvError, LaunchSource, SLURM_PORT_BASE, launch_var,
+};
 pub use local::LocalCommunicator;
 pub use rendezvous::Rendezvous;
 pub use store::Store;

@@ -1,9 +1,10 @@
-//! Joining a job: rank 0 hosts the store, every rank (rank 0 included)
-//! registers with it as a client.
+//! Joining a job: rank 0 hosts the store (or a launcher does, see
+//! [`StoreHost`]), every rank (rank 0 included) registers with it as a
+//! client.
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use crate::config::CommConfig;
+use crate::config::{CommConfig, StoreHost};
 use crate::error::CommError;
 use crate::store::Store;
 use crate::store_server::StoreServer;
@@ -23,22 +24,22 @@ pub struct Rendezvous {
 }
 
 impl Rendezvous {
-    /// Validates `config`, starts the store on rank 0, and registers this
-    /// rank. Fails with [`CommError::PortInUse`] when rank 0 cannot bind
-    /// `MASTER_PORT`, and with a [`crate::Rejection`] when this rank's
-    /// `WORLD_SIZE` or rank conflicts with the job.
+    /// Validates `config`, starts the store on rank 0 (unless the launcher
+    /// hosts it), and registers this rank. Fails with
+    /// [`CommError::PortInUse`] when rank 0 cannot bind `MASTER_PORT`, and
+    /// with a [`crate::Rejection`] when this rank's `WORLD_SIZE` or rank
+    /// conflicts with the job.
     pub fn join(config: &CommConfig) -> Result<Self, CommError> {
         config.validate()?;
-        let server = if config.rank == 0 {
-            Some(StoreServer::bind_with_auth(
+        let server = match (config.rank, &config.store) {
+            (0, StoreHost::RankZero) => Some(StoreServer::bind_with_auth(
                 &config.master_addr,
                 config.master_port,
                 config.world_size,
                 config.timeout,
                 config.auth.clone(),
-            )?)
-        } else {
-            None
+            )?),
+            _ => None,
         };
         let store = Store::connect(config)?;
         Ok(Rendezvous {

@@ -1,12 +1,16 @@
 //! Client of the rendezvous store: how ranks find each other and share small
-//! values (data-channel addresses now, the NCCL unique id later).
+//! values (data-channel addresses now, the NCCL unique id later). The store
+//! is rank 0's (this crate's protocol) or a launcher's c10d TCPStore
+//! (`c10d.rs`), behind the same methods.
+
+mod c10d;
 
 use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use crate::auth::{Role, handshake};
-use crate::config::CommConfig;
+use crate::config::{CommConfig, StoreHost};
 use crate::error::CommError;
 use crate::store_protocol::{MAX_LOOK_KEYS, Request, Response, read_frame, write_frame};
 
@@ -14,10 +18,13 @@ use crate::store_protocol::{MAX_LOOK_KEYS, Request, Response, read_frame, write_
 /// start after the others).
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-/// A connection to the store of rank 0, registered under this rank.
+/// A connection to the job's store, registered under this rank.
 #[derive(Debug)]
 pub struct Store {
     stream: TcpStream,
+    /// `Some(prefix)`: the store is a launcher's c10d TCPStore, and this
+    /// job's keys live under `prefix` there; `None`: rank 0's.
+    agent: Option<String>,
     master: String,
     timeout: Duration,
     /// How long a request waits for its answer beyond the store's own wait.
@@ -42,9 +49,14 @@ impl Store {
     /// proves that it holds the job's token (and checks that the store does),
     /// and registers `config.rank` with `config.world_size`. The store refuses a
     /// world size that differs from rank 0's and a rank that is already
-    /// registered.
+    /// registered. A launcher's c10d store instead checks that it speaks
+    /// that protocol, and the ranks check each other through it.
     pub fn connect(config: &CommConfig) -> Result<Store, CommError> {
         let mut store = Store::reach(config)?;
+        if store.agent.is_some() {
+            store.register_at_agent(config.rank, config.world_size)?;
+            return Ok(store);
+        }
         let hello = Request::Hello {
             rank: config.rank,
             world_size: config.world_size,
@@ -61,6 +73,7 @@ impl Store {
     /// connection.
     pub fn join(config: &CommConfig) -> Result<(Store, usize), CommError> {
         let mut store = Store::reach(config)?;
+        store.own_store_only("numbering members by arrival")?;
         let join = Request::Join {
             world_size: config.world_size,
         };
@@ -90,14 +103,24 @@ impl Store {
             .and_then(|()| stream.set_read_timeout(Some(config.timeout)))
             .and_then(|()| stream.set_write_timeout(Some(config.timeout)))
             .map_err(|e| CommError::io("configuring the store connection", e))?;
-        handshake(&stream, config.auth.as_ref(), Role::Initiator).map_err(|failure| {
-            CommError::Auth {
-                peer: format!("rank 0's store at {master}"),
-                failure,
+        let agent = match &config.store {
+            StoreHost::RankZero => {
+                handshake(&stream, config.auth.as_ref(), Role::Initiator).map_err(|failure| {
+                    CommError::Auth {
+                        peer: format!("rank 0's store at {master}"),
+                        failure,
+                    }
+                })?;
+                None
             }
-        })?;
+            StoreHost::Agent { prefix } => {
+                c10d::validate(&stream).map_err(|e| c10d::not_a_store(&master, &e))?;
+                Some(prefix.clone())
+            }
+        };
         Ok(Store {
             stream,
+            agent,
             master,
             timeout: config.timeout,
             reply_timeout: config.timeout,
@@ -119,6 +142,9 @@ impl Store {
 
     /// Stores `value` under `key`, replacing any earlier value.
     pub fn set(&mut self, key: &str, value: &[u8]) -> Result<(), CommError> {
+        if let Some(key) = self.agent_key(key) {
+            return self.exchange(Duration::ZERO, |s| c10d::set(s, &key, value));
+        }
         let request = Request::Set {
             key: key.to_string(),
             value: value.to_vec(),
@@ -144,6 +170,9 @@ impl Store {
     /// The value of `key`, or `None` if no rank set it within `wait`
     /// (`Duration::ZERO` only looks).
     pub fn wait_for(&mut self, key: &str, wait: Duration) -> Result<Option<Vec<u8>>, CommError> {
+        if let Some(key) = self.agent_key(key) {
+            return self.wait_at_agent(&key, wait);
+        }
         let request = Request::Get {
             key: key.to_string(),
             wait,
@@ -159,6 +188,7 @@ impl Store {
     /// connection closed (it exited, was killed, or its machine went away)
     /// while the store ran. Looks without waiting.
     pub fn departed(&mut self, rank: usize) -> Result<bool, CommError> {
+        self.own_store_only("telling who left")?;
         let key = crate::store_server::departed_key(rank);
         Ok(self.wait_for(&key, Duration::ZERO)?.is_some())
     }
@@ -169,6 +199,7 @@ impl Store {
     /// most [`Store::MAX_LOOK_KEYS`] keys, whose values together fit in a
     /// 16 MiB frame (a store asked for more closes the connection).
     pub fn look_all(&mut self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, CommError> {
+        self.own_store_only("looking at several keys at one instant")?;
         if keys.len() > MAX_LOOK_KEYS {
             return Err(CommError::Store {
                 master: self.master.clone(),
@@ -199,6 +230,9 @@ impl Store {
     /// Ends the rendezvous for every rank with `reason`; ranks waiting in
     /// [`Store::get`] get it as their error right away.
     pub(crate) fn poison(&mut self, reason: crate::error::Rejection) -> Result<(), CommError> {
+        if self.agent.is_some() {
+            return self.poison_at_agent(&reason);
+        }
         match self.request(&Request::Poison(reason), Duration::ZERO)? {
             Response::Ok => Ok(()),
             other => Err(self.unexpected(&other)),
@@ -217,22 +251,44 @@ impl Store {
     /// `server_wait` to answer before the reply timeout starts counting.
     /// After a failed exchange the connection serves nothing more.
     fn request(&mut self, request: &Request, server_wait: Duration) -> Result<Response, CommError> {
+        let response = self.exchange(server_wait, |stream| {
+            write_frame(stream, &request.encode())?;
+            Response::decode(&read_frame(stream)?)
+        })?;
+        match response {
+            Response::Rejected(r) => Err(r.into()),
+            other => Ok(other),
+        }
+    }
+
+    /// Runs `talk` (one request and its answer, in either protocol) on the
+    /// connection; the store may take up to `server_wait` to answer before
+    /// the reply timeout starts counting. After a failed exchange the
+    /// connection serves nothing more.
+    fn exchange<T>(
+        &mut self,
+        server_wait: Duration,
+        talk: impl FnOnce(&TcpStream) -> io::Result<T>,
+    ) -> Result<T, CommError> {
         if let Some(fault) = &self.fault {
             return Err(self.fault_error(fault));
         }
         let read_timeout = server_wait.saturating_add(self.reply_timeout);
-        let exchange = || -> io::Result<Response> {
+        let exchange = || -> io::Result<T> {
             self.stream.set_write_timeout(Some(self.reply_timeout))?;
             self.stream.set_read_timeout(Some(read_timeout))?;
-            write_frame(&self.stream, &request.encode())?;
-            Response::decode(&read_frame(&self.stream)?)
+            talk(&self.stream)
         };
-        let response = exchange().map_err(|e| {
+        exchange().map_err(|e| {
             let fault = match e.kind() {
                 ErrorKind::WouldBlock | ErrorKind::TimedOut => Fault::Silent(self.reply_timeout),
                 ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => {
+                    let host = match self.agent {
+                        None => "rank 0",
+                        Some(_) => "the launcher (torchrun's agent)",
+                    };
                     Fault::Broken(format!(
-                        "rank 0 closed the store connection (did rank 0 exit?): {e}"
+                        "{host} closed the store connection (did {host} exit?): {e}"
                     ))
                 }
                 _ => Fault::Broken(e.to_string()),
@@ -240,10 +296,19 @@ impl Store {
             let error = self.fault_error(&fault);
             self.fault = Some(fault);
             error
-        })?;
-        match response {
-            Response::Rejected(r) => Err(r.into()),
-            other => Ok(other),
+        })
+    }
+
+    /// Fails what only rank 0's store can do (`what`), at a launcher's.
+    fn own_store_only(&self, what: &str) -> Result<(), CommError> {
+        match self.agent {
+            None => Ok(()),
+            Some(_) => Err(CommError::Store {
+                master: self.master.clone(),
+                detail: format!(
+                    "{what} needs rank 0's store, and this is a launcher's c10d TCPStore"
+                ),
+            }),
         }
     }
 

@@ -370,6 +370,7 @@ mod tests {
             master_addr: "n0".to_string(),
             master_port: 20042,
             source: LaunchSource::Slurm,
+            agent: None,
         };
         let plan = cli.resolve(Some(&env)).unwrap().unwrap();
         assert_eq!(

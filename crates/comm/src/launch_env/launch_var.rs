@@ -30,6 +30,17 @@ pub const TORCHRUN: [&str; 7] = [
     MASTER_PORT,
 ];
 
+// torchrun's elastic agent, beyond the variables above.
+/// `True` when the agent hosts a c10d TCPStore at `MASTER_ADDR:MASTER_PORT`
+/// for its workers, who then meet there as its clients.
+pub const TORCHELASTIC_USE_AGENT_STORE: &str = "TORCHELASTIC_USE_AGENT_STORE";
+/// The job's id at torchrun's rendezvous.
+pub const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
+/// How often the agent has restarted its workers: 0 on the first attempt.
+pub const TORCHELASTIC_RESTART_COUNT: &str = "TORCHELASTIC_RESTART_COUNT";
+/// Where a failing worker writes its error (JSON) for the agent's summary.
+pub const TORCHELASTIC_ERROR_FILE: &str = "TORCHELASTIC_ERROR_FILE";
+
 // SLURM, per task under `srun`.
 /// The task's rank; its presence means "launched by srun".
 pub const SLURM_PROCID: &str = "SLURM_PROCID";

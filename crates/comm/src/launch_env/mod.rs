@@ -46,6 +46,33 @@ pub struct LaunchEnv {
     pub master_addr: String,
     pub master_port: u16,
     pub source: LaunchSource,
+    /// What torchrun's elastic agent added (`TORCHELASTIC_*`); `None`
+    /// without one.
+    pub agent: Option<ElasticAgent>,
+}
+
+/// What torchrun's elastic agent tells its workers beyond their place in
+/// the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElasticAgent {
+    /// The job's id at torchrun's rendezvous (`TORCHELASTIC_RUN_ID`).
+    pub run_id: String,
+    /// How often the agent restarted its workers, 0 on the first attempt
+    /// (`TORCHELASTIC_RESTART_COUNT`).
+    pub restart_count: usize,
+    /// Whether the agent hosts a c10d TCPStore at `MASTER_ADDR:MASTER_PORT`
+    /// for its workers (`TORCHELASTIC_USE_AGENT_STORE=True`), where rank 0
+    /// cannot listen.
+    pub hosts_store: bool,
+}
+
+impl ElasticAgent {
+    /// Where this attempt keeps its keys in the agent's store: torchrun
+    /// keeps one store for the whole run, so a restart must not read the
+    /// addresses of the attempt before it.
+    pub fn key_prefix(&self) -> String {
+        format!("trainer/{}/attempt_{}/", self.run_id, self.restart_count)
+    }
 }
 
 /// A launch variable that is missing or unusable.

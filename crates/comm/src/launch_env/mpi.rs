@@ -79,6 +79,7 @@ pub(super) fn resolve(vars: &Vars<'_>, trigger: &'static str) -> Result<LaunchEn
         master_addr,
         master_port,
         source: LaunchSource::Mpi,
+        agent: None,
     })
 }
 

@@ -89,6 +89,7 @@ pub(super) fn resolve(vars: &Vars<'_>) -> Result<LaunchEnv, LaunchEnvError> {
         master_addr,
         master_port,
         source: LaunchSource::Slurm,
+        agent: None,
     })
 }
 

@@ -87,7 +87,38 @@ fn torchrun_variables_are_taken_as_is() {
             master_addr: "node01".into(),
             master_port: 29500,
             source: LaunchSource::Torchrun,
+            agent: None,
         }
+    );
+}
+
+#[test]
+fn torchruns_agent_says_whether_it_hosts_the_store_and_which_attempt_this_is() {
+    let agent = |extra: &[(&'static str, &'static str)]| {
+        resolve(&with(&TORCHRUN, extra)).unwrap().unwrap().agent
+    };
+    assert_eq!(agent(&[]), None);
+    let restarted = agent(&[
+        ("TORCHELASTIC_RUN_ID", "job7"),
+        ("TORCHELASTIC_RESTART_COUNT", "2"),
+        ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+    ])
+    .unwrap();
+    assert_eq!(
+        restarted,
+        ElasticAgent {
+            run_id: "job7".into(),
+            restart_count: 2,
+            hosts_store: true,
+        }
+    );
+    assert_eq!(restarted.key_prefix(), "trainer/job7/attempt_2/");
+    // PyTorch's workers read anything but Python's `True` as no agent store.
+    let own = agent(&[("TORCHELASTIC_USE_AGENT_STORE", "False")]).unwrap();
+    assert!(!own.hosts_store && own.restart_count == 0);
+    expect_blame(
+        resolve(&with(&TORCHRUN, &[("TORCHELASTIC_RESTART_COUNT", "-1")])),
+        Blame::Invalid("TORCHELASTIC_RESTART_COUNT"),
     );
 }
 
@@ -229,6 +260,7 @@ fn srun_task_resolves_master_from_the_node_list() {
             master_addr: "gpu07".into(),
             master_port: SLURM_PORT_BASE + 3456,
             source: LaunchSource::Slurm,
+            agent: None,
         }
     );
 }

@@ -1,7 +1,10 @@
 //! A job described torchrun-style.
 
-use super::launch_var::{LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE};
-use super::{LaunchEnv, LaunchEnvError, LaunchSource, Vars, check_index, parse_port};
+use super::launch_var::{
+    LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, RANK, TORCHELASTIC_RESTART_COUNT,
+    TORCHELASTIC_RUN_ID, TORCHELASTIC_USE_AGENT_STORE, WORLD_SIZE,
+};
+use super::{ElasticAgent, LaunchEnv, LaunchEnvError, LaunchSource, Vars, check_index, parse_port};
 
 /// torchrun sets all six variables. A job started by hand often sets only
 /// `RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT`; then it is taken
@@ -42,5 +45,27 @@ pub(super) fn resolve(vars: &Vars<'_>, trigger: &'static str) -> Result<LaunchEn
         master_addr: master_addr.to_string(),
         master_port,
         source: LaunchSource::Torchrun,
+        agent: agent(vars)?,
     })
+}
+
+/// torchrun's elastic agent, if any of its variables is set. The agent
+/// hosts the store when it says `True`, Python's spelling, as PyTorch's
+/// own workers read it.
+fn agent(vars: &Vars<'_>) -> Result<Option<ElasticAgent>, LaunchEnvError> {
+    let vars_of_agent = [
+        TORCHELASTIC_RUN_ID,
+        TORCHELASTIC_RESTART_COUNT,
+        TORCHELASTIC_USE_AGENT_STORE,
+    ];
+    if vars_of_agent.iter().all(|v| vars.get(v).is_none()) {
+        return Ok(None);
+    }
+    Ok(Some(ElasticAgent {
+        run_id: vars.get(TORCHELASTIC_RUN_ID).unwrap_or("").to_string(),
+        restart_count: vars
+            .optional_number(TORCHELASTIC_RESTART_COUNT)?
+            .unwrap_or(0),
+        hosts_store: vars.get(TORCHELASTIC_USE_AGENT_STORE) == Some("True"),
+    }))
 }
