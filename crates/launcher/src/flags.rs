@@ -2,7 +2,7 @@
 //! that a torchrun command line works with `torchrun ... train.py` replaced
 //! by `trainer ...`.
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 /// torchrun's rendezvous port when `--rdzv-endpoint` names none.
 pub const DEFAULT_RDZV_PORT: u16 = 29400;
@@ -11,12 +11,29 @@ pub const DEFAULT_RDZV_PORT: u16 = 29400;
 /// busy machine passes for a stopped one; past a day it detects nothing.
 const HEARTBEAT_SECONDS: std::ops::RangeInclusive<f64> = 1.0..=86400.0;
 
-/// How the launchers of a job meet (`--rdzv-backend`): accepted for
-/// torchrun compatibility; both mean the store at the endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// torchrun's rendezvous backends that mean what this launcher does
+/// (`--rdzv-backend`): node 0's launcher hosts a store at the endpoint, the
+/// others join it. torchrun's `c10d` does just that; its `static` takes
+/// fixed node ranks, which `--node-rank` gives here (else by arrival).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RdzvBackend {
     C10d,
     Static,
+}
+
+/// `--rdzv-backend`'s value parser: torchrun's names this launcher can
+/// stand in for, and why it refuses the others.
+fn rdzv_backend(name: &str) -> Result<RdzvBackend, String> {
+    match name {
+        "c10d" => Ok(RdzvBackend::C10d),
+        "static" => Ok(RdzvBackend::Static),
+        "etcd" | "etcd-v2" => Err(format!(
+            "torchrun's {name} rendezvous meets at an etcd server, and this launcher has no etcd client: its launchers meet at a store that node 0's launcher hosts, as torchrun's c10d does; give --rdzv-backend c10d with --rdzv-endpoint HOST:PORT of node 0, or launch with torchrun itself"
+        )),
+        _ => Err(format!(
+            "no rendezvous backend is called {name:?}: this launcher takes torchrun's c10d and static, both meaning a store that node 0's launcher hosts at --rdzv-endpoint"
+        )),
+    }
 }
 
 /// The launcher's flags: how many workers on this machine, how to treat
@@ -78,8 +95,12 @@ pub struct RdzvFlags {
     #[arg(long, alias = "rdzv_id", value_name = "ID")]
     pub rdzv_id: Option<String>,
 
-    /// Accepted for torchrun compatibility.
-    #[arg(long, alias = "rdzv_backend", value_enum, value_name = "c10d|static")]
+    /// torchrun's rendezvous backend, mapped to this launcher's own: c10d
+    /// and static both mean that node 0's launcher hosts the store at
+    /// --rdzv-endpoint (or --master-addr/--master-port) and the others join
+    /// it, numbered by --node-rank or by arrival; etcd and etcd-v2 are
+    /// refused (no etcd client).
+    #[arg(long, alias = "rdzv_backend", value_parser = rdzv_backend, value_name = "c10d|static")]
     pub rdzv_backend: Option<RdzvBackend>,
 
     /// One machine, rendezvous on a free local port (torchrun --standalone).
@@ -190,6 +211,24 @@ mod tests {
         for bad in ["0", "-1", "inf", "NaN", "soon"] {
             assert!(seconds(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn torchruns_c10d_and_static_rendezvous_are_ours_and_etcd_is_refused_with_the_reason() {
+        assert_eq!(rdzv_backend("c10d"), Ok(RdzvBackend::C10d));
+        assert_eq!(rdzv_backend("static"), Ok(RdzvBackend::Static));
+        for etcd in ["etcd", "etcd-v2"] {
+            let err = rdzv_backend(etcd).unwrap_err();
+            assert!(
+                err.contains("no etcd client") && err.contains("--rdzv-backend c10d"),
+                "{err}"
+            );
+        }
+        let err = rdzv_backend("C10D").unwrap_err();
+        assert!(
+            err.contains("no rendezvous backend is called \"C10D\""),
+            "{err}"
+        );
     }
 
     #[test]

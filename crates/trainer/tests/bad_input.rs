@@ -41,6 +41,22 @@ fn bad_flag_values_are_one_line_errors() {
 }
 
 #[test]
+fn a_rendezvous_backend_this_launcher_cannot_stand_in_for_is_refused_with_the_reason() {
+    for backend in ["etcd", "etcd-v2"] {
+        assert_one_line_error(
+            &["--nproc-per-node", "2", "--rdzv-backend", backend],
+            None,
+            "has no etcd client",
+        );
+    }
+    assert_one_line_error(
+        &["--rdzv_backend", "zookeeper"],
+        None,
+        "takes torchrun's c10d and static",
+    );
+}
+
+#[test]
 fn a_missing_dataset_names_the_place_and_both_fixes() {
     let empty = tempfile::tempdir().unwrap();
     let mut cmd = trainer();
