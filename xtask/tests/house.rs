@@ -18,6 +18,7 @@ const LAYERS: [(&str, &[&[&str]]); 2] = [
                 "bounded_read",
                 "comm_thread",
                 "data",
+                "error_file",
                 "model",
                 "output_paths",
                 "phases",

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod comm_thread;
 pub mod data;
 pub mod ddp;
+pub mod error_file;
 pub mod model;
 pub mod models;
 pub mod monitor;
@@ -24,10 +25,13 @@ pub mod stop;
 pub mod topology;
 pub mod train;
 
-use anyhow::bail;
+use std::ffi::OsString;
+
+use anyhow::{Context, bail};
+use clap::Parser;
 use comm::LaunchEnv;
 use launcher::contract::RunEnd;
-use launcher::{NodePlan, WorkerSpec};
+use launcher::{NodePlan, Restarts, WorkerSpec};
 
 use crate::checkpoint::restarts::CheckpointRestarts;
 use crate::cli::{Cli, Spawn};
@@ -37,6 +41,10 @@ use crate::topology::Topology;
 pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
     cli.validate()?;
     let env = LaunchEnv::from_process_env()?;
+    let cli = match &env {
+        Some(env) => restarted_by_torchrun(cli, env)?,
+        None => cli,
+    };
     let job = &cli.job;
     // Rank 0 (or the launcher) alone writes checkpoints and metrics.
     if env.as_ref().is_none_or(|env| env.rank == 0) {
@@ -57,7 +65,7 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
             Some(env) => {
                 if max_restarts > 0 {
                     bail!(
-                        "--max-restarts is for this binary's own launcher; under torchrun or srun, restart there (torchrun --max-restarts, srun --requeue) with --resume auto"
+                        "--max-restarts is for this binary's own launcher; under torchrun or srun, restart there: torchrun --max-restarts (its restarts continue from the newest checkpoint in --checkpoint-dir), or srun --requeue with --resume auto"
                     );
                 }
                 if cli.spawn == Spawn::Threads {
@@ -87,4 +95,34 @@ fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         restarts.preflight()?;
     }
     Ok(launcher::launch(&spec, plan, &restarts)?)
+}
+
+/// The flags of a worker that torchrun restarted (`TORCHELASTIC_RESTART_COUNT`
+/// above 0): with a `--checkpoint-dir`, those with which this binary's own
+/// launcher restarts its workers (continue from the newest checkpoint);
+/// else `cli` as it is.
+fn restarted_by_torchrun(cli: Cli, env: &LaunchEnv) -> anyhow::Result<Cli> {
+    let restart = env.agent.as_ref().map_or(0, |agent| agent.restart_count);
+    let checkpoints = &cli.job.checkpoints;
+    if restart == 0 || checkpoints.checkpoint_dir.is_none() {
+        return Ok(cli);
+    }
+    let restarts = CheckpointRestarts::new(
+        checkpoints.checkpoint_dir.as_deref(),
+        checkpoints.keep,
+        checkpoints.resume.clone(),
+    );
+    if env.rank == 0 {
+        tell!(
+            "torchrun restart {restart}: continuing from {}",
+            restarts.continues_from()
+        );
+    }
+    let mut args = std::env::args_os();
+    let program = args.next().unwrap_or_else(|| OsString::from("trainer"));
+    let first: Vec<OsString> = args.collect();
+    let cli = Cli::try_parse_from(std::iter::once(program).chain(restarts.args(&first)))
+        .context("reading the flags of a restart again")?;
+    cli.validate()?;
+    Ok(cli)
 }

@@ -3,7 +3,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use clap::error::ErrorKind;
+use launcher::contract::PEER_LOST_EXIT_CODE;
 use trainer::cli::Cli;
+use trainer::error_file;
 use trainer::models::recsys::synth;
 use trainer::report::plot;
 
@@ -32,11 +34,9 @@ fn main() -> ExitCode {
             // clap's first line names the flag and the problem; the rest is
             // a usage reminder that buries it.
             let text = e.render().to_string();
-            let _ = writeln!(
-                std::io::stderr(),
-                "{} (see --help)",
-                text.lines().next().unwrap_or("invalid arguments")
-            );
+            let line = text.lines().next().unwrap_or("invalid arguments");
+            let _ = writeln!(std::io::stderr(), "{line} (see --help)");
+            error_file::record(line, false);
             return ExitCode::from(2);
         }
     };
@@ -47,9 +47,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Prints `e` and picks the exit code that says what kind of failure it was.
+/// Prints `e` (and gives it to torchrun, if it asked) and picks the exit
+/// code that says what kind of failure it was.
 fn failed(e: &anyhow::Error) -> ExitCode {
     // Not eprintln!, which panics when stderr is gone.
     let _ = writeln!(std::io::stderr(), "error: {e:#}");
-    ExitCode::from(u8::try_from(launcher::contract::failure_exit_code(e.as_ref())).unwrap_or(1))
+    let code = launcher::contract::failure_exit_code(e.as_ref());
+    error_file::record(&format!("{e:#}"), code == PEER_LOST_EXIT_CODE);
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

@@ -13,7 +13,10 @@ mod rules;
 const AFTER_HELP: &str = "\
 HOW RANKS START (first match wins):
   1. torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-     MASTER_ADDR and MASTER_PORT are set -> this process is that rank.
+     MASTER_ADDR and MASTER_PORT are set -> this process is that rank. Under
+     torchrun itself (torchrun --no-python trainer ...) the ranks meet at its
+     agent's store, and a worker it restarts continues from the newest
+     checkpoint in --checkpoint-dir.
   2. mpirun: OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE} (or PMI_RANK,
      PMI_SIZE, PMIX_RANK) -> that rank; master MASTER_ADDR or, all ranks on
      one node, 127.0.0.1; port MASTER_PORT or 20000 + a hash of the job id.

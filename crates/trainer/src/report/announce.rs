@@ -21,14 +21,15 @@ pub struct Ending {
 
 /// Who started the ranks, for the start line.
 pub fn started_by(launch: Option<&LaunchEnv>) -> &'static str {
-    match launch.map(|env| env.source) {
+    match launch.map(|env| (env.source, env.agent.is_some())) {
         None => "a single process",
         // The built-in launcher describes the job as torchrun does; it is
         // told apart by being this very binary.
         Some(_) if parent_is_this_binary() => "ranks started by the built-in launcher",
-        Some(LaunchSource::Torchrun) => "ranks started by a torchrun-style environment",
-        Some(LaunchSource::Slurm) => "ranks started by SLURM",
-        Some(LaunchSource::Mpi) => "ranks started by MPI (mpirun)",
+        Some((LaunchSource::Torchrun, true)) => "ranks started by torchrun",
+        Some((LaunchSource::Torchrun, false)) => "ranks started by a torchrun-style environment",
+        Some((LaunchSource::Slurm, _)) => "ranks started by SLURM",
+        Some((LaunchSource::Mpi, _)) => "ranks started by MPI (mpirun)",
     }
 }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use comm::{
-    AUTH_TOKEN_VAR, AuthToken, CommConfig, Communicator, LaunchEnv, LaunchSource, TcpCommunicator,
+    AUTH_TOKEN_VAR, AuthToken, CommConfig, Communicator, LaunchEnv, LaunchSource, StoreHost,
+    TcpCommunicator,
 };
 use launcher::contract::hostname;
 use launcher::flags::seconds;
@@ -38,16 +39,21 @@ impl JoinFlags {
 pub(super) fn connect(flags: &JoinFlags, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
     let auth = AuthToken::resolve(flags.auth_token_file.as_deref())
         .with_context(|| format!("rank {}: reading the job's auth token", env.rank))?;
-    if auth.is_none() && env.rank == 0 {
-        tell!(
-            "warning: no auth token ({AUTH_TOKEN_VAR} or --auth-token-file): the rendezvous is \
-             unauthenticated, and any process that reaches port {} can join this job",
-            env.master_port
-        );
-    }
     let config = CommConfig::from_launch_env(env)
         .with_timeout(flags.timeout())
         .with_auth(auth);
+    let at_agent = matches!(config.store, StoreHost::Agent { .. });
+    if config.auth.is_none() && env.rank == 0 {
+        let reach = if at_agent {
+            "torchrun's store or the ranks' ports".to_string()
+        } else {
+            format!("port {}", env.master_port)
+        };
+        tell!(
+            "warning: no auth token ({AUTH_TOKEN_VAR} or --auth-token-file): the rendezvous is \
+             unauthenticated, and any process that reaches {reach} can join this job"
+        );
+    }
     let comm = TcpCommunicator::connect(&config).with_context(|| {
         format!(
             "rank {} joining the job at {}",
@@ -56,6 +62,7 @@ pub(super) fn connect(flags: &JoinFlags, env: &LaunchEnv) -> anyhow::Result<TcpC
         )
     })?;
     let via = match env.source {
+        LaunchSource::Torchrun if at_agent => "torchrun, at its agent's store",
         LaunchSource::Torchrun => "torchrun-style environment",
         LaunchSource::Mpi => "mpirun",
         LaunchSource::Slurm => "slurm",

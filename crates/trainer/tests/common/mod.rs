@@ -92,12 +92,15 @@ pub fn relabelled_dataset() -> tempfile::TempDir {
     dir
 }
 
-/// The trainer binary: cargo's, or `TRAINER_BIN` where the test executable
-/// runs away from its build tree (the device bundle).
+/// The trainer binary's path: cargo's, or `TRAINER_BIN` where the test
+/// executable runs away from its build tree (the device bundle).
+pub fn trainer_bin() -> std::ffi::OsString {
+    std::env::var_os("TRAINER_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_trainer").into())
+}
+
+/// The trainer binary, to run.
 pub fn trainer() -> Command {
-    let bin =
-        std::env::var_os("TRAINER_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_trainer").into());
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(trainer_bin());
     // Never inherit a launcher's identity from the test environment.
     for var in launch_var::TORCHRUN {
         cmd.env_remove(var);
