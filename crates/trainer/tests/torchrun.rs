@@ -22,13 +22,11 @@ use trainer::models::toy::toy_layout;
 
 /// What every run here trains: one epoch of the DDP tutorial's toy model,
 /// whose data is made, not read, so that the time goes to the launchers.
-const TOY: [&str; 12] = [
+const TOY: [&str; 10] = [
     "--model",
     "toy",
     "--samples",
     "2048",
-    "--device",
-    "cpu",
     "--epochs",
     "1",
     "--threads",
@@ -60,9 +58,16 @@ fn torchrun(nproc: usize, torchrun_args: &[&str], trainer_args: &[&str]) -> Opti
 /// Flags of a short run that checkpoints into `dir`.
 fn short_run(dir: &Path, steps: &str) -> Vec<String> {
     let dir = dir.to_str().unwrap().to_string();
-    ["--max-steps", steps, "--checkpoint-dir", &dir]
-        .map(String::from)
-        .to_vec()
+    [
+        "--device",
+        "cpu",
+        "--max-steps",
+        steps,
+        "--checkpoint-dir",
+        &dir,
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 fn strs(args: &[String]) -> Vec<&str> {
@@ -202,7 +207,11 @@ fn a_workers_own_error_is_torchruns_root_cause() {
     std::fs::create_dir(&corrupt).unwrap();
     std::fs::write(corrupt.join(MODEL_FILE), b"not a safetensors file").unwrap();
     let resume = corrupt.to_str().unwrap();
-    let Some(mut cmd) = torchrun(2, &["--standalone"], &["--resume", resume]) else {
+    let Some(mut cmd) = torchrun(
+        2,
+        &["--standalone"],
+        &["--device", "cpu", "--resume", resume],
+    ) else {
         return;
     };
     let out = run(&mut cmd);
@@ -213,6 +222,36 @@ fn a_workers_own_error_is_torchruns_root_cause() {
         root_cause.contains("rank      : 0")
             && root_cause.contains(&format!("traceback : rank 0: --resume {resume}"))
             && !root_cause.contains("<N/A>"),
+        "{said}"
+    );
+}
+
+/// The tests that need a GPU each, run on cuda-emu's where there is none.
+const EMULATED: [&str; 1] = ["emulated_nccl_ranks_exchange_their_id_at_torchruns_store"];
+
+#[test]
+fn nccl_under_torchrun_on_the_cuda_emulator() {
+    if python_with("TORCH_PYTHON", "torch", "REQUIRE_TORCH").is_some() {
+        common::rerun_on_emulated_gpus(2, &EMULATED);
+    }
+}
+
+/// NCCL's unique id goes through torchrun's store as the ring's addresses
+/// do.
+#[test]
+fn emulated_nccl_ranks_exchange_their_id_at_torchruns_store() {
+    if common::emulated_gpu(0).is_none() {
+        return;
+    }
+    let nccl = ["--device", "cuda", "--backend", "nccl", "--max-steps", "2"];
+    let Some(mut cmd) = torchrun(2, &["--standalone"], &nccl) else {
+        return;
+    };
+    let out = run(&mut cmd);
+    let said = stderr(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("gradients over NCCL") && said.contains("via torchrun, at its agent's store"),
         "{said}"
     );
 }
