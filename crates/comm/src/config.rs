@@ -1,13 +1,20 @@
 //! What a rank needs to know to join a job.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::auth::AuthToken;
 use crate::error::{CommError, Rejection};
 use crate::launch_env::LaunchEnv;
 
-/// The timeout the trainer uses by default for every blocking network step.
+/// The timeout the trainer uses by default for each collective and every
+/// other blocking network step of a running job.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long joining a job may take by default: torchrun's rendezvous join
+/// timeout. A node that boots slowly, a container pull or a cold kernel
+/// cache delays a rank's arrival by minutes, not its collectives.
+pub const DEFAULT_RDZV_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How two neighbouring ranks on the same machine connect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,19 +53,28 @@ pub struct CommConfig {
     pub master_port: u16,
     /// Who hosts that store: rank 0, or the launcher.
     pub store: StoreHost,
-    /// Upper bound for every blocking step: connecting, the whole
-    /// rendezvous, and each read or write of a collective. A dead peer is
-    /// usually reported much sooner, as soon as the OS sees the connection
-    /// close.
+    /// Upper bound for each collective and every other blocking step of
+    /// a running job (each read or write on the ring, each store request).
+    /// A dead peer is usually reported much sooner, as soon as the OS sees
+    /// the connection close.
     pub timeout: Duration,
+    /// Upper bound for joining: reaching the store, every rank's arrival,
+    /// forming the ring (and a sub-group's), a value awaited in the store.
+    pub rdzv_timeout: Duration,
     pub same_host: SameHostTransport,
     /// The job secret every store and ring connection must prove it holds;
-    /// `None` runs the job unauthenticated (both ends must agree on that).
+    /// `None` runs the job unauthenticated (both ends must agree on that),
+    /// which [`CommConfig::validate`] allows only on loopback or with
+    /// `no_auth`.
     pub auth: Option<AuthToken>,
+    /// The user chose to run without a token (`--no-auth`) wherever the
+    /// store listens.
+    pub no_auth: bool,
 }
 
 impl CommConfig {
-    /// A configuration with [`DEFAULT_TIMEOUT`].
+    /// A configuration with [`DEFAULT_TIMEOUT`] and [`DEFAULT_RDZV_TIMEOUT`],
+    /// unauthenticated.
     pub fn new(
         rank: usize,
         world_size: usize,
@@ -72,8 +88,10 @@ impl CommConfig {
             master_port,
             store: StoreHost::RankZero,
             timeout: DEFAULT_TIMEOUT,
+            rdzv_timeout: DEFAULT_RDZV_TIMEOUT,
             same_host: SameHostTransport::default(),
             auth: None,
+            no_auth: false,
         }
     }
 
@@ -102,10 +120,17 @@ impl CommConfig {
         self
     }
 
-    /// Replaces the timeout.
+    /// Replaces the collectives' timeout.
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Replaces the join timeout.
+    #[must_use]
+    pub fn with_rdzv_timeout(mut self, rdzv_timeout: Duration) -> Self {
+        self.rdzv_timeout = rdzv_timeout;
         self
     }
 
@@ -120,6 +145,14 @@ impl CommConfig {
     #[must_use]
     pub fn with_auth(mut self, auth: Option<AuthToken>) -> Self {
         self.auth = auth;
+        self
+    }
+
+    /// Lets the job run without a token even where other machines could
+    /// reach its store (`--no-auth`).
+    #[must_use]
+    pub fn with_no_auth(mut self, no_auth: bool) -> Self {
+        self.no_auth = no_auth;
         self
     }
 
@@ -146,12 +179,30 @@ impl CommConfig {
         if self.world_size > 1 && self.master_addr.is_empty() {
             return Err(CommError::InvalidConfig("MASTER_ADDR is empty".to_string()));
         }
-        if self.timeout.is_zero() {
+        if self.timeout.is_zero() || self.rdzv_timeout.is_zero() {
             return Err(CommError::InvalidConfig(
-                "the timeout must be longer than zero".to_string(),
+                "the timeouts must be longer than zero".to_string(),
             ));
         }
+        let exposed = self.world_size > 1 && !is_loopback_host(&self.master_addr);
+        if exposed && self.auth.is_none() && !self.no_auth {
+            return Err(CommError::TokenRequired {
+                master: self.master_endpoint(),
+            });
+        }
         Ok(())
+    }
+}
+
+/// Whether `host` names this machine's loopback interface and nothing
+/// else: a loopback address (`127.0.0.1`, `::1`) or `localhost`. Only the
+/// literal name counts: a host name that resolves to `127.0.1.1` on its own
+/// machine (as Debian sets it up) may be another address elsewhere.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_matches(['[', ']']);
+    match host.parse::<IpAddr>() {
+        Ok(ip) => ip.to_canonical().is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
     }
 }
 
@@ -186,10 +237,60 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("timeout"), "{err}");
+        let err = CommConfig::new(0, 2, "h", 1)
+            .with_rdzv_timeout(Duration::ZERO)
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("timeout"), "{err}");
+    }
+
+    #[test]
+    fn loopback_is_told_by_the_literal_address_or_localhost_only() {
+        for host in [
+            "127.0.0.1",
+            "127.0.0.2",
+            "::1",
+            "[::1]",
+            "::ffff:127.0.0.1",
+            "LocalHost",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "0.0.0.0",
+            "10.1.2.3",
+            "::",
+            "node01",
+            "localhost.example.org",
+            "",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn a_job_reachable_from_other_machines_needs_a_token_or_no_auth() {
+        let exposed = CommConfig::new(1, 2, "node01", 29500);
+        let err = exposed.validate().unwrap_err();
+        let text = err.to_string();
+        for named in [
+            "node01:29500",
+            "trainer token",
+            "TRAINER_AUTH_TOKEN",
+            "--no-auth",
+        ] {
+            assert!(text.contains(named), "{named}: {text}");
+        }
+        let token = AuthToken::generate().unwrap();
+        assert!(exposed.clone().with_auth(Some(token)).validate().is_ok());
+        assert!(exposed.clone().with_no_auth(true).validate().is_ok());
+        // One machine's loopback, or a world of one, needs none.
+        assert!(CommConfig::new(1, 2, "127.0.0.1", 1).validate().is_ok());
+        assert!(CommConfig::new(0, 1, "node01", 1).validate().is_ok());
     }
 
     #[test]
     fn last_rank_is_valid() {
-        assert!(CommConfig::new(3, 4, "h", 1).validate().is_ok());
+        assert!(CommConfig::new(3, 4, "127.0.0.1", 1).validate().is_ok());
     }
 }

@@ -62,9 +62,9 @@ pub enum CommError {
     #[error(transparent)]
     Rejected(#[from] Rejection),
 
-    /// Not all ranks arrived before the timeout.
+    /// Not all ranks arrived before the join timeout.
     #[error(
-        "rendezvous at {master} timed out after {timeout:?}: rank(s) {} of {world_size} never arrived ({detail})",
+        "rendezvous at {master} timed out after {timeout:?} (the join timeout, --rdzv-timeout): rank(s) {} of {world_size} never arrived ({detail})",
         rank_list(.missing)
     )]
     RendezvousTimeout {
@@ -75,15 +75,21 @@ pub enum CommError {
         detail: String,
     },
 
-    /// A blocking store `get` did not see its key in time.
+    /// A blocking store `get` did not see its key within the join timeout.
     #[error(
-        "timed out after {timeout:?} waiting for key {key:?} in the rendezvous store at {master}"
+        "timed out after {timeout:?} (the join timeout, --rdzv-timeout) waiting for key {key:?} in the rendezvous store at {master}"
     )]
     StoreTimeout {
         master: String,
         key: String,
         timeout: Duration,
     },
+
+    /// Other machines could reach the store, and the job has no token.
+    #[error(
+        "the rendezvous at {master} is open to other machines and this job has no auth token, so any process that reaches it could join the job; give every rank the same token: `trainer token FILE` writes one (then --auth-token-file FILE), `cargo xtask slurm-submit` makes one per job, or set TRAINER_AUTH_TOKEN to 64 hex digits; --no-auth runs without one (see docs/security.md)"
+    )]
+    TokenRequired { master: String },
 
     /// The job token could not be read or generated.
     #[error(transparent)]
@@ -123,7 +129,9 @@ pub enum CommError {
 
     /// A neighbour stayed silent (or did not drain its socket) for the whole
     /// timeout: it hangs, or it is not calling the same collective.
-    #[error("timed out after {timeout:?} waiting for rank {peer} ({addr}) during {op}")]
+    #[error(
+        "timed out after {timeout:?} (the collective timeout, --timeout) waiting for rank {peer} ({addr}) during {op}"
+    )]
     PeerTimeout {
         peer: usize,
         addr: String,
@@ -165,8 +173,8 @@ pub enum CommError {
     /// An NCCL collective did not complete in time; the communicator was
     /// aborted.
     #[error(
-        "rank {rank}: NCCL {op} did not complete within {timeout:?} (a peer died, hangs, or called \
-         another collective); the communicator was aborted"
+        "rank {rank}: NCCL {op} did not complete within {timeout:?} (the collective timeout, \
+         --timeout: a peer died, hangs, or called another collective); the communicator was aborted"
     )]
     NcclTimeout {
         rank: usize,

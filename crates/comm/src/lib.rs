@@ -15,8 +15,11 @@
 //! * [`AuthToken`]: the job secret; every store and ring connection starts
 //!   with a mutual HMAC challenge-response proving both ends hold it.
 //!
-//! All blocking network steps are bounded by [`CommConfig::timeout`], and
-//! every failure is a [`CommError`] that names the rank involved.
+//! Joining is bounded by [`CommConfig::rdzv_timeout`], every other blocking
+//! network step by [`CommConfig::timeout`], and every failure is a
+//! [`CommError`] that names the rank involved (and a timeout, its flag).
+//! A job whose store other machines can reach needs a token, or the
+//! user's explicit [`CommConfig::no_auth`].
 
 mod auth;
 mod communicator;
@@ -37,7 +40,10 @@ mod tcp;
 
 pub use auth::{AUTH_TOKEN_VAR, AuthFailure, AuthToken, AuthTokenError, HANDSHAKE_TIMEOUT};
 pub use communicator::{Communicator, ReduceOp};
-pub use config::{CommConfig, DEFAULT_TIMEOUT, SameHostTransport, StoreHost};
+pub use config::{
+    CommConfig, DEFAULT_RDZV_TIMEOUT, DEFAULT_TIMEOUT, SameHostTransport, StoreHost,
+    is_loopback_host,
+};
 pub use error::{CommError, Rejection};
 pub use hostlist::{HostlistError, expand_hostlist, first_host};
 pub use launch_env::{

@@ -26,6 +26,7 @@ pub struct Store {
     /// job's keys live under `prefix` there; `None`: rank 0's.
     agent: Option<String>,
     master: String,
+    /// How long [`Store::get`] waits: the join timeout.
     timeout: Duration,
     /// How long a request waits for its answer beyond the store's own wait.
     reply_timeout: Duration,
@@ -45,7 +46,7 @@ enum Fault {
 
 impl Store {
     /// Connects to the store at `config.master_addr:master_port`, retrying
-    /// until `config.timeout` passes (rank 0 may not be listening yet),
+    /// until `config.rdzv_timeout` passes (rank 0 may not be listening yet),
     /// proves that it holds the job's token (and checks that the store does),
     /// and registers `config.rank` with `config.world_size`. The store refuses a
     /// world size that differs from rank 0's and a rank that is already
@@ -89,11 +90,11 @@ impl Store {
     /// A connection to the store, not yet registered.
     fn reach(config: &CommConfig) -> Result<Store, CommError> {
         let master = config.master_endpoint();
-        let deadline = Instant::now() + config.timeout;
+        let deadline = Instant::now() + config.rdzv_timeout;
         let stream = connect_with_retry(&config.master_addr, config.master_port, deadline)
             .map_err(|detail| CommError::RendezvousTimeout {
                 master: master.clone(),
-                timeout: config.timeout,
+                timeout: config.rdzv_timeout,
                 missing: vec![0],
                 world_size: config.world_size,
                 detail: format!("could not reach rank 0's store: {detail}"),
@@ -122,7 +123,7 @@ impl Store {
             stream,
             agent,
             master,
-            timeout: config.timeout,
+            timeout: config.rdzv_timeout,
             reply_timeout: config.timeout,
             fault: None,
         })
@@ -155,8 +156,8 @@ impl Store {
         }
     }
 
-    /// The value of `key`, waiting up to the configured timeout for some
-    /// rank to set it.
+    /// The value of `key`, waiting up to the join timeout
+    /// (`rdzv_timeout`) for some rank to set it.
     pub fn get(&mut self, key: &str) -> Result<Vec<u8>, CommError> {
         let timeout = self.timeout;
         self.wait_for(key, timeout)?
@@ -397,7 +398,7 @@ mod tests {
     fn a_store_that_stops_answering_fails_requests_within_the_reply_timeout() {
         let (seen, frames) = mpsc::channel();
         let port = stopped_store(seen);
-        // A rendezvous timeout far longer than the test may take.
+        // Timeouts far longer than the test may take.
         let config =
             CommConfig::new(1, 2, "127.0.0.1", port).with_timeout(Duration::from_secs(600));
         let mut store = Store::connect(&config).unwrap();

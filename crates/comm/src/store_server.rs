@@ -19,6 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::auth::{AuthToken, HANDSHAKE_TIMEOUT, Role, handshake};
+use crate::config::is_loopback_host;
 use crate::deadline::Deadline;
 use crate::error::{CommError, Rejection};
 use crate::store_protocol::{Request, Response, read_frame, write_frame};
@@ -196,8 +197,9 @@ impl Shared {
 
 impl StoreServer {
     /// Starts a store for a job of `world_size` ranks on `port` of every
-    /// interface (IPv6 as well when `master_addr` is an IPv6 literal).
-    /// `master_addr` is only used to phrase the error when the port is taken.
+    /// interface (IPv6 as well when `master_addr` is an IPv6 literal), or
+    /// of loopback alone when `master_addr` names it (`127.0.0.1`, `::1`,
+    /// `localhost`: a job of one machine, which no other can reach).
     /// The store is unauthenticated: its clients must hold no token.
     pub fn bind(
         master_addr: &str,
@@ -219,16 +221,15 @@ impl StoreServer {
         timeout: Duration,
         auth: Option<AuthToken>,
     ) -> Result<Self, CommError> {
-        let unspecified = if master_addr
-            .trim_matches(['[', ']'])
-            .parse::<Ipv6Addr>()
-            .is_ok()
-        {
+        let host = master_addr.trim_matches(['[', ']']);
+        let interfaces = if is_loopback_host(host) {
+            host
+        } else if host.parse::<Ipv6Addr>().is_ok() {
             "::"
         } else {
             "0.0.0.0"
         };
-        let listener = TcpListener::bind((unspecified, port))
+        let listener = TcpListener::bind((interfaces, port))
             .map_err(|e| CommError::store_bind(master_addr, port, e))?;
         let port = listener
             .local_addr()

@@ -131,7 +131,7 @@ impl Group {
             CommError::Rejected(Rejection::RanksMissing { missing, .. }) => {
                 CommError::RendezvousTimeout {
                     master: config.master_endpoint(),
-                    timeout: config.timeout,
+                    timeout: config.rdzv_timeout,
                     missing,
                     world_size: config.world_size,
                     detail: "they did not register with the store; were they started, with the same MASTER_ADDR and MASTER_PORT?"

@@ -42,11 +42,14 @@ impl Listeners {
     fn bind(rendezvous: &mut Rendezvous) -> Result<(Listeners, PeerAddress), CommError> {
         let rank = rendezvous.config().rank;
         let host = rendezvous.advertised_host()?;
-        let unspecified = match rendezvous.store().local_addr()?.ip() {
+        // A rank that reaches the store over loopback runs on rank 0's
+        // machine, in a job of one machine: its peers come over loopback too.
+        let interfaces = match rendezvous.store().local_addr()?.ip() {
+            ip if ip.is_loopback() => ip,
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
         };
-        let tcp = TcpListener::bind((unspecified, 0))
+        let tcp = TcpListener::bind((interfaces, 0))
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|e| CommError::io(format!("rank {rank}: binding the data listener"), e))?;
         let port = tcp
@@ -116,7 +119,7 @@ pub(crate) fn connect_ring(
     let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
     let missing = |peer: usize, detail: String| CommError::RendezvousTimeout {
         master: config.master_endpoint(),
-        timeout: config.timeout,
+        timeout: config.rdzv_timeout,
         missing: vec![group.global(peer)],
         world_size: config.world_size,
         detail,

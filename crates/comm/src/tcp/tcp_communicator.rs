@@ -59,11 +59,11 @@ impl Ring {
 
 impl TcpCommunicator {
     /// Joins the job described by `config`: rank 0 starts the store, all
-    /// ranks form the ring, and a first barrier proves it works. Everything
-    /// must happen within `config.timeout`; ranks that do not show up are
-    /// named in the error.
+    /// ranks form the ring, and a first barrier proves it works. Joining
+    /// must happen within `config.rdzv_timeout`, the barrier within
+    /// `config.timeout`; ranks that do not show up are named in the error.
     pub fn connect(config: &CommConfig) -> Result<Self, CommError> {
-        let deadline = Instant::now() + config.timeout;
+        let deadline = Instant::now() + config.rdzv_timeout;
         config.validate()?;
         if config.world_size == 1 {
             return Ok(Self::alone());
@@ -102,7 +102,7 @@ impl TcpCommunicator {
     }
 
     /// A ring over `members` (see [`Communicator::subgroup`]), formed
-    /// through this communicator's store within its timeout, and proven
+    /// through this communicator's store within its join timeout, and proven
     /// by a first barrier. Only the job's communicator (the one
     /// [`TcpCommunicator::connect`] returns) has a store to form them.
     pub fn subgroup(&mut self, members: &[usize]) -> Result<TcpCommunicator, CommError> {
@@ -118,7 +118,7 @@ impl TcpCommunicator {
                     .to_string(),
             });
         };
-        let deadline = Instant::now() + rendezvous.config().timeout;
+        let deadline = Instant::now() + rendezvous.config().rdzv_timeout;
         let links = connect_ring(rendezvous, &group, deadline)?;
         let mut comm = TcpCommunicator {
             rank: group.rank,

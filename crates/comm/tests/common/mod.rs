@@ -22,8 +22,12 @@ pub fn free_port() -> u16 {
         .expect("binding an ephemeral port on loopback")
 }
 
+/// Rank `rank` of a job on loopback whose joining and collectives are
+/// bounded by `timeout` alike.
 pub fn config(rank: usize, world_size: usize, port: u16, timeout: Duration) -> CommConfig {
-    CommConfig::new(rank, world_size, "127.0.0.1", port).with_timeout(timeout)
+    CommConfig::new(rank, world_size, "127.0.0.1", port)
+        .with_timeout(timeout)
+        .with_rdzv_timeout(timeout)
 }
 
 /// Both ways ranks on one machine can be linked; tests of the data path
