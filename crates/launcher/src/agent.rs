@@ -42,8 +42,11 @@ pub fn launch(
     };
     let mut group = match &plan.master {
         Some(master) if plan.nnodes > 1 => {
-            let auth = AuthToken::resolve(spec.auth_token_file.as_deref())
-                .doing(|| "reading the job's auth token".into())?;
+            let auth = match spec.no_auth {
+                true => None,
+                false => AuthToken::resolve(spec.auth_token_file.as_deref())
+                    .doing(|| "reading the job's auth token".into())?,
+            };
             let (rdzv_id, heartbeat) = (spec.rdzv_id.as_str(), spec.heartbeat);
             // Node 0 waits for a late node's verdict; a third node's ranks
             // reporting their timeouts first would be taken at their word.
@@ -59,8 +62,8 @@ pub fn launch(
                     plan.nnodes,
                     master,
                     rdzv_id,
-                    (graces.failure, heartbeat),
-                    auth,
+                    (graces.failure, spec.rdzv_timeout, heartbeat),
+                    (auth, spec.no_auth),
                 )
             })?)
         }
@@ -134,7 +137,7 @@ fn ended(end: RunEnd, restarts: &dyn Restarts) -> RunEnd {
 /// runs, watching the launcher's signals meanwhile: one ends the launcher
 /// at once, nothing being lost yet (75 for SIGTERM/SIGUSR1, the code on
 /// which batch scripts requeue; 128 + signal otherwise), where the wait
-/// itself would hold it for up to --timeout.
+/// itself would hold it for up to --rdzv-timeout.
 fn unless_signalled<T: Send>(signals: &mut Signals, wait: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|scope| {
         let waiting = scope.spawn(wait);
@@ -161,10 +164,10 @@ fn unless_signalled<T: Send>(signals: &mut Signals, wait: impl FnOnce() -> T + S
 /// attempt when it starts the whole job and the user gave none. Launchers
 /// on several machines would each make another, so there the user's
 /// (`TRAINER_AUTH_TOKEN`, `--auth-token-file`, passed on as they are) is the
-/// job's, or none (the workers warn).
+/// job's, or none (`--no-auth`, which the workers get too).
 fn fresh_token(spec: &WorkerSpec, plan: &NodePlan) -> Result<Option<AuthToken>, LaunchError> {
     let given = std::env::var_os(AUTH_TOKEN_VAR).is_some() || spec.auth_token_file.is_some();
-    if given || plan.nnodes > 1 {
+    if given || spec.no_auth || plan.nnodes > 1 {
         return Ok(None);
     }
     Ok(Some(

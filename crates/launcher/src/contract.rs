@@ -31,8 +31,9 @@ pub const WORKER_SIGNALS: [i32; 4] = [SIGTERM, SIGUSR1, SIGINT, SIGHUP];
 pub struct Misconfigured(pub String);
 
 /// The exit code of a process that failed with `e`:
-/// [`MISCONFIGURED_EXIT_CODE`] or [`PEER_LOST_EXIT_CODE`] when such a
-/// cause is in its chain of sources, else 1.
+/// [`MISCONFIGURED_EXIT_CODE`] (a rendezvous open to other machines
+/// without a token is one) or [`PEER_LOST_EXIT_CODE`] when such a cause is
+/// in its chain of sources, else 1.
 pub fn failure_exit_code(e: &(dyn std::error::Error + 'static)) -> i32 {
     let chain = || std::iter::successors(Some(e), |cause| cause.source());
     let lost_peer = |cause: &(dyn std::error::Error + 'static)| {
@@ -41,7 +42,13 @@ pub fn failure_exit_code(e: &(dyn std::error::Error + 'static)) -> i32 {
             Some(comm::CommError::PeerLost { .. } | comm::CommError::PeerTimeout { .. })
         )
     };
-    if chain().any(|cause| cause.is::<Misconfigured>()) {
+    let refused_open = |cause: &(dyn std::error::Error + 'static)| {
+        matches!(
+            cause.downcast_ref(),
+            Some(comm::CommError::TokenRequired { .. })
+        )
+    };
+    if chain().any(|cause| cause.is::<Misconfigured>() || refused_open(cause)) {
         MISCONFIGURED_EXIT_CODE
     } else if chain().any(lost_peer) {
         PEER_LOST_EXIT_CODE

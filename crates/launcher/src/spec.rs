@@ -21,6 +21,9 @@ pub struct WorkerSpec {
     /// How long the other workers get, after one failed, to report which
     /// peer they lost (the job's collective timeout).
     pub failure_grace: Duration,
+    /// How long the launchers of several machines may take to meet (the
+    /// job's join timeout, `--rdzv-timeout`).
+    pub rdzv_timeout: Duration,
     /// How long the workers get to stop after a signal (`--grace`).
     pub signal_grace: Duration,
     pub max_restarts: u32,
@@ -28,6 +31,9 @@ pub struct WorkerSpec {
     /// one in `TRAINER_AUTH_TOKEN`, else a fresh token per attempt on one
     /// machine.
     pub auth_token_file: Option<PathBuf>,
+    /// `--no-auth`: no token, even where other machines can reach the
+    /// launchers' store.
+    pub no_auth: bool,
     /// The job's name at the rendezvous (`--rdzv-id`).
     pub rdzv_id: String,
     /// How long a launcher may go silent (`--heartbeat-timeout`).
@@ -36,20 +42,23 @@ pub struct WorkerSpec {
 
 impl WorkerSpec {
     /// This process's own program and command line, as `flags` and the
-    /// program's collective `timeout` and `auth_token_file` say.
+    /// program's collective and join timeouts, `auth_token_file` and
+    /// `no_auth` say.
     pub fn of_this_process(
         flags: &LaunchFlags,
-        timeout: Duration,
-        auth_token_file: Option<PathBuf>,
+        (timeout, rdzv_timeout): (Duration, Duration),
+        (auth_token_file, no_auth): (Option<PathBuf>, bool),
     ) -> Result<Self, LaunchError> {
         Ok(Self {
             exe: std::env::current_exe()
                 .doing(|| "finding this executable to start workers".into())?,
             args: args::worker_args(std::env::args_os().skip(1)),
             failure_grace: timeout,
+            rdzv_timeout,
             signal_grace: Duration::from_secs_f64(flags.grace),
             max_restarts: flags.max_restarts,
             auth_token_file,
+            no_auth,
             rdzv_id: flags.rdzv.rdzv_id.clone().unwrap_or_default(),
             heartbeat: flags.rdzv.heartbeat(),
         })

@@ -84,8 +84,11 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
 /// the newest checkpoint in `--checkpoint-dir`.
 fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     let (join, checkpoints) = (&cli.job.join, &cli.job.checkpoints);
-    let spec =
-        WorkerSpec::of_this_process(&cli.launch, join.timeout(), join.auth_token_file.clone())?;
+    let spec = WorkerSpec::of_this_process(
+        &cli.launch,
+        (join.timeout(), join.rdzv_timeout()),
+        (join.auth_token_file.clone(), join.no_auth),
+    )?;
     let restarts = CheckpointRestarts::new(
         checkpoints.checkpoint_dir.as_deref(),
         checkpoints.keep,

@@ -8,6 +8,7 @@ use trainer::cli::Cli;
 use trainer::error_file;
 use trainer::models::recsys::synth;
 use trainer::report::plot;
+use trainer::run::token;
 
 /// A subcommand: its own flags, parsed from the arguments after its name.
 fn subcommand<A: Parser>(run: fn(&A) -> anyhow::Result<()>) -> ExitCode {
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
     match std::env::args_os().nth(1) {
         Some(a) if a == "plot" => return subcommand(plot::run),
         Some(a) if a == "synth-ratings" => return subcommand(synth::run),
+        Some(a) if a == "token" => return subcommand(token::run),
         _ => {}
     }
     let cli = match Cli::try_parse() {

@@ -67,17 +67,36 @@ fn spawn(cmd: &mut Command) -> Child {
 }
 
 #[test]
-fn a_rank_that_never_arrives_fails_the_rendezvous_after_the_timeout() {
-    let (status, err) = wait_within(
-        spawn(&mut worker(0, 2, free_port())),
-        Duration::from_secs(30),
-    );
+fn a_rank_that_never_arrives_fails_the_rendezvous_after_the_join_timeout() {
+    let mut alone = worker(0, 2, free_port());
+    alone.args(["--rdzv-timeout", "3"]);
+    let (status, err) = wait_within(spawn(&mut alone), Duration::from_secs(30));
     assert!(!status.success());
     assert!(
         err.contains("never arrived") && err.contains("[1]"),
         "{err}"
     );
+    assert!(
+        err.contains("after 3s (the join timeout, --rdzv-timeout)"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A rank that starts later than `--timeout` (a slow boot, a container
+/// pull) joins within `--rdzv-timeout`, and the job trains: only a
+/// collective is held to `--timeout`.
+#[test]
+fn a_rank_later_than_the_collective_timeout_joins_within_the_join_timeout() {
+    let port = free_port();
+    let rank0 = spawn(&mut worker(0, 2, port));
+    // Two collective timeouts late.
+    std::thread::sleep(Duration::from_secs(6));
+    let rank1 = spawn(&mut worker(1, 2, port));
+    for (rank, child) in [rank0, rank1].into_iter().enumerate() {
+        let (status, err) = wait_within(child, Duration::from_secs(60));
+        assert!(status.success(), "rank {rank}: {err}");
+    }
 }
 
 #[test]

@@ -280,7 +280,7 @@ fn a_killed_launcher_ends_the_job_on_the_other_node_without_a_restart() {
 
 /// Node 0 starts no worker before every node has joined: a launcher of
 /// another job (another --rdzv-id) ends it at once with both ids named,
-/// and a node that never comes ends it after --timeout, named.
+/// and a node that never comes ends it after --rdzv-timeout, named.
 #[test]
 fn node_0_waits_for_every_node_and_names_a_stranger_or_a_missing_one() {
     let endpoint = format!("127.0.0.1:{}", free_port());
@@ -309,13 +309,14 @@ fn node_0_waits_for_every_node_and_names_a_stranger_or_a_missing_one() {
     );
 
     let alone = job(dir.path())
-        .args(["--nnodes=2", "--nproc_per_node=1", "--timeout", "2"])
+        .args(["--nnodes=2", "--nproc_per_node=1", "--rdzv-timeout", "2"])
         .args(["--rdzv_endpoint", &format!("127.0.0.1:{}", free_port())])
         .spawn()
         .unwrap();
     let said = stderr(&wait_within(alone, Duration::from_secs(30)));
     assert!(
-        said.contains("node(s) [1] of 2 did not join the launchers"),
+        said.contains("node(s) [1] of 2 did not join the launchers")
+            && said.contains("within 2s (the join timeout, --rdzv-timeout)"),
         "{said}"
     );
     assert!(!said.contains("started rank"), "{said}");

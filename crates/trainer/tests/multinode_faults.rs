@@ -185,7 +185,7 @@ fn stopped_workers_under_a_live_launcher_end_the_job_and_are_named_hung() {
     assert_eq!(out1.status.code(), Some(1), "{last1}");
     let last0 = said0.lines().last().unwrap_or_default();
     assert!(
-        last0.contains("timed out after 3s waiting for rank"),
+        last0.contains("timed out after 3s (the collective timeout, --timeout) waiting for rank"),
         "{said0}"
     );
     for rank in [2, 3] {
@@ -267,19 +267,20 @@ fn a_signal_while_the_other_machine_is_frozen_names_the_frozen_node() {
     }
 }
 
-/// Node 0 stopped past --timeout while it waits for the others: resumed,
-/// it reports the missing node and its own stop, which ran out the clock.
+/// Node 0 stopped past --rdzv-timeout while it waits for the others:
+/// resumed, it reports the missing node and its own stop, which ran out
+/// the clock.
 #[test]
 fn node_0_stopped_during_the_rendezvous_names_its_own_stop() {
     let dir = tempfile::tempdir().unwrap();
     let endpoint = format!("127.0.0.1:{}", free_port());
     let node0 = job(dir.path())
         .args(["--nnodes=2", "--nproc_per_node=1", "--node_rank=0"])
-        .args(["--timeout", "2", "--heartbeat-timeout", "1"])
+        .args(["--rdzv-timeout", "2", "--heartbeat-timeout", "1"])
         .args(["--rdzv_endpoint", &endpoint])
         .spawn()
         .unwrap();
-    // Waiting for node 1 by then (its --timeout not yet out).
+    // Waiting for node 1 by then (its --rdzv-timeout not yet out).
     std::thread::sleep(Duration::from_secs(1));
     let stopped = Stopped::new(vec![node0.id().to_string()]);
     std::thread::sleep(Duration::from_secs(3));

@@ -44,7 +44,10 @@ pub(super) struct NodeGroup {
     /// Node 0 hosts the group's store; dropping it ends the group.
     server: Option<StoreServer>,
     last_look: Instant,
+    /// A request's wait, and (twice) node 0's grace before a restart.
     timeout: Duration,
+    /// How long the nodes may take to meet (`--rdzv-timeout`).
+    rdzv_timeout: Duration,
     /// The store stopped answering (node 0's launcher is gone): this node
     /// goes on by itself, its workers noticing lost peers on their own.
     lost: bool,
@@ -55,22 +58,33 @@ pub(super) struct NodeGroup {
 }
 
 impl NodeGroup {
-    /// Joins (node 0: hosts) the group at `master`, waiting up to `timeout`
-    /// for node 0; launchers with another `--rdzv-id` are refused. Without
-    /// a node rank: the launcher on the master's host that binds the port
-    /// first is node 0, the others are numbered by arrival. With the job's
-    /// `auth` token every launcher proves it holds it, as the ranks do.
-    /// A node silent for `heartbeat` (node 0: no beat; the others: node
-    /// 0's store gives no answer) ends the job.
+    /// Joins (node 0: hosts) the group at `master`, the nodes meeting
+    /// within `rdzv_timeout`; launchers with another `--rdzv-id` are
+    /// refused. Without a node rank: the launcher on the master's host that
+    /// binds the port first is node 0, the others are numbered by arrival.
+    /// With the job's `auth` token every launcher proves it holds it, as
+    /// the ranks do; without one, a store other machines can reach is
+    /// refused unless `no_auth`. A request to the store waits up to
+    /// `timeout`; a node silent for `heartbeat` (node 0: no beat; the
+    /// others: node 0's store gives no answer) ends the job.
     pub fn join(
         node_rank: Option<usize>,
         nnodes: usize,
         master: &(String, u16),
         rdzv_id: &str,
-        (timeout, heartbeat): (Duration, Duration),
-        auth: Option<AuthToken>,
+        (timeout, rdzv_timeout, heartbeat): (Duration, Duration, Duration),
+        (auth, no_auth): (Option<AuthToken>, bool),
     ) -> Result<NodeGroup, LaunchError> {
         let (addr, port) = master;
+        let config = CommConfig::new(0, nnodes, addr.clone(), *port)
+            .with_timeout(timeout)
+            .with_rdzv_timeout(rdzv_timeout)
+            .with_auth(auth.clone())
+            .with_no_auth(no_auth);
+        config
+            .validate()
+            .doing(|| format!("launcher (--nnodes {nnodes})"))?;
+        let unauthenticated = auth.is_none();
         let hosting = node_rank.map_or_else(|| is_this_host(addr), |k| k == 0);
         let bind = || StoreServer::bind_with_auth(addr, *port, nnodes, timeout, auth.clone());
         let server = match hosting.then(bind) {
@@ -83,9 +97,6 @@ impl NodeGroup {
             }
             None => None,
         };
-        let config = CommConfig::new(0, nnodes, addr.clone(), *port)
-            .with_timeout(timeout)
-            .with_auth(auth);
         let joined = match (&server, node_rank) {
             (Some(_), _) => Store::connect(&config).map(|s| (s, 0)),
             (None, Some(k)) => Store::connect(&CommConfig { rank: k, ..config }).map(|s| (s, k)),
@@ -120,6 +131,7 @@ impl NodeGroup {
             server,
             last_look: Instant::now(),
             timeout,
+            rdzv_timeout,
             lost: false,
             away: None,
         };
@@ -138,6 +150,15 @@ impl NodeGroup {
             group.beater = Some(Beater::start(group.store.clone(), node_rank, every)?);
         }
         tell!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}");
+        if unauthenticated && node_rank == 0 {
+            let why = match no_auth {
+                true => "--no-auth",
+                false => "no auth token (TRAINER_AUTH_TOKEN or --auth-token-file)",
+            };
+            tell!(
+                "warning: {why}: the launchers' rendezvous is unauthenticated, and any process that reaches port {port} of {addr} can join this job"
+            );
+        }
         Ok(group)
     }
 
@@ -158,9 +179,13 @@ impl NodeGroup {
             self.store.set(&key, &port.to_be_bytes())?;
             port
         } else {
-            // Node 0 may still be giving its workers their grace. Looks,
-            // not a wait in the store: the heartbeat shares the connection.
-            let patience = self.timeout * 2 + Duration::from_secs(30);
+            // Node 0 may still be waiting for other nodes to join, or
+            // giving its workers their grace. Looks, not a wait in the
+            // store: the heartbeat shares the connection.
+            let patience = match attempt {
+                0 => self.rdzv_timeout,
+                _ => self.timeout * 2,
+            } + Duration::from_secs(30);
             let until = Instant::now() + patience;
             let node = self.node_rank;
             let bytes = loop {

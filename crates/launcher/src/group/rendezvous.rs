@@ -35,11 +35,11 @@ impl NodeGroup {
         Ok(())
     }
 
-    /// Node 0 waits up to the timeout for every other node to join, so that
-    /// no worker waits in vain for ranks whose launcher never came (or came
-    /// with another job's `--rdzv-id`), and says which.
+    /// Node 0 waits up to the join timeout for every other node to join,
+    /// so that no worker waits in vain for ranks whose launcher never came
+    /// (or came with another job's `--rdzv-id`), and says which.
     pub(super) fn wait_for_nodes(&mut self, rdzv_id: &str, port: u16) -> Result<(), LaunchError> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Instant::now() + self.rdzv_timeout;
         let mut missing: Vec<usize> = (1..self.nnodes).collect();
         loop {
             self.note_away();
@@ -73,10 +73,10 @@ impl NodeGroup {
                 });
                 refuse!(
                     Rendezvous,
-                    "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (--timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint){away}",
+                    "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (the join timeout, --rdzv-timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint), or raise --rdzv-timeout for slow starts{away}",
                     self.nnodes,
                     self.master.addr,
-                    self.timeout,
+                    self.rdzv_timeout,
                     self.nnodes
                 );
             }

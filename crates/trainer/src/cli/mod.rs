@@ -48,6 +48,17 @@ a second signal stops at once. The launcher passes signals on to its workers,
 kills them after --grace seconds, and exits with 75 if they all saved, else
 with 128 + the signal; its workers die with it even when it is SIGKILLed.
 
+TIMEOUTS: --rdzv-timeout SECS (600) bounds joining the job (every rank's and
+launcher's arrival), --timeout SECS (30) each collective; an error names the
+one that ran out.
+
+AUTH: every store and ring connection proves it holds the job's token
+(TRAINER_AUTH_TOKEN, or --auth-token-file FILE). The launcher on one machine
+makes one. A rendezvous other machines can reach (a master other than
+127.0.0.1, ::1 or localhost) does not start without one: `trainer token FILE`
+writes one, `cargo xtask slurm-submit` makes one per job; --no-auth runs
+without (any process that reaches the ports can join; see docs/security.md).
+
 GPU KERNELS: nvcc's PTX from the build when it loads, else NVRTC compiles them
 for the GPU (libnvrtc.so: CUDA toolkit or the nvidia-cuda-nvrtc-cu12 wheel) and
 keeps them in ~/.cache/core-tensor/kernels for the next start

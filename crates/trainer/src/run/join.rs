@@ -1,5 +1,5 @@
-//! Joining the job's TCP ring: how long a rank waits for its peers, and
-//! the job's secret.
+//! Joining the job's TCP ring: how long a rank waits to join and for its
+//! peers' collectives, and the job's secret.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use comm::{
-    AUTH_TOKEN_VAR, AuthToken, CommConfig, Communicator, LaunchEnv, LaunchSource, StoreHost,
-    TcpCommunicator,
+    AUTH_TOKEN_VAR, AuthToken, AuthTokenError, CommConfig, Communicator, LaunchEnv, LaunchSource,
+    StoreHost, TcpCommunicator,
 };
 use launcher::contract::hostname;
 use launcher::flags::seconds;
@@ -16,45 +16,88 @@ use launcher::flags::seconds;
 /// The flags of joining the job.
 #[derive(Clone, Debug, Args)]
 pub struct JoinFlags {
-    /// Seconds a rank waits for its peers (rendezvous, each collective)
+    /// Seconds a rank waits for its peers in each collective (and NCCL's)
     /// before failing.
     #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = seconds)]
     pub timeout: f64,
 
+    /// Seconds joining the job may take: every rank's (and, with several
+    /// machines, every launcher's) arrival at the rendezvous, torchrun's
+    /// join timeout. Slow boots, container pulls and cold caches delay a
+    /// rank's arrival, not its collectives.
+    #[arg(long, default_value_t = 600.0, value_name = "SECS", value_parser = seconds)]
+    pub rdzv_timeout: f64,
+
     /// Read the job's auth token (64 hex digits) from this file, which must
-    /// be private to its owner (chmod 600); else TRAINER_AUTH_TOKEN. The
-    /// built-in launcher and `cargo xtask slurm-submit` make one per job.
+    /// be private to its owner (chmod 600; `trainer token FILE` writes
+    /// one); else TRAINER_AUTH_TOKEN. The built-in launcher on one machine
+    /// and `cargo xtask slurm-submit` make one per job.
     #[arg(long, value_name = "PATH")]
     pub auth_token_file: Option<PathBuf>,
+
+    /// Run without an auth token (TRAINER_AUTH_TOKEN is ignored), even
+    /// where other machines can reach the rendezvous: any process that
+    /// reaches its ports can join the job (see docs/security.md).
+    #[arg(long, conflicts_with = "auth_token_file")]
+    pub no_auth: bool,
 }
 
 impl JoinFlags {
-    /// `--timeout`.
+    /// `--timeout`: each collective's.
     pub fn timeout(&self) -> Duration {
         Duration::from_secs_f64(self.timeout)
     }
+
+    /// `--rdzv-timeout`: joining's.
+    pub fn rdzv_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.rdzv_timeout)
+    }
+
+    /// The job's token, unless `--no-auth` says to run without one.
+    pub fn token(&self) -> Result<Option<AuthToken>, AuthTokenError> {
+        match self.no_auth {
+            true => Ok(None),
+            false => AuthToken::resolve(self.auth_token_file.as_deref()),
+        }
+    }
 }
 
-/// Joins the job's TCP ring as the rank `env` names.
-pub(super) fn connect(flags: &JoinFlags, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
-    let auth = AuthToken::resolve(flags.auth_token_file.as_deref())
+/// How the rank `env` names joins the job, as `flags` say; refused (before
+/// the rank loads anything) when other machines could reach the
+/// rendezvous and the job has no token.
+pub(super) fn config(flags: &JoinFlags, env: &LaunchEnv) -> anyhow::Result<CommConfig> {
+    let auth = flags
+        .token()
         .with_context(|| format!("rank {}: reading the job's auth token", env.rank))?;
     let config = CommConfig::from_launch_env(env)
         .with_timeout(flags.timeout())
-        .with_auth(auth);
-    let at_agent = matches!(config.store, StoreHost::Agent { .. });
+        .with_rdzv_timeout(flags.rdzv_timeout())
+        .with_auth(auth)
+        .with_no_auth(flags.no_auth);
+    config
+        .validate()
+        .with_context(|| format!("rank {}", env.rank))?;
+    Ok(config)
+}
+
+/// Joins the job's TCP ring as the rank `env` names, with `config`; rank 0
+/// of a job without a token says so, once.
+pub(super) fn connect(config: &CommConfig, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
     if config.auth.is_none() && env.rank == 0 {
-        let reach = if at_agent {
-            "torchrun's store or the ranks' ports".to_string()
-        } else {
-            format!("port {}", env.master_port)
+        let why = match config.no_auth {
+            true => "--no-auth".to_string(),
+            false => format!("no auth token ({AUTH_TOKEN_VAR} or --auth-token-file)"),
+        };
+        let reach = match config.store {
+            StoreHost::Agent { .. } => "torchrun's store or the ranks' ports".to_string(),
+            StoreHost::RankZero => format!("port {} of {}", env.master_port, env.master_addr),
         };
         tell!(
-            "warning: no auth token ({AUTH_TOKEN_VAR} or --auth-token-file): the rendezvous is \
-             unauthenticated, and any process that reaches {reach} can join this job"
+            "warning: {why}: the rendezvous is unauthenticated, and any process that reaches \
+             {reach} can join this job"
         );
     }
-    let comm = TcpCommunicator::connect(&config).with_context(|| {
+    let comm = TcpCommunicator::connect(config).with_context(|| {
         format!(
             "rank {} joining the job at {}",
             env.rank,
@@ -62,7 +105,9 @@ pub(super) fn connect(flags: &JoinFlags, env: &LaunchEnv) -> anyhow::Result<TcpC
         )
     })?;
     let via = match env.source {
-        LaunchSource::Torchrun if at_agent => "torchrun, at its agent's store",
+        LaunchSource::Torchrun if matches!(config.store, StoreHost::Agent { .. }) => {
+            "torchrun, at its agent's store"
+        }
         LaunchSource::Torchrun => "torchrun-style environment",
         LaunchSource::Mpi => "mpirun",
         LaunchSource::Slurm => "slurm",

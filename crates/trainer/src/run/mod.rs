@@ -7,6 +7,7 @@ mod job;
 mod join;
 mod memory_fit;
 pub mod threads;
+pub mod token;
 mod wiring;
 
 use anyhow::Context;
@@ -35,6 +36,12 @@ pub fn run(job: &JobFlags, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd>
     let stop = StopRequest::new();
     install_worker_handlers(&stop)?;
     let rank = Topology::launched(launch, job.pipeline.pipeline_stages as usize)?;
+    // A job that may not start (no token, and other machines could reach
+    // its rendezvous) fails before it loads anything.
+    let joining = match launch {
+        Some(env) if env.world_size > 1 => Some((join::config(&job.join, env)?, env)),
+        _ => None,
+    };
     let data = job.model.model.entry().load(&job.model)?;
     // The device comes before the rendezvous: a rank without its GPU, or
     // without room for the model, fails here, alone and at once, instead
@@ -42,10 +49,9 @@ pub fn run(job: &JobFlags, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd>
     let device = choose_device(&job.device, &rank)?;
     memory_fit::check_host(data.as_ref(), job, &rank, device.is_gpu())?;
     memory_fit::check_device(data.as_ref(), &rank, &device)?;
-    let tcp = match launch {
-        Some(env) if env.world_size > 1 => Some(join::connect(&job.join, env)?),
-        _ => None,
-    };
+    let tcp = joining
+        .map(|(config, env)| join::connect(&config, env))
+        .transpose()?;
     let process = Process {
         job,
         data: data.as_ref(),

@@ -151,6 +151,21 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// An IPv4 address of this machine that is not loopback (`hostname -I`),
+/// for a rendezvous other machines could reach; `None`, saying the test is
+/// skipped, where there is none.
+pub fn outside_address() -> Option<String> {
+    let listed = Command::new("hostname").arg("-I").output().ok()?;
+    let found = String::from_utf8_lossy(&listed.stdout)
+        .split_whitespace()
+        .filter_map(|a| a.parse::<std::net::IpAddr>().ok())
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback());
+    if found.is_none() {
+        eprintln!("skipped: `hostname -I` names no address of this machine but loopback");
+    }
+    found.map(|ip| ip.to_string())
+}
+
 /// The lines `child` writes to stderr (which must be piped), as they come,
 /// from a thread that ends with the stream.
 pub fn stderr_lines(child: &mut Child) -> (Receiver<String>, std::thread::JoinHandle<()>) {
