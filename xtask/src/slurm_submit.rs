@@ -57,6 +57,10 @@ pub struct Args {
     /// (sbatch's range), and below --time.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     signal_secs: u32,
+    /// How many times the job may requeue itself after a preemption (exit 75), counted by
+    /// SLURM_RESTART_COUNT; a run that saved no checkpoint is never requeued (0: never).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    max_requeues: u32,
     /// Exported to every rank (repeatable), e.g. --env NCCL_DEBUG=INFO.
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,

@@ -148,3 +148,52 @@ fn templates_make_a_fresh_auth_token_per_job() {
         assert_eq!(token(Some("ab".repeat(32).as_str())), "ab".repeat(32));
     }
 }
+
+/// The text of `script` from the line that starts with `first` through the
+/// line that starts with `last` (or to the end), for comparing blocks.
+fn block<'a>(script: &'a str, first: &str, last: Option<&str>) -> &'a str {
+    let start = script
+        .find(&format!("\n{first}"))
+        .unwrap_or_else(|| panic!("no line {first:?}"));
+    let rest = &script[start..];
+    let end = match last {
+        None => rest.len(),
+        Some(last) => {
+            let line = 1 + rest
+                .find(&format!("\n{last}"))
+                .expect("the block's last line");
+            rest[line..].find('\n').map_or(rest.len(), |n| line + n + 1)
+        }
+    };
+    &rest[..end]
+}
+
+/// Each hand-written script decides on a requeue as the script
+/// `cargo xtask slurm-submit` renders does, in the same words: at most
+/// MAX_REQUEUES (3 unless the environment says), and never after a run
+/// that saved no checkpoint. (`slurm_submit::render::requeue_tests` runs
+/// that text in bash.)
+#[test]
+fn templates_bound_their_requeues_as_the_rendered_script_does() {
+    let rendered = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/slurm_submit/job.sbatch.in"),
+    )
+    .unwrap();
+    let rule = |s: &str| block(s, "# The complete checkpoints", Some("saved_before=")).to_owned();
+    let decision = |s: &str| block(s, "# 75: the ranks stopped", None).to_owned();
+    for template in templates() {
+        let text = std::fs::read_to_string(&template).unwrap();
+        assert!(
+            text.contains("\nMAX_REQUEUES=\"${MAX_REQUEUES:-3}\"\n"),
+            "{}: no MAX_REQUEUES",
+            template.display()
+        );
+        assert_eq!(rule(&text), rule(&rendered), "{}", template.display());
+        assert_eq!(
+            decision(&text),
+            decision(&rendered),
+            "{}",
+            template.display()
+        );
+    }
+}

@@ -25,6 +25,8 @@ pub struct Job {
     pub env: Vec<(String, String)>,
     /// Seconds before the time limit at which every rank gets USR1.
     pub signal_secs: u32,
+    /// How many times the job may requeue itself after a preemption.
+    pub max_requeues: u32,
 }
 
 /// What srun starts on each node.
@@ -101,6 +103,7 @@ pub fn job(args: &Args) -> Result<Job> {
             .transpose()?,
         env: args.env.iter().map(|e| env_var(e)).collect::<Result<_>>()?,
         signal_secs,
+        max_requeues: args.max_requeues,
     })
 }
 
