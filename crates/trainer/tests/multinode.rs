@@ -154,7 +154,8 @@ fn with_max_restarts_every_node_restarts_from_the_checkpoint_and_the_result_is_u
 
 /// With a job token every launcher and every rank proves it holds it: two
 /// launchers sharing `TRAINER_AUTH_TOKEN` train together; one holding
-/// another token is refused at the launchers' rendezvous.
+/// another token is refused at the launchers' rendezvous (and node 0 gives
+/// up on it after --rdzv-timeout).
 #[test]
 fn launchers_share_the_job_token_and_a_stranger_is_refused() {
     const TOKEN: &str = "aa";
@@ -163,7 +164,8 @@ fn launchers_share_the_job_token_and_a_stranger_is_refused() {
     let with = |dir: &Path, second: String| {
         let tokens = [token.clone(), second];
         let node = std::cell::Cell::new(0);
-        two_launchers_with(dir, &["--max-steps", "2", "--timeout", "10"], |cmd| {
+        let flags = ["--max-steps", "2", "--timeout", "10", "--rdzv-timeout", "10"];
+        two_launchers_with(dir, &flags, |cmd| {
             cmd.env("TRAINER_AUTH_TOKEN", &tokens[node.get()]);
             node.set(node.get() + 1);
         })
@@ -182,7 +184,7 @@ fn launchers_share_the_job_token_and_a_stranger_is_refused() {
 
 /// A launcher still waiting for node 0 (no workers yet) acts on SIGTERM at
 /// once, exiting 75 as a preempted job does, instead of waiting out its
-/// --timeout.
+/// --rdzv-timeout.
 #[test]
 fn a_launcher_waiting_for_node_0_stops_at_once_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
@@ -190,10 +192,10 @@ fn a_launcher_waiting_for_node_0_stops_at_once_on_sigterm() {
     let waiting = job(&dir.path().join("ckpt"))
         .args(["--nnodes", "2", "--nproc-per-node", "1", "--node-rank", "1"])
         .args(["--master-addr", "127.0.0.1", "--master-port", &port])
-        .args(["--timeout", "120"])
+        .args(["--rdzv-timeout", "120"])
         .spawn()
         .unwrap();
-    // Long enough for its handlers; far shorter than its --timeout.
+    // Long enough for its handlers; far shorter than its --rdzv-timeout.
     std::thread::sleep(Duration::from_secs(2));
     let killed = Command::new("kill")
         .args(["-TERM", &waiting.id().to_string()])
