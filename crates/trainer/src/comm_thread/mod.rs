@@ -2,9 +2,9 @@
 //! run while the training thread computes.
 
 use std::ops::DerefMut;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use anyhow::{Context, anyhow};
@@ -61,36 +61,20 @@ pub struct CommHandle {
     replies: Receiver<Result<Reply, CommError>>,
     /// Requests of every handle still in flight.
     in_flight: Arc<AtomicUsize>,
+    /// The first failed collective's error, for the first handle to read
+    /// an error (the others read that the communicator is broken).
+    failure: Arc<Mutex<Option<CommError>>>,
 }
 
 impl CommThread {
     pub fn spawn(mut comm: Box<dyn Communicator>) -> anyhow::Result<Self> {
         let (rank, world_size) = (comm.rank(), comm.world_size());
         let (requests, inbox) = channel::<Request>();
+        let failure = Arc::new(Mutex::new(None));
+        let first_failure = failure.clone();
         let thread = std::thread::Builder::new()
             .name(format!("comm-rank{rank}"))
-            .spawn(move || {
-                for Request { op, reply } in inbox {
-                    let result = match op {
-                        Op::AverageF32(mut buf) => comm
-                            .all_reduce(&mut buf, ReduceOp::Avg)
-                            .map(|()| Reply::Staged(buf)),
-                        Op::SumF64(mut buf) => comm
-                            .all_reduce_f64(&mut buf, ReduceOp::Sum)
-                            .map(|()| Reply::F64(buf)),
-                        Op::Broadcast(mut buf, root) => {
-                            comm.broadcast(&mut buf, root).map(|()| Reply::F32(buf))
-                        }
-                        Op::GatherF32(buf) => comm.all_gather_v(&buf).map(Reply::Gathered),
-                    };
-                    let failed = result.is_err();
-                    if reply.send(result).is_err() || failed {
-                        // After a failed collective the ring is out of step
-                        // for good; stop and let the trainer report it.
-                        break;
-                    }
-                }
-            })
+            .spawn(move || serve(comm.as_mut(), inbox, &first_failure))
             .context("starting the communication thread")?;
         let (reply_to, replies) = channel();
         Ok(Self {
@@ -101,6 +85,7 @@ impl CommThread {
                 reply_to,
                 replies,
                 in_flight: Arc::new(AtomicUsize::new(0)),
+                failure,
             },
             thread: Some(thread),
         })
@@ -120,6 +105,7 @@ impl CommThread {
         CommHandle {
             requests: self.handle.requests.clone(),
             in_flight: Arc::clone(&self.handle.in_flight),
+            failure: Arc::clone(&self.handle.failure),
             reply_to,
             replies,
             ..self.handle
@@ -150,21 +136,15 @@ impl CommHandle {
             reply: self.reply_to.clone(),
         };
         if self.requests.send(request).is_err() {
-            return Err(self.why_stopped());
+            // It serves every handle until the last is gone: it panicked.
+            return Err(anyhow!(
+                "rank {} of {}: the communication thread has stopped",
+                self.rank,
+                self.world_size
+            ));
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// The thread only stops after a failed collective whose error may still
-    /// wait, unread, behind earlier replies: report that error.
-    fn why_stopped(&mut self) -> anyhow::Error {
-        let failure = self.replies.try_iter().find_map(Result::err);
-        let context = format!("rank {} of {}", self.rank, self.world_size);
-        match failure {
-            Some(e) => anyhow::Error::new(e).context(context),
-            None => anyhow!("{context}: the communication thread has stopped"),
-        }
     }
 
     fn next_reply(&mut self) -> anyhow::Result<Reply> {
@@ -173,6 +153,10 @@ impl CommHandle {
             .recv()
             .map_err(|_| anyhow!("rank {}: the communication thread has stopped", self.rank))?;
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let reply = reply.map_err(|broken| {
+            let mut first = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+            first.take().unwrap_or(broken)
+        });
         reply.with_context(|| format!("rank {} of {}", self.rank, self.world_size))
     }
 
@@ -211,6 +195,45 @@ impl CommHandle {
             Reply::Staged(v) => Ok(v),
             _ => Err(out_of_order()),
         }
+    }
+}
+
+/// The communication thread's work: runs `inbox`'s requests in order
+/// through `comm`. After a failed collective the ring is out of step for
+/// good: every request from then on (whichever handle waits for it) is
+/// answered at once that the communicator is broken, and the failure
+/// itself waits in `failure` for the first handle to read an error.
+fn serve(
+    comm: &mut dyn Communicator,
+    inbox: Receiver<Request>,
+    failure: &Mutex<Option<CommError>>,
+) {
+    let mut broken: Option<String> = None;
+    for Request { op, reply } in inbox {
+        if let Some(why) = &broken {
+            let _ = reply.send(Err(CommError::Broken(why.clone())));
+            continue;
+        }
+        let result = match op {
+            Op::AverageF32(mut buf) => comm
+                .all_reduce(&mut buf, ReduceOp::Avg)
+                .map(|()| Reply::Staged(buf)),
+            Op::SumF64(mut buf) => comm
+                .all_reduce_f64(&mut buf, ReduceOp::Sum)
+                .map(|()| Reply::F64(buf)),
+            Op::Broadcast(mut buf, root) => {
+                comm.broadcast(&mut buf, root).map(|()| Reply::F32(buf))
+            }
+            Op::GatherF32(buf) => comm.all_gather_v(&buf).map(Reply::Gathered),
+        };
+        let result = result.map_err(|e| {
+            let why = e.to_string();
+            *failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+            broken = Some(why.clone());
+            CommError::Broken(why)
+        });
+        // A handle gone (its user failed) leaves the others waiting.
+        let _ = reply.send(result);
     }
 }
 
