@@ -14,6 +14,8 @@
 //!   [`launch_var`] names the variables, for the launchers that set them.
 //! * [`AuthToken`]: the job secret; every store and ring connection starts
 //!   with a mutual HMAC challenge-response proving both ends hold it.
+//! * [`flight`]: every communicator's last collectives, dumped per rank
+//!   when it fails or is asked, to name the rank a hung job waits for.
 //!
 //! Joining is bounded by [`CommConfig::rdzv_timeout`], every other blocking
 //! network step by [`CommConfig::timeout`], and every failure is a
@@ -26,6 +28,7 @@ mod communicator;
 mod config;
 mod deadline;
 mod error;
+pub mod flight;
 #[cfg(test)]
 mod fuzz;
 mod hostlist;

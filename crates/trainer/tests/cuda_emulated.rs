@@ -205,9 +205,10 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
     }
     let data = data();
     let port = free_port();
-    let ranks: Vec<Vec<Vec<f32>>> = common::on_two_ranks(|rank| {
+    let ran = common::on_two_ranks(|rank| {
         let gpu = common::emulated_gpu(rank).unwrap();
         let (tcp, nccl) = nccl_rank(rank, port, &gpu, Duration::from_secs(60));
+        let flight = nccl.recorder().clone();
         let cfg = TrainConfig {
             bucket_mb: 0.05,
             sparse_grads: trainer::ddp::SparseGrads::Auto,
@@ -223,8 +224,33 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
             ))),
             ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
         };
-        run(Trainer::start(gpu, &data, cfg, setup).unwrap()).0
+        let params = run(Trainer::start(gpu, &data, cfg, setup).unwrap()).0;
+        (params, flight.snapshot(), buckets.len())
     });
+    // The flight records, from the CUDA events around each collective:
+    // every one done, the same collectives on both ranks, each step's
+    // buckets in launch order after connect's barrier.
+    let seen = |r: usize| -> Vec<_> {
+        (ran[r].1.entries.iter())
+            .map(|e| (e.seq, e.kind, e.bucket, e.bytes, e.state))
+            .collect()
+    };
+    assert_eq!(seen(0), seen(1));
+    let buckets = ran[0].2;
+    assert_eq!(seen(0).len(), 1 + STEPS * buckets);
+    assert_eq!(seen(0)[0].1, comm::flight::Kind::Barrier);
+    for (i, (seq, kind, bucket, _, state)) in seen(0).into_iter().enumerate().skip(1) {
+        assert_eq!(
+            (seq, kind, state),
+            (
+                i as u64 + 1,
+                comm::flight::Kind::AllReduce,
+                comm::flight::State::Done
+            )
+        );
+        assert_eq!(bucket, Some((i - 1) % buckets));
+    }
+    let ranks: Vec<Vec<Vec<f32>>> = ran.into_iter().map(|r| r.0).collect();
     ranks_follow_one_cpu_rank(&data, &ranks);
 }
 
@@ -263,6 +289,20 @@ fn emulated_nccl_collective_without_its_peer_times_out() {
         assert!(
             took >= TIMEOUT && took < TIMEOUT * 4,
             "failed after {took:?}"
+        );
+        // Its flight record: connect's barrier done, then the all-reduce
+        // the stream reached (its start event completed) and never ended.
+        let flight = nccl.recorder().snapshot();
+        let seen: Vec<_> = (flight.entries.iter())
+            .map(|e| (e.seq, e.kind, e.bytes, e.state))
+            .collect();
+        use comm::flight::{Kind, State};
+        assert_eq!(
+            seen,
+            [
+                (1, Kind::Barrier, 4, State::Done),
+                (2, Kind::AllReduce, 256, State::Started)
+            ]
         );
         done_tx.send(()).unwrap();
         drop(nccl);

@@ -10,9 +10,10 @@ use cudarc::nccl::sys::ncclRedOp_t;
 use super::ffi::{self, CallError, Progress, RawComm};
 use super::library::{SearchRoots, search};
 use super::unique_id::exchange_unique_id;
-use super::watchdog::{self, Failure, InFlight, Shared};
+use super::watchdog::{self, Failure, InFlight, Shared, cuda_error, nccl_error};
 use crate::communicator::{ReduceOp, check_peers, check_root};
 use crate::error::CommError;
+use crate::flight::{FlightLog, Kind, Label, Recorder};
 use crate::store::Store;
 
 /// Pause between looks at a non-blocking NCCL call or a queued collective
@@ -39,7 +40,10 @@ pub fn require_nccl() -> Result<(u32, u32, u32), CommError> {
 ///
 /// A watchdog thread aborts the communicator when a collective takes longer
 /// than the timeout or NCCL reports an asynchronous error; the next call
-/// then returns that error, naming this rank and the collective.
+/// then returns that error, naming this rank and the collective. Every
+/// collective goes through its flight [`Recorder`] (named as the
+/// communicator): queued when queued, started and done as the CUDA events
+/// recorded around it on the stream complete, which the watchdog sees.
 pub struct NcclCommunicator {
     rank: usize,
     world_size: usize,
@@ -122,7 +126,8 @@ impl NcclCommunicator {
                 return Err(cuda_error(rank, "allocating the barrier token", e));
             }
         };
-        let shared = Arc::new(Shared::new(rank, timeout, raw));
+        let recorder = Recorder::new(name, rank, world_size);
+        let shared = Arc::new(Shared::new(rank, timeout, raw, recorder));
         let watchdog = watchdog::spawn(shared.clone(), ctx).map_err(|e| {
             shared.close();
             CommError::io("starting the NCCL watchdog thread", e)
@@ -152,9 +157,21 @@ impl NcclCommunicator {
         &self.stream
     }
 
+    /// This communicator's flight recorder.
+    pub fn recorder(&self) -> &Arc<Recorder> {
+        &self.shared.recorder
+    }
+
+    /// Has the watchdog dump `log` before it ends the process (the training
+    /// thread not returning after an abort), the last word this rank says.
+    pub fn dump_before_exit(&self, log: FlightLog) {
+        self.shared.dump_before_exit(log);
+    }
+
     /// Queues an in-place all-reduce of `buf` on the communication stream
     /// and returns at once; `what` names it in errors (e.g. "all-reduce of
-    /// gradient bucket 2"). For the right values the caller makes the stream
+    /// gradient bucket 2"), and may give its bucket to the flight record
+    /// ([`Label::bucket`]). For the right values the caller makes the stream
     /// wait for whatever wrote `buf`, and makes its readers wait for the
     /// stream.
     ///
@@ -164,15 +181,15 @@ impl NcclCommunicator {
     /// [`NcclCommunicator::wait`], or an event recorded on
     /// [`NcclCommunicator::stream`]), the caller keeps `buf` alive: not freed,
     /// and not reused or written by work on another stream.
-    pub unsafe fn all_reduce_in_place(
+    pub unsafe fn all_reduce_in_place<'a>(
         &self,
         buf: &mut impl DevicePtrMut<f32>,
         op: ReduceOp,
-        what: &str,
+        what: impl Into<Label<'a>>,
     ) -> Result<(), CommError> {
         let count = buf.len();
         let (ptr, _record) = buf.device_ptr_mut(&self.stream);
-        self.enqueue(what, |comm| {
+        self.enqueue((what.into(), Kind::AllReduce, 4 * count), |comm| {
             // SAFETY: `ptr` addresses `count` f32 of a live device buffer on
             // this stream's GPU, which the caller keeps alive and unshared
             // until the stream has completed the collective (this function's
@@ -189,12 +206,12 @@ impl NcclCommunicator {
     /// As for [`NcclCommunicator::all_reduce_in_place`], for both buffers:
     /// until the communication stream has completed the collective, neither
     /// is freed, and no other stream writes `send` or uses `recv`.
-    pub unsafe fn all_reduce(
+    pub unsafe fn all_reduce<'a>(
         &self,
         send: &impl DevicePtr<f32>,
         recv: &mut impl DevicePtrMut<f32>,
         op: ReduceOp,
-        what: &str,
+        what: impl Into<Label<'a>>,
     ) -> Result<(), CommError> {
         let count = send.len();
         if recv.len() != count {
@@ -205,7 +222,7 @@ impl NcclCommunicator {
         }
         let (src, _record_src) = send.device_ptr(&self.stream);
         let (dst, _record_dst) = recv.device_ptr_mut(&self.stream);
-        self.enqueue(what, |comm| {
+        self.enqueue((what.into(), Kind::AllReduce, 4 * count), |comm| {
             // SAFETY: both address `count` f32 of live device buffers on this
             // stream's GPU (distinct borrows, so disjoint), kept alive and
             // unshared by the caller until the collective completes (this
@@ -222,16 +239,16 @@ impl NcclCommunicator {
     /// As for [`NcclCommunicator::all_reduce_in_place`]: until the
     /// communication stream has completed the broadcast, the caller keeps
     /// `buf` alive, not freed, reused or written by another stream.
-    pub unsafe fn broadcast_in_place(
+    pub unsafe fn broadcast_in_place<'a>(
         &self,
         buf: &mut impl DevicePtrMut<f32>,
         root: usize,
-        what: &str,
+        what: impl Into<Label<'a>>,
     ) -> Result<(), CommError> {
         check_root(root, self.world_size)?;
         let count = buf.len();
         let (ptr, _record) = buf.device_ptr_mut(&self.stream);
-        self.enqueue(what, |comm| {
+        self.enqueue((what.into(), Kind::Broadcast, 4 * count), |comm| {
             // SAFETY: as in `all_reduce_in_place`.
             unsafe { comm.broadcast_f32(ptr, count, root, &self.stream) }
         })
@@ -247,11 +264,11 @@ impl NcclCommunicator {
     /// As for [`NcclCommunicator::all_reduce_in_place`], for both buffers:
     /// until the communication stream has completed the exchange, neither
     /// is freed, and no other stream writes `send` or uses `recv`.
-    pub unsafe fn send_recv(
+    pub unsafe fn send_recv<'a>(
         &self,
         send: Option<(&impl DevicePtr<f32>, usize)>,
         recv: Option<(&mut impl DevicePtrMut<f32>, usize)>,
-        what: &str,
+        what: impl Into<Label<'a>>,
     ) -> Result<(), CommError> {
         let peers = [send.as_ref().map(|s| s.1), recv.as_ref().map(|r| r.1)];
         check_peers(self.rank, self.world_size, peers)?;
@@ -272,7 +289,8 @@ impl NcclCommunicator {
             (ffi::PeerBuf { ptr, count, peer }, record)
         });
         let (to, from) = (send.as_ref().map(|s| s.0), recv.as_ref().map(|r| r.0));
-        self.enqueue(what, |comm| {
+        let bytes = 4 * (to.map_or(0, |b| b.count) + from.map_or(0, |b| b.count));
+        self.enqueue((what.into(), Kind::SendRecv, bytes), |comm| {
             // SAFETY: each addresses its `count` f32 of a live device buffer
             // on this stream's GPU (distinct borrows, so disjoint), kept
             // alive and unshared by the caller until the exchange completes
@@ -286,10 +304,13 @@ impl NcclCommunicator {
     pub fn barrier(&self) -> Result<(), CommError> {
         {
             let mut token = self.token.lock().unwrap_or_else(PoisonError::into_inner);
-            // SAFETY: the token belongs to `self` and only this stream uses
-            // it; it was allocated on this stream, so even its free (when
-            // `self` drops) is queued behind the collective.
-            unsafe { self.all_reduce_in_place(&mut *token, ReduceOp::Sum, "barrier")? };
+            let (ptr, _record) = token.device_ptr_mut(&self.stream);
+            self.enqueue(("barrier".into(), Kind::Barrier, 4), |comm| {
+                // SAFETY: the token belongs to `self` and only this stream
+                // uses it; it was allocated on this stream, so even its
+                // free (when `self` drops) is queued behind the collective.
+                unsafe { comm.all_reduce_f32(ptr, ptr, 1, ncclRedOp_t::ncclSum, &self.stream) }
+            })?;
         }
         self.wait()
     }
@@ -316,53 +337,56 @@ impl NcclCommunicator {
         }
     }
 
-    /// Runs one NCCL call that queues a collective, waits (bounded) for a
+    /// Runs one NCCL call that queues a collective (`what`, of `kind`,
+    /// moving `bytes` here) between two CUDA events, waits (bounded) for a
     /// non-blocking call to finish queuing, and hands the collective to the
     /// watchdog.
     fn enqueue(
         &self,
-        what: &str,
+        (what, kind, bytes): (Label<'_>, Kind, usize),
         call: impl FnOnce(&RawComm) -> Result<Progress, CallError>,
     ) -> Result<(), CommError> {
         self.check()?;
+        let op = what.name;
+        let seq = self.shared.recorder.queue(kind, what.bucket, bytes);
+        let event = || {
+            (self.stream.record_event(None)).map_err(|e| Failure::Cuda {
+                op: op.to_string(),
+                detail: e.to_string(),
+            })
+        };
         let deadline = Instant::now() + self.shared.timeout;
-        let queued = self
-            .shared
-            .with_comm(|comm| {
+        // The event before completes once the stream reaches the collective.
+        let queued = event().and_then(|started| {
+            let called = self.shared.with_comm(|comm| {
                 call(comm)
                     .map_err(|error| Failure::Nccl {
-                        op: what.to_string(),
+                        op: op.to_string(),
                         error,
                     })
-                    .and_then(|_| settle(comm, what, deadline, self.shared.timeout))
-            })
-            .unwrap_or_else(|| {
+                    .and_then(|_| settle(comm, op, deadline, self.shared.timeout))
+            });
+            called.unwrap_or_else(|| {
                 Err(Failure::Nccl {
-                    op: what.to_string(),
+                    op: op.to_string(),
                     error: CallError {
                         code: "aborted".into(),
                         detail: "the communicator was aborted after an earlier failure".into(),
                         remote: false,
                     },
                 })
-            });
-        let recorded = queued.and_then(|()| {
-            self.stream.record_event(None).map_err(|e| Failure::Cuda {
-                op: what.to_string(),
-                detail: e.to_string(),
+            })?;
+            Ok(InFlight {
+                started: Some(started),
+                done: event()?,
+                op: op.to_string(),
+                since: Instant::now(),
+                seq,
             })
         });
-        match recorded {
-            Ok(done) => {
-                self.shared.push(InFlight {
-                    done,
-                    op: what.to_string(),
-                    since: Instant::now(),
-                });
-                Ok(())
-            }
-            Err(failure) => Err(self.shared.fail_and_report(failure)),
-        }
+        let inflight = queued.map_err(|failure| self.shared.fail_and_report(failure))?;
+        self.shared.push(inflight);
+        Ok(())
     }
 }
 
@@ -411,21 +435,5 @@ fn nccl_op(op: ReduceOp) -> ncclRedOp_t {
     match op {
         ReduceOp::Sum => ncclRedOp_t::ncclSum,
         ReduceOp::Avg => ncclRedOp_t::ncclAvg,
-    }
-}
-
-fn nccl_error(rank: usize, op: &str, e: CallError) -> CommError {
-    Failure::Nccl {
-        op: op.to_string(),
-        error: e,
-    }
-    .to_error(rank)
-}
-
-fn cuda_error(rank: usize, op: &str, e: cudarc::driver::DriverError) -> CommError {
-    CommError::Cuda {
-        rank,
-        op: op.to_string(),
-        detail: e.to_string(),
     }
 }

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -20,15 +20,19 @@ use cudarc::driver::{CudaContext, CudaEvent};
 
 use super::ffi::{CallError, RawComm};
 use crate::error::CommError;
+use crate::flight::{FlightLog, Recorder};
 
 /// How often the watchdog looks.
 const POLL: Duration = Duration::from_millis(1);
 
-/// A queued collective: its completion event and when it was queued.
+/// A queued collective: the events before it (`None` once seen complete)
+/// and after it, when it was queued, and its flight record's number.
 pub(crate) struct InFlight {
+    pub started: Option<CudaEvent>,
     pub done: CudaEvent,
     pub op: String,
     pub since: Instant,
+    pub seq: u64,
 }
 
 /// Why the communicator is no longer usable.
@@ -61,6 +65,24 @@ impl Failure {
     }
 }
 
+/// NCCL's error `e` in `op` on `rank`, as the caller's.
+pub(crate) fn nccl_error(rank: usize, op: &str, e: CallError) -> CommError {
+    Failure::Nccl {
+        op: op.to_string(),
+        error: e,
+    }
+    .to_error(rank)
+}
+
+/// The CUDA driver's error `e` in `op` on `rank`, as the caller's.
+pub(crate) fn cuda_error(rank: usize, op: &str, e: cudarc::driver::DriverError) -> CommError {
+    CommError::Cuda {
+        rank,
+        op: op.to_string(),
+        detail: e.to_string(),
+    }
+}
+
 /// State shared by the communicator and its watchdog.
 pub(crate) struct Shared {
     pub rank: usize,
@@ -71,6 +93,9 @@ pub(crate) struct Shared {
     failure: Mutex<Option<Failure>>,
     reported: AtomicBool,
     stop: AtomicBool,
+    pub recorder: Arc<Recorder>,
+    /// Dumped before the watchdog ends the process.
+    flight_log: OnceLock<FlightLog>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,7 +105,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(crate) fn new(rank: usize, timeout: Duration, comm: RawComm) -> Self {
+    pub(crate) fn new(
+        rank: usize,
+        timeout: Duration,
+        comm: RawComm,
+        recorder: Arc<Recorder>,
+    ) -> Self {
         Shared {
             rank,
             timeout,
@@ -89,7 +119,13 @@ impl Shared {
             failure: Mutex::new(None),
             reported: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            recorder,
+            flight_log: OnceLock::new(),
         }
+    }
+
+    pub(crate) fn dump_before_exit(&self, log: FlightLog) {
+        let _ = self.flight_log.set(log);
     }
 
     /// Runs `f` on the live communicator; `None` once it was aborted.
@@ -102,12 +138,42 @@ impl Shared {
     }
 
     /// Whether every queued collective has completed (retiring those that
-    /// have).
+    /// have, and recording which have started). After a failure the events
+    /// complete because the abort stopped the work: the flight record keeps
+    /// what it saw before.
     pub(crate) fn idle(&self) -> Result<bool, Failure> {
         let mut queue = lock(&self.inflight);
+        let recorder = match lock(&self.failure).is_some() {
+            true => None,
+            false => Some(&self.recorder),
+        };
+        for queued in queue.iter_mut() {
+            let Some(started) = &queued.started else {
+                continue;
+            };
+            // Streams run in order: the first not started ends the look.
+            match started.try_is_complete() {
+                Ok(true) => {
+                    if let Some(recorder) = recorder {
+                        recorder.start(queued.seq);
+                    }
+                    queued.started = None;
+                }
+                Ok(false) => break,
+                Err(e) => {
+                    return Err(Failure::Cuda {
+                        op: queued.op.clone(),
+                        detail: e.to_string(),
+                    });
+                }
+            }
+        }
         while let Some(front) = queue.front() {
             match front.done.try_is_complete() {
                 Ok(true) => {
+                    if let Some(recorder) = recorder {
+                        recorder.finish(front.seq);
+                    }
                     queue.pop_front();
                 }
                 Ok(false) => return Ok(false),
@@ -204,10 +270,14 @@ pub(crate) fn spawn(shared: Arc<Shared>, ctx: Arc<CudaContext>) -> std::io::Resu
                 let unreported = !shared.reported.load(Ordering::Acquire);
                 if unreported && failed_at.is_some_and(|t: Instant| t.elapsed() > shared.timeout) {
                     if let Some(error) = shared.take_failure() {
-                        eprintln!(
-                            "error: {error}; the training thread did not return after the abort, \
+                        let error = format!(
+                            "{error}; the training thread did not return after the abort, \
                              so the process exits"
                         );
+                        if let Some(log) = shared.flight_log.get() {
+                            let _ = log.dump(&error);
+                        }
+                        eprintln!("error: {error}");
                     }
                     std::process::exit(1);
                 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use comm::ReduceOp;
+use comm::flight::Label;
 use comm::nccl::NcclCommunicator;
 use core_tensor::Cuda;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
@@ -76,8 +77,9 @@ impl CommHook<Cuda> for NcclHook {
         // writes the gradients again or frees them (`finish`, and `Drop`
         // after a step that failed half-way).
         unsafe {
+            let what = Label::bucket(&self.names[bucket.index], bucket.index);
             self.nccl
-                .all_reduce_in_place(&mut view, ReduceOp::Avg, &self.names[bucket.index])?;
+                .all_reduce_in_place(&mut view, ReduceOp::Avg, what)?;
         }
         Ok(())
     }
