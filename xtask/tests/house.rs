@@ -38,9 +38,9 @@ const LAYERS: [(&str, &[&[&str]]); 2] = [
     (
         "crates/launcher/src",
         &[
-            &["say", "error", "contract", "flags"],
+            &["say", "error", "contract", "flags", "verdict"],
             &["args", "attempt", "heartbeat", "plan", "workers"],
-            &["group", "spec"],
+            &["flight", "group", "spec"],
             &["supervise"],
             &["agent"],
             &["lib"],

@@ -11,9 +11,10 @@ use comm::{AUTH_TOKEN_VAR, AuthToken};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
-use crate::attempt::{Graces, Outcome, POLL, local_port};
+use crate::attempt::{Failure, Graces, Outcome, POLL, local_port};
 use crate::contract::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
 use crate::error::{Doing, LaunchError};
+use crate::flight::{Flight, Handover};
 use crate::group::NodeGroup;
 use crate::plan::NodePlan;
 use crate::spec::{Restarts, WorkerSpec};
@@ -190,6 +191,8 @@ fn run_workers(
         (None, None) => ("127.0.0.1".to_string(), local_port()?),
     };
     let token = fresh_token(spec, plan)?;
+    let flight = (spec.flight_recorder.as_deref())
+        .map(|dir| Flight::begin(dir, plan.world_size(), plan.nproc, node_rank));
     let exe = &spec.exe;
     let mut workers: Vec<Worker> = Vec::with_capacity(plan.nproc);
     for local_rank in 0..plan.nproc {
@@ -222,10 +225,41 @@ fn run_workers(
         );
         workers.push(Worker::attach(rank, child));
     }
-    Ok(supervise(
+    let outcome = supervise(
         &mut workers,
         graces,
         signals,
-        group.map(|g| (g, attempt)),
-    ))
+        group.as_deref_mut().map(|g| (g, attempt)),
+        flight.as_ref(),
+    );
+    if let (Outcome::Failed(failure), Some(flight)) = (&outcome, &flight) {
+        flight_verdict(flight, failure, (node_rank, group, attempt), graces.failure);
+    }
+    Ok(outcome)
+}
+
+/// After a failed attempt, node 0 says the flight recorder's verdict (the
+/// other nodes' parts waited for up to `wait` and a little more, the time
+/// they give their own workers); the other nodes hand it their part.
+fn flight_verdict(
+    flight: &Flight,
+    failure: &Failure,
+    (node_rank, group, attempt): (usize, Option<&mut NodeGroup>, u32),
+    wait: Duration,
+) {
+    match group {
+        Some(g) if node_rank != 0 => {
+            g.hand_over_flight(attempt, &flight.handover(&failure.silent).encode());
+        }
+        group => {
+            let parts = group.map_or_else(Vec::new, |g| {
+                g.flight_handovers(attempt, wait + Duration::from_secs(10))
+            });
+            let parts = parts.iter().map(|p| Handover::decode(p)).collect();
+            tell!(
+                "launcher: flight recorder: {}",
+                flight.conclude(&failure.silent, parts)
+            );
+        }
+    }
 }

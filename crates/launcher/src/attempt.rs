@@ -8,6 +8,7 @@ use comm::launch_var;
 
 use crate::contract::RunEnd;
 use crate::error::{Doing, LaunchError};
+use crate::verdict::Silence;
 
 /// How often the launcher checks on its workers.
 pub(crate) const POLL: Duration = Duration::from_millis(50);
@@ -18,6 +19,8 @@ pub(crate) struct Failure {
     pub message: String,
     /// False when no restart can help: another node's launcher is gone.
     pub restartable: bool,
+    /// What the launcher knows of its workers that wrote no flight record.
+    pub silent: Vec<(usize, Silence)>,
 }
 
 /// How one attempt ended.

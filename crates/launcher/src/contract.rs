@@ -3,7 +3,7 @@
 //! blocked in every worker the launcher spawns), and how a process dies
 //! with its launcher.
 
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 
 /// The exit code of a rank (and of an srun step, and of the launcher when
 /// all its workers did so) that stopped on a preemption request:
@@ -21,8 +21,12 @@ pub const PEER_LOST_EXIT_CODE: i32 = 69;
 /// A restart would meet it again, so the launcher does not restart on it.
 pub const MISCONFIGURED_EXIT_CODE: i32 = 78;
 
-/// The signals a worker handles; the launcher forwards these and SIGUSR2.
-pub const WORKER_SIGNALS: [i32; 4] = [SIGTERM, SIGUSR1, SIGINT, SIGHUP];
+/// The signals a worker handles, all of which the launcher forwards.
+pub const WORKER_SIGNALS: [i32; 5] = [SIGTERM, SIGUSR1, SIGINT, SIGHUP, DUMP_SIGNAL];
+
+/// The signal that asks a worker for its flight record (and asks nothing
+/// else: it goes on).
+pub const DUMP_SIGNAL: i32 = SIGUSR2;
 
 /// An error that no retry can mend, the job's configuration being the
 /// cause; it reads as its message alone.
@@ -164,8 +168,6 @@ pub fn hostname() -> String {
 
 #[cfg(test)]
 mod tests {
-    use signal_hook::consts::SIGUSR2;
-
     use super::*;
 
     #[test]

@@ -12,7 +12,9 @@
 //! them. The workers run in a process group of their own (a terminal's
 //! Ctrl-C reaches the launcher alone, which passes it on once) and die with
 //! the launcher, even when it is SIGKILLed. What a worker's exit code
-//! means to the launcher is [`contract`].
+//! means to the launcher is [`contract`]. SIGUSR2 only asks the workers for
+//! their flight records; after a failed attempt node 0's launcher gathers
+//! them and says its [`verdict`] on who held the job up.
 //!
 //! It depends on `comm` (the store, the auth token, the launch variables)
 //! and on no training code.
@@ -27,11 +29,13 @@ mod args;
 mod attempt;
 pub mod contract;
 pub mod flags;
+mod flight;
 mod group;
 mod heartbeat;
 mod plan;
 mod spec;
 mod supervise;
+pub mod verdict;
 mod workers;
 
 pub use agent::launch;

@@ -38,6 +38,9 @@ pub struct WorkerSpec {
     pub rdzv_id: String,
     /// How long a launcher may go silent (`--heartbeat-timeout`).
     pub heartbeat: Duration,
+    /// Where the workers write their flight records (`comm::flight`), for
+    /// the verdict on a failed attempt; none: no verdict.
+    pub flight_recorder: Option<PathBuf>,
 }
 
 impl WorkerSpec {
@@ -61,6 +64,7 @@ impl WorkerSpec {
             no_auth,
             rdzv_id: flags.rdzv.rdzv_id.clone().unwrap_or_default(),
             heartbeat: flags.rdzv.heartbeat(),
+            flight_recorder: None,
         })
     }
 }

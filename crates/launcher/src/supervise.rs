@@ -10,8 +10,10 @@ use signal_hook::iterator::Signals;
 
 use crate::attempt::{Failure, Graces, Outcome, POLL};
 use crate::contract::{
-    MISCONFIGURED_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, RunEnd, describe,
+    DUMP_SIGNAL, MISCONFIGURED_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, RunEnd,
+    describe,
 };
+use crate::flight::Flight;
 use crate::group::{Elsewhere, NodeGroup};
 use crate::workers::{Worker, forward, stop};
 
@@ -101,14 +103,16 @@ impl Watch {
 
 /// Waits for all workers; on the first failure (here, or reported by
 /// another node of `group`) waits `graces.failure` for the rest, kills
-/// what is left, and describes the failures. A signal to the launcher goes
-/// on to the workers, which get `graces.signal` to stop; a second one stops
-/// them at once.
+/// what is left (asking it first for its `flight` record), and describes
+/// the failures. A signal to the launcher goes on to the workers, which get
+/// `graces.signal` to stop; a second one stops them at once. SIGUSR2 stops
+/// nothing: the workers write their flight records.
 pub(super) fn supervise(
     workers: &mut [Worker],
     graces: Graces,
     signals: &mut Signals,
     mut group: Option<(&mut NodeGroup, u32)>,
+    flight: Option<&Flight>,
 ) -> Outcome {
     let mut watch = Watch {
         node: group
@@ -125,6 +129,16 @@ pub(super) fn supervise(
     loop {
         for signal in signals.pending() {
             forward(workers, signal);
+            if signal == DUMP_SIGNAL {
+                tell!(
+                    "launcher: {}: passed on to the workers, which write their flight records",
+                    describe(signal)
+                );
+                if let Some(flight) = flight {
+                    flight.on_dump_signal(workers);
+                }
+                continue;
+            }
             if watch.received.is_none()
                 && let Some((g, attempt)) = group.as_mut()
             {
@@ -235,17 +249,21 @@ pub(super) fn supervise(
         }
         std::thread::sleep(POLL);
     }
-    conclude(workers, watch)
+    conclude(workers, watch, flight)
 }
 
 /// Stops what still runs and says how the attempt ended.
-fn conclude(workers: &mut [Worker], watch: Watch) -> Outcome {
+fn conclude(workers: &mut [Worker], watch: Watch, flight: Option<&Flight>) -> Outcome {
     let node = &watch.node;
     // Still running when the others had failed and the grace ran out:
     // hung (or stopped), the likely cause of the peers' timeouts.
     let unresponsive: Vec<usize> = (0..workers.len())
         .filter(|&i| workers[i].status.is_none())
         .collect();
+    let silent = match (flight, watch.received) {
+        (Some(flight), None) => flight.ask(workers, &unresponsive),
+        _ => Vec::new(),
+    };
     stop(workers);
     let preempted = |w: &Worker| w.status.and_then(|s| s.code()) == Some(PREEMPTED_EXIT_CODE);
     if let Some(signal) = watch.received {
@@ -302,6 +320,7 @@ fn conclude(workers: &mut [Worker], watch: Watch) -> Outcome {
         first,
         message,
         restartable: watch.restartable && !misconfigured,
+        silent,
     })
 }
 

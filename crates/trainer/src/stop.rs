@@ -1,5 +1,8 @@
 //! Stop requests: what a signal asks of a run.
 //!
+//! SIGUSR2 asks for no stop: every rank of the process writes its flight
+//! record (`comm::flight`) and goes on.
+//!
 //! A worker turns SIGTERM and SIGUSR1 (what SLURM, systemd and schedulers
 //! send before they take the machine back) into a [`StopKind::Preempt`]
 //! request that the training loop checks once per step: the ranks agree on
@@ -9,13 +12,14 @@
 //! [`DUPLICATE_WINDOW`]: the same request delivered twice), and so does any
 //! signal before the training loop begins, when there is nothing to save.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use comm::flight::FlightLog;
 use launcher::contract::{
-    RunEnd, WORKER_SIGNALS, describe, is_preemption, set_worker_signals_blocked,
+    DUMP_SIGNAL, RunEnd, WORKER_SIGNALS, describe, is_preemption, set_worker_signals_blocked,
 };
 use signal_hook::consts::{SIGHUP, SIGINT};
 use signal_hook::iterator::Signals;
@@ -82,6 +86,8 @@ struct Shared {
     /// nothing to save and no step to agree on, and the process may go at
     /// once (a rank waiting out the rendezvous would not see it until then).
     training: AtomicBool,
+    /// The flight logs of the process's ranks, dumped on [`DUMP_SIGNAL`].
+    flight_logs: Mutex<Vec<FlightLog>>,
 }
 
 impl StopRequest {
@@ -111,6 +117,33 @@ impl StopRequest {
     fn training(&self) -> bool {
         self.0.training.load(Ordering::Acquire)
     }
+
+    /// Dumps `log` on [`DUMP_SIGNAL`] (SIGUSR2) from now on.
+    pub fn dump_on_signal(&self, log: FlightLog) {
+        self.flight_logs().push(log);
+    }
+
+    fn flight_logs(&self) -> std::sync::MutexGuard<'_, Vec<FlightLog>> {
+        // A push or a clone cannot leave the list half-changed.
+        self.0
+            .flight_logs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Writes `log` for `reason`, saying where; a write that fails is said,
+/// and changes nothing else (`reason` is the news).
+pub fn dump_flight_log(log: &FlightLog, reason: &str) {
+    let rank = log.rank();
+    match log.dump(reason) {
+        Ok(Some(path)) => tell!("rank {rank}: flight record written to {}", path.display()),
+        Ok(None) => {}
+        Err(e) => tell!(
+            "rank {rank}: could not write its flight record to {}: {e}",
+            log.path().display()
+        ),
+    }
 }
 
 /// How soon a repeat of a worker's first signal counts as the same request
@@ -125,7 +158,8 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(2);
 /// [`StopKind::Interrupt`] (and the process exits with 128 + signal if the
 /// training loop has not stopped within [`INTERRUPT_GRACE`]); any second
 /// signal exits at once with 128 + signal, except the first one again
-/// within [`DUPLICATE_WINDOW`].
+/// within [`DUPLICATE_WINDOW`]. SIGUSR2, any number of times, dumps the
+/// flight logs given to [`StopRequest::dump_on_signal`].
 ///
 /// The handlers only feed a self-pipe; a thread of their own reads it, so
 /// nothing but async-signal-safe code runs in the handlers themselves.
@@ -141,6 +175,12 @@ pub fn install_worker_handlers(stop: &StopRequest) -> anyhow::Result<()> {
         .spawn(move || {
             let mut first: Option<(i32, Instant)> = None;
             for signal in signals.forever() {
+                if signal == DUMP_SIGNAL {
+                    let logs = stop.flight_logs().clone();
+                    logs.iter()
+                        .for_each(|log| dump_flight_log(log, &describe(signal)));
+                    continue;
+                }
                 if let Some((seen, at)) = first {
                     if seen == signal && at.elapsed() < DUPLICATE_WINDOW {
                         continue;

@@ -18,6 +18,7 @@ use comm::{AuthToken, CommConfig, CommError, Store, StoreServer};
 use crate::error::{Doing, LaunchError};
 use crate::heartbeat::{self, Beater, Pulse, SharedStore};
 
+mod flight;
 mod rendezvous;
 mod watch;
 

@@ -13,7 +13,7 @@ impl NodeGroup {
     /// launcher left the store, whether it said its workers ended, and its
     /// heartbeat. Read at one instant: a launcher says it ended before it
     /// leaves, so one that did both is never seen gone without its word.
-    fn watch(&mut self, k: usize, attempt: u32) -> Result<Seen, CommError> {
+    pub(super) fn watch(&mut self, k: usize, attempt: u32) -> Result<Seen, CommError> {
         let keys = [
             Store::departed_key(k),
             format!("attempt/{attempt}/ended/{k}"),
@@ -30,7 +30,7 @@ impl NodeGroup {
 
     /// How long node `k` has sent no heartbeat, once past the limit (node
     /// 0 only: its own clock), from its `beat` read now.
-    fn silent(&mut self, k: usize, beat: Option<Vec<u8>>) -> Option<Duration> {
+    pub(super) fn silent(&mut self, k: usize, beat: Option<Vec<u8>>) -> Option<Duration> {
         self.pulse.silent_for(k, beat, Instant::now())
     }
 
@@ -114,11 +114,11 @@ impl NodeGroup {
 }
 
 /// What node 0 saw of another node at one instant ([`NodeGroup::watch`]).
-struct Seen {
+pub(super) struct Seen {
     /// Its launcher left the store.
-    departed: bool,
+    pub departed: bool,
     /// Its launcher said its workers ended in the attempt watched.
-    ended: bool,
+    pub ended: bool,
     /// Its heartbeat, if it beat yet.
-    beat: Option<Vec<u8>>,
+    pub beat: Option<Vec<u8>>,
 }
