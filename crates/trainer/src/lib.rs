@@ -84,11 +84,19 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
 /// the newest checkpoint in `--checkpoint-dir`.
 fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     let (join, checkpoints) = (&cli.job.join, &cli.job.checkpoints);
-    let spec = WorkerSpec::of_this_process(
+    let mut spec = WorkerSpec::of_this_process(
         &cli.launch,
         (join.timeout(), join.rdzv_timeout()),
         (join.auth_token_file.clone(), join.no_auth),
     )?;
+    // One directory for the workers of every attempt, which this launcher
+    // reads after a failure: named for it when the user named none.
+    let flight = cli.job.flight_dir(std::process::id());
+    if cli.job.flight.flight_recorder.is_none() {
+        spec.args
+            .extend(["--flight-recorder".into(), flight.clone().into()]);
+    }
+    spec.flight_recorder = Some(flight);
     let restarts = CheckpointRestarts::new(
         checkpoints.checkpoint_dir.as_deref(),
         checkpoints.keep,

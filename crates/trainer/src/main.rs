@@ -7,7 +7,7 @@ use launcher::contract::PEER_LOST_EXIT_CODE;
 use trainer::cli::Cli;
 use trainer::error_file;
 use trainer::models::recsys::synth;
-use trainer::report::plot;
+use trainer::report::{flight_report, plot};
 use trainer::run::token;
 
 /// A subcommand: its own flags, parsed from the arguments after its name.
@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Some(a) if a == "plot" => return subcommand(plot::run),
         Some(a) if a == "synth-ratings" => return subcommand(synth::run),
         Some(a) if a == "token" => return subcommand(token::run),
+        Some(a) if a == "flight-report" => return subcommand(flight_report::run),
         _ => {}
     }
     let cli = match Cli::try_parse() {

@@ -164,7 +164,14 @@ fn launchers_share_the_job_token_and_a_stranger_is_refused() {
     let with = |dir: &Path, second: String| {
         let tokens = [token.clone(), second];
         let node = std::cell::Cell::new(0);
-        let flags = ["--max-steps", "2", "--timeout", "10", "--rdzv-timeout", "10"];
+        let flags = [
+            "--max-steps",
+            "2",
+            "--timeout",
+            "10",
+            "--rdzv-timeout",
+            "10",
+        ];
         two_launchers_with(dir, &flags, |cmd| {
             cmd.env("TRAINER_AUTH_TOKEN", &tokens[node.get()]);
             node.set(node.get() + 1);

@@ -47,6 +47,9 @@ continue with --resume auto). SIGINT and SIGHUP stop promptly, saving nothing;
 a second signal stops at once. The launcher passes signals on to its workers,
 kills them after --grace seconds, and exits with 75 if they all saved, else
 with 128 + the signal; its workers die with it even when it is SIGKILLed.
+SIGUSR2 stops nothing: every rank writes its flight record (--flight-recorder)
+and the launcher says which rank holds the others up, as it does after a
+failure; trainer flight-report DIR says it from the records alone.
 
 TIMEOUTS: --rdzv-timeout SECS (600) bounds joining the job (every rank's and
 launcher's arrival), --timeout SECS (30) each collective; an error names the

@@ -1,5 +1,7 @@
 //! [`CommThread`]: the host communicator on its own thread, so collectives
-//! run while the training thread computes.
+//! run while the training thread computes. Every collective passes its
+//! flight [`Recorder`]: queued when submitted, started and done on the
+//! thread.
 
 use std::ops::DerefMut;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use anyhow::{Context, anyhow};
+use comm::flight::{Kind, Recorder};
 use comm::{CommError, Communicator, ReduceOp};
 
 #[cfg(test)]
@@ -18,12 +21,25 @@ pub(crate) mod two_ranks;
 /// the thread serves every backend.
 pub(crate) type Staged = Box<dyn DerefMut<Target = [f32]> + Send>;
 
-/// A collective for the communication thread, carrying its buffer.
+/// A collective for the communication thread, carrying its buffer (and
+/// for an average, the gradient bucket it is, if one).
 pub(crate) enum Op {
-    AverageF32(Staged),
+    AverageF32(Staged, Option<usize>),
     SumF64(Vec<f64>),
     Broadcast(Vec<f32>, usize),
     GatherF32(Vec<f32>),
+}
+
+impl Op {
+    /// What the flight record says of it: kind, bucket, this rank's bytes.
+    fn flight(&self) -> (Kind, Option<usize>, usize) {
+        match self {
+            Op::AverageF32(buf, bucket) => (Kind::AllReduce, *bucket, 4 * buf.len()),
+            Op::SumF64(buf) => (Kind::AllReduceF64, None, 8 * buf.len()),
+            Op::Broadcast(buf, _) => (Kind::Broadcast, None, 4 * buf.len()),
+            Op::GatherF32(buf) => (Kind::AllGather, None, 4 * buf.len()),
+        }
+    }
 }
 
 enum Reply {
@@ -35,10 +51,11 @@ enum Reply {
 
 type ReplySender = Sender<Result<Reply, CommError>>;
 
-/// An operation and where its reply goes.
+/// An operation, where its reply goes, and its flight record's number.
 struct Request {
     op: Op,
     reply: ReplySender,
+    seq: u64,
 }
 
 /// A communicator living on its own thread. Requests run in submission
@@ -61,20 +78,29 @@ pub struct CommHandle {
     replies: Receiver<Result<Reply, CommError>>,
     /// Requests of every handle still in flight.
     in_flight: Arc<AtomicUsize>,
+    recorder: Arc<Recorder>,
     /// The first failed collective's error, for the first handle to read
     /// an error (the others read that the communicator is broken).
     failure: Arc<Mutex<Option<CommError>>>,
 }
 
 impl CommThread {
-    pub fn spawn(mut comm: Box<dyn Communicator>) -> anyhow::Result<Self> {
+    /// The job's communicator on its thread (flight records say `job`).
+    pub fn spawn(comm: Box<dyn Communicator>) -> anyhow::Result<Self> {
+        Self::spawn_named(comm, "job")
+    }
+
+    /// A communicator on its thread, `group` naming it in flight records.
+    pub fn spawn_named(mut comm: Box<dyn Communicator>, group: &str) -> anyhow::Result<Self> {
         let (rank, world_size) = (comm.rank(), comm.world_size());
+        let recorder = Recorder::new(group, rank, world_size);
         let (requests, inbox) = channel::<Request>();
+        let flight = recorder.clone();
         let failure = Arc::new(Mutex::new(None));
         let first_failure = failure.clone();
         let thread = std::thread::Builder::new()
             .name(format!("comm-rank{rank}"))
-            .spawn(move || serve(comm.as_mut(), inbox, &first_failure))
+            .spawn(move || serve(comm.as_mut(), inbox, &flight, &first_failure))
             .context("starting the communication thread")?;
         let (reply_to, replies) = channel();
         Ok(Self {
@@ -85,10 +111,16 @@ impl CommThread {
                 reply_to,
                 replies,
                 in_flight: Arc::new(AtomicUsize::new(0)),
+                recorder,
                 failure,
             },
             thread: Some(thread),
         })
+    }
+
+    /// The flight recorder of this thread's collectives.
+    pub fn recorder(&self) -> &Arc<Recorder> {
+        &self.handle.recorder
     }
 
     pub fn rank(&self) -> usize {
@@ -105,6 +137,7 @@ impl CommThread {
         CommHandle {
             requests: self.handle.requests.clone(),
             in_flight: Arc::clone(&self.handle.in_flight),
+            recorder: Arc::clone(&self.handle.recorder),
             failure: Arc::clone(&self.handle.failure),
             reply_to,
             replies,
@@ -131,9 +164,11 @@ impl CommThread {
 
 impl CommHandle {
     pub(crate) fn submit(&mut self, op: Op) -> anyhow::Result<()> {
+        let (kind, bucket, bytes) = op.flight();
         let request = Request {
             op,
             reply: self.reply_to.clone(),
+            seq: self.recorder.queue(kind, bucket, bytes),
         };
         if self.requests.send(request).is_err() {
             // It serves every handle until the last is gone: it panicked.
@@ -199,23 +234,25 @@ impl CommHandle {
 }
 
 /// The communication thread's work: runs `inbox`'s requests in order
-/// through `comm`. After a failed collective the ring is out of step for
-/// good: every request from then on (whichever handle waits for it) is
-/// answered at once that the communicator is broken, and the failure
-/// itself waits in `failure` for the first handle to read an error.
+/// through `comm` and `flight`. After a failed collective the ring is out
+/// of step for good: every request from then on (whichever handle waits
+/// for it) is answered at once that the communicator is broken, and the
+/// failure itself waits in `failure` for the first handle to read an error.
 fn serve(
     comm: &mut dyn Communicator,
     inbox: Receiver<Request>,
+    flight: &Recorder,
     failure: &Mutex<Option<CommError>>,
 ) {
     let mut broken: Option<String> = None;
-    for Request { op, reply } in inbox {
+    for Request { op, reply, seq } in inbox {
         if let Some(why) = &broken {
             let _ = reply.send(Err(CommError::Broken(why.clone())));
             continue;
         }
+        flight.start(seq);
         let result = match op {
-            Op::AverageF32(mut buf) => comm
+            Op::AverageF32(mut buf, _) => comm
                 .all_reduce(&mut buf, ReduceOp::Avg)
                 .map(|()| Reply::Staged(buf)),
             Op::SumF64(mut buf) => comm
@@ -232,6 +269,9 @@ fn serve(
             broken = Some(why.clone());
             CommError::Broken(why)
         });
+        if result.is_ok() {
+            flight.finish(seq);
+        }
         // A handle gone (its user failed) leaves the others waiting.
         let _ = reply.send(result);
     }
@@ -259,6 +299,47 @@ impl Drop for CommThread {
             && let Some(thread) = thread
         {
             let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use comm::flight::{Kind, State};
+
+    use super::two_ranks::on_two_ranks;
+    use super::*;
+
+    /// Both ranks number the same collectives alike, each queued, started
+    /// and done in its flight record, with its kind, bucket and bytes.
+    #[test]
+    fn every_collective_passes_the_flight_recorder() {
+        let records = on_two_ranks(|rank, mut thread| {
+            let mut handle = thread.handle();
+            let staged: Staged = Box::new(vec![rank as f32; 10]);
+            handle.submit(Op::AverageF32(staged, Some(3))).unwrap();
+            handle.next_staged().unwrap();
+            thread.sum_f64(vec![1.0, 2.0]).unwrap();
+            let mut buf = vec![0.0; 4];
+            thread.broadcast(&mut buf, 0).unwrap();
+            thread.recorder().snapshot()
+        });
+        for (rank, record) in records.iter().enumerate() {
+            assert_eq!(
+                (record.group.as_str(), record.rank, record.size),
+                ("job", rank, 2)
+            );
+            let seen: Vec<_> = (record.entries.iter())
+                .map(|e| (e.seq, e.kind, e.bucket, e.bytes, e.state))
+                .collect();
+            assert_eq!(
+                seen,
+                [
+                    (1, Kind::AllReduce, Some(3), 40, State::Done),
+                    (2, Kind::AllReduceF64, None, 16, State::Done),
+                    (3, Kind::Broadcast, None, 16, State::Done),
+                ]
+            );
         }
     }
 }

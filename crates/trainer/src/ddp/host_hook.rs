@@ -46,7 +46,7 @@ impl<B: Ops> CommHook<B> for HostHook {
             .ok_or_else(|| anyhow!("gradient bucket {i} is still in flight"))?;
         let len = bucket.range.len();
         backend.read_range(grads, bucket.range.clone(), &mut staging[..len])?;
-        self.comm.submit(Op::AverageF32(staging))
+        self.comm.submit(Op::AverageF32(staging, Some(i)))
     }
 
     fn finish(

@@ -196,7 +196,7 @@ impl<B: RowsKernel> SparseExchange<B> {
             at += part.len();
         }
         let staged: Staged = Box::new(std::mem::take(&mut self.host));
-        self.comm.submit(Op::AverageF32(staged))?;
+        self.comm.submit(Op::AverageF32(staged, None))?;
         self.host = self.comm.next_staged()?.to_vec();
         let mut at = 0;
         for t in &self.tables {

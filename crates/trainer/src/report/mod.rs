@@ -1,9 +1,11 @@
 //! What rank 0 shows and writes about a run: the start and last lines
 //! (`announce.rs`), the epoch line and the metrics file (`metrics.rs`),
 //! TensorBoard events (`tensorboard.rs`), the progress display
-//! (`progress.rs`), and `trainer plot`'s curves (`plot.rs`).
+//! (`progress.rs`), `trainer plot`'s curves (`plot.rs`), and `trainer
+//! flight-report`'s verdict on a job's flight records (`flight_report.rs`).
 
 pub mod announce;
+pub mod flight_report;
 pub mod metrics;
 pub mod plot;
 pub mod progress;

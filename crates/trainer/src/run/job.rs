@@ -3,6 +3,7 @@
 use clap::Args;
 
 use super::device::DeviceFlags;
+use super::flight_recorder::FlightFlags;
 use super::join::JoinFlags;
 use crate::checkpoint::CheckpointFlags;
 use crate::ddp::DdpFlags;
@@ -37,6 +38,9 @@ pub struct JobFlags {
 
     #[command(flatten)]
     pub join: JoinFlags,
+
+    #[command(flatten)]
+    pub flight: FlightFlags,
 }
 
 impl JobFlags {
@@ -94,6 +98,13 @@ impl JobFlags {
             ),
             ("--micro-batches", self.pipeline.micro_batches.to_string()),
         ]
+    }
+
+    /// Where this machine's ranks write their flight records; `job` names
+    /// the job among others on the machine when no directory is given.
+    pub fn flight_dir(&self, job: impl std::fmt::Display) -> std::path::PathBuf {
+        let checkpoints = self.checkpoints.checkpoint_dir.as_deref();
+        self.flight.dir(checkpoints, job)
     }
 
     /// The training loop's configuration.

@@ -3,6 +3,7 @@
 //! model's entry trains it (`crate::models`, `crate::rank`).
 
 mod device;
+mod flight_recorder;
 mod job;
 mod join;
 mod memory_fit;
@@ -10,11 +11,15 @@ pub mod threads;
 pub mod token;
 mod wiring;
 
+use std::path::PathBuf;
+
 use anyhow::Context;
 use comm::LaunchEnv;
-use launcher::contract::RunEnd;
+use comm::flight::FlightLog;
+use launcher::contract::{RunEnd, hostname};
 
 pub use device::{DeviceChoice, DeviceFlags};
+pub use flight_recorder::FlightFlags;
 pub use job::JobFlags;
 pub use join::JoinFlags;
 
@@ -26,7 +31,7 @@ use crate::models::Loaded;
 use crate::monitor::Monitor;
 use crate::rank::{Rank, RankJob};
 use crate::report::announce::started_by;
-use crate::stop::{StopKind, StopRequest, install_worker_handlers};
+use crate::stop::{StopKind, StopRequest, dump_flight_log, install_worker_handlers};
 use crate::topology::Topology;
 use crate::train::RunOutcome;
 
@@ -56,6 +61,9 @@ pub fn run(job: &JobFlags, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd>
         job,
         data: data.as_ref(),
         started_by: started_by(launch),
+        // The job's port tells jobs apart on a machine (a launcher of ours
+        // names the directory itself).
+        flight_dir: job.flight_dir(launch.map_or(std::process::id(), |e| e.master_port.into())),
     };
     let comm = tcp.map(|t| JobComm::Tcp(Box::new(t)));
     process.run_rank(rank, device, comm, stop)
@@ -67,11 +75,14 @@ struct Process<'a> {
     data: &'a dyn Loaded,
     /// Who started the ranks, for the start-up line.
     started_by: &'static str,
+    /// Where the ranks write their flight records.
+    flight_dir: PathBuf,
 }
 
 impl Process<'_> {
     /// One rank on `device`, from its wiring to its last epoch; `comm` is
-    /// `None` for a single rank.
+    /// `None` for a single rank. A rank that fails writes its flight
+    /// record; so does one asked by SIGUSR2.
     fn run_rank(
         &self,
         rank: Topology,
@@ -79,8 +90,25 @@ impl Process<'_> {
         comm: Option<JobComm>,
         stop: StopRequest,
     ) -> anyhow::Result<RunEnd> {
+        let flight = FlightLog::new(rank.rank, rank.world, hostname(), &self.flight_dir);
+        stop.dump_on_signal(flight.clone());
+        let ran = self.train_rank(rank, device, comm, stop, &flight);
+        if let Err(e) = &ran {
+            dump_flight_log(&flight, &format!("{e:#}"));
+        }
+        ran
+    }
+
+    fn train_rank(
+        &self,
+        rank: Topology,
+        device: Device,
+        comm: Option<JobComm>,
+        stop: StopRequest,
+        flight: &FlightLog,
+    ) -> anyhow::Result<RunEnd> {
         let job = self.job;
-        let wiring = wire(job, &rank, &device, comm)?;
+        let wiring = wire(job, &rank, &device, comm, flight)?;
         let gradients = match wiring.transport {
             None => "",
             Some(Transport::Tcp) if self.started_by == threads::THREADS => {

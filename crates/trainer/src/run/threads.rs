@@ -51,6 +51,7 @@ pub fn run(job: &JobFlags, plan: &NodePlan, max_restarts: u32) -> anyhow::Result
         job,
         data: data.as_ref(),
         started_by: THREADS,
+        flight_dir: job.flight_dir(std::process::id()),
     };
     let comms = LocalCommunicator::job(world, job.join.timeout());
     let ends: Vec<anyhow::Result<RunEnd>> = std::thread::scope(|scope| {

@@ -7,6 +7,7 @@
 //! `DeviceMesh` do.
 
 use anyhow::Context;
+use comm::flight::FlightLog;
 use comm::nccl::NcclCommunicator;
 use comm::{Communicator, LocalCommunicator, TcpCommunicator};
 use core_tensor::{Cpu, Cuda, Ops};
@@ -62,12 +63,14 @@ pub(super) struct Wiring {
 }
 
 /// Wires rank `rank` on `device` from its job communicator `comm` (`None`
-/// for one rank).
+/// for one rank); `flight` gets the flight recorder of every communicator
+/// that gradients, metrics and votes travel through.
 pub(super) fn wire(
     job: &JobFlags,
     rank: &Topology,
     device: &Device,
     mut comm: Option<JobComm>,
+    flight: &FlightLog,
 ) -> anyhow::Result<Wiring> {
     let backend = job.ddp.backend;
     let transport = choose_transport(
@@ -131,10 +134,20 @@ pub(super) fn wire(
         }
         _ => (None, None),
     };
+    for nccl in nccl_grads.iter().chain(&nccl_pipeline) {
+        flight.add(nccl.recorder().clone());
+        nccl.dump_before_exit(flight.clone());
+    }
+    let comm = comm.map(|c| CommThread::spawn(c.boxed())).transpose()?;
+    let stage_group = format!("stage-{}", rank.stage());
+    let group = (group.map(|g| CommThread::spawn_named(g, &stage_group))).transpose()?;
+    for thread in comm.iter().chain(&group) {
+        flight.add(thread.recorder().clone());
+    }
     Ok(Wiring {
         replicas: rank.replicas() > 1,
-        comm: comm.map(|c| CommThread::spawn(c.boxed())).transpose()?,
-        group: group.map(CommThread::spawn).transpose()?,
+        comm,
+        group,
         pipeline,
         nccl_grads,
         nccl_pipeline,
