@@ -1,8 +1,8 @@
 //! The flight recorder, end to end with real processes: a rank stopped
 //! mid-epoch (SIGSTOP) is named by the launcher's verdict together with the
 //! collective the others wait in, over the TCP ring and over NCCL on
-//! cuda-emu; SIGUSR2 to the launcher has every rank write its record and
-//! stops nothing.
+//! cuda-emu, and from another node's launcher; SIGUSR2 to the launcher has
+//! every rank write its record and stops nothing.
 //!
 //! `flight_recorder_on_the_cuda_emulator` re-runs this binary with the
 //! emulator loaded; there `emulated_nccl_a_stopped_rank_is_named` does the
@@ -17,7 +17,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
 use comm::flight::{RankRecord, State, record_path};
-use common::{launcher_pid, trainer};
+use common::{free_port, launcher_pid, run, stderr, stdout, trainer};
 use launcher::contract::PREEMPTED_EXIT_CODE;
 
 const EMULATED: [&str; 1] = ["emulated_nccl_a_stopped_rank_is_named"];
@@ -95,6 +95,13 @@ impl Job {
         std::thread::sleep(Duration::from_millis(1500));
     }
 
+    /// Returns once this node's rank has joined the job.
+    fn training_elsewhere(&mut self) {
+        self.wait_for("the rank to join", |l| {
+            l.contains(" joined (host").then_some(())
+        });
+    }
+
     /// The launcher's end, and everything it printed.
     fn end(mut self) -> (ExitStatus, String) {
         let status = self.launcher.wait().unwrap();
@@ -169,6 +176,61 @@ fn a_stopped_rank_is_named_with_the_collective_it_held_up_over_tcp() {
     let mut cmd = endless_toy(3, dir.path(), 3);
     cmd.args(["--device", "cpu"]);
     a_stopped_rank_is_named(&mut cmd, dir.path(), 3);
+    // The records alone, read again: the rank is named, less the
+    // launcher's word on why it wrote none.
+    let report = run(trainer()
+        .args(["flight-report", "--nproc-per-node", "3"])
+        .arg(dir.path()));
+    assert!(report.status.success(), "{}", stderr(&report));
+    let said = stdout(&report);
+    assert!(said.contains("rank 0 (host "), "{said}");
+    assert!(
+        said.contains("verdict: rank 1 (node 0) wrote no record"),
+        "{said}"
+    );
+    let missing = run(trainer()
+        .args(["flight-report"])
+        .arg(dir.path().join("none")));
+    assert!(!missing.status.success());
+    assert!(
+        stderr(&missing).contains("no such directory"),
+        "{}",
+        stderr(&missing)
+    );
+}
+
+/// Two launchers, one rank each, each with a directory of its own: node
+/// 1's launcher hands node 0 its word on its stopped rank through the
+/// launchers' store, and node 0's verdict names it.
+#[test]
+fn a_stopped_rank_on_another_node_is_named_by_node_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let mut launchers = [0, 1].map(|node| {
+        let mut cmd = endless_toy(2, &dir.path().join(format!("node{node}")), 3);
+        cmd.args(["--device", "cpu", "--heartbeat-timeout", "2"])
+            .args(["--nnodes", "2", "--nproc-per-node", "1", "--node-rank"])
+            .arg(node.to_string())
+            .args(["--master-addr", "127.0.0.1", "--master-port", &port])
+            .env(comm::AUTH_TOKEN_VAR, "ab".repeat(32));
+        Job::start(&mut cmd)
+    });
+    let stopped = launchers[1].pid(1);
+    launchers[1].training_elsewhere();
+    launchers[0].training();
+    send("STOP", &stopped);
+    let [node0, node1] = launchers;
+    let (status0, log0) = node0.end();
+    let (status1, log1) = node1.end();
+    assert!(!status0.success() && !status1.success(), "{log0}\n{log1}");
+    let said = verdict(&log0);
+    println!("the verdict: {said}");
+    assert!(
+        said.starts_with("rank 1 (node 1) is stopped"),
+        "{said}\n{log0}\n{log1}"
+    );
+    assert!(!dir.path().join("node0/rank-1.json").exists());
+    assert!(!log1.contains("launcher: flight recorder: "), "{log1}");
 }
 
 #[test]
