@@ -15,8 +15,8 @@ use crate::attempt::{Failure, Graces, Outcome, POLL, local_port};
 use crate::contract::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
 use crate::error::{Doing, LaunchError};
 use crate::flight::{Flight, Handover};
-use crate::group::NodeGroup;
-use crate::plan::NodePlan;
+use crate::group::{Membership, NodeGroup, Place};
+use crate::plan::{NodePlan, NodeSlot};
 use crate::spec::{Restarts, WorkerSpec};
 use crate::supervise::supervise;
 use crate::workers::{Worker, stop};
@@ -60,7 +60,7 @@ pub fn launch(
             Some(unless_signalled(&mut signals, || {
                 NodeGroup::join(
                     plan.node_rank,
-                    plan.nnodes,
+                    Membership::new((plan.min_nodes, plan.nnodes), spec.max_restarts),
                     master,
                     rdzv_id,
                     (graces.failure, spec.rdzv_timeout, heartbeat),
@@ -70,26 +70,52 @@ pub fn launch(
         }
         _ => None,
     };
-    let node_rank = match &group {
-        Some(g) => g.node_rank,
-        // Without a group the plan is one machine's, node 0.
-        None => plan.node_rank.unwrap_or(0),
-    };
     // Node 0's store outlives the other launchers' last look at it.
     let finish = |group: Option<&mut NodeGroup>, attempt| {
         if let Some(g) = group {
             g.finish(attempt, graces.failure + Duration::from_secs(10));
         }
     };
-    let mut attempt = 0;
+    let mut attempt = match group.as_mut() {
+        Some(g) => g.first_attempt()?,
+        None => 0,
+    };
     loop {
+        let (slot, master) = match group.as_mut() {
+            Some(g) => match unless_signalled(&mut signals, || g.place(attempt))? {
+                Place::Run {
+                    attempt: placed,
+                    slot,
+                    master,
+                } => {
+                    attempt = placed;
+                    (slot, master)
+                }
+                Place::JobOver => {
+                    tell!("launcher: the job ended without this machine");
+                    return Ok(RunEnd::Finished);
+                }
+            },
+            // Without a group the plan is one machine's, node 0.
+            None => {
+                let slot = NodeSlot {
+                    node_rank: plan.node_rank.unwrap_or(0),
+                    nnodes: 1,
+                };
+                let master = match &plan.master {
+                    Some(master) => master.clone(),
+                    None => ("127.0.0.1".to_string(), local_port()?),
+                };
+                (slot, master)
+            }
+        };
         let args = match attempt {
             0 => spec.args.clone(),
             _ => restarts.args(&spec.args),
         };
-        let node = (node_rank, group.as_mut(), attempt);
+        let node = (slot, group.as_mut(), attempt);
         let run = (spec, args.as_slice());
-        let failure = match run_workers(run, plan, graces, &mut signals, node)? {
+        let failure = match run_workers(run, plan, (graces, master), &mut signals, node)? {
             Outcome::Ended(end) => {
                 finish(group.as_mut(), attempt);
                 return Ok(ended(end, restarts));
@@ -176,23 +202,20 @@ fn fresh_token(spec: &WorkerSpec, plan: &NodePlan) -> Result<Option<AuthToken>, 
     ))
 }
 
-/// One attempt: starts the workers of `spec`, with `args`, and supervises
-/// them.
+/// One attempt: starts the workers of `spec`, with `args`, as the
+/// machine in `slot`, their store at `master`, and supervises them.
 fn run_workers(
     (spec, args): (&WorkerSpec, &[OsString]),
     plan: &NodePlan,
-    graces: Graces,
+    (graces, master): (Graces, (String, u16)),
     signals: &mut Signals,
-    (node_rank, mut group, attempt): (usize, Option<&mut NodeGroup>, u32),
+    (slot, mut group, attempt): (NodeSlot, Option<&mut NodeGroup>, u32),
 ) -> Result<Outcome, LaunchError> {
-    let master = match (group.as_mut(), &plan.master) {
-        (Some(g), _) => unless_signalled(signals, || g.worker_master(attempt))?,
-        (None, Some(master)) => master.clone(),
-        (None, None) => ("127.0.0.1".to_string(), local_port()?),
-    };
+    let node_rank = slot.node_rank;
     let token = fresh_token(spec, plan)?;
+    let world = slot.nnodes * plan.nproc;
     let flight = (spec.flight_recorder.as_deref())
-        .map(|dir| Flight::begin(dir, plan.world_size(), plan.nproc, node_rank));
+        .map(|dir| Flight::begin(dir, world, plan.nproc, node_rank));
     let exe = &spec.exe;
     let mut workers: Vec<Worker> = Vec::with_capacity(plan.nproc);
     for local_rank in 0..plan.nproc {
@@ -204,7 +227,7 @@ fn run_workers(
         let spawned = command
             .process_group(group)
             .args(args)
-            .envs(plan.worker_env(node_rank, local_rank, &master))
+            .envs(plan.worker_env(slot, local_rank, &master))
             .envs(token.iter().map(|t| (AUTH_TOKEN_VAR, t.to_hex())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -36,6 +36,50 @@ fn rdzv_backend(name: &str) -> Result<RdzvBackend, String> {
     }
 }
 
+/// `--nnodes`: how many machines a job runs on, a fixed number (`min ==
+/// max`) or torchrun's elastic range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeCount {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl NodeCount {
+    pub const ONE: NodeCount = NodeCount { min: 1, max: 1 };
+
+    /// Whether the machines may change from one attempt to the next.
+    pub fn is_elastic(self) -> bool {
+        self.min < self.max
+    }
+}
+
+impl std::fmt::Display for NodeCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.is_elastic() {
+            true => write!(f, "{}:{}", self.min, self.max),
+            false => write!(f, "{}", self.max),
+        }
+    }
+}
+
+/// Parses `--nnodes`: `N` or `MIN:MAX`, each 1 to 1024, MIN no more than MAX.
+fn node_count(s: &str) -> Result<NodeCount, String> {
+    let number = |n: &str| match n.trim().parse::<u32>() {
+        Ok(n @ 1..=1024) => Ok(n),
+        _ => Err(format!("{n:?} is not a machine count from 1 to 1024")),
+    };
+    let (min, max) = match s.split_once(':') {
+        Some((min, max)) => (number(min)?, number(max)?),
+        None => (number(s)?, number(s)?),
+    };
+    if min > max {
+        return Err(format!(
+            "{s:?}: the least number of machines ({min}) is more than the most ({max}); elastic ranges are MIN:MAX"
+        ));
+    }
+    Ok(NodeCount { min, max })
+}
+
 /// The launcher's flags: how many workers on this machine, how to treat
 /// them, and where the machines meet.
 #[derive(Clone, Debug, Args)]
@@ -63,9 +107,12 @@ pub struct LaunchFlags {
 #[derive(Clone, Debug, Args)]
 pub struct RdzvFlags {
     /// Machines in the job, one launcher on each [default: 1, or one per
-    /// SLURM node under srun].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub nnodes: Option<u32>,
+    /// SLURM node under srun]; MIN:MAX (as torchrun's) for an elastic job:
+    /// it starts with MIN to MAX machines, goes on without a lost one while
+    /// MIN remain (restarting from the newest checkpoint, --max-restarts),
+    /// and takes a machine that comes back at its next restart.
+    #[arg(long, value_name = "N|MIN:MAX", value_parser = node_count)]
+    pub nnodes: Option<NodeCount>,
 
     /// This machine's index, 0..N; omitted: assigned by arrival at the
     /// rendezvous, so the same command works on every machine.
@@ -229,6 +276,21 @@ mod tests {
             err.contains("no rendezvous backend is called \"C10D\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn nnodes_is_a_count_or_an_elastic_range_of_counts() {
+        let count = |min, max| Ok(NodeCount { min, max });
+        assert_eq!(node_count("2"), count(2, 2));
+        assert_eq!(node_count("1:4"), count(1, 4));
+        assert_eq!(node_count("3:3"), count(3, 3));
+        assert!(!node_count("3:3").unwrap().is_elastic());
+        assert_eq!(node_count("1:4").unwrap().to_string(), "1:4");
+        let err = node_count("4:2").unwrap_err();
+        assert!(err.contains("is more than the most"), "{err}");
+        for bad in ["0", "0:2", "1:", ":2", "1:2:3", "1025", "two"] {
+            assert!(node_count(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -195,10 +195,14 @@ impl Pulse {
     }
 }
 
+/// How a fixed job's node 0 ends what it says of a node lost (an elastic
+/// job's goes on without it, and says so instead).
+pub(super) const NO_GOING_ON: &str = ", and the job cannot go on without its ranks";
+
 /// What node 0 says of node `node`, on `host`, silent for `silent`.
 pub(super) fn silent_node(node: usize, host: &str, silent: Duration, limit: Duration) -> String {
     format!(
-        "node {node}'s launcher ({host}) sent no heartbeat for {:.1} s (--heartbeat-timeout {}): it is stopped (SIGSTOP, a debugger, a suspended VM; resume it with kill -CONT) or its machine is cut off (check the network), and the job cannot go on without its ranks",
+        "node {node}'s launcher ({host}) sent no heartbeat for {:.1} s (--heartbeat-timeout {}): it is stopped (SIGSTOP, a debugger, a suspended VM; resume it with kill -CONT) or its machine is cut off (check the network){NO_GOING_ON}",
         silent.as_secs_f64(),
         limit.as_secs_f64()
     )

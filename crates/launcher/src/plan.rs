@@ -5,15 +5,19 @@
 use comm::{LaunchEnv, LaunchSource, launch_var};
 
 use crate::error::LaunchError;
-use crate::flags::{DEFAULT_RDZV_PORT, LaunchFlags, RdzvFlags};
+use crate::flags::{DEFAULT_RDZV_PORT, LaunchFlags, NodeCount, RdzvFlags};
 
 /// torchrun's `--master-port` default.
 pub const DEFAULT_MASTER_PORT: u16 = 29500;
 
-/// This launcher's part of a job of `nnodes x nproc` ranks.
+/// This launcher's part of a job of `nnodes x nproc` ranks (at most: an
+/// elastic job runs each attempt on `min_nodes` to `nnodes` machines).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodePlan {
     pub nnodes: usize,
+    /// The fewest machines the job runs on (`nnodes` but for an elastic
+    /// `--nnodes MIN:MAX`).
+    pub min_nodes: usize,
     /// `None`: assigned by arrival at the rendezvous.
     pub node_rank: Option<usize>,
     /// Ranks on this machine.
@@ -23,9 +27,23 @@ pub struct NodePlan {
     pub master: Option<(String, u16)>,
 }
 
+/// This machine's place in one attempt: node `node_rank` of the `nnodes`
+/// machines the attempt runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeSlot {
+    pub node_rank: usize,
+    pub nnodes: usize,
+}
+
 impl NodePlan {
+    /// The job's world size (its largest, for an elastic job).
     pub fn world_size(&self) -> usize {
         self.nnodes * self.nproc
+    }
+
+    /// Whether the machines may change between attempts.
+    pub fn is_elastic(&self) -> bool {
+        self.min_nodes < self.nnodes
     }
 
     /// The plan when this process is a launcher: its flags ask for one
@@ -60,20 +78,24 @@ impl NodePlan {
         }
     }
 
-    /// The variables worker `local_rank` of node `node_rank` gets, as
+    /// The variables worker `local_rank` of the machine in `slot` gets, as
     /// torchrun sets them; `master` is where its rank 0's store listens.
     pub fn worker_env(
         &self,
-        node_rank: usize,
+        slot: NodeSlot,
         local_rank: usize,
         master: &(String, u16),
     ) -> [(&'static str, String); 7] {
+        let node_rank = slot.node_rank;
         [
             (
                 launch_var::RANK,
                 (node_rank * self.nproc + local_rank).to_string(),
             ),
-            (launch_var::WORLD_SIZE, self.world_size().to_string()),
+            (
+                launch_var::WORLD_SIZE,
+                (slot.nnodes * self.nproc).to_string(),
+            ),
             (launch_var::LOCAL_RANK, local_rank.to_string()),
             (launch_var::LOCAL_WORLD_SIZE, self.nproc.to_string()),
             (launch_var::GROUP_RANK, node_rank.to_string()),
@@ -89,7 +111,7 @@ impl NodePlan {
     ) -> Result<Option<usize>, LaunchError> {
         let from_nodes = flags
             .nproc_per_node
-            .map(|m| m as usize * flags.rdzv.nnodes.unwrap_or(1) as usize);
+            .map(|m| m as usize * flags.rdzv.nnodes.unwrap_or(NodeCount::ONE).max as usize);
         match (world_size.map(|n| n as usize), from_nodes) {
             (Some(n), Some(m)) if n != m => {
                 refuse!(
@@ -103,7 +125,8 @@ impl NodePlan {
 
     fn from_flags(flags: &LaunchFlags, world_size: Option<u32>) -> Result<NodePlan, LaunchError> {
         let rdzv = &flags.rdzv;
-        let nnodes = rdzv.nnodes.unwrap_or(1) as usize;
+        let nodes = rdzv.nnodes.unwrap_or(NodeCount::ONE);
+        let nnodes = nodes.max as usize;
         let nproc = match (flags.nproc_per_node, world_size) {
             (Some(m), _) => m as usize,
             (None, Some(n)) if nnodes == 1 => n as usize,
@@ -116,6 +139,9 @@ impl NodePlan {
             }
         };
         Self::requested_world(flags, world_size)?;
+        if nodes.is_elastic() {
+            elastic_refusals(rdzv, nodes, world_size)?;
+        }
         if rdzv.standalone && nnodes > 1 {
             refuse!(
                 Flags,
@@ -135,6 +161,7 @@ impl NodePlan {
         }
         Ok(NodePlan {
             nnodes,
+            min_nodes: nodes.min as usize,
             node_rank: node_rank.or((nnodes == 1).then_some(0)),
             nproc,
             master,
@@ -155,7 +182,17 @@ impl NodePlan {
                 env.local_world_size
             );
         }
-        if let Some(n) = flags.rdzv.nnodes.filter(|&n| n as usize != env.world_size) {
+        if let Some(n) = flags.rdzv.nnodes.filter(|n| n.is_elastic()) {
+            refuse!(
+                Flags,
+                "--nnodes {n} under srun: SLURM's allocation fixes the machines; for an elastic job start one launcher per machine yourself (each with --nnodes {n} and the same --rdzv-endpoint), or give srun's node count"
+            );
+        }
+        if let Some(n) = flags
+            .rdzv
+            .nnodes
+            .filter(|n| n.max as usize != env.world_size)
+        {
             refuse!(
                 Flags,
                 "--nnodes {n} disagrees with the {} srun tasks (one per node)",
@@ -164,6 +201,7 @@ impl NodePlan {
         }
         let plan = NodePlan {
             nnodes: env.world_size,
+            min_nodes: env.world_size,
             node_rank: Some(env.rank),
             nproc,
             master: match master(&flags.rdzv)? {
@@ -180,6 +218,28 @@ impl NodePlan {
         }
         Ok(plan)
     }
+}
+
+/// What an elastic `--nnodes MIN:MAX` cannot go with: a node rank (the
+/// rendezvous numbers the machines of each attempt) and a fixed world size.
+fn elastic_refusals(
+    rdzv: &RdzvFlags,
+    nodes: NodeCount,
+    world_size: Option<u32>,
+) -> Result<(), LaunchError> {
+    if let Some(k) = rdzv.node_rank {
+        refuse!(
+            Flags,
+            "--node-rank {k} with --nnodes {nodes}: an elastic job numbers its machines afresh at each (re)start, by arrival; leave --node-rank out"
+        );
+    }
+    if let Some(n) = world_size {
+        refuse!(
+            Flags,
+            "--world-size {n} with --nnodes {nodes}: an elastic job's world size is the machines present x --nproc-per-node, set at each (re)start; leave --world-size out"
+        );
+    }
+    Ok(())
 }
 
 /// The rendezvous the flags name: `--rdzv-endpoint`, else `--master-addr`
@@ -267,7 +327,11 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(multi.world_size(), 8);
-        let env = multi.worker_env(1, 2, multi.master.as_ref().unwrap());
+        let slot = NodeSlot {
+            node_rank: 1,
+            nnodes: 2,
+        };
+        let env = multi.worker_env(slot, 2, multi.master.as_ref().unwrap());
         let get = |var| env.iter().find(|(v, _)| *v == var).unwrap().1.as_str();
         assert_eq!(get(launch_var::RANK), "6");
         assert_eq!(get(launch_var::WORLD_SIZE), "8");
@@ -303,6 +367,17 @@ mod tests {
             (None, Some(("h1".to_string(), DEFAULT_RDZV_PORT)))
         );
         assert_eq!(plan(&[]).unwrap(), None);
+        let elastic = [
+            "--nnodes",
+            "1:4",
+            "--nproc-per-node",
+            "2",
+            "--rdzv-endpoint",
+            "h1",
+        ];
+        let elastic = plan(&elastic).unwrap().unwrap();
+        assert!(elastic.is_elastic());
+        assert_eq!((elastic.min_nodes, elastic.nnodes), (1, 4));
         assert!(plan(&["--max-restarts", "1"]).unwrap().is_some());
         // IPv6, with and without a port.
         for (endpoint, master) in [
@@ -353,6 +428,28 @@ mod tests {
                 &["--nproc-per-node", "1", "--rdzv-endpoint", "h:x"],
                 "not a port",
             ),
+            (
+                &[
+                    "--nnodes",
+                    "1:2",
+                    "--nproc-per-node",
+                    "1",
+                    "--node-rank",
+                    "0",
+                ],
+                "an elastic job numbers its machines afresh",
+            ),
+            (
+                &[
+                    "--nnodes",
+                    "1:2",
+                    "--nproc-per-node",
+                    "1",
+                    "--world-size",
+                    "2",
+                ],
+                "an elastic job's world size",
+            ),
         ] {
             let err = plan(args).unwrap_err().to_string();
             assert!(err.contains(needle), "{args:?}: {err}");
@@ -377,6 +474,7 @@ mod tests {
             plan,
             NodePlan {
                 nnodes: 3,
+                min_nodes: 3,
                 node_rank: Some(1),
                 nproc: 2,
                 master: Some(("n0".to_string(), 20042)),
@@ -399,6 +497,12 @@ mod tests {
         let plan = seed.resolve(Some(&env)).unwrap().unwrap();
         assert_eq!(plan.master, Some(("n0".to_string(), 29500)));
         assert_eq!((plan.nnodes, plan.node_rank), (3, Some(1)));
+        let elastic = Cli::try_parse_from(["trainer", "--nnodes=2:3", "--nproc_per_node=2"]);
+        let err = elastic.unwrap().resolve(Some(&env)).unwrap_err();
+        assert!(
+            err.to_string().contains("SLURM's allocation fixes"),
+            "{err}"
+        );
         // Without --nproc-per-node an srun task is a worker.
         let worker = Cli::try_parse_from(["trainer"]).unwrap();
         env.local_world_size = 1;

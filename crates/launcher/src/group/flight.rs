@@ -27,7 +27,7 @@ impl NodeGroup {
         }
         let until = Instant::now() + wait;
         let mut parts = Vec::new();
-        for node in 1..self.nnodes {
+        for node in self.members.others() {
             loop {
                 // The node hands its part over before it says it ended, so
                 // a look after the watch finds a part the watch ended on.

@@ -7,7 +7,9 @@
 //! left). A launcher that leaves the store without saying its workers ended
 //! (killed, its machine lost), or falls silent past `--heartbeat-timeout`
 //! (stopped, or cut off by the network: see [`super::heartbeat`]), ends the
-//! job on every node: its ranks cannot come back.
+//! job on every node, its ranks cannot come back; but for an elastic job,
+//! whose other machines restart without it while `--nnodes MIN` remain
+//! ([`members`]).
 
 use std::time::{Duration, Instant};
 
@@ -19,8 +21,11 @@ use crate::error::{Doing, LaunchError};
 use crate::heartbeat::{self, Beater, Pulse, SharedStore};
 
 mod flight;
+mod members;
 mod rendezvous;
 mod watch;
+
+pub use members::{Membership, Place};
 
 use rendezvous::misfit;
 
@@ -33,8 +38,11 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// This launcher's seat in the group.
 pub(super) struct NodeGroup {
+    /// Its seat at the store: its node rank in a fixed job; in an elastic
+    /// one its own across attempts, which number their machines afresh.
     pub node_rank: usize,
-    nnodes: usize,
+    /// The job's machines, those of the running attempt among them.
+    members: Membership,
     /// Where node 0's store listens.
     master: Master,
     store: SharedStore,
@@ -67,16 +75,18 @@ impl NodeGroup {
     /// the ranks do; without one, a store other machines can reach is
     /// refused unless `no_auth`. A request to the store waits up to
     /// `timeout`; a node silent for `heartbeat` (node 0: no beat; the
-    /// others: node 0's store gives no answer) ends the job.
+    /// others: node 0's store gives no answer) ends the job (an elastic
+    /// job's other machines go on without it).
     pub fn join(
         node_rank: Option<usize>,
-        nnodes: usize,
+        members: Membership,
         master: &(String, u16),
         rdzv_id: &str,
         (timeout, rdzv_timeout, heartbeat): (Duration, Duration, Duration),
         (auth, no_auth): (Option<AuthToken>, bool),
     ) -> Result<NodeGroup, LaunchError> {
         let (addr, port) = master;
+        let nnodes = members.seats;
         let config = CommConfig::new(0, nnodes, addr.clone(), *port)
             .with_timeout(timeout)
             .with_rdzv_timeout(rdzv_timeout)
@@ -84,7 +94,7 @@ impl NodeGroup {
             .with_no_auth(no_auth);
         config
             .validate()
-            .doing(|| format!("launcher (--nnodes {nnodes})"))?;
+            .doing(|| format!("launcher (--nnodes {})", members.max))?;
         let unauthenticated = auth.is_none();
         let hosting = node_rank.map_or_else(|| is_this_host(addr), |k| k == 0);
         let bind = || StoreServer::bind_with_auth(addr, *port, nnodes, timeout, auth.clone());
@@ -120,7 +130,6 @@ impl NodeGroup {
         }
         let mut group = NodeGroup {
             node_rank,
-            nnodes,
             master: Master {
                 addr: addr.clone(),
                 port: *port,
@@ -128,21 +137,25 @@ impl NodeGroup {
             },
             store: SharedStore::new(store),
             beater: None,
-            pulse: Pulse::new(nnodes, heartbeat),
+            pulse: Pulse::new(members.seats, heartbeat),
             server,
             last_look: Instant::now(),
             timeout,
             rdzv_timeout,
             lost: false,
             away: None,
+            members,
         };
         if node_rank == 0 {
             let host = crate::contract::hostname();
             group.store.set("host/0", host.as_bytes())?;
             group.store.set("rdzv_id", rdzv_id.as_bytes())?;
-            group
-                .wait_for_nodes(rdzv_id, *port)
-                .map_err(|e| group.explain(e))?;
+            // An elastic job's machines meet at each attempt.
+            if !group.members.is_elastic() {
+                group
+                    .wait_for_nodes(rdzv_id, *port)
+                    .map_err(|e| group.explain(e))?;
+            }
         } else {
             group
                 .show_up(rdzv_id, *port)
@@ -150,7 +163,14 @@ impl NodeGroup {
             let every = heartbeat::interval(heartbeat);
             group.beater = Some(Beater::start(group.store.clone(), node_rank, every)?);
         }
-        tell!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}");
+        match group.members.is_elastic() {
+            true => tell!(
+                "launcher: seat {node_rank} of an elastic job of {}:{} machines, rendezvous at {addr}:{port}",
+                group.members.min,
+                group.members.max
+            ),
+            false => tell!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}"),
+        }
         if unauthenticated && node_rank == 0 {
             let why = match no_auth {
                 true => "--no-auth",
@@ -169,49 +189,6 @@ impl NodeGroup {
             Ok(Some(host)) => format!("host {}", String::from_utf8_lossy(&host)),
             _ => "host unknown".to_string(),
         }
-    }
-
-    /// Where the workers of `attempt` meet: node 0 finds a free port on its
-    /// host, the others wait for it.
-    pub fn worker_master(&mut self, attempt: u32) -> Result<(String, u16), LaunchError> {
-        let key = format!("attempt/{attempt}/port");
-        let port = if self.server.is_some() {
-            let port = crate::attempt::free_port()?;
-            self.store.set(&key, &port.to_be_bytes())?;
-            port
-        } else {
-            // Node 0 may still be waiting for other nodes to join, or
-            // giving its workers their grace. Looks, not a wait in the
-            // store: the heartbeat shares the connection.
-            let patience = match attempt {
-                0 => self.rdzv_timeout,
-                _ => self.timeout * 2,
-            } + Duration::from_secs(30);
-            let until = Instant::now() + patience;
-            let node = self.node_rank;
-            let bytes = loop {
-                match self.store.look(&key) {
-                    Ok(Some(bytes)) => break bytes,
-                    Ok(None) if Instant::now() < until => std::thread::sleep(POLL),
-                    Ok(None) => refuse!(
-                        Rendezvous,
-                        "node {node}: node 0 did not start attempt {attempt} within {patience:?}"
-                    ),
-                    Err(e) => refuse!(
-                        Rendezvous,
-                        "{} (before attempt {attempt})",
-                        self.master_lost(&e)
-                    ),
-                }
-            };
-            u16::from_be_bytes(bytes.try_into().map_err(|_| {
-                LaunchError::Rendezvous(format!(
-                    "node {}: node 0 gave attempt {attempt} a malformed port",
-                    self.node_rank
-                ))
-            })?)
-        };
-        Ok((self.master.addr.clone(), port))
     }
 
     /// Tells every node that `what` failed in `attempt`, unless news from
@@ -352,7 +329,12 @@ impl NodeGroup {
         if self.server.is_none() {
             return Ok(None);
         }
-        Ok(self.vanished(attempt)?.map(Elsewhere::Departed))
+        Ok(self
+            .vanished(attempt)?
+            .map(|(cause, restartable)| match restartable {
+                true => Elsewhere::Failed { cause, restartable },
+                false => Elsewhere::Departed(cause),
+            }))
     }
 }
 

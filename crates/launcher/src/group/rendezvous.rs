@@ -40,7 +40,7 @@ impl NodeGroup {
     /// (or came with another job's `--rdzv-id`), and says which.
     pub(super) fn wait_for_nodes(&mut self, rdzv_id: &str, port: u16) -> Result<(), LaunchError> {
         let deadline = Instant::now() + self.rdzv_timeout;
-        let mut missing: Vec<usize> = (1..self.nnodes).collect();
+        let mut missing: Vec<usize> = (1..self.members.max).collect();
         loop {
             self.note_away();
             for &k in &missing {
@@ -74,10 +74,10 @@ impl NodeGroup {
                 refuse!(
                     Rendezvous,
                     "node 0: node(s) {missing:?} of {} did not join the launchers at {}:{port} within {:?} (the join timeout, --rdzv-timeout): start one launcher on every node with --nnodes {} and this --master-addr/--master-port (or --rdzv-endpoint), or raise --rdzv-timeout for slow starts{away}",
-                    self.nnodes,
+                    self.members.max,
                     self.master.addr,
                     self.rdzv_timeout,
-                    self.nnodes
+                    self.members.max
                 );
             }
             std::thread::sleep(POLL);

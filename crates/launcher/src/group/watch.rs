@@ -43,15 +43,19 @@ impl NodeGroup {
         }
         self.last_look = Instant::now();
         self.note_away();
-        self.vanished(attempt).ok().flatten()
+        self.vanished(attempt)
+            .ok()
+            .flatten()
+            .map(|(cause, _)| cause)
     }
 
     /// Node 0: a node whose launcher left, or fell silent, before it said
     /// its workers ended in `attempt`, told to the others as a failure no
-    /// restart mends.
-    pub(super) fn vanished(&mut self, attempt: u32) -> Result<Option<String>, CommError> {
+    /// restart mends; in an elastic job one that a restart without it
+    /// mends while `--nnodes MIN` machines remain (then `true`).
+    pub(super) fn vanished(&mut self, attempt: u32) -> Result<Option<(String, bool)>, CommError> {
         let key = |what: &str| format!("attempt/{attempt}/{what}");
-        for k in 1..self.nnodes {
+        for k in self.members.others() {
             let seen = self.watch(k, attempt)?;
             let cause = if seen.departed && !seen.ended {
                 let host = self.host(k);
@@ -61,7 +65,8 @@ impl NodeGroup {
                         heartbeat::was_away(0, away, self.pulse.limit(), &left)
                     }
                     None => format!(
-                        "node {k}'s launcher ({host}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?), and the job cannot go on without its ranks"
+                        "node {k}'s launcher ({host}) is gone: it left the launchers' store before its workers ended (killed, or its machine lost?){}",
+                        heartbeat::NO_GOING_ON
                     ),
                 }
             } else if let Some(silent) = self.silent(k, seen.beat)
@@ -75,16 +80,33 @@ impl NodeGroup {
             } else {
                 continue;
             };
-            // The other nodes hear it as a failure no restart mends.
-            self.store.set(&key("final"), b"")?;
+            let remain = self.members.current.len() - 1;
+            let restartable = self.members.is_elastic() && remain >= self.members.min;
+            let lost = cause.strip_suffix(heartbeat::NO_GOING_ON).unwrap_or(&cause);
+            let cause = match (self.members.is_elastic(), restartable) {
+                (false, _) => cause.clone(),
+                (true, true) => format!(
+                    "{lost}; an elastic job goes on without it, on the {remain} machine(s) left"
+                ),
+                (true, false) => format!(
+                    "{lost}; {remain} machine(s) left, fewer than --nnodes {}:{} needs",
+                    self.members.min, self.members.max
+                ),
+            };
+            // The other nodes hear it as a failure no restart mends, or
+            // (elastic) as one a restart without it does.
+            if !restartable {
+                self.store.set(&key("final"), b"")?;
+            }
             self.store.set(&key("failed"), cause.as_bytes())?;
-            return Ok(Some(cause));
+            return Ok(Some((cause, restartable)));
         }
         Ok(None)
     }
 
-    /// Says this node's workers ended in `attempt`; node 0 then waits (up to
-    /// `wait`) for the others, so that its store outlives their last look.
+    /// Says this node's workers ended in `attempt`, the job's last; node 0
+    /// then waits (up to `wait`) for the others, so that its store outlives
+    /// their last look, and dismisses the launchers standing by.
     pub fn finish(&mut self, attempt: u32, wait: Duration) {
         if self.lost {
             return;
@@ -94,7 +116,7 @@ impl NodeGroup {
             .set(&format!("attempt/{attempt}/ended/{}", self.node_rank), b"");
         if self.server.is_some() {
             let until = Instant::now() + wait;
-            for node in 1..self.nnodes {
+            for node in self.members.others() {
                 // A launcher that left, or fell silent, will say nothing
                 // more; a store that fails says nothing either.
                 while let Ok(seen) = self.watch(node, attempt) {
@@ -109,6 +131,7 @@ impl NodeGroup {
                     std::thread::sleep(POLL);
                 }
             }
+            self.dismiss_standby(wait);
         }
     }
 }
