@@ -46,15 +46,23 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
         None => cli,
     };
     let job = &cli.job;
-    // Rank 0 (or the launcher) alone writes checkpoints and metrics.
-    if env.as_ref().is_none_or(|env| env.rank == 0) {
+    let plan = NodePlan::resolve(&cli.launch, cli.world_size, env.as_ref())?;
+    // Rank 0 (or the launcher) alone writes checkpoints and metrics. A
+    // launcher of an elastic job leaves the check to its rank 0: a machine
+    // that comes back joins a restart, whose checkpoints are there.
+    let elastic = plan.as_ref().is_some_and(NodePlan::is_elastic);
+    if env.as_ref().is_none_or(|env| env.rank == 0) && !elastic {
         let outputs = (&job.checkpoints.checkpoint_dir, &job.outputs.metrics);
         output_paths::prepare(outputs.0.as_deref(), outputs.1.as_deref())?;
     }
-    let plan = NodePlan::resolve(&cli.launch, cli.world_size, env.as_ref())?;
     if let Some(plan) = &plan {
         // Once here, rather than by every worker it would start.
         let stages = job.pipeline.pipeline_stages as usize;
+        if plan.is_elastic() && stages > 1 {
+            bail!(
+                "--pipeline-stages {stages} with an elastic --nnodes: a pipeline's stages are cut for a fixed number of ranks; give a fixed --nnodes"
+            );
+        }
         Topology::new((0, plan.world_size()), (0, plan.nproc), stages)?;
     }
     let max_restarts = cli.launch.max_restarts;
@@ -102,7 +110,9 @@ fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         checkpoints.keep,
         checkpoints.resume.clone(),
     );
-    if spec.max_restarts > 0 {
+    // An elastic job's machine may join a restart, its first attempt
+    // resuming: the first attempt's rank 0 checks (and refuses for good).
+    if spec.max_restarts > 0 && !plan.is_elastic() {
         restarts.preflight()?;
     }
     Ok(launcher::launch(&spec, plan, &restarts)?)

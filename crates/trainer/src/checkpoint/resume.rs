@@ -132,20 +132,21 @@ pub fn preflight(resume: Option<&ResumeFrom>, dir: &CheckpointDir) -> anyhow::Re
 /// One history per checkpoint directory: a fresh start (`from` = `None`)
 /// needs it free of checkpoints, a resumed one needs none newer than where
 /// it resumes. Otherwise the two histories would mix, and `--resume auto`
-/// could pick the wrong one.
+/// could pick the wrong one. A refusal is the flags' (exit 78): a restart,
+/// which would resume, must not follow it.
 fn check_history(dir: &CheckpointDir, from: Option<Position>) -> anyhow::Result<()> {
     let newest = dir.list()?.pop();
     match (newest, from) {
-        (Some((_, path)), None) => bail!(
+        (Some((_, path)), None) => bail!(Misconfigured(format!(
             "--checkpoint-dir {} already holds checkpoints (newest {}): add --resume auto to continue from it, or use an empty directory",
             dir.path().display(),
             path.display()
-        ),
-        (Some((newest, path)), Some(from)) if newest > from => bail!(
+        ))),
+        (Some((newest, path)), Some(from)) if newest > from => bail!(Misconfigured(format!(
             "--checkpoint-dir {} holds {}, newer than the checkpoint resumed from ({from}): use --resume auto, or another --checkpoint-dir",
             dir.path().display(),
             path.display()
-        ),
+        ))),
         _ => Ok(()),
     }
 }
