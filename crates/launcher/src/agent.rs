@@ -12,11 +12,13 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
 use crate::attempt::{Failure, Graces, Outcome, POLL, local_port};
+use crate::contract::progress::pipe_to_child;
 use crate::contract::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
 use crate::error::{Doing, LaunchError};
 use crate::flight::{Flight, Handover};
 use crate::group::{Membership, NodeGroup, Place};
 use crate::plan::{NodePlan, NodeSlot};
+use crate::say::bar;
 use crate::spec::{Restarts, WorkerSpec};
 use crate::supervise::supervise;
 use crate::workers::{Worker, stop};
@@ -222,6 +224,13 @@ fn run_workers(
         let rank = node_rank * plan.nproc + local_rank;
         let mut command = Command::new(exe);
         die_with_parent(&mut command);
+        // Rank 0's progress, for the bar on this launcher's terminal.
+        let progress = match rank == 0 && bar::available() {
+            true => {
+                Some(pipe_to_child(&mut command).doing(|| "making rank 0's progress pipe".into())?)
+            }
+            false => None,
+        };
         // The first worker leads a new process group; the others join it.
         let group = workers.first().map_or(0, |w| w.child.id() as i32);
         let spawned = command
@@ -246,7 +255,13 @@ fn run_workers(
             master.0,
             master.1
         );
-        workers.push(Worker::attach(rank, child));
+        let mut worker = Worker::attach(rank, child);
+        if let Some((reader, writer)) = progress {
+            // The child holds its own copy: the pipe ends with it.
+            drop(writer);
+            worker.draw_progress(reader);
+        }
+        workers.push(worker);
     }
     let outcome = supervise(
         &mut workers,

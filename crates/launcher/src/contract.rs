@@ -1,7 +1,9 @@
 //! What a launcher and its workers agree on: the exit codes a worker ends
 //! with and the launcher reads, the signals a worker handles (which start
 //! blocked in every worker the launcher spawns), and how a process dies
-//! with its launcher.
+//! with its launcher; rank 0's progress records ([`progress`]).
+
+pub mod progress;
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 

@@ -8,7 +8,10 @@
 //! Each line leaves in one write: `writeln!` on stderr writes its pieces
 //! one call each, and the launcher's threads relaying several workers'
 //! stdout and stderr into one file (SLURM's default, or `2>&1`) then mixed
-//! one line's prefix into another's text.
+//! one line's prefix into another's text. On a terminal the lines scroll
+//! above a live progress bar when one shows ([`bar`]).
+
+pub mod bar;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -16,20 +19,33 @@ use std::io::{self, Write};
 /// `println!` that drops the line when stdout is gone.
 #[macro_export]
 macro_rules! say {
-    ($($arg:tt)*) => {{
-        let line = $crate::say::write_line(&mut std::io::stdout(), format_args!($($arg)*));
-        if let Err(e) = line {
-            $crate::say::stdout_failed(&e);
-        }
-    }};
+    ($($arg:tt)*) => {
+        $crate::say::out(format_args!($($arg)*))
+    };
 }
 
 /// `eprintln!` that drops the line when stderr is gone.
 #[macro_export]
 macro_rules! tell {
-    ($($arg:tt)*) => {{
-        let _ = $crate::say::write_line(&mut std::io::stderr(), format_args!($($arg)*));
-    }};
+    ($($arg:tt)*) => {
+        $crate::say::err(format_args!($($arg)*))
+    };
+}
+
+/// [`say!`]'s line, above the bar.
+pub fn out(args: fmt::Arguments<'_>) {
+    bar::above(|| {
+        if let Err(e) = write_line(&mut io::stdout(), args) {
+            stdout_failed(&e);
+        }
+    });
+}
+
+/// [`tell!`]'s line, above the bar.
+pub fn err(args: fmt::Arguments<'_>) {
+    bar::above(|| {
+        let _ = write_line(&mut io::stderr(), args);
+    });
 }
 
 /// Writes `args` and a newline to `out` in one `write_all`.

@@ -1,11 +1,15 @@
 //! The launcher's side of one worker process: its output relayed with a
-//! rank prefix, signals passed on, and the end of it.
+//! rank prefix, rank 0's progress drawn, signals passed on, and the end
+//! of it.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, PipeReader, Read};
 use std::process::{Child, ExitStatus};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use crate::contract::progress::Progress;
+use crate::say::bar;
 
 /// A worker process, with the threads relaying its output.
 pub(super) struct Worker {
@@ -34,6 +38,22 @@ impl Worker {
             readers,
             status: None,
         }
+    }
+
+    /// Draws the progress records the worker sends on `pipe` as the
+    /// terminal's bar, until the worker ends.
+    pub fn draw_progress(&mut self, pipe: PipeReader) {
+        self.readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                match Progress::parse(&line) {
+                    Some(Progress::At(p)) => bar::show(p.epoch, (p.step, p.steps), &p.note),
+                    Some(Progress::Done) => bar::hide(),
+                    None => {}
+                }
+            }
+            bar::hide();
+        }));
     }
 
     /// Gives the threads relaying an ended worker's output a moment to

@@ -1,25 +1,39 @@
-//! What rank 0 shows while an epoch runs: on a terminal a bar with the
-//! running loss and img/s; in a file (a SLURM log) one line every few
-//! seconds instead of one per step. The running numbers also go to
-//! TensorBoard.
+//! What rank 0 shows while an epoch runs: a bar with the running loss,
+//! img/s and the time left, on the terminal's last line below the other
+//! lines; in a file (a SLURM log) one line every few seconds instead of
+//! one per step. Under the built-in launcher rank 0's stderr is a pipe:
+//! when the launcher's own stderr is a terminal it hands rank 0 a pipe for
+//! progress records (`launcher::contract::progress`) and draws the bar
+//! itself; a single process, or `--spawn threads`, draws it here. The
+//! running numbers also go to TensorBoard.
 
 use std::cell::RefCell;
-use std::io::IsTerminal;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use launcher::contract::progress::{Position, Progress as Record, ProgressPipe};
+use launcher::say::bar;
 
 use super::tensorboard::EventWriter;
 use crate::train::{Progress, Running};
 
+/// The least time between two draws of the bar (or records to the
+/// launcher), but at an epoch's start, its running numbers and its end.
+const REDRAW: Duration = Duration::from_millis(100);
+
+/// Where rank 0's progress goes.
+enum Shown {
+    /// Records to the launcher that draws them.
+    Records(ProgressPipe),
+    /// The bar on this process's terminal.
+    Bar,
+    /// A line every so many seconds.
+    Lines(Duration),
+}
+
 /// Rank 0's progress display.
 pub struct Console {
-    /// A bar on a terminal; `None` between epochs or when stderr is a file.
-    bar: Option<ProgressBar>,
-    terminal: bool,
-    /// Seconds between lines when stderr is a file.
-    line_every: Duration,
+    shown: Shown,
     /// Steps between running numbers.
     running_every: u64,
     board: Option<Rc<RefCell<EventWriter>>>,
@@ -30,20 +44,26 @@ pub struct Console {
     /// Steps done when this process began the epoch (a resume point).
     first: usize,
     started: Instant,
-    last_line: Instant,
+    /// When the display last changed (a draw, a record or a line).
+    last_shown: Instant,
     last: Option<Running>,
 }
 
 impl Console {
+    /// The display for this process: records when the launcher asked for
+    /// them, a bar on a terminal, else a line every `line_every`.
     pub fn new(
         running_every: u64,
         line_every: Duration,
         board: Option<Rc<RefCell<EventWriter>>>,
     ) -> Self {
+        let shown = match ProgressPipe::from_env() {
+            Some(pipe) => Shown::Records(pipe),
+            None if bar::available() => Shown::Bar,
+            None => Shown::Lines(line_every),
+        };
         Self {
-            bar: None,
-            terminal: std::io::stderr().is_terminal(),
-            line_every,
+            shown,
             running_every,
             board,
             epoch: 0,
@@ -51,7 +71,7 @@ impl Console {
             done: 0,
             first: 0,
             started: Instant::now(),
-            last_line: Instant::now(),
+            last_shown: Instant::now(),
             last: None,
         }
     }
@@ -86,6 +106,37 @@ impl Console {
             self.numbers()
         )
     }
+
+    /// Shows where the epoch stands: at once if `now`, else when the last
+    /// showing is old enough.
+    fn show(&mut self, now: bool) {
+        let due = match self.shown {
+            Shown::Lines(every) => !now && self.last_shown.elapsed() >= every,
+            _ => now || self.last_shown.elapsed() >= REDRAW,
+        };
+        if !due {
+            return;
+        }
+        self.last_shown = Instant::now();
+        let (step, steps) = (self.done as u64, self.steps as u64);
+        let note = self.numbers();
+        match &mut self.shown {
+            Shown::Records(pipe) => {
+                let at = Position {
+                    epoch: self.epoch,
+                    step,
+                    steps,
+                    note,
+                };
+                // The launcher is gone: the run goes on, and so do its lines.
+                if pipe.send(&Record::At(at)).is_err() {
+                    self.shown = Shown::Lines(Duration::from_secs(30));
+                }
+            }
+            Shown::Bar => bar::show(self.epoch, (step, steps), &note),
+            Shown::Lines(_) => tell!("{}", self.line()),
+        }
+    }
 }
 
 impl Progress for Console {
@@ -93,35 +144,22 @@ impl Progress for Console {
         (self.epoch, self.steps, self.last) = (epoch, steps, None);
         (self.done, self.first) = (done, done);
         self.started = Instant::now();
-        self.last_line = self.started;
-        if self.terminal {
-            let bar = ProgressBar::new(steps as u64);
-            if let Ok(style) = ProgressStyle::with_template(
-                "epoch {prefix} [{bar:30}] {pos}/{len} | {msg} | eta {eta}",
-            ) {
-                bar.set_style(style.progress_chars("=> "));
-            }
-            bar.set_prefix(epoch.to_string());
-            bar.set_position(done as u64);
-            bar.set_message(self.numbers());
-            self.bar = Some(bar);
-        }
+        self.last_shown = self.started;
+        self.show(true);
     }
 
     fn step(&mut self) {
         self.done += 1;
-        if let Some(bar) = &self.bar {
-            bar.inc(1);
-            bar.set_message(self.numbers());
-        } else if !self.terminal && self.last_line.elapsed() >= self.line_every {
-            self.last_line = Instant::now();
-            tell!("{}", self.line());
-        }
+        self.show(self.done == self.steps && !matches!(self.shown, Shown::Lines(_)));
     }
 
     fn finish_epoch(&mut self) {
-        if let Some(bar) = self.bar.take() {
-            bar.finish_and_clear();
+        match &mut self.shown {
+            Shown::Records(pipe) => {
+                let _ = pipe.send(&Record::Done);
+            }
+            Shown::Bar => bar::hide(),
+            Shown::Lines(_) => {}
         }
     }
 
@@ -131,8 +169,8 @@ impl Progress for Console {
 
     fn running(&mut self, numbers: &Running) {
         self.last = Some(*numbers);
-        if let Some(bar) = &self.bar {
-            bar.set_message(self.numbers());
+        if !matches!(self.shown, Shown::Lines(_)) {
+            self.show(true);
         }
         let Some(board) = &self.board else { return };
         let written = board.borrow_mut().scalars(
@@ -146,6 +184,13 @@ impl Progress for Console {
             tell!("note: TensorBoard logging stops: {e:#}");
             self.board = None;
         }
+    }
+}
+
+impl Drop for Console {
+    /// A run that fails mid-epoch leaves no bar behind its error.
+    fn drop(&mut self) {
+        self.finish_epoch();
     }
 }
 
@@ -163,10 +208,15 @@ mod tests {
         }
     }
 
+    fn console() -> Console {
+        let mut console = Console::new(10, Duration::from_secs(3600), None);
+        console.shown = Shown::Lines(Duration::from_secs(3600));
+        console
+    }
+
     #[test]
     fn the_rate_is_taken_at_the_instant_of_the_count() {
-        let mut console = Console::new(10, Duration::from_secs(3600), None);
-        console.terminal = false;
+        let mut console = console();
         console.start_epoch(1, 400, 0);
         console.running(&running(3000, 2.0));
         // Time passing before the next count must not lower the rate.
@@ -176,8 +226,7 @@ mod tests {
 
     #[test]
     fn a_resumed_epoch_counts_its_steps_from_the_epochs_start() {
-        let mut console = Console::new(10, Duration::from_secs(3600), None);
-        console.terminal = false;
+        let mut console = console();
         console.start_epoch(1, 400, 60);
         for _ in 0..312 {
             console.step();
