@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -66,11 +67,24 @@ CUresult allocate(CUdeviceptr* out, std::size_t size) {
     if (out == nullptr || size == 0) {
         return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc", "%llu bytes", size);
     }
+    {
+        // The memory a GPU reports ends: past it, the driver's error (what
+        // the process holds counts against every GPU, as in cuMemGetInfo).
+        std::lock_guard<std::mutex> lock(memory_mutex);
+        if (size > total_bytes() - std::min(allocated_bytes, total_bytes())) {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        allocated_bytes += size;
+    }
     const std::size_t page = page_size();
     const std::size_t data = (size + page - 1) / page * page;
     void* base = mmap(nullptr, data + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                       -1, 0);
-    if (base == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (base == MAP_FAILED) {
+        std::lock_guard<std::mutex> lock(memory_mutex);
+        allocated_bytes -= size;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     char* bytes = static_cast<char*>(base);
     mprotect(bytes + data, page, PROT_NONE);
     // Flush against the guard, keeping the 16-byte alignment of float4.
@@ -82,7 +96,6 @@ CUresult allocate(CUdeviceptr* out, std::size_t size) {
     std::memset(start, 0xff, size);
     std::lock_guard<std::mutex> lock(memory_mutex);
     allocations[reinterpret_cast<CUdeviceptr>(start)] = {bytes, data + page, size};
-    allocated_bytes += size;
     *out = reinterpret_cast<CUdeviceptr>(start);
     return CUDA_SUCCESS;
 }

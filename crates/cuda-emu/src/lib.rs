@@ -15,7 +15,8 @@
 //! one) named "cuda-emu", of compute capability 9.0, or
 //! `$CUDA_EMU_COMPUTE_CAP` (e.g. 7.5, to meet what the backend refuses on
 //! older GPUs), each with `$CUDA_EMU_MEMORY_MIB` of memory (default: 80 GiB;
-//! `cuMemGetInfo` reports that less what the process holds on them all).
+//! `cuMemGetInfo` reports that less what the process holds on them all,
+//! and an allocation past it fails with `CUDA_ERROR_OUT_OF_MEMORY`).
 //!
 //! What it checks and what it cannot:
 //! * Kernel arithmetic and indexing run as written, every block and thread,
