@@ -65,6 +65,13 @@ pub enum Error {
     /// synchronization, since kernels run asynchronously).
     #[error("a CUDA kernel found invalid input: {0}")]
     KernelFault(String),
+    /// A buffer could not be allocated: `device` (the host, or a GPU) has
+    /// not that much memory left for this process.
+    #[error(
+        "out of memory: {device} could not give {:.2} GiB ({bytes} bytes)",
+        *bytes as f64 / (1u64 << 30) as f64
+    )]
+    OutOfMemory { device: String, bytes: u64 },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

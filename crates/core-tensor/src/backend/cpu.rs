@@ -9,10 +9,13 @@ use std::time::Instant;
 
 use rayon::ThreadPool;
 
-use super::{Backend, Elem};
+use super::{Backend, Elem, host_memory};
 use crate::error::check_len;
 use crate::gemm::Parallelism;
 use crate::{Error, Result};
+
+/// What [`Backend::transient_bytes`] allows each kernel thread.
+const SCRATCH_PER_THREAD: u64 = 16 << 20;
 
 /// Host memory and `threads` worker threads.
 ///
@@ -23,7 +26,7 @@ pub struct Cpu {
     threads: usize,
     pool: Option<Arc<ThreadPool>>,
     /// Bytes `zeros` and `upload` handed out so far, by this backend and
-    /// its clones (see [`Backend::allocated_host_bytes`]).
+    /// its clones (see [`Backend::allocated_bytes`]).
     allocated: Arc<AtomicU64>,
 }
 
@@ -130,17 +133,30 @@ impl Backend for Cpu {
     }
 
     fn zeros<T: Elem>(&self, len: usize) -> Result<Vec<T>> {
+        let zeros = host_memory::zeroed(len)?;
         self.count::<T>(len);
-        Ok(vec![T::default(); len])
+        Ok(zeros)
     }
 
     fn upload<T: Elem>(&self, host: &[T]) -> Result<Vec<T>> {
+        let copy = host_memory::copied(host)?;
         self.count::<T>(host.len());
-        Ok(host.to_vec())
+        Ok(copy)
     }
 
-    fn allocated_host_bytes(&self) -> Option<u64> {
-        Some(self.allocated.load(Ordering::Relaxed))
+    fn allocated_bytes(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// The kernels' own scratch, in `Vec`s of their own: per thread an
+    /// im2col image, a product's packed blocks, partial sums (under 2 MiB
+    /// a thread for the CNN), and what the allocator maps around them.
+    fn transient_bytes(&self) -> u64 {
+        self.threads as u64 * SCRATCH_PER_THREAD
+    }
+
+    fn free_device_memory(&self) -> Result<Option<(String, u64)>> {
+        Ok(None)
     }
 
     fn len<T: Elem>(storage: &Vec<T>) -> usize {
@@ -158,7 +174,7 @@ impl Backend for Cpu {
     }
 
     fn staging(&self, len: usize) -> Result<Vec<f32>> {
-        Ok(vec![0.0; len])
+        host_memory::zeroed(len)
     }
 
     fn read_range<T: Elem>(

@@ -4,6 +4,7 @@
 
 mod cpu;
 pub mod cuda;
+mod host_memory;
 
 pub use cpu::Cpu;
 pub use cuda::{Cuda, Fp32Tile, MatmulPrecision, cuda_available};
@@ -70,15 +71,32 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// A new buffer holding a copy of `host` (not empty on CUDA).
     fn upload<T: Elem>(&self, host: &[T]) -> Result<Self::Storage<T>>;
 
-    /// For a backend in host memory: the bytes [`Backend::zeros`] and
-    /// [`Backend::upload`] have handed out so far, freed or not. Zeroed
+    /// The bytes [`Backend::zeros`] and [`Backend::upload`] have handed
+    /// out so far on this device, by this backend and its clones, freed or
+    /// not: the difference across a call that makes buffers is their size,
+    /// which a caller can measure on small ones before it asks for large
+    /// ones.
+    fn allocated_bytes(&self) -> u64;
+
+    /// For a backend in host memory: [`Backend::allocated_bytes`]. Zeroed
     /// pages take no memory until first written, so a caller can compare
-    /// this with what the machine has before training touches them (a huge
-    /// batch would otherwise end in the kernel's out-of-memory killer).
-    /// `None` where the device reports its own out-of-memory errors.
+    /// this with what the machine has before training touches them.
+    /// `None` for a device's own memory.
     fn allocated_host_bytes(&self) -> Option<u64> {
-        None
+        Self::IN_HOST_MEMORY.then(|| self.allocated_bytes())
     }
+
+    /// The most a kernel call takes on the device for itself, on top of
+    /// its buffers, and frees when queued (CUDA: a split-K product's
+    /// workspace): a caller sizing its buffers leaves this much free.
+    fn transient_bytes(&self) -> u64 {
+        0
+    }
+
+    /// The device's name (`cuda:0 (NVIDIA H100 80GB HBM3)`) and its free
+    /// memory in bytes, as its driver counts it now; `None` for host
+    /// memory (the machine's to say).
+    fn free_device_memory(&self) -> Result<Option<(String, u64)>>;
 
     /// The number of elements in `storage`.
     fn len<T: Elem>(storage: &Self::Storage<T>) -> usize;

@@ -31,6 +31,11 @@ fn tile_rows(m: usize, n: usize) -> usize {
 /// Small outputs with a long K (a conv weight gradient sums over every pixel
 /// of the batch) would otherwise run on a handful of SMs.
 const TARGET_BLOCKS: usize = 264;
+/// The most elements a split-K workspace holds: K is split only while the
+/// square tiles are fewer than [`TARGET_BLOCKS`], into at most
+/// `ceil(TARGET_BLOCKS / tiles)` splits of the output's size, which the
+/// tiles cover: splits·m·n ≤ (TARGET_BLOCKS + tiles − 1)·TILE_ELEMS.
+pub(crate) const MAX_WORKSPACE_LEN: usize = 2 * TARGET_BLOCKS * TILE_ELEMS;
 /// The least k one split covers (16 tiles of BK), so that writing and
 /// re-reading the partial tiles stays cheap next to the arithmetic.
 const MIN_K_CHUNK: usize = 256;

@@ -29,6 +29,27 @@ fn a_long_k_behind_few_tiles_is_split() {
 }
 
 #[test]
+fn no_workspace_is_larger_than_its_bound() {
+    let sizes = [1, 7, 10, 32, 33, 64, 100, 288, 1000, 4096, 36864, 1 << 20];
+    for (m, n, k) in (sizes.iter())
+        .flat_map(|&m| sizes.iter().map(move |&n| (m, n)))
+        .flat_map(|(m, n)| [1, 300, 20000, 1 << 24].map(|k| (m, n, k)))
+    {
+        for tile in [Fp32Tile::Square, Fp32Tile::Wide] {
+            let Ok(plan) = GemmPlan::new("test", m, n, k, tile) else {
+                continue;
+            };
+            let len = if plan.is_split() {
+                plan.workspace_len()
+            } else {
+                0
+            };
+            assert!(len <= MAX_WORKSPACE_LEN, "{m}x{n}x{k}: {plan:?}");
+        }
+    }
+}
+
+#[test]
 fn many_tiles_or_a_short_k_stay_whole() {
     // conv2's forward pass at batch 64: 64 x 36864 outputs, K = 288.
     let plan = GemmPlan::new("test", 64, 64 * 24 * 24, 288, Fp32Tile::Square).unwrap();

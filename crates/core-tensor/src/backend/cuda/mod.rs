@@ -17,6 +17,7 @@
 //!   `gemm.rs`, `layer.rs`) say in a `// SAFETY:` which length checks they
 //!   made. The FFI itself is in `launch.rs` and `nvrtc.rs`.
 
+mod device_memory;
 mod fault;
 pub(crate) mod gemm;
 mod kernel_cache;
@@ -31,10 +32,11 @@ mod products;
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use cudarc;
-use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::sys::{CUevent_flags, CUresult};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut,
 };
@@ -55,7 +57,7 @@ pub fn cuda_available() -> Result<usize> {
     launch::require_driver()?;
     if let Err(e) = cudarc::driver::result::init() {
         return match e.0 {
-            cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
+            CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
             _ => Err(e.into()),
         };
     }
@@ -83,6 +85,8 @@ struct Inner {
     functions: HashMap<&'static str, CudaFunction>,
     /// Bits set by kernels that met invalid input, checked when syncing.
     fault: Mutex<CudaSlice<u32>>,
+    /// What `zeros` and `upload` handed out: [`Backend::allocated_bytes`].
+    allocated: AtomicU64,
 }
 
 impl fmt::Debug for Cuda {
@@ -141,6 +145,7 @@ impl Cuda {
                 stream,
                 functions: loaded.functions,
                 fault,
+                allocated: AtomicU64::new(0),
             }),
             matmul: precision,
             fp32_tile: Fp32Tile::Square,
@@ -178,13 +183,6 @@ impl Cuda {
     /// The GPU's name, as the driver reports it.
     pub fn name(&self) -> &str {
         &self.inner.name
-    }
-
-    /// This GPU's `(free, total)` memory in bytes, as the driver counts it
-    /// now (other processes' allocations and contexts taken).
-    pub fn memory(&self) -> Result<(u64, u64)> {
-        let (free, total) = self.inner.stream.context().mem_get_info()?;
-        Ok((free as u64, total as u64))
     }
 
     /// The stream every op of this backend runs on, for work that must be
@@ -273,12 +271,24 @@ impl Backend for Cuda {
 
     fn zeros<T: Elem>(&self, len: usize) -> Result<CudaSlice<T>> {
         not_empty("zeros", len)?;
-        Ok(self.inner.stream.alloc_zeros(len)?)
+        self.allocation(len, self.inner.stream.alloc_zeros(len))
     }
 
     fn upload<T: Elem>(&self, host: &[T]) -> Result<CudaSlice<T>> {
         not_empty("upload", host.len())?;
-        Ok(self.inner.stream.clone_htod(host)?)
+        self.allocation(host.len(), self.inner.stream.clone_htod(host))
+    }
+
+    fn allocated_bytes(&self) -> u64 {
+        self.inner.allocated.load(Ordering::Relaxed)
+    }
+
+    fn free_device_memory(&self) -> Result<Option<(String, u64)>> {
+        Ok(Some((self.device_name(), self.memory()?.0)))
+    }
+
+    fn transient_bytes(&self) -> u64 {
+        (gemm::MAX_WORKSPACE_LEN * size_of::<f32>()) as u64
     }
 
     fn len<T: Elem>(storage: &CudaSlice<T>) -> usize {

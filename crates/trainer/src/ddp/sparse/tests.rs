@@ -61,6 +61,12 @@ impl Backend for Counted {
         self.written.fetch_add(host.len(), Ordering::Relaxed);
         self.cpu.upload(host)
     }
+    fn allocated_bytes(&self) -> u64 {
+        self.cpu.allocated_bytes()
+    }
+    fn free_device_memory(&self) -> Result<Option<(String, u64)>> {
+        self.cpu.free_device_memory()
+    }
     fn len<T: Elem>(storage: &Vec<T>) -> usize {
         storage.len()
     }
