@@ -4,7 +4,7 @@
 //! `ranks.rs` carries every rank's summary and step phases to rank 0.
 
 mod nvml;
-pub(crate) mod procfs;
+pub mod procfs;
 mod ranks;
 
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};

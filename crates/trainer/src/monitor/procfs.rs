@@ -1,6 +1,9 @@
-//! This process's resident memory and CPU time, from `/proc/self`.
+//! This process's resident memory and CPU time, from `/proc/self`; the
+//! memory the machine, the process's memory cgroup and its address-space
+//! limit leave it.
 
 use std::fs;
+use std::path::{Path, PathBuf};
 
 /// Resident memory in MiB (`VmRSS` of `/proc/self/status`).
 pub fn resident_mib() -> Option<f64> {
@@ -17,6 +20,91 @@ pub fn available_bytes() -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// This process's virtual size in bytes (`VmSize` of `/proc/self/status`):
+/// what its address-space limit is counted against.
+pub fn virtual_bytes() -> Option<u64> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmSize:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The memory cgroup of this process: its directory and the names of its
+/// limit's and usage's files (cgroup v1's `memory.limit_in_bytes` and
+/// `memory.usage_in_bytes`, or v2's `memory.max` and `memory.current`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryCgroup {
+    /// The controller's mount: the top of the hierarchy this process sees.
+    pub root: PathBuf,
+    pub dir: PathBuf,
+    pub limit_file: &'static str,
+    pub usage_file: &'static str,
+}
+
+impl MemoryCgroup {
+    /// This process's, from `/proc/self/cgroup`: v1's `memory` line, else
+    /// v2's `0::` line; `None` where neither is.
+    pub fn of_this_process() -> Option<Self> {
+        Self::from_proc(&fs::read_to_string("/proc/self/cgroup").ok()?)
+    }
+
+    fn from_proc(cgroups: &str) -> Option<Self> {
+        let v1 = cgroups.lines().find_map(|l| {
+            let mut fields = l.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            (controllers.split(',').any(|c| c == "memory")).then_some(path)
+        });
+        let (root, path, limit_file, usage_file) = match v1 {
+            Some(path) => (
+                "/sys/fs/cgroup/memory",
+                path,
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+            ),
+            None => {
+                let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
+                ("/sys/fs/cgroup", path, "memory.max", "memory.current")
+            }
+        };
+        Some(Self {
+            root: root.into(),
+            dir: Path::new(root).join(path.trim_start_matches('/')),
+            limit_file,
+            usage_file,
+        })
+    }
+
+    /// What this cgroup (and every cgroup above it) still lets its
+    /// processes take, in bytes, with the limit that leaves the least:
+    /// `(limit - usage, limit)`; `None` without a limit (v2's `max`, or
+    /// v1's 2⁶³ rounded down to a page).
+    pub fn room_bytes(&self) -> Option<(u64, u64)> {
+        let mut dir = self.dir.clone();
+        let mut least: Option<(u64, u64)> = None;
+        loop {
+            let read = |name: &str| fs::read_to_string(dir.join(name)).ok();
+            if let (Some(limit), Some(usage)) = (read(self.limit_file), read(self.usage_file))
+                && let (Ok(limit), Ok(usage)) =
+                    (limit.trim().parse::<u64>(), usage.trim().parse::<u64>())
+                && limit < 1 << 62
+            {
+                let room = limit.saturating_sub(usage);
+                if least.is_none_or(|(r, _)| room < r) {
+                    least = Some((room, limit));
+                }
+            }
+            if dir == self.root || !dir.pop() {
+                return least;
+            }
+        }
+    }
+}
+
+/// [`MemoryCgroup::room_bytes`] of this process's memory cgroup.
+pub fn cgroup_room_bytes() -> Option<(u64, u64)> {
+    MemoryCgroup::of_this_process()?.room_bytes()
 }
 
 /// This process's address-space limit in bytes (`Max address space` of
@@ -82,7 +170,32 @@ mod tests {
     }
 
     #[test]
+    fn the_memory_cgroup_is_v1s_memory_line_else_v2s() {
+        let v2 = MemoryCgroup::from_proc("0::/user.slice/run-r1.scope\n").unwrap();
+        assert_eq!(
+            (v2.dir, v2.limit_file, v2.usage_file),
+            (
+                "/sys/fs/cgroup/user.slice/run-r1.scope".into(),
+                "memory.max",
+                "memory.current"
+            )
+        );
+        let v1 = "12:cpu,cpuacct:/a\n4:memory:/docker/abc\n0::/\n";
+        let v1 = MemoryCgroup::from_proc(v1).unwrap();
+        assert_eq!(v1.dir, Path::new("/sys/fs/cgroup/memory/docker/abc"));
+        assert_eq!(v1.root, Path::new("/sys/fs/cgroup/memory"));
+        assert_eq!(v1.limit_file, "memory.limit_in_bytes");
+        assert_eq!(MemoryCgroup::from_proc("garbage"), None);
+        // Whatever this machine's cgroups say, a limit leaves no more than
+        // itself.
+        if let Some((room, limit)) = cgroup_room_bytes() {
+            assert!(room <= limit);
+        }
+    }
+
+    #[test]
     fn this_process_has_memory_and_cpu_time() {
+        assert!(virtual_bytes().unwrap() >= (resident_mib().unwrap() * 1048576.0) as u64);
         assert!(resident_mib().unwrap() > 1.0);
         assert!(cpu_seconds().unwrap() >= 0.0);
     }
