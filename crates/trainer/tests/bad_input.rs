@@ -162,8 +162,8 @@ fn nccl_without_a_gpu_is_a_clear_error_naming_the_cpu_rank() {
     );
 }
 
-/// A batch the machine cannot hold is an error before training writes to
-/// its buffers, not a run the kernel's out-of-memory killer ends. A batch of
+/// A batch the machine cannot hold is an error before its buffers are
+/// made (exit 78), not a run the kernel's out-of-memory killer ends. A batch of
 /// 60,000 needs about 30 GiB; on a machine with that much to spare the
 /// batch would simply train, so the test says it was skipped there.
 #[test]
@@ -185,9 +185,12 @@ fn a_batch_too_large_for_the_machine_is_one_clear_error() {
         .args(data_arg(dataset()));
     let out = run(&mut cmd);
     let err = stderr(&out);
-    assert!(!out.status.success() && !err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
     assert!(
-        err.contains("a training batch of 60000 would take") && err.contains("lower --batch-size"),
+        err.contains("a training batch of 60000 needs")
+            && err.contains("but this machine has ")
+            && err.contains("the largest batch that fits is "),
         "{err}"
     );
 }

@@ -40,7 +40,9 @@ use crate::model::Layered;
 use crate::model::layered::classes;
 use crate::phases::Phase;
 use crate::topology::Topology;
-use crate::train::{EVAL_BATCH, Part, Pass, Schedule, checked_buffers};
+use crate::train::{
+    EVAL_BATCH, EpochBatches, Part, Pass, Schedule, test_buffers, test_reserve, training_buffers,
+};
 use one_f_one_b::{Cx, GradScratch, forward_through};
 use slots::StageAt;
 
@@ -131,13 +133,14 @@ impl<B: Ops, M: Layered<B>> Pipeline<B, M> {
             ..self
         }
     }
+}
 
-    /// The micro-batches' sizes of a batch of `n`: as even as they come.
-    fn micro_sizes(&self, n: usize) -> Vec<usize> {
-        let m = self.micro_batches.min(n).max(1);
-        let (base, extra) = (n / m, n % m);
-        (0..m).map(|i| base + usize::from(i < extra)).collect()
-    }
+/// The sizes of `micro_batches` micro-batches of a batch of `n`: as even
+/// as they come.
+fn micro_sizes(micro_batches: usize, n: usize) -> Vec<usize> {
+    let m = micro_batches.min(n).max(1);
+    let (base, extra) = (n / m, n % m);
+    (0..m).map(|i| base + usize::from(i < extra)).collect()
 }
 
 impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
@@ -168,7 +171,7 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
         let runs = match self.cut.take() {
             Some(runs) => cuts::check(&runs, stages, segments)?,
             None => {
-                let micro = self.micro_sizes(batch)[0];
+                let micro = micro_sizes(self.micro_batches, batch)[0];
                 let mut times = cuts::measure(model, b, micro)?;
                 if let Some(job) = job {
                     let world = job.world_size() as f64;
@@ -222,6 +225,36 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
         self.train.start_epoch(b, order, epoch, batch)
     }
 
+    fn prepare(
+        &mut self,
+        b: &B,
+        _model: &M,
+        (sizes, epoch): (&[usize], &EpochBatches),
+    ) -> anyhow::Result<()> {
+        let micro = self.micro_batches;
+        let plan = (self.plan.as_mut()).context("the pipeline trains once its cut is settled")?;
+        let mut new: Vec<usize> = (sizes.iter().copied())
+            .filter(|n| !plan.buffers.contains_key(n))
+            .collect();
+        new.sort_unstable_by(|a, b| b.cmp(a));
+        new.dedup();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let (local, at) = (&plan.local, &plan.at);
+        let make_test = |n| StageBuffers::new(local, b, (at, &[n]), false);
+        let reserve = match self.test {
+            Some(_) => test_reserve(b, epoch, |n| plan.eval.contains_key(&n), make_test)?,
+            None => 0,
+        };
+        let make = |n| StageBuffers::new(local, b, (at, &micro_sizes(micro, n)), true);
+        // A batch of fewer samples than micro-batches runs fewer of them.
+        let unit = micro.min(epoch.batch.min(epoch.samples)).max(1);
+        let made = training_buffers(b, (&new, epoch), (unit, reserve), make)?;
+        plan.buffers.extend(new.into_iter().zip(made));
+        Ok(())
+    }
+
     fn train(
         &mut self,
         b: &B,
@@ -229,7 +262,7 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
         (step, n): (usize, usize),
         pass: Pass<'_, B>,
     ) -> anyhow::Result<()> {
-        let sizes = self.micro_sizes(n);
+        let sizes = micro_sizes(self.micro_batches, n);
         let stage = self.topology.stage();
         let (link, train) = (&mut self.link, &mut self.train);
         let plan = self
@@ -248,14 +281,8 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
             Some(scratch) => scratch,
             None => scratch.insert(GradScratch::new(b, part.len())?),
         };
-        let bufs = match buffers.entry(n) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(checked_buffers(b, (n, true), || {
-                    StageBuffers::new(local, b, (at, &sizes), true)
-                })?)
-            }
-        };
+        let bufs = (buffers.get_mut(&n))
+            .with_context(|| format!("no buffers for a batch of {n}: prepare the epoch first"))?;
         let Pass {
             params,
             grads,
@@ -320,9 +347,8 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
                 let bufs = match plan.eval.entry(n) {
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(checked_buffers(b, (n, false), || {
-                            StageBuffers::new(local, b, (at, &[n]), false)
-                        })?)
+                        let make = |n| StageBuffers::new(local, b, (at, &[n]), false);
+                        e.insert(test_buffers(n, make)?)
                     }
                 };
                 if at.first || at.last {

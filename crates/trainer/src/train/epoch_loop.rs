@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use core_tensor::{Ops, rng};
 
+use super::memory::EpochBatches;
 use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
 use crate::data::Resumed;
@@ -49,6 +50,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch as u64,
             self.cfg.batch_size,
         )?;
+        let shape = EpochBatches {
+            batch: self.cfg.batch_size,
+            samples: batches.iter().sum(),
+            max_steps: self.cfg.max_steps,
+            local_ranks: self.topology.local_world,
+            test_shards: self.test_shards(),
+        };
         batches.truncate(self.cfg.max_steps.unwrap_or(usize::MAX));
         let steps = batches.len();
         if first > steps {
@@ -56,6 +64,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 "rank {rank}: the checkpoint is at step {first} of epoch {epoch}, but this run's epochs have {steps} steps (another --max-steps?)"
             );
         }
+        (self.schedule)
+            .prepare(&self.backend, &self.model, (&batches[first..], &shape))
+            .with_context(|| format!("rank {rank}: preparing epoch {epoch}'s batches"))?;
         let counts = self.topology.counts_samples();
         let images_before = match resumed.as_ref().map(|p| p.visited) {
             // Begun on another number of replicas: all its images on rank

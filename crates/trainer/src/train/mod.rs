@@ -38,7 +38,8 @@ use anyhow::{Context, bail};
 use core_tensor::Ops;
 
 pub use config::{TrainConfig, TrainFlags};
-pub(crate) use memory::{checked_buffers, host_room_bytes};
+pub use memory::EpochBatches;
+pub(crate) use memory::{host_room_bytes, test_buffers, test_reserve, training_buffers};
 pub use outcome::{EpochReport, Progress, RunOutcome, Running, Silent};
 pub use schedule::{EVAL_BATCH, Part, Pass, Schedule};
 pub use setup::Setup;
@@ -231,11 +232,26 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let (b, sum) = (&self.backend, &mut self.state.meter.test_sum);
         b.fill(sum, 0.0)?;
         let params = &self.replica.params;
-        self.schedule
-            .evaluate(b, &self.model, (params, &orders), sum)?;
+        (self.schedule)
+            .evaluate(b, &self.model, (params, &orders), sum)
+            .with_context(|| format!("rank {}: evaluating", self.topology.rank))?;
         let local = meter::read_scalar(b, sum)?;
         let sum = self.sum_over_ranks(vec![local])?[0];
         Ok(metric.value(sum, total as f64))
+    }
+
+    /// The samples of each test shard [`Trainer::evaluate`] goes through
+    /// on this rank (none without a test pass).
+    fn test_shards(&self) -> Vec<usize> {
+        let Some(len) =
+            (self.schedule.test_samples()).filter(|_| self.model.metric() != Metric::None)
+        else {
+            return Vec::new();
+        };
+        let world = self.topology.world;
+        (self.topology.pipeline_members().into_iter())
+            .map(|rank| len.saturating_sub(rank).div_ceil(world))
+            .collect()
     }
 
     fn sum_over_ranks(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {

@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use core_tensor::Ops;
 
+use super::memory::EpochBatches;
 use crate::comm_thread::CommThread;
 use crate::data::{DataFingerprint, Order};
 use crate::model::{GradsReady, Model};
@@ -81,6 +82,16 @@ pub trait Schedule<B: Ops, M: Model<B>> {
         epoch: u64,
         batch: usize,
     ) -> anyhow::Result<Vec<usize>>;
+
+    /// Makes the buffers of the training batches of `sizes` it has none
+    /// for, once they are known to fit (`memory.rs`), before the epoch's
+    /// first step: `epoch` says what its batches are.
+    fn prepare(
+        &mut self,
+        b: &B,
+        model: &M,
+        batches: (&[usize], &EpochBatches),
+    ) -> anyhow::Result<()>;
 
     /// Fills `batch` `(step, n)`: batch `step` (of `n` samples) of the
     /// epoch started last, and

@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 
+use anyhow::Context;
 use core_tensor::Ops;
 
-use super::memory::checked_buffers;
+use super::memory::{EpochBatches, test_buffers, test_reserve, training_buffers};
 use super::schedule::{EVAL_BATCH, Pass, Schedule};
 use crate::data::{Batches, DataFingerprint, Order};
 use crate::model::{Mode, Model};
@@ -55,6 +56,31 @@ impl<B: Ops, M: Model<B>> Schedule<B, M> for WholeModel<B, M> {
         self.train.start_epoch(b, order, epoch, batch)
     }
 
+    fn prepare(
+        &mut self,
+        b: &B,
+        model: &M,
+        (sizes, epoch): (&[usize], &EpochBatches),
+    ) -> anyhow::Result<()> {
+        let mut new: Vec<usize> = (sizes.iter().copied())
+            .filter(|n| !self.buffers.contains_key(n))
+            .collect();
+        new.sort_unstable_by(|a, b| b.cmp(a));
+        new.dedup();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let make_test = |n| model.buffers(b, n, false);
+        let reserve = match self.test {
+            Some(_) => test_reserve(b, epoch, |n| self.eval.contains_key(&n), make_test)?,
+            None => 0,
+        };
+        let make = |n| model.buffers(b, n, true);
+        let made = training_buffers(b, (&new, epoch), (1, reserve), make)?;
+        self.buffers.extend(new.into_iter().zip(made));
+        Ok(())
+    }
+
     fn train(
         &mut self,
         b: &B,
@@ -62,12 +88,8 @@ impl<B: Ops, M: Model<B>> Schedule<B, M> for WholeModel<B, M> {
         (step, n): (usize, usize),
         pass: Pass<'_, B>,
     ) -> anyhow::Result<()> {
-        let buffers = match self.buffers.entry(n) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(checked_buffers(b, (n, true), || model.buffers(b, n, true))?)
-            }
-        };
+        let buffers = (self.buffers.get_mut(&n))
+            .with_context(|| format!("no buffers for a batch of {n}: prepare the epoch first"))?;
         let Pass {
             params,
             grads,
@@ -109,9 +131,7 @@ impl<B: Ops, M: Model<B>> Schedule<B, M> for WholeModel<B, M> {
                 let buffers = match self.eval.entry(n) {
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(checked_buffers(b, (n, false), || {
-                            model.buffers(b, n, false)
-                        })?)
+                        e.insert(test_buffers(n, |n| model.buffers(b, n, false))?)
                     }
                 };
                 test.fill(b, step, buffers)?;
