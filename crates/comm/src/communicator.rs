@@ -17,6 +17,24 @@ pub enum ReduceOp {
     Avg,
 }
 
+/// A 16-bit float format values may travel in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HalfFormat {
+    /// bfloat16: float32's exponent range, 8 bits of precision.
+    Bf16,
+    /// IEEE binary16: 11 bits of precision, largest finite 65504.
+    Fp16,
+}
+
+impl std::fmt::Display for HalfFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HalfFormat::Bf16 => "bf16",
+            HalfFormat::Fp16 => "fp16",
+        })
+    }
+}
+
 /// Collective operations among the ranks of one job.
 ///
 /// Every rank must call the same collectives in the same order with the same
@@ -34,6 +52,23 @@ pub trait Communicator: Send {
 
     /// Reduces `buf` across all ranks, in place.
     fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError>;
+
+    /// Reduces `buf` across all ranks, in place, carried as `format`: each
+    /// rank's values rounded to 16 bits, summed in f32 hop by hop with one
+    /// rounding to 16 bits each (see `tcp/element.rs`), the result decoded
+    /// back. Half the bytes of [`Communicator::all_reduce`], and bitwise
+    /// identical on every rank. Transports without 16-bit elements refuse.
+    fn all_reduce_half(
+        &mut self,
+        _buf: &mut [f32],
+        _op: ReduceOp,
+        format: HalfFormat,
+    ) -> Result<(), CommError> {
+        Err(CommError::InvalidArgument {
+            op: "all_reduce_half",
+            reason: format!("this transport cannot carry {format} elements"),
+        })
+    }
 
     /// Reduces `buf` across all ranks in f64, in place. Meant for small
     /// metric vectors (loss sums, correct counts) that must add up exactly.

@@ -9,9 +9,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::communicator::{Communicator, ReduceOp, check_peers, check_root};
+use half::{bf16, f16};
+
+use crate::communicator::{Communicator, HalfFormat, ReduceOp, check_peers, check_root};
 use crate::error::CommError;
-use crate::tcp::element::{Dtype, Element};
+use crate::tcp::element::{Dtype, Element, through};
 use crate::tcp::group::Group;
 use crate::tcp::header::{Header, Kind};
 use crate::tcp::ring_all_reduce::BLOCK_PART_BYTES;
@@ -328,6 +330,18 @@ impl Communicator for LocalCommunicator {
 
     fn all_reduce_f64(&mut self, buf: &mut [f64], op: ReduceOp) -> Result<(), CommError> {
         self.all_reduce_elements(buf, op)
+    }
+
+    fn all_reduce_half(
+        &mut self,
+        buf: &mut [f32],
+        op: ReduceOp,
+        format: HalfFormat,
+    ) -> Result<(), CommError> {
+        match format {
+            HalfFormat::Bf16 => through::<bf16, _>(buf, |w| self.all_reduce_elements(w, op)),
+            HalfFormat::Fp16 => through::<f16, _>(buf, |w| self.all_reduce_elements(w, op)),
+        }
     }
 
     fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<(), CommError> {

@@ -41,10 +41,7 @@ impl Header {
             Kind::Barrier => (3, 0, 0),
             Kind::Send { from } => (4, 0, from as u64),
         };
-        let dtype = match self.dtype {
-            Dtype::F32 => 4,
-            Dtype::F64 => 8,
-        };
+        let dtype = self.dtype.code();
         let mut out = [0_u8; HEADER_BYTES];
         out[..4].copy_from_slice(&MAGIC);
         out[4] = kind;
@@ -76,11 +73,7 @@ impl Header {
             (4, 0) => Kind::Send { from: root },
             _ => return None,
         };
-        let dtype = match bytes[6] {
-            4 => Dtype::F32,
-            8 => Dtype::F64,
-            _ => return None,
-        };
+        let dtype = Dtype::from_code(bytes[6])?;
         Some(Header {
             kind,
             dtype,

@@ -2,12 +2,14 @@
 
 use std::time::Instant;
 
-use crate::communicator::{Communicator, ReduceOp, check_peers, check_root};
+use half::{bf16, f16};
+
+use crate::communicator::{Communicator, HalfFormat, ReduceOp, check_peers, check_root};
 use crate::config::CommConfig;
 use crate::error::CommError;
 use crate::rendezvous::Rendezvous;
 use crate::store::Store;
-use crate::tcp::element::{Dtype, Element, Scratch};
+use crate::tcp::element::{Dtype, Element, Scratch, through};
 use crate::tcp::group::Group;
 use crate::tcp::header::{Header, Kind};
 use crate::tcp::links::{Fault, RingLinks};
@@ -195,6 +197,19 @@ impl Communicator for TcpCommunicator {
 
     fn all_reduce_f64(&mut self, buf: &mut [f64], op: ReduceOp) -> Result<(), CommError> {
         self.all_reduce_elements(buf, op, Kind::AllReduce(op))
+    }
+
+    fn all_reduce_half(
+        &mut self,
+        buf: &mut [f32],
+        op: ReduceOp,
+        format: HalfFormat,
+    ) -> Result<(), CommError> {
+        let kind = Kind::AllReduce(op);
+        match format {
+            HalfFormat::Bf16 => through::<bf16, _>(buf, |w| self.all_reduce_elements(w, op, kind)),
+            HalfFormat::Fp16 => through::<f16, _>(buf, |w| self.all_reduce_elements(w, op, kind)),
+        }
     }
 
     fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
