@@ -71,6 +71,7 @@ fn step_seconds(args: &Args, data: &FashionMnist, monitor: Monitor) -> Result<Ve
         bucket_mb: 25.0,
         sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
+        ..TrainConfig::new(1, 1)
     };
     let mut trainer =
         Trainer::new(Cpu::new(args.threads)?, data, cfg, None).context("building the trainer")?;

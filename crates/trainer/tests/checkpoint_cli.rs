@@ -163,6 +163,7 @@ fn checkpoint(dir: &Path, position: Position, settings: Settings) -> PathBuf {
     let params = CnnMnist::new(DropoutRates::REFERENCE).init_params(0);
     let n = params.len();
     let state = TrainingState {
+        hook: None,
         position,
         optimizer_step: 3,
         params,

@@ -43,6 +43,7 @@ const CKPT: &str = "ckpt/ckpt-e0002-s000005";
 fn state(position: Position) -> TrainingState {
     let params = CnnMnist::new(DropoutRates::REFERENCE).init_params(position.step);
     TrainingState {
+        hook: None,
         position,
         optimizer_step: 40 + position.step,
         exp_avg: params.iter().map(|p| p * 0.5).collect(),

@@ -55,6 +55,7 @@ fn config(batch_size: usize, dropout: DropoutRates) -> TrainConfig {
         bucket_mb: 0.5,
         sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
+        ..TrainConfig::new(1, 1)
     }
 }
 

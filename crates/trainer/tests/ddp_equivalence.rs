@@ -33,6 +33,7 @@ fn config(batch_size: usize) -> TrainConfig {
         bucket_mb: 0.05,
         sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
+        ..TrainConfig::new(1, 1)
     }
 }
 

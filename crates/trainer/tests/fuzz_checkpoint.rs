@@ -39,6 +39,7 @@ fn seed() -> &'static (Vec<u8>, Vec<u8>) {
     SEED.get_or_init(|| {
         let params = CnnMnist::new(DropoutRates::REFERENCE).init_params(3);
         let state = TrainingState {
+            hook: None,
             position: Position { epoch: 2, step: 5 },
             optimizer_step: 45,
             exp_avg: params.iter().map(|p| p * 0.5).collect(),

@@ -74,6 +74,7 @@ fn pytorch_loads_our_checkpoint_and_we_load_pytorchs_weights_with_the_same_logit
     let params = model.init_params(11);
     let n = layout.len();
     let state = TrainingState {
+        hook: None,
         position: Position { epoch: 2, step: 0 },
         optimizer_step: 0,
         params: params.clone(),

@@ -1,7 +1,9 @@
 //! A resumed run is the uninterrupted run: stopped mid-epoch or between
 //! epochs, on one rank or two, and resumed from its newest checkpoint, it
 //! ends with bitwise the same parameters and Adam state, and reports the
-//! same epoch numbers (CPU, same seed and world size, dropout on).
+//! same epoch numbers (CPU, same seed and world size, dropout on); with
+//! gradient accumulation too, and with PowerSGD, whose state (error
+//! feedback, `Q`s) the checkpoints carry.
 
 mod common;
 
@@ -34,11 +36,19 @@ const END: Position = Position {
 };
 
 fn data() -> FashionMnist {
-    common::small_data(2 * BATCH * STEPS + 37, 50)
+    // Enough for two ranks of 2 micro-batches a step.
+    common::small_data(4 * BATCH * STEPS + 37, 50)
 }
 
-fn config(epochs: usize) -> TrainConfig {
-    TrainConfig {
+/// What a variant changes in the configuration.
+type Tweak = fn(TrainConfig) -> TrainConfig;
+
+fn plain(cfg: TrainConfig) -> TrainConfig {
+    cfg
+}
+
+fn config(epochs: usize, tweak: Tweak) -> TrainConfig {
+    tweak(TrainConfig {
         epochs,
         batch_size: BATCH,
         adam: AdamConfig::default(),
@@ -48,7 +58,8 @@ fn config(epochs: usize) -> TrainConfig {
         bucket_mb: 0.05,
         sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
-    }
+        ..TrainConfig::new(1, 1)
+    })
 }
 
 /// What one run does.
@@ -68,7 +79,12 @@ enum Plan {
 }
 
 /// Runs `world` ranks (as threads) of one run; returns rank 0's epoch reports.
-fn run(world: usize, data: &FashionMnist, dir: &Path, plan: Plan) -> Vec<EpochReport> {
+fn run(
+    world: usize,
+    data: &FashionMnist,
+    dir: &Path,
+    (plan, tweak): (Plan, Tweak),
+) -> Vec<EpochReport> {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -84,7 +100,7 @@ fn run(world: usize, data: &FashionMnist, dir: &Path, plan: Plan) -> Vec<EpochRe
                         CommThread::spawn(Box::new(TcpCommunicator::connect(&cfg).unwrap()))
                             .unwrap()
                     });
-                    run_rank(rank, comm, data, dir, plan)
+                    run_rank(rank, comm, data, dir, (plan, tweak))
                 })
             })
             .collect();
@@ -97,7 +113,7 @@ fn run_rank(
     comm: Option<CommThread>,
     data: &FashionMnist,
     dir: &Path,
-    plan: Plan,
+    (plan, tweak): (Plan, Tweak),
 ) -> Vec<EpochReport> {
     let checkpoints = CheckpointDir::new(dir, KEEP);
     let origin = match plan {
@@ -134,7 +150,8 @@ fn run_rank(
         }),
         ..Setup::fresh(comm)
     };
-    let mut trainer = Trainer::start(Cpu::new(1).unwrap(), data, config(epochs), setup).unwrap();
+    let mut trainer =
+        Trainer::start(Cpu::new(1).unwrap(), data, config(epochs, tweak), setup).unwrap();
     let mut reports = Vec::new();
     if let Plan::StopAfter(steps) = plan {
         let mut done = 0;
@@ -185,11 +202,21 @@ fn final_state(dir: &Path) -> TrainingState {
 /// Interrupts a run with `stop`, resumes it, and compares with a run
 /// that was never interrupted.
 fn check(world: usize, stop: Plan, resume_at: Position) {
+    check_variant(world, (stop, resume_at), plain);
+}
+
+/// [`check`] of the configuration `tweak` makes; returns the final state.
+fn check_variant(world: usize, (stop, resume_at): (Plan, Position), tweak: Tweak) -> TrainingState {
     let data = data();
     let (whole, parts) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let expected = run(world, &data, whole.path(), Plan::Whole);
-    let mut reports = run(world, &data, parts.path(), stop);
-    reports.extend(run(world, &data, parts.path(), Plan::Resume(resume_at)));
+    let expected = run(world, &data, whole.path(), (Plan::Whole, tweak));
+    let mut reports = run(world, &data, parts.path(), (stop, tweak));
+    reports.extend(run(
+        world,
+        &data,
+        parts.path(),
+        (Plan::Resume(resume_at), tweak),
+    ));
 
     assert_eq!(
         reports.iter().map(numbers).collect::<Vec<_>>(),
@@ -214,6 +241,7 @@ fn check(world: usize, stop: Plan, resume_at: Position) {
         );
     }
     assert_eq!(got, want, "the final checkpoints differ");
+    got
 }
 
 #[test]
@@ -246,4 +274,57 @@ fn two_ranks_preempted_through_rank_1_resume_bitwise_equal() {
 #[test]
 fn two_ranks_resumed_between_epochs_end_bitwise_equal() {
     check(2, Plan::FirstEpoch, Position { epoch: 2, step: 0 });
+}
+
+/// Two micro-batches a step: the checkpoint after optimizer step 3 comes
+/// after micro-batch 6, and the resumed run goes on with micro-batch 7.
+#[test]
+fn two_ranks_accumulating_resumed_mid_epoch_end_bitwise_equal() {
+    let accumulating: Tweak = |cfg| TrainConfig {
+        accumulate_steps: 2,
+        ..cfg
+    };
+    let got = check_variant(
+        2,
+        (Plan::StopAfter(4), Position { epoch: 1, step: 3 }),
+        accumulating,
+    );
+    assert_eq!(got.settings.accumulate_steps, 2);
+}
+
+/// PowerSGD from optimizer step 3 on: the checkpoint after step 3 holds
+/// its first state, every later one the state of that step, and the
+/// resumed runs continue it bit for bit (mid-epoch, and between epochs).
+#[test]
+fn two_ranks_with_powersgd_resumed_end_bitwise_equal() {
+    let powersgd: Tweak = |cfg| TrainConfig {
+        comm_hook: trainer::ddp::CommHookChoice::PowerSgd { rank: 2, start: 2 },
+        ..cfg
+    };
+    for (stop, at) in [
+        (Plan::StopAfter(4), Position { epoch: 1, step: 3 }),
+        (Plan::FirstEpoch, Position { epoch: 2, step: 0 }),
+    ] {
+        let got = check_variant(2, (stop, at), powersgd);
+        let hook = got
+            .hook
+            .expect("the final checkpoint holds PowerSGD's state");
+        assert_eq!(
+            hook.errors.len(),
+            2 * cnn_layout().len(),
+            "both ranks' error feedback"
+        );
+        assert!(
+            hook.errors.iter().any(|&e| e != 0.0),
+            "the error feedback is kept"
+        );
+        // Every weight is worth compressing at rank 2 (conv1 as 32 x 9:
+        // (32 + 9) x 2 x 2 < 288), no bias.
+        let mut names: Vec<&str> = hook.q.iter().map(|(n, ..)| n.as_str()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["conv1.weight", "conv2.weight", "fc1.weight", "fc2.weight"]
+        );
+    }
 }

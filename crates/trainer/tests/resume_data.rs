@@ -154,6 +154,7 @@ fn a_checkpoint_without_a_fingerprint_resumes_with_a_note() {
     let params = CnnMnist::new(DropoutRates::REFERENCE).init_params(0);
     let n = params.len();
     let state = TrainingState {
+        hook: None,
         position: MID,
         optimizer_step: 2,
         params,

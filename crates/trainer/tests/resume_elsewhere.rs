@@ -35,6 +35,7 @@ fn config() -> TrainConfig {
         bucket_mb: 0.05,
         sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
+        ..TrainConfig::new(1, 1)
     }
 }
 

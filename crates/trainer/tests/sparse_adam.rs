@@ -42,6 +42,7 @@ fn config(sparse_adam: bool) -> TrainConfig {
         bucket_mb: 25.0,
         sparse_grads: SparseGrads::Auto,
         sparse_adam,
+        ..TrainConfig::new(1, 1)
     }
 }
 

@@ -4,10 +4,12 @@
 //! All kernels overwrite their outputs (gradients included: there is no
 //! accumulation across calls to forget to zero), except the two metric
 //! accumulators `loss_sum` and `correct`, which add to what they hold,
-//! `rows_scatter`, which writes only the rows it names, and
+//! `rows_scatter`, which writes only the rows it names,
 //! `embedding_bwd_add`, which adds into the rows it names (for a caller
-//! that keeps the table's gradient zero).
+//! that keeps the table's gradient zero), and `accumulate`, which adds a
+//! micro-batch's gradients into the step's sum.
 
+pub mod accumulate;
 pub mod accuracy;
 pub mod adam;
 pub mod conv2d;
@@ -26,6 +28,7 @@ pub mod sgd;
 
 use std::ops::Range;
 
+pub use accumulate::{AccumulateKernel, SumInto};
 pub use accuracy::AccuracyKernel;
 pub use adam::{AdamConfig, AdamKernel, AdamScalars, SparseAdamScalars};
 pub use conv2d::{Conv2dGeom, Conv2dKernel};
@@ -56,6 +59,7 @@ macro_rules! all_ops {
 }
 
 all_ops!(
+    AccumulateKernel,
     AccuracyKernel,
     AdamKernel,
     Conv2dKernel,

@@ -271,3 +271,28 @@ fn rows_match<B: Ops>(dev: &B) {
 fn rows() {
     on_each_device!(rows_match);
 }
+
+fn accumulate_matches<B: Ops>(dev: &B) {
+    use core_tensor::ops::{AccumulateKernel, SumInto};
+    let len = 10_007;
+    let (mut g, acc) = (uniform(600, len, -1.0, 1.0), uniform(601, len, -1.0, 1.0));
+    g[3] = f32::NAN;
+    let cpu = reference();
+    for into in [SumInto::Acc, SumInto::Grads] {
+        let range = 5..len - 2;
+        let (mut g_d, mut acc_d) = (up(dev, &g), up(dev, &acc));
+        dev.accumulate(0.3, &mut g_d, &mut acc_d, range.clone(), into)
+            .unwrap();
+        let (mut g_ref, mut acc_ref) = (g.clone(), acc.clone());
+        cpu.accumulate(0.3, &mut g_ref, &mut acc_ref, range, into)
+            .unwrap();
+        let what = format!("{} accumulate into {into:?}", dev.describe());
+        assert_same_bits(&format!("{what}: grads"), &down(dev, &g_d), &g_ref);
+        assert_same_bits(&format!("{what}: acc"), &down(dev, &acc_d), &acc_ref);
+    }
+}
+
+#[test]
+fn accumulate() {
+    on_each_device!(accumulate_matches);
+}

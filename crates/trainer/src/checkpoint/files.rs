@@ -169,7 +169,32 @@ pub(super) fn parse(bytes: &[u8], checksum: Checksum) -> anyhow::Result<Parsed<'
     Ok(Parsed { file, metadata })
 }
 
+/// A tensor read whole: its name, shape and values.
+pub type Tensor = (String, Vec<usize>, Vec<f32>);
+
 impl Parsed<'_> {
+    /// Every tensor, by name; all must be f32.
+    pub fn all(&self) -> anyhow::Result<Vec<Tensor>> {
+        let mut names = self.file.names();
+        names.sort();
+        names
+            .into_iter()
+            .map(|name| {
+                let view = self
+                    .file
+                    .tensor(name)
+                    .map_err(|_| anyhow!("tensor `{name}` is missing"))?;
+                if view.dtype() != Dtype::F32 {
+                    bail!("`{name}` is {:?}; expected F32", view.dtype());
+                }
+                let values = (view.data().chunks_exact(4))
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                Ok((name.to_string(), view.shape().to_vec(), values))
+            })
+            .collect()
+    }
+
     /// The tensors `expected` (name, shape), in that order: exactly those,
     /// all f32, each of its shape.
     pub fn tensors(&self, expected: &[(String, Vec<usize>)]) -> anyhow::Result<Vec<Vec<f32>>> {

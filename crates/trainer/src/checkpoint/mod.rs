@@ -12,15 +12,19 @@
 //!   `exp_avg_sq.<name>`), each rank's partial epoch metrics, and in
 //!   `__metadata__` the position, the optimizer step, the settings that must
 //!   match to continue (the training data's fingerprint among them), and
-//!   the model file's checksum.
+//!   the model file's checksum;
+//! * with `--comm-hook powersgd`, once it has compressed a step,
+//!   `powersgd.safetensors`: its `Q`s and every rank's error feedback
+//!   ([`HookState`]).
 //!
-//! Both carry a SHA-256 of their contents in `__metadata__` (see
+//! Each carries a SHA-256 of its contents in `__metadata__` (see
 //! [`digest`]). A directory appears under its final name only once complete
 //! and synced ([`store`]), so a kill never damages an earlier checkpoint.
 
 pub mod digest;
 mod files;
 mod flags;
+mod hook_state;
 pub mod origin;
 pub mod restarts;
 pub mod resume;
@@ -31,6 +35,7 @@ use std::fmt;
 
 pub use files::load_weights;
 pub use flags::CheckpointFlags;
+pub use hook_state::{HOOK_FILE, HookState};
 pub use state::{MODEL_FILE, STATE_FILE, Settings, TrainingState, load};
 pub use store::CheckpointDir;
 

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, anyhow, bail};
 
-use super::{Position, TrainingState};
+use super::{HookState, Position, TrainingState};
 use crate::comm_thread::CommThread;
 
 /// Rank 0's choice of where training starts.
@@ -33,6 +33,16 @@ pub struct Start {
     /// Samples of the epoch's order visited so far, and by how many
     /// replicas (the checkpoint's layout; see [`crate::data::Resumed`]).
     pub epoch_visited: (u64, u64),
+    /// `--comm-hook powersgd`'s state as this rank continues it.
+    pub hook: Option<HookStart>,
+}
+
+/// PowerSGD's state as one rank continues it: the `Q`s (every rank's) and
+/// its own error feedback (empty: zeros, as at the start).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HookStart {
+    pub q: Vec<(String, [usize; 2], Vec<f32>)>,
+    pub error: Vec<f32>,
 }
 
 /// Turns rank 0's `origin` into every rank's [`Start`]: directly for a lone
@@ -77,6 +87,8 @@ struct Shared {
     /// Loss sums of ranks `0..world_size`, then their correct counts.
     epoch_metrics: Vec<f32>,
     epoch_train_seconds: f64,
+    /// PowerSGD's `Q`s and every rank's error (empty: zeros).
+    hook: Option<HookState>,
 }
 
 impl Shared {
@@ -94,6 +106,7 @@ impl Shared {
             params,
             epoch_metrics: vec![0.0; 2 * world_size],
             epoch_train_seconds: 0.0,
+            hook: None,
         };
         Ok(match origin {
             Origin::Fresh => fresh(init()),
@@ -109,6 +122,7 @@ impl Shared {
                     exp_avg: state.exp_avg,
                     exp_avg_sq: state.exp_avg_sq,
                     epoch_train_seconds: state.epoch_train_seconds,
+                    hook: state.hook,
                 }
             }
         })
@@ -116,6 +130,8 @@ impl Shared {
 
     /// Overwrites this rank's copy with rank 0's.
     fn broadcast(&mut self, comm: &mut CommThread) -> anyhow::Result<()> {
+        let mut hook = self.hook.take().map(HookParts::of);
+        let hook_lens = hook.as_ref().map_or([0; 3], HookParts::lens);
         let (position, (visited, by)) = (self.position, self.visited);
         let mut header = encode(&[
             position.epoch,
@@ -123,12 +139,23 @@ impl Shared {
             self.optimizer_step,
             visited,
             by,
+            hook_lens[0],
+            hook_lens[1],
+            hook_lens[2],
         ]);
         comm.broadcast(&mut header, 0)
             .context("receiving rank 0's starting point")?;
-        let [epoch, step, optimizer_step, visited, by] = decode(&header)?;
+        let [epoch, step, optimizer_step, visited, by, names, q, errors] = decode(&header)?;
         (self.position, self.optimizer_step) = (Position { epoch, step }, optimizer_step);
         self.visited = (visited, by);
+        if names > 0 {
+            let parts = hook.get_or_insert_with(|| HookParts::sized([names, q, errors]));
+            for buf in [&mut parts.names, &mut parts.q, &mut parts.errors] {
+                comm.broadcast(buf, 0)
+                    .context("receiving rank 0's PowerSGD state")?;
+            }
+        }
+        self.hook = hook.map(HookParts::state).transpose()?;
         for (buf, what) in [
             (&mut self.params, "parameters"),
             (&mut self.exp_avg, "Adam moments"),
@@ -143,7 +170,19 @@ impl Shared {
 
     fn start(self, rank: usize) -> Start {
         let world_size = self.epoch_metrics.len() / 2;
+        let n = self.params.len();
+        let hook = self.hook.map(|h| HookStart {
+            // Saved by another number of ranks, no rank's error feedback is
+            // this rank's: it starts again from zeros, the `Q`s (the same
+            // on every rank) kept.
+            error: match h.errors.len() == world_size * n {
+                true => h.errors[rank * n..(rank + 1) * n].to_vec(),
+                false => Vec::new(),
+            },
+            q: h.q,
+        });
         Start {
+            hook,
             epoch_loss_sum: self.epoch_metrics[rank],
             epoch_correct: self.epoch_metrics[world_size + rank],
             params: self.params,
@@ -183,6 +222,70 @@ fn epoch_metrics(state: &TrainingState, world_size: usize) -> anyhow::Result<Vec
     Ok(metrics)
 }
 
+/// PowerSGD's state as it travels: `name cols rank` lines as one byte per
+/// f32 (exact), the `Q`s end to end, every rank's error.
+struct HookParts {
+    names: Vec<f32>,
+    q: Vec<f32>,
+    errors: Vec<f32>,
+}
+
+impl HookParts {
+    fn of(state: HookState) -> Self {
+        let text: String = (state.q.iter())
+            .map(|(name, [cols, rank], _)| format!("{name} {cols} {rank}\n"))
+            .collect();
+        HookParts {
+            names: text.bytes().map(f32::from).collect(),
+            q: state.q.into_iter().flat_map(|(_, _, q)| q).collect(),
+            errors: state.errors,
+        }
+    }
+
+    fn lens(&self) -> [u64; 3] {
+        [self.names.len(), self.q.len(), self.errors.len()].map(|n| n as u64)
+    }
+
+    fn sized([names, q, errors]: [u64; 3]) -> Self {
+        let zeros = |n: u64| vec![0.0; n as usize];
+        HookParts {
+            names: zeros(names),
+            q: zeros(q),
+            errors: zeros(errors),
+        }
+    }
+
+    fn state(self) -> anyhow::Result<HookState> {
+        let garbled = || anyhow!("rank 0's PowerSGD state arrived garbled");
+        let bytes: Vec<u8> = (self.names.iter())
+            .map(|&x| (x.fract() == 0.0 && (0.0..256.0).contains(&x)).then_some(x as u8))
+            .collect::<Option<_>>()
+            .ok_or_else(garbled)?;
+        let text = String::from_utf8(bytes).map_err(|_| garbled())?;
+        let mut q = Vec::new();
+        let mut at = 0;
+        for line in text.lines() {
+            let mut words = line.split(' ');
+            let (Some(name), Some(cols), Some(rank), None) =
+                (words.next(), words.next(), words.next(), words.next())
+            else {
+                return Err(garbled());
+            };
+            let (cols, rank): (usize, usize) = (
+                cols.parse().map_err(|_| garbled())?,
+                rank.parse().map_err(|_| garbled())?,
+            );
+            let values = self.q.get(at..at + cols * rank).ok_or_else(garbled)?;
+            q.push((name.to_string(), [cols, rank], values.to_vec()));
+            at += cols * rank;
+        }
+        Ok(HookState {
+            q,
+            errors: self.errors,
+        })
+    }
+}
+
 /// Each integer as four 16-bit pieces, which f32 holds exactly, so that the
 /// f32 broadcast carries them bit for bit.
 fn encode(values: &[u64]) -> Vec<f32> {
@@ -212,6 +315,27 @@ fn decode<const N: usize>(buf: &[f32]) -> anyhow::Result<[u64; N]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn powersgd_state_survives_the_f32_encoding_bit_for_bit() {
+        let state = HookState {
+            q: vec![
+                (
+                    "fc1.weight".into(),
+                    [3, 2],
+                    vec![0.5, -1.0, f32::MIN_POSITIVE, 2.0, 3.0, 4.0],
+                ),
+                ("conv2.weight".into(), [1, 1], vec![-0.0]),
+            ],
+            errors: vec![1.0, 2.0, 3.0, 4.0],
+        };
+        let parts = HookParts::of(state.clone());
+        let sized = HookParts::sized(parts.lens());
+        assert_eq!(sized.q.len(), 7);
+        let back = parts.state().unwrap();
+        assert_eq!(back, state);
+        assert_eq!(back.q[1].2[0].to_bits(), (-0.0f32).to_bits());
+    }
 
     #[test]
     fn integers_survive_the_f32_encoding_bit_for_bit() {

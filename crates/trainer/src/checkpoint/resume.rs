@@ -151,11 +151,12 @@ fn check_history(dir: &CheckpointDir, from: Option<Position>) -> anyhow::Result<
     }
 }
 
-fn resume(path: &Path, state: TrainingState, settings: &Settings) -> anyhow::Result<Origin> {
+fn resume(path: &Path, mut state: TrainingState, settings: &Settings) -> anyhow::Result<Origin> {
     // A refusal here is the job's flags or data against the checkpoint's:
     // no restart would see it otherwise.
-    let notes = compatibility(&state.settings, settings, state.position, path)
+    let mut notes = compatibility(&state.settings, settings, state.position, path)
         .map_err(|refusal| Misconfigured(format!("{refusal:#}")))?;
+    notes.extend(hook_rule(&mut state, settings));
     for note in notes {
         tell!("note: {note}");
     }
@@ -205,6 +206,19 @@ pub fn compatibility(
         );
     }
     let mut notes: Vec<String> = data_rule(saved, now, at, checkpoint)?.into_iter().collect();
+    if saved.accumulate_steps != now.accumulate_steps {
+        if at.step > 0 {
+            bail!(
+                "the checkpoint was written mid-epoch ({at}) with --accumulate-steps {}, this run has {}: its position counts optimizer steps of that many micro-batches; continue with the same --accumulate-steps, or resume from an epoch-boundary checkpoint (ckpt-eNNNN-s000000) to change it",
+                saved.accumulate_steps,
+                now.accumulate_steps
+            );
+        }
+        notes.push(format!(
+            "continuing with --accumulate-steps {} (the checkpoint was trained with {})",
+            now.accumulate_steps, saved.accumulate_steps
+        ));
+    }
     if (saved.world_size, saved.pipeline_stages) != (now.world_size, now.pipeline_stages) {
         let global_batch = now.replicas() * now.batch_size;
         notes.push(match at.step {
@@ -234,6 +248,34 @@ pub fn compatibility(
         ));
     }
     Ok(notes)
+}
+
+/// What of PowerSGD's state (`--comm-hook powersgd`) this run carries on:
+/// all of it with the same RANK (START may change: it only says when
+/// compression begins); with another hook or RANK nothing, and with
+/// another world size (at an epoch boundary) the `Q`s but not the ranks'
+/// error feedback, which restarts at zero. A note for what is dropped.
+fn hook_rule(state: &mut TrainingState, now: &Settings) -> Option<String> {
+    let hook = state.hook.as_mut()?;
+    // `powersgd:RANK`, START left out.
+    let rank_of = |hook: &str| hook.split(':').take(2).collect::<Vec<_>>().join(":");
+    let saved = &state.settings;
+    if rank_of(&saved.comm_hook) != rank_of(&now.comm_hook) {
+        let note = format!(
+            "PowerSGD's state is not carried on: the checkpoint was trained with --comm-hook {}, this run has {}",
+            saved.comm_hook, now.comm_hook
+        );
+        state.hook = None;
+        return Some(note);
+    }
+    if saved.world_size != now.world_size {
+        hook.errors.clear();
+        return Some(format!(
+            "PowerSGD's error feedback restarts at zero: it belonged to the checkpoint's {} ranks, this run has {}",
+            saved.world_size, now.world_size
+        ));
+    }
+    None
 }
 
 /// How the ranks of a run are laid out, in words.

@@ -9,6 +9,7 @@ use core_tensor::FlatLayout;
 
 use super::Position;
 use super::files::{self, Checksum, Named};
+use super::hook_state::{self, HOOK_FILE, HOOK_SUM, HookState};
 use crate::bounded_read;
 use crate::data::DataFingerprint;
 use crate::model::DropoutRates;
@@ -25,6 +26,10 @@ const CORRECT: &str = "epoch_correct";
 const DATA: &str = "data_fingerprint";
 /// The metadata key of [`Settings::pipeline_stages`].
 const STAGES: &str = "pipeline_stages";
+/// The metadata keys of [`Settings::accumulate_steps`] and
+/// [`Settings::comm_hook`].
+const ACCUMULATE: &str = "accumulate_steps";
+const COMM_HOOK: &str = "comm_hook";
 
 /// The settings a run trains with that a checkpoint records.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,8 +41,15 @@ pub struct Settings {
     /// of an epoch depend on that number. Checkpoints from before it was
     /// recorded are data parallel.
     pub pipeline_stages: usize,
-    /// Samples per step on each rank.
+    /// Samples per micro-batch on each rank.
     pub batch_size: usize,
+    /// Micro-batches per optimizer step (`--accumulate-steps`; checkpoints
+    /// from before it was recorded: 1). A position counts optimizer steps,
+    /// so a checkpoint never falls between micro-batches.
+    pub accumulate_steps: usize,
+    /// `--comm-hook`, as it prints (checkpoints from before it was
+    /// recorded: `none`).
+    pub comm_hook: String,
     pub lr: f64,
     pub dropout: DropoutRates,
     /// The model's `--model` name (checkpoints from before it was
@@ -66,6 +78,8 @@ impl Default for Settings {
             world_size: 1,
             pipeline_stages: 1,
             batch_size: 64,
+            accumulate_steps: 1,
+            comm_hook: "none".into(),
             lr: 1e-3,
             dropout: DropoutRates::REFERENCE,
             model: "cnn".into(),
@@ -91,10 +105,12 @@ pub struct TrainingState {
     /// Rank 0's training time so far in the current epoch.
     pub epoch_train_seconds: f64,
     /// Samples of the epoch's shuffled order visited so far, where an
-    /// earlier layout began the epoch; `None`: `step x batch x replicas`,
+    /// earlier layout began the epoch; `None`: `step x batch x K x replicas`,
     /// the epoch having run in this layout throughout (not recorded then).
     pub epoch_visited: Option<u64>,
     pub settings: Settings,
+    /// `--comm-hook powersgd`'s state, once it has compressed a step.
+    pub hook: Option<HookState>,
 }
 
 /// The metadata key of [`TrainingState::epoch_visited`].
@@ -106,7 +122,7 @@ impl TrainingState {
     pub fn visited(&self) -> u64 {
         self.epoch_visited.unwrap_or_else(|| {
             let s = &self.settings;
-            self.position.step * (s.batch_size * s.replicas()) as u64
+            self.position.step * (s.batch_size * s.accumulate_steps * s.replicas()) as u64
         })
     }
 
@@ -114,7 +130,7 @@ impl TrainingState {
     pub(super) fn encode(
         &self,
         layout: &FlatLayout,
-    ) -> anyhow::Result<[(&'static str, Vec<u8>); 2]> {
+    ) -> anyhow::Result<Vec<(&'static str, Vec<u8>)>> {
         if let Some(bad) = self.first_non_finite(layout) {
             bail!("refusing to write non-finite values ({bad})");
         }
@@ -131,6 +147,8 @@ impl TrainingState {
             ("world_size", s.world_size.to_string()),
             (STAGES, s.pipeline_stages.to_string()),
             ("batch_size", s.batch_size.to_string()),
+            (ACCUMULATE, s.accumulate_steps.to_string()),
+            (COMM_HOOK, s.comm_hook.clone()),
             ("lr", s.lr.to_string()),
             ("model", s.model.clone()),
             (
@@ -149,6 +167,12 @@ impl TrainingState {
         if let Some(visited) = self.epoch_visited {
             meta.insert(VISITED.to_string(), visited.to_string());
         }
+        let hook = (self.hook.as_ref())
+            .map(|h| h.encode(s.world_size))
+            .transpose()?;
+        if let Some((_, sum)) = &hook {
+            meta.insert(HOOK_SUM.to_string(), sum.clone());
+        }
         let mut tensors = files::unflatten(layout, EXP_AVG, &self.exp_avg);
         tensors.extend(files::unflatten(layout, EXP_AVG_SQ, &self.exp_avg_sq));
         for (name, values) in [
@@ -162,7 +186,9 @@ impl TrainingState {
             });
         }
         let (state, _) = files::encode(&tensors, meta)?;
-        Ok([(MODEL_FILE, model), (STATE_FILE, state)])
+        let mut files = vec![(MODEL_FILE, model), (STATE_FILE, state)];
+        files.extend(hook.map(|(bytes, _)| (HOOK_FILE, bytes)));
+        Ok(files)
     }
 
     /// Names the first tensor holding a NaN or an infinity, if any.
@@ -180,6 +206,9 @@ impl TrainingState {
             {
                 return Some(format!("{prefix}{}", v.spec.name));
             }
+        }
+        if self.hook.as_ref().is_some_and(|h| !h.is_finite()) {
+            return Some(HOOK_FILE.to_string());
         }
         [
             (LOSS_SUM, &self.epoch_loss_sum),
@@ -249,6 +278,9 @@ pub fn load(dir: &Path, layout: &FlatLayout) -> anyhow::Result<TrainingState> {
     let mut take = |n: usize| tensors.by_ref().take(n).collect::<Vec<_>>().concat();
     let (exp_avg, exp_avg_sq, epoch_loss_sum, epoch_correct) =
         (take(count), take(count), take(1), take(1));
+    let hook = (state.metadata.get(HOOK_SUM))
+        .map(|sum| hook_state::load(dir, sum, (settings.world_size, layout.len())))
+        .transpose()?;
     let state = TrainingState {
         position,
         optimizer_step: meta.get("optimizer_step")?,
@@ -263,6 +295,7 @@ pub fn load(dir: &Path, layout: &FlatLayout) -> anyhow::Result<TrainingState> {
             None => None,
         },
         settings,
+        hook,
     };
     state.check_values(layout)?;
     Ok(state)
@@ -338,6 +371,15 @@ impl Meta<'_> {
                 None => 1,
             },
             batch_size: self.get("batch_size")?,
+            accumulate_steps: match self.0.get(ACCUMULATE) {
+                Some(_) => self.get(ACCUMULATE)?,
+                None => 1,
+            },
+            comm_hook: self
+                .0
+                .get(COMM_HOOK)
+                .cloned()
+                .unwrap_or_else(|| "none".into()),
             lr: self.get("lr")?,
             dropout: DropoutRates { pool, hidden },
             model: self.0.get("model").cloned().unwrap_or_else(|| "cnn".into()),
@@ -351,8 +393,8 @@ impl Meta<'_> {
                 })
                 .transpose()?,
         };
-        if settings.world_size == 0 || settings.batch_size == 0 {
-            bail!("{STATE_FILE}: world size and batch size must be at least 1");
+        if settings.world_size == 0 || settings.batch_size == 0 || settings.accumulate_steps == 0 {
+            bail!("{STATE_FILE}: world size, batch size and accumulate steps must be at least 1");
         }
         let stages = settings.pipeline_stages;
         if stages == 0 || !settings.world_size.is_multiple_of(stages) {
@@ -384,6 +426,7 @@ mod tests {
             epoch_train_seconds: 1.5,
             epoch_visited: None,
             settings: Settings::default(),
+            hook: None,
         };
         state.check_values(cnn_layout()).unwrap();
         let fc1 = cnn_layout().range("fc1.weight").unwrap().start;

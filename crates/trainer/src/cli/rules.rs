@@ -5,7 +5,7 @@ use core_tensor::Fp32Tile;
 
 use super::Cli;
 use crate::checkpoint::resume::ResumeFrom;
-use crate::ddp::{BackendChoice, SparseGrads};
+use crate::ddp::{BackendChoice, CommHookChoice, SparseGrads};
 use crate::run::DeviceChoice;
 
 impl Cli {
@@ -36,6 +36,28 @@ impl Cli {
                 pipeline.micro_batches,
                 train.batch_size
             );
+        }
+        if stages > 1 && train.accumulate_steps > 1 {
+            bail!(
+                "--accumulate-steps {k} with --pipeline-stages {stages}: a pipeline already sums its --micro-batches' gradients before averaging; use --batch-size {} --micro-batches {} instead",
+                train.batch_size * train.accumulate_steps,
+                pipeline.micro_batches * train.accumulate_steps,
+                k = train.accumulate_steps
+            );
+        }
+        if let CommHookChoice::PowerSgd { .. } = ddp.comm_hook {
+            if ddp.backend == BackendChoice::Nccl {
+                bail!(
+                    "--comm-hook {} runs on the host's ring, and NCCL carries bf16 and fp16 only: use --backend tcp (or a bf16/fp16 hook with NCCL)",
+                    ddp.comm_hook
+                );
+            }
+            if stages > 1 {
+                bail!(
+                    "--comm-hook {} keeps per-rank state that checkpoints hold for data-parallel ranks only: leave out --pipeline-stages, or use --comm-hook bf16/fp16",
+                    ddp.comm_hook
+                );
+            }
         }
         let checkpoints = &job.checkpoints;
         let has_dir = checkpoints.checkpoint_dir.is_some();
@@ -80,6 +102,8 @@ impl Cli {
             (job.ddp.sparse_grads != SparseGrads::Auto, "--sparse-grads"),
             (job.train.sparse_adam, "--sparse-adam"),
             (job.pipeline.pipeline_stages > 1, "--pipeline-stages"),
+            (job.train.accumulate_steps > 1, "--accumulate-steps"),
+            (job.ddp.comm_hook != CommHookChoice::None, "--comm-hook"),
         ]
         .into_iter()
         .filter_map(|(given, flag)| given.then_some(flag))

@@ -2,7 +2,7 @@ use clap::Parser;
 
 use super::*;
 use crate::checkpoint::resume::ResumeFrom;
-use crate::ddp::{BackendChoice, SparseGrads};
+use crate::ddp::{BackendChoice, CommHookChoice, SparseGrads};
 use crate::run::DeviceChoice;
 
 fn parse(args: &[&str]) -> Result<Cli, String> {
@@ -23,6 +23,8 @@ fn defaults_are_the_reference_settings() {
     assert_eq!(job.ddp.backend, BackendChoice::Auto);
     assert_eq!(job.ddp.bucket_mb, 25.0);
     assert_eq!(job.ddp.sparse_grads, SparseGrads::Auto);
+    assert_eq!(job.ddp.comm_hook, CommHookChoice::None);
+    assert_eq!(job.train.accumulate_steps, 1);
     let checkpoints = job.checkpoints;
     assert_eq!(
         (
@@ -156,6 +158,76 @@ fn flags_that_cannot_apply_are_refused() {
 }
 
 #[test]
+fn accumulation_and_hooks_that_cannot_apply_are_refused() {
+    for (args, needle) in [
+        (
+            &["--pipeline-stages", "2", "--accumulate-steps", "4"][..],
+            "use --batch-size 256 --micro-batches 16 instead",
+        ),
+        (
+            &["--backend", "nccl", "--comm-hook", "powersgd:1"],
+            "NCCL carries bf16 and fp16 only: use --backend tcp",
+        ),
+        (
+            &["--pipeline-stages", "2", "--comm-hook", "powersgd:4:10"],
+            "--comm-hook powersgd:4:10 keeps per-rank state",
+        ),
+        (
+            &[
+                "--model",
+                "recsys",
+                "--ratings",
+                "r.csv",
+                "--accumulate-steps",
+                "2",
+            ],
+            "--accumulate-steps means nothing to --model recsys",
+        ),
+        (
+            &[
+                "--model",
+                "recsys",
+                "--ratings",
+                "r.csv",
+                "--comm-hook",
+                "bf16",
+            ],
+            "--comm-hook means nothing to --model recsys",
+        ),
+    ] {
+        let err = parse(args).unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    for ok in [
+        &["--accumulate-steps", "4", "--comm-hook", "bf16"][..],
+        &["--pipeline-stages", "2", "--comm-hook", "fp16"],
+        &[
+            "--model",
+            "toy",
+            "--accumulate-steps",
+            "2",
+            "--comm-hook",
+            "powersgd:1:0",
+        ],
+    ] {
+        parse(ok).unwrap().validate().unwrap();
+    }
+    let hook = parse(&["--comm-hook", "powersgd:4"])
+        .unwrap()
+        .job
+        .ddp
+        .comm_hook;
+    assert_eq!(
+        hook,
+        CommHookChoice::PowerSgd {
+            rank: 4,
+            start: 1000
+        }
+    );
+    assert_eq!(hook.to_string(), "powersgd:4:1000");
+}
+
+#[test]
 fn bad_values_are_rejected_with_the_flag_named() {
     for (args, flag) in [
         (&["--batch-size", "0"][..], "--batch-size"),
@@ -169,6 +241,14 @@ fn bad_values_are_rejected_with_the_flag_named() {
         (&["--resume", ""], "--resume"),
         (&["--backend", "mpi"], "--backend"),
         (&["--model", "mlp"], "--model"),
+        (&["--accumulate-steps", "0"], "--accumulate-steps"),
+        (&["--comm-hook", "int8"], "unknown hook `int8`"),
+        (&["--comm-hook", "powersgd"], "unknown hook `powersgd`"),
+        (&["--comm-hook", "powersgd:0"], "powersgd's RANK `0`"),
+        (
+            &["--comm-hook", "powersgd:2:soon"],
+            "powersgd's START `soon`",
+        ),
     ] {
         let err = parse(args).unwrap_err();
         assert!(err.contains(flag), "{args:?}: {err}");

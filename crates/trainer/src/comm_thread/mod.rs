@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 
 use anyhow::{Context, anyhow};
 use comm::flight::{Kind, Recorder};
-use comm::{CommError, Communicator, ReduceOp};
+use comm::{CommError, Communicator, HalfFormat, ReduceOp};
 
 #[cfg(test)]
 pub(crate) mod two_ranks;
@@ -21,10 +21,28 @@ pub(crate) mod two_ranks;
 /// the thread serves every backend.
 pub(crate) type Staged = Box<dyn DerefMut<Target = [f32]> + Send>;
 
+/// A way of averaging a buffer that takes several collectives and local
+/// work between them (PowerSGD), run on the communication thread with its
+/// state, which travels there and back with the buffer.
+pub(crate) trait Reduction: Send {
+    /// Overwrites `buf` with its average over the ranks of `comm`.
+    fn reduce(&mut self, comm: &mut dyn Communicator, buf: &mut [f32]) -> Result<(), CommError>;
+
+    /// The bytes of the buffers its collectives carry, for flight records.
+    fn bytes(&self) -> usize;
+
+    /// Itself, to be taken back as what it is.
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
+}
+
 /// A collective for the communication thread, carrying its buffer (and
 /// for an average, the gradient bucket it is, if one).
 pub(crate) enum Op {
     AverageF32(Staged, Option<usize>),
+    /// The average, carried as 16-bit floats.
+    AverageHalf(Staged, HalfFormat, usize),
+    /// A bucket's average by a [`Reduction`].
+    Reduce(Staged, Box<dyn Reduction>, usize),
     SumF64(Vec<f64>),
     Broadcast(Vec<f32>, usize),
     GatherF32(Vec<f32>),
@@ -35,6 +53,8 @@ impl Op {
     fn flight(&self) -> (Kind, Option<usize>, usize) {
         match self {
             Op::AverageF32(buf, bucket) => (Kind::AllReduce, *bucket, 4 * buf.len()),
+            Op::AverageHalf(buf, _, bucket) => (Kind::AllReduce, Some(*bucket), 2 * buf.len()),
+            Op::Reduce(_, how, bucket) => (Kind::AllReduce, Some(*bucket), how.bytes()),
             Op::SumF64(buf) => (Kind::AllReduceF64, None, 8 * buf.len()),
             Op::Broadcast(buf, _) => (Kind::Broadcast, None, 4 * buf.len()),
             Op::GatherF32(buf) => (Kind::AllGather, None, 4 * buf.len()),
@@ -46,6 +66,7 @@ enum Reply {
     F32(Vec<f32>),
     Gathered(Vec<Vec<f32>>),
     Staged(Staged),
+    Reduced(Staged, Box<dyn Reduction>),
     F64(Vec<f64>),
 }
 
@@ -160,9 +181,18 @@ impl CommThread {
     pub fn sum_f64(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
         self.handle.sum_f64(values)
     }
+
+    /// Every rank's `values` (lengths may differ), in rank order.
+    pub fn all_gather(&mut self, values: Vec<f32>) -> anyhow::Result<Vec<Vec<f32>>> {
+        self.handle.all_gather(values)
+    }
 }
 
 impl CommHandle {
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
     pub(crate) fn submit(&mut self, op: Op) -> anyhow::Result<()> {
         let (kind, bucket, bytes) = op.flight();
         let request = Request {
@@ -231,6 +261,14 @@ impl CommHandle {
             _ => Err(out_of_order()),
         }
     }
+
+    /// The next reply, which must be an [`Op::Reduce`]'s buffer and state.
+    pub(crate) fn next_reduced(&mut self) -> anyhow::Result<(Staged, Box<dyn Reduction>)> {
+        match self.next_reply()? {
+            Reply::Reduced(v, how) => Ok((v, how)),
+            _ => Err(out_of_order()),
+        }
+    }
 }
 
 /// The communication thread's work: runs `inbox`'s requests in order
@@ -255,6 +293,12 @@ fn serve(
             Op::AverageF32(mut buf, _) => comm
                 .all_reduce(&mut buf, ReduceOp::Avg)
                 .map(|()| Reply::Staged(buf)),
+            Op::AverageHalf(mut buf, format, _) => comm
+                .all_reduce_half(&mut buf, ReduceOp::Avg, format)
+                .map(|()| Reply::Staged(buf)),
+            Op::Reduce(mut buf, mut how, _) => how
+                .reduce(comm, &mut buf)
+                .map(|()| Reply::Reduced(buf, how)),
             Op::SumF64(mut buf) => comm
                 .all_reduce_f64(&mut buf, ReduceOp::Sum)
                 .map(|()| Reply::F64(buf)),

@@ -9,7 +9,11 @@ use std::ops::Range;
 use anyhow::Context;
 use core_tensor::Ops;
 
-use super::{CommHook, HostHook, Reducer, SparseExchange, SparseGrads, plan_buckets};
+use super::powersgd::{PowerSgd, PowerSgdState};
+use super::{
+    CommHook, CommHookChoice, HostHook, HostWire, Reducer, SparseExchange, SparseGrads,
+    plan_buckets,
+};
 use crate::comm_thread::CommThread;
 use crate::model::{GradsReady, Model, NoSync};
 
@@ -45,6 +49,10 @@ pub struct Plan {
     /// Whether every step must form the union of the replicas' rows of
     /// the row tables (`--sparse-adam` updates them).
     pub row_union: bool,
+    /// `--comm-hook` (for the host's hook; a device hook was made with it).
+    pub comm_hook: CommHookChoice,
+    /// The run's seed (PowerSGD's first `Q`s).
+    pub seed: u64,
 }
 
 impl<B: Ops> Averaging<B> {
@@ -68,6 +76,7 @@ impl<B: Ops> Averaging<B> {
         over: Option<AverageOver<B>>,
         job: Option<&CommThread>,
     ) -> anyhow::Result<Self> {
+        let trained_start = trained.start;
         let buckets = plan_buckets(model.layout(), trained, plan.bucket_mb);
         let host = match over {
             None => return Ok(Self::alone()),
@@ -87,7 +96,21 @@ impl<B: Ops> Averaging<B> {
         let tables = model.row_tables().map(|t| t.tables()).unwrap_or_default();
         let rows = SparseExchange::plan(tables, plan.sparse_grads, comm, plan.row_union)?;
         let buckets = SparseExchange::dense_buckets(rows.as_ref(), buckets);
-        let hook = HostHook::new(backend, &buckets, comm.handle())?;
+        let wire = match plan.comm_hook {
+            CommHookChoice::None => HostWire::F32,
+            CommHookChoice::Half(format) => HostWire::Half(format),
+            CommHookChoice::PowerSgd { rank, start } => {
+                let base = trained_start;
+                let how = (rank, start, plan.seed);
+                HostWire::PowerSgd(Box::new(PowerSgd::plan(
+                    model.layout(),
+                    base,
+                    &buckets,
+                    how,
+                )))
+            }
+        };
+        let hook = HostHook::new(backend, &buckets, comm.handle(), wire)?;
         Ok(Self {
             dense: Some(Reducer::new(buckets, Box::new(hook))),
             rows,
@@ -99,6 +122,13 @@ impl<B: Ops> Averaging<B> {
     /// Whether there is anything to average (more than one replica).
     pub fn is_active(&self) -> bool {
         self.dense.is_some()
+    }
+
+    /// A step begins after `step` optimizer steps.
+    pub fn begin_step(&mut self, step: u64) {
+        if let Some(dense) = &mut self.dense {
+            dense.hook_mut().begin_step(step);
+        }
     }
 
     /// What backward tells as each bucket's gradients are final.
@@ -125,6 +155,28 @@ impl<B: Ops> Averaging<B> {
         match &mut self.rows {
             Some(sparse) => sparse.exchange(backend, grads, rows),
             None => Ok(None),
+        }
+    }
+
+    /// Bytes this rank sent in gradient collectives since the last call.
+    pub fn take_sent_bytes(&mut self) -> u64 {
+        self.dense
+            .as_mut()
+            .map_or(0, |d| d.hook_mut().take_sent_bytes())
+    }
+
+    /// PowerSGD's state, between steps (`None`: none to keep).
+    pub fn powersgd_state(&self) -> anyhow::Result<Option<PowerSgdState>> {
+        self.dense
+            .as_ref()
+            .map_or(Ok(None), |d| d.hook().powersgd_state())
+    }
+
+    /// Continues PowerSGD from a checkpoint's state.
+    pub fn restore_powersgd(&mut self, state: &PowerSgdState) -> anyhow::Result<()> {
+        match &mut self.dense {
+            Some(dense) => dense.hook_mut().restore_powersgd(state),
+            None => Ok(()),
         }
     }
 
@@ -189,6 +241,8 @@ mod tests {
                 bucket_mb: 25.0,
                 sparse_grads: mode,
                 row_union: false,
+                comm_hook: CommHookChoice::None,
+                seed: 0,
             };
             let got = on_two_ranks(|_, comm| {
                 let cpu = Cpu::new(1).unwrap();

@@ -1,7 +1,12 @@
-//! The flags of gradient averaging: which transport, in which buckets, and
-//! how a model's row-sparse gradients travel.
+//! The flags of gradient averaging: which transport, in which buckets, how
+//! a model's row-sparse gradients travel, and what form the dense ones take
+//! on the wire (`--comm-hook`).
+
+use std::fmt;
+use std::str::FromStr;
 
 use clap::{Args, ValueEnum};
+pub use comm::HalfFormat;
 use launcher::flags::positive_finite;
 
 /// How gradients travel between ranks.
@@ -48,4 +53,80 @@ pub struct DdpFlags {
     /// moves fewer bytes (auto). NCCL ranks always use the dense all-reduce.
     #[arg(long, value_enum, default_value_t = SparseGrads::Auto, value_name = "auto|always|never")]
     pub sparse_grads: SparseGrads,
+
+    /// What the gradients become on the wire, as PyTorch DDP's
+    /// register_comm_hook: none (float32, the default); bf16 or fp16
+    /// (cast before the all-reduce and back after: half the bytes); or
+    /// powersgd:RANK[:START] (PyTorch's PowerSGD: each weight matrix sent
+    /// as rank-RANK factors with error feedback and warm start, biases as
+    /// float32; plain all-reduces for the first START optimizer steps,
+    /// default 1000). powersgd needs --backend tcp.
+    #[arg(long, default_value_t = CommHookChoice::None, value_name = "none|bf16|fp16|powersgd:RANK[:START]")]
+    pub comm_hook: CommHookChoice,
+}
+
+/// `--comm-hook`: how the dense gradient buckets are averaged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommHookChoice {
+    /// float32 all-reduces (PyTorch's default `allreduce_hook`).
+    None,
+    /// `bf16_compress_hook` / `fp16_compress_hook`.
+    Half(HalfFormat),
+    /// `powerSGD_hook` with `matrix_approximation_rank = rank` and
+    /// `start_powerSGD_iter = start`.
+    PowerSgd { rank: usize, start: u64 },
+}
+
+/// PyTorch's `start_powerSGD_iter` default.
+pub const POWERSGD_START: u64 = 1000;
+
+impl fmt::Display for CommHookChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommHookChoice::None => f.write_str("none"),
+            CommHookChoice::Half(HalfFormat::Bf16) => f.write_str("bf16"),
+            CommHookChoice::Half(HalfFormat::Fp16) => f.write_str("fp16"),
+            CommHookChoice::PowerSgd { rank, start } => write!(f, "powersgd:{rank}:{start}"),
+        }
+    }
+}
+
+impl FromStr for CommHookChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let usage = "expected none, bf16, fp16 or powersgd:RANK[:START] (e.g. powersgd:4:100)";
+        match s {
+            "none" => return Ok(CommHookChoice::None),
+            "bf16" => return Ok(CommHookChoice::Half(HalfFormat::Bf16)),
+            "fp16" => return Ok(CommHookChoice::Half(HalfFormat::Fp16)),
+            _ => {}
+        }
+        let Some(spec) = s.strip_prefix("powersgd:") else {
+            return Err(format!("unknown hook `{s}`: {usage}"));
+        };
+        let (rank, start) = match spec.split_once(':') {
+            Some((rank, start)) => (rank, Some(start)),
+            None => (spec, None),
+        };
+        let rank = match rank.parse::<usize>() {
+            Ok(r) if (1..=1024).contains(&r) => r,
+            _ => {
+                return Err(format!(
+                    "powersgd's RANK `{rank}` is not a whole number from 1 to 1024: {usage}"
+                ));
+            }
+        };
+        let start = match start.map(str::parse::<u64>) {
+            None => POWERSGD_START,
+            Some(Ok(n)) => n,
+            Some(Err(_)) => {
+                return Err(format!(
+                    "powersgd's START `{}` is not a step count: {usage}",
+                    start.unwrap_or_default()
+                ));
+            }
+        };
+        Ok(CommHookChoice::PowerSgd { rank, start })
+    }
 }

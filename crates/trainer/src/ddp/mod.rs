@@ -16,8 +16,10 @@
 //! * [`NcclHook`]: on the GPU, NCCL all-reduces on a communication stream
 //!   ordered against the compute stream by events.
 //!
-//! Gradient compression (bf16/fp16 on the wire) would be one more hook.
-//! `transport.rs` decides which one a job uses (`--backend`);
+//! `--comm-hook` chooses what a bucket becomes on the wire (as PyTorch's
+//! `register_comm_hook`): float32; bf16 or fp16 (both hooks); PowerSGD's
+//! low-rank factors with error feedback (`powersgd/`, the host hook only).
+//! `transport.rs` decides which hook a job uses (`--backend`);
 //! [`Averaging`] is what a rank's step calls: the buckets through a hook,
 //! a model's row tables through the sparse exchange.
 
@@ -26,6 +28,7 @@ mod buckets;
 mod flags;
 mod host_hook;
 mod nccl_hook;
+pub mod powersgd;
 mod sparse;
 pub mod transport;
 
@@ -33,13 +36,14 @@ use std::ops::Range;
 
 pub use averaging::{AverageOver, Averaging};
 pub use buckets::plan_buckets;
-pub use flags::{BackendChoice, DdpFlags, SparseGrads};
-pub use host_hook::HostHook;
+pub use flags::{BackendChoice, CommHookChoice, DdpFlags, HalfFormat, POWERSGD_START, SparseGrads};
+pub use host_hook::{HostHook, HostWire};
 pub use nccl_hook::NcclHook;
 pub use sparse::SparseExchange;
 
 use buckets::BucketQueue;
 use core_tensor::Ops;
+use powersgd::PowerSgdState;
 
 use crate::model::GradsReady;
 
@@ -56,6 +60,10 @@ pub struct GradBucket {
 
 /// How a bucket of gradients becomes the average over all ranks.
 pub trait CommHook<B: Ops> {
+    /// A step begins, `step` optimizer steps having been done before it
+    /// (PowerSGD's `iter`: it compresses from `start_powerSGD_iter` on).
+    fn begin_step(&mut self, _step: u64) {}
+
     /// Starts averaging `bucket` of `grads` (its gradients are final);
     /// returns without waiting for the result.
     fn launch(
@@ -80,6 +88,34 @@ pub trait CommHook<B: Ops> {
     fn check(&self) -> anyhow::Result<()> {
         Ok(())
     }
+
+    /// Bytes this rank sent in its gradient collectives since the last
+    /// call ([`ring_bytes`] of each).
+    fn take_sent_bytes(&mut self) -> u64 {
+        0
+    }
+
+    /// PowerSGD's state, for a checkpoint (`None`: no PowerSGD, or not
+    /// started yet). Between steps only.
+    fn powersgd_state(&self) -> anyhow::Result<Option<PowerSgdState>> {
+        Ok(None)
+    }
+
+    /// Continues PowerSGD from a checkpoint's state.
+    fn restore_powersgd(&mut self, _state: &PowerSgdState) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// Bytes one rank sends in a ring all-reduce of `elements` of `size` bytes
+/// among `world` ranks: `world - 1` parts of `1 / world` of the buffer in
+/// the reduce-scatter and as many in the all-gather (what nccl-tests' bus
+/// bandwidth counts).
+pub fn ring_bytes(elements: usize, size: usize, world: usize) -> u64 {
+    match world {
+        0 | 1 => 0,
+        _ => (2 * (world - 1) * elements * size / world) as u64,
+    }
 }
 
 /// The bucket plan, its progress through one backward pass, and the hook
@@ -99,6 +135,10 @@ impl<B: Ops> Reducer<B> {
 
     pub fn hook(&self) -> &dyn CommHook<B> {
         self.hook.as_ref()
+    }
+
+    pub fn hook_mut(&mut self) -> &mut dyn CommHook<B> {
+        self.hook.as_mut()
     }
 
     /// The gradient elements the buckets carry each step.

@@ -15,11 +15,15 @@ pub struct RankStats {
     pub phases: PhaseSeconds,
     /// The test-set pass.
     pub eval_seconds: f64,
+    /// Bytes the rank sent per step averaging gradients (see
+    /// `ddp::ring_bytes`).
+    pub grad_bytes_per_step: f64,
 }
 
-/// Six summaries of four slots (present, min, mean, max), the phases, eval.
+/// Six summaries of four slots (present, min, mean, max), the phases,
+/// eval, gradient bytes.
 const SUMMARIES: usize = 6;
-const SLOTS: usize = SUMMARIES * 4 + Phase::ALL.len() + 1;
+const SLOTS: usize = SUMMARIES * 4 + Phase::ALL.len() + 2;
 
 impl RankStats {
     /// Training seconds other than waiting for the peers' gradients or
@@ -52,6 +56,7 @@ impl RankStats {
         let times = &mut row[SUMMARIES * 4..];
         times[..Phase::ALL.len()].copy_from_slice(&self.phases.0);
         times[Phase::ALL.len()] = self.eval_seconds;
+        times[Phase::ALL.len() + 1] = self.grad_bytes_per_step;
         table
     }
 
@@ -81,6 +86,7 @@ impl RankStats {
             },
             phases,
             eval_seconds: times[Phase::ALL.len()],
+            grad_bytes_per_step: times[Phase::ALL.len() + 1],
         }
     }
 }
@@ -149,6 +155,7 @@ mod tests {
             },
             phases: PhaseSeconds([0.1, busy, 0.0, 2.0, 0.0, 0.0]),
             eval_seconds: 0.5,
+            grad_bytes_per_step: 3.6e6,
         }
     }
 

@@ -61,16 +61,27 @@ struct Row<'a> {
     metric: BTreeMap<String, Option<f64>>,
     time_s: f64,
     img_per_s: f64,
-    steps: usize,
-    images: u64,
-    world_size: usize,
-    device: &'a str,
+    #[serde(flatten)]
+    shape: Shape<'a>,
     /// Rank 0's training seconds per step phase (see [`Phase`]).
     phase_s: BTreeMap<&'static str, f64>,
+    /// Bytes rank 0 sent per optimizer step averaging gradients (a ring
+    /// all-reduce's: `2 (world - 1) / world` of what each collective
+    /// carries; 0 with one replica).
+    grad_bytes_per_step: f64,
     /// Every rank, in rank order.
     ranks: Vec<RankRow>,
     /// The rank more than 10% behind the median busy time, if any.
     straggler: Option<Straggler>,
+}
+
+/// The run's shape in a [`Row`], as keys of the row itself.
+#[derive(Serialize)]
+struct Shape<'a> {
+    steps: usize,
+    images: u64,
+    world_size: usize,
+    device: &'a str,
 }
 
 /// One rank's epoch in a [`Row`]; `null`: not measured.
@@ -82,6 +93,7 @@ struct RankRow {
     gpu: Option<GpuUsage>,
     phase_s: BTreeMap<&'static str, f64>,
     eval_s: f64,
+    grad_bytes_per_step: f64,
 }
 
 /// A report's metric under its own name (see [`Row::metric`]).
@@ -154,11 +166,14 @@ impl MetricsFile {
             metric: metric_columns(r),
             time_s: r.train_seconds,
             img_per_s: r.images_per_second(),
-            steps: r.steps,
-            images: r.images,
-            world_size: self.world_size,
-            device: &self.device,
+            shape: Shape {
+                steps: r.steps,
+                images: r.images,
+                world_size: self.world_size,
+                device: &self.device,
+            },
             phase_s: phase_map(&r.ranks[0].phases),
+            grad_bytes_per_step: r.ranks[0].grad_bytes_per_step,
             ranks: r
                 .ranks
                 .iter()
@@ -170,6 +185,7 @@ impl MetricsFile {
                     gpu: s.usage.gpu,
                     phase_s: phase_map(&s.phases),
                     eval_s: s.eval_seconds,
+                    grad_bytes_per_step: s.grad_bytes_per_step,
                 })
                 .collect(),
             straggler: r.straggler,
@@ -228,6 +244,7 @@ mod tests {
                 },
                 phases: PhaseSeconds([0.5, 30.0, 22.0, 0.1, 1.9, 0.0]),
                 eval_seconds: 0.25,
+                grad_bytes_per_step: 2.4e6,
             },
         ];
         EpochReport {

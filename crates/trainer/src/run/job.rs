@@ -74,7 +74,9 @@ impl JobFlags {
                 "--embedding-dim",
                 or_none(model.recsys.embedding_dim.map(|n| n.to_string())),
             ),
+            ("--accumulate-steps", train.accumulate_steps.to_string()),
             ("--bucket-mb", ddp.bucket_mb.to_string()),
+            ("--comm-hook", ddp.comm_hook.to_string()),
             (
                 "--sparse-grads",
                 format!("{:?}", ddp.sparse_grads).to_lowercase(),

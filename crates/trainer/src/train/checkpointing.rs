@@ -7,7 +7,7 @@ use anyhow::{Context, anyhow};
 use core_tensor::Ops;
 
 use super::Trainer;
-use crate::checkpoint::{Position, TrainingState};
+use crate::checkpoint::{HookState, Position, TrainingState};
 use crate::model::Model;
 
 /// The longest pause between the ranks' meetings while rank 0 writes a
@@ -48,9 +48,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         // Recorded only where it does not follow from the position (see
         // `TrainingState::epoch_visited`).
         let visited = self.state.meter.visited;
-        let in_this_layout =
-            position.step * (self.cfg.batch_size * self.topology.replicas()) as u64;
+        let per_step = self.cfg.batch_size * self.cfg.accumulate_steps * self.topology.replicas();
+        let in_this_layout = position.step * per_step as u64;
         let epoch_visited = (position.step > 0 && visited != in_this_layout).then_some(visited);
+        let hook = self.hook_state().with_context(|| {
+            format!("rank {rank}: checkpointing PowerSGD's state at {position}")
+        })?;
         let state = whole.map(|[params, exp_avg, exp_avg_sq]| TrainingState {
             position,
             optimizer_step: self.replica.step,
@@ -66,6 +69,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 self.model.kind(),
                 self.schedule.fingerprint(),
             ),
+            hook,
         });
         let Some(checkpoints) = self.state.checkpoints.as_ref() else {
             return Ok(None);
@@ -101,6 +105,19 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 .join()
                 .unwrap_or_else(|_| Err(anyhow!("rank 0: the checkpoint writer panicked")))
         })
+    }
+
+    /// PowerSGD's state with every rank's error feedback, on rank 0 (every
+    /// rank calls it; all have a state or none do: they run alike).
+    fn hook_state(&mut self) -> anyhow::Result<Option<HookState>> {
+        let Some(mine) = self.averaging.powersgd_state()? else {
+            return Ok(None);
+        };
+        let errors = match self.comm.as_mut() {
+            Some(comm) => comm.all_gather(mine.error)?.concat(),
+            None => mine.error,
+        };
+        Ok(Some(HookState { q: mine.q, errors }))
     }
 
     /// Every rank's running loss sum and correct count, exactly: each rank

@@ -7,7 +7,7 @@ use launcher::flags::positive_finite;
 
 use crate::checkpoint::Settings;
 use crate::data::DataFingerprint;
-use crate::ddp::{DdpFlags, SparseGrads};
+use crate::ddp::{CommHookChoice, DdpFlags, SparseGrads};
 use crate::model::DropoutRates;
 
 /// The loop's flags.
@@ -29,9 +29,17 @@ pub struct TrainFlags {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
 
-    /// Stop each epoch after this many steps (for quick runs) [default: the whole epoch].
+    /// Stop each epoch after this many optimizer steps (for quick runs) [default: the whole epoch].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: Option<u32>,
+
+    /// Gradient accumulation, as PyTorch's no_sync(): K micro-batches of
+    /// --batch-size per optimizer step, their gradients summed locally and
+    /// averaged over the ranks once, after the K-th (an effective batch of
+    /// K x --batch-size per rank). --max-steps and --checkpoint-every count
+    /// optimizer steps; a pipeline accumulates its --micro-batches instead.
+    #[arg(long, default_value_t = 1, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub accumulate_steps: u32,
 
     /// Recsys: update only the embedding rows and per-row biases a step's
     /// batch looked up (all ranks' rows), as torch.optim.SparseAdam does,
@@ -59,6 +67,8 @@ impl TrainFlags {
             bucket_mb: ddp.bucket_mb,
             sparse_grads: ddp.sparse_grads,
             sparse_adam: self.sparse_adam,
+            accumulate_steps: self.accumulate_steps as usize,
+            comm_hook: ddp.comm_hook,
         }
     }
 }
@@ -79,6 +89,10 @@ pub struct TrainConfig {
     /// `--sparse-adam`: the lazy (SparseAdam) update of the model's row
     /// tables (`lazy_adam.rs`).
     pub sparse_adam: bool,
+    /// Micro-batches of `batch_size` per optimizer step (`no_sync`).
+    pub accumulate_steps: usize,
+    /// How the dense gradient buckets travel (`--comm-hook`).
+    pub comm_hook: CommHookChoice,
 }
 
 impl TrainConfig {
@@ -95,6 +109,8 @@ impl TrainConfig {
             bucket_mb: 25.0,
             sparse_grads: SparseGrads::Auto,
             sparse_adam: false,
+            accumulate_steps: 1,
+            comm_hook: CommHookChoice::None,
         }
     }
 
@@ -114,6 +130,8 @@ impl TrainConfig {
             world_size,
             pipeline_stages,
             batch_size: self.batch_size,
+            accumulate_steps: self.accumulate_steps,
+            comm_hook: self.comm_hook.to_string(),
             lr: self.adam.lr,
             dropout: self.dropout,
         }

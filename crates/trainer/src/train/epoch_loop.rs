@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use core_tensor::{Ops, rng};
 
+use super::accumulate::{Micro, steps_of};
 use super::memory::EpochBatches;
 use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
@@ -39,33 +40,43 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         };
         let first = resumed.as_ref().map_or(0, |p| p.step);
         let replicas = self.topology.replicas();
+        let k = self.cfg.accumulate_steps;
+        // Every optimizer step before a mid-epoch checkpoint holds K
+        // micro-batches (only an epoch's last may hold fewer).
         let order = self.order(resumed.as_ref().map(|p| Resumed {
-            steps: first,
+            steps: first * k,
             visited: p.visited.0 as usize,
             replicas: p.visited.1 as usize,
         }));
-        let mut batches = (self.schedule).start_epoch(
+        let batches = (self.schedule).start_epoch(
             &self.backend,
             &order,
             epoch as u64,
             self.cfg.batch_size,
         )?;
+        // The epoch's batches are micro-batches, K to an optimizer step;
+        // `--max-steps` counts optimizer steps.
+        let groups = steps_of(batches.len(), k, self.cfg.max_steps);
+        let steps = groups.len();
         let shape = EpochBatches {
             batch: self.cfg.batch_size,
             samples: batches.iter().sum(),
-            max_steps: self.cfg.max_steps,
+            max_steps: self.cfg.max_steps.map(|m| m * k),
             local_ranks: self.topology.local_world,
             test_shards: self.test_shards(),
         };
-        batches.truncate(self.cfg.max_steps.unwrap_or(usize::MAX));
-        let steps = batches.len();
         if first > steps {
             bail!(
                 "rank {rank}: the checkpoint is at step {first} of epoch {epoch}, but this run's epochs have {steps} steps (another --max-steps?)"
             );
         }
+        // The micro-batches this run trains.
+        let todo = match (groups.get(first), groups.last()) {
+            (Some(from), Some(to)) => from.start..to.end,
+            _ => 0..0,
+        };
         (self.schedule)
-            .prepare(&self.backend, &self.model, (&batches[first..], &shape))
+            .prepare(&self.backend, &self.model, (&batches[todo], &shape))
             .with_context(|| format!("rank {rank}: preparing epoch {epoch}'s batches"))?;
         let counts = self.topology.counts_samples();
         let images_before = match resumed.as_ref().map(|p| p.visited) {
@@ -75,7 +86,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 0 => visited,
                 _ => 0,
             },
-            _ if counts => batches[..first].iter().map(|&n| n as u64).sum(),
+            _ if counts => match first.checked_sub(1) {
+                Some(last) => batches[..groups[last].end].iter().map(|&n| n as u64).sum(),
+                None => 0,
+            },
             _ => 0,
         };
         (self.state.meter).start(&self.backend, resumed.as_ref(), images_before)?;
@@ -83,7 +97,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         self.state.monitor.take();
         progress.start_epoch(epoch, steps, first);
         self.state.stop.training_begins();
-        for (s, n) in batches.into_iter().enumerate().skip(first) {
+        for (s, group) in groups.into_iter().enumerate().skip(first) {
             let at = Position {
                 epoch: epoch as u64,
                 step: s as u64 + 1,
@@ -93,17 +107,27 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 progress.finish_epoch();
                 return Ok(EpochEnd::Stopped(RunOutcome::Interrupted { at }));
             }
+            let micro: Vec<Micro> = group
+                .map(|index| Micro {
+                    index,
+                    samples: batches[index],
+                    dropout_seed: rng::derive_seed(
+                        self.cfg.seed,
+                        &[rank as u64, epoch as u64, index as u64],
+                    ),
+                })
+                .collect();
+            let samples: usize = micro.iter().map(|m| m.samples).sum();
             if counts {
-                self.state.meter.images += n as u64;
+                self.state.meter.images += samples as u64;
             }
-            self.state.meter.visited += (n * replicas) as u64;
-            let seed = rng::derive_seed(self.cfg.seed, &[rank as u64, epoch as u64, s as u64]);
+            self.state.meter.visited += (samples * replicas) as u64;
             let vote = request == Some(StopKind::Preempt);
             let in_step = || format!("rank {rank}: epoch {epoch}, step {}", s + 1);
             (self.state.votes)
                 .cast(self.replica.step + 1, vote)
                 .with_context(in_step)?;
-            self.train_step((s, n), seed).with_context(in_step)?;
+            self.train_step(&micro).with_context(in_step)?;
             progress.step();
             self.report_running(progress)?;
             if self.state.votes.count(vote).with_context(in_step)? {
@@ -134,8 +158,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         progress.finish_epoch();
         let eval_began = Instant::now();
         let test_accuracy = self.evaluate()?;
+        let trained = (steps - first).max(1) as f64;
         let ranks = self
-            .gather_rank_stats(eval_began.elapsed().as_secs_f64())
+            .gather_rank_stats(eval_began.elapsed().as_secs_f64(), trained)
             .with_context(|| format!("rank {rank}: gathering epoch {epoch}'s monitoring"))?;
         Ok(EpochEnd::Trained(EpochReport {
             epoch,
@@ -179,11 +204,17 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
     /// Every rank's monitoring and phase times for the epoch, in rank order
     /// (one all-reduce; see [`RankStats::table_row`]).
-    fn gather_rank_stats(&mut self, eval_seconds: f64) -> anyhow::Result<Vec<RankStats>> {
+    /// `steps` were trained this epoch.
+    fn gather_rank_stats(
+        &mut self,
+        eval_seconds: f64,
+        steps: f64,
+    ) -> anyhow::Result<Vec<RankStats>> {
         let mine = RankStats {
             usage: self.state.monitor.take(),
             phases: self.state.timer.take()?,
             eval_seconds,
+            grad_bytes_per_step: self.averaging.take_sent_bytes() as f64 / steps,
         };
         let row = mine.table_row(self.topology.rank, self.topology.world);
         let table = self.sum_over_ranks(row)?;

@@ -9,12 +9,14 @@
 //! model, `whole_model.rs`, or a pipeline stage, `crate::pipeline`), the
 //! averaging (`crate::ddp::Averaging`), and the loop's state between steps
 //! (`epoch_loop.rs`). `step.rs` is one optimizer step, top to bottom;
+//! `accumulate.rs` the micro-batches of one step (`--accumulate-steps`);
 //! `epoch_loop.rs` the loop over an epoch's steps (stop votes,
 //! `votes.rs`; periodic checkpoints, `checkpointing.rs`); `meter.rs` the
 //! epoch's running numbers; `agreement.rs` the check that every rank was
 //! given rank 0's flags and data; `assemble.rs` the whole model from the
 //! parts of a pipeline's stages; `memory.rs` whether a batch's buffers fit.
 
+mod accumulate;
 mod agreement;
 mod assemble;
 mod checkpointing;
@@ -73,6 +75,8 @@ pub struct Trainer<B: Ops, M: Model<B>> {
     replica: Replica<B>,
     optimizer: Box<dyn Optimizer<B>>,
     schedule: Box<dyn Schedule<B, M>>,
+    /// The sum of a step's micro-batches (`--accumulate-steps` above 1).
+    accumulator: Option<accumulate::Accumulator<B>>,
     state: LoopState<B>,
 }
 

@@ -6,6 +6,7 @@
 use anyhow::{Context, bail};
 use core_tensor::Ops;
 
+use super::accumulate::Accumulator;
 use super::agreement::{self, Agreed};
 use super::meter::{EpochMeter, ResumePoint};
 use super::optimizer;
@@ -16,6 +17,7 @@ use crate::checkpoint::Checkpoints;
 use crate::checkpoint::origin::{self, Origin};
 use crate::comm_thread::CommThread;
 use crate::ddp::averaging::Plan;
+use crate::ddp::powersgd::PowerSgdState;
 use crate::ddp::{AverageOver, Averaging};
 use crate::model::Model;
 use crate::monitor::Monitor;
@@ -85,6 +87,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             bail!("the batch size and the number of epochs must be at least 1");
         }
         cfg.adam.validate()?;
+        if cfg.accumulate_steps == 0 {
+            bail!("--accumulate-steps must be at least 1");
+        }
         let Setup {
             topology,
             mut comm,
@@ -129,14 +134,41 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let host_steps = B::IN_HOST_MEMORY || !matches!(averaging, Some(AverageOver::Device(_)));
         let part = schedule.part().map(|p| p.range());
         let trained = part.clone().unwrap_or(0..layout.len());
+        if cfg.accumulate_steps > 1 && part.is_some() {
+            bail!(
+                "--accumulate-steps {} with --pipeline-stages: a pipeline already sums its micro-batches' gradients before averaging; use --batch-size {} --micro-batches {} x M instead",
+                cfg.accumulate_steps,
+                cfg.accumulate_steps * cfg.batch_size,
+                cfg.accumulate_steps
+            );
+        }
+        if cfg.accumulate_steps > 1 && model.row_tables().is_some() {
+            bail!(
+                "--accumulate-steps: --model {}'s row tables are averaged by the rows of one batch; it trains without accumulation",
+                model.kind()
+            );
+        }
+        let accumulator = (cfg.accumulate_steps > 1)
+            .then(|| Accumulator::new(&backend, trained.len()))
+            .transpose()?;
         let plan = Plan {
             bucket_mb: cfg.bucket_mb,
             sparse_grads: cfg.sparse_grads,
             row_union: cfg.sparse_adam,
+            comm_hook: cfg.comm_hook,
+            seed: cfg.seed,
         };
-        let averaging =
+        let mut averaging =
             Averaging::plan(&backend, (&model, trained), &plan, averaging, comm.as_ref())
                 .with_context(|| format!("rank {rank}: planning the gradient averaging"))?;
+        if let Some(hook) = &start.hook {
+            let state = PowerSgdState {
+                q: hook.q.clone(),
+                error: hook.error.clone(),
+            };
+            (averaging.restore_powersgd(&state))
+                .with_context(|| format!("rank {rank}: continuing PowerSGD from the checkpoint"))?;
+        }
         let optimizer = optimizer::choose(&model, &cfg, &averaging, topology.replicas())
             .with_context(|| format!("rank {rank}: planning the optimizer"))?;
         let state = LoopState {
@@ -152,6 +184,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         };
         Ok(Self {
             replica: Replica::upload(&backend, &start, part)?,
+            accumulator,
             averaging,
             comm,
             backend,

@@ -3,42 +3,60 @@
 use core_tensor::Ops;
 
 use super::Trainer;
+use super::accumulate::Micro;
 use super::guard::GUARD_READ_EVERY;
 use super::optimizer::StepRows;
 use super::schedule::Pass;
-use crate::model::Model;
+use crate::model::{GradsReady, Model};
 use crate::phases::Phase;
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
-    /// One optimizer step on batch `step` (of `n` samples) of the epoch the
-    /// training data started last.
-    pub(super) fn train_step(
-        &mut self,
-        (step, n): (usize, usize),
-        dropout_seed: u64,
-    ) -> anyhow::Result<()> {
+    /// One optimizer step over `micro`, its micro-batches of the epoch the
+    /// training data started last (one, without `--accumulate-steps`).
+    pub(super) fn train_step(&mut self, micro: &[Micro]) -> anyhow::Result<()> {
         let (b, model, replica) = (&self.backend, &self.model, &mut self.replica);
         let (meter, timer) = (&mut self.state.meter, &mut self.state.timer);
+        let step = replica.step;
+        self.averaging.begin_step(step);
 
-        // 1. The schedule fills the batch and runs the model's passes over
+        // 1. The schedule fills each batch and runs the model's passes over
         //    it; each bucket of gradients starts its averaging as soon as
-        //    backward has written it.
-        let pass = Pass {
-            params: &replica.params,
-            grads: &mut replica.grads,
-            dropout_seed,
-            loss_sum: &mut meter.loss_sum,
-            metric_sum: &mut meter.correct,
-            timer,
-            hook: self.averaging.hook(),
+        //    backward has written it (after the last micro-batch, summed).
+        let total: usize = micro.iter().map(|m| m.samples).sum();
+        let len = B::len(&replica.grads);
+        let schedule = &mut self.schedule;
+        let mut run = |m: &Micro, grads: &mut B::Storage<f32>, hook: &mut dyn GradsReady<B>| {
+            let pass = Pass {
+                params: &replica.params,
+                grads,
+                dropout_seed: m.dropout_seed,
+                loss_sum: &mut meter.loss_sum,
+                metric_sum: &mut meter.correct,
+                timer: &mut *timer,
+                hook,
+            };
+            schedule.train(b, model, (m.index, m.samples), pass)
         };
-        self.schedule.train(b, model, (step, n), pass)?;
+        let grads = &mut replica.grads;
+        for (at, m) in micro.iter().enumerate() {
+            match self.accumulator.as_mut() {
+                None => run(m, grads, self.averaging.hook())?,
+                Some(acc) => {
+                    let weight = (m.samples as f64 / total as f64) as f32;
+                    let place = (at, micro.len(), weight);
+                    let mut adding = acc.micro_batch(b, place, len, self.averaging.hook())?;
+                    run(m, grads, &mut adding)?;
+                    adding.finish(b, grads)?;
+                }
+            }
+        }
 
         // 2. Wait for the averages (and the row tables' exchange, which
         //    names the rows every replica's batch moved).
         if self.averaging.is_active() {
             timer.enter(Phase::AllReduceWait)?;
         }
+        let n = micro.last().map_or(0, |m| m.samples);
         let own_rows = self.schedule.batch_rows(model, n);
         let union = self.averaging.finish(b, &mut replica.grads, own_rows)?;
 

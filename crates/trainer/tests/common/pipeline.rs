@@ -38,6 +38,7 @@ pub fn config() -> TrainConfig {
         bucket_mb: 0.05,
         sparse_grads: trainer::ddp::SparseGrads::Auto,
         sparse_adam: false,
+        ..TrainConfig::new(1, 1)
     }
 }
 
@@ -48,7 +49,8 @@ pub struct Counting {
 }
 
 impl Counting {
-    fn wrap(inner: Box<dyn Communicator>) -> (Box<dyn Communicator>, Arc<AtomicUsize>) {
+    /// `inner`, and the count of the f32 elements it all-reduces.
+    pub fn wrap(inner: Box<dyn Communicator>) -> (Box<dyn Communicator>, Arc<AtomicUsize>) {
         let f32s = Arc::new(AtomicUsize::new(0));
         let counting = Counting {
             inner,
@@ -68,6 +70,15 @@ impl Communicator for Counting {
     fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
         self.f32s.fetch_add(buf.len(), Ordering::Relaxed);
         self.inner.all_reduce(buf, op)
+    }
+    fn all_reduce_half(
+        &mut self,
+        buf: &mut [f32],
+        op: ReduceOp,
+        format: comm::HalfFormat,
+    ) -> Result<(), CommError> {
+        self.f32s.fetch_add(buf.len(), Ordering::Relaxed);
+        self.inner.all_reduce_half(buf, op, format)
     }
     fn all_reduce_f64(&mut self, buf: &mut [f64], op: ReduceOp) -> Result<(), CommError> {
         self.inner.all_reduce_f64(buf, op)

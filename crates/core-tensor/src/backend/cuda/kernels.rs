@@ -43,6 +43,16 @@ pub struct KernelModule {
 }
 
 kernel_table! {
+    accumulate (ACCUMULATE_SRC, ACCUMULATE_PTX) {
+        accumulate_f32(
+            grads: Out<f32>,
+            acc: Out<f32>,
+            weight: Val<f32>,
+            into_grads: Val<u32>,
+            start: Val<u64>,
+            end: Val<u64>,
+        );
+    }
     accuracy (ACCURACY_SRC, ACCURACY_PTX) {
         count_correct_f32(logits: In<f32>, labels: In<u8>, correct: Out<f32>, g: Val<ClassGeom>);
     }

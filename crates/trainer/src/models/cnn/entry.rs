@@ -58,7 +58,7 @@ impl ModelEntry for CnnEntry {
     }
 
     fn takes(&self) -> &'static [&'static str] {
-        &["--pipeline-stages"]
+        &["--pipeline-stages", "--accumulate-steps", "--comm-hook"]
     }
 
     fn max_stages(&self) -> usize {

@@ -41,6 +41,10 @@ impl ModelEntry for ToyEntry {
         "ToyModel"
     }
 
+    fn takes(&self) -> &'static [&'static str] {
+        &["--accumulate-steps", "--comm-hook"]
+    }
+
     fn own_flags_given(&self, flags: &ModelFlags) -> Vec<&'static str> {
         match flags.toy.samples {
             Some(_) => vec!["--samples"],

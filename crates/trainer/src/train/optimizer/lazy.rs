@@ -235,6 +235,7 @@ mod tests {
             epoch_correct: 0.0,
             epoch_train_seconds: 0.0,
             epoch_visited: (0, 1),
+            hook: None,
         };
         let mut grads = wave(0.5);
         for (i, g) in grads.iter_mut().enumerate() {
