@@ -19,11 +19,13 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for u8 {}
+    impl Sealed for u16 {}
     impl Sealed for u32 {}
 }
 
 /// Element types a device buffer may hold: `f32` for values, `u8` for the
-/// raw dataset (images and labels), `u32` for sample indices. The cudarc
+/// raw dataset (images and labels), `u16` for 16-bit floats' bits,
+/// `u32` for sample indices. The cudarc
 /// bounds let the CUDA backend allocate and copy them.
 pub trait Elem:
     Copy
@@ -39,6 +41,7 @@ pub trait Elem:
 }
 impl Elem for f32 {}
 impl Elem for u8 {}
+impl Elem for u16 {}
 impl Elem for u32 {}
 
 /// Memory on one device, and the copies between it and the host.

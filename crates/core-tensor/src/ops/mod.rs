@@ -18,6 +18,7 @@ pub mod dropout;
 pub mod embedding;
 pub mod finite;
 pub mod gather;
+pub mod half_cast;
 pub mod linear;
 pub mod maxpool2d;
 pub mod mse;
@@ -37,6 +38,7 @@ pub use dropout::Dropout;
 pub use embedding::{EmbeddingGeom, EmbeddingKernel};
 pub use finite::{FiniteKernel, GUARD_CLEAR, GUARD_LEN, GuardState};
 pub use gather::GatherKernel;
+pub use half_cast::{Half, HalfCastKernel};
 pub use linear::{LinearGeom, LinearKernel};
 pub use maxpool2d::{Epilogue, MaxPool2dKernel, PoolGeom};
 pub use mse::{MseGeom, MseKernel};
@@ -67,6 +69,7 @@ all_ops!(
     EmbeddingKernel,
     FiniteKernel,
     GatherKernel,
+    HalfCastKernel,
     LinearKernel,
     MaxPool2dKernel,
     MseKernel,

@@ -296,3 +296,52 @@ fn accumulate_matches<B: Ops>(dev: &B) {
 fn accumulate() {
     on_each_device!(accumulate_matches);
 }
+
+fn half_cast_matches<B: Ops>(dev: &B) {
+    use core_tensor::ops::{Half, HalfCastKernel};
+    let mut x = uniform(700, 10_007, -70_000.0, 70_000.0);
+    // Ties, subnormals and overflow of both formats, and a NaN.
+    x[..8].copy_from_slice(&[
+        1.0 + 2f32.powi(-8),
+        65520.0,
+        3.0e-8,
+        -6e-8,
+        1e-40,
+        0.0,
+        -0.0,
+        f32::NAN,
+    ]);
+    for v in x.iter_mut().skip(8).step_by(3) {
+        *v *= 1e-9;
+    }
+    let cpu = reference();
+    for format in [Half::Bf16, Half::Fp16] {
+        let range = 3..x.len() - 5;
+        let mut halves = dev.zeros(x.len()).unwrap();
+        dev.to_half(format, &up(dev, &x), &mut halves, range.clone())
+            .unwrap();
+        let mut back = up(dev, &vec![7.0f32; x.len()]);
+        dev.widen_half(format, &halves, &mut back, range.clone())
+            .unwrap();
+        let mut halves_ref = vec![0u16; x.len()];
+        cpu.to_half(format, &x, &mut halves_ref, range.clone())
+            .unwrap();
+        let mut back_ref = vec![7.0f32; x.len()];
+        cpu.widen_half(format, &halves_ref, &mut back_ref, range)
+            .unwrap();
+        let what = format!("{} {format:?}", dev.describe());
+        let bits: Vec<u16> = dev.download(&halves).unwrap();
+        let differ = (bits.iter().zip(&halves_ref).enumerate())
+            .find(|(i, (a, b))| a != b && !(x[*i].is_nan()));
+        assert!(
+            differ.is_none(),
+            "{what}: 16-bit values differ at {differ:?}"
+        );
+        assert_same_bits(&format!("{what}: back"), &down(dev, &back), &back_ref);
+    }
+}
+
+#[test]
+fn half_cast() {
+    on_each_device!(half_cast_matches);
+}

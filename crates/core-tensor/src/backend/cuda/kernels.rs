@@ -147,6 +147,10 @@ kernel_table! {
             a: Val<GatherArgs>,
         );
     }
+    half_cast (HALF_CAST_SRC, HALF_CAST_PTX) {
+        to_half_f32(src: In<f32>, dst: Out<u16>, format: Val<u32>, start: Val<u64>, end: Val<u64>);
+        from_half_f32(src: In<u16>, dst: Out<f32>, format: Val<u32>, start: Val<u64>, end: Val<u64>);
+    }
     linear (LINEAR_SRC, LINEAR_PTX) {
         linear_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
         linear_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
@@ -232,6 +236,7 @@ mod tests {
     c_types! {
         f32 => "float",
         u8 => "unsigned char",
+        u16 => "unsigned short",
         u32 => "unsigned int",
         u64 => "unsigned long long",
         AdamScalars => "AdamScalars",
