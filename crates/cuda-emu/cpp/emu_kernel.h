@@ -57,6 +57,18 @@ inline float __int_as_float(int bits) {
     return f;
 }
 
+inline float __uint_as_float(unsigned int bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+inline unsigned int __float_as_uint(float f) {
+    unsigned int bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    return bits;
+}
+
 // ---- NaN results ----
 //
 // A GPU's float32 arithmetic yields one NaN, 0x7fffffff, whatever NaN went

@@ -40,38 +40,15 @@
 #include <vector>
 
 #include "emu.h"
+#include "nccl_abi.h"
 
 namespace {
-
-using ncclResult_t = int;
-constexpr ncclResult_t ncclSuccess = 0;
-constexpr ncclResult_t ncclSystemError = 2;
-constexpr ncclResult_t ncclInvalidArgument = 4;
-constexpr ncclResult_t ncclInvalidUsage = 5;
-constexpr ncclResult_t ncclRemoteError = 6;
-constexpr ncclResult_t ncclInProgress = 7;
-
-constexpr int ncclFloat32 = 7;
-constexpr int ncclSum = 0;
-constexpr int ncclAvg = 4;
 
 // NCCL_VERSION(2, 30, 7), the release this emulates the interface of.
 constexpr int kVersion = 23007;
 constexpr int kMaxRanks = 64;
 constexpr std::size_t kSlotFloats = 256 * 1024;
 constexpr unsigned kConfigMagic = 0xcafebeef;
-
-struct UniqueId {
-    unsigned char bytes[128];
-};
-
-// The prefix of ncclConfig_t that matters here.
-struct Config {
-    std::size_t size;
-    unsigned magic;
-    unsigned version;
-    int blocking;
-};
 
 // The shared-memory header; the slots follow it.
 struct Header {
@@ -180,14 +157,19 @@ bool usable(Comm* comm, ncclResult_t* result) {
     return *result == ncclSuccess;
 }
 
-// The device ranges of a float32 collective, or an error naming the bad one.
+// The device ranges of a float32 collective (and, where `halves`, of a
+// float16 or bfloat16 one), or an error naming the bad one.
 bool device_floats(Comm* comm, const void* send, void* recv, std::size_t count, int datatype,
-                   ncclResult_t* result) {
-    if (datatype != ncclFloat32) {
-        *result = fail(comm, ncclInvalidArgument, "the emulator supports ncclFloat32 only");
+                   ncclResult_t* result, bool halves = false) {
+    const std::size_t size = element_bytes(datatype, halves);
+    if (size == 0) {
+        *result = fail(comm, ncclInvalidArgument,
+                       halves ? "the emulator's ncclAllReduce takes ncclFloat32, ncclFloat16 and "
+                                "ncclBfloat16 only"
+                              : "the emulator supports ncclFloat32 only here");
         return false;
     }
-    const auto bytes = count * sizeof(float);
+    const auto bytes = count * size;
     const bool ok =
         cuda_emu::device_range(reinterpret_cast<std::uintptr_t>(send), bytes) != nullptr &&
         cuda_emu::device_range(reinterpret_cast<std::uintptr_t>(recv), bytes) != nullptr;
@@ -343,25 +325,41 @@ ncclResult_t ncclCommGetAsyncError(Comm* comm, ncclResult_t* state) {
     return ncclSuccess;
 }
 
+// An all-reduce of float32, or of 16-bit floats, which it sums in float
+// and rounds once (NCCL rounds at each step of its ring or tree; the
+// emulator needs only the type's bytes and its precision).
 ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, int datatype, int op,
                            Comm* comm, void* stream) {
     ncclResult_t result;
-    if (!usable(comm, &result) || !device_floats(comm, send, recv, count, datatype, &result)) {
+    if (!usable(comm, &result) ||
+        !device_floats(comm, send, recv, count, datatype, &result, true)) {
         return result;
     }
     if (op != ncclSum && op != ncclAvg) {
         return fail(comm, ncclInvalidArgument, "the emulator supports ncclSum and ncclAvg only");
     }
-    const auto* in = static_cast<const float*>(send);
-    auto* out = static_cast<float*>(recv);
+    const bool half = datatype != ncclFloat32;
+    const auto to_float = datatype == ncclBfloat16 ? bf16_to_float : fp16_to_float;
+    const auto from_float = datatype == ncclBfloat16 ? float_to_bf16 : float_to_fp16;
     queue(comm, stream, [=] {
         chunked(comm, count, [&](std::size_t offset, std::size_t n, auto meet) {
-            std::memcpy(comm->slot(comm->rank), in + offset, n * sizeof(float));
+            float* mine = comm->slot(comm->rank);
+            if (half) {
+                const auto* in = static_cast<const std::uint16_t*>(send) + offset;
+                for (std::size_t i = 0; i < n; ++i) mine[i] = to_float(in[i]);
+            } else {
+                std::memcpy(mine, static_cast<const float*>(send) + offset, n * sizeof(float));
+            }
             if (!meet()) return;
             for (std::size_t i = 0; i < n; ++i) {
                 float sum = comm->slot(0)[i];
                 for (int r = 1; r < comm->nranks; ++r) sum += comm->slot(r)[i];
-                out[offset + i] = op == ncclAvg ? sum / static_cast<float>(comm->nranks) : sum;
+                sum = op == ncclAvg ? sum / static_cast<float>(comm->nranks) : sum;
+                if (half) {
+                    static_cast<std::uint16_t*>(recv)[offset + i] = from_float(sum);
+                } else {
+                    static_cast<float*>(recv)[offset + i] = sum;
+                }
             }
             meet();
         });

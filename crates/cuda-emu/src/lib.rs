@@ -71,9 +71,10 @@ pub use rerun::{in_emulator, rerun_on_emulator};
 pub use wheels::{nvrtc_lib_dir, wheel_dir};
 
 /// The headers: what kernel sources see, and what the runtime files share.
-const HEADERS: [(&str, &str); 2] = [
+const HEADERS: [(&str, &str); 3] = [
     ("emu_kernel.h", include_str!("../cpp/emu_kernel.h")),
     ("emu.h", include_str!("../cpp/emu.h")),
+    ("nccl_abi.h", include_str!("../cpp/nccl_abi.h")),
 ];
 /// The runtime: the block scheduler, the driver API, device memory, NCCL.
 const RUNTIME: [(&str, &str); 5] = [

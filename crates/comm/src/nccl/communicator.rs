@@ -5,7 +5,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use cudarc::nccl::sys::ncclRedOp_t;
+use cudarc::nccl::sys::{ncclDataType_t, ncclRedOp_t};
 
 use super::ffi::{self, CallError, Progress, RawComm};
 use super::library::{SearchRoots, search};
@@ -15,6 +15,11 @@ use crate::communicator::{ReduceOp, check_peers, check_root};
 use crate::error::CommError;
 use crate::flight::{FlightLog, Kind, Label, Recorder};
 use crate::store::Store;
+
+mod half;
+
+/// The element type of every collective but the 16-bit all-reduce.
+const F32: ncclDataType_t = ncclDataType_t::ncclFloat32;
 
 /// Pause between looks at a non-blocking NCCL call or a queued collective
 /// the caller waits for.
@@ -194,7 +199,7 @@ impl NcclCommunicator {
             // this stream's GPU, which the caller keeps alive and unshared
             // until the stream has completed the collective (this function's
             // contract).
-            unsafe { comm.all_reduce_f32(ptr, ptr, count, nccl_op(op), &self.stream) }
+            unsafe { comm.all_reduce((ptr, ptr, count), F32, nccl_op(op), &self.stream) }
         })
     }
 
@@ -227,7 +232,7 @@ impl NcclCommunicator {
             // stream's GPU (distinct borrows, so disjoint), kept alive and
             // unshared by the caller until the collective completes (this
             // function's contract).
-            unsafe { comm.all_reduce_f32(src, dst, count, nccl_op(op), &self.stream) }
+            unsafe { comm.all_reduce((src, dst, count), F32, nccl_op(op), &self.stream) }
         })
     }
 
@@ -309,7 +314,7 @@ impl NcclCommunicator {
                 // SAFETY: the token belongs to `self` and only this stream
                 // uses it; it was allocated on this stream, so even its
                 // free (when `self` drops) is queued behind the collective.
-                unsafe { comm.all_reduce_f32(ptr, ptr, 1, ncclRedOp_t::ncclSum, &self.stream) }
+                unsafe { comm.all_reduce((ptr, ptr, 1), F32, ncclRedOp_t::ncclSum, &self.stream) }
             })?;
         }
         self.wait()

@@ -158,19 +158,18 @@ impl RawComm {
         check(state, Some(self))
     }
 
-    /// Queues an all-reduce of `count` `f32`s from `send` into `recv` (the
-    /// same address for in place) on `stream`.
+    /// Queues an all-reduce of `count` elements of `dtype` from `send` into
+    /// `recv` (the same address for in place) on `stream`.
     ///
     /// # Safety
-    /// `send` and `recv` must each address `count` `f32`s of device memory
-    /// on the stream's device (the same range or disjoint ones) that stay
-    /// allocated, and that no other stream touches, until the all-reduce has
-    /// completed on `stream`.
-    pub(crate) unsafe fn all_reduce_f32(
+    /// `send` and `recv` must each address `count` elements of `dtype` of
+    /// device memory on the stream's device (the same range or disjoint
+    /// ones) that stay allocated, and that no other stream touches, until
+    /// the all-reduce has completed on `stream`.
+    pub(crate) unsafe fn all_reduce(
         &self,
-        send: CUdeviceptr,
-        recv: CUdeviceptr,
-        count: usize,
+        (send, recv, count): (CUdeviceptr, CUdeviceptr, usize),
+        dtype: sys::ncclDataType_t,
         op: sys::ncclRedOp_t,
         stream: &CudaStream,
     ) -> Result<Progress, CallError> {
@@ -181,7 +180,7 @@ impl RawComm {
                 send as *const std::ffi::c_void,
                 recv as *mut std::ffi::c_void,
                 count,
-                sys::ncclDataType_t::ncclFloat32,
+                dtype,
                 op,
                 self.0,
                 stream.cu_stream() as sys::cudaStream_t,
@@ -193,7 +192,7 @@ impl RawComm {
     /// Queues an in-place broadcast of `count` `f32`s at `ptr` from `root`.
     ///
     /// # Safety
-    /// As for [`RawComm::all_reduce_f32`].
+    /// As for [`RawComm::all_reduce`].
     pub(crate) unsafe fn broadcast_f32(
         &self,
         ptr: CUdeviceptr,
@@ -207,7 +206,7 @@ impl RawComm {
             remote: false,
         })?;
         let buf = ptr as *mut std::ffi::c_void;
-        // SAFETY: as for `all_reduce_f32`; NCCL allows send = recv.
+        // SAFETY: as for `all_reduce`; NCCL allows send = recv.
         let result = unsafe {
             sys::ncclBroadcast(
                 buf,
