@@ -221,7 +221,7 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
         assert!(buckets.len() > 2, "several buckets overlap backward");
         let setup = Setup {
             averaging: Some(AverageOver::Device(Box::new(
-                NcclHook::new(nccl, &gpu).unwrap(),
+                NcclHook::new(nccl, &gpu, None).unwrap(),
             ))),
             ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
         };

@@ -145,7 +145,7 @@ fn train_gpu_stage(rank: usize, world: usize, port: u16, data: &FashionMnist) ->
         (topology.replicas() > 1).then(|| nccl(replica, format!("gradients-stage-{stage}")));
     let pipe = nccl(stage, format!("pipeline-{replica}"));
     let link = Box::new(NcclLink::new(pipe, &gpu));
-    let hook = |g| Box::new(NcclHook::new(g, &gpu).unwrap()) as Box<dyn CommHook<Cuda>>;
+    let hook = |g| Box::new(NcclHook::new(g, &gpu, None).unwrap()) as Box<dyn CommHook<Cuda>>;
     let setup = Setup {
         topology,
         averaging: grads.map(|g| AverageOver::Device(hook(g))),

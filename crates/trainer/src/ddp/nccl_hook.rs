@@ -8,18 +8,25 @@
 //! for the collectives. The host never waits: a failed or hung collective
 //! reaches this rank through the communicator's watchdog and is reported at
 //! the next step.
+//!
+//! With `--comm-hook bf16|fp16` (PyTorch's `bf16_compress_hook`,
+//! `fp16_compress_hook`) each bucket is cast to 16 bits on the compute
+//! stream into a copy of the gradients, NCCL reduces that copy in its type
+//! (half the bytes), and after the last bucket the compute stream casts the
+//! averages back.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
-use comm::ReduceOp;
 use comm::flight::Label;
 use comm::nccl::NcclCommunicator;
-use core_tensor::Cuda;
+use comm::{HalfFormat, ReduceOp};
+use core_tensor::ops::{Half, HalfCastKernel};
+use core_tensor::{Backend, Cuda};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 
-use super::{CommHook, GradBucket};
+use super::{CommHook, GradBucket, ring_bytes};
 
 pub struct NcclHook {
     nccl: NcclCommunicator,
@@ -31,12 +38,21 @@ pub struct NcclHook {
     written: CudaEvent,
     /// Recorded on the communication stream after the last bucket.
     reduced: CudaEvent,
+    /// `--comm-hook bf16|fp16`: the format, and the gradients' 16-bit copy
+    /// (made at the first launch) the all-reduces work in.
+    half: Option<(HalfFormat, Option<CudaSlice<u16>>)>,
+    /// Bytes sent since the last look.
+    sent: u64,
 }
 
 impl NcclHook {
     /// Averages gradient buckets over `nccl`, whose stream must be a side
-    /// stream of `gpu`.
-    pub fn new(nccl: NcclCommunicator, gpu: &Cuda) -> anyhow::Result<Self> {
+    /// stream of `gpu`, carried as `half` (`None`: float32).
+    pub fn new(
+        nccl: NcclCommunicator,
+        gpu: &Cuda,
+        half: Option<HalfFormat>,
+    ) -> anyhow::Result<Self> {
         let compute = gpu.stream().clone();
         let ctx = compute.context();
         Ok(Self {
@@ -45,6 +61,8 @@ impl NcclHook {
             nccl,
             compute,
             names: Vec::new(),
+            half: half.map(|f| (f, None)),
+            sent: 0,
         })
     }
 }
@@ -52,14 +70,23 @@ impl NcclHook {
 impl CommHook<Cuda> for NcclHook {
     fn launch(
         &mut self,
-        _: &Cuda,
+        gpu: &Cuda,
         grads: &mut CudaSlice<f32>,
         bucket: &GradBucket,
     ) -> anyhow::Result<()> {
+        let range = bucket.range.clone();
+        if let Some((format, copy)) = &mut self.half {
+            let copy = match copy {
+                Some(copy) => copy,
+                None => copy.insert(gpu.zeros(grads.len())?),
+            };
+            gpu.to_half(half(*format), grads, copy, range.clone())?;
+        }
         self.written.record(&self.compute)?;
         self.nccl.stream().wait(&self.written)?;
         if self.names.len() <= bucket.index {
-            let mb = (bucket.range.len() * 4) as f64 / 1e6;
+            let size = if self.half.is_some() { 2 } else { 4 };
+            let mb = (bucket.range.len() * size) as f64 / 1e6;
             let name = format!(
                 "all-reduce of gradient bucket {} ({mb:.2} MB)",
                 bucket.index
@@ -68,36 +95,65 @@ impl CommHook<Cuda> for NcclHook {
             self.names[bucket.index] = name;
         }
         let len = grads.len();
-        let range = bucket.range.clone();
-        let mut view = grads.try_slice_mut(range.clone()).ok_or_else(|| {
-            anyhow!("gradient bucket {range:?} lies outside the {len}-element buffer")
-        })?;
+        let outside = || anyhow!("gradient bucket {range:?} lies outside the {len}-element buffer");
+        let world = self.nccl.world_size();
+        let what = Label::bucket(&self.names[bucket.index], bucket.index);
+        if let Some((format, Some(copy))) = &mut self.half {
+            let mut view = copy.try_slice_mut(range.clone()).ok_or_else(outside)?;
+            // SAFETY: as below, for the hook's own 16-bit copy, which it
+            // frees after the compute stream has waited for the
+            // communication stream (`Drop`).
+            unsafe {
+                self.nccl
+                    .all_reduce_half_in_place(&mut view, (ReduceOp::Avg, *format), what)?;
+            }
+            self.sent += ring_bytes(range.len(), 2, world);
+            return Ok(());
+        }
+        let mut view = grads.try_slice_mut(range.clone()).ok_or_else(outside)?;
         // SAFETY: the gradient buffer is freed in compute-stream order, and
         // the compute stream waits for the communication stream before it
         // writes the gradients again or frees them (`finish`, and `Drop`
         // after a step that failed half-way).
         unsafe {
-            let what = Label::bucket(&self.names[bucket.index], bucket.index);
             self.nccl
                 .all_reduce_in_place(&mut view, ReduceOp::Avg, what)?;
         }
+        self.sent += ring_bytes(range.len(), 4, world);
         Ok(())
     }
 
     fn finish(
         &mut self,
-        _: &Cuda,
-        _: &mut CudaSlice<f32>,
-        _: &[Range<usize>],
+        gpu: &Cuda,
+        grads: &mut CudaSlice<f32>,
+        buckets: &[Range<usize>],
     ) -> anyhow::Result<()> {
         self.reduced.record(self.nccl.stream())?;
         self.compute.wait(&self.reduced)?;
+        if let Some((format, Some(copy))) = &self.half {
+            for range in buckets {
+                gpu.widen_half(half(*format), copy, grads, range.clone())?;
+            }
+        }
         // Reports what the watchdog found since the last step.
         CommHook::<Cuda>::check(self)
     }
 
     fn check(&self) -> anyhow::Result<()> {
         Ok(self.nccl.check()?)
+    }
+
+    fn take_sent_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.sent)
+    }
+}
+
+/// The kernels' name for a wire format.
+fn half(format: HalfFormat) -> Half {
+    match format {
+        HalfFormat::Bf16 => Half::Bf16,
+        HalfFormat::Fp16 => Half::Fp16,
     }
 }
 

@@ -16,7 +16,7 @@ use super::device::{Device, choose_transport, connect_nccl};
 use super::job::JobFlags;
 use crate::comm_thread::CommThread;
 use crate::ddp::transport::Transport;
-use crate::ddp::{AverageOver, CommHook, NcclHook};
+use crate::ddp::{AverageOver, CommHook, CommHookChoice, NcclHook};
 use crate::pipeline::{HostLink, NcclLink, StageLink};
 use crate::rank::Links;
 use crate::topology::Topology;
@@ -60,6 +60,8 @@ pub(super) struct Wiring {
     nccl_pipeline: Option<NcclCommunicator>,
     /// How gradients travel; `None` for one rank.
     pub transport: Option<Transport>,
+    /// What they become on the wire (`--comm-hook`).
+    comm_hook: CommHookChoice,
 }
 
 /// Wires rank `rank` on `device` from its job communicator `comm` (`None`
@@ -81,6 +83,12 @@ pub(super) fn wire(
     )?;
     let nccl = transport == Some(Transport::Nccl);
     let r = rank.rank;
+    let comm_hook = job.ddp.comm_hook;
+    if nccl && matches!(comm_hook, CommHookChoice::PowerSgd { .. }) {
+        anyhow::bail!(
+            "rank {r}: --comm-hook {comm_hook} runs on the host's ring, but gradients travel over NCCL here (every rank has a GPU of its own): add --backend tcp, or use --comm-hook bf16 or fp16 with NCCL"
+        );
+    }
     // A pipeline's sub-group and its stage's data-parallel group (through
     // the host; NCCL has its own below).
     let (pipeline, group) =
@@ -152,6 +160,7 @@ pub(super) fn wire(
         nccl_grads,
         nccl_pipeline,
         transport,
+        comm_hook,
     })
 }
 
@@ -169,9 +178,16 @@ impl Wiring {
     /// The links of a rank on `gpu`: NCCL where it was chosen.
     pub fn on_cuda(mut self, gpu: &Cuda) -> anyhow::Result<Links<Cuda>> {
         let averaging = match self.nccl_grads.take() {
-            Some(nccl) => Some(AverageOver::Device(
-                Box::new(NcclHook::new(nccl, gpu)?) as Box<dyn CommHook<Cuda>>
-            )),
+            Some(nccl) => {
+                let half = match self.comm_hook {
+                    CommHookChoice::Half(format) => Some(format),
+                    _ => None,
+                };
+                let hook = NcclHook::new(nccl, gpu, half)?;
+                Some(AverageOver::Device(
+                    Box::new(hook) as Box<dyn CommHook<Cuda>>
+                ))
+            }
             None => self.host_averaging(),
         };
         let pipeline = match (self.nccl_pipeline, self.pipeline) {
