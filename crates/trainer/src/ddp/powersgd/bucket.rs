@@ -204,6 +204,66 @@ impl Reduction for BucketCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use comm::LocalCommunicator;
+
+    /// Two ranks whose matrices share their column space (`u v_rᵀ`): the
+    /// average `u v̄ᵀ` has rank 1, which rank-1 PowerSGD recovers in its
+    /// first step, with no error left; the bias is averaged exactly.
+    #[test]
+    fn a_rank_one_average_is_recovered_and_the_bias_averaged() {
+        let (rows, cols) = (6, 40);
+        let u: Vec<f32> = (0..rows).map(|i| 1.0 + i as f32 / 4.0).collect();
+        let v = |r: usize| -> Vec<f32> {
+            (0..cols)
+                .map(|j| ((j * (r + 3)) % 7) as f32 - 3.0)
+                .collect()
+        };
+        let comms = LocalCommunicator::job(2, std::time::Duration::from_secs(10));
+        let results: Vec<(Vec<f32>, Vec<f32>)> = std::thread::scope(|s| {
+            let ranks: Vec<_> = (comms.into_iter().enumerate())
+                .map(|(r, mut comm)| {
+                    let (u, v) = (&u, v(r));
+                    s.spawn(move || {
+                        let mut buf = vec![r as f32 + 0.5, -(r as f32)];
+                        buf.extend(u.iter().flat_map(|a| v.iter().map(move |b| a * b)));
+                        let matrices = vec![
+                            Matrix::new("bias", 0..2, &[2], 1, 0),
+                            Matrix::new("weight", 2..2 + rows * cols, &[rows, cols], 1, 7),
+                        ];
+                        let mut codec = BucketCodec::new(matrices, buf.len());
+                        codec.reduce(&mut comm, &mut buf).unwrap();
+                        (buf, codec.error)
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert_eq!(results[0].0, results[1].0, "the ranks agree bit for bit");
+        let got = &results[0].0;
+        assert_eq!(got[..2], [1.0, -0.5], "the bias is averaged");
+        let (v0, v1) = (v(0), v(1));
+        for i in 0..rows {
+            for j in 0..cols {
+                let want = u[i] * (v0[j] + v1[j]) / 2.0;
+                let have = got[2 + i * cols + j];
+                assert!(
+                    (have - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "({i}, {j}): {have} vs {want}"
+                );
+            }
+        }
+        // What each rank sent differs from the average by its own share:
+        // the errors of the two ranks cancel.
+        for k in 0..got.len() {
+            let sum = results[0].1[k] + results[1].1[k];
+            assert!(
+                sum.abs() <= 1e-3,
+                "element {k}: errors {} and {}",
+                results[0].1[k],
+                results[1].1[k]
+            );
+        }
+    }
 
     #[test]
     fn matrices_are_compressed_only_where_that_saves_half() {
