@@ -70,6 +70,10 @@ pub struct CommConfig {
     /// The user chose to run without a token (`--no-auth`) wherever the
     /// store listens.
     pub no_auth: bool,
+    /// Bytes per second each rank may write to its ring neighbour (a token
+    /// bucket: a slow link simulated, for measurements); `None`: as fast
+    /// as the connection goes.
+    pub link_rate: Option<u64>,
 }
 
 impl CommConfig {
@@ -92,6 +96,7 @@ impl CommConfig {
             same_host: SameHostTransport::default(),
             auth: None,
             no_auth: false,
+            link_rate: None,
         }
     }
 
@@ -153,6 +158,14 @@ impl CommConfig {
     #[must_use]
     pub fn with_no_auth(mut self, no_auth: bool) -> Self {
         self.no_auth = no_auth;
+        self
+    }
+
+    /// Caps what each rank sends to its ring neighbour at `bytes_per_second`
+    /// (`None`: uncapped).
+    #[must_use]
+    pub fn with_link_rate(mut self, bytes_per_second: Option<u64>) -> Self {
+        self.link_rate = bytes_per_second;
         self
     }
 

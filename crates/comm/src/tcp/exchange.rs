@@ -151,15 +151,30 @@ pub(crate) fn exchange<T: Element>(
             next_send += 1;
         }
 
-        // Write until the socket is full or nothing is ready.
+        // Write until the socket is full, nothing is ready, or the link's
+        // rate cap holds the rest back for `paced`.
+        let mut paced = None;
         while let Some(front) = ready.front() {
             let bytes: &[u8] = match *front {
                 Outgoing::Header => &header_out,
                 Outgoing::Segment(s) => bytemuck::cast_slice(&buf[plan.segments[s].clone()]),
             };
-            match (&links.to_right).write(&bytes[sent..]) {
+            let mut rest = &bytes[sent..];
+            if let Some(pace) = &links.pace {
+                match pace.allowance(rest.len()) {
+                    Ok(n) => rest = &rest[..n],
+                    Err(wait) => {
+                        paced = Some(wait);
+                        break;
+                    }
+                }
+            }
+            match (&links.to_right).write(rest) {
                 Ok(0) => return Err(Fault::ToRight(ErrorKind::WriteZero.into())),
                 Ok(n) => {
+                    if let Some(pace) = &links.pace {
+                        pace.spend(n);
+                    }
                     sent += n;
                     if sent == bytes.len() {
                         if let Outgoing::Segment(s) = *front {
@@ -257,6 +272,12 @@ pub(crate) fn exchange<T: Element>(
         {
             continue;
         }
+        if let Some(pause) = paced {
+            // The cap, not the socket, holds the writes back: wait for it,
+            // or for bytes from the left.
+            wait_for(links, receiving && read_blocked, pause)?;
+            continue;
+        }
         // Neither direction can move now: the write loop stopped on a full
         // socket (or had nothing to send), and the read loop on an empty
         // socket, the end, or a segment that must leave before it is
@@ -321,6 +342,24 @@ fn wait(links: &RingLinks, want_write: bool, want_read: bool) -> Result<(), Faul
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(Fault::FromLeft(e.into())),
         }
+    }
+}
+
+/// Waits `pause` (the link's rate cap), or less if bytes arrive from the
+/// left and `want_read`.
+fn wait_for(links: &RingLinks, want_read: bool, pause: Duration) -> Result<(), Fault> {
+    if !want_read {
+        std::thread::sleep(pause);
+        return Ok(());
+    }
+    let fds = &mut [PollFd::new(&links.from_left, PollFlags::IN)];
+    let timeout = Timespec::try_from(pause).unwrap_or(Timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    });
+    match poll(fds, Some(&timeout)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(Fault::FromLeft(e.into())),
     }
 }
 

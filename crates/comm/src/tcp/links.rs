@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::error::CommError;
 use crate::tcp::header::Header;
+use crate::tcp::pace::Pace;
 use crate::tcp::stream::Stream;
 
 /// A neighbour: its rank and how it is reached, for messages.
@@ -32,6 +33,8 @@ pub(crate) struct RingLinks {
     /// machine has fewer cores than local ranks (spinning would steal the
     /// core a peer needs).
     pub(crate) spin: Duration,
+    /// The link's rate cap on what this rank sends (`None`: none).
+    pub(crate) pace: Option<Pace>,
 }
 
 /// What went wrong inside one collective, before it is attributed to a

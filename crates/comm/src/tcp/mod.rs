@@ -7,6 +7,7 @@ pub(crate) mod group;
 pub(crate) mod header;
 mod links;
 mod p2p;
+mod pace;
 mod peer_address;
 pub(crate) mod ring_all_reduce;
 mod ring_broadcast;

@@ -16,6 +16,7 @@ use crate::rendezvous::{Rendezvous, endpoint};
 use crate::tcp::exchange::SPIN_BEFORE_SLEEP;
 use crate::tcp::group::Group;
 use crate::tcp::links::{Peer, RingLinks};
+use crate::tcp::pace::Pace;
 use crate::tcp::peer_address::{PeerAddress, machine_id};
 use crate::tcp::stream::Stream;
 #[cfg(target_os = "linux")]
@@ -206,6 +207,7 @@ pub(crate) fn connect_ring(
         left: peer(left, &from_left),
         from_left,
         timeout: config.timeout,
+        pace: config.link_rate.map(Pace::new),
     })
 }
 
