@@ -67,6 +67,9 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
     }
     let max_restarts = cli.launch.max_restarts;
     match plan {
+        Some(_) if cli.spawn == Spawn::Threads && job.join.link_mbps.is_some() => bail!(
+            "--link-mbps paces the host's TCP/Unix-socket ring, and --spawn threads ranks share memory instead: use --spawn processes (the default)"
+        ),
         Some(plan) if cli.spawn == Spawn::Threads => run::threads::run(job, &plan, max_restarts),
         Some(plan) => launch(&cli, &plan),
         None => match env {

@@ -242,6 +242,7 @@ fn bad_values_are_rejected_with_the_flag_named() {
         (&["--backend", "mpi"], "--backend"),
         (&["--model", "mlp"], "--model"),
         (&["--accumulate-steps", "0"], "--accumulate-steps"),
+        (&["--link-mbps", "0"], "--link-mbps"),
         (&["--comm-hook", "int8"], "unknown hook `int8`"),
         (&["--comm-hook", "powersgd"], "unknown hook `powersgd`"),
         (&["--comm-hook", "powersgd:0"], "powersgd's RANK `0`"),

@@ -11,7 +11,7 @@ use comm::{
     StoreHost, TcpCommunicator,
 };
 use launcher::contract::hostname;
-use launcher::flags::seconds;
+use launcher::flags::{positive_finite, seconds};
 
 /// The flags of joining the job.
 #[derive(Clone, Debug, Args)]
@@ -40,6 +40,14 @@ pub struct JoinFlags {
     /// reaches its ports can join the job (see docs/security.md).
     #[arg(long, conflicts_with = "auth_token_file")]
     pub no_auth: bool,
+
+    /// Caps what each rank sends to its neighbour on the host's TCP /
+    /// Unix-socket ring at MBPS megabits per second (a token bucket in the
+    /// sender): a slow network simulated on one machine, to measure what
+    /// --comm-hook and --accumulate-steps save. Not for --spawn threads,
+    /// whose ranks share memory.
+    #[arg(long, value_name = "MBPS", value_parser = positive_finite)]
+    pub link_mbps: Option<f64>,
 }
 
 impl JoinFlags {
@@ -60,6 +68,11 @@ impl JoinFlags {
             false => AuthToken::resolve(self.auth_token_file.as_deref()),
         }
     }
+
+    /// `--link-mbps` in bytes per second.
+    pub fn link_rate(&self) -> Option<u64> {
+        self.link_mbps.map(|mbps| (mbps * 1e6 / 8.0).ceil() as u64)
+    }
 }
 
 /// How the rank `env` names joins the job, as `flags` say; refused (before
@@ -73,7 +86,8 @@ pub(super) fn config(flags: &JoinFlags, env: &LaunchEnv) -> anyhow::Result<CommC
         .with_timeout(flags.timeout())
         .with_rdzv_timeout(flags.rdzv_timeout())
         .with_auth(auth)
-        .with_no_auth(flags.no_auth);
+        .with_no_auth(flags.no_auth)
+        .with_link_rate(flags.link_rate());
     config
         .validate()
         .with_context(|| format!("rank {}", env.rank))?;
