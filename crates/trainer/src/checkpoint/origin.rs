@@ -337,6 +337,34 @@ mod tests {
         assert_eq!(back.q[1].2[0].to_bits(), (-0.0f32).to_bits());
     }
 
+    /// Each rank continues its own error feedback; a checkpoint of another
+    /// number of ranks holds no rank's of this run: zeros, the `Q`s kept.
+    #[test]
+    fn each_rank_takes_its_own_error_unless_the_world_changed() {
+        let shared = |world: usize| Shared {
+            position: Position::START,
+            optimizer_step: 3,
+            visited: (0, 1),
+            params: vec![0.0; 2],
+            exp_avg: vec![0.0; 2],
+            exp_avg_sq: vec![0.0; 2],
+            epoch_metrics: vec![0.0; 2 * world],
+            epoch_train_seconds: 0.0,
+            hook: Some(HookState {
+                q: vec![("fc1.weight".into(), [1, 1], vec![0.5])],
+                errors: vec![1.0, 2.0, 3.0, 4.0],
+            }),
+        };
+        let hook = |world, rank| shared(world).start(rank).hook.unwrap();
+        assert_eq!(hook(2, 1).error, [3.0, 4.0]);
+        assert_eq!(hook(2, 0).error, [1.0, 2.0]);
+        for rank in 0..4 {
+            let resumed = hook(4, rank);
+            assert!(resumed.error.is_empty(), "rank {rank}: {:?}", resumed.error);
+            assert_eq!(resumed.q[0].2, [0.5]);
+        }
+    }
+
     #[test]
     fn integers_survive_the_f32_encoding_bit_for_bit() {
         let values = [0, 1, 65_535, 65_536, u64::from(u32::MAX) + 7, u64::MAX];
