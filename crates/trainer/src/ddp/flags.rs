@@ -56,7 +56,8 @@ pub struct DdpFlags {
 
     /// What the gradients become on the wire, as PyTorch DDP's
     /// register_comm_hook: none (float32, the default); bf16 or fp16
-    /// (cast before the all-reduce and back after: half the bytes); or
+    /// (cast before the all-reduce and back after: half the bytes; NCCL
+    /// adds in that type, the TCP ring adds each hop in float32); or
     /// powersgd:RANK[:START] (PyTorch's PowerSGD: each weight matrix sent
     /// as rank-RANK factors with error feedback and warm start, biases as
     /// float32; plain all-reduces for the first START optimizer steps,
