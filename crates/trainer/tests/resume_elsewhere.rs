@@ -24,8 +24,10 @@ const BATCH: usize = 16;
 /// Training samples: no world size used here divides it.
 const SAMPLES: usize = 197;
 
-fn config() -> TrainConfig {
+/// Micro-batches of `BATCH`, `k` to an optimizer step.
+fn config(k: usize) -> TrainConfig {
     TrainConfig {
+        accumulate_steps: k,
         epochs: 1,
         batch_size: BATCH,
         adam: AdamConfig::default(),
@@ -43,6 +45,16 @@ fn config() -> TrainConfig {
 /// any), checkpointing after every step; stops after `steps` steps of this
 /// run (`None`: at the epoch's end, whose report it returns).
 fn run(data: &FashionMnist, dir: &Path, world: usize, steps: Option<usize>) -> Option<EpochReport> {
+    run_k(data, dir, (world, 1), steps)
+}
+
+/// [`run`] with `k` micro-batches to an optimizer step.
+fn run_k(
+    data: &FashionMnist,
+    dir: &Path,
+    (world, k): (usize, usize),
+    steps: Option<usize>,
+) -> Option<EpochReport> {
     let reports = on_ranks(local_job(world), |comm| {
         let checkpoints = CheckpointDir::new(dir, 100);
         let newest = match comm.rank() {
@@ -57,7 +69,7 @@ fn run(data: &FashionMnist, dir: &Path, world: usize, steps: Option<usize>) -> O
             }),
             ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
         };
-        let mut trainer = Trainer::start(Cpu::new(1).unwrap(), data, config(), setup).unwrap();
+        let mut trainer = Trainer::start(Cpu::new(1).unwrap(), data, config(k), setup).unwrap();
         let mut done = 0;
         let ended = trainer.train_epoch(1, &mut Silent, &mut |_| {
             done += 1;
@@ -112,4 +124,32 @@ fn an_epoch_resumed_on_as_many_ranks_is_the_unbroken_one() {
         (resumed.steps, resumed.images, resumed.loss.to_bits()),
         (unbroken.steps, unbroken.images, unbroken.loss.to_bits())
     );
+}
+
+/// With 2 micro-batches to an optimizer step, a checkpoint's steps count
+/// optimizer steps, each of 2 micro-batches, in the layout that took them;
+/// the epoch still reads each sample once and counts them all.
+#[test]
+fn an_accumulating_epoch_goes_on_over_another_number_of_ranks() {
+    let data = common::small_data(SAMPLES, 40);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let at = |step| dir.join(Position { epoch: 1, step }.dir_name());
+
+    // 2 ranks take a step of 2 x 16 each: 64 samples of the order.
+    assert!(run_k(&data, dir, (2, 2), Some(1)).is_none());
+    let state = load(&at(1), cnn_layout()).unwrap();
+    assert_eq!((state.visited(), state.epoch_visited), (64, None));
+
+    // 3 ranks share out the other 133 (45 each, padded) and take a step
+    // of 2 x 16 each: 96 more.
+    assert!(run_k(&data, dir, (3, 2), Some(1)).is_none());
+    let state = load(&at(2), cnn_layout()).unwrap();
+    assert_eq!(state.epoch_visited, Some(160));
+
+    // 1 rank ends the epoch: the other 37 in micro-batches of 16, 16, 5,
+    // 2 optimizer steps.
+    let report = run_k(&data, dir, (1, 2), None).expect("the epoch ends");
+    assert_eq!((report.steps, report.images), (4, SAMPLES as u64));
+    assert_eq!(report.global_step, 4);
 }
