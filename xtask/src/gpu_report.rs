@@ -127,6 +127,7 @@ fn report(dir: &Path, peak_tflops: f64) -> String {
     for (name, title) in [
         ("ncu_detail_f32", "float32"),
         ("ncu_detail_tf32", "`--tf32`"),
+        ("ncu_detail_bias", "the bias gradients' two passes"),
     ] {
         if let Some(log) = read(name) {
             out.push_str(&ncu::detail_table(title, &log));

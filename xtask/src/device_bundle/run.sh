@@ -261,6 +261,12 @@ if command -v ncu >/dev/null; then
       --kernel-name "$gemms" --launch-skip 24 --launch-count 12 \
       "${trainer[@]}" "${flags[@]}" --epochs 1 --max-steps 10
   done
+  # The same for the bias gradients' two passes, both conv layers of one
+  # step (they were 23 % of the float32 step on 2026-11-27 in one pass).
+  step ncu_detail_bias '==PROF==|Duration' ncu --section SpeedOfLight \
+    --section WarpStateStats --section MemoryWorkloadAnalysis_Tables --csv \
+    --kernel-name "regex:^conv2d_bwd_bias_" --launch-skip 8 --launch-count 4 \
+    "${trainer[@]}" --epochs 1 --max-steps 10
 fi
 
 # Last, as the GPU steps come first: the CPU-speed goals on this host's CPU

@@ -159,8 +159,9 @@ fn check_gemm_layer<B: Ops>(
 }
 
 /// Strides, padding, the model's two convolutions, more than one tile of
-/// output channels, and a long split-K reduce.
-fn conv_geoms() -> [Conv2dGeom; 7] {
+/// output channels, a long split-K reduce, and bias gradients summed in
+/// slices of 4096 pixels (`conv2d_bwd_bias_partial_f32`) that end unevenly.
+fn conv_geoms() -> [Conv2dGeom; 9] {
     let base = Conv2dGeom {
         batch: 3,
         in_channels: 3,
@@ -216,6 +217,27 @@ fn conv_geoms() -> [Conv2dGeom; 7] {
             in_h: 28,
             in_w: 28,
             out_channels: 32,
+            ..base
+        },
+        // Bias gradients of 19·676 = 3·4096 + 556 pixels per channel: four
+        // slices, the last short, each thread's pixels in one or two planes.
+        Conv2dGeom {
+            batch: 19,
+            in_channels: 1,
+            in_h: 28,
+            in_w: 28,
+            out_channels: 3,
+            ..base
+        },
+        // 15000 planes of 3x3: 135000 = 32·4096 + 3928 pixels per channel,
+        // so 33 slices (a lane of the second pass adds two), and a thread's
+        // 256-pixel step crosses 28 planes.
+        Conv2dGeom {
+            batch: 15_000,
+            in_channels: 1,
+            in_h: 5,
+            in_w: 5,
+            out_channels: 2,
             ..base
         },
     ]

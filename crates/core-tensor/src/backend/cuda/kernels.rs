@@ -101,7 +101,8 @@ kernel_table! {
         conv2d_bwd_weight_partial_tf32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_weight_partial_f32w(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<Conv2dGeom>);
+        conv2d_bwd_bias_partial_f32(dy: In<f32>, ws: Out<f32>, g: Val<Conv2dGeom>);
+        conv2d_bwd_bias_reduce_f32(ws: In<f32>, db: Out<f32>, g: Val<Conv2dGeom>);
     }
     cross_entropy (CROSS_ENTROPY_SRC, CROSS_ENTROPY_PTX) {
         cross_entropy_fwd_bwd_f32(

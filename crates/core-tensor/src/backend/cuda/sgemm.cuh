@@ -361,34 +361,44 @@ struct PlainStore {
 // At least this many splits are summed by a warp per element (below).
 #define GEMM_WIDE_REDUCE_SPLITS 32
 
+// Sums the `splits` partials ws[s · M·N + e] of element e = m·N + n with a
+// warp: lane l adds splits l, l + 32, ... in order, then the lanes are added
+// pairwise in a fixed tree through shared memory, so the order is fixed by
+// `splits` alone. A block of GEMM_THREADS holds GEMM_THREADS / 32 elements,
+// and the host launches one block per that many. A chain of one load after
+// another would leave the GPU waiting on each (conv1's weight gradient sums
+// 169 splits); here a warp's loads are in flight together.
+template <class S>
+__device__ __forceinline__ void sum_splits_by_warp(const float* ws, int M, int N, int splits,
+                                                   const S& store) {
+    const int total = M * N;
+    __shared__ float lanes[GEMM_THREADS];
+    const int lane = threadIdx.x % 32;
+    const int e = blockIdx.x * (GEMM_THREADS / 32) + threadIdx.x / 32;
+    float sum = 0.0f;
+    if (e < total) {
+        for (int s = lane; s < splits; s += 32) sum += ws[s * total + e];
+    }
+    lanes[threadIdx.x] = sum;
+    __syncthreads();
+    for (int width = 16; width > 0; width /= 2) {
+        if (lane < width) lanes[threadIdx.x] += lanes[threadIdx.x + width];
+        __syncthreads();
+    }
+    if (lane == 0 && e < total) store(e / N, e % N, lanes[threadIdx.x]);
+}
+
 // Sums the `splits` partials of every element and hands the sum to
 // `store`, in an order fixed by `splits` alone. Up to
 // GEMM_WIDE_REDUCE_SPLITS splits: one thread per element, grid-stride,
-// adding the splits in order. From there a chain that long would leave the
-// GPU waiting on one load after another (conv1's weight gradient sums 169
-// splits on two blocks), so a warp takes each element: lane l adds splits
-// l, l + 32, ... in order, then the lanes are added pairwise in a fixed tree
-// through shared memory; a block holds GEMM_THREADS / 32 elements, and the
-// host launches one block per that many (`GemmPlan::reduce`).
+// adding the splits in order; from there a warp per element
+// (`sum_splits_by_warp`; `GemmPlan::reduce` launches for either).
 template <class S>
 __device__ __forceinline__ void gemm_reduce(const float* ws, int M, int N, int splits,
                                             const S& store) {
     const int total = M * N;
     if (splits >= GEMM_WIDE_REDUCE_SPLITS) {
-        __shared__ float lanes[GEMM_THREADS];
-        const int lane = threadIdx.x % 32;
-        const int e = blockIdx.x * (GEMM_THREADS / 32) + threadIdx.x / 32;
-        float sum = 0.0f;
-        if (e < total) {
-            for (int s = lane; s < splits; s += 32) sum += ws[s * total + e];
-        }
-        lanes[threadIdx.x] = sum;
-        __syncthreads();
-        for (int width = 16; width > 0; width /= 2) {
-            if (lane < width) lanes[threadIdx.x] += lanes[threadIdx.x + width];
-            __syncthreads();
-        }
-        if (lane == 0 && e < total) store(e / N, e % N, lanes[threadIdx.x]);
+        sum_splits_by_warp(ws, M, N, splits, store);
         return;
     }
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {

@@ -364,35 +364,57 @@ extern "C" __global__ void conv2d_bwd_weight_reduce_f32(const float* ws, float* 
     gemm_reduce(ws, d.o, d.ckk, (int)p.t.splits, PlainStore{dw, d.ckk});
 }
 
-// ---- bias gradient: db[o] = Σ dy[n, o, :], one block per channel ----
+// ---- bias gradient: db[o] = Σ dy[n, o, :], in two passes ----
+//
+// Channel o's elements e = (image, pixel) are cut into slices of
+// BIAS_SLICE, the last one short; block (o, s) sums slice s of channel o
+// into ws[s · O + o], then `conv2d_bwd_bias_reduce_f32` sums each channel's
+// slices with a warp. So the batch is spread over O · slices blocks instead
+// of O, and each thread loads its BIAS_ITEMS elements before it adds any,
+// so that they are in flight together. Every addition's order is fixed by
+// the shape (no atomics).
+#define BIAS_ITEMS 16
+#define BIAS_SLICE (BIAS_ITEMS * REDUCE_THREADS)
 
-// Each thread keeps BIAS_LANES partial sums over elements BIAS_LANES block
-// widths apart, so that many loads are in flight instead of one dependent
-// chain; the lanes are added in a fixed order.
-#define BIAS_LANES 8
+// Slices per channel; one when the batch is empty, so that db is zeroed.
+__device__ __forceinline__ int bias_slices(const Dims& d) {
+    const int total = d.n * d.ohw;
+    return total == 0 ? 1 : (total + BIAS_SLICE - 1) / BIAS_SLICE;
+}
 
 extern "C" __global__ void __launch_bounds__(REDUCE_THREADS)
-    conv2d_bwd_bias_f32(const float* dy, float* db, Conv2dGeom g) {
+    conv2d_bwd_bias_partial_f32(const float* dy, float* ws, Conv2dGeom g) {
     const Dims d = dims(g);
-    const int o = blockIdx.x;
-    const int total = d.n * d.ohw;
-    // Element e of channel o: image e / ohw, pixel e % ohw.
-    float lane[BIAS_LANES];
+    const int slices = bias_slices(d);
+    const int o = blockIdx.x / slices, s = blockIdx.x - o * slices;
+    const int left = d.n * d.ohw - s * BIAS_SLICE;
+    // The thread's first element as (image, pixel), and the step of
+    // REDUCE_THREADS elements as whole images plus pixels, so that the
+    // loop has no division.
+    const int e0 = s * BIAS_SLICE + threadIdx.x;
+    int img = e0 / d.ohw, p = e0 - img * d.ohw;
+    const int step_img = REDUCE_THREADS / d.ohw, step_p = REDUCE_THREADS - step_img * d.ohw;
+    float v[BIAS_ITEMS];
 #pragma unroll
-    for (int u = 0; u < BIAS_LANES; ++u) lane[u] = 0.0f;
-    for (int e0 = threadIdx.x; e0 < total; e0 += BIAS_LANES * REDUCE_THREADS) {
-#pragma unroll
-        for (int u = 0; u < BIAS_LANES; ++u) {
-            const int e = e0 + u * REDUCE_THREADS;
-            if (e < total) {
-                const int img = e / d.ohw;
-                lane[u] += dy[(img * d.o + o) * d.ohw + (e - img * d.ohw)];
-            }
+    for (int u = 0; u < BIAS_ITEMS; ++u) {
+        const bool in = (int)threadIdx.x + u * REDUCE_THREADS < left;
+        v[u] = in ? dy[(img * d.o + o) * d.ohw + p] : 0.0f;
+        img += step_img;
+        p += step_p;
+        if (p >= d.ohw) {
+            p -= d.ohw;
+            ++img;
         }
     }
     float sum = 0.0f;
 #pragma unroll
-    for (int u = 0; u < BIAS_LANES; ++u) sum += lane[u];
+    for (int u = 0; u < BIAS_ITEMS; ++u) sum += v[u];
     sum = block_sum(sum);
-    if (threadIdx.x == 0) db[o] = sum;
+    if (threadIdx.x == 0) ws[s * d.o + o] = sum;
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_bias_reduce_f32(const float* ws, float* db, Conv2dGeom g) {
+    const Dims d = dims(g);
+    sum_splits_by_warp(ws, d.o, 1, bias_slices(d), PlainStore{db, 1});
 }

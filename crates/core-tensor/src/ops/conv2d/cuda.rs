@@ -7,8 +7,14 @@ use crate::backend::cuda::layer::{GemmLayer, Shape, gemm_layer_kernel};
 use crate::ops::{LayerLens, ParamAt};
 use crate::{Cuda, Result};
 
-/// Threads of `conv2d_bwd_bias_f32` (REDUCE_THREADS in reduce.cuh).
+/// Threads of `conv2d_bwd_bias_partial_f32` (REDUCE_THREADS in reduce.cuh)
+/// and of `conv2d_bwd_bias_reduce_f32` (GEMM_THREADS in sgemm.cuh).
 const BIAS_THREADS: u32 = 256;
+/// Elements of a channel that one block of `conv2d_bwd_bias_partial_f32`
+/// sums (BIAS_SLICE in conv2d.cu).
+const BIAS_SLICE: usize = 4096;
+/// Channels per block of `conv2d_bwd_bias_reduce_f32`: a warp each.
+const BIAS_CHANNELS_PER_BLOCK: usize = BIAS_THREADS as usize / 32;
 
 impl GemmLayer for Conv2dGeom {
     const FWD: BiasGemmKernels<Self> = BiasGemmKernels {
@@ -76,15 +82,43 @@ impl GemmLayer for Conv2dGeom {
         dy: &CudaSlice<f32>,
         db: &mut CudaViewMut<'_, f32>,
     ) -> Result<()> {
-        let per_channel = LaunchConfig {
-            grid_dim: (self.out_channels as u32, 1, 1),
+        let slices = self.bias_slices();
+        let mut ws = cuda.scratch(slices * self.out_channels)?;
+        let partial = LaunchConfig {
+            // At most i32::MAX blocks: `layer_bwd` checked that dy's
+            // O·N·OH·OW elements fit in an i32.
+            grid_dim: ((slices * self.out_channels) as u32, 1, 1),
+            block_dim: (BIAS_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let reduce = LaunchConfig {
+            grid_dim: (
+                self.out_channels.div_ceil(BIAS_CHANNELS_PER_BLOCK) as u32,
+                1,
+                1,
+            ),
             block_dim: (BIAS_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: the caller checked `dy` and `db` against the geometry;
-        // one block per output channel, of the threads the kernel reduces
-        // with.
-        unsafe { kernels::conv2d_bwd_bias_f32(cuda, per_channel, dy, db, self) }
+        // `ws` holds a partial sum per slice and channel, what the first
+        // kernel writes (a block each) and the second reads (a warp per
+        // channel), both of the threads they are written for.
+        unsafe {
+            kernels::conv2d_bwd_bias_partial_f32(cuda, partial, dy, &mut ws, self)?;
+            kernels::conv2d_bwd_bias_reduce_f32(cuda, reduce, &ws, db, self)
+        }
+    }
+}
+
+impl Conv2dGeom {
+    /// How many slices of [`BIAS_SLICE`] elements each channel's bias
+    /// gradient is summed in (`bias_slices` in conv2d.cu); one for an empty
+    /// batch, so that the gradient is still written (zero).
+    fn bias_slices(&self) -> usize {
+        (self.batch * self.out_h() * self.out_w())
+            .div_ceil(BIAS_SLICE)
+            .max(1)
     }
 }
 
