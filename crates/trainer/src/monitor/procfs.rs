@@ -90,7 +90,10 @@ impl MemoryCgroup {
                     (limit.trim().parse::<u64>(), usage.trim().parse::<u64>())
                 && limit < 1 << 62
             {
-                let room = limit.saturating_sub(usage);
+                // The page cache the kernel reclaims first is room too (the
+                // working set, as container runtimes count it).
+                let reclaimable = read("memory.stat").map_or(0, |s| inactive_file_bytes(&s));
+                let room = limit.saturating_sub(usage.saturating_sub(reclaimable));
                 if least.is_none_or(|(r, _)| room < r) {
                     least = Some((room, limit));
                 }
@@ -100,6 +103,18 @@ impl MemoryCgroup {
             }
         }
     }
+}
+
+/// The inactive file pages a cgroup's `memory.stat` counts (v1's
+/// hierarchical `total_inactive_file`, else `inactive_file`); 0 where none.
+fn inactive_file_bytes(stat: &str) -> u64 {
+    let value = |key: &str| {
+        stat.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    value("total_inactive_file")
+        .or_else(|| value("inactive_file"))
+        .unwrap_or(0)
 }
 
 /// [`MemoryCgroup::room_bytes`] of this process's memory cgroup.
@@ -167,6 +182,14 @@ mod tests {
         assert_eq!(parse_address_space_limit(limits), Some(6_144_000_000));
         let unlimited = limits.replace("6144000000", "unlimited ");
         assert_eq!(parse_address_space_limit(&unlimited), None);
+    }
+
+    #[test]
+    fn reclaimable_page_cache_is_v1s_hierarchical_count_else_v2s() {
+        let v1 = "inactive_file 4096\ntotal_inactive_file 8192\n";
+        assert_eq!(inactive_file_bytes(v1), 8192);
+        assert_eq!(inactive_file_bytes("anon 1\ninactive_file 4096\n"), 4096);
+        assert_eq!(inactive_file_bytes("anon 1\n"), 0);
     }
 
     #[test]
