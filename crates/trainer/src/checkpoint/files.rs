@@ -180,19 +180,25 @@ impl Parsed<'_> {
         names
             .into_iter()
             .map(|name| {
-                let view = self
-                    .file
-                    .tensor(name)
-                    .map_err(|_| anyhow!("tensor `{name}` is missing"))?;
-                if view.dtype() != Dtype::F32 {
-                    bail!("`{name}` is {:?}; expected F32", view.dtype());
-                }
-                let values = (view.data().chunks_exact(4))
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect();
-                Ok((name.to_string(), view.shape().to_vec(), values))
+                let (shape, values) = self.f32_tensor(name)?;
+                Ok((name.to_string(), shape, values))
             })
             .collect()
+    }
+
+    /// The tensor `name`'s shape and values; it must be there, and f32.
+    fn f32_tensor(&self, name: &str) -> anyhow::Result<(Vec<usize>, Vec<f32>)> {
+        let view = self
+            .file
+            .tensor(name)
+            .map_err(|_| anyhow!("tensor `{name}` is missing"))?;
+        if view.dtype() != Dtype::F32 {
+            bail!("`{name}` is {:?}; expected F32", view.dtype());
+        }
+        let values = (view.data().chunks_exact(4))
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Ok((view.shape().to_vec(), values))
     }
 
     /// The tensors `expected` (name, shape), in that order: exactly those,
@@ -214,24 +220,11 @@ impl Parsed<'_> {
         expected
             .iter()
             .map(|(name, shape)| {
-                let view = self
-                    .file
-                    .tensor(name)
-                    .map_err(|_| anyhow!("tensor `{name}` is missing"))?;
-                if view.dtype() != Dtype::F32 {
-                    bail!("`{name}` is {:?}; expected F32", view.dtype());
+                let (found, values) = self.f32_tensor(name)?;
+                if found != *shape {
+                    bail!("`{name}` has shape {found:?}; this model needs {shape:?}");
                 }
-                if view.shape() != shape.as_slice() {
-                    bail!(
-                        "`{name}` has shape {:?}; this model needs {shape:?}",
-                        view.shape()
-                    );
-                }
-                Ok(view
-                    .data()
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect())
+                Ok(values)
             })
             .collect()
     }
