@@ -181,12 +181,8 @@ impl NodeGroup {
         let deadline = Instant::now() + self.rdzv_timeout;
         let mut enough_since: Option<Instant> = None;
         loop {
-            let mut present = vec![0];
-            for k in 1..self.members.seats {
-                if present.len() < max && self.present(k)? {
-                    present.push(k);
-                }
-            }
+            let mut present: Vec<usize> = std::iter::once(0).chain(self.present()?).collect();
+            present.truncate(max);
             let now = Instant::now();
             if present.len() >= min {
                 let since = *enough_since.get_or_insert(now);
@@ -208,21 +204,32 @@ impl NodeGroup {
         }
     }
 
-    /// Node 0: whether the launcher of seat `k` is there to run an attempt:
-    /// it joined, has not left or fallen silent, and did not leave standing
-    /// by.
-    fn present(&mut self, k: usize) -> Result<bool, LaunchError> {
-        let keys = [
-            format!("joined/{k}"),
-            Store::departed_key(k),
-            left_key(k),
-            heartbeat::key(k),
-        ];
+    /// Node 0: the seats past 0 whose launchers are there to run an
+    /// attempt: joined, not left or fallen silent, and not gone from
+    /// standing by. One request for them all.
+    fn present(&mut self) -> Result<Vec<usize>, LaunchError> {
+        let seats = 1..self.members.seats;
+        let keys: Vec<String> = (seats.clone())
+            .flat_map(|k| {
+                [
+                    format!("joined/{k}"),
+                    Store::departed_key(k),
+                    left_key(k),
+                    heartbeat::key(k),
+                ]
+            })
+            .collect();
         let mut values = self.store.look_all(&keys)?.into_iter();
-        let mut next = || values.next().flatten();
-        let (joined, departed, left, beat) = (next(), next(), next(), next());
-        let gone = departed.is_some() || left.is_some();
-        Ok(joined.is_some() && !gone && self.silent(k, beat).is_none())
+        let mut present = Vec::new();
+        for k in seats {
+            let mut next = || values.next().flatten();
+            let (joined, departed, left, beat) = (next(), next(), next(), next());
+            let gone = departed.is_some() || left.is_some();
+            if joined.is_some() && !gone && self.silent(k, beat).is_none() {
+                present.push(k);
+            }
+        }
+        Ok(present)
     }
 
     /// A node other than 0: the port and machines of `attempt`, or `None`
@@ -277,16 +284,12 @@ impl NodeGroup {
             return;
         }
         let until = Instant::now() + wait;
-        for k in 1..self.members.seats {
-            if self.members.current.contains(&k) {
-                continue;
+        while let Ok(present) = self.present() {
+            let standing_by = present.iter().any(|k| !self.members.current.contains(k));
+            if !standing_by || Instant::now() >= until {
+                return;
             }
-            while let Ok(true) = self.present(k) {
-                if Instant::now() >= until {
-                    return;
-                }
-                std::thread::sleep(POLL);
-            }
+            std::thread::sleep(POLL);
         }
     }
 }
