@@ -71,14 +71,55 @@ fn assert_redrawn(screen: &str) {
             "step {step} not drawn: {steps:?}\n{screen}"
         );
     }
-    // The epoch's line starts a line of its own: the bar was cleared (and
-    // not drawn) on the terminal's line before it.
-    let epoch_line = screen.find("Epoch 01/01").expect("the epoch line");
-    let on_its_line = screen[..epoch_line].rsplit('\r').next().unwrap_or_default();
+    // What stays on the terminal once the run is over: the bar cleared,
+    // the epoch's line a line of its own (whether the bar was cleared just
+    // before it or before another rank's line printed between them).
+    let lines = rendered(screen);
     assert!(
-        ["\x1b[K[rank 0] ", "\x1b[K"].contains(&on_its_line),
-        "{on_its_line:?} before the epoch line in {screen}"
+        !lines.iter().any(|line| line.contains("epoch 1 [")),
+        "the bar left on the screen: {lines:#?}"
     );
+    assert!(
+        (lines.iter()).any(|line| line
+            .trim_start_matches("[rank 0] ")
+            .starts_with("Epoch 01/01")),
+        "the epoch line not a line of its own: {lines:#?}"
+    );
+}
+
+/// The lines a terminal shows after receiving `screen`: a carriage return
+/// moves to the line's start, a line feed to the next line, `ESC [ K`
+/// clears to the line's end, anything else overwrites what is there.
+fn rendered(screen: &str) -> Vec<String> {
+    let mut lines: Vec<Vec<char>> = vec![Vec::new()];
+    let (mut row, mut col) = (0, 0);
+    let mut chars = screen.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' => col = 0,
+            '\n' => {
+                (row, col) = (row + 1, 0);
+                if lines.len() == row {
+                    lines.push(Vec::new());
+                }
+            }
+            '\x1b' => {
+                let sequence: String = chars.by_ref().take(2).collect();
+                assert_eq!(sequence, "[K", "an escape the bar does not use");
+                lines[row].truncate(col);
+            }
+            c => {
+                let line = &mut lines[row];
+                if col < line.len() {
+                    line[col] = c;
+                } else {
+                    line.push(c);
+                }
+                col += 1;
+            }
+        }
+    }
+    lines.into_iter().map(String::from_iter).collect()
 }
 
 #[test]
