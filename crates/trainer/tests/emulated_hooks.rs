@@ -1,8 +1,9 @@
 //! Gradient accumulation and the 16-bit communication hooks on the CUDA
 //! backend, run without a GPU on `cuda-emu` (see `cuda_emulated.rs`): the
 //! accumulation kernel sums 4 micro-batches of 16 to follow one batch of
-//! 64 within 1e-4 (on the CPU for 30 steps, `accumulation.rs`; here for
-//! 5, which take the emulator minutes already); NCCL reduces bfloat16
+//! 64 within 1e-4 after 30 steps (as on the CPU, `accumulation.rs`; the
+//! two trainings run side by side on the emulator's two GPUs, as each
+//! takes it minutes); NCCL reduces bfloat16
 //! copies of the gradients (half the bytes), and the ranks stay bitwise
 //! identical.
 //!
@@ -47,18 +48,21 @@ fn config(batch: usize, k: usize, steps: usize) -> TrainConfig {
 
 #[test]
 fn emulated_gpu_accumulation_follows_one_batch() {
-    const STEPS: usize = 5;
-    let Some(gpu) = common::emulated_gpu(0) else {
+    const STEPS: usize = 30;
+    let (Some(gpu0), Some(gpu1)) = (common::emulated_gpu(0), common::emulated_gpu(1)) else {
         return;
     };
     let data = common::small_data(64 * STEPS, 50);
-    let train = |cfg| {
-        let mut t = Trainer::new(gpu.clone(), &data, cfg, None).unwrap();
+    let train = |gpu, cfg| {
+        let mut t = Trainer::new(gpu, &data, cfg, None).unwrap();
         t.train_epoch(1, &mut Silent, &mut |_| Ok(())).unwrap();
         t.params().unwrap()
     };
-    let whole = train(config(64, 1, STEPS));
-    let micro = train(config(16, 4, STEPS));
+    let (whole, micro) = std::thread::scope(|s| {
+        let whole = s.spawn(|| train(gpu0, config(64, 1, STEPS)));
+        let micro = train(gpu1, config(16, 4, STEPS));
+        (whole.join().unwrap(), micro)
+    });
     let diff = relative(&micro, &whole);
     println!("emulated GPU, K = 4 x 16 vs 64: relative difference {diff:e}");
     assert!(
