@@ -137,7 +137,8 @@ inline unsigned int atomicCAS(unsigned int* address, unsigned int compare, unsig
 
 // ---- Tensor cores (mma.cuh's TF32 products) ----
 //
-// CUDA_EMU tells mma.cuh to use these instead of its inline PTX.
+// CUDA_EMU tells mma.cuh and gemm_bf16.cuh to use these instead of their
+// inline PTX.
 #define CUDA_EMU 1
 
 // cvt.rna.tf32.f32: to the nearest TF32 (10 stored mantissa bits), ties away
@@ -182,6 +183,51 @@ inline void mma_m16n8k8_tf32(float (&d)[4], const float (&a)[4], const float (&b
         for (unsigned k = 0; k < 8; ++k) {
             const float x = frag_a[warp + (row % 8) * 4 + k % 4][row / 8 + 2 * (k / 4)];
             const float y = frag_b[warp + col * 4 + k % 4][k / 4];
+            sum += x * y;
+        }
+        d[r] = gpu_result(d[r] + sum);
+    }
+    cuda_emu::syncthreads();
+}
+
+// ---- Tensor cores (gemm_bf16.cuh's bf16 products) ----
+
+// cvt.rn.bf16.f32: the upper 16 bits of x rounded to nearest, ties to even;
+// a NaN becomes the canonical 0x7fff, as on the GPU (and in cuda_bf16.h's
+// host conversion); what rounds past the largest bf16 becomes infinity.
+inline unsigned short bf16_bits(float x) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (unsigned short)(bits >> 16);
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the calling warp:
+// d += a·b, two bf16 per register in the layouts gemm_bf16.cuh lists, met
+// as `mma_m16n8k8_tf32` meets. Products of two bf16 are exact in float32;
+// they are summed in k order (the hardware's order is unspecified), and a
+// NaN result is the GPU's NaN.
+inline void mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    static unsigned frag_a[1024][4], frag_b[1024][2];
+    const unsigned tid =
+        threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned lane = tid % 32, warp = tid - lane;
+    for (int r = 0; r < 4; ++r) frag_a[tid][r] = a[r];
+    for (int r = 0; r < 2; ++r) frag_b[tid][r] = b[r];
+    cuda_emu::syncthreads();
+    // Element k of a register pair: the lower half holds the even k.
+    const auto half = [](unsigned word, unsigned k) {
+        return __uint_as_float(k % 2 ? word & 0xffff0000u : word << 16);
+    };
+    const unsigned g = lane / 4, t = lane % 4;
+    for (unsigned r = 0; r < 4; ++r) {
+        const unsigned row = g + 8 * (r / 2), col = 2 * t + r % 2;
+        float sum = 0.0f;
+        for (unsigned k = 0; k < 16; ++k) {
+            const unsigned lane_k = k % 8 / 2;
+            const float x = half(frag_a[warp + (row % 8) * 4 + lane_k][row / 8 + 2 * (k / 8)], k);
+            const float y = half(frag_b[warp + col * 4 + lane_k][k / 8], k);
             sum += x * y;
         }
         d[r] = gpu_result(d[r] + sum);

@@ -45,7 +45,8 @@
 //!   non-blocking initialisation, all-reduce (sum, average), broadcast,
 //!   asynchronous errors, and abort, which releases the collectives of this
 //!   rank and fails those of its peers.
-//! * Tensor cores: `mma.sync` m16n8k8 TF32 (mma.cuh) as a block-wide
+//! * Tensor cores: `mma.sync` m16n8k8 TF32 (mma.cuh) and m16n8k16 bf16
+//!   (gemm_bf16.cuh, with `cvt.rn.bf16.f32`'s rounding) as a block-wide
 //!   exchange of the fragments in the PTX ISA's layouts, so a fragment
 //!   mapped to the wrong element gives wrong numbers; its sums round in k
 //!   order, where the hardware's order is unspecified.

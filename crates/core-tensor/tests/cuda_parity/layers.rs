@@ -5,17 +5,17 @@
 use std::fmt::Debug;
 
 use core_tensor::ops::{Conv2dGeom, LinearGeom, ParamAt};
-use core_tensor::{Backend, Cuda, Fp32Tile, Ops};
+use core_tensor::{Backend, Cuda, Fp32Tile, MatmulPrecision, Ops};
 
 use crate::on_each_device;
 use crate::support::{
     TF32_PRODUCT_ERROR, abs, assert_same_bits, assert_within_rounded_sum_bound,
-    assert_within_sum_bound, down, gpu, gpu_tf32, reference, small_integers, uniform, up,
+    assert_within_sum_bound, down, gpu, gpu_in, reference, small_integers, uniform, up,
 };
 
 /// A layer's two kernels, as the suite drives them: forward into `y`,
 /// then backward into `grads` and `dx`.
-trait Layer: Debug {
+pub(crate) trait Layer: Debug {
     #[allow(clippy::too_many_arguments)]
     fn fwd_bwd<B: Ops>(
         &self,
@@ -55,7 +55,7 @@ layer!(Conv2dGeom: conv2d_fwd, conv2d_bwd);
 layer!(LinearGeom: linear_fwd, linear_bwd);
 
 /// Runs the layer forward and backward on `dev`; returns (y, grads, dx).
-fn layer_run<B: Ops>(
+pub(crate) fn layer_run<B: Ops>(
     dev: &B,
     g: &impl Layer,
     x: &[f32],
@@ -73,7 +73,7 @@ fn layer_run<B: Ops>(
 
 /// Conv parameters packed as [W | b] in one flat buffer, with an offset so
 /// the ranges are honoured rather than assumed to start at 0.
-fn conv_params(g: &Conv2dGeom, seed: u64) -> (Vec<f32>, ParamAt) {
+pub(crate) fn conv_params(g: &Conv2dGeom, seed: u64) -> (Vec<f32>, ParamAt) {
     let pad = 3;
     let (wl, bl) = (g.weight_len(), g.out_channels);
     let params = uniform(seed, pad + wl + bl, -1.0, 1.0);
@@ -90,7 +90,7 @@ fn conv2d_matches<B: Ops>(dev: &B) {
 
 /// Conv2d on `dev` against the reference, each product of the device's
 /// GEMMs off by up to `product_error` relative (0 for float32).
-fn conv2d_within<B: Ops>(dev: &B, product_error: f64) {
+pub(crate) fn conv2d_within<B: Ops>(dev: &B, product_error: f64) {
     for (i, g) in conv_geoms().iter().enumerate() {
         let seed = 100 + i as u64;
         let x = uniform(seed, g.batch * g.in_image_len(), -1.0, 1.0);
@@ -161,7 +161,7 @@ fn check_gemm_layer<B: Ops>(
 /// Strides, padding, the model's two convolutions, more than one tile of
 /// output channels, a long split-K reduce, and bias gradients summed in
 /// slices of 4096 pixels (`conv2d_bwd_bias_partial_f32`) that end unevenly.
-fn conv_geoms() -> [Conv2dGeom; 9] {
+pub(crate) fn conv_geoms() -> [Conv2dGeom; 9] {
     let base = Conv2dGeom {
         batch: 3,
         in_channels: 3,
@@ -253,7 +253,7 @@ fn linear_matches<B: Ops>(dev: &B) {
 }
 
 /// Fc1, fc2, and shapes with tiles in every direction.
-fn linear_geoms() -> [LinearGeom; 4] {
+pub(crate) fn linear_geoms() -> [LinearGeom; 4] {
     [
         LinearGeom {
             batch: 7,
@@ -281,7 +281,7 @@ fn linear_geoms() -> [LinearGeom; 4] {
 }
 
 /// Linear on `dev` against the reference, as [`conv2d_within`].
-fn linear_within<B: Ops>(dev: &B, product_error: f64) {
+pub(crate) fn linear_within<B: Ops>(dev: &B, product_error: f64) {
     for (i, g) in linear_geoms().iter().enumerate() {
         let seed = 200 + i as u64;
         let x = uniform(seed, g.batch * g.in_features, -1.0, 1.0);
@@ -317,7 +317,7 @@ fn linear() {
 /// rounding to TF32, for every shape the float32 kernels are checked on.
 #[test]
 fn conv2d_and_linear_in_tf32() {
-    if let Some(gpu) = gpu_tf32("conv2d_and_linear_in_tf32") {
+    if let Some(gpu) = gpu_in("conv2d_and_linear_in_tf32", MatmulPrecision::Tf32) {
         conv2d_within(&gpu, TF32_PRODUCT_ERROR);
         linear_within(&gpu, TF32_PRODUCT_ERROR);
     }
@@ -327,7 +327,7 @@ fn conv2d_and_linear_in_tf32() {
 /// exact float32 integer, so every device and precision must give the
 /// reference's bits: a fragment or tile mapped to the wrong element cannot
 /// hide inside a rounding bound.
-fn small_integer_products_are_exact<B: Ops>(dev: &B) {
+pub(crate) fn small_integer_products_are_exact<B: Ops>(dev: &B) {
     for (i, g) in conv_geoms().iter().enumerate() {
         let seed = 300 + i as u64;
         let x = small_integers(seed, g.batch * g.in_image_len());
@@ -371,7 +371,7 @@ fn exact_run<B: Ops>(
 #[test]
 fn small_integer_products() {
     on_each_device!(small_integer_products_are_exact);
-    if let Some(gpu) = gpu_tf32("small_integer_products") {
+    if let Some(gpu) = gpu_in("small_integer_products", MatmulPrecision::Tf32) {
         small_integer_products_are_exact(&gpu);
     }
     if let Some(gpu) = wide_fp32_gpu("small_integer_products") {

@@ -14,6 +14,8 @@
 //! * GEMM-based ops (conv2d, linear): the sum-of-products bound of
 //!   `support::assert_within_sum_bound`; the devices add in different
 //!   orders, so a fixed relative tolerance would be either loose or flaky.
+//!   TF32 and bf16 products widen it by their inputs' rounding (bf16.rs
+//!   also holds bf16 to float32's bound on inputs rounded to bf16).
 //! * cross-entropy: 1e-5 relative to each term's scale. exp/ln differ by a
 //!   few ulp between libm and CUDA (≤ 2 ulp for expf), and the batch sum is
 //!   a tree on the GPU.
@@ -21,6 +23,7 @@
 //!   must have one, of any payload and sign (`support::nan_rule` says why:
 //!   a GPU's arithmetic makes 0x7fffffff, an x86 core keeps the operand's).
 
+mod bf16;
 mod kernel_cache;
 mod layers;
 mod nan_bits;

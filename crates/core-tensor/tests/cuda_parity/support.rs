@@ -46,10 +46,10 @@ fn skip_gpu(test: &str, why: &str) -> Option<Cuda> {
     None
 }
 
-/// GPU 0 with TF32 matmuls, as [`gpu`] (skipped, or under REQUIRE_GPU=1 a
-/// failure, when there is no GPU or it cannot do TF32).
-pub fn gpu_tf32(test: &str) -> Option<Cuda> {
-    match Cuda::with_precision(0, MatmulPrecision::Tf32) {
+/// GPU 0 with its matmuls in `precision`, as [`gpu`] (skipped, or under
+/// REQUIRE_GPU=1 a failure, when there is no GPU or it cannot do them).
+pub fn gpu_in(test: &str, precision: MatmulPrecision) -> Option<Cuda> {
+    match Cuda::with_precision(0, precision) {
         Ok(gpu) => Some(gpu),
         Err(e) => skip_gpu(test, &e.with_causes()),
     }
@@ -151,6 +151,11 @@ pub fn assert_within_sum_bound(
 /// The relative error of one product of two inputs rounded to TF32 (10
 /// stored mantissa bits, to nearest): (1 + 2⁻¹¹)² − 1.
 pub const TF32_PRODUCT_ERROR: f64 = 2.0 / 2048.0 + 1.0 / (2048.0 * 2048.0);
+
+/// The same for bf16 (8 significant bits, 7 stored: a relative rounding
+/// error of at most u = 2⁻⁸ per input): (1 + 2⁻⁸)² − 1, about 0.0079. Over
+/// K terms the sum is then within (0.0079 + 4γ_K)·Σ|aᵢbᵢ| of float32's.
+pub const BF16_PRODUCT_ERROR: f64 = 2.0 / 256.0 + 1.0 / (256.0 * 256.0);
 
 /// [`assert_within_sum_bound`] for a device whose products carry a relative
 /// error of up to `product_error` (its inputs rounded to a narrower type):

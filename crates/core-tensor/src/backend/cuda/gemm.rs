@@ -206,13 +206,15 @@ type BiasProduct<G> = unsafe fn(
 /// A `_reduce` kernel: sums the workspace's splits into the result.
 type Reduce<G> =
     unsafe fn(&Cuda, LaunchConfig, In<'_, f32>, Out<'_, f32>, Val<'_, GemmLaunch<G>>) -> Result<()>;
-/// A tile kernel's three entry points: `_f32` (CUDA cores, square tiles),
-/// `_f32w` (CUDA cores, the 64 x 128 tile too) and `_tf32` (tensor cores).
+/// A tile kernel's four entry points: `_f32` (CUDA cores, square tiles),
+/// `_f32w` (CUDA cores, the 64 x 128 tile too), `_tf32` and `_bf16` (tensor
+/// cores).
 #[derive(Clone, Copy)]
 pub(crate) struct ByKind<K> {
     pub fp32: K,
     pub fp32_wide: K,
     pub tf32: K,
+    pub bf16: K,
 }
 
 impl<K: Copy> ByKind<K> {
@@ -226,6 +228,7 @@ impl<K: Copy> ByKind<K> {
             }
             MatmulPrecision::Fp32 => self.fp32,
             MatmulPrecision::Tf32 => self.tf32,
+            MatmulPrecision::Bf16 => self.bf16,
         }
     }
 }

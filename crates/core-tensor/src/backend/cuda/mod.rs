@@ -108,7 +108,7 @@ impl Cuda {
     }
 
     /// [`Cuda::new`] with the conv2d and linear products in `precision`.
-    /// TF32 on a GPU older than compute capability 8.0 is
+    /// TF32 or bf16 on a GPU older than compute capability 8.0 is
     /// [`Error::GpuTooOld`]; embedded PTX for an older architecture is then
     /// passed over for NVRTC's code for this GPU.
     pub fn with_precision(ordinal: usize, precision: MatmulPrecision) -> Result<Self> {
@@ -119,18 +119,23 @@ impl Cuda {
         let ctx = CudaContext::new(ordinal)?;
         launch::untracked_streams(&ctx);
         let compute_cap = ctx.compute_capability()?;
-        let min_arch = match precision {
-            MatmulPrecision::Fp32 => 0,
-            MatmulPrecision::Tf32 if compute_cap.0 < 8 => {
+        let feature = match precision {
+            MatmulPrecision::Fp32 => None,
+            MatmulPrecision::Tf32 => Some("TF32 on the tensor cores"),
+            MatmulPrecision::Bf16 => Some("bf16 mixed precision on the tensor cores"),
+        };
+        let min_arch = match feature {
+            None => 0,
+            Some(feature) if compute_cap.0 < 8 => {
                 return Err(Error::GpuTooOld {
-                    feature: "TF32 on the tensor cores",
+                    feature,
                     device: ctx.name()?,
                     have: compute_cap,
                     need: (8, 0),
                     fix: "leave the products in float32 (the default)",
                 });
             }
-            MatmulPrecision::Tf32 => 80,
+            Some(_) => 80,
         };
         let loaded = modules::load_all(&ctx, compute_cap, min_arch)?;
         // One stream for all of this backend's work (see `untracked_streams`).
@@ -152,8 +157,8 @@ impl Cuda {
         })
     }
 
-    /// This backend with the float32 products in tiles of `tile` (TF32
-    /// products keep theirs).
+    /// This backend with the float32 products in tiles of `tile` (TF32 and
+    /// bf16 products keep theirs).
     pub fn with_fp32_tile(self, tile: Fp32Tile) -> Self {
         Self {
             fp32_tile: tile,
@@ -166,7 +171,7 @@ impl Cuda {
     pub(crate) fn gemm_tile(&self) -> Fp32Tile {
         match self.matmul {
             MatmulPrecision::Fp32 => self.fp32_tile,
-            MatmulPrecision::Tf32 => Fp32Tile::Square,
+            MatmulPrecision::Tf32 | MatmulPrecision::Bf16 => Fp32Tile::Square,
         }
     }
 
@@ -262,6 +267,7 @@ impl Backend for Cuda {
             (MatmulPrecision::Fp32, Fp32Tile::Square) => "",
             (MatmulPrecision::Fp32, Fp32Tile::Wide) => ", 64x128 float32 tiles",
             (MatmulPrecision::Tf32, _) => ", TF32 matmuls",
+            (MatmulPrecision::Bf16, _) => ", bf16 matmuls",
         };
         format!(
             "cuda:{} ({}, sm_{major}{minor}, kernels from {}{tf32})",

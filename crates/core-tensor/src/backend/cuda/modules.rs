@@ -63,7 +63,7 @@ pub(super) struct Loaded {
 /// Loads every module on `ctx` (a GPU of compute capability `cap`). The
 /// embedded PTX is used only when it targets `min_arch` (e.g. 80) or later:
 /// code for an older architecture leaves out what needs a newer one (the
-/// TF32 products), so NVRTC compiles for this GPU instead.
+/// TF32 and bf16 products), so NVRTC compiles for this GPU instead.
 pub(super) fn load_all(
     ctx: &Arc<CudaContext>,
     (major, minor): (i32, i32),

@@ -34,10 +34,10 @@
 // alone (backend/cuda/gemm.rs), so results are identical run to run and on
 // every GPU: no atomics, every sum has one fixed order.
 //
-// Every GEMM kernel comes in three entry points: `_f32` multiplies on the
-// CUDA cores, `_tf32` on the tensor cores (mma.cuh; the host's
-// `MatmulPrecision`), `_f32w` on the CUDA cores with the 64 x 128
-// tile too (the host's `Fp32Tile`). Staging, loaders, split-K and stores
+// Every GEMM kernel comes in four entry points: `_f32` multiplies on the
+// CUDA cores, `_tf32` and `_bf16` on the tensor cores (mma.cuh,
+// gemm_bf16.cuh; the host's `MatmulPrecision`), `_f32w` on the CUDA cores
+// with the 64 x 128 tile too (the host's `Fp32Tile`). Staging, loaders, split-K and stores
 // are the same; a kernel holds only the products it runs, so none costs
 // another registers.
 //
@@ -309,6 +309,8 @@ __device__ __forceinline__ void gemm_shaped(const LA& a, const LB& b, int M, int
     gemm_store<BM, BN, TF32>(acc, M, N, store);
 }
 
+#include "gemm_bf16.cuh"
+
 // What a GEMM entry point holds: float32 products in the square tiles
 // (`_f32`), TF32 ones on the tensor cores (`_tf32`), or float32 in the
 // 64 x 128 tile as well (`_f32w`, which the host launches for the products
@@ -317,6 +319,7 @@ __device__ __forceinline__ void gemm_shaped(const LA& a, const LB& b, int M, int
 #define GEMM_F32 0
 #define GEMM_TF32 1
 #define GEMM_F32_WIDE 2
+#define GEMM_BF16 3  // bf16 operands on the tensor cores (gemm_bf16.cuh)
 
 // The block's tile (or split's partial tile) of a·b, handed to `store`, in
 // the tile shape the host chose (`tile_m` x `tile_n`) among those of KIND.
@@ -324,7 +327,9 @@ template <int KIND, class LA, class LB, class S>
 __device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int K,
                                      const GemmTiling& t, const S& store) {
     const bool TF32 = KIND == GEMM_TF32;
-    if (t.tile_m == 32) {
+    if (KIND == GEMM_BF16) {
+        gemm_bf16(a, b, M, N, K, t, store);
+    } else if (t.tile_m == 32) {
         gemm_shaped<32, 128, TF32>(a, b, M, N, K, (int)t.k_chunk, store);
     } else if (KIND == GEMM_F32_WIDE && t.tile_n == 128) {
         gemm_shaped<64, 128, false>(a, b, M, N, K, (int)t.k_chunk, store);

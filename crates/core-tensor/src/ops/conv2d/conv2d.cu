@@ -6,10 +6,9 @@
 //   input grad   dx [C, (n, ih, iw)]  = Wᵀ[C, (o, kh, kw)] · taps of dy
 //   weight grad  dW [O, C·K·K]        = dy [O, (n, oh, ow)] · im2col(x)ᵀ
 //
-// Each GEMM has whole-tile entry points (`_f32`, `_tf32`, `_f32w`), split-K
-// ones that fill the workspace with one K split each (`_partial_f32`,
-// `_partial_tf32`, `_partial_f32w`), and `_reduce_f32`, which sums the
-// splits in order.
+// Each GEMM has whole-tile entry points (`_f32`, `_tf32`, `_bf16`, `_f32w`),
+// split-K ones that fill the workspace with one K split each (`_partial_`
+// and the same four), and `_reduce_f32`, which sums the splits in order.
 
 #include "sgemm.cuh"
 #include "reduce.cuh"
@@ -220,7 +219,7 @@ struct NchwStore {
 };
 
 // Each product below is one device function templated on its kind, behind
-// three entry points, `_f32`, `_tf32` and `_f32w` (see sgemm.cuh).
+// four entry points, `_f32`, `_tf32`, `_bf16` and `_f32w` (see sgemm.cuh).
 
 // ---- forward: M = O, N = batch·OH·OW, K = C·K·K ----
 
@@ -242,6 +241,11 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     const Dims d = dims(p.g);
     conv2d_fwd<GEMM_TF32>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
 }
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_bf16(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_BF16>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
+}
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_fwd_f32w(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
@@ -259,6 +263,11 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_fwd_partial_tf32(const float* x, const float* w, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
     conv2d_fwd<GEMM_TF32>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_partial_bf16(const float* x, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_BF16>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -286,6 +295,11 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     const Dims d = dims(p.g);
     conv2d_bwd_input<GEMM_TF32>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
 }
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_bf16(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_BF16>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
+}
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_input_f32w(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
@@ -303,6 +317,11 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_input_partial_tf32(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
     conv2d_bwd_input<GEMM_TF32>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_partial_bf16(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_BF16>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -335,6 +354,10 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_tf32(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
     conv2d_bwd_weight<GEMM_TF32>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
 }
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_bf16(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
+    conv2d_bwd_weight<GEMM_BF16>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
+}
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_f32w(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
@@ -351,6 +374,11 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_bwd_weight_partial_tf32(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
     const Dims d = dims(p.g);
     conv2d_bwd_weight<GEMM_TF32>(x, dy, p, PartialStore{ws, d.o, d.ckk});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_partial_bf16(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_weight<GEMM_BF16>(x, dy, p, PartialStore{ws, d.o, d.ckk});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)

@@ -22,11 +22,13 @@ impl GemmLayer for Conv2dGeom {
             fp32: kernels::conv2d_fwd_f32,
             fp32_wide: kernels::conv2d_fwd_f32w,
             tf32: kernels::conv2d_fwd_tf32,
+            bf16: kernels::conv2d_fwd_bf16,
         },
         partial: ByKind {
             fp32: kernels::conv2d_fwd_partial_f32,
             fp32_wide: kernels::conv2d_fwd_partial_f32w,
             tf32: kernels::conv2d_fwd_partial_tf32,
+            bf16: kernels::conv2d_fwd_partial_bf16,
         },
         reduce: kernels::conv2d_fwd_reduce_f32,
     };
@@ -35,11 +37,13 @@ impl GemmLayer for Conv2dGeom {
             fp32: kernels::conv2d_bwd_weight_f32,
             fp32_wide: kernels::conv2d_bwd_weight_f32w,
             tf32: kernels::conv2d_bwd_weight_tf32,
+            bf16: kernels::conv2d_bwd_weight_bf16,
         },
         partial: ByKind {
             fp32: kernels::conv2d_bwd_weight_partial_f32,
             fp32_wide: kernels::conv2d_bwd_weight_partial_f32w,
             tf32: kernels::conv2d_bwd_weight_partial_tf32,
+            bf16: kernels::conv2d_bwd_weight_partial_bf16,
         },
         reduce: kernels::conv2d_bwd_weight_reduce_f32,
     };
@@ -48,11 +52,13 @@ impl GemmLayer for Conv2dGeom {
             fp32: kernels::conv2d_bwd_input_f32,
             fp32_wide: kernels::conv2d_bwd_input_f32w,
             tf32: kernels::conv2d_bwd_input_tf32,
+            bf16: kernels::conv2d_bwd_input_bf16,
         },
         partial: ByKind {
             fp32: kernels::conv2d_bwd_input_partial_f32,
             fp32_wide: kernels::conv2d_bwd_input_partial_f32w,
             tf32: kernels::conv2d_bwd_input_partial_tf32,
+            bf16: kernels::conv2d_bwd_input_partial_bf16,
         },
         reduce: kernels::conv2d_bwd_input_reduce_f32,
     };

@@ -17,11 +17,13 @@ impl GemmLayer for LinearGeom {
             fp32: kernels::linear_fwd_f32,
             fp32_wide: kernels::linear_fwd_f32w,
             tf32: kernels::linear_fwd_tf32,
+            bf16: kernels::linear_fwd_bf16,
         },
         partial: ByKind {
             fp32: kernels::linear_fwd_partial_f32,
             fp32_wide: kernels::linear_fwd_partial_f32w,
             tf32: kernels::linear_fwd_partial_tf32,
+            bf16: kernels::linear_fwd_partial_bf16,
         },
         reduce: kernels::linear_fwd_reduce_f32,
     };
@@ -30,11 +32,13 @@ impl GemmLayer for LinearGeom {
             fp32: kernels::linear_bwd_weight_f32,
             fp32_wide: kernels::linear_bwd_weight_f32w,
             tf32: kernels::linear_bwd_weight_tf32,
+            bf16: kernels::linear_bwd_weight_bf16,
         },
         partial: ByKind {
             fp32: kernels::linear_bwd_weight_partial_f32,
             fp32_wide: kernels::linear_bwd_weight_partial_f32w,
             tf32: kernels::linear_bwd_weight_partial_tf32,
+            bf16: kernels::linear_bwd_weight_partial_bf16,
         },
         reduce: kernels::linear_bwd_weight_reduce_f32,
     };
@@ -43,11 +47,13 @@ impl GemmLayer for LinearGeom {
             fp32: kernels::linear_bwd_input_f32,
             fp32_wide: kernels::linear_bwd_input_f32w,
             tf32: kernels::linear_bwd_input_tf32,
+            bf16: kernels::linear_bwd_input_bf16,
         },
         partial: ByKind {
             fp32: kernels::linear_bwd_input_partial_f32,
             fp32_wide: kernels::linear_bwd_input_partial_f32w,
             tf32: kernels::linear_bwd_input_partial_tf32,
+            bf16: kernels::linear_bwd_input_partial_bf16,
         },
         reduce: kernels::linear_bwd_input_reduce_f32,
     };

@@ -2,8 +2,8 @@
 // the shared tile (sgemm.cuh) and a column sum for the bias gradient.
 //
 // Each GEMM has whole-tile entry points that store the result (`<name>_f32`,
-// `<name>_tf32`), split-K ones that compute one K split into the workspace
-// (`<name>_partial_f32`, `<name>_partial_tf32`), and `<name>_reduce_f32`,
+// `<name>_tf32`, `<name>_bf16`, ...), split-K ones that compute one K split
+// into the workspace (`<name>_partial_f32`, ...), and `<name>_reduce_f32`,
 // which sums the splits in order and stores. The host picks direct or split
 // from the shape alone (backend/cuda/gemm.rs).
 
@@ -48,8 +48,8 @@ struct BiasStore {
     __device__ void operator()(int m, int n, float v) const { y[m * ld + n] = v + bias[n]; }
 };
 
-// Each product is one device function templated on its kind, behind three
-// entry points, `_f32`, `_tf32` and `_f32w` (see sgemm.cuh).
+// Each product is one device function templated on its kind, behind four
+// entry points, `_f32`, `_tf32`, `_bf16` and `_f32w` (see sgemm.cuh).
 
 // Forward: M = batch, N = out, K = in; A = x, B(k = i, n = o) = W[o, i].
 template <int KIND, class S>
@@ -68,6 +68,10 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_tf32(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) {
     linear_fwd<GEMM_TF32>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});
 }
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_fwd_bf16(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) {
+    linear_fwd<GEMM_BF16>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});
+}
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_f32w(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) {
@@ -82,6 +86,10 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_fwd_partial_tf32(const float* x, const float* w, float* ws, LinearLaunch p) {
     linear_fwd<GEMM_TF32>(x, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.out_features});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_fwd_partial_bf16(const float* x, const float* w, float* ws, LinearLaunch p) {
+    linear_fwd<GEMM_BF16>(x, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.out_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -112,6 +120,10 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_tf32(const float* x, const float* dy, float* dw, LinearLaunch p) {
     linear_bwd_weight<GEMM_TF32>(x, dy, p, PlainStore{dw, (int)p.g.in_features});
 }
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_weight_bf16(const float* x, const float* dy, float* dw, LinearLaunch p) {
+    linear_bwd_weight<GEMM_BF16>(x, dy, p, PlainStore{dw, (int)p.g.in_features});
+}
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_f32w(const float* x, const float* dy, float* dw, LinearLaunch p) {
@@ -127,6 +139,11 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_weight_partial_tf32(const float* x, const float* dy, float* ws, LinearLaunch p) {
     linear_bwd_weight<GEMM_TF32>(x, dy, p,
+                            PartialStore{ws, (int)p.g.out_features, (int)p.g.in_features});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_weight_partial_bf16(const float* x, const float* dy, float* ws, LinearLaunch p) {
+    linear_bwd_weight<GEMM_BF16>(x, dy, p,
                             PartialStore{ws, (int)p.g.out_features, (int)p.g.in_features});
 }
 
@@ -158,6 +175,10 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_tf32(const float* dy, const float* w, float* dx, LinearLaunch p) {
     linear_bwd_input<GEMM_TF32>(dy, w, p, PlainStore{dx, (int)p.g.in_features});
 }
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_input_bf16(const float* dy, const float* w, float* dx, LinearLaunch p) {
+    linear_bwd_input<GEMM_BF16>(dy, w, p, PlainStore{dx, (int)p.g.in_features});
+}
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_f32w(const float* dy, const float* w, float* dx, LinearLaunch p) {
@@ -172,6 +193,10 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_bwd_input_partial_tf32(const float* dy, const float* w, float* ws, LinearLaunch p) {
     linear_bwd_input<GEMM_TF32>(dy, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.in_features});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_bwd_input_partial_bf16(const float* dy, const float* w, float* ws, LinearLaunch p) {
+    linear_bwd_input<GEMM_BF16>(dy, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.in_features});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
