@@ -1,7 +1,7 @@
 //! The rules between flags that clap does not express in one line.
 
 use anyhow::bail;
-use core_tensor::Fp32Tile;
+use core_tensor::{Fp32Tile, MatmulPrecision};
 
 use super::Cli;
 use crate::checkpoint::resume::ResumeFrom;
@@ -64,13 +64,21 @@ impl Cli {
         if checkpoints.checkpoint_every.is_some() && !has_dir {
             bail!("--checkpoint-every needs --checkpoint-dir");
         }
+        MatmulPrecision::from_flags(device.tf32, device.bf16).map_err(anyhow::Error::msg)?;
         if device.device == DeviceChoice::Cpu && device.tf32 {
             bail!("--tf32 runs products on a GPU's tensor cores; --device cpu has none");
         }
-        if device.fp32_tile == Fp32Tile::Wide && (device.tf32 || device.device == DeviceChoice::Cpu)
+        if device.device == DeviceChoice::Cpu && device.bf16 {
+            bail!(
+                "--bf16 runs products on a GPU's tensor cores; --device cpu has none (the CPU trains in float32: docs/gpu.md says why)"
+            );
+        }
+        let tensor_cores = device.tf32 || device.bf16;
+        if device.fp32_tile == Fp32Tile::Wide
+            && (tensor_cores || device.device == DeviceChoice::Cpu)
         {
             bail!(
-                "--fp32-tile wide is the tile of a GPU's float32 products; --tf32 and --device cpu have none (leave it out)"
+                "--fp32-tile wide is the tile of a GPU's float32 products; --tf32, --bf16 and --device cpu have none (leave it out)"
             );
         }
         if device.device == DeviceChoice::Cpu && ddp.backend == BackendChoice::Nccl {

@@ -88,6 +88,7 @@ fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
     for (flags, hint) in [
         (&["--backend", "nccl"][..], "--backend tcp"),
         (&["--tf32"], "--tf32"),
+        (&["--bf16"], "--bf16"),
         (&["--fp32-tile", "wide"], "--fp32-tile"),
     ] {
         let cpu = [&["--device", "cpu"][..], flags].concat();
@@ -108,6 +109,14 @@ fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
         .unwrap()
         .validate();
     assert!(both.unwrap_err().to_string().contains("--tf32"));
+    let both = parse(&["--bf16", "--fp32-tile", "wide"])
+        .unwrap()
+        .validate();
+    assert!(both.unwrap_err().to_string().contains("--bf16"));
+    // One precision for the products: TF32 or bf16, not both.
+    let both = parse(&["--tf32", "--bf16"]).unwrap().validate();
+    let err = both.unwrap_err().to_string();
+    assert!(err.contains("--tf32") && err.contains("--bf16"), "{err}");
 }
 
 #[test]

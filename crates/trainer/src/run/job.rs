@@ -84,6 +84,7 @@ impl JobFlags {
             ("--sparse-adam", given(train.sparse_adam)),
             ("--backend", format!("{:?}", ddp.backend).to_lowercase()),
             ("--tf32", given(self.device.tf32)),
+            ("--bf16", given(self.device.bf16)),
             // Given or not (its path is rank 0's alone): every rank takes
             // part in each save.
             (

@@ -15,8 +15,9 @@ pub enum MatmulPrecision {
     /// Mixed precision on the tensor cores (compute capability 8.0 and
     /// later), as PyTorch's bf16 autocast: inputs rounded to bf16 (8
     /// significant bits, to nearest even), products accumulated in float32;
-    /// weights, gradients and the optimizer stay float32. Faster than TF32,
-    /// and about 1e-2 from float32 where TF32 is 1e-3.
+    /// weights, gradients and the optimizer stay float32. About 1e-2 from
+    /// float32, where TF32 is 1e-3; half the shared memory and MMA
+    /// instructions per product (docs/gpu.md, "Mixed precision").
     Bf16,
 }
 
