@@ -3,7 +3,7 @@
 //! layer shapes of `trainer::model::CnnMnist`, on the CPU backend or a GPU.
 //!
 //! `cargo bench -p benches --bench cnn_layers -- --threads 1 --batch-size 64 --reps 30`
-//! `cargo bench -p benches --bench cnn_layers -- --device cuda --batch-size 512 [--tf32]`
+//! `cargo bench -p benches --bench cnn_layers -- --device cuda --batch-size 512 [--tf32|--bf16]`
 //!
 //! Each call is timed between two [`Backend::mark`]s: the host clock on the
 //! CPU, CUDA events on the GPU's compute stream (so a GPU figure is the
@@ -38,6 +38,9 @@ struct Args {
     /// TF32 tensor cores for the conv and linear products (`--device cuda`).
     #[arg(long)]
     tf32: bool,
+    /// bf16 products with float32 sums on the tensor cores (`--device cuda`).
+    #[arg(long)]
+    bf16: bool,
     /// The float32 products' tile (`--device cuda`): `square` (64 x 64, 4 x 4
     /// per thread) or `wide` (64 x 128, 4 x 8 per thread); the same bits.
     #[arg(long, value_name = "TILE", value_parser = Fp32Tile::parse)]
@@ -229,17 +232,18 @@ fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
 fn main() -> Result<()> {
     let a = Args::parse();
     let (described, rows) = match a.device {
-        Device::Cpu if a.tf32 => bail!("--tf32 is for --device cuda"),
+        Device::Cpu if a.tf32 || a.bf16 => bail!("--tf32 and --bf16 are for --device cuda"),
         Device::Cpu if a.fp32_tile.is_some() => bail!("--fp32-tile is for --device cuda"),
-        Device::Cuda if a.tf32 && a.fp32_tile.is_some() => {
-            bail!("--fp32-tile chooses the float32 products' tile; TF32 ones keep theirs")
+        Device::Cuda if (a.tf32 || a.bf16) && a.fp32_tile.is_some() => {
+            bail!("--fp32-tile chooses the float32 products' tile; TF32 and bf16 ones keep theirs")
         }
         Device::Cpu => {
             let cpu = Cpu::new(a.threads)?;
             (cpu.describe(), rows(&cpu, &a)?)
         }
         Device::Cuda => {
-            let precision = MatmulPrecision::from_tf32(a.tf32);
+            let precision =
+                MatmulPrecision::from_flags(a.tf32, a.bf16).map_err(anyhow::Error::msg)?;
             let cuda = Cuda::with_precision(0, precision)
                 .context("--device cuda: no usable GPU 0")?
                 .with_fp32_tile(a.fp32_tile.unwrap_or_default());

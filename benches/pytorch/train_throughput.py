@@ -12,7 +12,11 @@ and pin_memory on CUDA, and each batch moved with .to(device).
 once as uint8, and each step gathers a random index batch and converts it to
 float on the device, with no DataLoader; cudnn.benchmark is on. Both modes
 keep TF32 off, as the trainer computes in full float32, unless --tf32 turns
-it on for matmuls and cuDNN alike (to set beside `trainer --tf32`).
+it on for matmuls and cuDNN alike (to set beside `trainer --tf32`), or --bf16
+runs forward under torch.autocast(dtype=torch.bfloat16): PyTorch's automatic
+mixed precision, convolutions and matmuls in bf16 with float32 accumulation,
+float32 weights and Adam, no loss scaling (bf16 has float32's range); to set
+beside `trainer --bf16`.
 
 Times --steps steps after --warmup untimed ones (synchronizing the GPU around
 the timed region) and prints one line.
@@ -97,8 +101,11 @@ def main():
     p.add_argument("--steps", type=int, default=300, help="timed steps")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     p.add_argument("--threads", type=int, help="CPU threads [default: torch's]")
-    p.add_argument("--tf32", action="store_true",
-                   help="TF32 tensor cores for matmuls and convolutions (as trainer --tf32)")
+    precision = p.add_mutually_exclusive_group()
+    precision.add_argument("--tf32", action="store_true",
+                           help="TF32 tensor cores for matmuls and convolutions (as trainer --tf32)")
+    precision.add_argument("--bf16", action="store_true",
+                           help="AMP: forward under torch.autocast to bf16 (as trainer --bf16)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     a = p.parse_args()
     if a.threads:
@@ -125,7 +132,9 @@ def main():
     def step():
         x, y = next(batches)
         opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=a.bf16):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
         opt.step()
         return len(y)
 
@@ -136,7 +145,7 @@ def main():
     seen = sum(step() for _ in range(a.steps))
     sync()
     secs = time.perf_counter() - start
-    precision = " tf32" if a.tf32 else ""
+    precision = " tf32" if a.tf32 else " bf16" if a.bf16 else ""
     print(f"torch {torch.__version__} {a.mode}{precision} {name} batch {a.batch_size}: "
           f"{seen / secs:.0f} img/s ({secs / a.steps * 1e3:.2f} ms/step over {a.steps} steps)")
 

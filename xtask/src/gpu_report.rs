@@ -3,8 +3,8 @@
 //! `--archive` it packs), so that a session with a GPU spends its time on
 //! the numbers rather than on copying them out of twenty files.
 //!
-//! Prints Markdown: images/s per batch size for ours and PyTorch (float32
-//! and TF32), the three goals against them, the baseline build
+//! Prints Markdown: images/s per batch size for ours and PyTorch (float32,
+//! TF32 and bf16), the three goals against them, the baseline build
 //! beside this one, and the per-kernel device times Nsight Compute
 //! measured. A step that did not run leaves its cells at "–".
 
@@ -85,25 +85,27 @@ fn report(dir: &Path, peak_tflops: f64) -> String {
     let read = |name: &str| fs::read_to_string(dir.join(format!("{name}.log"))).ok();
     let rate = |name: String| read(&name).and_then(|log| images_per_second(&log));
     let mut out = String::from(
-        "| batch | ours | ours `--tf32` | PyTorch (a) | PyTorch (b) | PyTorch (b) TF32 | FLOP floor |\n|---|---|---|---|---|---|---|\n",
+        "| batch | ours | ours `--tf32` | ours `--bf16` | PyTorch (a) | PyTorch (b) | PyTorch (b) TF32 | PyTorch (b) AMP bf16 | FLOP floor |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     let floor = peak_tflops * 1e12 / FLOP_PER_IMAGE;
-    let ours = |b: u32, tf32: bool| {
-        let name = match (b, tf32) {
-            (64, false) => "train".to_string(),
-            (64, true) => "train_tf32".to_string(),
-            (b, false) => format!("train_b{b}"),
-            (b, true) => format!("train_tf32_b{b}"),
-        };
-        rate(name)
+    // Batch 64 is the full run's (`train`, `train_tf32`, `train_bf16`).
+    let ours = |b: u32, precision: Precision| {
+        let p = precision.suffix();
+        rate(if b == 64 {
+            format!("train{p}")
+        } else {
+            format!("train{p}_b{b}")
+        })
     };
     for b in BATCHES {
         let cells = [
-            ours(b, false),
-            ours(b, true),
+            ours(b, Precision::Fp32),
+            ours(b, Precision::Tf32),
+            ours(b, Precision::Bf16),
             rate(format!("torch_ref_b{b}")),
             rate(format!("torch_gpu_b{b}")),
             rate(format!("torch_gpu_tf32_b{b}")),
+            rate(format!("torch_gpu_bf16_b{b}")),
             Some(floor),
         ];
         let cells: Vec<String> = cells.iter().map(|c| cell(*c)).collect();
@@ -127,6 +129,7 @@ fn report(dir: &Path, peak_tflops: f64) -> String {
     for (name, title) in [
         ("ncu_detail_f32", "float32"),
         ("ncu_detail_tf32", "`--tf32`"),
+        ("ncu_detail_bf16", "`--bf16`"),
         ("ncu_detail_bias", "the bias gradients' two passes"),
     ] {
         if let Some(log) = read(name) {
@@ -136,39 +139,60 @@ fn report(dir: &Path, peak_tflops: f64) -> String {
     out
 }
 
+/// The products' precision of a trainer run: its steps' names end in
+/// `suffix()` (`train_tf32_b256`), PyTorch's `torch_gpu{suffix}_b…`.
+#[derive(Clone, Copy)]
+enum Precision {
+    Fp32,
+    Tf32,
+    Bf16,
+}
+
+impl Precision {
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Fp32 => "",
+            Self::Tf32 => "_tf32",
+            Self::Bf16 => "_bf16",
+        }
+    }
+}
+
 fn goals(
-    ours: &dyn Fn(u32, bool) -> Option<f64>,
+    ours: &dyn Fn(u32, Precision) -> Option<f64>,
     rate: &dyn Fn(String) -> Option<f64>,
     floor: f64,
 ) -> String {
     let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
-    let best = |tf32: bool| {
+    let best = |p: Precision| {
         [256, 512]
             .into_iter()
-            .filter_map(|b| ours(b, tf32))
+            .filter_map(|b| ours(b, p))
             .reduce(f64::max)
     };
     let times = |r: Option<f64>| r.map_or("–".to_string(), |r| format!("{r:.2}×"));
-    let mut out = String::from("| goal | float32 | `--tf32` |\n|---|---|---|\n");
-    let rows = [
-        (
-            "≥ 1.5× tuned PyTorch at batch 64 (same precision)",
-            ratio(ours(64, false), rate("torch_gpu_b64".into())),
-            ratio(ours(64, true), rate("torch_gpu_tf32_b64".into())),
-        ),
-        (
-            "≥ 10× the seeds' loop at batch 64",
-            ratio(ours(64, false), rate("torch_ref_b64".into())),
-            ratio(ours(64, true), rate("torch_ref_b64".into())),
-        ),
-        (
-            "FLOP floor ÷ ours at batch ≥ 256 (goal ≤ 4×)",
-            best(false).map(|r| floor / r),
-            best(true).map(|r| floor / r),
-        ),
+    let mut out = String::from("| goal | float32 | `--tf32` | `--bf16` |\n|---|---|---|---|\n");
+    // Each goal's ratio for one precision, in the order of `GOALS`.
+    let ratios = |p: Precision| {
+        [
+            ratio(ours(64, p), rate(format!("torch_gpu{}_b64", p.suffix()))),
+            ratio(ours(64, p), rate("torch_ref_b64".into())),
+            best(p).map(|r| floor / r),
+        ]
+    };
+    let [fp32, tf32, bf16] = [Precision::Fp32, Precision::Tf32, Precision::Bf16].map(ratios);
+    const GOALS: [&str; 3] = [
+        "≥ 1.5× tuned PyTorch at batch 64 (same precision)",
+        "≥ 10× the seeds' loop at batch 64",
+        "FLOP floor ÷ ours at batch ≥ 256 (goal ≤ 4×)",
     ];
-    for (goal, fp32, tf32) in rows {
-        out.push_str(&format!("| {goal} | {} | {} |\n", times(fp32), times(tf32)));
+    for (i, goal) in GOALS.iter().enumerate() {
+        out.push_str(&format!(
+            "| {goal} | {} | {} | {} |\n",
+            times(fp32[i]),
+            times(tf32[i]),
+            times(bf16[i])
+        ));
     }
     out.push('\n');
     out
@@ -176,13 +200,13 @@ fn goals(
 
 fn baseline(
     rate: &dyn Fn(String) -> Option<f64>,
-    ours: &dyn Fn(u32, bool) -> Option<f64>,
+    ours: &dyn Fn(u32, Precision) -> Option<f64>,
 ) -> String {
     let rows: Vec<String> = [64, 512]
         .into_iter()
         .filter_map(|b| {
             let base = rate(format!("base_train_b{b}"))?;
-            let this = ours(b, false);
+            let this = ours(b, Precision::Fp32);
             let ratio = this.map_or("–".into(), |t| format!("{:.2}×", t / base));
             Some(format!(
                 "| {b} | {} | {} | {ratio} |\n",
@@ -255,22 +279,29 @@ mod tests {
             "torch ... batch 64: 23439 img/s (2.73 ms/step)\n",
         );
         write("train_b512.log", "Epoch 01/01 | 83142 img/s\n");
+        write("train_bf16.log", "Epoch 05/05 | 0.9s | 120000 img/s\n");
+        write(
+            "torch_gpu_bf16_b64.log",
+            "torch ... bf16 batch 64: 40000 img/s (1.6 ms/step)\n",
+        );
         write("base_train_b64.log", "Epoch 01/01 | 50000 img/s\n");
         let text = report(dir.path(), 67.0);
         assert!(
-            text.contains("| 64 | 65,557 | – | 20,266 | 23,439 | – | 930,556 |"),
+            text.contains("| 64 | 65,557 | – | 120,000 | 20,266 | 23,439 | – | 40,000 | 930,556 |"),
             "{text}"
         );
         assert!(
-            text.contains("| ≥ 1.5× tuned PyTorch at batch 64 (same precision) | 2.80× | – |"),
+            text.contains(
+                "| ≥ 1.5× tuned PyTorch at batch 64 (same precision) | 2.80× | – | 3.00× |"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("| ≥ 10× the seeds' loop at batch 64 | 3.23× | – |"),
+            text.contains("| ≥ 10× the seeds' loop at batch 64 | 3.23× | – | 5.92× |"),
             "{text}"
         );
         assert!(
-            text.contains("| FLOP floor ÷ ours at batch ≥ 256 (goal ≤ 4×) | 11.19× | – |"),
+            text.contains("| FLOP floor ÷ ours at batch ≥ 256 (goal ≤ 4×) | 11.19× | – | – |"),
             "{text}"
         );
         assert!(text.contains("| 64 | 50,000 | 65,557 | 1.31× |"), "{text}");

@@ -170,6 +170,14 @@ for batch in 256 512; do
   step "train_tf32_b$batch" 'Epoch' "${trainer[@]}" --tf32 --batch-size "$batch" --epochs 1 \
     --metrics "$logs/train_tf32_b$batch.jsonl"
 done
+# Mixed precision (--bf16: bf16 products, float32 sums and weights), as
+# above: accuracy over the full run (goal 0.91), speed at each batch size.
+step train_bf16 'Epoch' "${trainer[@]}" --bf16 --epochs "$epochs" \
+  --metrics "$logs/train_bf16.jsonl"
+for batch in 256 512; do
+  step "train_bf16_b$batch" 'Epoch' "${trainer[@]}" --bf16 --batch-size "$batch" --epochs 1 \
+    --metrics "$logs/train_bf16_b$batch.jsonl"
+done
 # The float32 products in 64 x 128 tiles (the same bits), one epoch each.
 for batch in 64 512; do
   step "train_wide_b$batch" 'Epoch' "${trainer[@]}" --fp32-tile wide --batch-size "$batch" \
@@ -192,12 +200,15 @@ if "${torch_env[@]}" "$python" -c 'import torch; assert torch.cuda.is_available(
     step "torch_gpu_b$batch" 'img/s' "${throughput[@]}" --mode on-device --batch-size "$batch"
     step "torch_gpu_tf32_b$batch" 'img/s' "${throughput[@]}" --mode on-device --tf32 \
       --batch-size "$batch"
+    # PyTorch's AMP: torch.autocast to bf16, beside train_bf16*.
+    step "torch_gpu_bf16_b$batch" 'img/s' "${throughput[@]}" --mode on-device --bf16 \
+      --batch-size "$batch"
   done
   step torch_allreduce "$largest" "${torch_env[@]}" "$python" "$here/pytorch/allreduce_nccl.py" \
     --min-bytes 8 --max-bytes 268435456
 else
   for name in torch_ref_b{64,256,512} torch_gpu_b{64,256,512} torch_gpu_tf32_b{64,256,512} \
-    torch_allreduce; do
+    torch_gpu_bf16_b{64,256,512} torch_allreduce; do
     if selected "$name"; then
       row torch skipped "no torch that sees a GPU in $python (set PYTHON=.../python)"
       break
@@ -213,6 +224,8 @@ for batch in 64 512; do
     --batch-size "$batch" --reps 50
   step "bench_cnn_layers_tf32_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
     --tf32 --batch-size "$batch" --reps 50
+  step "bench_cnn_layers_bf16_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
+    --bf16 --batch-size "$batch" --reps 50
   # The float32 products in 64 x 128 tiles (the same bits), beside the first.
   step "bench_cnn_layers_wide_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
     --fp32-tile wide --batch-size "$batch" --reps 50
@@ -252,9 +265,9 @@ fi
 # Why the GEMM kernels take what they take: throughput against peak, the
 # warps' stall reasons, shared-memory bank conflicts; one launch of each.
 if command -v ncu >/dev/null; then
-  for precision in f32 tf32; do
+  for precision in f32 tf32 bf16; do
     flags=()
-    [ "$precision" = tf32 ] && flags=(--tf32)
+    [ "$precision" = f32 ] || flags=("--$precision")
     gemms="regex:^(conv2d|linear)_(fwd|bwd_input|bwd_weight)(_partial)?_$precision\$"
     step "ncu_detail_$precision" '==PROF==|Duration' ncu --section SpeedOfLight \
       --section WarpStateStats --section MemoryWorkloadAnalysis_Tables --csv \
