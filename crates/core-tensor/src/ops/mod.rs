@@ -13,6 +13,7 @@ pub mod accumulate;
 pub mod accuracy;
 pub mod adam;
 pub mod conv2d;
+pub mod conv2d_pool;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod embedding;
@@ -33,6 +34,7 @@ pub use accumulate::{AccumulateKernel, SumInto};
 pub use accuracy::AccuracyKernel;
 pub use adam::{AdamConfig, AdamKernel, AdamScalars, SparseAdamScalars};
 pub use conv2d::{Conv2dGeom, Conv2dKernel};
+pub use conv2d_pool::Conv2dPoolKernel;
 pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
 pub use dropout::Dropout;
 pub use embedding::{EmbeddingGeom, EmbeddingKernel};
@@ -65,6 +67,7 @@ all_ops!(
     AccuracyKernel,
     AdamKernel,
     Conv2dKernel,
+    Conv2dPoolKernel,
     CrossEntropyKernel,
     EmbeddingKernel,
     FiniteKernel,

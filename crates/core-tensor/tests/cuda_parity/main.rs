@@ -25,6 +25,7 @@
 
 mod bf16;
 mod kernel_cache;
+mod fused;
 mod layers;
 mod nan_bits;
 mod pointwise;

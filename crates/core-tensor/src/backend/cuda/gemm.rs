@@ -221,7 +221,7 @@ impl<K: Copy> ByKind<K> {
     /// The entry point for products in `precision` by `plan`: `_f32w` only
     /// for a plan in the 64 x 128 tile, so that no other product runs with
     /// its registers.
-    fn pick(&self, precision: MatmulPrecision, plan: &GemmPlan) -> K {
+    pub(crate) fn pick(&self, precision: MatmulPrecision, plan: &GemmPlan) -> K {
         match precision {
             MatmulPrecision::Fp32 if plan.tile_n == WIDE_TILE_N && plan.tile_m == 64 => {
                 self.fp32_wide

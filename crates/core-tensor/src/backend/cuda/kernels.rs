@@ -110,6 +110,55 @@ kernel_table! {
         conv2d_bwd_bias_partial_f32(dy: In<f32>, ws: Out<f32>, g: Val<Conv2dGeom>);
         conv2d_bwd_bias_reduce_f32(ws: In<f32>, db: Out<f32>, g: Val<Conv2dGeom>);
     }
+    conv2d_pool (CONV2D_POOL_SRC, CONV2D_POOL_PTX) {
+        conv2d_pool_fwd_f32(
+            x: In<f32>,
+            w: In<f32>,
+            bias: In<f32>,
+            y: Out<f32>,
+            arg: Out<u8>,
+            p: Val<Conv2dLaunch>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
+        conv2d_pool_fwd_tf32(
+            x: In<f32>,
+            w: In<f32>,
+            bias: In<f32>,
+            y: Out<f32>,
+            arg: Out<u8>,
+            p: Val<Conv2dLaunch>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
+        conv2d_pool_fwd_f32w(
+            x: In<f32>,
+            w: In<f32>,
+            bias: In<f32>,
+            y: Out<f32>,
+            arg: Out<u8>,
+            p: Val<Conv2dLaunch>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
+        conv2d_pool_argmax_f32(
+            a: In<f32>,
+            y: Out<f32>,
+            arg: Out<u8>,
+            g: Val<PoolGeom>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
+        conv2d_pool_bwd_f32(
+            arg: In<u8>,
+            y: In<f32>,
+            dy: In<f32>,
+            da: Out<f32>,
+            g: Val<PoolGeom>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
+    }
     cross_entropy (CROSS_ENTROPY_SRC, CROSS_ENTROPY_PTX) {
         cross_entropy_fwd_bwd_f32(
             logits: In<f32>,

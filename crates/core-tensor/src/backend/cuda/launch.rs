@@ -16,8 +16,8 @@ use cudarc::driver::{
 use super::Cuda;
 use super::gemm::GemmLaunch;
 use crate::ops::{
-    AdamScalars, ClassGeom, Conv2dGeom, Dropout, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom,
-    PoolGeom, RowsGeom, SparseAdamScalars,
+    AdamScalars, ClassGeom, Conv2dGeom, Dropout, EmbeddingGeom, Epilogue, LinearGeom, MseGeom,
+    OffsetGeom, PoolGeom, RowsGeom, SparseAdamScalars,
 };
 use crate::{Elem, Error, Result};
 
@@ -41,6 +41,13 @@ impl DropoutArgs {
             // The CPU kernel's expression, so kept values scale identically.
             scale: dropout.scale(),
         })
+    }
+
+    /// A pooling epilogue's kernel arguments (pool_window.cuh): ReLU on
+    /// (1) or off (0), and the dropout.
+    pub fn epilogue(then: Epilogue) -> Result<(u32, Self)> {
+        let (relu, dropout) = then.parts()?;
+        Ok((u32::from(relu), Self::new(dropout)?))
     }
 }
 

@@ -74,6 +74,8 @@ pub struct Cuda {
     inner: Arc<Inner>,
     matmul: MatmulPrecision,
     fp32_tile: Fp32Tile,
+    /// Whether models take the fused ops (`Conv2dPoolKernel::fuses`).
+    fusion: bool,
 }
 
 struct Inner {
@@ -96,6 +98,7 @@ impl fmt::Debug for Cuda {
             .field("name", &self.inner.name)
             .field("matmul", &self.matmul)
             .field("fp32_tile", &self.fp32_tile)
+            .field("fusion", &self.fusion)
             .finish()
     }
 }
@@ -154,7 +157,20 @@ impl Cuda {
             }),
             matmul: precision,
             fp32_tile: Fp32Tile::Square,
+            fusion: true,
         })
+    }
+
+    /// This backend telling models to take the fused ops (the default) or
+    /// not (`trainer --no-fusion`, to time the unfused kernels beside
+    /// them); the ops compute the same bits either way.
+    pub fn with_fusion(self, fusion: bool) -> Self {
+        Self { fusion, ..self }
+    }
+
+    /// [`Self::with_fusion`]'s choice.
+    pub(crate) fn fusion(&self) -> bool {
+        self.fusion
     }
 
     /// This backend with the float32 products in tiles of `tile` (TF32 and

@@ -9,12 +9,6 @@ use crate::{Cuda, Result};
 
 const THREADS: u32 = 256;
 
-/// The epilogue's kernel arguments: ReLU on (1) or off (0), and the dropout.
-fn epilogue_args(then: Epilogue) -> Result<(u32, DropoutArgs)> {
-    let (relu, dropout) = then.parts()?;
-    Ok((u32::from(relu), DropoutArgs::new(dropout)?))
-}
-
 impl MaxPool2dKernel for Cuda {
     fn maxpool2d_fwd(
         &self,
@@ -24,7 +18,7 @@ impl MaxPool2dKernel for Cuda {
         y: &mut CudaSlice<f32>,
     ) -> Result<()> {
         g.check::<Self>(x, y)?;
-        let (relu, d) = epilogue_args(then)?;
+        let (relu, d) = DropoutArgs::epilogue(then)?;
         check_i32("maxpool2d", &[x.len()])?;
         if y.is_empty() {
             return Ok(());
@@ -47,7 +41,7 @@ impl MaxPool2dKernel for Cuda {
         g.check::<Self>(x, dy)?;
         check_len("maxpool2d", "y", y.len(), dy.len())?;
         check_len("maxpool2d", "dx", dx.len(), x.len())?;
-        let (relu, d) = epilogue_args(then)?;
+        let (relu, d) = DropoutArgs::epilogue(then)?;
         check_i32("maxpool2d", &[x.len()])?;
         if dx.is_empty() {
             return Ok(());

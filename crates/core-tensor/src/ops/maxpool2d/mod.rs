@@ -61,6 +61,13 @@ impl PoolGeom {
     }
 
     pub(crate) fn check<B: Backend>(&self, x: &B::Storage<f32>, y: &B::Storage<f32>) -> Result<()> {
+        self.check_window()?;
+        check_len("maxpool2d", "x", B::len(x), self.input_len())?;
+        check_len("maxpool2d", "y", B::len(y), self.output_len())
+    }
+
+    /// Refuses planes that hold no window.
+    pub(crate) fn check_window(&self) -> Result<()> {
         if self.in_h < 2 || self.in_w < 2 {
             // PyTorch refuses it too ("output size is too small").
             return Err(Error::InvalidArgument {
@@ -71,8 +78,7 @@ impl PoolGeom {
                 ),
             });
         }
-        check_len("maxpool2d", "x", B::len(x), self.input_len())?;
-        check_len("maxpool2d", "y", B::len(y), self.output_len())
+        Ok(())
     }
 }
 

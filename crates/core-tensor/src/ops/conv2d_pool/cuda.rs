@@ -1,0 +1,110 @@
+use cudarc::driver::{CudaSlice, LaunchConfig};
+
+use super::{Conv2dPoolKernel, check_pooled};
+use crate::backend::cuda::gemm::{ByKind, GemmPlan, check_i32};
+use crate::backend::cuda::kernels::{self, Conv2dLaunch};
+use crate::backend::cuda::launch::{DropoutArgs, In, Out, Val, blocks_for};
+use crate::backend::cuda::view;
+use crate::error::check_len;
+use crate::ops::{Conv2dGeom, Conv2dKernel, Epilogue, ParamAt};
+use crate::{Cuda, Result};
+
+/// Threads of the pooling kernels, one per window.
+const THREADS: u32 = 256;
+
+/// A fused forward entry point of conv2d_pool.cu.
+type FusedFwd = unsafe fn(
+    &Cuda,
+    LaunchConfig,
+    In<'_, f32>,
+    In<'_, f32>,
+    In<'_, f32>,
+    Out<'_, f32>,
+    Out<'_, u8>,
+    Val<'_, Conv2dLaunch>,
+    Val<'_, u32>,
+    Val<'_, DropoutArgs>,
+) -> Result<()>;
+
+const FUSED_FWD: ByKind<FusedFwd> = ByKind {
+    fp32: kernels::conv2d_pool_fwd_f32,
+    fp32_wide: kernels::conv2d_pool_fwd_f32w,
+    tf32: kernels::conv2d_pool_fwd_tf32,
+};
+
+impl Conv2dPoolKernel for Cuda {
+    fn conv2d_pool_fwd(
+        &self,
+        g: &Conv2dGeom,
+        then: Epilogue,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        y: &mut CudaSlice<f32>,
+        argmax: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        let pool = check_pooled::<Self>(g, y, argmax)?;
+        let lens = g.lens()?;
+        check_len("conv2d_pool", "x", x.len(), lens.x)?;
+        at.check("conv2d_pool", lens.weight, lens.bias, params.len())?;
+        check_i32("conv2d_pool", &[x.len(), lens.y, lens.weight])?;
+        let (relu, d) = DropoutArgs::epilogue(then)?;
+        if y.is_empty() {
+            return Ok(());
+        }
+        // The product's columns are the windows' pixels, four per window.
+        let cols = 4 * pool.output_len() / g.out_channels;
+        let plan = GemmPlan::new("conv2d_pool", g.out_channels, cols, g.patch_len(), self.gemm_tile())?;
+        if plan.is_split() {
+            // Split K has no tile that holds whole sums: the unfused
+            // product, then a pool that writes the argmax too.
+            let mut a = self.scratch(lens.y)?;
+            self.conv2d_fwd(g, x, params, at, &mut a)?;
+            let cfg = blocks_for("conv2d_pool", y.len(), THREADS)?;
+            // SAFETY: `a` holds the convolution's output, which `pool`
+            // pools into `y` and `argmax` (checked against `pool`); every
+            // thread checks its window against the output size.
+            return unsafe {
+                kernels::conv2d_pool_argmax_f32(self, cfg, &a, y, argmax, &pool, &relu, &d)
+            };
+        }
+        let w = view("conv2d_pool", params, at.weight.clone())?;
+        let b = view("conv2d_pool", params, at.bias.clone())?;
+        let fwd = FUSED_FWD.pick(self.matmul_precision(), &plan);
+        let args = plan.args(*g);
+        // SAFETY: `x`, `W` and `b` were checked against the geometry, `y`
+        // and `argmax` against its pooling; the plan is the product of the
+        // kernel's window-ordered columns, unsplit, so each block's tile
+        // holds whole windows, and its stores stay inside the tile.
+        unsafe { fwd(self, plan.tiles(), x, &w, &b, y, argmax, &args, &relu, &d) }
+    }
+
+    fn conv2d_pool_bwd(
+        &self,
+        g: &Conv2dGeom,
+        then: Epilogue,
+        (x, params, at): (&CudaSlice<f32>, &CudaSlice<f32>, &ParamAt),
+        (argmax, y, dy): (&CudaSlice<u8>, &CudaSlice<f32>, &CudaSlice<f32>),
+        da: &mut CudaSlice<f32>,
+        grads: &mut CudaSlice<f32>,
+        dx: Option<&mut CudaSlice<f32>>,
+    ) -> Result<()> {
+        let pool = check_pooled::<Self>(g, dy, argmax)?;
+        check_len("conv2d_pool", "y", y.len(), dy.len())?;
+        check_len("conv2d_pool", "da", da.len(), pool.input_len())?;
+        check_i32("conv2d_pool", &[da.len()])?;
+        let (relu, d) = DropoutArgs::epilogue(then)?;
+        if !dy.is_empty() {
+            let cfg = blocks_for("conv2d_pool", dy.len(), THREADS)?;
+            // SAFETY: `argmax`, `y`, `dy` and `da` were checked against the
+            // pooling; every thread checks its window against the output
+            // size and writes only inside its window's rows and columns.
+            unsafe { kernels::conv2d_pool_bwd_f32(self, cfg, argmax, y, dy, da, &pool, &relu, &d)? };
+        }
+        self.conv2d_bwd(g, x, params, at, da, grads, dx)
+    }
+
+    fn fuses(&self) -> bool {
+        self.fusion()
+    }
+}

@@ -1,0 +1,165 @@
+//! The fused conv2d + max-pool op (`Conv2dPoolKernel`): on a GPU it gives
+//! the bits of its own unfused kernels (conv2d then max-pool), in every
+//! precision and tile; on exact inputs the CPU reference's bits, argmax
+//! bytes included.
+
+use core_tensor::ops::conv2d_pool::pool_of;
+use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, ParamAt};
+use core_tensor::{Cuda, Fp32Tile, Ops};
+
+use crate::support::{assert_same_bits, down, gpu, gpu_tf32, reference, small_integers, uniform, up};
+
+/// ReLU and a dropout whose scale (2) keeps small integers exact.
+const THEN: Epilogue = Epilogue::ReluDropout(Dropout { p: 0.5, seed: 77 });
+
+/// CNN_MNIST's conv2 (its windows fill every tile); odd 7 x 5 planes whose
+/// windows end mid-tile, with a dropped row and column; 32 channels (the
+/// 32-row tile); a long K with few tiles, which the plan splits (the
+/// unfused product, then the argmax pool).
+fn geoms() -> [Conv2dGeom; 4] {
+    let conv2 = Conv2dGeom {
+        batch: 3,
+        in_channels: 32,
+        in_h: 26,
+        in_w: 26,
+        out_channels: 64,
+        kernel: 3,
+        stride: 1,
+        padding: 0,
+    };
+    [
+        conv2,
+        Conv2dGeom {
+            batch: 5,
+            in_channels: 3,
+            in_h: 9,
+            in_w: 7,
+            out_channels: 7,
+            ..conv2
+        },
+        Conv2dGeom {
+            batch: 2,
+            out_channels: 32,
+            padding: 1,
+            ..conv2
+        },
+        Conv2dGeom {
+            batch: 1,
+            in_channels: 96,
+            in_h: 6,
+            in_w: 6,
+            out_channels: 8,
+            ..conv2
+        },
+    ]
+}
+
+/// What one forward and backward pass gives: y, argmax, da, grads, dx.
+type Run = (Vec<f32>, Vec<u8>, Vec<f32>, Vec<f32>, Vec<f32>);
+
+/// The fused op (or, `fused` false, conv2d then max-pool) on `dev`.
+fn run<B: Ops>(
+    dev: &B,
+    fused: bool,
+    g: &Conv2dGeom,
+    (x, params, at, dy): (&[f32], &[f32], &ParamAt, &[f32]),
+) -> Run {
+    let pool = pool_of(g);
+    let (x_d, p_d, dy_d) = (up(dev, x), up(dev, params), up(dev, dy));
+    let mut y = up(dev, &vec![f32::NAN; pool.output_len()]);
+    let mut arg = up(dev, &vec![9u8; pool.output_len()]);
+    let mut da = up(dev, &vec![f32::NAN; pool.input_len()]);
+    let mut grads = up(dev, &vec![f32::NAN; params.len()]);
+    let mut dx = up(dev, &vec![f32::NAN; x.len()]);
+    if fused {
+        dev.conv2d_pool_fwd(g, THEN, &x_d, &p_d, at, &mut y, &mut arg)
+            .unwrap();
+        let saved = (&arg, &y, &dy_d);
+        let inputs = (&x_d, &p_d, at);
+        dev.conv2d_pool_bwd(g, THEN, inputs, saved, &mut da, &mut grads, Some(&mut dx))
+            .unwrap();
+    } else {
+        let mut a = dev.zeros(pool.input_len()).unwrap();
+        dev.conv2d_fwd(g, &x_d, &p_d, at, &mut a).unwrap();
+        dev.maxpool2d_fwd(&pool, THEN, &a, &mut y).unwrap();
+        dev.maxpool2d_bwd(&pool, THEN, &a, &y, &dy_d, &mut da).unwrap();
+        dev.conv2d_bwd(g, &x_d, &p_d, at, &da, &mut grads, Some(&mut dx))
+            .unwrap();
+    }
+    let grads = down(dev, &grads)[at.weight.start..at.bias.end].to_vec();
+    (down(dev, &y), down(dev, &arg), down(dev, &da), grads, down(dev, &dx))
+}
+
+/// Inputs for `g`: uniform, or small integers (exact in every precision).
+fn inputs(g: &Conv2dGeom, seed: u64, exact: bool) -> (Vec<f32>, Vec<f32>, ParamAt, Vec<f32>) {
+    let values = |s, n| match exact {
+        true => small_integers(s, n),
+        false => uniform(s, n, -1.0, 1.0),
+    };
+    let (wl, bl) = (g.weight_len(), g.out_channels);
+    let at = ParamAt {
+        weight: 2..2 + wl,
+        bias: 2 + wl..2 + wl + bl,
+    };
+    let x = values(seed, g.batch * g.in_image_len());
+    let dy = values(seed + 1, pool_of(g).output_len());
+    (x, values(seed + 2, at.bias.end), at, dy)
+}
+
+fn assert_runs_equal(what: &str, got: &Run, want: &Run) {
+    assert_same_bits(&format!("{what} y"), &got.0, &want.0);
+    assert_eq!(got.1, want.1, "{what} argmax");
+    assert_same_bits(&format!("{what} da"), &got.2, &want.2);
+    assert_same_bits(&format!("{what} grads"), &got.3, &want.3);
+    assert_same_bits(&format!("{what} dx"), &got.4, &want.4);
+}
+
+/// Fused against unfused on one device, every geometry. The unfused run
+/// has no argmax bytes; the fused CPU's, which the CPU's own parity with
+/// the unfused kernels covers, stand in.
+fn fused_gives_the_unfused_bits(dev: &Cuda) {
+    for (i, g) in geoms().iter().enumerate() {
+        let (x, params, at, dy) = inputs(g, 40 + 10 * i as u64, false);
+        let io = (&x[..], &params[..], &at, &dy[..]);
+        let mut unfused = run(dev, false, g, io);
+        let fused = run(dev, true, g, io);
+        unfused.1.clone_from(&fused.1);
+        assert_runs_equal(&format!("{} {g:?}", dev.describe()), &fused, &unfused);
+    }
+}
+
+#[test]
+fn conv2d_pool_fused_gives_the_unfused_bits() {
+    let test = "conv2d_pool_fused_gives_the_unfused_bits";
+    let gpus = [
+        gpu(test),
+        gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide)),
+        gpu_tf32(test),
+    ];
+    for dev in gpus.iter().flatten() {
+        fused_gives_the_unfused_bits(dev);
+    }
+}
+
+/// On small integers every product is exact, so the GPU's fused op gives
+/// the CPU reference's bits: pooled values, argmax bytes (ties are common:
+/// the first maximum), routed gradients, dW, db and dx.
+#[test]
+fn conv2d_pool_matches_the_cpu_on_exact_inputs() {
+    let test = "conv2d_pool_matches_the_cpu_on_exact_inputs";
+    let gpus = [
+        gpu(test),
+        gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide)),
+        gpu_tf32(test),
+    ];
+    for (i, g) in geoms().iter().enumerate() {
+        let (x, params, at, dy) = inputs(g, 90 + 10 * i as u64, true);
+        let io = (&x[..], &params[..], &at, &dy[..]);
+        let want = run(&reference(), true, g, io);
+        assert!(want.1.iter().all(|&k| k < 4), "{g:?}: the CPU wrote every argmax");
+        for dev in gpus.iter().flatten() {
+            let got = run(dev, true, g, io);
+            assert_runs_equal(&format!("{} {g:?}", dev.describe()), &got, &want);
+        }
+    }
+}
