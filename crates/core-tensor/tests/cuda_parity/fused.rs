@@ -5,7 +5,7 @@
 
 use core_tensor::ops::conv2d_pool::pool_of;
 use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, ParamAt};
-use core_tensor::{Cuda, Fp32Tile, Ops};
+use core_tensor::{Backend, Cuda, Fp32Tile, Ops};
 
 use crate::support::{assert_same_bits, down, gpu, gpu_tf32, reference, small_integers, uniform, up};
 
