@@ -17,6 +17,7 @@ use comm::nccl::NcclCommunicator;
 use comm::{CommConfig, CommError, ReduceOp, TcpCommunicator};
 use common::free_port;
 use core_tensor::ops::AdamConfig;
+use core_tensor::ops::Conv2dPoolKernel;
 use core_tensor::{Backend, Cpu, Cuda, MatmulPrecision, Ops};
 use fashion_mnist::FashionMnist;
 use trainer::comm_thread::CommThread;
@@ -26,9 +27,10 @@ use trainer::models::cnn::CnnMnist;
 use trainer::phases::Phase;
 use trainer::train::{EpochReport, Setup, TrainConfig, Trainer};
 
-const EMULATED: [&str; 5] = [
+const EMULATED: [&str; 6] = [
     "emulated_gpu_training_follows_the_cpu",
     "emulated_bf16_training_follows_float32",
+    "emulated_fused_and_unfused_gpu_training_give_the_same_bits",
     "emulated_gpu_ranks_sharing_one_gpu_stay_identical",
     "emulated_nccl_ranks_on_two_gpus_stay_identical",
     "emulated_nccl_collective_without_its_peer_times_out",
@@ -215,6 +217,29 @@ fn epoch<B: Ops>(backend: B, data: &FashionMnist, cfg: TrainConfig) -> (Vec<Vec<
     let (history, report) = common::params_after_each_step(&mut trainer);
     assert_eq!(history.len(), STEPS);
     (history, report.loss)
+}
+
+/// conv2, its max-pool, ReLU and dropout as one fused op (the GPU's
+/// default) and as four kernels (`--no-fusion`): the same parameter bits
+/// after every step, and the same test accuracy.
+#[test]
+fn emulated_fused_and_unfused_gpu_training_give_the_same_bits() {
+    let Some(gpu) = common::emulated_gpu(0) else {
+        return;
+    };
+    assert!(gpu.fuses(), "a GPU fuses by default");
+    let data = data();
+    let cfg = config(16, DropoutRates::REFERENCE);
+    let (fused, fused_accuracy) = train(gpu.clone(), &data, cfg.clone(), None);
+    let (unfused, unfused_accuracy) = train(gpu.with_fusion(false), &data, cfg, None);
+    for (step, (f, u)) in fused.iter().zip(&unfused).enumerate() {
+        assert!(
+            f.iter().zip(u).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "step {}: fused and unfused parameters differ",
+            step + 1
+        );
+    }
+    assert_eq!(fused_accuracy, unfused_accuracy, "test accuracy");
 }
 
 /// Two ranks on one GPU over the TCP ring (NCCL refuses that), gradients

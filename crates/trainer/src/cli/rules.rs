@@ -81,6 +81,11 @@ impl Cli {
                 "--fp32-tile wide is the tile of a GPU's float32 products; --tf32, --bf16 and --device cpu have none (leave it out)"
             );
         }
+        if device.device == DeviceChoice::Cpu && device.no_fusion {
+            bail!(
+                "--no-fusion chooses a GPU's unfused kernels; --device cpu has no fused ones (leave it out)"
+            );
+        }
         if device.device == DeviceChoice::Cpu && ddp.backend == BackendChoice::Nccl {
             bail!(
                 "--backend nccl moves gradients between GPUs; with --device cpu use --backend tcp (or auto)"

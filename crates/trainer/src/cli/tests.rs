@@ -90,6 +90,7 @@ fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
         (&["--tf32"], "--tf32"),
         (&["--bf16"], "--bf16"),
         (&["--fp32-tile", "wide"], "--fp32-tile"),
+        (&["--no-fusion"], "--no-fusion"),
     ] {
         let cpu = [&["--device", "cpu"][..], flags].concat();
         let err = parse(&cpu).unwrap().validate().unwrap_err().to_string();

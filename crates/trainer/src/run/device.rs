@@ -49,6 +49,12 @@ pub struct DeviceFlags {
     #[arg(long, default_value = "square", value_name = "square|wide", value_parser = Fp32Tile::parse)]
     pub fp32_tile: Fp32Tile,
 
+    /// Run the CNN's conv2, max-pool, ReLU and dropout as separate GPU
+    /// kernels instead of one fused op: the same results, a speed
+    /// comparison.
+    #[arg(long)]
+    pub no_fusion: bool,
+
     /// CPU threads per rank [default: cores on this machine / ranks on it].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
@@ -90,7 +96,8 @@ pub(super) fn choose_device(flags: &DeviceFlags, rank: &Topology) -> anyhow::Res
     let gpu = || -> anyhow::Result<Device> {
         let gpus = core_tensor::cuda_available()?;
         let gpu = Cuda::with_precision(gpu_of(rank.local_rank, gpus), precision)?
-            .with_fp32_tile(flags.fp32_tile);
+            .with_fp32_tile(flags.fp32_tile)
+            .with_fusion(!flags.no_fusion);
         Ok(Device::Cuda { gpu, gpus })
     };
     // The flag to name: --tf32 or --bf16 when the GPU is too old for it

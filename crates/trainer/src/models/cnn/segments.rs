@@ -13,6 +13,11 @@
 //! are the model's. The ReLU masks of backward read the post-dropout
 //! activations: where dropout zeroed a unit its gradient is zero either
 //! way, elsewhere the sign is unchanged.
+//!
+//! Where the device fuses (`Conv2dPoolKernel::fuses`: a GPU, unless
+//! `--no-fusion`), conv2 through the dropout is one op that keeps the
+//! pooled values and an argmax byte per window instead of conv2's output;
+//! the bits are the unfused kernels'.
 
 use std::ops::Range;
 
@@ -26,11 +31,12 @@ use crate::model::layered::{Io, Layered};
 /// Segments, in order.
 const SEGMENTS: usize = 4;
 
-/// A segment's own buffers: conv2's output and its gradient (the pool
-/// reads the one, writes the other); the other segments keep nothing of
-/// their own.
+/// A segment's own buffers: conv2's output (unfused) or the pool's argmax
+/// bytes (fused), and the output's gradient; the other segments keep
+/// nothing of their own.
 pub struct Inner<B: Ops> {
     a: Option<B::Storage<f32>>,
+    argmax: Option<B::Storage<u8>>,
     da: Option<B::Storage<f32>>,
 }
 
@@ -69,9 +75,12 @@ impl<B: Ops> Layered<B> for CnnMnist {
 
     fn acts(&self, b: &B, s: usize, batch: usize, train: bool) -> Result<Inner<B>> {
         let a2 = |_| b.zeros(batch * CONV2.out_image_len());
-        let conv2 = s == 1;
+        let (conv2, fused) = (s == 1, b.fuses());
         Ok(Inner {
-            a: conv2.then(|| a2(())).transpose()?,
+            a: (conv2 && !fused).then(|| a2(())).transpose()?,
+            argmax: (conv2 && fused)
+                .then(|| b.zeros(batch * FC1.in_features))
+                .transpose()?,
             da: (conv2 && train).then(|| a2(())).transpose()?,
         })
     }
@@ -93,9 +102,17 @@ impl<B: Ops> Layered<B> for CnnMnist {
                 b.relu_fwd(Dropout::OFF, y)
             }
             1 => {
-                let a2 = acts.a.as_mut().ok_or_else(|| missing("conv2's output"))?;
-                b.conv2d_fwd(&conv(CONV2, n), x, params, &self.conv2, a2)?;
-                b.maxpool2d_fwd(&pool(n), Epilogue::ReluDropout(pooled), a2, y)
+                let then = Epilogue::ReluDropout(pooled);
+                match (&mut acts.argmax, &mut acts.a) {
+                    (Some(arg), _) => {
+                        b.conv2d_pool_fwd(&conv(CONV2, n), then, x, params, &self.conv2, y, arg)
+                    }
+                    (None, Some(a2)) => {
+                        b.conv2d_fwd(&conv(CONV2, n), x, params, &self.conv2, a2)?;
+                        b.maxpool2d_fwd(&pool(n), then, a2, y)
+                    }
+                    (None, None) => Err(missing("conv2's output or argmax")),
+                }
             }
             2 => {
                 b.linear_fwd(&linear(FC1, n), x, params, &self.fc1, y)?;
@@ -123,12 +140,19 @@ impl<B: Ops> Layered<B> for CnnMnist {
                 b.conv2d_bwd(&conv(CONV1, n), x, params, &self.conv1, dy, grads, None)
             }
             1 => {
-                let (Some(a2), Some(da2)) = (&acts.a, &mut acts.da) else {
-                    return Err(missing("conv2's output and its gradient"));
-                };
                 let then = Epilogue::ReluDropout(pooled);
-                b.maxpool2d_bwd(&pool(n), then, a2, y, dy, da2)?;
-                b.conv2d_bwd(&conv(CONV2, n), x, params, &self.conv2, da2, grads, dx)
+                let g = conv(CONV2, n);
+                match (&acts.argmax, &acts.a, &mut acts.da) {
+                    (Some(arg), _, Some(da2)) => {
+                        let inputs = (x, params, &self.conv2);
+                        b.conv2d_pool_bwd(&g, then, inputs, (arg, y, dy), da2, grads, dx)
+                    }
+                    (None, Some(a2), Some(da2)) => {
+                        b.maxpool2d_bwd(&pool(n), then, a2, y, dy, da2)?;
+                        b.conv2d_bwd(&g, x, params, &self.conv2, da2, grads, dx)
+                    }
+                    _ => Err(missing("conv2's output or argmax, and its gradient")),
+                }
             }
             2 => {
                 b.relu_bwd(hidden, y, dy)?;
