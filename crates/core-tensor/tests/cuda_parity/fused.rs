@@ -7,7 +7,9 @@ use core_tensor::ops::conv2d_pool::pool_of;
 use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, ParamAt};
 use core_tensor::{Backend, Cuda, Fp32Tile, Ops};
 
-use crate::support::{assert_same_bits, down, gpu, gpu_tf32, reference, small_integers, uniform, up};
+use crate::support::{
+    assert_same_bits, down, gpu, gpu_tf32, reference, small_integers, uniform, up,
+};
 
 /// ReLU and a dropout whose scale (2) keeps small integers exact.
 const THEN: Epilogue = Epilogue::ReluDropout(Dropout { p: 0.5, seed: 77 });
@@ -82,12 +84,19 @@ fn run<B: Ops>(
         let mut a = dev.zeros(pool.input_len()).unwrap();
         dev.conv2d_fwd(g, &x_d, &p_d, at, &mut a).unwrap();
         dev.maxpool2d_fwd(&pool, THEN, &a, &mut y).unwrap();
-        dev.maxpool2d_bwd(&pool, THEN, &a, &y, &dy_d, &mut da).unwrap();
+        dev.maxpool2d_bwd(&pool, THEN, &a, &y, &dy_d, &mut da)
+            .unwrap();
         dev.conv2d_bwd(g, &x_d, &p_d, at, &da, &mut grads, Some(&mut dx))
             .unwrap();
     }
     let grads = down(dev, &grads)[at.weight.start..at.bias.end].to_vec();
-    (down(dev, &y), down(dev, &arg), down(dev, &da), grads, down(dev, &dx))
+    (
+        down(dev, &y),
+        down(dev, &arg),
+        down(dev, &da),
+        grads,
+        down(dev, &dx),
+    )
 }
 
 /// Inputs for `g`: uniform, or small integers (exact in every precision).
@@ -156,7 +165,10 @@ fn conv2d_pool_matches_the_cpu_on_exact_inputs() {
         let (x, params, at, dy) = inputs(g, 90 + 10 * i as u64, true);
         let io = (&x[..], &params[..], &at, &dy[..]);
         let want = run(&reference(), true, g, io);
-        assert!(want.1.iter().all(|&k| k < 4), "{g:?}: the CPU wrote every argmax");
+        assert!(
+            want.1.iter().all(|&k| k < 4),
+            "{g:?}: the CPU wrote every argmax"
+        );
         for dev in gpus.iter().flatten() {
             let got = run(dev, true, g, io);
             assert_runs_equal(&format!("{} {g:?}", dev.describe()), &got, &want);

@@ -24,8 +24,8 @@
 //!   a GPU's arithmetic makes 0x7fffffff, an x86 core keeps the operand's).
 
 mod bf16;
-mod kernel_cache;
 mod fused;
+mod kernel_cache;
 mod layers;
 mod nan_bits;
 mod pointwise;

@@ -54,7 +54,13 @@ impl Conv2dPoolKernel for Cuda {
         }
         // The product's columns are the windows' pixels, four per window.
         let cols = 4 * pool.output_len() / g.out_channels;
-        let plan = GemmPlan::new("conv2d_pool", g.out_channels, cols, g.patch_len(), self.gemm_tile())?;
+        let plan = GemmPlan::new(
+            "conv2d_pool",
+            g.out_channels,
+            cols,
+            g.patch_len(),
+            self.gemm_tile(),
+        )?;
         if plan.is_split() {
             // Split K has no tile that holds whole sums: the unfused
             // product, then a pool that writes the argmax too.
@@ -99,7 +105,9 @@ impl Conv2dPoolKernel for Cuda {
             // SAFETY: `argmax`, `y`, `dy` and `da` were checked against the
             // pooling; every thread checks its window against the output
             // size and writes only inside its window's rows and columns.
-            unsafe { kernels::conv2d_pool_bwd_f32(self, cfg, argmax, y, dy, da, &pool, &relu, &d)? };
+            unsafe {
+                kernels::conv2d_pool_bwd_f32(self, cfg, argmax, y, dy, da, &pool, &relu, &d)?
+            };
         }
         self.conv2d_bwd(g, x, params, at, da, grads, dx)
     }

@@ -42,6 +42,22 @@ fn check_pooled<B: Backend>(
     Ok(pool)
 }
 
+/// The fused backward pass's view of its forward pass's inputs: `x`, the
+/// parameters, and where the layer's sit in them.
+pub type ConvInputs<'a, B> = (
+    &'a <B as Backend>::Storage<f32>,
+    &'a <B as Backend>::Storage<f32>,
+    &'a ParamAt,
+);
+
+/// What the fused forward pass kept, and the gradient that came back:
+/// the argmax bytes, the pooled values `y`, and `dy`.
+pub type PoolSaved<'a, B> = (
+    &'a <B as Backend>::Storage<u8>,
+    &'a <B as Backend>::Storage<f32>,
+    &'a <B as Backend>::Storage<f32>,
+);
+
 /// conv2d + max-pool kernels.
 pub trait Conv2dPoolKernel: Backend {
     /// `y = then(maxpool(conv(x, W) + b))`, with `W` and `b` read from
@@ -71,8 +87,8 @@ pub trait Conv2dPoolKernel: Backend {
         &self,
         g: &Conv2dGeom,
         then: Epilogue,
-        inputs: (&Self::Storage<f32>, &Self::Storage<f32>, &ParamAt),
-        saved: (&Self::Storage<u8>, &Self::Storage<f32>, &Self::Storage<f32>),
+        inputs: ConvInputs<'_, Self>,
+        saved: PoolSaved<'_, Self>,
         da: &mut Self::Storage<f32>,
         grads: &mut Self::Storage<f32>,
         dx: Option<&mut Self::Storage<f32>>,

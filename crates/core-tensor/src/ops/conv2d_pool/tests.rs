@@ -57,7 +57,8 @@ fn fused_is_the_unfused_ops_bit_for_bit() {
         let mut y = vec![0.0; pool.output_len()];
         dev.maxpool2d_fwd(&pool, THEN, &a, &mut y).unwrap();
         let mut da = vec![f32::NAN; a.len()];
-        dev.maxpool2d_bwd(&pool, THEN, &a, &y, &dy, &mut da).unwrap();
+        dev.maxpool2d_bwd(&pool, THEN, &a, &y, &dy, &mut da)
+            .unwrap();
         let (mut grads, mut dx) = (vec![0.0; p.len()], vec![0.0; x.len()]);
         dev.conv2d_bwd(&g, &x, &p, &at, &da, &mut grads, Some(&mut dx))
             .unwrap();
@@ -69,8 +70,16 @@ fn fused_is_the_unfused_ops_bit_for_bit() {
         let mut fda = vec![f32::NAN; a.len()];
         let (mut fgrads, mut fdx) = (vec![f32::NAN; p.len()], vec![f32::NAN; x.len()]);
         let saved = (&arg, &fy, &dy);
-        dev.conv2d_pool_bwd(&g, THEN, (&x, &p, &at), saved, &mut fda, &mut fgrads, Some(&mut fdx))
-            .unwrap();
+        dev.conv2d_pool_bwd(
+            &g,
+            THEN,
+            (&x, &p, &at),
+            saved,
+            &mut fda,
+            &mut fgrads,
+            Some(&mut fdx),
+        )
+        .unwrap();
 
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&fy), bits(&y), "{g:?} y");
