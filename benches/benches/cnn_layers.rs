@@ -9,10 +9,14 @@
 //! CPU, CUDA events on the GPU's compute stream (so a GPU figure is the
 //! kernels' time, launch gaps included, without host synchronisation in
 //! it). Inputs are random: the kernels' cost does not depend on the values.
-//! Prints one line per call and their sum; asserts nothing.
+//! Where the backend fuses (a GPU, unless `--no-fusion`), conv2, its
+//! max-pool and the epilogue are one op: `conv2+pool` rows replace the
+//! `conv2` and `maxpool` ones. Prints one line per call and their sum;
+//! asserts nothing.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
+use core_tensor::ops::conv2d_pool::pool_of;
 use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, LinearGeom, ParamAt, PoolGeom};
 use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, MatmulPrecision, Ops};
 
@@ -45,6 +49,10 @@ struct Args {
     /// per thread) or `wide` (64 x 128, 4 x 8 per thread); the same bits.
     #[arg(long, value_name = "TILE", value_parser = Fp32Tile::parse)]
     fp32_tile: Option<Fp32Tile>,
+    /// conv2, max-pool, ReLU and dropout as separate kernels (`--device
+    /// cuda`; the CPU has no fused ones).
+    #[arg(long)]
+    no_fusion: bool,
     /// Time only the calls whose name starts with this (e.g. `conv2`).
     #[arg(long, default_value = "")]
     only: String,
@@ -163,6 +171,38 @@ impl<B: Ops> Bench<'_, B> {
         ])
     }
 
+    /// conv2, its max-pool and the epilogue as one op (`Conv2dPoolKernel`).
+    fn conv_pool(&self, g: Conv2dGeom) -> Result<Vec<(String, Timing)>> {
+        let b = self.b;
+        let pool = pool_of(&g);
+        let (params, at) = self.layer_params(g.weight_len(), g.out_channels)?;
+        let x = self.random(g.batch * g.in_image_len(), 1)?;
+        let dpool = self.random(pool.output_len(), 6)?;
+        let (mut pooled, mut arg) = (self.zeros(pool.output_len())?, b.zeros(pool.output_len())?);
+        let (mut da2, mut grads) = (self.zeros(pool.input_len())?, self.zeros(B::len(&params))?);
+        let mut dx = self.zeros(B::len(&x))?;
+        let then = Epilogue::ReluDropout(Dropout { p: 0.25, seed: 1 });
+        let fwd =
+            self.time(|| b.conv2d_pool_fwd(&g, then, &x, &params, &at, &mut pooled, &mut arg))?;
+        let bwd = self.time(|| {
+            let saved = (&arg, &pooled, &dpool);
+            let dx = Some(&mut dx);
+            b.conv2d_pool_bwd(
+                &g,
+                then,
+                (&x, &params, &at),
+                saved,
+                &mut da2,
+                &mut grads,
+                dx,
+            )
+        })?;
+        Ok(vec![
+            ("conv2+pool fwd".into(), fwd),
+            ("conv2+pool bwd".into(), bwd),
+        ])
+    }
+
     /// The ReLU `layer`'s output of `len` values takes, with its dropout.
     fn relu(&self, layer: &str, len: usize, dropout: Dropout) -> Result<Vec<(String, Timing)>> {
         let b = self.b;
@@ -204,7 +244,11 @@ fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
     if want("relu") {
         rows.extend(bench.relu("conv1", n * 32 * 26 * 26, Dropout::OFF)?);
     }
-    if want("conv2") {
+    let fused = b.fuses();
+    if want("conv2") && fused {
+        rows.extend(bench.conv_pool(conv(32, 26, 64))?);
+    }
+    if want("conv2") && !fused {
         rows.extend(bench.conv("conv2", conv(32, 26, 64), true)?);
     }
     let pool = PoolGeom {
@@ -213,7 +257,7 @@ fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
         in_h: 24,
         in_w: 24,
     };
-    if want("maxpool") {
+    if want("maxpool") && !fused {
         rows.extend(bench.pool(pool)?);
     }
     if want("fc1") {
@@ -234,6 +278,7 @@ fn main() -> Result<()> {
     let (described, rows) = match a.device {
         Device::Cpu if a.tf32 || a.bf16 => bail!("--tf32 and --bf16 are for --device cuda"),
         Device::Cpu if a.fp32_tile.is_some() => bail!("--fp32-tile is for --device cuda"),
+        Device::Cpu if a.no_fusion => bail!("--no-fusion is for --device cuda"),
         Device::Cuda if (a.tf32 || a.bf16) && a.fp32_tile.is_some() => {
             bail!("--fp32-tile chooses the float32 products' tile; TF32 and bf16 ones keep theirs")
         }
@@ -246,7 +291,8 @@ fn main() -> Result<()> {
                 MatmulPrecision::from_flags(a.tf32, a.bf16).map_err(anyhow::Error::msg)?;
             let cuda = Cuda::with_precision(0, precision)
                 .context("--device cuda: no usable GPU 0")?
-                .with_fp32_tile(a.fp32_tile.unwrap_or_default());
+                .with_fp32_tile(a.fp32_tile.unwrap_or_default())
+                .with_fusion(!a.no_fusion);
             (cuda.describe(), rows(&cuda, &a)?)
         }
     };

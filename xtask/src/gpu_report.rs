@@ -116,7 +116,8 @@ fn report(dir: &Path, peak_tflops: f64) -> String {
         FLOP_PER_IMAGE / 1e6
     ));
     out.push_str(&goals(&ours, &rate, floor));
-    out.push_str(&baseline(&rate, &ours));
+    out.push_str(&beside(&rate, &ours, "baseline", "base_train_b"));
+    out.push_str(&beside(&rate, &ours, "`--no-fusion`", "train_unfused_b"));
     for (name, title) in [
         ("ncu_kernels", "this build, float32"),
         ("ncu_kernels_tf32", "this build, `--tf32`"),
@@ -198,14 +199,19 @@ fn goals(
     out
 }
 
-fn baseline(
+/// This build's float32 img/s beside another run's (`other`, logs
+/// `{prefix}{batch}`) at batch 64 and 512: the baseline build, or this
+/// build with `--no-fusion`; no table when the other did not run.
+fn beside(
     rate: &dyn Fn(String) -> Option<f64>,
     ours: &dyn Fn(u32, Precision) -> Option<f64>,
+    other: &str,
+    prefix: &str,
 ) -> String {
     let rows: Vec<String> = [64, 512]
         .into_iter()
         .filter_map(|b| {
-            let base = rate(format!("base_train_b{b}"))?;
+            let base = rate(format!("{prefix}{b}"))?;
             let this = ours(b, Precision::Fp32);
             let ratio = this.map_or("–".into(), |t| format!("{:.2}×", t / base));
             Some(format!(
@@ -219,7 +225,7 @@ fn baseline(
         return String::new();
     }
     format!(
-        "| batch | baseline img/s | this build img/s | this ÷ baseline |\n|---|---|---|---|\n{}\n",
+        "| batch | {other} img/s | this build img/s | this ÷ {other} |\n|---|---|---|---|\n{}\n",
         rows.concat()
     )
 }
@@ -285,6 +291,7 @@ mod tests {
             "torch ... bf16 batch 64: 40000 img/s (1.6 ms/step)\n",
         );
         write("base_train_b64.log", "Epoch 01/01 | 50000 img/s\n");
+        write("train_unfused_b512.log", "Epoch 01/01 | 80000 img/s\n");
         let text = report(dir.path(), 67.0);
         assert!(
             text.contains("| 64 | 65,557 | – | 120,000 | 20,266 | 23,439 | – | 40,000 | 930,556 |"),
@@ -305,6 +312,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("| 64 | 50,000 | 65,557 | 1.31× |"), "{text}");
+        assert!(
+            text.contains("| batch | `--no-fusion` img/s | this build img/s"),
+            "{text}"
+        );
+        assert!(text.contains("| 512 | 80,000 | 83,142 | 1.04× |"), "{text}");
         assert_eq!(find_logs(dir.path()).unwrap(), dir.path());
     }
 }

@@ -183,6 +183,12 @@ for batch in 64 512; do
   step "train_wide_b$batch" 'Epoch' "${trainer[@]}" --fp32-tile wide --batch-size "$batch" \
     --epochs 1 --metrics "$logs/train_wide_b$batch.jsonl"
 done
+# conv2, its max-pool, ReLU and dropout as four kernels (--no-fusion; the
+# same bits), beside `train` and `train_b512`, which fuse them.
+for batch in 64 512; do
+  step "train_unfused_b$batch" 'Epoch' "${trainer[@]}" --no-fusion --batch-size "$batch" \
+    --epochs 1 --metrics "$logs/train_unfused_b$batch.jsonl"
+done
 
 # PyTorch on the same model and data, and its all-reduce.
 if [ -n "$orig_ld" ]; then
@@ -229,6 +235,9 @@ for batch in 64 512; do
   # The float32 products in 64 x 128 tiles (the same bits), beside the first.
   step "bench_cnn_layers_wide_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
     --fp32-tile wide --batch-size "$batch" --reps 50
+  # conv2 and its max-pool as four kernels, beside the fused `conv2+pool` rows.
+  step "bench_cnn_layers_unfused_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
+    --no-fusion --batch-size "$batch" --reps 50
 done
 step bench_allreduce_unix "$largest" "$here/benches/allreduce" --ranks 2 --max-bytes 67108864
 if [ "$have_nccl" = 1 ]; then
