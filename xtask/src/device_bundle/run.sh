@@ -277,7 +277,8 @@ if command -v ncu >/dev/null; then
   for precision in f32 tf32 bf16; do
     flags=()
     [ "$precision" = f32 ] || flags=("--$precision")
-    gemms="regex:^(conv2d|linear)_(fwd|bwd_input|bwd_weight)(_partial)?_$precision\$"
+    # conv2's forward product is conv2d_pool_fwd (fused with its pool).
+    gemms="regex:^(conv2d|conv2d_pool|linear)_(fwd|bwd_input|bwd_weight)(_partial)?_$precision\$"
     step "ncu_detail_$precision" '==PROF==|Duration' ncu --section SpeedOfLight \
       --section WarpStateStats --section MemoryWorkloadAnalysis_Tables --csv \
       --kernel-name "$gemms" --launch-skip 24 --launch-count 12 \
