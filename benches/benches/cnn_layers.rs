@@ -9,9 +9,10 @@
 //! CPU, CUDA events on the GPU's compute stream (so a GPU figure is the
 //! kernels' time, launch gaps included, without host synchronisation in
 //! it). Inputs are random: the kernels' cost does not depend on the values.
-//! Where the backend fuses (a GPU, unless `--no-fusion`), conv2, its
-//! max-pool and the epilogue are one op: `conv2+pool` rows replace the
-//! `conv2` and `maxpool` ones. Prints one line per call and their sum;
+//! Where the backend fuses (a GPU, unless `--no-fusion`), conv1's forward
+//! pass and its ReLU are one op (`conv1+relu fwd` replaces `conv1 fwd` and
+//! `relu fwd (conv1)`), and conv2, its max-pool and the epilogue another
+//! (`conv2+pool` rows replace the `conv2` and `maxpool` ones). Prints one line per call and their sum;
 //! asserts nothing.
 
 use anyhow::{Context, Result, bail};
@@ -171,6 +172,16 @@ impl<B: Ops> Bench<'_, B> {
         ])
     }
 
+    /// conv1's forward pass and its ReLU as one op (`Conv2dReluKernel`).
+    fn conv_relu(&self, g: Conv2dGeom) -> Result<(String, Timing)> {
+        let b = self.b;
+        let (params, at) = self.layer_params(g.weight_len(), g.out_channels)?;
+        let x = self.random(g.batch * g.in_image_len(), 1)?;
+        let mut y = self.zeros(g.batch * g.out_image_len())?;
+        let fwd = self.time(|| b.conv2d_relu_fwd(&g, &x, &params, &at, &mut y))?;
+        Ok(("conv1+relu fwd".into(), fwd))
+    }
+
     /// conv2, its max-pool and the epilogue as one op (`Conv2dPoolKernel`).
     fn conv_pool(&self, g: Conv2dGeom) -> Result<Vec<(String, Timing)>> {
         let b = self.b;
@@ -238,13 +249,19 @@ fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
     };
     let want = |name: &str| name.starts_with(&a.only);
     let mut rows = Vec::new();
+    let fused = b.fuses();
     if want("conv1") {
-        rows.extend(bench.conv("conv1", conv(1, 28, 32), false)?);
+        let mut conv1 = bench.conv("conv1", conv(1, 28, 32), false)?;
+        if fused {
+            conv1[0] = bench.conv_relu(conv(1, 28, 32))?;
+        }
+        rows.extend(conv1);
     }
     if want("relu") {
-        rows.extend(bench.relu("conv1", n * 32 * 26 * 26, Dropout::OFF)?);
+        let relu = bench.relu("conv1", n * 32 * 26 * 26, Dropout::OFF)?;
+        // Fused, the forward ReLU is in `conv1+relu fwd`.
+        rows.extend(relu.into_iter().skip(usize::from(fused)));
     }
-    let fused = b.fuses();
     if want("conv2") && fused {
         rows.extend(bench.conv_pool(conv(32, 26, 64))?);
     }

@@ -14,6 +14,7 @@ pub mod accuracy;
 pub mod adam;
 pub mod conv2d;
 pub mod conv2d_pool;
+pub mod conv2d_relu;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod embedding;
@@ -35,6 +36,7 @@ pub use accuracy::AccuracyKernel;
 pub use adam::{AdamConfig, AdamKernel, AdamScalars, SparseAdamScalars};
 pub use conv2d::{Conv2dGeom, Conv2dKernel};
 pub use conv2d_pool::Conv2dPoolKernel;
+pub use conv2d_relu::Conv2dReluKernel;
 pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
 pub use dropout::Dropout;
 pub use embedding::{EmbeddingGeom, EmbeddingKernel};
@@ -68,6 +70,7 @@ all_ops!(
     AdamKernel,
     Conv2dKernel,
     Conv2dPoolKernel,
+    Conv2dReluKernel,
     CrossEntropyKernel,
     EmbeddingKernel,
     FiniteKernel,

@@ -1,7 +1,7 @@
-//! The fused conv2d + max-pool op (`Conv2dPoolKernel`): on a GPU it gives
-//! the bits of its own unfused kernels (conv2d then max-pool), in every
-//! precision and tile; on exact inputs the CPU reference's bits, argmax
-//! bytes included.
+//! The fused ops: conv2d + max-pool (`Conv2dPoolKernel`) and conv2d + ReLU
+//! (`Conv2dReluKernel`). On a GPU each gives the bits of its own unfused
+//! kernels, in every precision and tile; on exact inputs the CPU
+//! reference's bits, argmax bytes included.
 
 use core_tensor::ops::conv2d_pool::pool_of;
 use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, ParamAt};
@@ -172,6 +172,69 @@ fn conv2d_pool_matches_the_cpu_on_exact_inputs() {
         for dev in gpus.iter().flatten() {
             let got = run(dev, true, g, io);
             assert_runs_equal(&format!("{} {g:?}", dev.describe()), &got, &want);
+        }
+    }
+}
+
+/// conv2d + ReLU on `dev`, fused or as the two kernels.
+fn relu_run<B: Ops>(
+    dev: &B,
+    fused: bool,
+    g: &Conv2dGeom,
+    x: &[f32],
+    params: &[f32],
+    at: &ParamAt,
+) -> Vec<f32> {
+    let (x_d, p_d) = (up(dev, x), up(dev, params));
+    let mut y = up(dev, &vec![f32::NAN; g.batch * g.out_image_len()]);
+    if fused {
+        dev.conv2d_relu_fwd(g, &x_d, &p_d, at, &mut y).unwrap();
+    } else {
+        dev.conv2d_fwd(g, &x_d, &p_d, at, &mut y).unwrap();
+        dev.relu_fwd(Dropout::OFF, &mut y).unwrap();
+    }
+    down(dev, &y)
+}
+
+/// CNN_MNIST's conv1, and the geometries above (the last splits K).
+fn relu_geoms() -> Vec<Conv2dGeom> {
+    let conv1 = Conv2dGeom {
+        batch: 3,
+        in_channels: 1,
+        in_h: 28,
+        in_w: 28,
+        out_channels: 32,
+        kernel: 3,
+        stride: 1,
+        padding: 0,
+    };
+    [conv1].into_iter().chain(geoms()).collect()
+}
+
+/// conv2d + ReLU: the GPU's fused kernel gives its conv2d and ReLU
+/// kernels' bits in every precision and tile, and the CPU's on exact
+/// inputs.
+#[test]
+fn conv2d_relu_fused_gives_the_unfused_and_exact_bits() {
+    let test = "conv2d_relu_fused_gives_the_unfused_and_exact_bits";
+    let gpus = [
+        gpu(test),
+        gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide)),
+        gpu_tf32(test),
+    ];
+    for (i, g) in relu_geoms().iter().enumerate() {
+        for exact in [false, true] {
+            let (x, params, at, _) = inputs(g, 200 + 10 * i as u64, exact);
+            let want = relu_run(&reference(), false, g, &x, &params, &at);
+            for dev in gpus.iter().flatten() {
+                let what = |part: &str| format!("{} {g:?} {part}", dev.describe());
+                let fused = relu_run(dev, true, g, &x, &params, &at);
+                let unfused = relu_run(dev, false, g, &x, &params, &at);
+                assert_same_bits(&what("fused against unfused"), &fused, &unfused);
+                if exact {
+                    assert_same_bits(&what("against the CPU"), &fused, &want);
+                }
+            }
         }
     }
 }

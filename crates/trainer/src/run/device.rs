@@ -49,9 +49,9 @@ pub struct DeviceFlags {
     #[arg(long, default_value = "square", value_name = "square|wide", value_parser = Fp32Tile::parse)]
     pub fp32_tile: Fp32Tile,
 
-    /// Run the CNN's conv2, max-pool, ReLU and dropout as separate GPU
-    /// kernels instead of one fused op: the same results, a speed
-    /// comparison.
+    /// Run the CNN's conv1 and ReLU, and conv2, max-pool, ReLU and dropout,
+    /// as separate GPU kernels instead of two fused ops: the same results, a
+    /// speed comparison.
     #[arg(long)]
     pub no_fusion: bool,
 

@@ -1,6 +1,7 @@
-// The forward convolution's geometry and GEMM operands (conv2d.cu's forward
-// product), shared by conv2d.cu and conv2d_pool.cu, which walks the same
-// product's columns in pooling-window order. Include sgemm.cuh first.
+// The forward convolution's geometry, GEMM operands and store (conv2d.cu's
+// forward product), shared by conv2d.cu, conv2d_pool.cu, which walks the
+// same product's columns in pooling-window order, and conv2d_relu.cu, which
+// stores it through ReLU. Include sgemm.cuh first.
 
 // Mirrors `Conv2dGeom` (usize fields) field by field.
 struct Conv2dGeom {
@@ -106,3 +107,19 @@ struct WeightRows : Offsets {
     __device__ int mn_part(int m) const { return m * ckk; }
     __device__ int k_part(int k) const { return k; }
 };
+
+// C(m = channel, n = (image, pixel)) stored into an NCHW tensor with `planes`
+// channels of `plane` pixels, plus bias[m] when there is one, then with
+// RELU relu.cu's ReLU (`v < 0 ? 0 : v`: NaN and -0 pass).
+template <bool RELU>
+struct NchwStoreThen {
+    float* out;
+    const float* bias;
+    int planes, plane;
+    __device__ void operator()(int m, int n, float v) const {
+        const int img = n / plane, p = n - img * plane;
+        const float r = bias ? v + bias[m] : v;
+        out[(img * planes + m) * plane + p] = RELU && r < 0.0f ? 0.0f : r;
+    }
+};
+typedef NchwStoreThen<false> NchwStore;

@@ -194,7 +194,7 @@ type Product<G> = unsafe fn(
     Val<'_, GemmLaunch<G>>,
 ) -> Result<()>;
 /// A tile kernel that stores `a·b` plus a bias per output row.
-type BiasProduct<G> = unsafe fn(
+pub(crate) type BiasProduct<G> = unsafe fn(
     &Cuda,
     LaunchConfig,
     In<'_, f32>,

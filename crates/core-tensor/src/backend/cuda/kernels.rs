@@ -159,6 +159,11 @@ kernel_table! {
             d: Val<DropoutArgs>,
         );
     }
+    conv2d_relu (CONV2D_RELU_SRC, CONV2D_RELU_PTX) {
+        conv2d_relu_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_relu_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_relu_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+    }
     cross_entropy (CROSS_ENTROPY_SRC, CROSS_ENTROPY_PTX) {
         cross_entropy_fwd_bwd_f32(
             logits: In<f32>,

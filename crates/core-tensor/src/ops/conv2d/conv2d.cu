@@ -102,18 +102,6 @@ __device__ __forceinline__ void conv2d_bwd_input(const float* dy, const float* w
     }
 }
 
-// C(m = channel, n = (image, pixel)) stored into an NCHW tensor with `planes`
-// channels of `plane` pixels, plus bias[m] when there is one.
-struct NchwStore {
-    float* out;
-    const float* bias;
-    int planes, plane;
-    __device__ void operator()(int m, int n, float v) const {
-        const int img = n / plane, p = n - img * plane;
-        out[(img * planes + m) * plane + p] = bias ? v + bias[m] : v;
-    }
-};
-
 // Each product below is one device function templated on its kind, behind
 // four entry points, `_f32`, `_tf32`, `_bf16` and `_f32w` (see sgemm.cuh).
 

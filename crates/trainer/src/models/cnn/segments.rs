@@ -15,9 +15,10 @@
 //! way, elsewhere the sign is unchanged.
 //!
 //! Where the device fuses (`Conv2dPoolKernel::fuses`: a GPU, unless
-//! `--no-fusion`), conv2 through the dropout is one op that keeps the
-//! pooled values and an argmax byte per window instead of conv2's output;
-//! the bits are the unfused kernels'.
+//! `--no-fusion`), conv1 and its ReLU are one op (`conv2d_relu_fwd`), and
+//! conv2 through the dropout another, which keeps the pooled values and an
+//! argmax byte per window instead of conv2's output; the bits are the
+//! unfused kernels'.
 
 use std::ops::Range;
 
@@ -97,6 +98,7 @@ impl<B: Ops> Layered<B> for CnnMnist {
     ) -> Result<()> {
         let (pooled, hidden) = self.dropouts_in(mode);
         match s {
+            0 if b.fuses() => b.conv2d_relu_fwd(&conv(CONV1, n), x, params, &self.conv1, y),
             0 => {
                 b.conv2d_fwd(&conv(CONV1, n), x, params, &self.conv1, y)?;
                 b.relu_fwd(Dropout::OFF, y)

@@ -1,0 +1,36 @@
+use super::*;
+use crate::ops::{Conv2dKernel, Dropout, ReluKernel};
+use crate::testing::{cpu, uniform};
+
+/// The fused op is conv2d then ReLU, bit for bit, negative zeros and NaN
+/// included.
+#[test]
+fn fused_is_conv_then_relu() {
+    let g = Conv2dGeom {
+        batch: 2,
+        in_channels: 1,
+        in_h: 9,
+        in_w: 8,
+        out_channels: 4,
+        kernel: 3,
+        stride: 1,
+        padding: 1,
+    };
+    let mut x = uniform(1, g.batch * g.in_image_len(), -1.0, 1.0);
+    x[5] = f32::NAN;
+    let (wl, bl) = (g.weight_len(), g.out_channels);
+    let params = uniform(2, wl + bl, -1.0, 1.0);
+    let at = ParamAt {
+        weight: 0..wl,
+        bias: wl..wl + bl,
+    };
+    let dev = cpu();
+    let mut want = vec![0.0; g.batch * g.out_image_len()];
+    dev.conv2d_fwd(&g, &x, &params, &at, &mut want).unwrap();
+    dev.relu_fwd(Dropout::OFF, &mut want).unwrap();
+    let mut got = vec![f32::NAN; want.len()];
+    dev.conv2d_relu_fwd(&g, &x, &params, &at, &mut got).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&want));
+    assert!(got.iter().any(|v| v.is_nan()) && got.contains(&0.0));
+}
