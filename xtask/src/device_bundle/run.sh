@@ -277,8 +277,9 @@ if command -v ncu >/dev/null; then
   for precision in f32 tf32 bf16; do
     flags=()
     [ "$precision" = f32 ] || flags=("--$precision")
-    # conv2's forward product is conv2d_pool_fwd (fused with its pool).
-    gemms="regex:^(conv2d|conv2d_pool|linear)_(fwd|bwd_input|bwd_weight)(_partial)?_$precision\$"
+    # The convs' forward products are conv2d_relu_fwd and conv2d_pool_fwd
+    # (fused with their ReLU and pool).
+    gemms="regex:^(conv2d|conv2d_pool|conv2d_relu|linear)_(fwd|bwd_input|bwd_weight)(_partial)?_$precision\$"
     step "ncu_detail_$precision" '==PROF==|Duration' ncu --section SpeedOfLight \
       --section WarpStateStats --section MemoryWorkloadAnalysis_Tables --csv \
       --kernel-name "$gemms" --launch-skip 24 --launch-count 12 \
