@@ -5,11 +5,9 @@
 
 use core_tensor::ops::conv2d_pool::pool_of;
 use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, ParamAt};
-use core_tensor::{Backend, Cuda, Fp32Tile, Ops};
+use core_tensor::{Backend, Cuda, Fp32Tile, MatmulPrecision, Ops};
 
-use crate::support::{
-    assert_same_bits, down, gpu, gpu_tf32, reference, small_integers, uniform, up,
-};
+use crate::support::{assert_same_bits, down, gpu, gpu_in, reference, small_integers, uniform, up};
 
 /// ReLU and a dropout whose scale (2) keeps small integers exact.
 const THEN: Epilogue = Epilogue::ReluDropout(Dropout { p: 0.5, seed: 77 });
@@ -123,6 +121,16 @@ fn assert_runs_equal(what: &str, got: &Run, want: &Run) {
     assert_same_bits(&format!("{what} dx"), &got.4, &want.4);
 }
 
+/// GPU 0 in every precision and float32 tile (those it has).
+fn every_gpu(test: &str) -> Vec<Cuda> {
+    let mut gpus = vec![
+        gpu(test),
+        gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide)),
+    ];
+    gpus.extend([MatmulPrecision::Tf32, MatmulPrecision::Bf16].map(|p| gpu_in(test, p)));
+    gpus.into_iter().flatten().collect()
+}
+
 /// Fused against unfused on one device, every geometry. The unfused run
 /// has no argmax bytes; the fused CPU's, which the CPU's own parity with
 /// the unfused kernels covers, stand in.
@@ -140,12 +148,8 @@ fn fused_gives_the_unfused_bits(dev: &Cuda) {
 #[test]
 fn conv2d_pool_fused_gives_the_unfused_bits() {
     let test = "conv2d_pool_fused_gives_the_unfused_bits";
-    let gpus = [
-        gpu(test),
-        gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide)),
-        gpu_tf32(test),
-    ];
-    for dev in gpus.iter().flatten() {
+    let gpus = every_gpu(test);
+    for dev in &gpus {
         fused_gives_the_unfused_bits(dev);
     }
 }
@@ -156,11 +160,7 @@ fn conv2d_pool_fused_gives_the_unfused_bits() {
 #[test]
 fn conv2d_pool_matches_the_cpu_on_exact_inputs() {
     let test = "conv2d_pool_matches_the_cpu_on_exact_inputs";
-    let gpus = [
-        gpu(test),
-        gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide)),
-        gpu_tf32(test),
-    ];
+    let gpus = every_gpu(test);
     for (i, g) in geoms().iter().enumerate() {
         let (x, params, at, dy) = inputs(g, 90 + 10 * i as u64, true);
         let io = (&x[..], &params[..], &at, &dy[..]);
@@ -169,7 +169,7 @@ fn conv2d_pool_matches_the_cpu_on_exact_inputs() {
             want.1.iter().all(|&k| k < 4),
             "{g:?}: the CPU wrote every argmax"
         );
-        for dev in gpus.iter().flatten() {
+        for dev in &gpus {
             let got = run(dev, true, g, io);
             assert_runs_equal(&format!("{} {g:?}", dev.describe()), &got, &want);
         }
@@ -217,16 +217,12 @@ fn relu_geoms() -> Vec<Conv2dGeom> {
 #[test]
 fn conv2d_relu_fused_gives_the_unfused_and_exact_bits() {
     let test = "conv2d_relu_fused_gives_the_unfused_and_exact_bits";
-    let gpus = [
-        gpu(test),
-        gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide)),
-        gpu_tf32(test),
-    ];
+    let gpus = every_gpu(test);
     for (i, g) in relu_geoms().iter().enumerate() {
         for exact in [false, true] {
             let (x, params, at, _) = inputs(g, 200 + 10 * i as u64, exact);
             let want = relu_run(&reference(), false, g, &x, &params, &at);
-            for dev in gpus.iter().flatten() {
+            for dev in &gpus {
                 let what = |part: &str| format!("{} {g:?} {part}", dev.describe());
                 let fused = relu_run(dev, true, g, &x, &params, &at);
                 let unfused = relu_run(dev, false, g, &x, &params, &at);

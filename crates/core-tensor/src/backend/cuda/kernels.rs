@@ -131,6 +131,16 @@ kernel_table! {
             relu: Val<u32>,
             d: Val<DropoutArgs>,
         );
+        conv2d_pool_fwd_bf16(
+            x: In<f32>,
+            w: In<f32>,
+            bias: In<f32>,
+            y: Out<f32>,
+            arg: Out<u8>,
+            p: Val<Conv2dLaunch>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
         conv2d_pool_fwd_f32w(
             x: In<f32>,
             w: In<f32>,
@@ -162,6 +172,7 @@ kernel_table! {
     conv2d_relu (CONV2D_RELU_SRC, CONV2D_RELU_PTX) {
         conv2d_relu_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_relu_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_relu_fwd_bf16(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_relu_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
     }
     cross_entropy (CROSS_ENTROPY_SRC, CROSS_ENTROPY_PTX) {

@@ -83,6 +83,12 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_pool_fwd_bf16(const float* x, const float* w, const float* bias, float* y,
+                         unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {
+    conv2d_pool_fwd<GEMM_BF16>(x, w, bias, y, arg, p, relu, d);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_pool_fwd_f32w(const float* x, const float* w, const float* bias, float* y,
                          unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {
     conv2d_pool_fwd<GEMM_F32_WIDE>(x, w, bias, y, arg, p, relu, d);

@@ -30,6 +30,7 @@ const FUSED_FWD: ByKind<FusedFwd> = ByKind {
     fp32: kernels::conv2d_pool_fwd_f32,
     fp32_wide: kernels::conv2d_pool_fwd_f32w,
     tf32: kernels::conv2d_pool_fwd_tf32,
+    bf16: kernels::conv2d_pool_fwd_bf16,
 };
 
 impl Conv2dPoolKernel for Cuda {

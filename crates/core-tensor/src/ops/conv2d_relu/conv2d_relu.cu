@@ -28,6 +28,12 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_relu_fwd_bf16(const float* x, const float* w, const float* bias, float* y,
+                         Conv2dLaunch p) {
+    conv2d_relu_fwd<GEMM_BF16>(x, w, bias, y, p);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_relu_fwd_f32w(const float* x, const float* w, const float* bias, float* y,
                          Conv2dLaunch p) {
     conv2d_relu_fwd<GEMM_F32_WIDE>(x, w, bias, y, p);

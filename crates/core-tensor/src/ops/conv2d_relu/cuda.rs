@@ -11,6 +11,7 @@ const FUSED_FWD: ByKind<BiasProduct<Conv2dGeom>> = ByKind {
     fp32: kernels::conv2d_relu_fwd_f32,
     fp32_wide: kernels::conv2d_relu_fwd_f32w,
     tf32: kernels::conv2d_relu_fwd_tf32,
+    bf16: kernels::conv2d_relu_fwd_bf16,
 };
 
 impl Conv2dReluKernel for Cuda {
