@@ -353,6 +353,7 @@ mod tests {
         );
         assert!(text.contains("| 512 | 80,000 | 83,142 | 1.04× |"), "{text}");
         assert!(text.contains("| 512 | 83,142 | 90,000 | – | – |"), "{text}");
+        // No wide run at batch 64: no tiles row for it.
         assert!(!text.contains("| 64 | 65,557 | – | – | – |"), "{text}");
         assert_eq!(find_logs(dir.path()).unwrap(), dir.path());
     }

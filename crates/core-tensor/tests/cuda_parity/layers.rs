@@ -382,27 +382,22 @@ fn small_integer_products() {
     if let Some(gpu) = gpu_in("small_integer_products", MatmulPrecision::Tf32) {
         small_integer_products_are_exact(&gpu);
     }
-    for gpu in [
+    let gpus = [
         gpu("small_integer_products"),
         gpu_in("small_integer_products", MatmulPrecision::Tf32),
-    ] {
-        if let Some(gpu) = gpu {
-            small_integer_products_are_exact(&gpu.with_fp32_tile(Fp32Tile::Wide));
-        }
+    ];
+    for gpu in gpus.into_iter().flatten() {
+        small_integer_products_are_exact(&gpu.with_fp32_tile(Fp32Tile::Wide));
     }
 }
 
-/// The wide tiles (64 x 256) sum every output in the square tiles' order
-/// and split K as they do, so every conv and linear shape of the suite
-/// gives the square tiles' bits: y, the gradients and dx. The shapes the
-/// wide tiles take (more than 32 rows, at least 1024 columns): conv2's
-/// forward pass at batch 4 (N = 2304, whole tiles, K = 288), 70 channels
-/// (two row tiles, the second ragged; N = 1296, the last tile ragged;
-/// K = 27) and fc1's weight gradient (128 x 9216, K = 16).
+/// The wide tiles (64 x 256) sum in the square tiles' order on the same K
+/// splits, so every conv and linear shape gives the square tiles' bits. The
+/// wide tile takes conv2's forward pass at batch 4 (whole tiles), 70
+/// channels (ragged rows and columns, K = 27) and fc1's weight gradient.
 #[test]
 fn wide_fp32_tiles_give_the_square_tiles_bits() {
-    let test = "wide_fp32_tiles_give_the_square_tiles_bits";
-    if let Some(square) = gpu(test) {
+    if let Some(square) = gpu("wide_fp32_tiles_give_the_square_tiles_bits") {
         wide_tiles_give_the_square_tiles_bits(&square);
     }
 }
@@ -411,10 +406,8 @@ fn wide_fp32_tiles_give_the_square_tiles_bits() {
 /// each output's C fragment takes the same mma per k step in either tile.
 #[test]
 fn wide_tf32_tiles_give_the_square_tiles_bits() {
-    if let Some(square) = gpu_in(
-        "wide_tf32_tiles_give_the_square_tiles_bits",
-        MatmulPrecision::Tf32,
-    ) {
+    let test = "wide_tf32_tiles_give_the_square_tiles_bits";
+    if let Some(square) = gpu_in(test, MatmulPrecision::Tf32) {
         wide_tiles_give_the_square_tiles_bits(&square);
     }
 }

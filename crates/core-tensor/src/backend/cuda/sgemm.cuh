@@ -68,23 +68,6 @@ struct GemmTiling {
     unsigned long long k_chunk, splits, tile_m, tile_n, tensor_cores;
 };
 
-// A thread's register block in a BM x BN tile on the CUDA cores: TM rows by
-// TN columns, the columns in TN / 4 groups of 4 that lie BN / (TN / 4)
-// apart, so that the threads of a warp read one contiguous run of B per
-// group (and all of a warp's threads share their rows: a broadcast).
-template <int BM, int BN>
-struct RegBlock {
-    static const int ELEMS = BM * BN / GEMM_THREADS;
-    static const int TM = ELEMS == 64 ? 8 : 4;  // 4 x 4 or 8 x 8
-    static const int TN = ELEMS / TM;
-    static const int GROUPS = TN / 4;
-    static const int THREADS_N = BN / TN;
-    // The tile column of this thread's column j.
-    static __device__ __forceinline__ int col(int tx, int j) {
-        return j / 4 * (BN / GROUPS) + tx * 4 + j % 4;
-    }
-};
-
 __device__ __forceinline__ int gemm_min(int a, int b) { return a < b ? a : b; }
 
 // An operand tile of R (BM or BN) rows by GEMM_BK k: each thread holds
@@ -115,6 +98,7 @@ struct TileShape {
     static const int FLOATS = GEMM_BK * (A::LDS + B::LDS);
 };
 
+#include "fma.cuh"
 #include "mma.cuh"
 
 // Where thread `tid` stores its i-th element of an R x 16 operand tile
@@ -181,41 +165,6 @@ __device__ __forceinline__ void gemm_stash(float (*tile)[T::LDS], const float (&
     for (int i = 0; i < T::PER; ++i) {
         tile[tile_k<T::R, L::K_FAST>(tid, i)][tile_mn<T::R, L::K_FAST>(tid, i)] =
             TF32 ? tf32_round(r[i]) : r[i];
-    }
-}
-
-// acc += this thread's share of As·Bs on the CUDA cores: a TM x TN block at
-// rows TM·ty, columns `RegBlock::col(tx, ·)` of the tile.
-template <class S>
-__device__ __forceinline__ void fma_k_tile(
-    const float (*As)[S::A::LDS], const float (*Bs)[S::B::LDS],
-    float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN]) {
-    typedef RegBlock<S::BM, S::BN> RB;
-    const int tx = threadIdx.x % RB::THREADS_N, ty = threadIdx.x / RB::THREADS_N;
-#pragma unroll
-    for (int k = 0; k < GEMM_BK; ++k) {
-        float ai[RB::TM], bj[RB::TN];
-#pragma unroll
-        for (int q = 0; q < RB::TM / 4; ++q) {
-            const float4 av = *reinterpret_cast<const float4*>(&As[k][ty * RB::TM + 4 * q]);
-            ai[4 * q] = av.x;
-            ai[4 * q + 1] = av.y;
-            ai[4 * q + 2] = av.z;
-            ai[4 * q + 3] = av.w;
-        }
-#pragma unroll
-        for (int g = 0; g < RB::GROUPS; ++g) {
-            const float4 bv = *reinterpret_cast<const float4*>(&Bs[k][RB::col(tx, 4 * g)]);
-            bj[4 * g] = bv.x;
-            bj[4 * g + 1] = bv.y;
-            bj[4 * g + 2] = bv.z;
-            bj[4 * g + 3] = bv.w;
-        }
-#pragma unroll
-        for (int i = 0; i < RB::TM; ++i) {
-#pragma unroll
-            for (int j = 0; j < RB::TN; ++j) acc[i][j] = fmaf(ai[i], bj[j], acc[i][j]);
-        }
     }
 }
 
