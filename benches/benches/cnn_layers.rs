@@ -46,8 +46,9 @@ struct Args {
     /// bf16 products with float32 sums on the tensor cores (`--device cuda`).
     #[arg(long)]
     bf16: bool,
-    /// The float32 products' tile (`--device cuda`): `square` (64 x 64, 4 x 4
-    /// per thread) or `wide` (64 x 128, 4 x 8 per thread); the same bits.
+    /// The products' tile, float32 or TF32 (`--device cuda`): `square`
+    /// (64 x 64) or `wide` (64 x 256, 8 x 8 per thread or 64 x 32 per warp);
+    /// the same bits.
     #[arg(long, value_name = "TILE", value_parser = Fp32Tile::parse)]
     fp32_tile: Option<Fp32Tile>,
     /// conv2, max-pool, ReLU and dropout as separate kernels (`--device
@@ -296,8 +297,8 @@ fn main() -> Result<()> {
         Device::Cpu if a.tf32 || a.bf16 => bail!("--tf32 and --bf16 are for --device cuda"),
         Device::Cpu if a.fp32_tile.is_some() => bail!("--fp32-tile is for --device cuda"),
         Device::Cpu if a.no_fusion => bail!("--no-fusion is for --device cuda"),
-        Device::Cuda if (a.tf32 || a.bf16) && a.fp32_tile.is_some() => {
-            bail!("--fp32-tile chooses the float32 products' tile; TF32 and bf16 ones keep theirs")
+        Device::Cuda if a.bf16 && a.fp32_tile.is_some() => {
+            bail!("--fp32-tile chooses the float32 and TF32 products' tile; bf16 ones keep theirs")
         }
         Device::Cpu => {
             let cpu = Cpu::new(a.threads)?;

@@ -118,6 +118,7 @@ fn report(dir: &Path, peak_tflops: f64) -> String {
     out.push_str(&goals(&ours, &rate, floor));
     out.push_str(&beside(&rate, &ours, "baseline", "base_train_b"));
     out.push_str(&beside(&rate, &ours, "`--no-fusion`", "train_unfused_b"));
+    out.push_str(&tiles(&rate, &ours));
     for (name, title) in [
         ("ncu_kernels", "this build, float32"),
         ("ncu_kernels_tf32", "this build, `--tf32`"),
@@ -131,6 +132,8 @@ fn report(dir: &Path, peak_tflops: f64) -> String {
         ("ncu_detail_f32", "float32"),
         ("ncu_detail_tf32", "`--tf32`"),
         ("ncu_detail_bf16", "`--bf16`"),
+        ("ncu_detail_wide", "float32, `--fp32-tile wide`"),
+        ("ncu_detail_wide_tf32", "`--tf32 --fp32-tile wide`"),
         ("ncu_detail_bias", "the bias gradients' two passes"),
     ] {
         if let Some(log) = read(name) {
@@ -230,6 +233,37 @@ fn beside(
     )
 }
 
+/// Training img/s in the square tiles beside the wide ones
+/// (`--fp32-tile wide`), in either precision, where a wide run was timed.
+fn tiles(
+    rate: &dyn Fn(String) -> Option<f64>,
+    ours: &dyn Fn(u32, Precision) -> Option<f64>,
+) -> String {
+    let rows: Vec<String> = [64, 512]
+        .into_iter()
+        .filter_map(|b| {
+            let wide = rate(format!("train_wide_b{b}"));
+            let wide_tf32 = rate(format!("train_wide_tf32_b{b}"));
+            wide.or(wide_tf32)?;
+            let cells = [
+                ours(b, Precision::Fp32),
+                wide,
+                ours(b, Precision::Tf32),
+                wide_tf32,
+            ]
+            .map(cell);
+            Some(format!("| {b} | {} |\n", cells.join(" | ")))
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "| batch | square tiles | wide tiles | square `--tf32` | wide `--tf32` |\n|---|---|---|---|---|\n{}\n",
+        rows.concat()
+    )
+}
+
 /// The last `N img/s` figure of a trainer or PyTorch log.
 fn images_per_second(log: &str) -> Option<f64> {
     log.lines().rev().find_map(|line| {
@@ -292,6 +326,7 @@ mod tests {
         );
         write("base_train_b64.log", "Epoch 01/01 | 50000 img/s\n");
         write("train_unfused_b512.log", "Epoch 01/01 | 80000 img/s\n");
+        write("train_wide_b512.log", "Epoch 01/01 | 90000 img/s\n");
         let text = report(dir.path(), 67.0);
         assert!(
             text.contains("| 64 | 65,557 | – | 120,000 | 20,266 | 23,439 | – | 40,000 | 930,556 |"),
@@ -317,6 +352,9 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("| 512 | 80,000 | 83,142 | 1.04× |"), "{text}");
+        assert!(text.contains("| 512 | 83,142 | 90,000 | – | – |"), "{text}");
+        // No wide run at batch 64: no tiles row for it.
+        assert!(!text.contains("| 64 | 65,557 | – | – | – |"), "{text}");
         assert_eq!(find_logs(dir.path()).unwrap(), dir.path());
     }
 }

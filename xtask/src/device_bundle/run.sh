@@ -178,10 +178,13 @@ for batch in 256 512; do
   step "train_bf16_b$batch" 'Epoch' "${trainer[@]}" --bf16 --batch-size "$batch" --epochs 1 \
     --metrics "$logs/train_bf16_b$batch.jsonl"
 done
-# The float32 products in 64 x 128 tiles (the same bits), one epoch each.
+# The products in the wide tiles (64 x 256; the same bits), float32 and
+# TF32, one epoch each.
 for batch in 64 512; do
   step "train_wide_b$batch" 'Epoch' "${trainer[@]}" --fp32-tile wide --batch-size "$batch" \
     --epochs 1 --metrics "$logs/train_wide_b$batch.jsonl"
+  step "train_wide_tf32_b$batch" 'Epoch' "${trainer[@]}" --tf32 --fp32-tile wide \
+    --batch-size "$batch" --epochs 1 --metrics "$logs/train_wide_tf32_b$batch.jsonl"
 done
 # conv2, its max-pool, ReLU and dropout as four kernels (--no-fusion; the
 # same bits), beside `train` and `train_b512`, which fuse them.
@@ -232,9 +235,11 @@ for batch in 64 512; do
     --tf32 --batch-size "$batch" --reps 50
   step "bench_cnn_layers_bf16_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
     --bf16 --batch-size "$batch" --reps 50
-  # The float32 products in 64 x 128 tiles (the same bits), beside the first.
+  # The products in the wide tiles (the same bits), beside float32 and TF32.
   step "bench_cnn_layers_wide_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
     --fp32-tile wide --batch-size "$batch" --reps 50
+  step "bench_cnn_layers_wide_tf32_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
+    --tf32 --fp32-tile wide --batch-size "$batch" --reps 50
   # conv2 and its max-pool as four kernels, beside the fused `conv2+pool` rows.
   step "bench_cnn_layers_unfused_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
     --no-fusion --batch-size "$batch" --reps 50
@@ -274,13 +279,21 @@ fi
 # Why the GEMM kernels take what they take: throughput against peak, the
 # warps' stall reasons, shared-memory bank conflicts; one launch of each.
 if command -v ncu >/dev/null; then
-  for precision in f32 tf32 bf16; do
+  # The wide tiles' kernels (`_f32w`, float32 or TF32) at batch 512,
+  # where conv2's products take them.
+  for variant in f32 tf32 bf16 wide wide_tf32; do
     flags=()
-    [ "$precision" = f32 ] || flags=("--$precision")
+    suffix=$variant
+    case $variant in
+      tf32) flags=(--tf32) ;;
+      bf16) flags=(--bf16) ;;
+      wide) flags=(--fp32-tile wide --batch-size 512); suffix=f32w ;;
+      wide_tf32) flags=(--tf32 --fp32-tile wide --batch-size 512); suffix=f32w ;;
+    esac
     # The convs' forward products are conv2d_relu_fwd and conv2d_pool_fwd
     # (fused with their ReLU and pool).
-    gemms="regex:^(conv2d|conv2d_pool|conv2d_relu|linear)_(fwd|bwd_input|bwd_weight)(_partial)?_$precision\$"
-    step "ncu_detail_$precision" '==PROF==|Duration' ncu --section SpeedOfLight \
+    gemms="regex:^(conv2d|conv2d_pool|conv2d_relu|linear)_(fwd|bwd_input|bwd_weight)(_partial)?_$suffix\$"
+    step "ncu_detail_$variant" '==PROF==|Duration' ncu --section SpeedOfLight \
       --section WarpStateStats --section MemoryWorkloadAnalysis_Tables --csv \
       --kernel-name "$gemms" --launch-skip 24 --launch-count 12 \
       "${trainer[@]}" "${flags[@]}" --epochs 1 --max-steps 10

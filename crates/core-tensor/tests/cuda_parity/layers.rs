@@ -161,7 +161,7 @@ fn check_gemm_layer<B: Ops>(
 /// Strides, padding, the model's two convolutions, more than one tile of
 /// output channels, a long split-K reduce, and bias gradients summed in
 /// slices of 4096 pixels (`conv2d_bwd_bias_partial_f32`) that end unevenly.
-pub(crate) fn conv_geoms() -> [Conv2dGeom; 9] {
+pub(crate) fn conv_geoms() -> [Conv2dGeom; 10] {
     let base = Conv2dGeom {
         batch: 3,
         in_channels: 3,
@@ -207,6 +207,14 @@ pub(crate) fn conv_geoms() -> [Conv2dGeom; 9] {
             batch: 2,
             out_channels: 70,
             padding: 1,
+            ..base
+        },
+        // The same in the wide tiles too: 4·18·18 = 5·256 + 16 pixels.
+        Conv2dGeom {
+            batch: 4,
+            in_h: 20,
+            in_w: 20,
+            out_channels: 70,
             ..base
         },
         // conv1 at batch 16: its weight gradient's K splits 42 ways, past
@@ -374,31 +382,43 @@ fn small_integer_products() {
     if let Some(gpu) = gpu_in("small_integer_products", MatmulPrecision::Tf32) {
         small_integer_products_are_exact(&gpu);
     }
-    if let Some(gpu) = wide_fp32_gpu("small_integer_products") {
-        small_integer_products_are_exact(&gpu);
+    let gpus = [
+        gpu("small_integer_products"),
+        gpu_in("small_integer_products", MatmulPrecision::Tf32),
+    ];
+    for gpu in gpus.into_iter().flatten() {
+        small_integer_products_are_exact(&gpu.with_fp32_tile(Fp32Tile::Wide));
     }
 }
 
-/// GPU 0 with the float32 products in 64 x 128 tiles.
-fn wide_fp32_gpu(test: &str) -> Option<Cuda> {
-    gpu(test).map(|gpu| gpu.with_fp32_tile(Fp32Tile::Wide))
-}
-
-/// The 64 x 128 float32 tiles sum every output in the square tiles' order
-/// and split K as they do, so every conv and linear shape of the suite
-/// (conv2's, fc1's, several row tiles, ragged edges, split K) gives the
-/// square tiles' bits: y, the gradients and dx.
+/// The wide tiles (64 x 256) sum in the square tiles' order on the same K
+/// splits, so every conv and linear shape gives the square tiles' bits. The
+/// wide tile takes conv2's forward pass at batch 4 (whole tiles), 70
+/// channels (ragged rows and columns, K = 27) and fc1's weight gradient.
 #[test]
 fn wide_fp32_tiles_give_the_square_tiles_bits() {
-    let test = "wide_fp32_tiles_give_the_square_tiles_bits";
-    let (Some(square), Some(wide)) = (gpu(test), wide_fp32_gpu(test)) else {
-        return;
-    };
+    if let Some(square) = gpu("wide_fp32_tiles_give_the_square_tiles_bits") {
+        wide_tiles_give_the_square_tiles_bits(&square);
+    }
+}
+
+/// As [`wide_fp32_tiles_give_the_square_tiles_bits`], on the tensor cores:
+/// each output's C fragment takes the same mma per k step in either tile.
+#[test]
+fn wide_tf32_tiles_give_the_square_tiles_bits() {
+    let test = "wide_tf32_tiles_give_the_square_tiles_bits";
+    if let Some(square) = gpu_in(test, MatmulPrecision::Tf32) {
+        wide_tiles_give_the_square_tiles_bits(&square);
+    }
+}
+
+fn wide_tiles_give_the_square_tiles_bits(square: &Cuda) {
+    let wide = square.clone().with_fp32_tile(Fp32Tile::Wide);
     for (i, g) in conv_geoms().iter().enumerate() {
         let x = uniform(500 + i as u64, g.batch * g.in_image_len(), -1.0, 1.0);
         let dy = uniform(600 + i as u64, g.batch * g.out_image_len(), -1.0, 1.0);
         let (params, at) = conv_params(g, 700 + i as u64);
-        same_bits(&square, &wide, g, (&x, &params, &at, &dy));
+        same_bits(square, &wide, g, (&x, &params, &at, &dy));
     }
     for (i, g) in linear_geoms().iter().enumerate() {
         let x = uniform(800 + i as u64, g.batch * g.in_features, -1.0, 1.0);
@@ -409,7 +429,7 @@ fn wide_fp32_tiles_give_the_square_tiles_bits() {
             weight: 0..wl,
             bias: wl..wl + g.out_features,
         };
-        same_bits(&square, &wide, g, (&x, &params, &at, &dy));
+        same_bits(square, &wide, g, (&x, &params, &at, &dy));
     }
 }
 

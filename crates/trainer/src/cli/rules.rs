@@ -73,12 +73,10 @@ impl Cli {
                 "--bf16 runs products on a GPU's tensor cores; --device cpu has none (the CPU trains in float32: docs/gpu.md says why)"
             );
         }
-        let tensor_cores = device.tf32 || device.bf16;
-        if device.fp32_tile == Fp32Tile::Wide
-            && (tensor_cores || device.device == DeviceChoice::Cpu)
+        if device.fp32_tile == Fp32Tile::Wide && (device.bf16 || device.device == DeviceChoice::Cpu)
         {
             bail!(
-                "--fp32-tile wide is the tile of a GPU's float32 products; --tf32, --bf16 and --device cpu have none (leave it out)"
+                "--fp32-tile wide is the tile of a GPU's float32 and TF32 products; --bf16 and --device cpu have none (leave it out)"
             );
         }
         if device.device == DeviceChoice::Cpu && device.no_fusion {

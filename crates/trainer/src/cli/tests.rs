@@ -106,10 +106,11 @@ fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
             .validate()
             .unwrap();
     }
-    let both = parse(&["--tf32", "--fp32-tile", "wide"])
+    // The wide tiles run the tensor cores' products too.
+    parse(&["--tf32", "--fp32-tile", "wide"])
         .unwrap()
-        .validate();
-    assert!(both.unwrap_err().to_string().contains("--tf32"));
+        .validate()
+        .unwrap();
     let both = parse(&["--bf16", "--fp32-tile", "wide"])
         .unwrap()
         .validate();

@@ -44,8 +44,9 @@ pub struct DeviceFlags {
     #[arg(long)]
     pub bf16: bool,
 
-    /// The GPU's float32 products' tile: square (64x64) or wide (64x128, for
-    /// products of more than 32 rows); the same results, a speed choice.
+    /// The tile of the GPU's products, float32 or (with --tf32) TF32: square
+    /// (64x64) or wide (64x256, for products of more than 32 rows and at
+    /// least 1024 columns); the same results, a speed choice. Not with --bf16.
     #[arg(long, default_value = "square", value_name = "square|wide", value_parser = Fp32Tile::parse)]
     pub fp32_tile: Fp32Tile,
 

@@ -19,7 +19,12 @@ const BK: usize = 16;
 const THREADS: u32 = 256;
 const TILE_ELEMS: usize = 4096;
 /// The columns of [`Fp32Tile::Wide`]'s 64-row tile.
-const WIDE_TILE_N: usize = 128;
+const WIDE_TILE_N: usize = 256;
+/// [`Fp32Tile::Wide`] takes a product only from this many wide tiles
+/// across, so that the last tile's padding columns are under a quarter of
+/// its columns (conv2's weight gradient, 288 columns, keeps 64 x 64: in
+/// 64 x 256 tiles 44% of its products would be padding).
+const WIDE_MIN_TILES_N: usize = 4;
 
 /// Rows of the tile for an `m × n` output: 32 when m fits in 32 rows and the
 /// output is wide enough to fill a 128-column tile, so that half of every
@@ -63,6 +68,9 @@ pub(crate) struct GemmTiling {
     pub splits: u64,
     pub tile_m: u64,
     pub tile_n: u64,
+    /// 1 for TF32 on the tensor cores; read by the wide kernels, which hold
+    /// both precisions.
+    pub tensor_cores: u64,
 }
 
 /// How one `M × N × K` product is cut into blocks.
@@ -83,8 +91,7 @@ pub(crate) struct GemmPlan {
 }
 
 impl GemmPlan {
-    /// The plan for a non-empty output (`m, n ≥ 1`) in tiles of `tile`
-    /// (the tensor cores' products take [`Fp32Tile::Square`]).
+    /// The plan for a non-empty output (`m, n ≥ 1`) in tiles of `tile`.
     pub(crate) fn new(
         op: &'static str,
         m: usize,
@@ -102,7 +109,7 @@ impl GemmPlan {
         let k_chunk = k.div_ceil(wanted.min(most)).next_multiple_of(BK).max(BK);
         let splits = k.div_ceil(k_chunk).max(1);
         let tile_n = match tile {
-            Fp32Tile::Wide if tile_m == 64 && n > TILE_ELEMS / tile_m => WIDE_TILE_N,
+            Fp32Tile::Wide if tile_m == 64 && n >= WIDE_MIN_TILES_N * WIDE_TILE_N => WIDE_TILE_N,
             _ => TILE_ELEMS / tile_m,
         };
         let tiles_n = n.div_ceil(tile_n);
@@ -168,8 +175,14 @@ impl GemmPlan {
         }
     }
 
-    /// The kernels' parameter struct for this plan.
-    pub(crate) fn args<G>(&self, geom: G) -> GemmLaunch<G> {
+    /// Whether this plan runs in the wide tiles (the `_f32w` kernels).
+    pub(crate) fn is_wide(&self) -> bool {
+        self.tile_n == WIDE_TILE_N
+    }
+
+    /// The kernels' parameter struct for this plan, its products in
+    /// `precision`.
+    pub(crate) fn args<G>(&self, geom: G, precision: MatmulPrecision) -> GemmLaunch<G> {
         GemmLaunch {
             geom,
             tiling: GemmTiling {
@@ -177,6 +190,7 @@ impl GemmPlan {
                 splits: self.splits as u64,
                 tile_m: self.tile_m as u64,
                 tile_n: self.tile_n as u64,
+                tensor_cores: u64::from(precision == MatmulPrecision::Tf32),
             },
         }
     }
@@ -207,8 +221,8 @@ pub(crate) type BiasProduct<G> = unsafe fn(
 type Reduce<G> =
     unsafe fn(&Cuda, LaunchConfig, In<'_, f32>, Out<'_, f32>, Val<'_, GemmLaunch<G>>) -> Result<()>;
 /// A tile kernel's four entry points: `_f32` (CUDA cores, square tiles),
-/// `_f32w` (CUDA cores, the 64 x 128 tile too), `_tf32` and `_bf16` (tensor
-/// cores).
+/// `_tf32` (tensor cores, square tiles), `_f32w` (the wide tiles, in float32
+/// or TF32) and `_bf16` (tensor cores, square tiles).
 #[derive(Clone, Copy)]
 pub(crate) struct ByKind<K> {
     pub fp32: K,
@@ -219,13 +233,11 @@ pub(crate) struct ByKind<K> {
 
 impl<K: Copy> ByKind<K> {
     /// The entry point for products in `precision` by `plan`: `_f32w` only
-    /// for a plan in the 64 x 128 tile, so that no other product runs with
-    /// its registers.
+    /// for a plan in the wide tiles, so that no other product runs with
+    /// their registers.
     pub(crate) fn pick(&self, precision: MatmulPrecision, plan: &GemmPlan) -> K {
         match precision {
-            MatmulPrecision::Fp32 if plan.tile_n == WIDE_TILE_N && plan.tile_m == 64 => {
-                self.fp32_wide
-            }
+            MatmulPrecision::Fp32 | MatmulPrecision::Tf32 if plan.is_wide() => self.fp32_wide,
             MatmulPrecision::Fp32 => self.fp32,
             MatmulPrecision::Tf32 => self.tf32,
             MatmulPrecision::Bf16 => self.bf16,
@@ -282,8 +294,8 @@ impl Cuda {
         store: Store<'_, '_, G>,
         out: Out<'_, f32>,
     ) -> Result<()> {
-        let args = plan.args(geom);
         let precision = self.matmul_precision();
+        let args = plan.args(geom, precision);
         if plan.is_split() {
             let mut ws = self.scratch(plan.workspace_len())?;
             // SAFETY: `a`, `b` as promised by the caller; `ws` holds

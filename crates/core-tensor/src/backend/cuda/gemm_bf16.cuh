@@ -77,10 +77,10 @@ struct Bf16Lane {
 // Rounds this thread's elements to bf16 into their halves of the words.
 template <int R, class L>
 __device__ __forceinline__ void bf16_stash(unsigned short* tile,
-                                           const float (&r)[OperandTile<R>::PER]) {
+                                           const float (&r)[OperandTile<R, 4>::PER]) {
     const int tid = threadIdx.x;
 #pragma unroll
-    for (int i = 0; i < OperandTile<R>::PER; ++i) {
+    for (int i = 0; i < OperandTile<R, 4>::PER; ++i) {
         const int k = tile_k<R, L::K_FAST>(tid, i), mn = tile_mn<R, L::K_FAST>(tid, i);
         tile[(k / 2 * Bf16Tile<R>::LDS + mn) * 2 + k % 2] = bf16_bits(r[i]);
     }
@@ -119,13 +119,14 @@ __device__ __forceinline__ void bf16_mma_k_tile(const unsigned* As, const unsign
 }
 
 // The block's BM x BN tile (BM·BN = GEMM_TILE_ELEMS) of a·b over its k
-// range, handed to `store`: `gemm_tile` and `gemm_store` for bf16 products.
-template <int BM, int BN, class LA, class LB, class S>
+// range, handed to `store`: `gemm_tile` and `gemm_store` for bf16 products,
+// staged in `gemm_shared<FLOATS>()`.
+template <int BM, int BN, int FLOATS, class LA, class LB, class S>
 __device__ __forceinline__ void gemm_bf16_shaped(const LA& a, const LB& b, int M, int N, int K,
                                                  int k_chunk, const S& store) {
-    static_assert(Bf16Tile<BM>::WORDS + Bf16Tile<BN>::WORDS <= GEMM_SHARED_FLOATS,
+    static_assert(Bf16Tile<BM>::WORDS + Bf16Tile<BN>::WORDS <= FLOATS,
                   "the bf16 tiles fit the staging buffer");
-    unsigned* As = reinterpret_cast<unsigned*>(gemm_shared());
+    unsigned* As = reinterpret_cast<unsigned*>(gemm_shared<FLOATS>());
     unsigned* Bs = As + Bf16Tile<BM>::WORDS;
     __shared__ typename LA::K a_ks[2][GEMM_BK];
     __shared__ typename LB::K b_ks[2][GEMM_BK];
@@ -135,14 +136,14 @@ __device__ __forceinline__ void gemm_bf16_shaped(const LA& a, const LB& b, int M
     float acc[4][4] = {};
     const Bf16Lane<BM> l;
     if (k_begin < k_end) {
-        const Rows<BM, LA> a_rows = gemm_rows<BM>(a, m0, M);
-        const Rows<BN, LB> b_rows = gemm_rows<BN>(b, n0, N);
+        const Rows<OperandTile<BM, 4>, LA> a_rows = gemm_rows<OperandTile<BM, 4>>(a, m0, M);
+        const Rows<OperandTile<BN, 4>, LB> b_rows = gemm_rows<OperandTile<BN, 4>>(b, n0, N);
         gemm_k_parts(a, 0, k_begin, k_end, a_ks[0]);
         gemm_k_parts(b, GEMM_BK, k_begin, k_end, b_ks[0]);
         __syncthreads();
-        float ra[OperandTile<BM>::PER], rb[OperandTile<BN>::PER];
-        gemm_fetch<BM>(a, a_rows, a_ks[0], k_begin, k_end, ra);
-        gemm_fetch<BN>(b, b_rows, b_ks[0], k_begin, k_end, rb);
+        float ra[OperandTile<BM, 4>::PER], rb[OperandTile<BN, 4>::PER];
+        gemm_fetch<OperandTile<BM, 4>>(a, a_rows, a_ks[0], k_begin, k_end, ra);
+        gemm_fetch<OperandTile<BN, 4>>(b, b_rows, b_ks[0], k_begin, k_end, rb);
         int buf = 0;
         for (int kt = k_begin; kt < k_end; kt += GEMM_BK) {
             const bool more = kt + GEMM_BK < k_end;
@@ -156,8 +157,8 @@ __device__ __forceinline__ void gemm_bf16_shaped(const LA& a, const LB& b, int M
             // The next tile's global reads are in flight while this one computes.
             if (more) {
                 buf ^= 1;
-                gemm_fetch<BM>(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
-                gemm_fetch<BN>(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
+                gemm_fetch<OperandTile<BM, 4>>(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
+                gemm_fetch<OperandTile<BN, 4>>(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
             }
             bf16_mma_k_tile<BM>(As, Bs, l, acc);
             __syncthreads();
@@ -174,13 +175,15 @@ __device__ __forceinline__ void gemm_bf16_shaped(const LA& a, const LB& b, int M
     }
 }
 
-// `gemm`'s bf16 kind: the tensor cores' two shapes, as the host's plan says.
+// `gemm`'s bf16 kind: the tensor cores' two shapes, as the host's plan says,
+// staged in the words of the larger (32 x 128: 1408 against 1152).
 template <class LA, class LB, class S>
 __device__ __forceinline__ void gemm_bf16(const LA& a, const LB& b, int M, int N, int K,
                                           const GemmTiling& t, const S& store) {
+    const int F = Bf16Tile<32>::WORDS + Bf16Tile<128>::WORDS;
     if (t.tile_m == 32) {
-        gemm_bf16_shaped<32, 128>(a, b, M, N, K, (int)t.k_chunk, store);
+        gemm_bf16_shaped<32, 128, F>(a, b, M, N, K, (int)t.k_chunk, store);
     } else {
-        gemm_bf16_shaped<64, 64>(a, b, M, N, K, (int)t.k_chunk, store);
+        gemm_bf16_shaped<64, 64, F>(a, b, M, N, K, (int)t.k_chunk, store);
     }
 }

@@ -70,7 +70,7 @@ fn short_wide_products_take_the_32_row_tile() {
         plan.tiles().grid_dim,
         ((64 * 26 * 26usize).div_ceil(128) as u32, 1, 1)
     );
-    assert_eq!(plan.args(()).tiling.tile_m, 32);
+    assert_eq!(plan.args((), MatmulPrecision::Fp32).tiling.tile_m, 32);
     // 33 rows, or an output too narrow for 128 columns, keep 64 x 64.
     assert_eq!(
         GemmPlan::new("test", 33, 10_000, 16, Fp32Tile::Square)
@@ -87,18 +87,28 @@ fn short_wide_products_take_the_32_row_tile() {
 }
 
 #[test]
-fn wide_tiles_take_tall_wide_products_and_split_k_as_the_square_ones() {
-    // conv2's forward pass at batch 64: 64 x 36864 outputs in 64 x 128.
+fn wide_tiles_take_wide_products_and_split_k_as_the_square_ones() {
+    // conv2's forward pass at batch 64: 64 x 36864 outputs in 64 x 256.
     let n = 64 * 24 * 24;
     let plan = GemmPlan::new("test", 64, n, 288, Fp32Tile::Wide).unwrap();
-    assert_eq!((plan.tile_m, plan.tile_n), (64, WIDE_TILE_N));
-    assert_eq!(plan.tiles().grid_dim, (n.div_ceil(128) as u32, 1, 1));
-    assert_eq!(plan.args(()).tiling.tile_n, 128);
-    // At most 32 rows keep 32 x 128; at most 64 columns keep 64 x 64.
-    let short = GemmPlan::new("test", 32, n, 576, Fp32Tile::Wide).unwrap();
+    assert_eq!((plan.tile_m, plan.tile_n), (64, 256));
+    assert!(plan.is_wide());
+    assert_eq!(plan.tiles().grid_dim, (n.div_ceil(256) as u32, 1, 1));
+    let tf32 = plan.args((), MatmulPrecision::Tf32).tiling;
+    assert_eq!((tf32.tile_n, tf32.tensor_cores), (256, 1));
+    assert_eq!(plan.args((), MatmulPrecision::Fp32).tiling.tensor_cores, 0);
+    // conv2's input gradient: at most 32 rows keep 32 x 128.
+    let short = GemmPlan::new("test", 32, 64 * 26 * 26, 576, Fp32Tile::Wide).unwrap();
     assert_eq!((short.tile_m, short.tile_n), (32, 128));
-    let narrow = GemmPlan::new("test", 64, 64, 288, Fp32Tile::Wide).unwrap();
+    // Fewer than four wide tiles across keep the square tiles: conv2's
+    // weight gradient (288 columns), and 1023 columns.
+    let narrow = GemmPlan::new("test", 64, 288, 64 * 576, Fp32Tile::Wide).unwrap();
     assert_eq!((narrow.tile_m, narrow.tile_n), (64, 64));
+    assert!(!narrow.is_wide());
+    let just_narrow = GemmPlan::new("test", 64, 1023, 576, Fp32Tile::Wide).unwrap();
+    assert_eq!((just_narrow.tile_m, just_narrow.tile_n), (64, 64));
+    let just_wide = GemmPlan::new("test", 65, 1024, 576, Fp32Tile::Wide).unwrap();
+    assert_eq!((just_wide.tile_m, just_wide.tile_n), (64, 256));
     // Every sum is cut into the same splits, whichever tile runs.
     for (m, n, k) in [
         (64, 288, 64 * 576),

@@ -141,16 +141,6 @@ kernel_table! {
             relu: Val<u32>,
             d: Val<DropoutArgs>,
         );
-        conv2d_pool_fwd_f32w(
-            x: In<f32>,
-            w: In<f32>,
-            bias: In<f32>,
-            y: Out<f32>,
-            arg: Out<u8>,
-            p: Val<Conv2dLaunch>,
-            relu: Val<u32>,
-            d: Val<DropoutArgs>,
-        );
         conv2d_pool_argmax_f32(
             a: In<f32>,
             y: Out<f32>,

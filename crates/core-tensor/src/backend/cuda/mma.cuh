@@ -5,7 +5,8 @@
 // mma.sync m16n8k8 with TF32 inputs (a 10-bit mantissa: operands are rounded
 // to nearest as they are staged) and float32 accumulation, on compute
 // capability 8.0 and later (the host refuses TF32 below). Each warp owns a
-// 32 x 16 sub-tile of C: 2 x 2 products of 16 x 8. Fragments (PTX ISA,
+// WM x WN sub-tile of C, MI x NI products of 16 x 8 (`MmaLane`): 32 x 16 in
+// the square tiles, 64 x 32 in the wide one. Fragments (PTX ISA,
 // "Matrix fragments for mma.m16n8k8", .tf32), for lane = 4·g + t:
 //   A (16 x 8):  a0 (g, t)   a1 (g + 8, t)   a2 (g, t + 4)   a3 (g + 8, t + 4)
 //   B (8 x 8):   b0 (k = t, n = g)           b1 (k = t + 4, n = g)
@@ -38,33 +39,39 @@ __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const float (&a)
 }
 #endif
 
-// A tensor-core warp's place in a BM-row tile: its sub-tile's corner
-// (wm, wn) and the lane's (g, t).
-template <int BM>
+// A tensor-core warp's sub-tile of a BM x BN tile: WM x WN, 32 x 16 in the
+// square tiles (8 warps of 4 products), 64 x 32 in the wide one (16
+// products); each A fragment feeds NI products, each B fragment MI. Its
+// corner (wm, wn) and the lane's (g, t).
+template <int BM, int BN>
 struct MmaLane {
+    static const int WM = BM * BN > GEMM_TILE_ELEMS ? 64 : 32;
+    static const int WN = BM * BN / (GEMM_THREADS / 32) / WM;
+    static const int MI = WM / 16, NI = WN / 8;
     int wm, wn, g, t;
     __device__ MmaLane() {
-        const int warps_n = GEMM_TILE_ELEMS / BM / 16;
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        wm = warp / warps_n * 32;
-        wn = warp % warps_n * 16;
+        wm = warp / (BN / WN) * WM;
+        wn = warp % (BN / WN) * WN;
         g = lane / 4;
         t = lane % 4;
     }
 };
 
-// acc += this warp's share of As·Bs on the tensor cores; acc[2·mi + ni] is
-// the C fragment of the 16 x 8 product (mi, ni) of the warp's sub-tile.
-template <int BM>
+// acc += this warp's share of As·Bs on the tensor cores. The C fragment of
+// product p = NI·mi + ni is the four floats 4p .. 4p + 3 of acc read row by
+// row (a row of TN = 4 or 8 floats holds one or two fragments whole).
+template <class S>
 __device__ __forceinline__ void mma_k_tile(
-    const float (*As)[OperandTile<BM>::LDS],
-    const float (*Bs)[OperandTile<GEMM_TILE_ELEMS / BM>::LDS], const MmaLane<BM>& l,
-    float (&acc)[4][4]) {
+    const float (*As)[S::A::LDS], const float (*Bs)[S::B::LDS], const MmaLane<S::BM, S::BN>& l,
+    float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN]) {
+    typedef MmaLane<S::BM, S::BN> W;
+    const int TN = RegBlock<S::BM, S::BN>::TN;
 #pragma unroll
     for (int k0 = 0; k0 < GEMM_BK; k0 += 8) {
-        float a[2][4], b[2][2];
+        float a[W::MI][4], b[W::NI][2];
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
+        for (int mi = 0; mi < W::MI; ++mi) {
             const int m = l.wm + mi * 16 + l.g;
             a[mi][0] = As[k0 + l.t][m];
             a[mi][1] = As[k0 + l.t][m + 8];
@@ -72,15 +79,19 @@ __device__ __forceinline__ void mma_k_tile(
             a[mi][3] = As[k0 + l.t + 4][m + 8];
         }
 #pragma unroll
-        for (int ni = 0; ni < 2; ++ni) {
+        for (int ni = 0; ni < W::NI; ++ni) {
             const int n = l.wn + ni * 8 + l.g;
             b[ni][0] = Bs[k0 + l.t][n];
             b[ni][1] = Bs[k0 + l.t + 4][n];
         }
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
+        for (int p = 0; p < W::MI * W::NI; ++p) {
+            float d[4];
 #pragma unroll
-            for (int ni = 0; ni < 2; ++ni) mma_m16n8k8_tf32(acc[2 * mi + ni], a[mi], b[ni]);
+            for (int r = 0; r < 4; ++r) d[r] = acc[(4 * p + r) / TN][(4 * p + r) % TN];
+            mma_m16n8k8_tf32(d, a[p / W::NI], b[p % W::NI]);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[(4 * p + r) / TN][(4 * p + r) % TN] = d[r];
         }
     }
 }

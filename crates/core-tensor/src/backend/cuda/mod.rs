@@ -173,8 +173,8 @@ impl Cuda {
         self.fusion
     }
 
-    /// This backend with the float32 products in tiles of `tile` (TF32 and
-    /// bf16 products keep theirs).
+    /// This backend with the float32 and TF32 products in tiles of `tile`
+    /// (bf16 products keep theirs).
     pub fn with_fp32_tile(self, tile: Fp32Tile) -> Self {
         Self {
             fp32_tile: tile,
@@ -182,12 +182,12 @@ impl Cuda {
         }
     }
 
-    /// The tile the products run in: [`Self::with_fp32_tile`]'s for
-    /// float32, always [`Fp32Tile::Square`] on the tensor cores.
+    /// The tile the products run in: [`Self::with_fp32_tile`]'s for float32
+    /// and TF32, always [`Fp32Tile::Square`] for bf16.
     pub(crate) fn gemm_tile(&self) -> Fp32Tile {
         match self.matmul {
-            MatmulPrecision::Fp32 => self.fp32_tile,
-            MatmulPrecision::Tf32 | MatmulPrecision::Bf16 => Fp32Tile::Square,
+            MatmulPrecision::Fp32 | MatmulPrecision::Tf32 => self.fp32_tile,
+            MatmulPrecision::Bf16 => Fp32Tile::Square,
         }
     }
 
@@ -281,8 +281,9 @@ impl Backend for Cuda {
         let (major, minor) = self.inner.compute_cap;
         let tf32 = match (self.matmul, self.gemm_tile()) {
             (MatmulPrecision::Fp32, Fp32Tile::Square) => "",
-            (MatmulPrecision::Fp32, Fp32Tile::Wide) => ", 64x128 float32 tiles",
-            (MatmulPrecision::Tf32, _) => ", TF32 matmuls",
+            (MatmulPrecision::Fp32, Fp32Tile::Wide) => ", wide float32 tiles",
+            (MatmulPrecision::Tf32, Fp32Tile::Square) => ", TF32 matmuls",
+            (MatmulPrecision::Tf32, Fp32Tile::Wide) => ", TF32 matmuls in wide tiles",
             (MatmulPrecision::Bf16, _) => ", bf16 matmuls",
         };
         format!(

@@ -1,5 +1,5 @@
 //! How the matrix products inside conv2d and linear run on the GPU: their
-//! arithmetic, and the tile of the float32 ones.
+//! arithmetic and their tiles.
 
 /// How the matrix products inside conv2d and linear multiply on the GPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,19 +39,21 @@ impl MatmulPrecision {
     }
 }
 
-/// The register block of the float32 products' tiles (`sgemm.cuh`); the
-/// tensor cores' tiles are fixed. Both sum every output in the same order,
-/// so the choice changes the speed and never a bit.
+/// The tiles of the GPU's matrix products (`sgemm.cuh`), in either
+/// precision. Both sum every output in the same order, so the choice changes
+/// the speed and never a bit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Fp32Tile {
-    /// 64 × 64 outputs per block of 256 threads, 4 × 4 per thread (32 × 128
-    /// for products of at most 32 rows).
+    /// 64 × 64 outputs per block of 256 threads (32 × 128 for products of
+    /// at most 32 rows): 4 × 4 per thread on the CUDA cores, 32 × 16 per
+    /// warp on the tensor cores.
     #[default]
     Square,
-    /// 64 × 128 outputs per block, 4 × 8 per thread, for products of more
-    /// than 32 rows and 64 columns (others keep the square tiles): 12
-    /// shared-memory loads feed 32 multiply-adds per k instead of 8 feeding
-    /// 16, at twice the accumulator registers.
+    /// 64 × 256 outputs per block, 8 × 8 per thread or 64 × 32 per warp, for
+    /// products of more than 32 rows and at least 1024 columns (others keep
+    /// the square tiles). Each shared-memory load feeds twice the
+    /// multiply-adds, each staged element four times the products, at four
+    /// times the accumulator registers.
     Wide,
 }
 
@@ -61,7 +63,7 @@ impl Fp32Tile {
         match name {
             "square" => Ok(Self::Square),
             "wide" => Ok(Self::Wide),
-            other => Err(format!("`{other}` is not a float32 tile: square or wide")),
+            other => Err(format!("`{other}` is not a GEMM tile: square or wide")),
         }
     }
 }

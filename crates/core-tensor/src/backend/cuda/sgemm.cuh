@@ -3,15 +3,25 @@
 // self-contained source per op.
 //
 // C[M, N] = A[M, K] · B[K, N], one BM x BN tile of C per block of 256
-// threads, each thread owning a 4 x TN register block. Three tile shapes:
-// 64x64 (TN = 4), 32x128 (TN = 4) for products with at most 32 rows (a
-// layer with 32 channels), whose 64-row tiles would be half padding, and
-// 64x128 (TN = 8, float32 only), which loads 12 operands from shared
-// memory per 32 FMAs instead of 8 per 16. The host picks one per product
-// and passes it as `tile_m` and `tile_n`; `gemm` dispatches on them. Every
-// shape sums each output over k in the same order, so the shape never
-// changes a bit; only the host's split-K plan does, and it does not depend
-// on the shape.
+// threads, in one of three tile shapes:
+//
+//   square, 4096 outputs: 64x64, and 32x128 for products of at most 32
+//     rows (a layer with 32 channels), whose 64-row tiles would be half
+//     padding. On the CUDA cores a thread owns a 4 x 4 register block (2
+//     float4 shared loads per 16 FMAs), on the tensor cores a warp owns
+//     32 x 16 (12 fragment loads per 4 mma).
+//   wide, 64x256: a thread owns 8 x 8 (4 float4 loads per 64 FMAs), a warp
+//     64 x 32 (24 fragment loads per 16 mma), and each staged element
+//     feeds four times the products. (docs/gpu.md, "Wide tiles", says why
+//     there is no 32-row wide shape.)
+//
+// The host picks the shape per product and passes it as `tile_m` and
+// `tile_n`, and `tensor_cores` for the wide kernels, which hold both
+// precisions; `gemm` dispatches on them. Every shape sums each output over
+// k in the same order (FMA by FMA on the CUDA cores; on the tensor cores the
+// same mma per 16 x 8 product and k step), so the shape never changes a
+// bit; only the host's split-K plan does, and it does not depend on the
+// shape.
 //
 // A and B are "loaders" that read one element of an implicit matrix (im2col
 // of an image, a transposed weight) without materialising it. An element's
@@ -35,56 +45,64 @@
 // every GPU: no atomics, every sum has one fixed order.
 //
 // Every GEMM kernel comes in four entry points: `_f32` multiplies on the
-// CUDA cores, `_tf32` and `_bf16` on the tensor cores (mma.cuh,
-// gemm_bf16.cuh; the host's `MatmulPrecision`), `_f32w` on the CUDA cores
-// with the 64 x 128 tile too (the host's `Fp32Tile`). Staging, loaders, split-K and stores
-// are the same; a kernel holds only the products it runs, so none costs
-// another registers.
+// CUDA cores in the square tiles, `_tf32` and `_bf16` on the tensor cores
+// (mma.cuh, gemm_bf16.cuh; the host's `MatmulPrecision`) in the square
+// tiles, `_f32w` in the wide tiles in float32 or TF32 (the host's
+// `Fp32Tile::Wide`). Staging, loaders, split-K and stores are the same; a
+// kernel holds only the products it runs, so the square kernels do not pay
+// the wide ones' registers.
 //
 // The host mirrors GEMM_BK, GEMM_THREADS, the tile shapes and `GemmTiling`
 // in gemm.rs.
 
 #define GEMM_BK 16
 #define GEMM_THREADS 256
-// Outputs per block of the tensor-core shapes (64x64, 32x128): 256 threads
-// x 4 x 4.
+// Outputs per block of the square shapes (64x64, 32x128): 256 threads x
+// 4 x 4.
 #define GEMM_TILE_ELEMS 4096
 
 // Mirrors `GemmTiling` in backend/cuda/gemm.rs: how one product is cut
-// into blocks.
+// into blocks, and (read by the wide kernels) whether it runs on the
+// tensor cores.
 struct GemmTiling {
-    unsigned long long k_chunk, splits, tile_m, tile_n;
-};
-
-// A thread's register block in a BM x BN tile: 4 rows by TN columns, the
-// columns in TN / 4 groups of 4 that lie BN / (TN / 4) apart, so that the
-// threads of a warp read one contiguous run of B per group.
-template <int BM, int BN>
-struct RegBlock {
-    static const int TN = BM * BN / GEMM_THREADS / 4;
-    static const int GROUPS = TN / 4;
-    static const int THREADS_N = BN / TN;
-    // The tile column of this thread's column j.
-    static __device__ __forceinline__ int col(int tx, int j) {
-        return j / 4 * (BN / GROUPS) + tx * 4 + j % 4;
-    }
+    unsigned long long k_chunk, splits, tile_m, tile_n, tensor_cores;
 };
 
 __device__ __forceinline__ int gemm_min(int a, int b) { return a < b ? a : b; }
 
 // An operand tile of R (BM or BN) rows by GEMM_BK k: each thread holds
-// PER = R / 16 of its elements, and LDS is the shared row stride. R + 4 keeps
-// rows 16-byte aligned for the float4 reads and turns the 16-way bank
-// conflict of K-fast stores (a stride of R) into a 2-way one.
-template <int R>
+// PER = R / 16 of its elements, and LDS is the shared row stride, R + PAD.
+// PAD = 4 keeps rows 16-byte aligned for the float4 reads and turns the
+// 16-way bank conflict of K-fast stores (a stride of R) into a 2-way one.
+// The wide tensor-core tiles take PAD = 8: a fragment load (lane 4·g + t
+// reads row k0 + t, column c + g: bank 8·t + g) then hits 32 banks, where
+// PAD = 4 puts rows t and t + 1 on four common banks (2-way); K-fast
+// stores become 4-way, and there are 20 stores per thread per k tile
+// against 48 fragment loads.
+template <int R_, int PAD>
 struct OperandTile {
+    static const int R = R_;
     static const int PER = R * GEMM_BK / GEMM_THREADS;
-    static const int LDS = R + 4;
+    static const int LDS = R + PAD;
 };
 
+// A BM x BN tile in one precision: its two operand tiles and the shared
+// floats they take.
+template <int BM_, int BN_, bool TF32_>
+struct TileShape {
+    static const int BM = BM_, BN = BN_;
+    static const bool TF32 = TF32_;
+    static const int PAD = TF32 && BM * BN > GEMM_TILE_ELEMS ? 8 : 4;
+    typedef OperandTile<BM, PAD> A;
+    typedef OperandTile<BN, PAD> B;
+    static const int FLOATS = GEMM_BK * (A::LDS + B::LDS);
+};
+
+#include "fma.cuh"
 #include "mma.cuh"
 
-// Where thread `tid` stores its i-th element of an R x 16 operand tile.
+// Where thread `tid` stores its i-th element of an R x 16 operand tile
+// (R divides GEMM_THREADS): K-fast, consecutive threads walk k; else mn.
 template <int R, bool K_FAST>
 __device__ __forceinline__ int tile_mn(int tid, int i) {
     return K_FAST ? tid / GEMM_BK + i * (GEMM_THREADS / GEMM_BK) : tid % R;
@@ -94,20 +112,20 @@ __device__ __forceinline__ int tile_k(int tid, int i) {
     return K_FAST ? tid % GEMM_BK : tid / R + i * (GEMM_THREADS / R);
 }
 
-// This thread's elements of an R-row operand tile at (mn0, ·): the mn half
-// of each address and whether it lies inside [0, MN).
-template <int R, class L>
+// This thread's elements of an operand tile T at (mn0, ·): the mn half of
+// each address and whether it lies inside [0, MN).
+template <class T, class L>
 struct Rows {
-    typename L::Mn part[OperandTile<R>::PER];
-    bool inside[OperandTile<R>::PER];
+    typename L::Mn part[T::PER];
+    bool inside[T::PER];
 };
 
-template <int R, class L>
-__device__ __forceinline__ Rows<R, L> gemm_rows(const L& load, int mn0, int MN) {
-    Rows<R, L> rows;
+template <class T, class L>
+__device__ __forceinline__ Rows<T, L> gemm_rows(const L& load, int mn0, int MN) {
+    Rows<T, L> rows;
 #pragma unroll
-    for (int i = 0; i < OperandTile<R>::PER; ++i) {
-        const int mn = mn0 + tile_mn<R, L::K_FAST>(threadIdx.x, i);
+    for (int i = 0; i < T::PER; ++i) {
+        const int mn = mn0 + tile_mn<T::R, L::K_FAST>(threadIdx.x, i);
         rows.inside[i] = mn < MN;
         rows.part[i] = load.mn_part(rows.inside[i] ? mn : 0);
     }
@@ -125,13 +143,13 @@ __device__ __forceinline__ void gemm_k_parts(const L& load, int first, int kt, i
 
 // Reads this thread's elements of the operand tile at kt into registers;
 // elements outside [0, MN) x [kt, k_end) read as zero.
-template <int R, class L>
-__device__ __forceinline__ void gemm_fetch(const L& load, const Rows<R, L>& rows,
+template <class T, class L>
+__device__ __forceinline__ void gemm_fetch(const L& load, const Rows<T, L>& rows,
                                            const typename L::K* ks, int kt, int k_end,
-                                           float (&r)[OperandTile<R>::PER]) {
+                                           float (&r)[T::PER]) {
 #pragma unroll
-    for (int i = 0; i < OperandTile<R>::PER; ++i) {
-        const int j = tile_k<R, L::K_FAST>(threadIdx.x, i);
+    for (int i = 0; i < T::PER; ++i) {
+        const int j = tile_k<T::R, L::K_FAST>(threadIdx.x, i);
         if (rows.inside[i] && kt + j < k_end) {
             r[i] = load.at(rows.part[i], L::K_TABLE ? ks[j] : load.k_part(kt + j));
         } else {
@@ -140,118 +158,91 @@ __device__ __forceinline__ void gemm_fetch(const L& load, const Rows<R, L>& rows
     }
 }
 
-template <int R, class L, bool TF32>
-__device__ __forceinline__ void gemm_stash(float (*tile)[OperandTile<R>::LDS],
-                                           const float (&r)[OperandTile<R>::PER]) {
+template <class T, class L, bool TF32>
+__device__ __forceinline__ void gemm_stash(float (*tile)[T::LDS], const float (&r)[T::PER]) {
     const int tid = threadIdx.x;
 #pragma unroll
-    for (int i = 0; i < OperandTile<R>::PER; ++i) {
-        tile[tile_k<R, L::K_FAST>(tid, i)][tile_mn<R, L::K_FAST>(tid, i)] =
+    for (int i = 0; i < T::PER; ++i) {
+        tile[tile_k<T::R, L::K_FAST>(tid, i)][tile_mn<T::R, L::K_FAST>(tid, i)] =
             TF32 ? tf32_round(r[i]) : r[i];
     }
 }
 
-// acc += this thread's share of As·Bs on the CUDA cores: a 4 x TN block at
-// rows 4·ty, columns `RegBlock::col(tx, ·)` of the tile.
-template <int BM, int BN>
-__device__ __forceinline__ void fma_k_tile(const float (*As)[OperandTile<BM>::LDS],
-                                           const float (*Bs)[OperandTile<BN>::LDS],
-                                           float (&acc)[4][RegBlock<BM, BN>::TN]) {
-    typedef RegBlock<BM, BN> RB;
-    const int tx = threadIdx.x % RB::THREADS_N, ty = threadIdx.x / RB::THREADS_N;
-#pragma unroll
-    for (int k = 0; k < GEMM_BK; ++k) {
-        const float4 av = *reinterpret_cast<const float4*>(&As[k][ty * 4]);
-        const float ai[4] = {av.x, av.y, av.z, av.w};
-        float bj[RB::TN];
-#pragma unroll
-        for (int g = 0; g < RB::GROUPS; ++g) {
-            const float4 bv = *reinterpret_cast<const float4*>(&Bs[k][RB::col(tx, 4 * g)]);
-            bj[4 * g] = bv.x;
-            bj[4 * g + 1] = bv.y;
-            bj[4 * g + 2] = bv.z;
-            bj[4 * g + 3] = bv.w;
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-            for (int j = 0; j < RB::TN; ++j) acc[i][j] = fmaf(ai[i], bj[j], acc[i][j]);
-        }
-    }
-}
-
 // The staged operand tiles As and Bs of whichever shape runs: one buffer
-// per kernel, sized for the largest (64 x 128). A kernel holds the code of
-// every shape, and a static array per shape would add up past the 48 KiB
-// of static shared memory (the input gradient's two loaders: 67.5 KiB).
-#define GEMM_SHARED_FLOATS (GEMM_BK * (64 + 4) + GEMM_BK * (128 + 4))
+// per kernel, sized for the largest shape it holds (FLOATS). A kernel holds
+// the code of every shape of its kind, and a static array per shape would
+// add up past the 48 KiB of static shared memory.
+template <int FLOATS>
 __device__ __forceinline__ float* gemm_shared() {
-    __shared__ __align__(16) float staged[GEMM_SHARED_FLOATS];
+    __shared__ __align__(16) float staged[FLOATS];
     return staged;
 }
 
 // The product of one staged k tile: `fma_k_tile` on the CUDA cores, or
-// `mma_k_tile` on the tensor cores (for their 4096-element shapes only;
-// only the chosen one is instantiated).
+// `mma_k_tile` on the tensor cores (only the chosen one is instantiated).
 template <bool TF32>
 struct KTileProduct {
-    template <int BM, int BN>
-    static __device__ __forceinline__ void run(const float (*As)[OperandTile<BM>::LDS],
-                                               const float (*Bs)[OperandTile<BN>::LDS],
-                                               const MmaLane<BM>&,
-                                               float (&acc)[4][RegBlock<BM, BN>::TN]) {
-        fma_k_tile<BM, BN>(As, Bs, acc);
+    template <class S>
+    static __device__ __forceinline__ void run(
+        const float (*As)[S::A::LDS], const float (*Bs)[S::B::LDS],
+        const MmaLane<S::BM, S::BN>&,
+        float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN]) {
+        fma_k_tile<S>(As, Bs, acc);
     }
 };
 template <>
 struct KTileProduct<true> {
-    template <int BM, int BN>
-    static __device__ __forceinline__ void run(const float (*As)[OperandTile<BM>::LDS],
-                                               const float (*Bs)[OperandTile<BN>::LDS],
-                                               const MmaLane<BM>& lane,
-                                               float (&acc)[4][RegBlock<BM, BN>::TN]) {
-        mma_k_tile<BM>(As, Bs, lane, acc);
+    template <class S>
+    static __device__ __forceinline__ void run(
+        const float (*As)[S::A::LDS], const float (*Bs)[S::B::LDS],
+        const MmaLane<S::BM, S::BN>& lane,
+        float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN]) {
+        mma_k_tile<S>(As, Bs, lane, acc);
     }
 };
 
-// This thread's 4 x TN elements of the tile at (m0, n0) = (BM·blockIdx.y,
+// This thread's TM x TN elements of the tile at (m0, n0) = (BM·blockIdx.y,
 // BN·blockIdx.x) over the block's k range (split blockIdx.z of k_chunk), in
-// the layout of `fma_k_tile` or `mma_k_tile` (`gemm_store` maps them).
-template <int BM, int BN, bool TF32, class LA, class LB>
-__device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N, int K,
-                                          int k_chunk, float (&acc)[4][RegBlock<BM, BN>::TN]) {
-    typedef OperandTile<BM> TA;
-    typedef OperandTile<BN> TB;
+// the layout of `fma_k_tile` or `mma_k_tile` (`gemm_store` maps them), with
+// the operand tiles staged in a buffer of FLOATS.
+template <class S, int FLOATS, class LA, class LB>
+__device__ __forceinline__ void gemm_tile(
+    const LA& a, const LB& b, int M, int N, int K, int k_chunk,
+    float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN]) {
+    typedef typename S::A TA;
+    typedef typename S::B TB;
+    typedef RegBlock<S::BM, S::BN> RB;
     // Rows of LDS floats, a multiple of 4: both tiles start 16-byte aligned.
-    float(*As)[TA::LDS] = reinterpret_cast<float(*)[TA::LDS]>(gemm_shared());
-    float(*Bs)[TB::LDS] = reinterpret_cast<float(*)[TB::LDS]>(gemm_shared() + GEMM_BK * TA::LDS);
+    float(*As)[TA::LDS] = reinterpret_cast<float(*)[TA::LDS]>(gemm_shared<FLOATS>());
+    float(*Bs)[TB::LDS] =
+        reinterpret_cast<float(*)[TB::LDS]>(gemm_shared<FLOATS>() + GEMM_BK * TA::LDS);
     // The k halves of the next tile's addresses, double-buffered: one buffer
     // is read by this tile's fetch while the other is filled for the next.
     __shared__ typename LA::K a_ks[2][GEMM_BK];
     __shared__ typename LB::K b_ks[2][GEMM_BK];
-    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const int m0 = blockIdx.y * S::BM, n0 = blockIdx.x * S::BN;
     const int k_begin = blockIdx.z * k_chunk;
     const int k_end = gemm_min(K, k_begin + k_chunk);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < RB::TM; ++i) {
 #pragma unroll
-        for (int j = 0; j < RegBlock<BM, BN>::TN; ++j) acc[i][j] = 0.0f;
+        for (int j = 0; j < RB::TN; ++j) acc[i][j] = 0.0f;
     }
     if (k_begin >= k_end) return;
-    const Rows<BM, LA> a_rows = gemm_rows<BM>(a, m0, M);
-    const Rows<BN, LB> b_rows = gemm_rows<BN>(b, n0, N);
+    const Rows<TA, LA> a_rows = gemm_rows<TA>(a, m0, M);
+    const Rows<TB, LB> b_rows = gemm_rows<TB>(b, n0, N);
     gemm_k_parts(a, 0, k_begin, k_end, a_ks[0]);
     gemm_k_parts(b, GEMM_BK, k_begin, k_end, b_ks[0]);
     __syncthreads();
     float ra[TA::PER], rb[TB::PER];
-    gemm_fetch<BM>(a, a_rows, a_ks[0], k_begin, k_end, ra);
-    gemm_fetch<BN>(b, b_rows, b_ks[0], k_begin, k_end, rb);
-    const MmaLane<BM> lane;  // read by the tensor-core product only
+    gemm_fetch<TA>(a, a_rows, a_ks[0], k_begin, k_end, ra);
+    gemm_fetch<TB>(b, b_rows, b_ks[0], k_begin, k_end, rb);
+    const MmaLane<S::BM, S::BN> lane;  // read by the tensor-core product only
     int buf = 0;
     for (int kt = k_begin; kt < k_end; kt += GEMM_BK) {
         const bool more = kt + GEMM_BK < k_end;
-        gemm_stash<BM, LA, TF32>(As, ra);
-        gemm_stash<BN, LB, TF32>(Bs, rb);
+        gemm_stash<TA, LA, S::TF32>(As, ra);
+        gemm_stash<TB, LB, S::TF32>(Bs, rb);
         if (more) {
             gemm_k_parts(a, 0, kt + GEMM_BK, k_end, a_ks[buf ^ 1]);
             gemm_k_parts(b, GEMM_BK, kt + GEMM_BK, k_end, b_ks[buf ^ 1]);
@@ -260,39 +251,40 @@ __device__ __forceinline__ void gemm_tile(const LA& a, const LB& b, int M, int N
         // The next tile's global reads are in flight while this one computes.
         if (more) {
             buf ^= 1;
-            gemm_fetch<BM>(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
-            gemm_fetch<BN>(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
+            gemm_fetch<TA>(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
+            gemm_fetch<TB>(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
         }
-        KTileProduct<TF32>::template run<BM, BN>(As, Bs, lane, acc);
+        KTileProduct<S::TF32>::template run<S>(As, Bs, lane, acc);
         __syncthreads();
     }
 }
 
 // Hands each in-range element of the tile to `store(m, n, value)`; acc is
 // laid out as `fma_k_tile` or `mma_k_tile` left it.
-template <int BM, int BN, bool TF32, class S>
-__device__ __forceinline__ void gemm_store(const float (&acc)[4][RegBlock<BM, BN>::TN], int M,
-                                           int N, const S& store) {
-    typedef RegBlock<BM, BN> RB;
-    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-    if (TF32) {
-        // acc[2·mi + ni][r]: C fragment element r of the warp's product (mi, ni).
-        const MmaLane<BM> l;
+template <class S, class ST>
+__device__ __forceinline__ void gemm_store(
+    const float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN], int M, int N,
+    const ST& store) {
+    typedef RegBlock<S::BM, S::BN> RB;
+    const int m0 = blockIdx.y * S::BM, n0 = blockIdx.x * S::BN;
+    if (S::TF32) {
+        typedef MmaLane<S::BM, S::BN> W;
+        const W l;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int p = 0; p < W::MI * W::NI; ++p) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
-                const int m = m0 + l.wm + i / 2 * 16 + l.g + r / 2 * 8;
-                const int n = n0 + l.wn + i % 2 * 8 + 2 * l.t + r % 2;
-                if (m < M && n < N) store(m, n, acc[i][r]);
+                const int m = m0 + l.wm + p / W::NI * 16 + l.g + r / 2 * 8;
+                const int n = n0 + l.wn + p % W::NI * 8 + 2 * l.t + r % 2;
+                if (m < M && n < N) store(m, n, acc[(4 * p + r) / RB::TN][(4 * p + r) % RB::TN]);
             }
         }
         return;
     }
     const int tx = threadIdx.x % RB::THREADS_N, ty = threadIdx.x / RB::THREADS_N;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int m = m0 + ty * 4 + i;
+    for (int i = 0; i < RB::TM; ++i) {
+        const int m = m0 + ty * RB::TM + i;
 #pragma unroll
         for (int j = 0; j < RB::TN; ++j) {
             const int n = n0 + RB::col(tx, j);
@@ -301,41 +293,73 @@ __device__ __forceinline__ void gemm_store(const float (&acc)[4][RegBlock<BM, BN
     }
 }
 
-template <int BM, int BN, bool TF32, class LA, class LB, class S>
+template <int BM, int BN, bool TF32, int FLOATS, class LA, class LB, class ST>
 __device__ __forceinline__ void gemm_shaped(const LA& a, const LB& b, int M, int N, int K,
-                                            int k_chunk, const S& store) {
-    float acc[4][RegBlock<BM, BN>::TN];
-    gemm_tile<BM, BN, TF32>(a, b, M, N, K, k_chunk, acc);
-    gemm_store<BM, BN, TF32>(acc, M, N, store);
+                                            int k_chunk, const ST& store) {
+    typedef TileShape<BM, BN, TF32> S;
+    float acc[RegBlock<BM, BN>::TM][RegBlock<BM, BN>::TN];
+    gemm_tile<S, FLOATS>(a, b, M, N, K, k_chunk, acc);
+    gemm_store<S>(acc, M, N, store);
 }
 
 #include "gemm_bf16.cuh"
 
 // What a GEMM entry point holds: float32 products in the square tiles
-// (`_f32`), TF32 ones on the tensor cores (`_tf32`), or float32 in the
-// 64 x 128 tile as well (`_f32w`, which the host launches for the products
-// it plans in that tile: its registers are the wide tile's, so the other
-// kinds do not pay for them).
+// (`_f32`), TF32 ones on the tensor cores in the square tiles (`_tf32`), or
+// either in the wide tiles (`_f32w`, which the host launches for the
+// products it plans in those: its registers are the wide tiles', so the
+// other kinds do not pay for them).
 #define GEMM_F32 0
 #define GEMM_TF32 1
 #define GEMM_F32_WIDE 2
 #define GEMM_BF16 3  // bf16 operands on the tensor cores (gemm_bf16.cuh)
 
-// The block's tile (or split's partial tile) of a·b, handed to `store`, in
-// the tile shape the host chose (`tile_m` x `tile_n`) among those of KIND.
-template <int KIND, class LA, class LB, class S>
-__device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int K,
-                                     const GemmTiling& t, const S& store) {
-    const bool TF32 = KIND == GEMM_TF32;
-    if (KIND == GEMM_BF16) {
-        gemm_bf16(a, b, M, N, K, t, store);
-    } else if (t.tile_m == 32) {
-        gemm_shaped<32, 128, TF32>(a, b, M, N, K, (int)t.k_chunk, store);
-    } else if (KIND == GEMM_F32_WIDE && t.tile_n == 128) {
-        gemm_shaped<64, 128, false>(a, b, M, N, K, (int)t.k_chunk, store);
-    } else {
-        gemm_shaped<64, 64, TF32>(a, b, M, N, K, (int)t.k_chunk, store);
+// The shapes a kernel of KIND holds, and the one the host chose for this
+// product (`tile_m`; for the wide kind, `tensor_cores`). Each kind stages
+// its tiles in the shared floats of its largest shape.
+template <int KIND>
+struct GemmShapes {
+    template <class LA, class LB, class ST>
+    static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
+                                               const GemmTiling& t, const ST& store) {
+        const bool TF32 = KIND == GEMM_TF32;
+        const int F = TileShape<32, 128, TF32>::FLOATS;
+        if (t.tile_m == 32) {
+            gemm_shaped<32, 128, TF32, F>(a, b, M, N, K, (int)t.k_chunk, store);
+        } else {
+            gemm_shaped<64, 64, TF32, F>(a, b, M, N, K, (int)t.k_chunk, store);
+        }
     }
+};
+template <>
+struct GemmShapes<GEMM_F32_WIDE> {
+    template <class LA, class LB, class ST>
+    static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
+                                               const GemmTiling& t, const ST& store) {
+        const int F = TileShape<64, 256, true>::FLOATS;
+        if (t.tensor_cores) {
+            gemm_shaped<64, 256, true, F>(a, b, M, N, K, (int)t.k_chunk, store);
+        } else {
+            gemm_shaped<64, 256, false, F>(a, b, M, N, K, (int)t.k_chunk, store);
+        }
+    }
+};
+
+template <>
+struct GemmShapes<GEMM_BF16> {
+    template <class LA, class LB, class ST>
+    static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
+                                               const GemmTiling& t, const ST& store) {
+        gemm_bf16(a, b, M, N, K, t, store);
+    }
+};
+
+// The block's tile (or split's partial tile) of a·b, handed to `store`, in
+// the tile shape the host chose among those of KIND.
+template <int KIND, class LA, class LB, class ST>
+__device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int K,
+                                     const GemmTiling& t, const ST& store) {
+    GemmShapes<KIND>::run(a, b, M, N, K, t, store);
 }
 
 // An operand whose element (mn, k) lies at p[mn_part + k_part]: both halves

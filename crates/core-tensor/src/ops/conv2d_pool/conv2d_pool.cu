@@ -11,7 +11,9 @@
 // memory, then pools it. Every output is still one chain over k in order
 // plus the bias, so the pooled values are those of conv2d_fwd then
 // maxpool2d_fwd, bit for bit (the host runs this kernel only when K is not
-// split; a split product goes through conv2d.cu and `conv2d_pool_argmax_f32`).
+// split and the tile is square; a split product, or one in the wide tiles,
+// whose 64 x 256 floats would not fit the 48 KiB of static shared memory
+// beside their staging, goes through conv2d.cu and `conv2d_pool_argmax_f32`).
 
 #include "sgemm.cuh"
 #include "conv2d.cuh"
@@ -49,7 +51,7 @@ template <int KIND>
 __device__ __forceinline__ void conv2d_pool_fwd(const float* x, const float* w, const float* bias,
                                                 float* y, unsigned char* arg, const Conv2dLaunch& p,
                                                 unsigned int relu, const DropoutArgs& dr) {
-    __shared__ __align__(16) float tile[KIND == GEMM_F32_WIDE ? 64 * 128 : GEMM_TILE_ELEMS];
+    __shared__ __align__(16) float tile[GEMM_TILE_ELEMS];
     const Dims d = dims(p.g);
     const int bm = (int)p.t.tile_m, bn = (int)p.t.tile_n;
     const int m0 = blockIdx.y * bm, n0 = blockIdx.x * bn;
@@ -86,12 +88,6 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     conv2d_pool_fwd_bf16(const float* x, const float* w, const float* bias, float* y,
                          unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {
     conv2d_pool_fwd<GEMM_BF16>(x, w, bias, y, arg, p, relu, d);
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_pool_fwd_f32w(const float* x, const float* w, const float* bias, float* y,
-                         unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {
-    conv2d_pool_fwd<GEMM_F32_WIDE>(x, w, bias, y, arg, p, relu, d);
 }
 
 // The split-K route: pools the convolution's output `a` as maxpool2d_fwd_f32

@@ -1,13 +1,13 @@
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 use super::{Conv2dPoolKernel, check_pooled};
-use crate::backend::cuda::gemm::{ByKind, GemmPlan, check_i32};
+use crate::backend::cuda::gemm::{GemmPlan, check_i32};
 use crate::backend::cuda::kernels::{self, Conv2dLaunch};
 use crate::backend::cuda::launch::{DropoutArgs, In, Out, Val, blocks_for};
 use crate::backend::cuda::view;
 use crate::error::check_len;
 use crate::ops::{Conv2dGeom, Conv2dKernel, Epilogue, ParamAt};
-use crate::{Cuda, Result};
+use crate::{Cuda, MatmulPrecision, Result};
 
 /// Threads of the pooling kernels, one per window.
 const THREADS: u32 = 256;
@@ -26,12 +26,15 @@ type FusedFwd = unsafe fn(
     Val<'_, DropoutArgs>,
 ) -> Result<()>;
 
-const FUSED_FWD: ByKind<FusedFwd> = ByKind {
-    fp32: kernels::conv2d_pool_fwd_f32,
-    fp32_wide: kernels::conv2d_pool_fwd_f32w,
-    tf32: kernels::conv2d_pool_fwd_tf32,
-    bf16: kernels::conv2d_pool_fwd_bf16,
-};
+/// The fused forward kernel for products in `precision`, in the square
+/// tiles (the only ones it runs in).
+fn fused_fwd(precision: MatmulPrecision) -> FusedFwd {
+    match precision {
+        MatmulPrecision::Fp32 => kernels::conv2d_pool_fwd_f32,
+        MatmulPrecision::Tf32 => kernels::conv2d_pool_fwd_tf32,
+        MatmulPrecision::Bf16 => kernels::conv2d_pool_fwd_bf16,
+    }
+}
 
 impl Conv2dPoolKernel for Cuda {
     fn conv2d_pool_fwd(
@@ -62,9 +65,11 @@ impl Conv2dPoolKernel for Cuda {
             g.patch_len(),
             self.gemm_tile(),
         )?;
-        if plan.is_split() {
-            // Split K has no tile that holds whole sums: the unfused
-            // product, then a pool that writes the argmax too.
+        if plan.is_split() || plan.is_wide() {
+            // Split K has no tile that holds whole sums, and a wide tile
+            // (64 x 256 floats) does not fit the static shared memory beside
+            // its staging: the unfused product, then a pool that writes the
+            // argmax too.
             let mut a = self.scratch(lens.y)?;
             self.conv2d_fwd(g, x, params, at, &mut a)?;
             let cfg = blocks_for("conv2d_pool", y.len(), THREADS)?;
@@ -77,8 +82,9 @@ impl Conv2dPoolKernel for Cuda {
         }
         let w = view("conv2d_pool", params, at.weight.clone())?;
         let b = view("conv2d_pool", params, at.bias.clone())?;
-        let fwd = FUSED_FWD.pick(self.matmul_precision(), &plan);
-        let args = plan.args(*g);
+        let precision = self.matmul_precision();
+        let fwd = fused_fwd(precision);
+        let args = plan.args(*g, precision);
         // SAFETY: `x`, `W` and `b` were checked against the geometry, `y`
         // and `argmax` against its pooling; the plan is the product of the
         // kernel's window-ordered columns, unsplit, so each block's tile

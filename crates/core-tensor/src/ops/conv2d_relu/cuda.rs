@@ -41,6 +41,16 @@ impl Conv2dReluKernel for Cuda {
         let fwd = FUSED_FWD.pick(self.matmul_precision(), &plan);
         // SAFETY: `x`, `W`, `b` and `y` were checked against the geometry
         // (`lens.check`), and the plan is its forward product, unsplit.
-        unsafe { fwd(self, plan.tiles(), x, &w, &b, y, &plan.args(*g)) }
+        unsafe {
+            fwd(
+                self,
+                plan.tiles(),
+                x,
+                &w,
+                &b,
+                y,
+                &plan.args(*g, self.matmul_precision()),
+            )
+        }
     }
 }
