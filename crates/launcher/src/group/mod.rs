@@ -119,7 +119,7 @@ impl NodeGroup {
                 refuse!(
                     Rendezvous,
                     "{who}: {}",
-                    misfit(&r, &format!("{addr}:{port}"))
+                    misfit(&r, &format!("{addr}:{port}"), &members)
                 )
             }
             joined => joined.doing(|| format!("{who} joining the launchers at {addr}:{port}"))?,
@@ -282,7 +282,7 @@ impl NodeGroup {
         match (e, self.away) {
             (CommError::Rejected(r), _) => {
                 let at = format!("{}:{}", self.master.addr, self.master.port);
-                format!("node {}: {}", self.node_rank, misfit(r, &at))
+                format!("node {}: {}", self.node_rank, misfit(r, &at, &self.members))
             }
             (CommError::StoreSilent { silent, .. }, _) => {
                 heartbeat::silent_master(self.node_rank, &self.master.host, *silent)

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use comm::{CommError, Rejection};
 
-use super::{NodeGroup, POLL};
+use super::{Membership, NodeGroup, POLL};
 use crate::error::LaunchError;
 
 impl NodeGroup {
@@ -93,7 +93,11 @@ impl NodeGroup {
                 ..
             } => {
                 let at = format!("{}:{}", self.master.addr, self.master.port);
-                LaunchError::Rendezvous(format!("node {}: {}", self.node_rank, misfit(&r, &at)))
+                LaunchError::Rendezvous(format!(
+                    "node {}: {}",
+                    self.node_rank,
+                    misfit(&r, &at, &self.members)
+                ))
             }
             e => e,
         }
@@ -101,12 +105,18 @@ impl NodeGroup {
 }
 
 /// Why the launchers' store at `at` refused a launcher (`r`, in the
-/// workers' words), in the launchers' words, with the fix.
-pub(super) fn misfit(r: &Rejection, at: &str) -> String {
-    let fix = "give each job a rendezvous port of its own (--rdzv-endpoint, --master-port), and each launcher of a job the same --nnodes and its own --node-rank";
+/// workers' words), in the launchers' words, with the fix. The store counts
+/// seats, which for an elastic job (`m`) are more than its machines.
+pub(super) fn misfit(r: &Rejection, at: &str, m: &Membership) -> String {
+    let fix = "give each job a rendezvous port of its own (--rdzv-endpoint, --master-port), and each launcher of a job the same --nnodes and --max-restarts and its own --node-rank";
+    let seats = "seats (--nnodes N, or MAX x (--max-restarts + 1) for --nnodes MIN:MAX)";
     match r {
         Rejection::DuplicateRank { rank } => format!(
             "the launchers at {at} already have a node {rank}: another job holds this rendezvous port, or two launchers were given --node-rank {rank}; {fix}"
+        ),
+        Rejection::RankOutOfRange { .. } if m.is_elastic() => format!(
+            "the launchers at {at} already have all {} {seats} of --nnodes {}:{}: another job holds this rendezvous port, or more launchers were started than the job's restarts can seat; {fix}",
+            m.seats, m.min, m.max
         ),
         Rejection::RankOutOfRange { world_size, .. } => format!(
             "the launchers at {at} already have all {world_size} nodes: another job holds this rendezvous port, or more launchers were started than --nnodes; {fix}"
@@ -116,8 +126,26 @@ pub(super) fn misfit(r: &Rejection, at: &str) -> String {
             master_world_size,
             ..
         } => format!(
-            "a launcher came to the launchers at {at} with --nnodes {rank_world_size}, node 0 with --nnodes {master_world_size}; {fix}"
+            "a launcher came to the launchers at {at} with {rank_world_size} {seats}, node 0 with {master_world_size}; {fix}"
         ),
         other => format!("the launchers at {at} refused a launcher: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_elastic_jobs_full_store_is_named_by_its_nnodes_range_not_only_its_seats() {
+        let full = Rejection::RankOutOfRange {
+            rank: 8,
+            world_size: 8,
+        };
+        let elastic = misfit(&full, "n0:29400", &Membership::new((1, 2), 3));
+        assert!(elastic.contains("all 8 seats"), "{elastic}");
+        assert!(elastic.contains("--nnodes 1:2"), "{elastic}");
+        let fixed = misfit(&full, "n0:29400", &Membership::new((2, 2), 3));
+        assert!(fixed.contains("all 8 nodes"), "{fixed}");
     }
 }
