@@ -26,9 +26,14 @@ namespace {
 // ---- fibers ----
 //
 // A fiber is a stack and the stack pointer it was left at; switching saves
-// the callee-saved registers (and the FP control words) on the old stack and
-// pops them from the new one. No system call, unlike swapcontext, which
-// matters at millions of switches per training step.
+// the callee-saved registers on the old stack and pops them from the new
+// one. No system call, unlike swapcontext, which matters at millions of
+// switches per training step. The FP control words (MXCSR, x87) are not
+// switched: no kernel changes them, so every fiber runs with the launching
+// thread's, and `fldcw` alone was two thirds of a switch's time. It ends
+// in an indirect jump, not `ret`: a switch never returns where it was
+// called from, so `ret` missed the return predictor on every switch, and
+// the jump's target is predicted by the branch history instead.
 
 #if !defined(__x86_64__)
 #error "cuda-emu switches fibers with x86-64 assembly; this target is not supported"
@@ -47,25 +52,25 @@ cuda_emu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
     popq %r12
     popq %rbx
     popq %rbp
-    ret
+    popq %rax
+    jmpq *%rax
     .size cuda_emu_switch, .-cuda_emu_switch
 )");
 
 constexpr std::size_t kStackBytes = 64 * 1024;
+// Stacks lie this far apart: 17 cache lines more than a stack, so that the
+// fibers' top frames, which every switch touches, spread over the cache's
+// sets instead of all falling in the same few (a power-of-two stride maps
+// them to one L1 set).
+constexpr std::size_t kStackStride = kStackBytes + 17 * 64;
 constexpr unsigned kMaxThreads = 1024;
 
 enum class State { Ready, AtBarrier, Done };
@@ -99,28 +104,17 @@ std::mutex launch_mutex;
 }
 
 // A fresh stack for fiber `i` whose first switch "returns" into fiber_main,
-// laid out as cuda_emu_switch leaves a stack: the FP control words, six
-// callee-saved registers, the return address; above it a slot standing for
-// fiber_main's own return address, placed so that fiber_main starts with
-// the stack alignment the ABI requires.
-void* fresh_stack(unsigned i, std::uint64_t fp_words) {
-    auto* top = reinterpret_cast<std::uint64_t*>(block.stacks + (i + 1) * kStackBytes);
-    std::uint64_t* sp = top - 9;
-    sp[0] = fp_words;
-    for (int r = 1; r <= 6; ++r) sp[r] = 0;
-    sp[7] = reinterpret_cast<std::uint64_t>(&fiber_main);
-    sp[8] = 0;
+// laid out as cuda_emu_switch leaves a stack: six callee-saved registers,
+// the return address; above it a slot standing for fiber_main's own return
+// address, placed so that fiber_main starts with the stack alignment the
+// ABI requires.
+void* fresh_stack(unsigned i) {
+    auto* top = reinterpret_cast<std::uint64_t*>(block.stacks + i * kStackStride + kStackBytes);
+    std::uint64_t* sp = top - 8;
+    for (int r = 0; r < 6; ++r) sp[r] = 0;
+    sp[6] = reinterpret_cast<std::uint64_t>(&fiber_main);
+    sp[7] = 0;
     return sp;
-}
-
-// The MXCSR and x87 control words in the 8-byte slot cuda_emu_switch
-// stores them in: MXCSR in the low half, the x87 word above it.
-std::uint64_t fp_control_words() {
-    std::uint32_t mxcsr;
-    std::uint16_t x87;
-    asm volatile("stmxcsr %0" : "=m"(mxcsr));
-    asm volatile("fnstcw %0" : "=m"(x87));
-    return mxcsr | (std::uint64_t{x87} << 32);
 }
 
 // Runs every thread of the current block to completion. A fiber runs until
@@ -132,12 +126,11 @@ std::uint64_t fp_control_words() {
 // thread reads, before the barrier, what a thread on the other side of it
 // in that order writes.
 void run_block(unsigned threads, bool reverse) {
-    const std::uint64_t fp = fp_control_words();
     for (unsigned i = 0; i < threads; ++i) {
         Fiber& f = block.fibers[i];
         f.index = {i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
         f.state = State::Ready;
-        f.sp = fresh_stack(i, fp);
+        f.sp = fresh_stack(i);
     }
     unsigned live = threads;
     for (; live > 0; reverse = !reverse) {
@@ -198,13 +191,30 @@ const std::string* find_kernel(const char* name, Entry* entry) {
     return &it->first;
 }
 
+namespace {
+
+// The fibers' stacks, on 2 MiB pages where the kernel grants them: every
+// switch lands on another fiber's stack, and a block of 256 fibers on 4 KiB
+// pages touches more pages between two barriers than the TLB holds.
+char* map_stacks() {
+    constexpr std::size_t kHuge = 2 << 20;
+    const std::size_t bytes = kMaxThreads * kStackStride;
+    void* mapped = mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped == MAP_FAILED) return nullptr;
+    const auto at = (reinterpret_cast<std::uintptr_t>(mapped) + kHuge - 1) & ~(kHuge - 1);
+    // Only a hint: without transparent huge pages the stacks stay on 4 KiB.
+    (void)madvise(reinterpret_cast<void*>(at), bytes, MADV_HUGEPAGE);
+    return reinterpret_cast<char*>(at);
+}
+
+}  // namespace
+
 bool run_grid(const char* kernel, Entry entry, void** params, dim3 grid, dim3 threads) {
     std::lock_guard<std::mutex> lock(launch_mutex);
     if (block.stacks == nullptr) {
-        void* stacks = mmap(nullptr, kMaxThreads * kStackBytes, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (stacks == MAP_FAILED) return false;
-        block.stacks = static_cast<char*>(stacks);
+        block.stacks = map_stacks();
+        if (block.stacks == nullptr) return false;
     }
     block.entry = entry;
     block.params = params;
