@@ -151,18 +151,39 @@ inline float tf32_round(float x) {
     return x;
 }
 
+// The fragments of a warp-wide instruction on fibers: every lane publishes
+// its own, the block meets (every warp of a tensor-core tile issues the same
+// products, so the block barrier stands in for the warp's), and then each
+// lane reads its warp's. The fragments alternate between two buffers, one
+// per call's parity, so that no second barrier is needed before they are
+// overwritten: a lane writes call n + 2's fragments into call n's buffer
+// only after every lane has met at call n + 1, having read call n's. All
+// lanes of a warp make the same calls (`.aligned`), so they agree on the
+// parity; blocks run one at a time, so the buffers need no block index.
+template <class T>
+struct WarpFragments {
+    // Per lane: its A fragment's four registers, then B's two.
+    T frag[2][1024][6];
+    unsigned calls[1024];
+    // Publishes this lane's fragments, meets the block, and returns the
+    // buffer in which the warp's lanes published theirs.
+    const T (*exchange(unsigned tid, const T (&a)[4], const T (&b)[2]))[6] {
+        T(*buf)[6] = frag[calls[tid]++ % 2];
+        for (int r = 0; r < 4; ++r) buf[tid][r] = a[r];
+        for (int r = 0; r < 2; ++r) buf[tid][4 + r] = b[r];
+        cuda_emu::syncthreads();
+        return buf;
+    }
+};
+
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 for the calling warp:
-// d += a·b, with the fragment layouts mma.cuh lists. A warp-wide
-// instruction on fibers: every lane publishes its fragments, the block meets
-// (every warp of a tensor-core tile issues the same products, so the block
-// barrier stands in for the warp's), each lane sums its four outputs from
-// its warp's fragments, and the block meets again before the fragments are
-// overwritten. Like the hardware, it ignores the 13 low mantissa bits of
+// d += a·b, with the fragment layouts mma.cuh lists, exchanged through
+// `WarpFragments`. Like the hardware, it ignores the 13 low mantissa bits of
 // every input; products are exact, and summed in k order (the hardware's
 // order is unspecified); a NaN result is the GPU's NaN, as from the CUDA
 // cores' arithmetic (assumed: no GPU has shown the tensor cores' NaN).
 inline void mma_m16n8k8_tf32(float (&d)[4], const float (&a)[4], const float (&b)[2]) {
-    static float frag_a[1024][4], frag_b[1024][2];
+    static WarpFragments<float> frags;
     const unsigned tid =
         threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
     const unsigned lane = tid % 32, warp = tid - lane;
@@ -173,21 +194,20 @@ inline void mma_m16n8k8_tf32(float (&d)[4], const float (&a)[4], const float (&b
         std::memcpy(&x, &bits, sizeof x);
         return x;
     };
-    for (int r = 0; r < 4; ++r) frag_a[tid][r] = tf32(a[r]);
-    for (int r = 0; r < 2; ++r) frag_b[tid][r] = tf32(b[r]);
-    cuda_emu::syncthreads();
+    const float ta[4] = {tf32(a[0]), tf32(a[1]), tf32(a[2]), tf32(a[3])};
+    const float tb[2] = {tf32(b[0]), tf32(b[1])};
+    const float(*frag)[6] = frags.exchange(tid, ta, tb);
     const unsigned g = lane / 4, t = lane % 4;
     for (unsigned r = 0; r < 4; ++r) {
         const unsigned row = g + 8 * (r / 2), col = 2 * t + r % 2;
         float sum = 0.0f;
         for (unsigned k = 0; k < 8; ++k) {
-            const float x = frag_a[warp + (row % 8) * 4 + k % 4][row / 8 + 2 * (k / 4)];
-            const float y = frag_b[warp + col * 4 + k % 4][k / 4];
+            const float x = frag[warp + (row % 8) * 4 + k % 4][row / 8 + 2 * (k / 4)];
+            const float y = frag[warp + col * 4 + k % 4][4 + k / 4];
             sum += x * y;
         }
         d[r] = gpu_result(d[r] + sum);
     }
-    cuda_emu::syncthreads();
 }
 
 // ---- Tensor cores (gemm_bf16.cuh's bf16 products) ----
@@ -204,18 +224,16 @@ inline unsigned short bf16_bits(float x) {
 }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the calling warp:
-// d += a·b, two bf16 per register in the layouts gemm_bf16.cuh lists, met
-// as `mma_m16n8k8_tf32` meets. Products of two bf16 are exact in float32;
+// d += a·b, two bf16 per register in the layouts gemm_bf16.cuh lists,
+// exchanged through `WarpFragments`. Products of two bf16 are exact in float32;
 // they are summed in k order (the hardware's order is unspecified), and a
 // NaN result is the GPU's NaN.
 inline void mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    static unsigned frag_a[1024][4], frag_b[1024][2];
+    static WarpFragments<unsigned> frags;
     const unsigned tid =
         threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
     const unsigned lane = tid % 32, warp = tid - lane;
-    for (int r = 0; r < 4; ++r) frag_a[tid][r] = a[r];
-    for (int r = 0; r < 2; ++r) frag_b[tid][r] = b[r];
-    cuda_emu::syncthreads();
+    const unsigned(*frag)[6] = frags.exchange(tid, a, b);
     // Element k of a register pair: the lower half holds the even k.
     const auto half = [](unsigned word, unsigned k) {
         return __uint_as_float(k % 2 ? word & 0xffff0000u : word << 16);
@@ -226,13 +244,12 @@ inline void mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], const unsig
         float sum = 0.0f;
         for (unsigned k = 0; k < 16; ++k) {
             const unsigned lane_k = k % 8 / 2;
-            const float x = half(frag_a[warp + (row % 8) * 4 + lane_k][row / 8 + 2 * (k / 8)], k);
-            const float y = half(frag_b[warp + col * 4 + lane_k][k / 8], k);
+            const float x = half(frag[warp + (row % 8) * 4 + lane_k][row / 8 + 2 * (k / 8)], k);
+            const float y = half(frag[warp + col * 4 + lane_k][4 + k / 8], k);
             sum += x * y;
         }
         d[r] = gpu_result(d[r] + sum);
     }
-    cuda_emu::syncthreads();
 }
 
 // A kernel entry point called with the driver's `kernelParams`: one pointer
