@@ -118,7 +118,13 @@ fn report(dir: &Path, peak_tflops: f64) -> String {
     out.push_str(&goals(&ours, &rate, floor));
     out.push_str(&beside(&rate, &ours, "baseline", "base_train_b"));
     out.push_str(&beside(&rate, &ours, "`--no-fusion`", "train_unfused_b"));
-    out.push_str(&tiles(&rate, &ours));
+    out.push_str(&variant(
+        &rate,
+        &ours,
+        ("wide", "square tiles", "wide tiles"),
+    ));
+    let staging = ("cp_async", "register staging", "cp.async staging");
+    out.push_str(&variant(&rate, &ours, staging));
     for (name, title) in [
         ("ncu_kernels", "this build, float32"),
         ("ncu_kernels_tf32", "this build, `--tf32`"),
@@ -134,6 +140,11 @@ fn report(dir: &Path, peak_tflops: f64) -> String {
         ("ncu_detail_bf16", "`--bf16`"),
         ("ncu_detail_wide", "float32, `--fp32-tile wide`"),
         ("ncu_detail_wide_tf32", "`--tf32 --fp32-tile wide`"),
+        ("ncu_detail_cp_async", "float32, `--gemm-staging cp-async`"),
+        (
+            "ncu_detail_cp_async_tf32",
+            "`--tf32 --gemm-staging cp-async`",
+        ),
         ("ncu_detail_bias", "the bias gradients' two passes"),
     ] {
         if let Some(log) = read(name) {
@@ -233,23 +244,26 @@ fn beside(
     )
 }
 
-/// Training img/s in the square tiles beside the wide ones
-/// (`--fp32-tile wide`), in either precision, where a wide run was timed.
-fn tiles(
+/// Training img/s of the default build beside a variant of it (`--fp32-tile
+/// wide`: `train_wide_b…`; `--gemm-staging cp-async`: `train_cp_async_b…`),
+/// in either precision, where the variant was timed: `usual` and `variant`
+/// name the two columns.
+fn variant(
     rate: &dyn Fn(String) -> Option<f64>,
     ours: &dyn Fn(u32, Precision) -> Option<f64>,
+    (step, usual, variant): (&str, &str, &str),
 ) -> String {
     let rows: Vec<String> = [64, 512]
         .into_iter()
         .filter_map(|b| {
-            let wide = rate(format!("train_wide_b{b}"));
-            let wide_tf32 = rate(format!("train_wide_tf32_b{b}"));
-            wide.or(wide_tf32)?;
+            let other = rate(format!("train_{step}_b{b}"));
+            let other_tf32 = rate(format!("train_{step}_tf32_b{b}"));
+            other.or(other_tf32)?;
             let cells = [
                 ours(b, Precision::Fp32),
-                wide,
+                other,
                 ours(b, Precision::Tf32),
-                wide_tf32,
+                other_tf32,
             ]
             .map(cell);
             Some(format!("| {b} | {} |\n", cells.join(" | ")))
@@ -259,7 +273,7 @@ fn tiles(
         return String::new();
     }
     format!(
-        "| batch | square tiles | wide tiles | square `--tf32` | wide `--tf32` |\n|---|---|---|---|---|\n{}\n",
+        "| batch | {usual} | {variant} | {usual} `--tf32` | {variant} `--tf32` |\n|---|---|---|---|---|\n{}\n",
         rows.concat()
     )
 }
@@ -327,6 +341,7 @@ mod tests {
         write("base_train_b64.log", "Epoch 01/01 | 50000 img/s\n");
         write("train_unfused_b512.log", "Epoch 01/01 | 80000 img/s\n");
         write("train_wide_b512.log", "Epoch 01/01 | 90000 img/s\n");
+        write("train_cp_async_tf32_b64.log", "Epoch 01/01 | 70000 img/s\n");
         let text = report(dir.path(), 67.0);
         assert!(
             text.contains("| 64 | 65,557 | – | 120,000 | 20,266 | 23,439 | – | 40,000 | 930,556 |"),
@@ -355,6 +370,11 @@ mod tests {
         assert!(text.contains("| 512 | 83,142 | 90,000 | – | – |"), "{text}");
         // No wide run at batch 64: no tiles row for it.
         assert!(!text.contains("| 64 | 65,557 | – | – | – |"), "{text}");
+        assert!(
+            text.contains("| batch | register staging | cp.async staging |"),
+            "{text}"
+        );
+        assert!(text.contains("| 64 | 65,557 | – | – | 70,000 |"), "{text}");
         assert_eq!(find_logs(dir.path()).unwrap(), dir.path());
     }
 }

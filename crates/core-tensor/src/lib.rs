@@ -20,7 +20,9 @@ mod simd;
 #[cfg(test)]
 mod testing;
 
-pub use backend::{Backend, Cpu, Cuda, Elem, Fp32Tile, MatmulPrecision, cuda_available};
+pub use backend::{
+    Backend, Cpu, Cuda, Elem, Fp32Tile, GemmStaging, MatmulPrecision, cuda_available,
+};
 pub use error::{Error, Result};
 pub use flat::{FlatLayout, ParamSpec, ParamView};
 pub use ops::Ops;

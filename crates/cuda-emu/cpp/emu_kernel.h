@@ -15,8 +15,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace cuda_emu {
 
@@ -137,8 +139,8 @@ inline unsigned int atomicCAS(unsigned int* address, unsigned int compare, unsig
 
 // ---- Tensor cores (mma.cuh's TF32 products) ----
 //
-// CUDA_EMU tells mma.cuh and gemm_bf16.cuh to use these instead of their
-// inline PTX.
+// CUDA_EMU tells mma.cuh, gemm_bf16.cuh and cp_async.cuh to use these
+// instead of their inline PTX.
 #define CUDA_EMU 1
 
 // cvt.rna.tf32.f32: to the nearest TF32 (10 stored mantissa bits), ties away
@@ -249,6 +251,53 @@ inline void mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], const unsig
             sum += x * y;
         }
         d[r] = gpu_result(d[r] + sum);
+    }
+}
+
+// ---- cp.async (cp_async.cuh's staging of the shared SGEMM tile) ----
+//
+// Each thread's copies are recorded, gathered into its commit groups, and
+// performed only when `cp_async_wait<N>` leaves at most N newer groups
+// pending: the latest point the PTX allows, so a kernel that reads the
+// shared destination before its wait (and barrier) reads what was there
+// before, as a GPU may. The source is read then too, so a copy from memory
+// past a buffer faults as any read does. A copy whose element is not
+// `there` zero-fills (src-size 0) and reads nothing. Copies are bit copies:
+// a NaN keeps its payload.
+struct CpAsyncCopy {
+    float* dst;
+    const float* src;  // null: zero fill
+};
+
+struct CpAsyncThread {
+    std::vector<CpAsyncCopy> open;  // issued, not yet committed
+    std::deque<std::vector<CpAsyncCopy>> committed;
+};
+
+inline CpAsyncThread& cp_async_thread() {
+    static CpAsyncThread threads[1024];
+    return threads[threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)];
+}
+
+inline void cp_async_f32(float* dst, const float* src, bool there) {
+    cp_async_thread().open.push_back(CpAsyncCopy{dst, there ? src : nullptr});
+}
+
+inline void cp_async_commit() {
+    CpAsyncThread& t = cp_async_thread();
+    t.committed.push_back(std::move(t.open));
+    t.open.clear();
+}
+
+template <int N>
+inline void cp_async_wait() {
+    CpAsyncThread& t = cp_async_thread();
+    while (t.committed.size() > (std::size_t)N) {
+        for (const CpAsyncCopy& c : t.committed.front()) {
+            const float zero = 0.0f;
+            std::memcpy(c.dst, c.src ? c.src : &zero, sizeof(float));
+        }
+        t.committed.pop_front();
     }
 }
 

@@ -50,6 +50,10 @@
 //!   exchange of the fragments in the PTX ISA's layouts, so a fragment
 //!   mapped to the wrong element gives wrong numbers; its sums round in k
 //!   order, where the hardware's order is unspecified.
+//! * cp.async (`cpp/emu_kernel.h`): each thread's copies are held per
+//!   commit group and performed at the `cp.async.wait_group` that lets them
+//!   finish, zero fill included, so a kernel that reads a staged tile
+//!   before its wait reads stale data.
 //! * Not: timing (its bandwidths mean nothing), races between kernels on
 //!   different streams (they run one at a time), other warp-level
 //!   behaviour.

@@ -18,7 +18,7 @@ use comm::{CommConfig, CommError, ReduceOp, TcpCommunicator};
 use common::free_port;
 use core_tensor::ops::AdamConfig;
 use core_tensor::ops::Conv2dPoolKernel;
-use core_tensor::{Backend, Cpu, Cuda, MatmulPrecision, Ops};
+use core_tensor::{Backend, Cpu, Cuda, GemmStaging, MatmulPrecision, Ops};
 use fashion_mnist::FashionMnist;
 use trainer::comm_thread::CommThread;
 use trainer::ddp::{AverageOver, NcclHook, plan_buckets};
@@ -27,10 +27,11 @@ use trainer::models::cnn::CnnMnist;
 use trainer::phases::Phase;
 use trainer::train::{EpochReport, Setup, TrainConfig, Trainer};
 
-const EMULATED: [&str; 6] = [
+const EMULATED: [&str; 7] = [
     "emulated_gpu_training_follows_the_cpu",
     "emulated_bf16_training_follows_float32",
     "emulated_fused_and_unfused_gpu_training_give_the_same_bits",
+    "emulated_cp_async_staging_trains_the_register_staging_bits",
     "emulated_gpu_ranks_sharing_one_gpu_stay_identical",
     "emulated_nccl_ranks_on_two_gpus_stay_identical",
     "emulated_nccl_collective_without_its_peer_times_out",
@@ -240,6 +241,36 @@ fn emulated_fused_and_unfused_gpu_training_give_the_same_bits() {
         );
     }
     assert_eq!(fused_accuracy, unfused_accuracy, "test accuracy");
+}
+
+/// The tiles staged by cp.async (`--gemm-staging cp-async`) and through
+/// registers, in float32 and TF32: the same parameter bits after every step,
+/// and the same test accuracy.
+#[test]
+fn emulated_cp_async_staging_trains_the_register_staging_bits() {
+    if common::emulated_gpu(0).is_none() {
+        return;
+    }
+    let data = data();
+    let cfg = config(16, DropoutRates::REFERENCE);
+    for precision in [MatmulPrecision::Fp32, MatmulPrecision::Tf32] {
+        let [registers, copied] = [GemmStaging::Registers, GemmStaging::CpAsync].map(|staging| {
+            train(
+                Cuda::with_products(0, precision, staging).unwrap(),
+                &data,
+                cfg.clone(),
+                None,
+            )
+        });
+        for (step, (r, c)) in registers.0.iter().zip(&copied.0).enumerate() {
+            assert!(
+                r.iter().zip(c).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{precision:?} step {}: the two stagings' parameters differ",
+                step + 1
+            );
+        }
+        assert_eq!(registers.1, copied.1, "{precision:?} test accuracy");
+    }
 }
 
 /// Two ranks on one GPU over the TCP ring (NCCL refuses that), gradients

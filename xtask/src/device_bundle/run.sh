@@ -186,6 +186,15 @@ for batch in 64 512; do
   step "train_wide_tf32_b$batch" 'Epoch' "${trainer[@]}" --tf32 --fp32-tile wide \
     --batch-size "$batch" --epochs 1 --metrics "$logs/train_wide_tf32_b$batch.jsonl"
 done
+# The tiles staged by cp.async (--gemm-staging cp-async; the same bits),
+# float32 and TF32, one epoch each, beside train, train_b512, train_tf32
+# and train_tf32_b512.
+for batch in 64 512; do
+  step "train_cp_async_b$batch" 'Epoch' "${trainer[@]}" --gemm-staging cp-async \
+    --batch-size "$batch" --epochs 1 --metrics "$logs/train_cp_async_b$batch.jsonl"
+  step "train_cp_async_tf32_b$batch" 'Epoch' "${trainer[@]}" --tf32 --gemm-staging cp-async \
+    --batch-size "$batch" --epochs 1 --metrics "$logs/train_cp_async_tf32_b$batch.jsonl"
+done
 # conv2, its max-pool, ReLU and dropout as four kernels (--no-fusion; the
 # same bits), beside `train` and `train_b512`, which fuse them.
 for batch in 64 512; do
@@ -281,7 +290,8 @@ fi
 if command -v ncu >/dev/null; then
   # The wide tiles' kernels (`_f32w`, float32 or TF32) at batch 512,
   # where conv2's products take them.
-  for variant in f32 tf32 bf16 wide wide_tf32; do
+  # The cp.async staging's kernels keep their names (`_f32`, `_tf32`).
+  for variant in f32 tf32 bf16 wide wide_tf32 cp_async cp_async_tf32; do
     flags=()
     suffix=$variant
     case $variant in
@@ -289,6 +299,8 @@ if command -v ncu >/dev/null; then
       bf16) flags=(--bf16) ;;
       wide) flags=(--fp32-tile wide --batch-size 512); suffix=f32w ;;
       wide_tf32) flags=(--tf32 --fp32-tile wide --batch-size 512); suffix=f32w ;;
+      cp_async) flags=(--gemm-staging cp-async); suffix=f32 ;;
+      cp_async_tf32) flags=(--tf32 --gemm-staging cp-async); suffix=tf32 ;;
     esac
     # The convs' forward products are conv2d_relu_fwd and conv2d_pool_fwd
     # (fused with their ReLU and pool).

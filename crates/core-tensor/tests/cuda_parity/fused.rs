@@ -5,9 +5,11 @@
 
 use core_tensor::ops::conv2d_pool::pool_of;
 use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, ParamAt};
-use core_tensor::{Backend, Cuda, Fp32Tile, MatmulPrecision, Ops};
+use core_tensor::{Backend, Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Ops};
 
-use crate::support::{assert_same_bits, down, gpu, gpu_in, reference, small_integers, uniform, up};
+use crate::support::{
+    assert_same_bits, down, gpu, gpu_in, gpu_staged, reference, small_integers, uniform, up,
+};
 
 /// ReLU and a dropout whose scale (2) keeps small integers exact.
 const THEN: Epilogue = Epilogue::ReluDropout(Dropout { p: 0.5, seed: 77 });
@@ -121,13 +123,16 @@ fn assert_runs_equal(what: &str, got: &Run, want: &Run) {
     assert_same_bits(&format!("{what} dx"), &got.4, &want.4);
 }
 
-/// GPU 0 in every precision and float32 tile (those it has).
+/// GPU 0 in every precision, float32 tile and staging (those it has).
 fn every_gpu(test: &str) -> Vec<Cuda> {
     let mut gpus = vec![
         gpu(test),
         gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide)),
     ];
     gpus.extend([MatmulPrecision::Tf32, MatmulPrecision::Bf16].map(|p| gpu_in(test, p)));
+    for p in [MatmulPrecision::Fp32, MatmulPrecision::Tf32] {
+        gpus.push(gpu_staged(test, p, GemmStaging::CpAsync));
+    }
     gpus.into_iter().flatten().collect()
 }
 

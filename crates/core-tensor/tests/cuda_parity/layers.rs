@@ -398,7 +398,7 @@ fn small_integer_products() {
 #[test]
 fn wide_fp32_tiles_give_the_square_tiles_bits() {
     if let Some(square) = gpu("wide_fp32_tiles_give_the_square_tiles_bits") {
-        wide_tiles_give_the_square_tiles_bits(&square);
+        gives_the_same_bits(&square, &square.clone().with_fp32_tile(Fp32Tile::Wide));
     }
 }
 
@@ -408,17 +408,17 @@ fn wide_fp32_tiles_give_the_square_tiles_bits() {
 fn wide_tf32_tiles_give_the_square_tiles_bits() {
     let test = "wide_tf32_tiles_give_the_square_tiles_bits";
     if let Some(square) = gpu_in(test, MatmulPrecision::Tf32) {
-        wide_tiles_give_the_square_tiles_bits(&square);
+        gives_the_same_bits(&square, &square.clone().with_fp32_tile(Fp32Tile::Wide));
     }
 }
 
-fn wide_tiles_give_the_square_tiles_bits(square: &Cuda) {
-    let wide = square.clone().with_fp32_tile(Fp32Tile::Wide);
+/// Every conv and linear shape on `other` gives `base`'s bits.
+pub(crate) fn gives_the_same_bits(base: &Cuda, other: &Cuda) {
     for (i, g) in conv_geoms().iter().enumerate() {
         let x = uniform(500 + i as u64, g.batch * g.in_image_len(), -1.0, 1.0);
         let dy = uniform(600 + i as u64, g.batch * g.out_image_len(), -1.0, 1.0);
         let (params, at) = conv_params(g, 700 + i as u64);
-        same_bits(square, &wide, g, (&x, &params, &at, &dy));
+        same_bits(base, other, g, (&x, &params, &at, &dy));
     }
     for (i, g) in linear_geoms().iter().enumerate() {
         let x = uniform(800 + i as u64, g.batch * g.in_features, -1.0, 1.0);
@@ -429,21 +429,21 @@ fn wide_tiles_give_the_square_tiles_bits(square: &Cuda) {
             weight: 0..wl,
             bias: wl..wl + g.out_features,
         };
-        same_bits(square, &wide, g, (&x, &params, &at, &dy));
+        same_bits(base, other, g, (&x, &params, &at, &dy));
     }
 }
 
-/// `g` on `wide` gives `square`'s bits.
+/// `g` on `other` gives `base`'s bits.
 fn same_bits(
-    square: &Cuda,
-    wide: &Cuda,
+    base: &Cuda,
+    other: &Cuda,
     g: &impl Layer,
     (x, params, at, dy): (&[f32], &[f32], &ParamAt, &[f32]),
 ) {
-    let what = |part: &str| format!("{} {part} {g:?}", wide.describe());
-    let (y, grads, dx) = layer_run(square, g, x, params, at, dy);
-    let (wide_y, wide_grads, wide_dx) = layer_run(wide, g, x, params, at, dy);
-    assert_same_bits(&what("y"), &wide_y, &y);
-    assert_same_bits(&what("grads"), &wide_grads, &grads);
-    assert_same_bits(&what("dx"), &wide_dx, &dx);
+    let what = |part: &str| format!("{} {part} {g:?}", other.describe());
+    let (y, grads, dx) = layer_run(base, g, x, params, at, dy);
+    let (other_y, other_grads, other_dx) = layer_run(other, g, x, params, at, dy);
+    assert_same_bits(&what("y"), &other_y, &y);
+    assert_same_bits(&what("grads"), &other_grads, &grads);
+    assert_same_bits(&what("dx"), &other_dx, &dx);
 }

@@ -29,6 +29,7 @@ mod kernel_cache;
 mod layers;
 mod nan_bits;
 mod pointwise;
+mod staging;
 mod support;
 mod training_step;
 

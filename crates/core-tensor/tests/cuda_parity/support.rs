@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use core_tensor::{Backend, Cpu, Cuda, Elem, MatmulPrecision};
+use core_tensor::{Backend, Cpu, Cuda, Elem, GemmStaging, MatmulPrecision};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -49,7 +49,12 @@ fn skip_gpu(test: &str, why: &str) -> Option<Cuda> {
 /// GPU 0 with its matmuls in `precision`, as [`gpu`] (skipped, or under
 /// REQUIRE_GPU=1 a failure, when there is no GPU or it cannot do them).
 pub fn gpu_in(test: &str, precision: MatmulPrecision) -> Option<Cuda> {
-    match Cuda::with_precision(0, precision) {
+    gpu_staged(test, precision, GemmStaging::Registers)
+}
+
+/// [`gpu_in`] with the products' tiles staged by `staging`.
+pub fn gpu_staged(test: &str, precision: MatmulPrecision, staging: GemmStaging) -> Option<Cuda> {
+    match Cuda::with_products(0, precision, staging) {
         Ok(gpu) => Some(gpu),
         Err(e) => skip_gpu(test, &e.with_causes()),
     }

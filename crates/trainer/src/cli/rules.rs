@@ -1,7 +1,7 @@
 //! The rules between flags that clap does not express in one line.
 
 use anyhow::bail;
-use core_tensor::{Fp32Tile, MatmulPrecision};
+use core_tensor::{Fp32Tile, GemmStaging, MatmulPrecision};
 
 use super::Cli;
 use crate::checkpoint::resume::ResumeFrom;
@@ -77,6 +77,13 @@ impl Cli {
         {
             bail!(
                 "--fp32-tile wide is the tile of a GPU's float32 and TF32 products; --bf16 and --device cpu have none (leave it out)"
+            );
+        }
+        if device.gemm_staging == GemmStaging::CpAsync
+            && (device.bf16 || device.device == DeviceChoice::Cpu)
+        {
+            bail!(
+                "--gemm-staging cp-async stages a GPU's float32 and TF32 products; --bf16 (which converts as it stages) and --device cpu have none (leave it out)"
             );
         }
         if device.device == DeviceChoice::Cpu && device.no_fusion {

@@ -90,6 +90,7 @@ fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
         (&["--tf32"], "--tf32"),
         (&["--bf16"], "--bf16"),
         (&["--fp32-tile", "wide"], "--fp32-tile"),
+        (&["--gemm-staging", "cp-async"], "--gemm-staging"),
         (&["--no-fusion"], "--no-fusion"),
     ] {
         let cpu = [&["--device", "cpu"][..], flags].concat();
@@ -115,6 +116,24 @@ fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
         .unwrap()
         .validate();
     assert!(both.unwrap_err().to_string().contains("--bf16"));
+    let bf16 = parse(&["--bf16", "--gemm-staging", "cp-async"])
+        .unwrap()
+        .validate();
+    assert!(bf16.unwrap_err().to_string().contains("--bf16"));
+    parse(&[
+        "--tf32",
+        "--fp32-tile",
+        "wide",
+        "--gemm-staging",
+        "cp-async",
+    ])
+    .unwrap()
+    .validate()
+    .unwrap();
+    let err = parse(&["--gemm-staging", "ldgsts"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("registers or cp-async"), "{err}");
     // One precision for the products: TF32 or bf16, not both.
     let both = parse(&["--tf32", "--bf16"]).unwrap().validate();
     let err = both.unwrap_err().to_string();

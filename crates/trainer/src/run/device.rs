@@ -6,7 +6,7 @@ use anyhow::{Context, anyhow};
 use clap::{Args, ValueEnum};
 use comm::nccl::{NcclCommunicator, require_nccl};
 use comm::{Communicator, Store};
-use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, MatmulPrecision};
+use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, GemmStaging, MatmulPrecision};
 
 use crate::ddp::BackendChoice;
 use crate::ddp::transport::{self, RankDevice, Transport};
@@ -49,6 +49,13 @@ pub struct DeviceFlags {
     /// least 1024 columns); the same results, a speed choice. Not with --bf16.
     #[arg(long, default_value = "square", value_name = "square|wide", value_parser = Fp32Tile::parse)]
     pub fp32_tile: Fp32Tile,
+
+    /// How the GPU's float32 and TF32 products stage their tiles in shared
+    /// memory: registers (any GPU) or cp-async (copies that bypass the
+    /// registers, compute capability 8.0+); the same results, a speed
+    /// choice. Not with --bf16.
+    #[arg(long, default_value = "registers", value_name = "registers|cp-async", value_parser = GemmStaging::parse)]
+    pub gemm_staging: GemmStaging,
 
     /// Run the CNN's conv1 and ReLU, and conv2, max-pool, ReLU and dropout,
     /// as separate GPU kernels instead of two fused ops: the same results, a
@@ -96,14 +103,20 @@ pub(super) fn choose_device(flags: &DeviceFlags, rank: &Topology) -> anyhow::Res
         MatmulPrecision::from_flags(flags.tf32, flags.bf16).map_err(anyhow::Error::msg)?;
     let gpu = || -> anyhow::Result<Device> {
         let gpus = core_tensor::cuda_available()?;
-        let gpu = Cuda::with_precision(gpu_of(rank.local_rank, gpus), precision)?
-            .with_fp32_tile(flags.fp32_tile)
-            .with_fusion(!flags.no_fusion);
+        let gpu =
+            Cuda::with_products(gpu_of(rank.local_rank, gpus), precision, flags.gemm_staging)?
+                .with_fp32_tile(flags.fp32_tile)
+                .with_fusion(!flags.no_fusion);
         Ok(Device::Cuda { gpu, gpus })
     };
-    // The flag to name: --tf32 or --bf16 when the GPU is too old for it
-    // (drop the flag), --device cuda for everything else (no driver, no GPU).
-    let tensor_core_flag = if flags.bf16 { "--bf16" } else { "--tf32" };
+    // The flag to name: --tf32, --bf16 or --gemm-staging cp-async when the
+    // GPU is too old for it (drop the flag), --device cuda for everything
+    // else (no driver, no GPU).
+    let tensor_core_flag = match (flags.bf16, flags.tf32) {
+        (true, _) => "--bf16",
+        (false, true) => "--tf32",
+        (false, false) => "--gemm-staging",
+    };
     let blame = |why: anyhow::Error| {
         let flag = if is_gpu_too_old(&why) {
             tensor_core_flag
@@ -117,13 +130,14 @@ pub(super) fn choose_device(flags: &DeviceFlags, rank: &Topology) -> anyhow::Res
         DeviceChoice::Cuda => gpu().map_err(blame),
         DeviceChoice::Auto => match gpu() {
             Ok(gpu) => Ok(gpu),
-            // A GPU too old for --tf32 or --bf16 is an error, not a quiet
-            // CPU run.
+            // A GPU too old for --tf32, --bf16 or cp.async is an error, not
+            // a quiet CPU run.
             Err(why) if is_gpu_too_old(&why) => Err(blame(why)),
             Err(why) => {
                 // Once per machine: its ranks share the reason.
                 if rank.local_rank == 0 {
-                    let tf32 = if flags.tf32 || flags.bf16 {
+                    let cp_async = flags.gemm_staging == GemmStaging::CpAsync;
+                    let tf32 = if flags.tf32 || flags.bf16 || cp_async {
                         format!("; {tensor_core_flag} has no effect there")
                     } else {
                         String::new()

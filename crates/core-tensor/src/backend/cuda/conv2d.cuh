@@ -64,12 +64,12 @@ __device__ __forceinline__ Tap tap_at(const Dims& d, int row) {
     return Tap{(c * d.h + kh) * d.w + kw, kh, kw};
 }
 
-// im2col(x) at (window, tap); zero in the padding.
-__device__ __forceinline__ float im2col_at(const float* x, const Dims& d, const Window& win,
-                                           const Tap& tap) {
+// im2col(x) at (window, tap); not there in the padding.
+__device__ __forceinline__ GemmElem im2col_at(const float* x, const Dims& d, const Window& win,
+                                              const Tap& tap) {
     const int ih = win.ih + tap.kh, iw = win.iw + tap.kw;
-    if ((unsigned)ih >= (unsigned)d.h || (unsigned)iw >= (unsigned)d.w) return 0.0f;
-    return x[win.base + tap.off];
+    const bool there = (unsigned)ih < (unsigned)d.h && (unsigned)iw < (unsigned)d.w;
+    return GemmElem{x, win.base + tap.off, there};
 }
 
 // Forward B operand, B(k = row, n = col): walks output pixels.
@@ -82,7 +82,7 @@ struct Im2col {
     Dims d;
     __device__ Window mn_part(int n) const { return window_at(d, n); }
     __device__ Tap k_part(int k) const { return tap_at(d, k); }
-    __device__ float at(const Window& w, const Tap& t) const { return im2col_at(x, d, w, t); }
+    __device__ GemmElem at(const Window& w, const Tap& t) const { return im2col_at(x, d, w, t); }
 };
 
 // Weight-grad B operand, B(k = col, n = row): the transpose, walking pixels as k.
@@ -95,7 +95,7 @@ struct Im2colT {
     Dims d;
     __device__ Tap mn_part(int n) const { return tap_at(d, n); }
     __device__ Window k_part(int k) const { return window_at(d, k); }
-    __device__ float at(const Tap& t, const Window& w) const { return im2col_at(x, d, w, t); }
+    __device__ GemmElem at(const Tap& t, const Window& w) const { return im2col_at(x, d, w, t); }
 };
 
 // W [O, C·K·K] as A(o, row).

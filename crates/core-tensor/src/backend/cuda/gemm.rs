@@ -9,7 +9,7 @@ use cudarc::driver::LaunchConfig;
 
 use super::launch::{In, Out, Val};
 
-use crate::{Cuda, Error, Fp32Tile, MatmulPrecision, Result};
+use crate::{Cuda, Error, Fp32Tile, GemmStaging, MatmulPrecision, Result};
 
 /// The tiles; mirror `GEMM_BK`, `GEMM_THREADS` and `GEMM_TILE_ELEMS` in
 /// sgemm.cuh. A tile has `tile_m` rows (64, or 32 for short products) and
@@ -71,6 +71,9 @@ pub(crate) struct GemmTiling {
     /// 1 for TF32 on the tensor cores; read by the wide kernels, which hold
     /// both precisions.
     pub tensor_cores: u64,
+    /// 1 to stage the tiles with cp.async ([`GemmStaging::CpAsync`]); the
+    /// bf16 kernels ignore it.
+    pub cp_async: u64,
 }
 
 /// How one `M × N × K` product is cut into blocks.
@@ -181,8 +184,13 @@ impl GemmPlan {
     }
 
     /// The kernels' parameter struct for this plan, its products in
-    /// `precision`.
-    pub(crate) fn args<G>(&self, geom: G, precision: MatmulPrecision) -> GemmLaunch<G> {
+    /// `precision`, its tiles staged by `staging`.
+    pub(crate) fn args<G>(
+        &self,
+        geom: G,
+        precision: MatmulPrecision,
+        staging: GemmStaging,
+    ) -> GemmLaunch<G> {
         GemmLaunch {
             geom,
             tiling: GemmTiling {
@@ -191,6 +199,7 @@ impl GemmPlan {
                 tile_m: self.tile_m as u64,
                 tile_n: self.tile_n as u64,
                 tensor_cores: u64::from(precision == MatmulPrecision::Tf32),
+                cp_async: u64::from(staging == GemmStaging::CpAsync),
             },
         }
     }
@@ -295,7 +304,7 @@ impl Cuda {
         out: Out<'_, f32>,
     ) -> Result<()> {
         let precision = self.matmul_precision();
-        let args = plan.args(geom, precision);
+        let args = plan.args(geom, precision, self.gemm_staging());
         if plan.is_split() {
             let mut ws = self.scratch(plan.workspace_len())?;
             // SAFETY: `a`, `b` as promised by the caller; `ws` holds

@@ -3,7 +3,9 @@
 // `_tf32` entry points run `mma_k_tile` on each staged k tile.
 //
 // mma.sync m16n8k8 with TF32 inputs (a 10-bit mantissa: operands are rounded
-// to nearest as they are staged) and float32 accumulation, on compute
+// to nearest as the register staging stores them, or with ROUND as the
+// fragments are loaded, for the cp.async staging, which copies them as they
+// are) and float32 accumulation, on compute
 // capability 8.0 and later (the host refuses TF32 below). Each warp owns a
 // WM x WN sub-tile of C, MI x NI products of 16 x 8 (`MmaLane`): 32 x 16 in
 // the square tiles, 64 x 32 in the wide one. Fragments (PTX ISA,
@@ -39,6 +41,12 @@ __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const float (&a)
 }
 #endif
 
+// A staged operand, rounded to TF32 when ROUND.
+template <bool ROUND>
+__device__ __forceinline__ float mma_operand(float x) {
+    return ROUND ? tf32_round(x) : x;
+}
+
 // A tensor-core warp's sub-tile of a BM x BN tile: WM x WN, 32 x 16 in the
 // square tiles (8 warps of 4 products), 64 x 32 in the wide one (16
 // products); each A fragment feeds NI products, each B fragment MI. Its
@@ -61,7 +69,7 @@ struct MmaLane {
 // acc += this warp's share of As·Bs on the tensor cores. The C fragment of
 // product p = NI·mi + ni is the four floats 4p .. 4p + 3 of acc read row by
 // row (a row of TN = 4 or 8 floats holds one or two fragments whole).
-template <class S>
+template <class S, bool ROUND>
 __device__ __forceinline__ void mma_k_tile(
     const float (*As)[S::A::LDS], const float (*Bs)[S::B::LDS], const MmaLane<S::BM, S::BN>& l,
     float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN]) {
@@ -73,16 +81,16 @@ __device__ __forceinline__ void mma_k_tile(
 #pragma unroll
         for (int mi = 0; mi < W::MI; ++mi) {
             const int m = l.wm + mi * 16 + l.g;
-            a[mi][0] = As[k0 + l.t][m];
-            a[mi][1] = As[k0 + l.t][m + 8];
-            a[mi][2] = As[k0 + l.t + 4][m];
-            a[mi][3] = As[k0 + l.t + 4][m + 8];
+            a[mi][0] = mma_operand<ROUND>(As[k0 + l.t][m]);
+            a[mi][1] = mma_operand<ROUND>(As[k0 + l.t][m + 8]);
+            a[mi][2] = mma_operand<ROUND>(As[k0 + l.t + 4][m]);
+            a[mi][3] = mma_operand<ROUND>(As[k0 + l.t + 4][m + 8]);
         }
 #pragma unroll
         for (int ni = 0; ni < W::NI; ++ni) {
             const int n = l.wn + ni * 8 + l.g;
-            b[ni][0] = Bs[k0 + l.t][n];
-            b[ni][1] = Bs[k0 + l.t + 4][n];
+            b[ni][0] = mma_operand<ROUND>(Bs[k0 + l.t][n]);
+            b[ni][1] = mma_operand<ROUND>(Bs[k0 + l.t + 4][n]);
         }
 #pragma unroll
         for (int p = 0; p < W::MI * W::NI; ++p) {

@@ -44,7 +44,7 @@ pub use kernel_cache::KERNEL_CACHE_VAR;
 pub use kernels::{KernelModule, kernel_modules};
 pub use modules::{compile_cubin, compile_ptx, nvrtc_version};
 pub use pinned::PinnedVec;
-pub use products::{Fp32Tile, MatmulPrecision};
+pub use products::{Fp32Tile, GemmStaging, MatmulPrecision};
 
 use super::{Backend, Elem};
 use crate::error::check_len;
@@ -74,6 +74,7 @@ pub struct Cuda {
     inner: Arc<Inner>,
     matmul: MatmulPrecision,
     fp32_tile: Fp32Tile,
+    staging: GemmStaging,
     /// Whether models take the fused ops (`Conv2dPoolKernel::fuses`).
     fusion: bool,
 }
@@ -98,6 +99,7 @@ impl fmt::Debug for Cuda {
             .field("name", &self.inner.name)
             .field("matmul", &self.matmul)
             .field("fp32_tile", &self.fp32_tile)
+            .field("staging", &self.staging)
             .field("fusion", &self.fusion)
             .finish()
     }
@@ -111,10 +113,20 @@ impl Cuda {
     }
 
     /// [`Cuda::new`] with the conv2d and linear products in `precision`.
-    /// TF32 or bf16 on a GPU older than compute capability 8.0 is
-    /// [`Error::GpuTooOld`]; embedded PTX for an older architecture is then
-    /// passed over for NVRTC's code for this GPU.
     pub fn with_precision(ordinal: usize, precision: MatmulPrecision) -> Result<Self> {
+        Self::with_products(ordinal, precision, GemmStaging::Registers)
+    }
+
+    /// [`Cuda::new`] with the conv2d and linear products in `precision`,
+    /// their tiles staged by `staging`. TF32, bf16 or cp.async on a GPU
+    /// older than compute capability 8.0 is [`Error::GpuTooOld`]; embedded
+    /// PTX for an older architecture is then passed over for NVRTC's code
+    /// for this GPU (it would leave them out).
+    pub fn with_products(
+        ordinal: usize,
+        precision: MatmulPrecision,
+        staging: GemmStaging,
+    ) -> Result<Self> {
         let count = cuda_available()?;
         if ordinal >= count {
             return Err(Error::NoCudaDevice { ordinal, count });
@@ -122,20 +134,25 @@ impl Cuda {
         let ctx = CudaContext::new(ordinal)?;
         launch::untracked_streams(&ctx);
         let compute_cap = ctx.compute_capability()?;
-        let feature = match precision {
-            MatmulPrecision::Fp32 => None,
-            MatmulPrecision::Tf32 => Some("TF32 on the tensor cores"),
-            MatmulPrecision::Bf16 => Some("bf16 mixed precision on the tensor cores"),
+        let keep = "leave the products in float32 (the default)";
+        let feature = match (precision, staging) {
+            (MatmulPrecision::Fp32, GemmStaging::Registers) => None,
+            (MatmulPrecision::Fp32, GemmStaging::CpAsync) => Some((
+                "cp.async staging of the products' tiles",
+                "stage them through registers (the default)",
+            )),
+            (MatmulPrecision::Tf32, _) => Some(("TF32 on the tensor cores", keep)),
+            (MatmulPrecision::Bf16, _) => Some(("bf16 mixed precision on the tensor cores", keep)),
         };
         let min_arch = match feature {
             None => 0,
-            Some(feature) if compute_cap.0 < 8 => {
+            Some((feature, fix)) if compute_cap.0 < 8 => {
                 return Err(Error::GpuTooOld {
                     feature,
                     device: ctx.name()?,
                     have: compute_cap,
                     need: (8, 0),
-                    fix: "leave the products in float32 (the default)",
+                    fix,
                 });
             }
             Some(_) => 80,
@@ -157,43 +174,9 @@ impl Cuda {
             }),
             matmul: precision,
             fp32_tile: Fp32Tile::Square,
+            staging,
             fusion: true,
         })
-    }
-
-    /// This backend telling models to take the fused ops (the default) or
-    /// not (`trainer --no-fusion`, to time the unfused kernels beside
-    /// them); the ops compute the same bits either way.
-    pub fn with_fusion(self, fusion: bool) -> Self {
-        Self { fusion, ..self }
-    }
-
-    /// [`Self::with_fusion`]'s choice.
-    pub(crate) fn fusion(&self) -> bool {
-        self.fusion
-    }
-
-    /// This backend with the float32 and TF32 products in tiles of `tile`
-    /// (bf16 products keep theirs).
-    pub fn with_fp32_tile(self, tile: Fp32Tile) -> Self {
-        Self {
-            fp32_tile: tile,
-            ..self
-        }
-    }
-
-    /// The tile the products run in: [`Self::with_fp32_tile`]'s for float32
-    /// and TF32, always [`Fp32Tile::Square`] for bf16.
-    pub(crate) fn gemm_tile(&self) -> Fp32Tile {
-        match self.matmul {
-            MatmulPrecision::Fp32 | MatmulPrecision::Tf32 => self.fp32_tile,
-            MatmulPrecision::Bf16 => Fp32Tile::Square,
-        }
-    }
-
-    /// How this backend's conv2d and linear products multiply.
-    pub fn matmul_precision(&self) -> MatmulPrecision {
-        self.matmul
     }
 
     /// The device ordinal.
@@ -286,8 +269,12 @@ impl Backend for Cuda {
             (MatmulPrecision::Tf32, Fp32Tile::Wide) => ", TF32 matmuls in wide tiles",
             (MatmulPrecision::Bf16, _) => ", bf16 matmuls",
         };
+        let staging = match self.staging {
+            GemmStaging::CpAsync if self.matmul != MatmulPrecision::Bf16 => ", cp.async staging",
+            _ => "",
+        };
         format!(
-            "cuda:{} ({}, sm_{major}{minor}, kernels from {}{tf32})",
+            "cuda:{} ({}, sm_{major}{minor}, kernels from {}{tf32}{staging})",
             self.inner.ordinal, self.inner.name, self.inner.kernels_from
         )
     }

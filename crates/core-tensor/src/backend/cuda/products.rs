@@ -1,5 +1,8 @@
 //! How the matrix products inside conv2d and linear run on the GPU: their
-//! arithmetic and their tiles.
+//! arithmetic, their tiles and their staging, and the backend's choices of
+//! them.
+
+use super::Cuda;
 
 /// How the matrix products inside conv2d and linear multiply on the GPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,5 +68,78 @@ impl Fp32Tile {
             "wide" => Ok(Self::Wide),
             other => Err(format!("`{other}` is not a GEMM tile: square or wide")),
         }
+    }
+}
+
+/// How the GPU's float32 and TF32 products stage their operand tiles in
+/// shared memory (`sgemm.cuh`'s `gemm_tile`). Both stage the same values in
+/// the same layout, so the choice changes the speed and never a bit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GemmStaging {
+    /// Each thread loads the next k tile into registers while the block
+    /// multiplies this one, then stores it to shared memory: any GPU.
+    #[default]
+    Registers,
+    /// `cp.async` copies global memory straight into two shared buffers,
+    /// one k tile ahead, through no register (compute capability 8.0 and
+    /// later; docs/gpu.md, "cp.async staging"). bf16 products keep the
+    /// register staging: they convert as they stage.
+    CpAsync,
+}
+
+impl GemmStaging {
+    /// `registers` or `cp-async`, as a flag gives it.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "registers" => Ok(Self::Registers),
+            "cp-async" => Ok(Self::CpAsync),
+            other => Err(format!(
+                "`{other}` is not a GEMM staging: registers or cp-async"
+            )),
+        }
+    }
+}
+
+impl Cuda {
+    /// This backend telling models to take the fused ops (the default) or
+    /// not (`trainer --no-fusion`, to time the unfused kernels beside
+    /// them); the ops compute the same bits either way.
+    pub fn with_fusion(self, fusion: bool) -> Self {
+        Self { fusion, ..self }
+    }
+
+    /// [`Self::with_fusion`]'s choice.
+    pub(crate) fn fusion(&self) -> bool {
+        self.fusion
+    }
+
+    /// This backend with the float32 and TF32 products in tiles of `tile`
+    /// (bf16 products keep theirs).
+    pub fn with_fp32_tile(self, tile: Fp32Tile) -> Self {
+        Self {
+            fp32_tile: tile,
+            ..self
+        }
+    }
+
+    /// How the float32 and TF32 products stage their tiles, as
+    /// [`Cuda::with_products`] was told; bf16 products stage through
+    /// registers whatever it says.
+    pub fn gemm_staging(&self) -> GemmStaging {
+        self.staging
+    }
+
+    /// The tile the products run in: [`Self::with_fp32_tile`]'s for float32
+    /// and TF32, always [`Fp32Tile::Square`] for bf16.
+    pub(crate) fn gemm_tile(&self) -> Fp32Tile {
+        match self.matmul {
+            MatmulPrecision::Fp32 | MatmulPrecision::Tf32 => self.fp32_tile,
+            MatmulPrecision::Bf16 => Fp32Tile::Square,
+        }
+    }
+
+    /// How this backend's conv2d and linear products multiply.
+    pub fn matmul_precision(&self) -> MatmulPrecision {
+        self.matmul
     }
 }

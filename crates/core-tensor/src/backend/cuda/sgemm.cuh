@@ -23,14 +23,21 @@
 // bit; only the host's split-K plan does, and it does not depend on the
 // shape.
 //
-// A and B are "loaders" that read one element of an implicit matrix (im2col
-// of an image, a transposed weight) without materialising it. An element's
-// address is split in two halves so that no integer division runs per
-// element:
+// A and B are "loaders" that give the address of one element of an implicit
+// matrix (im2col of an image, a transposed weight) without materialising
+// it. An element's address is split in two halves so that no integer
+// division runs per element:
 //
 //   typename L::Mn  mn_part(int mn)   once per thread, before the k loop
 //   typename L::K   k_part(int k)     once per k per block, into shared memory
-//   float at(const Mn&, const K&)     a few adds and compares
+//   GemmElem at(const Mn&, const K&)  a few adds and compares: the
+//                                      element's address, and whether it
+//                                      is there (false: it reads as zero,
+//                                      e.g. in the padding)
+//
+// Both stagings read through `at`: the register staging loads the address,
+// the cp.async staging copies from it (zero fill where it is not there), so
+// they stage the same values.
 //
 // A loader whose k half is a multiply or less says `K_TABLE = false`; its
 // k halves are then computed where they are used, with no shared table.
@@ -57,18 +64,33 @@
 
 #define GEMM_BK 16
 #define GEMM_THREADS 256
+// Shared buffers of the cp.async staging (`gemm_tile`): loads run one k
+// tile ahead. Three would not fit: the wide tile's 2 x 21.5 KiB is most of
+// the 48 KiB of static shared memory, and conv2d_pool.cu's 16 KiB tile
+// sits beside the square tiles' 2 x 10.5 KiB (docs/gpu.md, "cp.async
+// staging").
+#define GEMM_STAGES 2
 // Outputs per block of the square shapes (64x64, 32x128): 256 threads x
 // 4 x 4.
 #define GEMM_TILE_ELEMS 4096
 
 // Mirrors `GemmTiling` in backend/cuda/gemm.rs: how one product is cut
-// into blocks, and (read by the wide kernels) whether it runs on the
-// tensor cores.
+// into blocks, (read by the wide kernels) whether it runs on the tensor
+// cores, and how its tiles are staged (`cp_async`, `gemm_tile`).
 struct GemmTiling {
-    unsigned long long k_chunk, splits, tile_m, tile_n, tensor_cores;
+    unsigned long long k_chunk, splits, tile_m, tile_n, tensor_cores, cp_async;
 };
 
 __device__ __forceinline__ int gemm_min(int a, int b) { return a < b ? a : b; }
+
+// An operand element as a loader gives it: its address, base + off (a
+// 32-bit offset, which takes half the registers of a pointer), read only
+// where `there` (elsewhere the element is zero, and `off` may be anything).
+struct GemmElem {
+    const float* base;
+    int off;
+    bool there;
+};
 
 // An operand tile of R (BM or BN) rows by GEMM_BK k: each thread holds
 // PER = R / 16 of its elements, and LDS is the shared row stride, R + PAD.
@@ -100,164 +122,8 @@ struct TileShape {
 
 #include "fma.cuh"
 #include "mma.cuh"
-
-// Where thread `tid` stores its i-th element of an R x 16 operand tile
-// (R divides GEMM_THREADS): K-fast, consecutive threads walk k; else mn.
-template <int R, bool K_FAST>
-__device__ __forceinline__ int tile_mn(int tid, int i) {
-    return K_FAST ? tid / GEMM_BK + i * (GEMM_THREADS / GEMM_BK) : tid % R;
-}
-template <int R, bool K_FAST>
-__device__ __forceinline__ int tile_k(int tid, int i) {
-    return K_FAST ? tid % GEMM_BK : tid / R + i * (GEMM_THREADS / R);
-}
-
-// This thread's elements of an operand tile T at (mn0, ·): the mn half of
-// each address and whether it lies inside [0, MN).
-template <class T, class L>
-struct Rows {
-    typename L::Mn part[T::PER];
-    bool inside[T::PER];
-};
-
-template <class T, class L>
-__device__ __forceinline__ Rows<T, L> gemm_rows(const L& load, int mn0, int MN) {
-    Rows<T, L> rows;
-#pragma unroll
-    for (int i = 0; i < T::PER; ++i) {
-        const int mn = mn0 + tile_mn<T::R, L::K_FAST>(threadIdx.x, i);
-        rows.inside[i] = mn < MN;
-        rows.part[i] = load.mn_part(rows.inside[i] ? mn : 0);
-    }
-    return rows;
-}
-
-// The k halves of the tile starting at kt, one thread per k: threads
-// [first, first + GEMM_BK) fill `ks`. Past the end the entries are never read.
-template <class L>
-__device__ __forceinline__ void gemm_k_parts(const L& load, int first, int kt, int k_end,
-                                             typename L::K* ks) {
-    const int j = (int)threadIdx.x - first;
-    if (L::K_TABLE && j >= 0 && j < GEMM_BK) ks[j] = load.k_part(gemm_min(kt + j, k_end - 1));
-}
-
-// Reads this thread's elements of the operand tile at kt into registers;
-// elements outside [0, MN) x [kt, k_end) read as zero.
-template <class T, class L>
-__device__ __forceinline__ void gemm_fetch(const L& load, const Rows<T, L>& rows,
-                                           const typename L::K* ks, int kt, int k_end,
-                                           float (&r)[T::PER]) {
-#pragma unroll
-    for (int i = 0; i < T::PER; ++i) {
-        const int j = tile_k<T::R, L::K_FAST>(threadIdx.x, i);
-        if (rows.inside[i] && kt + j < k_end) {
-            r[i] = load.at(rows.part[i], L::K_TABLE ? ks[j] : load.k_part(kt + j));
-        } else {
-            r[i] = 0.0f;
-        }
-    }
-}
-
-template <class T, class L, bool TF32>
-__device__ __forceinline__ void gemm_stash(float (*tile)[T::LDS], const float (&r)[T::PER]) {
-    const int tid = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < T::PER; ++i) {
-        tile[tile_k<T::R, L::K_FAST>(tid, i)][tile_mn<T::R, L::K_FAST>(tid, i)] =
-            TF32 ? tf32_round(r[i]) : r[i];
-    }
-}
-
-// The staged operand tiles As and Bs of whichever shape runs: one buffer
-// per kernel, sized for the largest shape it holds (FLOATS). A kernel holds
-// the code of every shape of its kind, and a static array per shape would
-// add up past the 48 KiB of static shared memory.
-template <int FLOATS>
-__device__ __forceinline__ float* gemm_shared() {
-    __shared__ __align__(16) float staged[FLOATS];
-    return staged;
-}
-
-// The product of one staged k tile: `fma_k_tile` on the CUDA cores, or
-// `mma_k_tile` on the tensor cores (only the chosen one is instantiated).
-template <bool TF32>
-struct KTileProduct {
-    template <class S>
-    static __device__ __forceinline__ void run(
-        const float (*As)[S::A::LDS], const float (*Bs)[S::B::LDS],
-        const MmaLane<S::BM, S::BN>&,
-        float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN]) {
-        fma_k_tile<S>(As, Bs, acc);
-    }
-};
-template <>
-struct KTileProduct<true> {
-    template <class S>
-    static __device__ __forceinline__ void run(
-        const float (*As)[S::A::LDS], const float (*Bs)[S::B::LDS],
-        const MmaLane<S::BM, S::BN>& lane,
-        float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN]) {
-        mma_k_tile<S>(As, Bs, lane, acc);
-    }
-};
-
-// This thread's TM x TN elements of the tile at (m0, n0) = (BM·blockIdx.y,
-// BN·blockIdx.x) over the block's k range (split blockIdx.z of k_chunk), in
-// the layout of `fma_k_tile` or `mma_k_tile` (`gemm_store` maps them), with
-// the operand tiles staged in a buffer of FLOATS.
-template <class S, int FLOATS, class LA, class LB>
-__device__ __forceinline__ void gemm_tile(
-    const LA& a, const LB& b, int M, int N, int K, int k_chunk,
-    float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN]) {
-    typedef typename S::A TA;
-    typedef typename S::B TB;
-    typedef RegBlock<S::BM, S::BN> RB;
-    // Rows of LDS floats, a multiple of 4: both tiles start 16-byte aligned.
-    float(*As)[TA::LDS] = reinterpret_cast<float(*)[TA::LDS]>(gemm_shared<FLOATS>());
-    float(*Bs)[TB::LDS] =
-        reinterpret_cast<float(*)[TB::LDS]>(gemm_shared<FLOATS>() + GEMM_BK * TA::LDS);
-    // The k halves of the next tile's addresses, double-buffered: one buffer
-    // is read by this tile's fetch while the other is filled for the next.
-    __shared__ typename LA::K a_ks[2][GEMM_BK];
-    __shared__ typename LB::K b_ks[2][GEMM_BK];
-    const int m0 = blockIdx.y * S::BM, n0 = blockIdx.x * S::BN;
-    const int k_begin = blockIdx.z * k_chunk;
-    const int k_end = gemm_min(K, k_begin + k_chunk);
-#pragma unroll
-    for (int i = 0; i < RB::TM; ++i) {
-#pragma unroll
-        for (int j = 0; j < RB::TN; ++j) acc[i][j] = 0.0f;
-    }
-    if (k_begin >= k_end) return;
-    const Rows<TA, LA> a_rows = gemm_rows<TA>(a, m0, M);
-    const Rows<TB, LB> b_rows = gemm_rows<TB>(b, n0, N);
-    gemm_k_parts(a, 0, k_begin, k_end, a_ks[0]);
-    gemm_k_parts(b, GEMM_BK, k_begin, k_end, b_ks[0]);
-    __syncthreads();
-    float ra[TA::PER], rb[TB::PER];
-    gemm_fetch<TA>(a, a_rows, a_ks[0], k_begin, k_end, ra);
-    gemm_fetch<TB>(b, b_rows, b_ks[0], k_begin, k_end, rb);
-    const MmaLane<S::BM, S::BN> lane;  // read by the tensor-core product only
-    int buf = 0;
-    for (int kt = k_begin; kt < k_end; kt += GEMM_BK) {
-        const bool more = kt + GEMM_BK < k_end;
-        gemm_stash<TA, LA, S::TF32>(As, ra);
-        gemm_stash<TB, LB, S::TF32>(Bs, rb);
-        if (more) {
-            gemm_k_parts(a, 0, kt + GEMM_BK, k_end, a_ks[buf ^ 1]);
-            gemm_k_parts(b, GEMM_BK, kt + GEMM_BK, k_end, b_ks[buf ^ 1]);
-        }
-        __syncthreads();
-        // The next tile's global reads are in flight while this one computes.
-        if (more) {
-            buf ^= 1;
-            gemm_fetch<TA>(a, a_rows, a_ks[buf], kt + GEMM_BK, k_end, ra);
-            gemm_fetch<TB>(b, b_rows, b_ks[buf], kt + GEMM_BK, k_end, rb);
-        }
-        KTileProduct<S::TF32>::template run<S>(As, Bs, lane, acc);
-        __syncthreads();
-    }
-}
+#include "cp_async.cuh"
+#include "gemm_tile.cuh"
 
 // Hands each in-range element of the tile to `store(m, n, value)`; acc is
 // laid out as `fma_k_tile` or `mma_k_tile` left it.
@@ -295,10 +161,19 @@ __device__ __forceinline__ void gemm_store(
 
 template <int BM, int BN, bool TF32, int FLOATS, class LA, class LB, class ST>
 __device__ __forceinline__ void gemm_shaped(const LA& a, const LB& b, int M, int N, int K,
-                                            int k_chunk, const ST& store) {
+                                            const GemmTiling& t, const ST& store) {
     typedef TileShape<BM, BN, TF32> S;
     float acc[RegBlock<BM, BN>::TM][RegBlock<BM, BN>::TN];
-    gemm_tile<S, FLOATS>(a, b, M, N, K, k_chunk, acc);
+#if defined(CUDA_EMU) || __CUDA_ARCH__ >= 800
+    // Two whole tiles, one per staging, with nothing live across them, so
+    // that each is allocated registers as if it were alone.
+    if (t.cp_async) {
+        gemm_tile<S, FLOATS, true>(a, b, M, N, K, (int)t.k_chunk, acc);
+        gemm_store<S>(acc, M, N, store);
+        return;
+    }
+#endif
+    gemm_tile<S, FLOATS, false>(a, b, M, N, K, (int)t.k_chunk, acc);
     gemm_store<S>(acc, M, N, store);
 }
 
@@ -323,11 +198,11 @@ struct GemmShapes {
     static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
                                                const GemmTiling& t, const ST& store) {
         const bool TF32 = KIND == GEMM_TF32;
-        const int F = TileShape<32, 128, TF32>::FLOATS;
+        const int F = GEMM_STAGES * TileShape<32, 128, TF32>::FLOATS;
         if (t.tile_m == 32) {
-            gemm_shaped<32, 128, TF32, F>(a, b, M, N, K, (int)t.k_chunk, store);
+            gemm_shaped<32, 128, TF32, F>(a, b, M, N, K, t, store);
         } else {
-            gemm_shaped<64, 64, TF32, F>(a, b, M, N, K, (int)t.k_chunk, store);
+            gemm_shaped<64, 64, TF32, F>(a, b, M, N, K, t, store);
         }
     }
 };
@@ -336,11 +211,11 @@ struct GemmShapes<GEMM_F32_WIDE> {
     template <class LA, class LB, class ST>
     static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
                                                const GemmTiling& t, const ST& store) {
-        const int F = TileShape<64, 256, true>::FLOATS;
+        const int F = GEMM_STAGES * TileShape<64, 256, true>::FLOATS;
         if (t.tensor_cores) {
-            gemm_shaped<64, 256, true, F>(a, b, M, N, K, (int)t.k_chunk, store);
+            gemm_shaped<64, 256, true, F>(a, b, M, N, K, t, store);
         } else {
-            gemm_shaped<64, 256, false, F>(a, b, M, N, K, (int)t.k_chunk, store);
+            gemm_shaped<64, 256, false, F>(a, b, M, N, K, t, store);
         }
     }
 };
@@ -368,7 +243,7 @@ __device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int
 struct Offsets {
     static const bool K_TABLE = false;
     const float* p;
-    __device__ float at(int mn, int k) const { return p[mn + k]; }
+    __device__ GemmElem at(int mn, int k) const { return GemmElem{p, mn + k, true}; }
 };
 
 // The partial-result store of split blockIdx.z: workspace[z][M][N].

@@ -54,9 +54,9 @@ struct OutputTap {
 };
 
 // The input-grad B operand, B((o, kh, kw), (image, ih, iw)): the dy element
-// whose window placed tap (kh, kw) on input pixel (ih, iw), zero when no
-// output position did (stride gaps, borders). UNIT_STRIDE leaves the
-// stride's divisibility test and division out of the inner loop.
+// whose window placed tap (kh, kw) on input pixel (ih, iw), not there (zero)
+// when no output position did (stride gaps, borders). UNIT_STRIDE leaves
+// the stride's divisibility test and division out of the inner loop.
 template <bool UNIT_STRIDE>
 struct DyTaps {
     static const bool K_TABLE = true;
@@ -76,16 +76,17 @@ struct DyTaps {
         const int kh = r / d.k;
         return OutputTap{o * d.ohw, kh, r - kh * d.k};
     }
-    __device__ float at(const InputPixel& px, const OutputTap& tap) const {
+    __device__ GemmElem at(const InputPixel& px, const OutputTap& tap) const {
+        const GemmElem none{dy, 0, false};
         int oh = px.th - tap.kh, ow = px.tw - tap.kw;
-        if (oh < 0 || ow < 0) return 0.0f;
+        if (oh < 0 || ow < 0) return none;
         if (!UNIT_STRIDE) {
-            if (oh % d.s != 0 || ow % d.s != 0) return 0.0f;
+            if (oh % d.s != 0 || ow % d.s != 0) return none;
             oh /= d.s;
             ow /= d.s;
         }
-        if (oh >= d.oh || ow >= d.ow) return 0.0f;
-        return dy[px.base + tap.off + oh * d.ow + ow];
+        if (oh >= d.oh || ow >= d.ow) return none;
+        return GemmElem{dy, px.base + tap.off + oh * d.ow + ow, true};
     }
 };
 

@@ -84,7 +84,7 @@ impl Conv2dPoolKernel for Cuda {
         let b = view("conv2d_pool", params, at.bias.clone())?;
         let precision = self.matmul_precision();
         let fwd = fused_fwd(precision);
-        let args = plan.args(*g, precision);
+        let args = plan.args(*g, precision, self.gemm_staging());
         // SAFETY: `x`, `W` and `b` were checked against the geometry, `y`
         // and `argmax` against its pooling; the plan is the product of the
         // kernel's window-ordered columns, unsplit, so each block's tile

@@ -49,7 +49,7 @@ impl Conv2dReluKernel for Cuda {
                 &w,
                 &b,
                 y,
-                &plan.args(*g, self.matmul_precision()),
+                &plan.args(*g, self.matmul_precision(), self.gemm_staging()),
             )
         }
     }
