@@ -169,7 +169,10 @@ extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* b
 
 // ---- input gradient: M = C, N = batch·H·W, K = O·K·K ----
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+// Four blocks per SM asked for: holding both stagings, ptxas gave this
+// kernel 79 (linear: 73) registers, three blocks per SM, where the register
+// staging alone takes 64; at 64 it spills nothing (nvrtc_compile checks).
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 4)
     conv2d_bwd_input_f32(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
     const Dims d = dims(p.g);
     conv2d_bwd_input<GEMM_F32>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});

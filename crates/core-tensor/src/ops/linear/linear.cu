@@ -166,7 +166,10 @@ __device__ __forceinline__ void linear_bwd_input(const float* dy, const float* w
     gemm<KIND>(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, p.t, store);
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+// Four blocks per SM asked for: holding both stagings, ptxas gave this
+// kernel 79 (linear: 73) registers, three blocks per SM, where the register
+// staging alone takes 64; at 64 it spills nothing (nvrtc_compile checks).
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 4)
     linear_bwd_input_f32(const float* dy, const float* w, float* dx, LinearLaunch p) {
     linear_bwd_input<GEMM_F32>(dy, w, p, PlainStore{dx, (int)p.g.in_features});
 }
