@@ -11,8 +11,10 @@
 //! it). Inputs are random: the kernels' cost does not depend on the values.
 //! Where the backend fuses (a GPU, unless `--no-fusion`), conv1's forward
 //! pass and its ReLU are one op (`conv1+relu fwd` replaces `conv1 fwd` and
-//! `relu fwd (conv1)`), and conv2, its max-pool and the epilogue another
-//! (`conv2+pool` rows replace the `conv2` and `maxpool` ones). Prints one line per call and their sum;
+//! `relu fwd (conv1)`), conv2, its max-pool and the epilogue another
+//! (`conv2+pool` rows replace the `conv2` and `maxpool` ones), and fc1's
+//! forward pass with its ReLU and dropout a third (`fc1+relu fwd` replaces
+//! `fc1 fwd` and `relu fwd (fc1)`). Prints one line per call and their sum;
 //! asserts nothing.
 
 use anyhow::{Context, Result, bail};
@@ -51,8 +53,9 @@ struct Args {
     /// the same bits.
     #[arg(long, value_name = "TILE", value_parser = Fp32Tile::parse)]
     fp32_tile: Option<Fp32Tile>,
-    /// conv2, max-pool, ReLU and dropout as separate kernels (`--device
-    /// cuda`; the CPU has no fused ones).
+    /// The fused ops' kernels (conv1 + ReLU; conv2, max-pool, ReLU and
+    /// dropout; fc1 + ReLU + dropout) as separate kernels (`--device cuda`;
+    /// the CPU has no fused ones).
     #[arg(long)]
     no_fusion: bool,
     /// Time only the calls whose name starts with this (e.g. `conv2`).
@@ -183,6 +186,17 @@ impl<B: Ops> Bench<'_, B> {
         Ok(("conv1+relu fwd".into(), fwd))
     }
 
+    /// fc1's forward pass, its ReLU and dropout as one op
+    /// (`LinearReluKernel`).
+    fn linear_relu(&self, g: LinearGeom, dropout: Dropout) -> Result<(String, Timing)> {
+        let b = self.b;
+        let (params, at) = self.layer_params(g.in_features * g.out_features, g.out_features)?;
+        let x = self.random(g.batch * g.in_features, 3)?;
+        let mut y = self.zeros(g.batch * g.out_features)?;
+        let fwd = self.time(|| b.linear_relu_fwd(&g, dropout, &x, &params, &at, &mut y))?;
+        Ok(("fc1+relu fwd".into(), fwd))
+    }
+
     /// conv2, its max-pool and the epilogue as one op (`Conv2dPoolKernel`).
     fn conv_pool(&self, g: Conv2dGeom) -> Result<Vec<(String, Timing)>> {
         let b = self.b;
@@ -278,12 +292,18 @@ fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
     if want("maxpool") && !fused {
         rows.extend(bench.pool(pool)?);
     }
+    let hidden = Dropout { p: 0.5, seed: 2 };
     if want("fc1") {
-        rows.extend(bench.linear("fc1", fc(9216, 128))?);
+        let mut fc1 = bench.linear("fc1", fc(9216, 128))?;
+        if fused {
+            fc1[0] = bench.linear_relu(fc(9216, 128), hidden)?;
+        }
+        rows.extend(fc1);
     }
     if want("relu") {
-        let dropout = Dropout { p: 0.5, seed: 2 };
-        rows.extend(bench.relu("fc1", n * 128, dropout)?);
+        let relu = bench.relu("fc1", n * 128, hidden)?;
+        // Fused, the forward ReLU is in `fc1+relu fwd`.
+        rows.extend(relu.into_iter().skip(usize::from(fused)));
     }
     if want("fc2") {
         rows.extend(bench.linear("fc2", fc(128, 10))?);
