@@ -12,10 +12,10 @@
 //! Where the backend fuses (a GPU, unless `--no-fusion`), conv1's forward
 //! pass and its ReLU are one op (`conv1+relu fwd` replaces `conv1 fwd` and
 //! `relu fwd (conv1)`), conv2, its max-pool and the epilogue another
-//! (`conv2+pool` rows replace the `conv2` and `maxpool` ones), and fc1's
-//! forward pass with its ReLU and dropout a third (`fc1+relu fwd` replaces
-//! `fc1 fwd` and `relu fwd (fc1)`). Prints one line per call and their sum;
-//! asserts nothing.
+//! (`conv2+pool` rows replace the `conv2` and `maxpool` ones), and fc1
+//! with its ReLU and dropout a third (`fc1+relu` rows replace the `fc1` and
+//! `relu (fc1)` ones). Prints one line per call and their sum; asserts
+//! nothing.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
@@ -186,15 +186,25 @@ impl<B: Ops> Bench<'_, B> {
         Ok(("conv1+relu fwd".into(), fwd))
     }
 
-    /// fc1's forward pass, its ReLU and dropout as one op
-    /// (`LinearReluKernel`).
-    fn linear_relu(&self, g: LinearGeom, dropout: Dropout) -> Result<(String, Timing)> {
+    /// fc1, its ReLU and dropout as one op (`LinearReluKernel`), forward
+    /// and backward (which masks `dy` in place: each call masks the last
+    /// one's, at the same cost).
+    fn linear_relu(&self, g: LinearGeom, dropout: Dropout) -> Result<Vec<(String, Timing)>> {
         let b = self.b;
         let (params, at) = self.layer_params(g.in_features * g.out_features, g.out_features)?;
         let x = self.random(g.batch * g.in_features, 3)?;
-        let mut y = self.zeros(g.batch * g.out_features)?;
+        let mut dy = self.random(g.batch * g.out_features, 4)?;
+        let (mut y, mut grads) = (self.zeros(B::len(&dy))?, self.zeros(B::len(&params))?);
+        let mut dx = self.zeros(B::len(&x))?;
         let fwd = self.time(|| b.linear_relu_fwd(&g, dropout, &x, &params, &at, &mut y))?;
-        Ok(("fc1+relu fwd".into(), fwd))
+        let bwd = self.time(|| {
+            let (saved, dx) = ((&y, &mut dy), Some(&mut dx));
+            b.linear_relu_bwd(&g, dropout, &x, &params, &at, saved, &mut grads, dx)
+        })?;
+        Ok(vec![
+            ("fc1+relu fwd".into(), fwd),
+            ("fc1+relu bwd".into(), bwd),
+        ])
     }
 
     /// conv2, its max-pool and the epilogue as one op (`Conv2dPoolKernel`).
@@ -293,17 +303,14 @@ fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
         rows.extend(bench.pool(pool)?);
     }
     let hidden = Dropout { p: 0.5, seed: 2 };
-    if want("fc1") {
-        let mut fc1 = bench.linear("fc1", fc(9216, 128))?;
-        if fused {
-            fc1[0] = bench.linear_relu(fc(9216, 128), hidden)?;
-        }
-        rows.extend(fc1);
+    if want("fc1") && fused {
+        rows.extend(bench.linear_relu(fc(9216, 128), hidden)?);
     }
-    if want("relu") {
-        let relu = bench.relu("fc1", n * 128, hidden)?;
-        // Fused, the forward ReLU is in `fc1+relu fwd`.
-        rows.extend(relu.into_iter().skip(usize::from(fused)));
+    if want("fc1") && !fused {
+        rows.extend(bench.linear("fc1", fc(9216, 128))?);
+    }
+    if want("relu") && !fused {
+        rows.extend(bench.relu("fc1", n * 128, hidden)?);
     }
     if want("fc2") {
         rows.extend(bench.linear("fc2", fc(128, 10))?);
