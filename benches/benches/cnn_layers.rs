@@ -11,9 +11,11 @@
 //! it). Inputs are random: the kernels' cost does not depend on the values.
 //! Where the backend fuses (a GPU, unless `--no-fusion`), conv1's forward
 //! pass and its ReLU are one op (`conv1+relu fwd` replaces `conv1 fwd` and
-//! `relu fwd (conv1)`), and conv2, its max-pool and the epilogue another
-//! (`conv2+pool` rows replace the `conv2` and `maxpool` ones). Prints one line per call and their sum;
-//! asserts nothing.
+//! `relu fwd (conv1)`), conv2, its max-pool and the epilogue another
+//! (`conv2+pool` rows replace the `conv2` and `maxpool` ones), and fc1
+//! with its ReLU and dropout a third (`fc1+relu` rows replace the `fc1` and
+//! `relu (fc1)` ones). Prints one line per call and their sum; asserts
+//! nothing.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
@@ -51,8 +53,9 @@ struct Args {
     /// the same bits.
     #[arg(long, value_name = "TILE", value_parser = Fp32Tile::parse)]
     fp32_tile: Option<Fp32Tile>,
-    /// conv2, max-pool, ReLU and dropout as separate kernels (`--device
-    /// cuda`; the CPU has no fused ones).
+    /// The fused ops' kernels (conv1 + ReLU; conv2, max-pool, ReLU and
+    /// dropout; fc1 + ReLU + dropout) as separate kernels (`--device cuda`;
+    /// the CPU has no fused ones).
     #[arg(long)]
     no_fusion: bool,
     /// Time only the calls whose name starts with this (e.g. `conv2`).
@@ -183,6 +186,27 @@ impl<B: Ops> Bench<'_, B> {
         Ok(("conv1+relu fwd".into(), fwd))
     }
 
+    /// fc1, its ReLU and dropout as one op (`LinearReluKernel`), forward
+    /// and backward (which masks `dy` in place: each call masks the last
+    /// one's, at the same cost).
+    fn linear_relu(&self, g: LinearGeom, dropout: Dropout) -> Result<Vec<(String, Timing)>> {
+        let b = self.b;
+        let (params, at) = self.layer_params(g.in_features * g.out_features, g.out_features)?;
+        let x = self.random(g.batch * g.in_features, 3)?;
+        let mut dy = self.random(g.batch * g.out_features, 4)?;
+        let (mut y, mut grads) = (self.zeros(B::len(&dy))?, self.zeros(B::len(&params))?);
+        let mut dx = self.zeros(B::len(&x))?;
+        let fwd = self.time(|| b.linear_relu_fwd(&g, dropout, &x, &params, &at, &mut y))?;
+        let bwd = self.time(|| {
+            let (saved, dx) = ((&y, &mut dy), Some(&mut dx));
+            b.linear_relu_bwd(&g, dropout, &x, &params, &at, saved, &mut grads, dx)
+        })?;
+        Ok(vec![
+            ("fc1+relu fwd".into(), fwd),
+            ("fc1+relu bwd".into(), bwd),
+        ])
+    }
+
     /// conv2, its max-pool and the epilogue as one op (`Conv2dPoolKernel`).
     fn conv_pool(&self, g: Conv2dGeom) -> Result<Vec<(String, Timing)>> {
         let b = self.b;
@@ -278,12 +302,15 @@ fn rows<B: Ops>(b: &B, a: &Args) -> Result<Vec<(String, Timing)>> {
     if want("maxpool") && !fused {
         rows.extend(bench.pool(pool)?);
     }
-    if want("fc1") {
+    let hidden = Dropout { p: 0.5, seed: 2 };
+    if want("fc1") && fused {
+        rows.extend(bench.linear_relu(fc(9216, 128), hidden)?);
+    }
+    if want("fc1") && !fused {
         rows.extend(bench.linear("fc1", fc(9216, 128))?);
     }
-    if want("relu") {
-        let dropout = Dropout { p: 0.5, seed: 2 };
-        rows.extend(bench.relu("fc1", n * 128, dropout)?);
+    if want("relu") && !fused {
+        rows.extend(bench.relu("fc1", n * 128, hidden)?);
     }
     if want("fc2") {
         rows.extend(bench.linear("fc2", fc(128, 10))?);

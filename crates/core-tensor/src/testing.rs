@@ -5,6 +5,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::Cpu;
+use crate::ops::ParamAt;
 
 /// A one-thread CPU backend, the reference every test compares against.
 pub fn cpu() -> Cpu {
@@ -15,6 +16,21 @@ pub fn cpu() -> Cpu {
 pub fn uniform(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..n).map(|_| rng.random_range(lo..hi)).collect()
+}
+
+/// One layer's parameter buffer, `weight` values then `bias` ones, uniform
+/// in `[lo, hi)` from `seed`, and where the two sit in it.
+pub fn layer_params(
+    seed: u64,
+    (weight, bias): (usize, usize),
+    lo: f32,
+    hi: f32,
+) -> (Vec<f32>, ParamAt) {
+    let at = ParamAt {
+        weight: 0..weight,
+        bias: weight..weight + bias,
+    };
+    (uniform(seed, weight + bias, lo, hi), at)
 }
 
 /// Asserts that `analytic` is the gradient of `loss` at `x`, comparing with

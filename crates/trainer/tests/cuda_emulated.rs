@@ -220,9 +220,10 @@ fn epoch<B: Ops>(backend: B, data: &FashionMnist, cfg: TrainConfig) -> (Vec<Vec<
     (history, report.loss)
 }
 
-/// conv2, its max-pool, ReLU and dropout as one fused op (the GPU's
-/// default) and as four kernels (`--no-fusion`): the same parameter bits
-/// after every step, and the same test accuracy.
+/// The fused ops (the GPU's default: conv1 + ReLU; conv2, its max-pool,
+/// ReLU and dropout; fc1 + ReLU + dropout, its output stored by the split-K
+/// reduction) and their unfused kernels (`--no-fusion`): the same parameter
+/// bits after every step, and the same test accuracy.
 #[test]
 fn emulated_fused_and_unfused_gpu_training_give_the_same_bits() {
     let Some(gpu) = common::emulated_gpu(0) else {

@@ -195,8 +195,9 @@ for batch in 64 512; do
   step "train_cp_async_tf32_b$batch" 'Epoch' "${trainer[@]}" --tf32 --gemm-staging cp-async \
     --batch-size "$batch" --epochs 1 --metrics "$logs/train_cp_async_tf32_b$batch.jsonl"
 done
-# conv2, its max-pool, ReLU and dropout as four kernels (--no-fusion; the
-# same bits), beside `train` and `train_b512`, which fuse them.
+# The fused ops as their separate kernels (--no-fusion; the same bits):
+# conv1 + ReLU, conv2 + max-pool + ReLU + dropout, fc1 + ReLU + dropout,
+# beside `train` and `train_b512`, which fuse them.
 for batch in 64 512; do
   step "train_unfused_b$batch" 'Epoch' "${trainer[@]}" --no-fusion --batch-size "$batch" \
     --epochs 1 --metrics "$logs/train_unfused_b$batch.jsonl"
@@ -249,7 +250,8 @@ for batch in 64 512; do
     --fp32-tile wide --batch-size "$batch" --reps 50
   step "bench_cnn_layers_wide_tf32_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
     --tf32 --fp32-tile wide --batch-size "$batch" --reps 50
-  # conv2 and its max-pool as four kernels, beside the fused `conv2+pool` rows.
+  # The fused ops as separate kernels, beside the fused `conv1+relu`,
+  # `conv2+pool` and `fc1+relu` rows.
   step "bench_cnn_layers_unfused_b$batch" '^ +sum' "$here/benches/cnn_layers" --device cuda \
     --no-fusion --batch-size "$batch" --reps 50
 done
@@ -303,8 +305,9 @@ if command -v ncu >/dev/null; then
       cp_async_tf32) flags=(--tf32 --gemm-staging cp-async); suffix=tf32 ;;
     esac
     # The convs' forward products are conv2d_relu_fwd and conv2d_pool_fwd
-    # (fused with their ReLU and pool).
-    gemms="regex:^(conv2d|conv2d_pool|conv2d_relu|linear)_(fwd|bwd_input|bwd_weight)(_partial)?_$suffix\$"
+    # (fused with their ReLU and pool), fc1's linear_relu_fwd when unsplit
+    # (split, linear_fwd_partial, then linear_relu_fwd_reduce_f32 stores).
+    gemms="regex:^(conv2d|conv2d_pool|conv2d_relu|linear|linear_relu)_(fwd|bwd_input|bwd_weight)(_partial)?_$suffix\$"
     step "ncu_detail_$variant" '==PROF==|Duration' ncu --section SpeedOfLight \
       --section WarpStateStats --section MemoryWorkloadAnalysis_Tables --csv \
       --kernel-name "$gemms" --launch-skip 24 --launch-count 12 \

@@ -22,6 +22,7 @@ pub mod finite;
 pub mod gather;
 pub mod half_cast;
 pub mod linear;
+pub mod linear_relu;
 pub mod maxpool2d;
 pub mod mse;
 pub mod offset;
@@ -44,6 +45,7 @@ pub use finite::{FiniteKernel, GUARD_CLEAR, GUARD_LEN, GuardState};
 pub use gather::GatherKernel;
 pub use half_cast::{Half, HalfCastKernel};
 pub use linear::{LinearGeom, LinearKernel};
+pub use linear_relu::LinearReluKernel;
 pub use maxpool2d::{Epilogue, MaxPool2dKernel, PoolGeom};
 pub use mse::{MseGeom, MseKernel};
 pub use offset::{OffsetGeom, OffsetKernel};
@@ -77,6 +79,7 @@ all_ops!(
     GatherKernel,
     HalfCastKernel,
     LinearKernel,
+    LinearReluKernel,
     MaxPool2dKernel,
     MseKernel,
     OffsetKernel,

@@ -1,10 +1,11 @@
-//! The fused ops: conv2d + max-pool (`Conv2dPoolKernel`) and conv2d + ReLU
-//! (`Conv2dReluKernel`). On a GPU each gives the bits of its own unfused
-//! kernels, in every precision and tile; on exact inputs the CPU
-//! reference's bits, argmax bytes included.
+//! The fused ops: conv2d + max-pool (`Conv2dPoolKernel`), conv2d + ReLU
+//! (`Conv2dReluKernel`) and linear + ReLU + dropout (`LinearReluKernel`).
+//! On a GPU each gives the bits of its own unfused kernels, in every
+//! precision and tile; on exact inputs the CPU reference's bits, argmax
+//! bytes included.
 
 use core_tensor::ops::conv2d_pool::pool_of;
-use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, ParamAt};
+use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, LinearGeom, ParamAt};
 use core_tensor::{Backend, Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Ops};
 
 use crate::support::{
@@ -235,6 +236,107 @@ fn conv2d_relu_fused_gives_the_unfused_and_exact_bits() {
                 if exact {
                     assert_same_bits(&what("against the CPU"), &fused, &want);
                 }
+            }
+        }
+    }
+}
+
+/// linear + ReLU + dropout forward and backward on `dev`, fused or as the
+/// two kernels each way: y, the masked dy, dW and db, dx.
+fn linear_relu_run<B: Ops>(
+    dev: &B,
+    fused: bool,
+    (g, dropout): (&LinearGeom, Dropout),
+    (x, params, at): (&[f32], &[f32], &ParamAt),
+    dy: &[f32],
+) -> [Vec<f32>; 4] {
+    let (x_d, p_d, mut dy_d) = (up(dev, x), up(dev, params), up(dev, dy));
+    let mut y = up(dev, &vec![f32::NAN; dy.len()]);
+    let mut grads = up(dev, &vec![f32::NAN; params.len()]);
+    let mut dx = up(dev, &vec![f32::NAN; x.len()]);
+    if fused {
+        dev.linear_relu_fwd(g, dropout, &x_d, &p_d, at, &mut y)
+            .unwrap();
+        let io = (&y, &mut dy_d);
+        dev.linear_relu_bwd(g, dropout, &x_d, &p_d, at, io, &mut grads, Some(&mut dx))
+            .unwrap();
+    } else {
+        dev.linear_fwd(g, &x_d, &p_d, at, &mut y).unwrap();
+        dev.relu_fwd(dropout, &mut y).unwrap();
+        dev.relu_bwd(dropout, &y, &mut dy_d).unwrap();
+        dev.linear_bwd(g, &x_d, &p_d, at, &dy_d, &mut grads, Some(&mut dx))
+            .unwrap();
+    }
+    let grads = down(dev, &grads)[at.weight.start..at.bias.end].to_vec();
+    [down(dev, &y), down(dev, &dy_d), grads, down(dev, &dx)]
+}
+
+/// CNN_MNIST's fc1 at batch 2 (K = 9216: 36 splits, summed a warp per
+/// element); a shorter K (9 splits, a thread per element); whole tiles of
+/// 64 rows, of 32 rows, and wide ones (1030 columns).
+fn linear_geoms() -> [LinearGeom; 5] {
+    let g = |batch, in_features, out_features| LinearGeom {
+        batch,
+        in_features,
+        out_features,
+    };
+    [
+        g(2, 9216, 128),
+        g(3, 2304, 40),
+        g(70, 200, 130),
+        g(20, 100, 130),
+        g(65, 40, 1030),
+    ]
+}
+
+/// linear + ReLU + dropout: the GPU's fused kernels (forward: the tile's
+/// store, or the split reduction's; backward: the mask in the bias
+/// gradient's pass) give its linear and ReLU kernels' bits in every
+/// precision and tile, with dropout off and on and a NaN in the input, and
+/// the CPU's on exact inputs.
+#[test]
+fn linear_relu_fused_gives_the_unfused_and_exact_bits() {
+    let test = "linear_relu_fused_gives_the_unfused_and_exact_bits";
+    let gpus = every_gpu(test);
+    for (i, g) in linear_geoms().iter().enumerate() {
+        let (wl, bl) = (g.in_features * g.out_features, g.out_features);
+        let at = ParamAt {
+            weight: 1..1 + wl,
+            bias: 1 + wl..1 + wl + bl,
+        };
+        let seed = 300 + 10 * i as u64;
+        for (exact, dropout) in [
+            (false, Dropout::OFF),
+            (false, Dropout { p: 0.3, seed }),
+            (true, Dropout { p: 0.5, seed }),
+        ] {
+            let values = |s, n| match exact {
+                true => small_integers(s, n),
+                false => uniform(s, n, -1.0, 1.0),
+            };
+            let mut x = values(seed + 1, g.batch * g.in_features);
+            if !exact {
+                x[g.in_features + 5] = f32::NAN;
+            }
+            let params = values(seed + 2, at.bias.end);
+            let dy = values(seed + 3, g.batch * g.out_features);
+            let (case, io) = ((g, dropout), (&x[..], &params[..], &at));
+            let want = linear_relu_run(&reference(), false, case, io, &dy);
+            for dev in &gpus {
+                let fused = linear_relu_run(dev, true, case, io, &dy);
+                let unfused = linear_relu_run(dev, false, case, io, &dy);
+                for (k, part) in ["y", "dy", "grads", "dx"].iter().enumerate() {
+                    let what = |vs| format!("{} {g:?} {dropout:?} {part} {vs}", dev.describe());
+                    assert_same_bits(&what("unfused"), &fused[k], &unfused[k]);
+                    if exact {
+                        // A product column of zeros sums to -0 on the CPU,
+                        // to +0 from the GPU's zeroed accumulators.
+                        let signless = |v: &[f32]| v.iter().map(|f| f + 0.0).collect::<Vec<_>>();
+                        let cpu = signless(&want[k]);
+                        assert_same_bits(&what("the CPU"), &signless(&fused[k]), &cpu);
+                    }
+                }
+                assert!(exact || fused[0].iter().any(|v| v.is_nan()), "a NaN row");
             }
         }
     }

@@ -57,9 +57,9 @@ pub struct DeviceFlags {
     #[arg(long, default_value = "registers", value_name = "registers|cp-async", value_parser = GemmStaging::parse)]
     pub gemm_staging: GemmStaging,
 
-    /// Run the CNN's conv1 and ReLU, and conv2, max-pool, ReLU and dropout,
-    /// as separate GPU kernels instead of two fused ops: the same results, a
-    /// speed comparison.
+    /// Run the CNN's conv1 and ReLU; conv2, max-pool, ReLU and dropout; fc1,
+    /// ReLU and dropout, as separate GPU kernels instead of three fused ops:
+    /// the same results, a speed comparison.
     #[arg(long)]
     pub no_fusion: bool,
 

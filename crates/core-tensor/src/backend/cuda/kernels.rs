@@ -243,6 +243,26 @@ kernel_table! {
         linear_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<LinearGeom>);
     }
+    linear_relu (LINEAR_RELU_SRC, LINEAR_RELU_PTX) {
+        linear_relu_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
+        linear_relu_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
+        linear_relu_fwd_bf16(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
+        linear_relu_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
+        linear_relu_fwd_reduce_f32(
+            ws: In<f32>,
+            bias: In<f32>,
+            y: Out<f32>,
+            p: Val<LinearLaunch>,
+            d: Val<DropoutArgs>,
+        );
+        linear_relu_bwd_bias_f32(
+            y: In<f32>,
+            dy: Out<f32>,
+            db: Out<f32>,
+            g: Val<LinearGeom>,
+            d: Val<DropoutArgs>,
+        );
+    }
     maxpool2d (MAXPOOL2D_SRC, MAXPOOL2D_PTX) {
         maxpool2d_fwd_f32(x: In<f32>, y: Out<f32>, g: Val<PoolGeom>, relu: Val<u32>, d: Val<DropoutArgs>);
         maxpool2d_bwd_f32(

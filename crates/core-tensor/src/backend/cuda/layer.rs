@@ -77,23 +77,38 @@ impl Cuda {
         grads: &mut CudaSlice<f32>,
         dx: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
-        let lens = g.lens()?;
-        lens.check_bwd::<Self>(x, params, at, dy, grads, dx.as_deref())?;
-        check_i32(lens.op, &[x.len(), dy.len(), lens.weight])?;
+        let lens = check_bwd(g, x, params, at, dy, grads, dx.as_deref())?;
+        if lens.bias > 0 {
+            let mut db = view_mut(lens.op, grads, at.bias.clone())?;
+            // SAFETY: `dy` and `db` were checked by `check_bwd`.
+            unsafe { g.bias_grad(self, dy, &mut db)? };
+        }
+        self.layer_bwd_products(g, x, params, at, dy, grads, dx)
+    }
+
+    /// The backward pass's products, `dW` and `dx` (when asked for), for an
+    /// op that writes `db` itself; `check_bwd` checks their buffers.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn layer_bwd_products<L: GemmLayer>(
+        &self,
+        g: &L,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        dy: &CudaSlice<f32>,
+        grads: &mut CudaSlice<f32>,
+        dx: Option<&mut CudaSlice<f32>>,
+    ) -> Result<()> {
+        let lens = check_bwd(g, x, params, at, dy, grads, dx.as_deref())?;
         let [_, (wm, wn, wk), (im, in_, ik)] = g.shapes();
         if lens.weight > 0 {
             let plan = GemmPlan::new(lens.op, wm, wn, wk, self.gemm_tile())?;
             let mut dw = view_mut(lens.op, grads, at.weight.clone())?;
             let store = Store::Plain(&L::BWD_WEIGHT);
             // SAFETY: `x`, `dy` and `grads` (hence `dw`) were checked
-            // against the geometry by `lens.check_bwd`; the plan is its
+            // against the geometry by `check_bwd`; the plan is its
             // weight-gradient product.
             unsafe { self.gemm(&plan, *g, x, dy, store, &mut dw)? };
-        }
-        if lens.bias > 0 {
-            let mut db = view_mut(lens.op, grads, at.bias.clone())?;
-            // SAFETY: `dy` and `db` were checked by `lens.check_bwd`.
-            unsafe { g.bias_grad(self, dy, &mut db)? };
         }
         match dx {
             Some(dx) if !dx.is_empty() => {
@@ -101,12 +116,29 @@ impl Cuda {
                 let plan = GemmPlan::new(lens.op, im, in_, ik, self.gemm_tile())?;
                 let store = Store::Plain(&L::BWD_INPUT);
                 // SAFETY: `dy`, `params` (hence `w`) and `dx` were checked
-                // by `lens.check_bwd`; the plan is the input-gradient product.
+                // by `check_bwd`; the plan is the input-gradient product.
                 unsafe { self.gemm(&plan, *g, dy, &w, store, dx) }
             }
             _ => Ok(()),
         }
     }
+}
+
+/// Checks the backward pass's buffers against `g`, and that the kernels'
+/// 32-bit indices reach them; returns the lengths.
+pub(crate) fn check_bwd<L: GemmLayer>(
+    g: &L,
+    x: &CudaSlice<f32>,
+    params: &CudaSlice<f32>,
+    at: &ParamAt,
+    dy: &CudaSlice<f32>,
+    grads: &CudaSlice<f32>,
+    dx: Option<&CudaSlice<f32>>,
+) -> Result<LayerLens> {
+    let lens = g.lens()?;
+    lens.check_bwd::<Cuda>(x, params, at, dy, grads, dx)?;
+    check_i32(lens.op, &[x.len(), dy.len(), lens.weight])?;
+    Ok(lens)
 }
 
 /// Implements an op's kernel trait (`Conv2dKernel`, `LinearKernel`) for

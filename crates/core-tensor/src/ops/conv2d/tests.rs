@@ -2,7 +2,7 @@ use ndarray::{Array1, Array4};
 
 use super::*;
 use crate::Cpu;
-use crate::testing::{assert_close, check_grad, cpu, dot, uniform};
+use crate::testing::{assert_close, check_grad, cpu, dot, layer_params, uniform};
 
 /// Direct six-loop convolution in f64: the definition, for comparison only.
 pub(super) fn naive_conv(g: &Conv2dGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f32> {
@@ -67,14 +67,11 @@ struct Case {
 }
 
 fn case(g: &Conv2dGeom, seed: u64) -> Case {
-    let wlen = g.weight_len();
+    let (params, at) = layer_params(seed + 1, (g.weight_len(), g.out_channels), -0.5, 0.5);
     Case {
         x: uniform(seed, g.batch * g.in_image_len(), -1.0, 1.0),
-        params: uniform(seed + 1, wlen + g.out_channels, -0.5, 0.5),
-        at: ParamAt {
-            weight: 0..wlen,
-            bias: wlen..wlen + g.out_channels,
-        },
+        params,
+        at,
     }
 }
 

@@ -94,8 +94,8 @@ pub trait Conv2dPoolKernel: Backend {
         dx: Option<&mut Self::Storage<f32>>,
     ) -> Result<()>;
 
-    /// Whether the fused ops (this and [`crate::ops::Conv2dReluKernel`])
-    /// save passes here: true on a GPU (unless told otherwise,
+    /// Whether the fused ops (this, [`crate::ops::Conv2dReluKernel`] and
+    /// [`crate::ops::LinearReluKernel`]) save passes here: true on a GPU (unless told otherwise,
     /// `Cuda::with_fusion`), false on the CPU, whose fused ops only compose
     /// the unfused ones.
     fn fuses(&self) -> bool;

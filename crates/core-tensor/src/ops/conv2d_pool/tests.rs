@@ -1,7 +1,7 @@
 use super::*;
 use crate::Cpu;
 use crate::ops::{Conv2dKernel, Dropout, MaxPool2dKernel};
-use crate::testing::{cpu, uniform};
+use crate::testing::{cpu, layer_params, uniform};
 
 /// Odd output planes (7 x 5: a dropped row and column) and CNN_MNIST's
 /// conv2 at a small batch.
@@ -31,12 +31,7 @@ fn geoms() -> [Conv2dGeom; 2] {
 }
 
 fn params(g: &Conv2dGeom, seed: u64) -> (Vec<f32>, ParamAt) {
-    let (wl, bl) = (g.weight_len(), g.out_channels);
-    let at = ParamAt {
-        weight: 0..wl,
-        bias: wl..wl + bl,
-    };
-    (uniform(seed, wl + bl, -0.5, 0.5), at)
+    layer_params(seed, (g.weight_len(), g.out_channels), -0.5, 0.5)
 }
 
 const THEN: Epilogue = Epilogue::ReluDropout(Dropout { p: 0.25, seed: 9 });

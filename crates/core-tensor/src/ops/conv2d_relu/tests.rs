@@ -1,6 +1,6 @@
 use super::*;
 use crate::ops::{Conv2dKernel, Dropout, ReluKernel};
-use crate::testing::{cpu, uniform};
+use crate::testing::{cpu, layer_params, uniform};
 
 /// The fused op is conv2d then ReLU, bit for bit, negative zeros and NaN
 /// included.
@@ -18,12 +18,7 @@ fn fused_is_conv_then_relu() {
     };
     let mut x = uniform(1, g.batch * g.in_image_len(), -1.0, 1.0);
     x[5] = f32::NAN;
-    let (wl, bl) = (g.weight_len(), g.out_channels);
-    let params = uniform(2, wl + bl, -1.0, 1.0);
-    let at = ParamAt {
-        weight: 0..wl,
-        bias: wl..wl + bl,
-    };
+    let (params, at) = layer_params(2, (g.weight_len(), g.out_channels), -1.0, 1.0);
     let dev = cpu();
     let mut want = vec![0.0; g.batch * g.out_image_len()];
     dev.conv2d_fwd(&g, &x, &params, &at, &mut want).unwrap();

@@ -15,9 +15,11 @@
 //! way, elsewhere the sign is unchanged.
 //!
 //! Where the device fuses (`Conv2dPoolKernel::fuses`: a GPU, unless
-//! `--no-fusion`), conv1 and its ReLU are one op (`conv2d_relu_fwd`), and
+//! `--no-fusion`), conv1 and its ReLU are one op (`conv2d_relu_fwd`),
 //! conv2 through the dropout another, which keeps the pooled values and an
-//! argmax byte per window instead of conv2's output; the bits are the
+//! argmax byte per window instead of conv2's output, and fc1 with its ReLU
+//! and dropout a third (`linear_relu_fwd`, and backward `linear_relu_bwd`,
+//! which masks the gradient in the bias gradient's pass); the bits are the
 //! unfused kernels'.
 
 use std::ops::Range;
@@ -116,6 +118,7 @@ impl<B: Ops> Layered<B> for CnnMnist {
                     (None, None) => Err(missing("conv2's output or argmax")),
                 }
             }
+            2 if b.fuses() => b.linear_relu_fwd(&linear(FC1, n), hidden, x, params, &self.fc1, y),
             2 => {
                 b.linear_fwd(&linear(FC1, n), x, params, &self.fc1, y)?;
                 b.relu_fwd(hidden, y)
@@ -155,6 +158,10 @@ impl<B: Ops> Layered<B> for CnnMnist {
                     }
                     _ => Err(missing("conv2's output or argmax, and its gradient")),
                 }
+            }
+            2 if b.fuses() => {
+                let g = linear(FC1, n);
+                b.linear_relu_bwd(&g, hidden, x, params, &self.fc1, (y, dy), grads, dx)
             }
             2 => {
                 b.relu_bwd(hidden, y, dy)?;

@@ -1,0 +1,109 @@
+use cudarc::driver::{CudaSlice, LaunchConfig};
+
+use super::LinearReluKernel;
+use crate::backend::cuda::gemm::{ByKind, GemmPlan, check_i32};
+use crate::backend::cuda::kernels::{self, LinearLaunch};
+use crate::backend::cuda::launch::{DropoutArgs, In, Out, Val, blocks_for};
+use crate::backend::cuda::layer::{GemmLayer, check_bwd};
+use crate::backend::cuda::{view, view_mut};
+use crate::error::check_len;
+use crate::ops::{Dropout, LinearGeom, ParamAt};
+use crate::{Cuda, Result};
+
+/// A whole-tile entry point of linear_relu.cu: `(x, W, b, y, args,
+/// dropout)`.
+type FusedFwd = unsafe fn(
+    &Cuda,
+    LaunchConfig,
+    In<'_, f32>,
+    In<'_, f32>,
+    In<'_, f32>,
+    Out<'_, f32>,
+    Val<'_, LinearLaunch>,
+    Val<'_, DropoutArgs>,
+) -> Result<()>;
+
+/// Threads per block of `linear_relu_bwd_bias_f32`, and the columns each
+/// block owns (a warp's width).
+const BWD_THREADS: u32 = 256;
+const BWD_COLUMNS: u32 = 32;
+
+const FUSED_FWD: ByKind<FusedFwd> = ByKind {
+    fp32: kernels::linear_relu_fwd_f32,
+    fp32_wide: kernels::linear_relu_fwd_f32w,
+    tf32: kernels::linear_relu_fwd_tf32,
+    bf16: kernels::linear_relu_fwd_bf16,
+};
+
+impl LinearReluKernel for Cuda {
+    fn linear_relu_fwd(
+        &self,
+        g: &LinearGeom,
+        dropout: Dropout,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let d = DropoutArgs::new(dropout)?;
+        let lens = g.lens();
+        lens.check::<Self>(x, params, at, y)?;
+        check_i32("linear_relu", &[x.len(), y.len(), lens.weight])?;
+        if y.is_empty() {
+            return Ok(());
+        }
+        let (m, n, k) = (g.batch, g.out_features, g.in_features);
+        let plan = GemmPlan::new("linear_relu", m, n, k, self.gemm_tile())?;
+        let w = view("linear_relu", params, at.weight.clone())?;
+        let b = view("linear_relu", params, at.bias.clone())?;
+        let precision = self.matmul_precision();
+        let args = plan.args(*g, precision, self.gemm_staging());
+        if plan.is_split() {
+            // linear.cu's partial products, then the reduction that stores
+            // through the epilogue.
+            let mut ws = self.scratch(plan.workspace_len())?;
+            let partial = LinearGeom::FWD.partial.pick(precision, &plan);
+            // SAFETY: `x`, `W`, `b` and `y` were checked against the
+            // geometry (`lens.check`), the plan is its forward product, and
+            // `ws` holds the splits·m·n elements the partial kernel writes
+            // and the reduce kernel reads.
+            unsafe {
+                partial(self, plan.tiles(), x, &w, &mut ws, &args)?;
+                kernels::linear_relu_fwd_reduce_f32(self, plan.reduce(), &ws, &b, y, &args, &d)
+            }
+        } else {
+            let fwd = FUSED_FWD.pick(precision, &plan);
+            // SAFETY: as above; the plan is unsplit, so the tile kernel
+            // stores the result.
+            unsafe { fwd(self, plan.tiles(), x, &w, &b, y, &args, &d) }
+        }
+    }
+
+    fn linear_relu_bwd(
+        &self,
+        g: &LinearGeom,
+        dropout: Dropout,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        (y, dy): (&CudaSlice<f32>, &mut CudaSlice<f32>),
+        grads: &mut CudaSlice<f32>,
+        dx: Option<&mut CudaSlice<f32>>,
+    ) -> Result<()> {
+        let d = DropoutArgs::new(dropout)?;
+        check_len("linear_relu", "y", y.len(), dy.len())?;
+        let lens = check_bwd(g, x, params, at, dy, grads, dx.as_deref())?;
+        if lens.bias > 0 {
+            let mut db = view_mut("linear_relu", grads, at.bias.clone())?;
+            let cfg = LaunchConfig {
+                block_dim: (BWD_THREADS, 1, 1),
+                ..blocks_for("linear_relu", g.out_features, BWD_COLUMNS)?
+            };
+            // SAFETY: `y` and `dy` hold batch·out elements and `db` out
+            // (`check_bwd`, `check_len`); each thread checks its column
+            // against `out` and its rows against `batch`.
+            unsafe { kernels::linear_relu_bwd_bias_f32(self, cfg, y, dy, &mut db, g, &d)? };
+        }
+        self.layer_bwd_products(g, x, params, at, dy, grads, dx)
+    }
+}
