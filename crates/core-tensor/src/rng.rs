@@ -9,10 +9,22 @@
 /// mix of a 64-bit counter with full avalanche.
 #[inline]
 pub fn mix(seed: u64, index: u64) -> u64 {
-    let mut z = seed.wrapping_add(index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut z = seed.wrapping_add(index.wrapping_add(1).wrapping_mul(STEP));
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// The golden-ratio step of [`mix`]'s counter.
+const STEP: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The seed whose stream starts `offset` elements into `seed`'s:
+/// `mix(shifted(seed, offset), i) == mix(seed, offset + i)` for every `i`
+/// (the counter enters [`mix`] only through `seed + (index + 1)·φ`). A
+/// slice of a batch thus draws what the whole batch draws there, with no
+/// kernel knowing where the slice begins.
+pub fn shifted(seed: u64, offset: u64) -> u64 {
+    seed.wrapping_add(offset.wrapping_mul(STEP))
 }
 
 /// A uniform sample in `[0, 1)` with 24 bits of resolution (exact in f32).
@@ -50,6 +62,18 @@ mod tests {
         let below_quarter = (0..n).filter(|&i| uniform(9, i) < 0.25).count();
         let frac = below_quarter as f64 / n as f64;
         assert!((frac - 0.25).abs() < 0.01, "fraction below 0.25 was {frac}");
+    }
+
+    #[test]
+    fn a_shifted_seed_continues_the_stream_where_it_is_shifted_to() {
+        for (seed, offset) in [(0, 0), (7, 1), (u64::MAX, 9216 * 37), (42, u64::MAX)] {
+            for i in [0, 1, 1000] {
+                assert_eq!(
+                    mix(shifted(seed, offset), i),
+                    mix(seed, offset.wrapping_add(i))
+                );
+            }
+        }
     }
 
     #[test]

@@ -197,7 +197,7 @@ impl<B: Ops> Model<B> for Planted {
         buf: &mut Self::Buffers,
         params: &B::Storage<f32>,
         grads: &mut B::Storage<f32>,
-        seed: u64,
+        seed: trainer::model::DropoutSeed,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
         self.inner.backward(b, buf, params, grads, seed, hook)?;

@@ -17,6 +17,21 @@ use crate::{Error, Result};
 /// What [`Backend::transient_bytes`] allows each kernel thread.
 const SCRATCH_PER_THREAD: u64 = 16 << 20;
 
+/// How a kernel cuts a reduction over a batch (the convolution's weight
+/// gradient) into partial sums, which fixes the order of its terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reductions {
+    /// One partial sum per thread: the fastest; the bits depend on the
+    /// thread count.
+    PerThread,
+    /// [`FIXED_PARTIALS`] partial sums whatever the thread count, which
+    /// share them out: the same bits with any number of threads.
+    Fixed,
+}
+
+/// The partial sums of [`Reductions::Fixed`] (fewer in a smaller batch).
+pub const FIXED_PARTIALS: usize = 4;
+
 /// Host memory and `threads` worker threads.
 ///
 /// With one thread nothing is spawned and every kernel runs inline, which is
@@ -24,6 +39,7 @@ const SCRATCH_PER_THREAD: u64 = 16 << 20;
 #[derive(Clone)]
 pub struct Cpu {
     threads: usize,
+    reductions: Reductions,
     pool: Option<Arc<ThreadPool>>,
     /// Bytes `zeros` and `upload` handed out so far, by this backend and
     /// its clones (see [`Backend::allocated_bytes`]).
@@ -34,6 +50,7 @@ impl fmt::Debug for Cpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cpu")
             .field("threads", &self.threads)
+            .field("reductions", &self.reductions)
             .finish()
     }
 }
@@ -62,6 +79,7 @@ impl Cpu {
         };
         Ok(Self {
             threads,
+            reductions: Reductions::PerThread,
             pool,
             allocated: Arc::default(),
         })
@@ -72,9 +90,23 @@ impl Cpu {
         self.allocated.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// The same backend, cutting its reductions as `reductions` says.
+    pub fn with_reductions(self, reductions: Reductions) -> Self {
+        Self { reductions, ..self }
+    }
+
     /// The number of worker threads kernels may use.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The partial sums of a reduction over `batch` items.
+    pub(crate) fn partials(&self, batch: usize) -> usize {
+        let wanted = match self.reductions {
+            Reductions::PerThread => self.threads,
+            Reductions::Fixed => FIXED_PARTIALS,
+        };
+        wanted.min(batch).max(1)
     }
 
     /// The parallelism to hand to `gemm` from inside [`Cpu::run`].

@@ -6,7 +6,7 @@ mod cpu;
 pub mod cuda;
 mod host_memory;
 
-pub use cpu::Cpu;
+pub use cpu::{Cpu, FIXED_PARTIALS, Reductions};
 pub use cuda::{Cuda, Fp32Tile, GemmStaging, MatmulPrecision, cuda_available};
 
 use std::fmt::Debug;

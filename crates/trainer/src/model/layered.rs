@@ -15,7 +15,7 @@ use anyhow::Context;
 use core_tensor::ops::ClassGeom;
 use core_tensor::{Ops, Result};
 
-use super::{GradsReady, Mode, Model};
+use super::{DropoutSeed, GradsReady, Mode, Model};
 
 /// What a training buffer asks of buffers built for evaluation.
 const TRAINING_ONLY: &str = "backward needs buffers built for training";
@@ -74,7 +74,7 @@ pub trait Layered<B: Ops>: Model<B> + Sized {
         acts: &mut Self::Acts,
         params: &B::Storage<f32>,
         grads: &mut B::Storage<f32>,
-        dropout_seed: u64,
+        dropout_seed: DropoutSeed,
     ) -> Result<()>;
 }
 
@@ -215,7 +215,7 @@ pub fn backward<B: Ops, M: Layered<B>>(
     b: &B,
     chain: &mut Chain<B, M::Acts>,
     (params, grads): (&B::Storage<f32>, &mut B::Storage<f32>),
-    dropout_seed: u64,
+    dropout_seed: DropoutSeed,
     hook: &mut dyn GradsReady<B>,
 ) -> anyhow::Result<()> {
     let dcuts = chain.dcuts.as_mut().context(TRAINING_ONLY)?;

@@ -89,10 +89,37 @@ pub enum Optimizer {
     Sgd,
 }
 
+/// Where a training batch's dropout masks come from: the seed of its step
+/// (or micro-batch), and the place of its first sample in the batch the
+/// masks are drawn for. A model's dropout layer keeps element `e` of the
+/// batch's sample `r` as the element `(first_row + r) · features + e` of
+/// the seed's stream (`core_tensor::rng::shifted`), so a slice of a batch
+/// trained alone — a unit of a `--reproducible` step, on any rank — gets
+/// the masks the whole batch would give its samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropoutSeed {
+    pub seed: u64,
+    pub first_row: u64,
+}
+
+impl DropoutSeed {
+    /// The masks of a batch of its own (its first sample at row 0).
+    pub fn new(seed: u64) -> Self {
+        Self { seed, first_row: 0 }
+    }
+
+    /// The seed of the layer whose stream `stream` derives from the step's
+    /// and whose samples have `features` elements each.
+    pub fn layer(&self, stream: u64, features: usize) -> u64 {
+        let seed = core_tensor::rng::derive_seed(self.seed, &[stream]);
+        core_tensor::rng::shifted(seed, self.first_row.wrapping_mul(features as u64))
+    }
+}
+
 /// Whether a forward pass trains (dropout on, seeded per step) or evaluates.
 #[derive(Clone, Copy, Debug)]
 pub enum Mode {
-    Train { dropout_seed: u64 },
+    Train { dropout_seed: DropoutSeed },
     Eval,
 }
 
@@ -190,7 +217,7 @@ pub trait Model<B: Ops> {
         buffers: &mut Self::Buffers,
         params: &B::Storage<f32>,
         grads: &mut B::Storage<f32>,
-        dropout_seed: u64,
+        dropout_seed: DropoutSeed,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()>;
 }

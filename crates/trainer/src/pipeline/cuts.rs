@@ -11,8 +11,8 @@ use std::ops::Range;
 
 use core_tensor::Ops;
 
-use crate::model::Mode;
 use crate::model::layered::{Chain, Io, Layered};
+use crate::model::{DropoutSeed, Mode};
 
 /// Timed runs of each segment; the fastest counts (the first warms up).
 const RUNS: usize = 3;
@@ -27,7 +27,9 @@ pub(super) fn measure<B: Ops, M: Layered<B>>(
     let mut chain = Chain::new(model, b, n, true)?;
     let params = b.upload(&model.init_params(0))?;
     let mut grads = b.zeros(model.layout().len())?;
-    let mode = Mode::Train { dropout_seed: 0 };
+    let mode = Mode::Train {
+        dropout_seed: DropoutSeed::default(),
+    };
     let mut best = vec![f64::INFINITY; model.segments()];
     for _ in 0..RUNS {
         for (s, best) in best.iter_mut().enumerate() {
@@ -43,7 +45,15 @@ pub(super) fn measure<B: Ops, M: Layered<B>>(
                 dy: &mut at[0],
                 dx: below.last_mut(),
             };
-            model.backward_segment(b, (s, n), io, acts, &params, &mut grads, 0)?;
+            model.backward_segment(
+                b,
+                (s, n),
+                io,
+                acts,
+                &params,
+                &mut grads,
+                DropoutSeed::default(),
+            )?;
             let ended = b.mark()?;
             b.synchronize()?;
             *best = best.min(b.seconds_between(&began, &ended)?);

@@ -24,8 +24,8 @@ use core_tensor::{Ops, rng};
 
 use super::link::StageLink;
 use super::slots::{StageAt, StageBuffers};
-use crate::model::Mode;
 use crate::model::layered::{Io, Layered, classes};
+use crate::model::{DropoutSeed, Mode};
 use crate::phases::{Phase, StepTimer};
 
 /// The stage's parameter gradients of one micro-batch, and their sum.
@@ -63,18 +63,18 @@ pub(super) struct Cx<'a, B: Ops, M: Layered<B>> {
     /// The epoch's sums the last stage adds to: loss, correct predictions.
     pub sums: (&'a mut B::Storage<f32>, &'a mut B::Storage<f32>),
     /// Each micro-batch's dropout seed and weight in the batch mean.
-    pub seeds: Vec<u64>,
+    pub seeds: Vec<DropoutSeed>,
     pub weights: Vec<f32>,
 }
 
 impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
     /// The per-micro-batch seeds and weights of a step of `seed` over
     /// micro-batches of `sizes` samples.
-    pub fn micro_batches(seed: u64, sizes: &[usize]) -> (Vec<u64>, Vec<f32>) {
+    pub fn micro_batches(seed: DropoutSeed, sizes: &[usize]) -> (Vec<DropoutSeed>, Vec<f32>) {
         let batch: usize = sizes.iter().sum();
         let scale = 1.0 / batch as f32;
         let seeds = (0..sizes.len())
-            .map(|i| rng::derive_seed(seed, &[i as u64]))
+            .map(|i| DropoutSeed::new(rng::derive_seed(seed.seed, &[i as u64])))
             .collect();
         (seeds, sizes.iter().map(|&n| scale * n as f32).collect())
     }

@@ -12,7 +12,7 @@
 use core_tensor::Ops;
 use core_tensor::ops::SumInto;
 
-use crate::model::GradsReady;
+use crate::model::{DropoutSeed, GradsReady};
 
 /// The step's gradient sum over its micro-batches.
 pub(super) struct Accumulator<B: Ops> {
@@ -25,7 +25,7 @@ pub(super) struct Micro {
     /// The batch of the epoch it is.
     pub index: usize,
     pub samples: usize,
-    pub dropout_seed: u64,
+    pub dropout_seed: DropoutSeed,
 }
 
 impl<B: Ops> Accumulator<B> {

@@ -12,7 +12,7 @@ use super::memory::EpochBatches;
 use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
 use crate::data::Resumed;
-use crate::model::Model;
+use crate::model::{DropoutSeed, Model};
 use crate::monitor::{RankStats, Straggler};
 use crate::stop::StopKind;
 
@@ -111,10 +111,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 .map(|index| Micro {
                     index,
                     samples: batches[index],
-                    dropout_seed: rng::derive_seed(
+                    dropout_seed: DropoutSeed::new(rng::derive_seed(
                         self.cfg.seed,
                         &[rank as u64, epoch as u64, index as u64],
-                    ),
+                    )),
                 })
                 .collect();
             let samples: usize = micro.iter().map(|m| m.samples).sum();

@@ -11,7 +11,7 @@ use core_tensor::Ops;
 use super::memory::EpochBatches;
 use crate::comm_thread::CommThread;
 use crate::data::{DataFingerprint, Order};
-use crate::model::{GradsReady, Model};
+use crate::model::{DropoutSeed, GradsReady, Model};
 use crate::phases::StepTimer;
 
 /// Test batches: their size only changes memory use.
@@ -23,7 +23,7 @@ pub struct Pass<'a, B: Ops> {
     pub params: &'a B::Storage<f32>,
     /// The gradients of the parameters this rank trains, overwritten.
     pub grads: &'a mut B::Storage<f32>,
-    pub dropout_seed: u64,
+    pub dropout_seed: DropoutSeed,
     /// The epoch's device accumulators: the summed loss and metric.
     pub loss_sum: &'a mut B::Storage<f32>,
     pub metric_sum: &'a mut B::Storage<f32>,

@@ -72,11 +72,11 @@ impl Conv2dKernel for Cpu {
             .as_ref()
             .map(|layout| WideBwd::new(layout, w, dx.is_some()));
         let (wlen, blen) = (g.weight_len(), g.out_channels);
-        let groups = self.threads().min(g.batch).max(1);
+        let groups = self.partials(g.batch);
         let per_group = g.batch.div_ceil(groups);
         // Each group of images accumulates its own partial dW/db; the partials
         // are then summed in group order, so the result depends only on the
-        // thread count, never on scheduling.
+        // number of groups (the thread count, or fixed), never on scheduling.
         let mut partials = vec![0.0f32; groups * (wlen + blen)];
         let group_work = |group: usize, partial: &mut [f32], dx: Option<&mut [f32]>| {
             let first = group * per_group;

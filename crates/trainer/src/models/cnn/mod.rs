@@ -16,7 +16,7 @@ use std::ops::Range;
 use std::sync::LazyLock;
 
 use core_tensor::ops::{Conv2dGeom, Dropout, LinearGeom, ParamAt, PoolGeom};
-use core_tensor::{FlatLayout, Ops, ParamSpec, Result, rng};
+use core_tensor::{FlatLayout, Ops, ParamSpec, Result};
 
 mod data;
 mod entry;
@@ -29,7 +29,9 @@ pub use segments::Inner;
 pub use trainer::StageSpec;
 
 use crate::model::layered::{self, Chain};
-use crate::model::{DropoutRates, GradsReady, Metric, Mode, Model, pytorch_default_init};
+use crate::model::{
+    DropoutRates, DropoutSeed, GradsReady, Metric, Mode, Model, pytorch_default_init,
+};
 
 /// Every buffer one pass of the whole network over a batch needs.
 pub type Activations<B> = Chain<B, Inner<B>>;
@@ -184,12 +186,15 @@ impl CnnMnist {
     /// The two dropout layers of one training step, `(after the pool,
     /// after fc1)`: their rates, and independent streams from the step's
     /// seed.
-    fn dropouts(&self, step_seed: u64) -> (Dropout, Dropout) {
-        let layer = |p, stream| Dropout {
+    fn dropouts(&self, step: DropoutSeed) -> (Dropout, Dropout) {
+        let layer = |p, stream, features| Dropout {
             p,
-            seed: rng::derive_seed(step_seed, &[stream]),
+            seed: step.layer(stream, features),
         };
-        (layer(self.dropout.pool, 1), layer(self.dropout.hidden, 2))
+        (
+            layer(self.dropout.pool, 1, POOL.output_len()),
+            layer(self.dropout.hidden, 2, FC1.out_features),
+        )
     }
 
     /// The dropout layers of a forward pass: none when evaluating.
@@ -264,7 +269,7 @@ impl<B: Ops> Model<B> for CnnMnist {
         act: &mut Activations<B>,
         params: &B::Storage<f32>,
         grads: &mut B::Storage<f32>,
-        dropout_seed: u64,
+        dropout_seed: DropoutSeed,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
         layered::backward(self, b, act, (params, grads), dropout_seed, hook)

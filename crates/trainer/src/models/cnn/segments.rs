@@ -28,8 +28,8 @@ use core_tensor::ops::{Dropout, Epilogue};
 use core_tensor::{Ops, Result};
 
 use super::{CLASSES, CONV1, CONV2, CnnMnist, FC1, FC2, IMAGE_SIDE, conv, linear, pool};
-use crate::model::Mode;
 use crate::model::layered::{Io, Layered};
+use crate::model::{DropoutSeed, Mode};
 
 /// Segments, in order.
 const SEGMENTS: usize = 4;
@@ -135,7 +135,7 @@ impl<B: Ops> Layered<B> for CnnMnist {
         acts: &mut Inner<B>,
         params: &B::Storage<f32>,
         grads: &mut B::Storage<f32>,
-        dropout_seed: u64,
+        dropout_seed: DropoutSeed,
     ) -> Result<()> {
         let (pooled, hidden) = self.dropouts(dropout_seed);
         let Io { x, y, dy, dx } = io;

@@ -28,7 +28,7 @@ pub use ratings::RatingsIndex;
 pub use shard::RatingsShard;
 
 use super::mlp::{Mlp, MlpBuffers};
-use crate::model::{GradsReady, Metric, Mode, Model, RowTables, pytorch_default_init};
+use crate::model::{DropoutSeed, GradsReady, Metric, Mode, Model, RowTables, pytorch_default_init};
 
 pub const HIDDEN: usize = 64;
 /// Embedding rows start uniform in ±0.1 (a fan-in of 100 in
@@ -237,7 +237,7 @@ impl<B: Ops> Model<B> for RecsysModel {
         buf: &mut RecsysBuffers<B>,
         params: &B::Storage<f32>,
         grads: &mut B::Storage<f32>,
-        _: u64,
+        _: DropoutSeed,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
         let training = "backward needs buffers built for training";
@@ -301,7 +301,14 @@ mod tests {
             let mut grads = vec![0.0; params.len()];
             let mut hook = crate::model::NoSync;
             model
-                .backward(&b, &mut buf, &params, &mut grads, 0, &mut hook)
+                .backward(
+                    &b,
+                    &mut buf,
+                    &params,
+                    &mut grads,
+                    DropoutSeed::default(),
+                    &mut hook,
+                )
                 .unwrap();
             (out, grads)
         };
@@ -356,7 +363,14 @@ mod tests {
             let mut grads = vec![9.0; params.len()];
             let mut hook = crate::model::NoSync;
             model
-                .backward(&b, &mut buf, &params, &mut grads, 0, &mut hook)
+                .backward(
+                    &b,
+                    &mut buf,
+                    &params,
+                    &mut grads,
+                    DropoutSeed::default(),
+                    &mut hook,
+                )
                 .unwrap();
             let written: Vec<u32> = (grads[model.embedding.clone()].chunks(3).enumerate())
                 .filter(|(_, row)| row.iter().any(|x| x.to_bits() != 0))

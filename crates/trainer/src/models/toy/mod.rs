@@ -18,7 +18,7 @@ pub use data::ToyData;
 pub use entry::{ENTRY, NAME, ToyFlags};
 
 use super::mlp::{Mlp, MlpBuffers};
-use crate::model::{GradsReady, Metric, Mode, Model, Optimizer, pytorch_default_init};
+use crate::model::{DropoutSeed, GradsReady, Metric, Mode, Model, Optimizer, pytorch_default_init};
 
 pub const IN_FEATURES: usize = 10;
 pub const HIDDEN: usize = 10;
@@ -127,7 +127,7 @@ impl<B: Ops> Model<B> for ToyModel {
         buf: &mut ToyBuffers<B>,
         params: &B::Storage<f32>,
         grads: &mut B::Storage<f32>,
-        _: u64,
+        _: DropoutSeed,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
         self.mlp
