@@ -17,6 +17,19 @@ pub enum ReduceOp {
     Avg,
 }
 
+/// How 64-bit integers combine across ranks: both exactly, so the result
+/// does not depend on the order or grouping in which a transport meets the
+/// ranks' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntReduce {
+    /// The two's complement sum, wrapping on overflow: associative and
+    /// commutative even then, so a sum whose true value fits in an i64 is
+    /// exact, however its terms were grouped.
+    Sum,
+    /// The largest value.
+    Max,
+}
+
 /// A 16-bit float format values may travel in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HalfFormat {
@@ -67,6 +80,15 @@ pub trait Communicator: Send {
         Err(CommError::InvalidArgument {
             op: "all_reduce_half",
             reason: format!("this transport cannot carry {format} elements"),
+        })
+    }
+
+    /// Reduces `buf` across all ranks as `op` says, in place, exactly (see
+    /// [`IntReduce`]). Transports without integer elements refuse.
+    fn all_reduce_i64(&mut self, _buf: &mut [i64], op: IntReduce) -> Result<(), CommError> {
+        Err(CommError::InvalidArgument {
+            op: "all_reduce_i64",
+            reason: format!("this transport cannot reduce integers ({op:?})"),
         })
     }
 

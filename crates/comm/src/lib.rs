@@ -42,7 +42,7 @@ mod store_server;
 mod tcp;
 
 pub use auth::{AUTH_TOKEN_VAR, AuthFailure, AuthToken, AuthTokenError, HANDSHAKE_TIMEOUT};
-pub use communicator::{Communicator, HalfFormat, ReduceOp};
+pub use communicator::{Communicator, HalfFormat, IntReduce, ReduceOp};
 pub use config::{
     CommConfig, DEFAULT_RDZV_TIMEOUT, DEFAULT_TIMEOUT, SameHostTransport, StoreHost,
     is_loopback_host,

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
 
-use crate::communicator::{Communicator, HalfFormat, ReduceOp, check_peers, check_root};
+use crate::communicator::{Communicator, HalfFormat, IntReduce, ReduceOp, check_peers, check_root};
 use crate::error::CommError;
-use crate::tcp::element::{Dtype, Element, through};
+use crate::tcp::element::{Dtype, Element, Largest, WrappingSum, through};
 use crate::tcp::group::Group;
 use crate::tcp::header::{Header, Kind};
 use crate::tcp::ring_all_reduce::BLOCK_PART_BYTES;
@@ -294,10 +294,9 @@ pub(crate) fn ring_sum<T: Element>(all: &[&[T]], op: ReduceOp) -> Vec<T> {
                 for k in 1..world {
                     acc = all[(q + k) % world][i] + acc;
                 }
-                *o = if op == ReduceOp::Avg {
-                    acc * scale
-                } else {
-                    acc
+                *o = match (op, scale) {
+                    (ReduceOp::Avg, Some(scale)) => acc * scale,
+                    _ => acc,
                 };
             }
             start = end;
@@ -330,6 +329,19 @@ impl Communicator for LocalCommunicator {
 
     fn all_reduce_f64(&mut self, buf: &mut [f64], op: ReduceOp) -> Result<(), CommError> {
         self.all_reduce_elements(buf, op)
+    }
+
+    fn all_reduce_i64(&mut self, buf: &mut [i64], op: IntReduce) -> Result<(), CommError> {
+        match op {
+            IntReduce::Sum => {
+                let buf: &mut [WrappingSum] = bytemuck::cast_slice_mut(buf);
+                self.all_reduce_elements(buf, ReduceOp::Sum)
+            }
+            IntReduce::Max => {
+                let buf: &mut [Largest] = bytemuck::cast_slice_mut(buf);
+                self.all_reduce_elements(buf, ReduceOp::Sum)
+            }
+        }
     }
 
     fn all_reduce_half(

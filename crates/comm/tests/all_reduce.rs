@@ -150,3 +150,48 @@ fn many_small_collectives_in_a_row_stay_in_step() {
     let expected: f64 = (0..200).map(|s| 3.0 * (3.0 * f64::from(s) + 3.0)).sum();
     assert_eq!(results, vec![expected; 3]);
 }
+
+/// 64-bit integers sum exactly, wrapping past the ends of i64 on the way
+/// (the terms here overflow any order of partial sums), and reduce to their
+/// maximum, the same on every rank over either transport.
+#[test]
+fn integers_sum_exactly_in_any_order_and_reduce_to_their_maximum() {
+    use comm::IntReduce;
+    let term = |rank: usize, i: usize| -> i64 {
+        let big = i64::MAX - (i as i64) * 3;
+        match rank % 2 {
+            0 => big,
+            _ => -big + rank as i64 + i as i64,
+        }
+    };
+    for (transport, world) in TRANSPORTS
+        .into_iter()
+        .flat_map(|t| [2, 3, 4].map(|w| (t, w)))
+    {
+        let len = 70_001;
+        let results = run_job_over(transport, world, |mut comm| {
+            let rank = comm.rank();
+            let mut sum: Vec<i64> = (0..len).map(|i| term(rank, i)).collect();
+            comm.all_reduce_i64(&mut sum, IntReduce::Sum).unwrap();
+            let mut max: Vec<i64> = (0..len)
+                .map(|i| (i * 31 % 97) as i64 - rank as i64 * 50)
+                .collect();
+            comm.all_reduce_i64(&mut max, IntReduce::Max).unwrap();
+            (sum, max)
+        });
+        let want_sum: Vec<i64> = (0..len)
+            .map(|i| (0..world).fold(0i64, |acc, r| acc.wrapping_add(term(r, i))))
+            .collect();
+        let want_max: Vec<i64> = (0..len).map(|i| (i * 31 % 97) as i64).collect();
+        for (rank, (sum, max)) in results.iter().enumerate() {
+            assert!(
+                *sum == want_sum,
+                "{transport:?}, world {world}, rank {rank}: wrong sum"
+            );
+            assert!(
+                *max == want_max,
+                "{transport:?}, world {world}, rank {rank}: wrong max"
+            );
+        }
+    }
+}

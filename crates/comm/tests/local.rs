@@ -119,3 +119,24 @@ fn mismatches_and_lost_ranks_are_errors_not_hangs() {
     assert!(matches!(err, CommError::PeerLost { peer: 1, .. }), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// Integers reduce to the sockets' results: the exact wrapping sum and the
+/// maximum.
+#[test]
+fn threads_reduce_integers_as_sockets_do() {
+    let reduce = |mut comm: Box<dyn Communicator>| {
+        let rank = comm.rank() as i64;
+        let mut sum: Vec<i64> = (0..1000).map(|i| (i64::MAX / 3) * (rank + 1) - i).collect();
+        comm.all_reduce_i64(&mut sum, comm::IntReduce::Sum).unwrap();
+        let mut max: Vec<i64> = (0..1000).map(|i| (i * 7 % 13) - 4 * rank).collect();
+        comm.all_reduce_i64(&mut max, comm::IntReduce::Max).unwrap();
+        (sum, max)
+    };
+    let threads = run_local(3, |c| reduce(Box::new(c)));
+    let sockets = run_job(3, |c| reduce(Box::new(c)));
+    assert_eq!(threads, sockets);
+    let want = (0..1000i64)
+        .map(|i| (0..3).fold(0i64, |a, r| a.wrapping_add((i64::MAX / 3) * (r + 1) - i)))
+        .collect::<Vec<_>>();
+    assert_eq!(threads[0].0, want);
+}

@@ -1,6 +1,8 @@
 //! The element types the ring reduces, and the per-type scratch space.
 //!
-//! Besides f32 and f64 the ring carries two 16-bit wire types, bfloat16
+//! Besides f32 and f64 the ring carries 64-bit integers, summed with
+//! wrapping (exact, so in any order: `Communicator::all_reduce_i64`) or
+//! reduced to their maximum, and two 16-bit wire types, bfloat16
 //! and IEEE binary16 (`Communicator::all_reduce_half`), for gradients cast
 //! before the all-reduce. A 16-bit element is summed in f32: each hop
 //! decodes the arriving partial sum and its own value, adds them in f32 and
@@ -12,7 +14,7 @@
 
 use std::ops::{Add, Mul};
 
-use bytemuck::Pod;
+use bytemuck::{Pod, Zeroable};
 use half::{bf16, f16};
 
 /// Element type tag carried in collective headers, so ranks that disagree on
@@ -23,13 +25,17 @@ pub(crate) enum Dtype {
     F64,
     Bf16,
     F16,
+    /// i64 summed with wrapping.
+    I64Sum,
+    /// i64 reduced to the largest.
+    I64Max,
 }
 
 impl Dtype {
     pub(crate) fn size(self) -> usize {
         match self {
             Dtype::F32 => 4,
-            Dtype::F64 => 8,
+            Dtype::F64 | Dtype::I64Sum | Dtype::I64Max => 8,
             Dtype::Bf16 | Dtype::F16 => 2,
         }
     }
@@ -40,23 +46,35 @@ impl Dtype {
             Dtype::F64 => "f64",
             Dtype::Bf16 => "bf16",
             Dtype::F16 => "f16",
+            Dtype::I64Sum => "i64 (sum)",
+            Dtype::I64Max => "i64 (max)",
         }
     }
 
-    /// The header's byte for it (the size, and 16 + the size for bf16).
+    /// The header's byte for it (the size, and 16 + the size for bf16,
+    /// 32 + the size for the integers' sum, 48 + for their maximum).
     pub(crate) fn code(self) -> u8 {
         match self {
             Dtype::F32 => 4,
             Dtype::F64 => 8,
             Dtype::F16 => 2,
             Dtype::Bf16 => 18,
+            Dtype::I64Sum => 40,
+            Dtype::I64Max => 56,
         }
     }
 
     pub(crate) fn from_code(code: u8) -> Option<Dtype> {
-        [Dtype::F32, Dtype::F64, Dtype::F16, Dtype::Bf16]
-            .into_iter()
-            .find(|d| d.code() == code)
+        [
+            Dtype::F32,
+            Dtype::F64,
+            Dtype::F16,
+            Dtype::Bf16,
+            Dtype::I64Sum,
+            Dtype::I64Max,
+        ]
+        .into_iter()
+        .find(|d| d.code() == code)
     }
 }
 
@@ -68,6 +86,8 @@ pub(crate) struct Scratch {
     f64: Vec<f64>,
     /// Either 16-bit type's segment.
     b16: Vec<u16>,
+    /// Either integer type's segment.
+    i64: Vec<i64>,
 }
 
 /// A plain number the ring can send as bytes, add and scale.
@@ -76,8 +96,9 @@ pub(crate) trait Element:
 {
     const DTYPE: Dtype;
 
-    /// `1 / count`, the factor of an average.
-    fn reciprocal(count: usize) -> Self;
+    /// `1 / count`, the factor of an average (`None`: the type is only
+    /// summed, never averaged).
+    fn reciprocal(count: usize) -> Option<Self>;
 
     /// A scratch buffer of at least `len` elements.
     fn scratch(scratch: &mut Scratch, len: usize) -> &mut [Self];
@@ -93,8 +114,8 @@ fn grown<T: Pod + Default>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
 impl Element for f32 {
     const DTYPE: Dtype = Dtype::F32;
 
-    fn reciprocal(count: usize) -> Self {
-        1.0 / count as f32
+    fn reciprocal(count: usize) -> Option<Self> {
+        Some(1.0 / count as f32)
     }
 
     fn scratch(scratch: &mut Scratch, len: usize) -> &mut [Self] {
@@ -105,8 +126,8 @@ impl Element for f32 {
 impl Element for f64 {
     const DTYPE: Dtype = Dtype::F64;
 
-    fn reciprocal(count: usize) -> Self {
-        1.0 / count as f64
+    fn reciprocal(count: usize) -> Option<Self> {
+        Some(1.0 / count as f64)
     }
 
     fn scratch(scratch: &mut Scratch, len: usize) -> &mut [Self] {
@@ -119,8 +140,8 @@ impl Element for f64 {
 impl Element for bf16 {
     const DTYPE: Dtype = Dtype::Bf16;
 
-    fn reciprocal(count: usize) -> Self {
-        bf16::from_f32(1.0 / count as f32)
+    fn reciprocal(count: usize) -> Option<Self> {
+        Some(bf16::from_f32(1.0 / count as f32))
     }
 
     fn scratch(scratch: &mut Scratch, len: usize) -> &mut [Self] {
@@ -131,12 +152,76 @@ impl Element for bf16 {
 impl Element for f16 {
     const DTYPE: Dtype = Dtype::F16;
 
-    fn reciprocal(count: usize) -> Self {
-        f16::from_f32(1.0 / count as f32)
+    fn reciprocal(count: usize) -> Option<Self> {
+        Some(f16::from_f32(1.0 / count as f32))
     }
 
     fn scratch(scratch: &mut Scratch, len: usize) -> &mut [Self] {
         bytemuck::cast_slice_mut(grown(&mut scratch.b16, len))
+    }
+}
+
+/// An i64 the ring sums with wrapping: two's complement addition is
+/// associative and commutative even where it overflows, so the sum is the
+/// same whatever the order and grouping of the ranks' terms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(transparent)]
+pub(crate) struct WrappingSum(pub i64);
+
+impl Add for WrappingSum {
+    type Output = Self;
+    fn add(self, other: Self) -> Self {
+        Self(self.0.wrapping_add(other.0))
+    }
+}
+
+impl Mul for WrappingSum {
+    type Output = Self;
+    fn mul(self, other: Self) -> Self {
+        Self(self.0.wrapping_mul(other.0))
+    }
+}
+
+impl Element for WrappingSum {
+    const DTYPE: Dtype = Dtype::I64Sum;
+
+    fn reciprocal(_: usize) -> Option<Self> {
+        None
+    }
+
+    fn scratch(scratch: &mut Scratch, len: usize) -> &mut [Self] {
+        bytemuck::cast_slice_mut(grown(&mut scratch.i64, len))
+    }
+}
+
+/// An i64 the ring reduces to the largest ("adding" two keeps the larger).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(transparent)]
+pub(crate) struct Largest(pub i64);
+
+impl Add for Largest {
+    type Output = Self;
+    fn add(self, other: Self) -> Self {
+        Self(self.0.max(other.0))
+    }
+}
+
+impl Mul for Largest {
+    type Output = Self;
+    fn mul(self, other: Self) -> Self {
+        Self(self.0.wrapping_mul(other.0))
+    }
+}
+
+impl Element for Largest {
+    const DTYPE: Dtype = Dtype::I64Max;
+
+    fn reciprocal(_: usize) -> Option<Self> {
+        None
+    }
+
+    fn scratch(scratch: &mut Scratch, len: usize) -> &mut [Self] {
+        bytemuck::cast_slice_mut(grown(&mut scratch.i64, len))
     }
 }
 
@@ -183,7 +268,14 @@ mod tests {
 
     #[test]
     fn header_codes_round_trip_and_differ() {
-        for d in [Dtype::F32, Dtype::F64, Dtype::Bf16, Dtype::F16] {
+        for d in [
+            Dtype::F32,
+            Dtype::F64,
+            Dtype::Bf16,
+            Dtype::F16,
+            Dtype::I64Sum,
+            Dtype::I64Max,
+        ] {
             assert_eq!(Dtype::from_code(d.code()), Some(d));
         }
         assert_eq!(Dtype::from_code(16), None);
@@ -202,7 +294,7 @@ mod tests {
         // fp16 overflows past 65504.
         assert!((f16::from_f32(65504.0) + f16::from_f32(32.0)).is_infinite());
         // The average's factor at 4 ranks is exact in both.
-        assert_eq!(bf16::reciprocal(4).to_f32(), 0.25);
-        assert_eq!(f16::reciprocal(4).to_f32(), 0.25);
+        assert_eq!(bf16::reciprocal(4).map(bf16::to_f32), Some(0.25));
+        assert_eq!(f16::reciprocal(4).map(f16::to_f32), Some(0.25));
     }
 }

@@ -35,7 +35,7 @@ pub(crate) fn ring_all_reduce<T: Element>(
     let plan = plan(links.rank, links.world_size, buf.len(), op, T::DTYPE.size());
     let scale = match op {
         ReduceOp::Sum => None,
-        ReduceOp::Avg => Some(T::reciprocal(links.world_size)),
+        ReduceOp::Avg => T::reciprocal(links.world_size),
     };
     let scratch = T::scratch(scratch, SEGMENT_BYTES.div_ceil(size_of::<T>()));
     exchange(links, buf, scratch, header, &plan, scale)

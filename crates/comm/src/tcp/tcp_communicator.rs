@@ -4,12 +4,12 @@ use std::time::Instant;
 
 use half::{bf16, f16};
 
-use crate::communicator::{Communicator, HalfFormat, ReduceOp, check_peers, check_root};
+use crate::communicator::{Communicator, HalfFormat, IntReduce, ReduceOp, check_peers, check_root};
 use crate::config::CommConfig;
 use crate::error::CommError;
 use crate::rendezvous::Rendezvous;
 use crate::store::Store;
-use crate::tcp::element::{Dtype, Element, Scratch, through};
+use crate::tcp::element::{Dtype, Element, Largest, Scratch, WrappingSum, through};
 use crate::tcp::group::Group;
 use crate::tcp::header::{Header, Kind};
 use crate::tcp::links::{Fault, RingLinks};
@@ -197,6 +197,20 @@ impl Communicator for TcpCommunicator {
 
     fn all_reduce_f64(&mut self, buf: &mut [f64], op: ReduceOp) -> Result<(), CommError> {
         self.all_reduce_elements(buf, op, Kind::AllReduce(op))
+    }
+
+    fn all_reduce_i64(&mut self, buf: &mut [i64], op: IntReduce) -> Result<(), CommError> {
+        let kind = Kind::AllReduce(ReduceOp::Sum);
+        match op {
+            IntReduce::Sum => {
+                let buf: &mut [WrappingSum] = bytemuck::cast_slice_mut(buf);
+                self.all_reduce_elements(buf, ReduceOp::Sum, kind)
+            }
+            IntReduce::Max => {
+                let buf: &mut [Largest] = bytemuck::cast_slice_mut(buf);
+                self.all_reduce_elements(buf, ReduceOp::Sum, kind)
+            }
+        }
     }
 
     fn all_reduce_half(
