@@ -53,6 +53,17 @@ pub enum Order {
     },
     /// Evaluation: every `world_size`-th sample from `rank`, in order.
     Strided { rank: usize, world_size: usize },
+    /// `--reproducible` training: the epoch's one shuffled order (from
+    /// `seed`, as one replica's sampler shuffles it), padded at its end
+    /// with its first samples to whole global batches; step `s` trains its
+    /// positions `s·global_batch ..`, cut into units of `unit`, and this
+    /// replica units `share.0 .. share.1` of each step, in order.
+    Units {
+        seed: u64,
+        global_batch: usize,
+        unit: usize,
+        share: (usize, usize),
+    },
 }
 
 /// Where a resumed epoch goes on: after its first `steps` steps, which
@@ -115,6 +126,33 @@ impl Order {
                     indices: sampler.indices(),
                     batches: batches.chain(sampler.batch_positions(batch)?).collect(),
                 })
+            }
+            Order::Units {
+                seed,
+                global_batch,
+                unit,
+                share: (first, end),
+            } => {
+                let config = SamplerConfig {
+                    num_replicas: 1,
+                    rank: 0,
+                    shuffle: true,
+                    seed,
+                    drop_last: false,
+                };
+                let mut sampler = DistributedSampler::new(len, config)?;
+                sampler.set_epoch(epoch - 1);
+                let order = sampler.indices();
+                let mut plan = EpochPlan::default();
+                for step in 0..len.div_ceil(global_batch) {
+                    for u in first..end {
+                        let at = step * global_batch + u * unit;
+                        let start = plan.indices.len();
+                        plan.indices.extend((at..at + unit).map(|p| order[p % len]));
+                        plan.batches.push(start..start + unit);
+                    }
+                }
+                Ok(plan)
             }
             Order::Strided { rank, world_size } => {
                 let indices: Vec<usize> = (rank..len).step_by(world_size).collect();

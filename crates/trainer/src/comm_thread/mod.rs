@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 
 use anyhow::{Context, anyhow};
 use comm::flight::{Kind, Recorder};
-use comm::{CommError, Communicator, HalfFormat, ReduceOp};
+use comm::{CommError, Communicator, HalfFormat, IntReduce, ReduceOp};
 
 #[cfg(test)]
 pub(crate) mod two_ranks;
@@ -44,6 +44,8 @@ pub(crate) enum Op {
     /// A bucket's average by a [`Reduction`].
     Reduce(Staged, Box<dyn Reduction>, usize),
     SumF64(Vec<f64>),
+    /// An exact integer reduction (`--reproducible`'s sums and scales).
+    ReduceI64(Vec<i64>, IntReduce),
     Broadcast(Vec<f32>, usize),
     GatherF32(Vec<f32>),
 }
@@ -56,6 +58,7 @@ impl Op {
             Op::AverageHalf(buf, _, bucket) => (Kind::AllReduce, Some(*bucket), 2 * buf.len()),
             Op::Reduce(_, how, bucket) => (Kind::AllReduce, Some(*bucket), how.bytes()),
             Op::SumF64(buf) => (Kind::AllReduceF64, None, 8 * buf.len()),
+            Op::ReduceI64(buf, _) => (Kind::AllReduce, None, 8 * buf.len()),
             Op::Broadcast(buf, _) => (Kind::Broadcast, None, 4 * buf.len()),
             Op::GatherF32(buf) => (Kind::AllGather, None, 4 * buf.len()),
         }
@@ -68,6 +71,7 @@ enum Reply {
     Staged(Staged),
     Reduced(Staged, Box<dyn Reduction>),
     F64(Vec<f64>),
+    I64(Vec<i64>),
 }
 
 type ReplySender = Sender<Result<Reply, CommError>>;
@@ -180,6 +184,15 @@ impl CommThread {
     /// Sums `values` over all ranks (exactly, in f64).
     pub fn sum_f64(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
         self.handle.sum_f64(values)
+    }
+
+    /// `values` reduced over all ranks as `op` says, exactly.
+    pub fn reduce_i64(&mut self, values: Vec<i64>, op: IntReduce) -> anyhow::Result<Vec<i64>> {
+        self.handle.submit(Op::ReduceI64(values, op))?;
+        match self.handle.next_reply()? {
+            Reply::I64(v) => Ok(v),
+            _ => Err(out_of_order()),
+        }
     }
 
     /// Every rank's `values` (lengths may differ), in rank order.
@@ -302,6 +315,9 @@ fn serve(
             Op::SumF64(mut buf) => comm
                 .all_reduce_f64(&mut buf, ReduceOp::Sum)
                 .map(|()| Reply::F64(buf)),
+            Op::ReduceI64(mut buf, op) => {
+                comm.all_reduce_i64(&mut buf, op).map(|()| Reply::I64(buf))
+            }
             Op::Broadcast(mut buf, root) => {
                 comm.broadcast(&mut buf, root).map(|()| Reply::F32(buf))
             }

@@ -75,6 +75,12 @@ impl JobFlags {
                 or_none(model.recsys.embedding_dim.map(|n| n.to_string())),
             ),
             ("--accumulate-steps", train.accumulate_steps.to_string()),
+            ("--reproducible", given(train.reproducible)),
+            (
+                "--global-batch",
+                or_none(train.global_batch.map(|n| n.to_string())),
+            ),
+            ("--unit", train.unit.to_string()),
             ("--bucket-mb", ddp.bucket_mb.to_string()),
             ("--comm-hook", ddp.comm_hook.to_string()),
             (

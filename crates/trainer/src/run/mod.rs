@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use comm::LaunchEnv;
 use comm::flight::FlightLog;
+use core_tensor::Reductions;
 use launcher::contract::{RunEnd, hostname};
 
 pub use device::{DeviceChoice, DeviceFlags};
@@ -145,7 +146,12 @@ impl Process<'_> {
         let cfg = job.train_config();
         let outcome = match device {
             Device::Cpu(cpu) => self.data.on_cpu(Rank {
-                backend: cpu,
+                // --reproducible: a unit's reductions are cut alike
+                // whatever --threads says.
+                backend: match cfg.exact {
+                    Some(_) => cpu.with_reductions(Reductions::Fixed),
+                    None => cpu,
+                },
                 topology: rank,
                 cfg,
                 links: wiring.on_cpu(),

@@ -5,6 +5,7 @@ use clap::Args;
 use core_tensor::ops::AdamConfig;
 use launcher::flags::positive_finite;
 
+use super::exact::ExactRequest;
 use crate::checkpoint::Settings;
 use crate::data::DataFingerprint;
 use crate::ddp::{CommHookChoice, DdpFlags, SparseGrads};
@@ -49,6 +50,29 @@ pub struct TrainFlags {
     /// --sparse-grads never) with more than one rank.
     #[arg(long)]
     pub sparse_adam: bool,
+
+    /// The same bits at any layout: the final weights become a function of
+    /// the seed, the data, --global-batch, the steps and the optimizer's
+    /// settings alone, not of --world-size, --nnodes/--nproc-per-node,
+    /// --threads, --spawn, --accumulate-steps, the transport or which rank
+    /// trains which sample. Each step's global batch is cut into units of
+    /// --unit samples, each unit's gradient computed alone, and the units'
+    /// gradients summed exactly (integers at a scale the ranks agree on).
+    /// CPU ranks, data parallel, --comm-hook none (README: "The same bits
+    /// at any layout").
+    #[arg(long)]
+    pub reproducible: bool,
+
+    /// With --reproducible: a step's samples over the whole job, a multiple
+    /// of --unit [default: --batch-size x data-parallel replicas x
+    /// --accumulate-steps].
+    #[arg(long, value_name = "B", requires = "reproducible", value_parser = clap::value_parser!(u32).range(1..))]
+    pub global_batch: Option<u32>,
+
+    /// With --reproducible: samples per unit of work, each unit's gradient
+    /// computed alone, the same wherever it runs.
+    #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub unit: u32,
 }
 
 impl TrainFlags {
@@ -69,6 +93,10 @@ impl TrainFlags {
             sparse_adam: self.sparse_adam,
             accumulate_steps: self.accumulate_steps as usize,
             comm_hook: ddp.comm_hook,
+            exact: self.reproducible.then_some(ExactRequest {
+                global_batch: self.global_batch.map(|b| b as usize),
+                unit: self.unit as usize,
+            }),
         }
     }
 }
@@ -93,6 +121,8 @@ pub struct TrainConfig {
     pub accumulate_steps: usize,
     /// How the dense gradient buckets travel (`--comm-hook`).
     pub comm_hook: CommHookChoice,
+    /// `--reproducible`: units and their exact sum (`exact.rs`).
+    pub exact: Option<ExactRequest>,
 }
 
 impl TrainConfig {
@@ -111,6 +141,7 @@ impl TrainConfig {
             sparse_adam: false,
             accumulate_steps: 1,
             comm_hook: CommHookChoice::None,
+            exact: None,
         }
     }
 

@@ -40,7 +40,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         };
         let first = resumed.as_ref().map_or(0, |p| p.step);
         let replicas = self.topology.replicas();
-        let k = self.cfg.accumulate_steps;
+        // The micro-batches of a step: its --accumulate-steps, or with
+        // --reproducible this replica's units of it.
+        let (k, batch) = match &self.exact {
+            Some(exact) => (exact.plan().share.len(), exact.plan().unit),
+            None => (self.cfg.accumulate_steps, self.cfg.batch_size),
+        };
         // Every optimizer step before a mid-epoch checkpoint holds K
         // micro-batches (only an epoch's last may hold fewer).
         let order = self.order(resumed.as_ref().map(|p| Resumed {
@@ -48,18 +53,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             visited: p.visited.0 as usize,
             replicas: p.visited.1 as usize,
         }));
-        let batches = (self.schedule).start_epoch(
-            &self.backend,
-            &order,
-            epoch as u64,
-            self.cfg.batch_size,
-        )?;
+        let batches = (self.schedule).start_epoch(&self.backend, &order, epoch as u64, batch)?;
         // The epoch's batches are micro-batches, K to an optimizer step;
         // `--max-steps` counts optimizer steps.
         let groups = steps_of(batches.len(), k, self.cfg.max_steps);
         let steps = groups.len();
         let shape = EpochBatches {
-            batch: self.cfg.batch_size,
+            batch,
             samples: batches.iter().sum(),
             max_steps: self.cfg.max_steps.map(|m| m * k),
             local_ranks: self.topology.local_world,
@@ -107,14 +107,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 progress.finish_epoch();
                 return Ok(EpochEnd::Stopped(RunOutcome::Interrupted { at }));
             }
+            let first_index = group.start;
             let micro: Vec<Micro> = group
                 .map(|index| Micro {
                     index,
                     samples: batches[index],
-                    dropout_seed: DropoutSeed::new(rng::derive_seed(
-                        self.cfg.seed,
-                        &[rank as u64, epoch as u64, index as u64],
-                    )),
+                    dropout_seed: self.dropout_seed(epoch, (s, index - first_index), index),
                 })
                 .collect();
             let samples: usize = micro.iter().map(|m| m.samples).sum();
@@ -178,6 +176,29 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             straggler: Straggler::find(&ranks, self.topology.stages),
             ranks,
         }))
+    }
+
+    /// The dropout masks of micro-batch `index` of the epoch, the `j`-th of
+    /// step `s`: drawn per rank and micro-batch, or with `--reproducible`
+    /// per step of the global order, at the unit's rows in it, so that a
+    /// sample's masks do not depend on which rank trains it.
+    fn dropout_seed(&self, epoch: usize, (s, j): (usize, usize), index: usize) -> DropoutSeed {
+        let (seed, epoch) = (self.cfg.seed, epoch as u64);
+        match &self.exact {
+            Some(exact) => {
+                let plan = exact.plan();
+                DropoutSeed {
+                    // Unlike the other modes', no rank enters the seed; the
+                    // leading word keeps its streams apart from theirs.
+                    seed: rng::derive_seed(seed, &[u64::MAX, epoch, s as u64]),
+                    first_row: ((plan.share.start + j) * plan.unit) as u64,
+                }
+            }
+            None => {
+                let rank = self.topology.rank as u64;
+                DropoutSeed::new(rng::derive_seed(seed, &[rank, epoch, index as u64]))
+            }
+        }
     }
 
     /// Hands `progress` this rank's running loss and accuracy at the steps

@@ -22,6 +22,7 @@ mod assemble;
 mod checkpointing;
 mod config;
 mod epoch_loop;
+pub(crate) mod exact;
 mod guard;
 mod memory;
 mod meter;
@@ -77,6 +78,8 @@ pub struct Trainer<B: Ops, M: Model<B>> {
     schedule: Box<dyn Schedule<B, M>>,
     /// The sum of a step's micro-batches (`--accumulate-steps` above 1).
     accumulator: Option<accumulate::Accumulator<B>>,
+    /// `--reproducible`: the step's units and their exact sum.
+    exact: Option<exact::ExactSum>,
     state: LoopState<B>,
 }
 
@@ -160,11 +163,24 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// This rank's samples of the training split: its replica's (of the
     /// rest of the epoch, when `resumed`).
     pub fn order(&self, resumed: Option<Resumed>) -> Order {
-        Order::Shuffled {
-            rank: self.topology.replica(),
-            world_size: self.topology.replicas(),
-            seed: self.cfg.seed,
-            resumed,
+        match &self.exact {
+            // The steps are the global order's, whatever the layout: a
+            // resumed epoch skips the steps done, on any number of replicas.
+            Some(exact) => {
+                let plan = exact.plan();
+                Order::Units {
+                    seed: self.cfg.seed,
+                    global_batch: plan.global_batch,
+                    unit: plan.unit,
+                    share: (plan.share.start, plan.share.end),
+                }
+            }
+            None => Order::Shuffled {
+                rank: self.topology.replica(),
+                world_size: self.topology.replicas(),
+                seed: self.cfg.seed,
+                resumed,
+            },
         }
     }
 

@@ -8,6 +8,7 @@ use core_tensor::Ops;
 
 use super::accumulate::Accumulator;
 use super::agreement::{self, Agreed};
+use super::exact::{self, ExactSum, UnitPlan};
 use super::meter::{EpochMeter, ResumePoint};
 use super::optimizer;
 use super::replica::Replica;
@@ -148,7 +149,22 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 model.kind()
             );
         }
-        let accumulator = (cfg.accumulate_steps > 1)
+        let exact = match cfg.exact {
+            None => None,
+            Some(request) => {
+                let rows = model.row_tables().map(|_| model.kind());
+                let hook = cfg.comm_hook.to_string();
+                exact::refuse_unsupported(&hook, rows, part.is_some(), !B::IN_HOST_MEMORY)?;
+                let per_replica = cfg.batch_size * cfg.accumulate_steps;
+                let at = (topology.replica(), topology.replicas());
+                Some(ExactSum::new(
+                    layout,
+                    UnitPlan::new(request, per_replica, at)?,
+                ))
+            }
+        };
+        // A unit of --reproducible is a step's micro-batch of its own.
+        let accumulator = (cfg.accumulate_steps > 1 && exact.is_none())
             .then(|| Accumulator::new(&backend, trained.len()))
             .transpose()?;
         let plan = Plan {
@@ -185,6 +201,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         Ok(Self {
             replica: Replica::upload(&backend, &start, part)?,
             accumulator,
+            exact,
             averaging,
             comm,
             backend,

@@ -7,7 +7,7 @@ use super::accumulate::Micro;
 use super::guard::GUARD_READ_EVERY;
 use super::optimizer::StepRows;
 use super::schedule::Pass;
-use crate::model::{GradsReady, Model};
+use crate::model::{GradsReady, Model, NoSync};
 use crate::phases::Phase;
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
@@ -38,27 +38,43 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             schedule.train(b, model, (m.index, m.samples), pass)
         };
         let grads = &mut replica.grads;
-        for (at, m) in micro.iter().enumerate() {
-            match self.accumulator.as_mut() {
-                None => run(m, grads, self.averaging.hook())?,
-                Some(acc) => {
-                    let weight = (m.samples as f64 / total as f64) as f32;
-                    let place = (at, micro.len(), weight);
-                    let mut adding = acc.micro_batch(b, place, len, self.averaging.hook())?;
-                    run(m, grads, &mut adding)?;
-                    adding.finish(b, grads)?;
+        let union = match self.exact.as_mut() {
+            // --reproducible: each unit alone, kept, then their exact sum.
+            Some(exact) => {
+                for m in micro {
+                    run(m, grads, &mut NoSync)?;
+                    exact.stash(b, grads)?;
                 }
+                timer.enter(Phase::AllReduceWait)?;
+                exact.finish(b, grads, self.comm.as_mut())?;
+                None
             }
-        }
-
-        // 2. Wait for the averages (and the row tables' exchange, which
-        //    names the rows every replica's batch moved).
-        if self.averaging.is_active() {
-            timer.enter(Phase::AllReduceWait)?;
-        }
+            None => {
+                for (at, m) in micro.iter().enumerate() {
+                    match self.accumulator.as_mut() {
+                        None => run(m, grads, self.averaging.hook())?,
+                        Some(acc) => {
+                            let weight = (m.samples as f64 / total as f64) as f32;
+                            let place = (at, micro.len(), weight);
+                            let mut adding =
+                                acc.micro_batch(b, place, len, self.averaging.hook())?;
+                            run(m, grads, &mut adding)?;
+                            adding.finish(b, grads)?;
+                        }
+                    }
+                }
+                // 2. Wait for the averages (and the row tables' exchange,
+                //    which names the rows every replica's batch moved).
+                if self.averaging.is_active() {
+                    timer.enter(Phase::AllReduceWait)?;
+                }
+                let n = micro.last().map_or(0, |m| m.samples);
+                let own_rows = self.schedule.batch_rows(model, n);
+                self.averaging.finish(b, grads, own_rows)?
+            }
+        };
         let n = micro.last().map_or(0, |m| m.samples);
         let own_rows = self.schedule.batch_rows(model, n);
-        let union = self.averaging.finish(b, &mut replica.grads, own_rows)?;
 
         // 3. The optimizer, behind the guard that skips it on a non-finite
         //    loss or gradient (on the device: the host looks only now and

@@ -277,4 +277,6 @@ impl<B: Ops> Model<B> for CnnMnist {
 }
 
 #[cfg(test)]
+mod exact_tests;
+#[cfg(test)]
 mod tests;

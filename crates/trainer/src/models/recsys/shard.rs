@@ -119,6 +119,9 @@ impl<B: Ops> Batches<B, RecsysBuffers<B>> for RatingsShard {
                 rank, world_size, ..
             }
             | Order::Strided { rank, world_size } => (rank, world_size),
+            Order::Units { .. } => bail!(Misconfigured(
+                "the ratings stream in chunks shuffled per rank, not in one global order: they train without --reproducible".to_string()
+            )),
         };
         let chunks = self.index.chunks.len();
         let shard = |r: usize| (r..chunks).step_by(world_size);
@@ -141,7 +144,7 @@ impl<B: Ops> Batches<B, RecsysBuffers<B>> for RatingsShard {
                 shuffle(&mut mine, seed);
                 (vec![batch; steps], Some(seed))
             }
-            Order::Strided { .. } => {
+            Order::Strided { .. } | Order::Units { .. } => {
                 let sizes = (0..have)
                     .step_by(batch)
                     .map(|s| batch.min(have - s))
