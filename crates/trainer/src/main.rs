@@ -34,12 +34,21 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            // clap's first line names the flag and the problem; the rest is
-            // a usage reminder that buries it.
+            // clap's first paragraph names the flag and the problem (the
+            // flags a missing argument is required by on its own lines);
+            // the rest is a usage reminder that buries it.
             let text = e.render().to_string();
-            let line = text.lines().next().unwrap_or("invalid arguments");
+            let first: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.is_empty())
+                .map(str::trim)
+                .collect();
+            let line = match first.join(" ") {
+                l if l.is_empty() => "invalid arguments".to_string(),
+                l => l,
+            };
             let _ = writeln!(std::io::stderr(), "{line} (see --help)");
-            error_file::record(line, false);
+            error_file::record(&line, false);
             return ExitCode::from(2);
         }
     };

@@ -30,6 +30,7 @@ pub mod restarts;
 pub mod resume;
 mod state;
 pub mod store;
+mod summation;
 
 use std::fmt;
 
@@ -38,6 +39,7 @@ pub use flags::CheckpointFlags;
 pub use hook_state::{HOOK_FILE, HookState};
 pub use state::{MODEL_FILE, STATE_FILE, Settings, TrainingState, load};
 pub use store::CheckpointDir;
+pub use summation::Summation;
 
 /// Where training stands: in epoch `epoch` (from 1), `step` steps done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -7,7 +7,7 @@ use anyhow::{Context, anyhow, bail};
 use core_tensor::FlatLayout;
 
 use super::origin::Origin;
-use super::{CheckpointDir, Position, Settings, TrainingState, load, load_weights};
+use super::{CheckpointDir, Position, Settings, Summation, TrainingState, load, load_weights};
 use launcher::contract::Misconfigured;
 
 /// `--resume`: a checkpoint directory, or `auto`.
@@ -191,7 +191,21 @@ pub fn compatibility(
             now.model
         );
     }
-    if saved.batch_size != now.batch_size {
+    if saved.summation != now.summation {
+        bail!(
+            "the checkpoint was trained {}, this run {}: continue it the same way, or use another --checkpoint-dir",
+            saved.summation.flags(),
+            now.summation.flags()
+        );
+    }
+    // With --reproducible the global batch alone defines a step: the
+    // layout, the per-rank batch and the accumulation may all change, and
+    // the run goes on to the bits of one that never stopped.
+    let exact = match now.summation {
+        Summation::Exact { global_batch, .. } => Some(global_batch),
+        Summation::Ring => None,
+    };
+    if exact.is_none() && saved.batch_size != now.batch_size {
         bail!(
             "the checkpoint was written with --batch-size {} per rank, this run has {}: continue with the same batch size",
             saved.batch_size,
@@ -206,7 +220,7 @@ pub fn compatibility(
         );
     }
     let mut notes: Vec<String> = data_rule(saved, now, at, checkpoint)?.into_iter().collect();
-    if saved.accumulate_steps != now.accumulate_steps {
+    if exact.is_none() && saved.accumulate_steps != now.accumulate_steps {
         if at.step > 0 {
             bail!(
                 "the checkpoint was written mid-epoch ({at}) with --accumulate-steps {}, this run has {}: its position counts optimizer steps of that many micro-batches; continue with the same --accumulate-steps, or resume from an epoch-boundary checkpoint (ckpt-eNNNN-s000000) to change it",
@@ -221,13 +235,18 @@ pub fn compatibility(
     }
     if (saved.world_size, saved.pipeline_stages) != (now.world_size, now.pipeline_stages) {
         let global_batch = now.replicas() * now.batch_size;
-        notes.push(match at.step {
-            0 => format!(
+        notes.push(match (exact, at.step) {
+            (Some(global_batch), _) => format!(
+                "the layout changes from {} to {} ({at}): --reproducible goes on in the same global batches of {global_batch}, to the bits of a run that never stopped",
+                layout(saved),
+                layout(now)
+            ),
+            (None, 0) => format!(
                 "the layout changes from {} to {} at this epoch boundary; the global batch becomes {global_batch}",
                 layout(saved),
                 layout(now)
             ),
-            _ => format!(
+            (None, _) => format!(
                 "the layout changes from {} to {} mid-epoch ({at}): the rest of the epoch's samples are shared out over {} replicas (none lost, none read twice but the padding), in global batches of {global_batch}",
                 layout(saved),
                 layout(now),

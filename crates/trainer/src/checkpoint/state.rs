@@ -10,6 +10,7 @@ use core_tensor::FlatLayout;
 use super::Position;
 use super::files::{self, Checksum, Named};
 use super::hook_state::{self, HOOK_FILE, HOOK_SUM, HookState};
+use super::summation::{self, Summation};
 use crate::bounded_read;
 use crate::data::DataFingerprint;
 use crate::model::DropoutRates;
@@ -58,6 +59,7 @@ pub struct Settings {
     /// The training data's identity; `None` (unknown) in checkpoints from
     /// before it was recorded.
     pub data: Option<DataFingerprint>,
+    pub summation: Summation,
 }
 
 impl Settings {
@@ -84,6 +86,7 @@ impl Default for Settings {
             dropout: DropoutRates::REFERENCE,
             model: "cnn".into(),
             data: None,
+            summation: Summation::Ring,
         }
     }
 }
@@ -149,6 +152,7 @@ impl TrainingState {
             ("batch_size", s.batch_size.to_string()),
             (ACCUMULATE, s.accumulate_steps.to_string()),
             (COMM_HOOK, s.comm_hook.clone()),
+            (summation::KEY, s.summation.to_string()),
             ("lr", s.lr.to_string()),
             ("model", s.model.clone()),
             (
@@ -392,6 +396,8 @@ impl Meta<'_> {
                     })
                 })
                 .transpose()?,
+            summation: Summation::from_metadata(self.0.get(summation::KEY))
+                .map_err(|e| anyhow!("{STATE_FILE}: {e}"))?,
         };
         if settings.world_size == 0 || settings.batch_size == 0 || settings.accumulate_steps == 0 {
             bail!("{STATE_FILE}: world size, batch size and accumulate steps must be at least 1");

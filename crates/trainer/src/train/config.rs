@@ -6,7 +6,7 @@ use core_tensor::ops::AdamConfig;
 use launcher::flags::positive_finite;
 
 use super::exact::ExactRequest;
-use crate::checkpoint::Settings;
+use crate::checkpoint::{Settings, Summation};
 use crate::data::DataFingerprint;
 use crate::ddp::{CommHookChoice, DdpFlags, SparseGrads};
 use crate::model::DropoutRates;
@@ -165,6 +165,17 @@ impl TrainConfig {
             comm_hook: self.comm_hook.to_string(),
             lr: self.adam.lr,
             dropout: self.dropout,
+            summation: match self.exact {
+                None => Summation::Ring,
+                Some(ExactRequest { global_batch, unit }) => {
+                    let replicas = world_size / pipeline_stages.max(1);
+                    let per_replica = self.batch_size * self.accumulate_steps;
+                    Summation::Exact {
+                        global_batch: global_batch.unwrap_or(per_replica * replicas),
+                        unit,
+                    }
+                }
+            },
         }
     }
 }

@@ -1,0 +1,143 @@
+//! `--reproducible`: the same model bytes at any layout — world sizes,
+//! thread counts, ranks as threads, accumulation, and a run stopped and
+//! resumed on another world — and on every CPU (the reference hash).
+
+mod common;
+
+use std::path::Path;
+
+use common::{data_arg, dataset, job, run, stderr, trainer};
+
+/// Steps of every run (an epoch of the synthetic set is 469 global batches
+/// of 128; each run stops after these).
+const STEPS: &str = "6";
+
+/// The SHA-256 of the table's `model.safetensors`: six steps of
+/// `--reproducible --global-batch 64 --unit 16 --seed 3` on the synthetic
+/// data set. Recorded on an AMD EPYC (AVX2), 2026-12-01; a run on any other
+/// CPU (AVX-512 included) must give the same bytes.
+const REFERENCE: &str = "e01d9e1df9e816f2e3aebcb7343b93058dbd5be872f52881fa32ccd2f850c9a9";
+
+fn sha256(path: &Path) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    String::from_utf8_lossy(&out.stdout)[..64].to_string()
+}
+
+/// The newest checkpoint's model in `dir`.
+fn newest_model(dir: &Path) -> std::path::PathBuf {
+    let mut ckpts: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.safetensors").exists())
+        .collect();
+    ckpts.sort();
+    ckpts.pop().expect("a checkpoint").join("model.safetensors")
+}
+
+/// Trains the table's run on `world` ranks with `extra` flags into `dir`.
+fn train(dir: &Path, world: usize, extra: &[&str]) -> String {
+    let mut cmd = trainer();
+    cmd.args([
+        "--world-size",
+        &world.to_string(),
+        "--epochs",
+        "1",
+        "--timeout",
+        "60",
+    ])
+    .args(data_arg(dataset()));
+    if !extra.contains(&"--threads") {
+        cmd.args(["--threads", "1"]);
+    }
+    cmd.args(["--reproducible", "--global-batch", "64", "--seed", "3"])
+        .args(["--max-steps", STEPS, "--checkpoint-dir"])
+        .arg(dir)
+        .args(extra);
+    let out = run(&mut cmd);
+    assert!(
+        out.status.success(),
+        "world {world} {extra:?}: {}",
+        stderr(&out)
+    );
+    sha256(&newest_model(dir))
+}
+
+#[test]
+fn every_layout_ends_on_the_same_bytes_as_the_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = |name: &str| tmp.path().join(name);
+    let alone = train(&dir("w1"), 1, &[]);
+    assert_eq!(
+        alone, REFERENCE,
+        "one rank: not the recorded bytes (another CPU?)"
+    );
+    let layouts: [(&str, usize, &[&str]); 4] = [
+        ("w3", 3, &[]),
+        ("w1-threads2", 1, &["--threads", "2"]),
+        ("w2-as-threads", 2, &["--spawn", "threads"]),
+        (
+            "w1-accumulate",
+            1,
+            &["--accumulate-steps", "4", "--batch-size", "16"],
+        ),
+    ];
+    for (name, world, extra) in layouts {
+        assert_eq!(
+            train(&dir(name), world, extra),
+            alone,
+            "{name}: other bytes"
+        );
+    }
+    // Stopped after 3 steps on one rank, resumed on two.
+    let resumed = dir("resumed");
+    let mut first = job(1, 1, 60);
+    first
+        .args(["--reproducible", "--global-batch", "64", "--seed", "3"])
+        .args([
+            "--max-steps",
+            STEPS,
+            "--checkpoint-every",
+            "3",
+            "--checkpoint-dir",
+        ])
+        .arg(&resumed);
+    assert!(run(&mut first).status.success());
+    std::fs::remove_dir_all(resumed.join("ckpt-e0002-s000000")).unwrap();
+    let again = train(&resumed, 2, &["--resume", "auto"]);
+    assert_eq!(again, alone, "resumed on two ranks: other bytes");
+}
+
+#[test]
+fn bad_reproducible_flags_are_one_line_naming_the_flag() {
+    let refused = |args: &[&str]| {
+        let out = run(trainer()
+            .args(["--max-steps", "1", "--threads", "1"])
+            .args(data_arg(dataset()))
+            .args(args));
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let err = stderr(&out);
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| l.contains("error"))
+            .unwrap_or("");
+        (last.to_string(), err)
+    };
+    let (line, _) = refused(&["--reproducible", "--global-batch", "100"]);
+    assert!(line.contains("not a multiple of --unit 16"), "{line}");
+    let (line, _) = refused(&["--reproducible", "--comm-hook", "bf16", "--world-size", "2"]);
+    assert!(line.contains("--comm-hook bf16"), "{line}");
+    let (line, err) = refused(&["--global-batch", "128"]);
+    assert!(err.contains("--reproducible"), "{line}");
+    let (line, _) = refused(&[
+        "--reproducible",
+        "--global-batch",
+        "32",
+        "--world-size",
+        "3",
+    ]);
+    assert!(line.contains("--global-batch 48 or more"), "{line}");
+}
