@@ -113,3 +113,117 @@ fn a_non_finite_value_spoils_its_block_alone() {
     let rest = blocks[1].start..;
     assert_eq!(bits(&spoilt[rest.clone()]), bits(&clean[rest]));
 }
+
+/// FNV-1a over the bits of `v`: a short name for a buffer's exact contents.
+fn fnv(v: &[f32]) -> u64 {
+    v.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
+        x.to_bits()
+            .to_le_bytes()
+            .iter()
+            .fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    })
+}
+
+/// Every layer's output (the segments' cuts) and every tensor's gradient
+/// for fixed inputs at batch 16 and 64, with dropout, on one thread and on
+/// two with fixed reductions, hashed. The table was recorded on an AMD
+/// EPYC (AVX2) on 2026-12-01; a CPU that computes any layer otherwise fails
+/// here naming it (the pipeline's machine dependence was fc2's product at
+/// 16 rows, which gemm summed across SIMD lanes).
+#[test]
+fn every_layer_gives_the_recorded_bits_at_batch_16_and_64() {
+    const RECORDED: [(usize, &str, u64); 24] = [
+        (16, "conv1 output", 0xa7d29d4b7df9c284),
+        (16, "conv2 output", 0x0f35a30fd9a692e6),
+        (16, "fc1 output", 0xd9af6f02a2f65f07),
+        (16, "fc2 output", 0xf1b384ea8ef4e92d),
+        (16, "conv1.weight gradient", 0x77caafa4a71d414c),
+        (16, "conv1.bias gradient", 0x78ef454017dcfcc5),
+        (16, "conv2.weight gradient", 0xea27f4d896e2c5b0),
+        (16, "conv2.bias gradient", 0x1115332f809f7a11),
+        (16, "fc1.weight gradient", 0x7a753c7f7f8b8511),
+        (16, "fc1.bias gradient", 0x83fa5ae302d1ed44),
+        (16, "fc2.weight gradient", 0xdf6a626e194cc0f6),
+        (16, "fc2.bias gradient", 0x485170cac53295db),
+        (64, "conv1 output", 0xf6dd2608b8037222),
+        (64, "conv2 output", 0x0b67ed4c4411471d),
+        (64, "fc1 output", 0x20644cb6cc8b0ca6),
+        (64, "fc2 output", 0xb6e1c5ce5694e937),
+        (64, "conv1.weight gradient", 0xde3be43355a1912e),
+        (64, "conv1.bias gradient", 0x1dcc6c25ba325de7),
+        (64, "conv2.weight gradient", 0x3cb57e767a664ab0),
+        (64, "conv2.bias gradient", 0x18fd443b8621c6f9),
+        (64, "fc1.weight gradient", 0x6c439e62136152fa),
+        (64, "fc1.bias gradient", 0x5bc65f73c4e07715),
+        (64, "fc2.weight gradient", 0x77dcdd2975e5b910),
+        (64, "fc2.bias gradient", 0x10050ab215a11399),
+    ];
+    let model = CnnMnist::new(DropoutRates::REFERENCE);
+    let mut got = Vec::new();
+    for threads in [1, 2] {
+        let mut first16: Vec<Vec<f32>> = Vec::new();
+        let b = Cpu::new(threads)
+            .unwrap()
+            .with_reductions(Reductions::Fixed);
+        let params = b.upload(&model.init_params(11)).unwrap();
+        for batch in [16, 64] {
+            let mut grads = b.zeros(cnn_layout().len()).unwrap();
+            let mut loss = b.zeros(1).unwrap();
+            let mut buf = Model::<Cpu>::buffers(&model, &b, batch, true).unwrap();
+            let mix = |i: usize| core_tensor::rng::uniform(99, i as u64);
+            let pixels: Vec<f32> = (0..batch * 784).map(mix).collect();
+            let labels: Vec<u8> = (0..batch)
+                .map(|i| (mix(1 << 30 | i) * 10.0) as u8)
+                .collect();
+            b.write_range(&pixels, &mut buf.cuts[0], 0).unwrap();
+            b.write_range(&labels, &mut buf.labels, 0).unwrap();
+            let dropout_seed = DropoutSeed::new(5);
+            model
+                .forward(&b, &mut buf, &params, Mode::Train { dropout_seed })
+                .unwrap();
+            model.loss(&b, &mut buf, &mut loss).unwrap();
+            model
+                .backward(&b, &mut buf, &params, &mut grads, dropout_seed, &mut NoSync)
+                .unwrap();
+            let mut table = Vec::new();
+            for (k, name) in ["conv1", "conv2", "fc1", "fc2"].iter().enumerate() {
+                let out = b.download(&buf.cuts[k + 1]).unwrap();
+                table.push((batch, format!("{name} output"), fnv(&out)));
+                // The first 16 samples are the batch of 16's: their outputs
+                // must not depend on the 48 beside them.
+                match batch {
+                    16 => first16.push(out),
+                    _ => assert!(
+                        out[..first16[k].len()] == first16[k][..],
+                        "{name}: a sample's output depends on the rest of its batch"
+                    ),
+                }
+            }
+            let grads = b.download(&grads).unwrap();
+            for view in cnn_layout().views() {
+                let name = format!("{} gradient", view.spec.name);
+                table.push((batch, name, fnv(&grads[view.range.clone()])));
+            }
+            if threads == 2 {
+                let alone = got.iter().filter(|(n, _, _)| *n == batch);
+                assert!(
+                    alone.eq(table.iter()),
+                    "batch {batch}: two threads computed other bits than one"
+                );
+            } else {
+                got.extend(table);
+            }
+        }
+    }
+    for (batch, name, hash) in &got {
+        println!("({batch}, \"{name}\", {hash:#018x}),");
+    }
+    for (want, have) in RECORDED.iter().zip(&got) {
+        assert_eq!(
+            (want.0, want.1, want.2),
+            (have.0, have.1.as_str(), have.2),
+            "another layer's bits"
+        );
+    }
+    assert_eq!(RECORDED.len(), got.len(), "the table records every layer");
+}
