@@ -235,7 +235,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             usage: self.state.monitor.take(),
             phases: self.state.timer.take()?,
             eval_seconds,
-            grad_bytes_per_step: self.averaging.take_sent_bytes() as f64 / steps,
+            grad_bytes_per_step: (self.averaging.take_sent_bytes()
+                + self.exact.as_mut().map_or(0, |e| e.take_sent_bytes()))
+                as f64
+                / steps,
         };
         let row = mine.table_row(self.topology.rank, self.topology.world);
         let table = self.sum_over_ranks(row)?;

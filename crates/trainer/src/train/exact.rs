@@ -39,6 +39,7 @@ use core_tensor::{FlatLayout, Ops};
 use launcher::contract::Misconfigured;
 
 use crate::comm_thread::CommThread;
+use crate::ddp::ring_bytes;
 
 /// Elements per block of a tensor that share one scale.
 pub const BLOCK: usize = 4096;
@@ -152,6 +153,8 @@ pub struct ExactSum {
     units: Vec<Vec<f32>>,
     /// The units stashed this step.
     stashed: usize,
+    /// Bytes this rank sent in its collectives since the last look.
+    sent: u64,
 }
 
 impl ExactSum {
@@ -172,6 +175,7 @@ impl ExactSum {
             blocks,
             units: Vec::new(),
             stashed: 0,
+            sent: 0,
         }
     }
 
@@ -199,9 +203,19 @@ impl ExactSum {
         comm: Option<&mut CommThread>,
     ) -> anyhow::Result<()> {
         let units = &self.units[..std::mem::take(&mut self.stashed)];
+        if let Some(comm) = comm.as_deref() {
+            let (world, len) = (comm.world_size(), B::len(grads));
+            self.sent += ring_bytes(self.blocks.len(), 8, world) + ring_bytes(len, 8, world);
+        }
         let mean = exact_mean(units, &self.blocks, self.plan.units(), comm)?;
         b.write_range(&mean, grads, 0)?;
         Ok(())
+    }
+
+    /// Bytes this rank sent in its collectives since the last call (as
+    /// [`ring_bytes`] counts them: the scales' maxima and the i64 sums).
+    pub fn take_sent_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.sent)
     }
 }
 
@@ -249,14 +263,16 @@ fn scale_exponent(max: i64) -> i32 {
     51 - above
 }
 
-/// `x` rounded to the nearest integer, ties to even, for `|x| ≤ 2^51`:
-/// adding and taking away `1.5 · 2^52` leaves no fraction bits (in the
-/// default rounding mode, which Rust never changes), in two vectorisable
-/// additions instead of a library call.
+/// `x` rounded to the nearest integer, ties to even, for `|x| < 2^51`:
+/// `x + 1.5 · 2^52` lies in the binade where f64's ulp is 1, so the add
+/// rounds `x` to an integer (in the default rounding mode, which Rust never
+/// changes) and the sum's low mantissa bits are that integer, offset by the
+/// constant's. Two instructions, no library call, no saturating
+/// conversion, so the loops over a block vectorise.
 #[inline]
 fn round_to_integer(x: f64) -> i64 {
     const SHIFT: f64 = 6_755_399_441_055_744.0;
-    ((x + SHIFT) - SHIFT) as i64
+    ((x + SHIFT).to_bits() as i64).wrapping_sub(SHIFT.to_bits() as i64)
 }
 
 /// The mean over `total` units of every rank's `units` (module docs).

@@ -28,3 +28,20 @@ fn units_are_shared_out_in_runs_and_bad_batches_are_refused() {
     assert!(refusal(Some(32), 4).contains("--global-batch 64 or more"));
     assert!(refusal(Some(16 * 5000), 1).contains("larger --unit"));
 }
+
+#[test]
+fn rounding_to_an_integer_is_to_nearest_even_within_the_range() {
+    for (x, want) in [
+        (0.5, 0),
+        (1.5, 2),
+        (2.5, 2),
+        (-0.5, 0),
+        (-1.5, -2),
+        (-2.7, -3),
+        (3.2, 3),
+        (2f64.powi(51) - 1.0, (1i64 << 51) - 1),
+        (-(2f64.powi(51)), -(1i64 << 51)),
+    ] {
+        assert_eq!(round_to_integer(x), want, "{x}");
+    }
+}
