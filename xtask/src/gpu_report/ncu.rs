@@ -1,5 +1,7 @@
 //! Reading Nsight Compute's `--csv` logs: device time per kernel and grid
-//! (`ncu_kernels*`), and the section figures per launch (`ncu_detail_*`).
+//! (`ncu_kernels*`), the section figures and explicit metrics per launch
+//! (`ncu_detail_*`), and the kernels docs/gpu.md predicts against their
+//! predictions.
 
 use std::collections::BTreeMap;
 
@@ -84,13 +86,16 @@ fn shown(value: &str, unit: &str) -> String {
 }
 
 /// Per kernel and grid: launches and summed device time in µs, from the
-/// rows of `gpu__time_duration.sum`.
+/// rows of `gpu__time_duration.sum` (else SpeedOfLight's `Duration`).
 pub(super) fn kernel_times(log: &str) -> BTreeMap<String, (u32, f64)> {
+    let rows = ncu_rows(log);
+    let metric = if rows.iter().any(|r| r.metric == "gpu__time_duration.sum") {
+        "gpu__time_duration.sum"
+    } else {
+        "Duration"
+    };
     let mut times = BTreeMap::new();
-    for row in ncu_rows(log)
-        .iter()
-        .filter(|r| r.metric == "gpu__time_duration.sum")
-    {
+    for row in rows.iter().filter(|r| r.metric == metric) {
         let Some(us) = number(&row.value).and_then(|n| microseconds(n, &row.unit)) else {
             continue;
         };
@@ -110,9 +115,64 @@ const DETAIL: [&str; 4] = [
     "Warp Cycles Per Issued Instruction",
 ];
 
-/// One row per launch of an `ncu_detail_*` log with the [`DETAIL`] metrics.
-pub(super) fn detail_table(title: &str, log: &str) -> String {
-    let mut launches: Vec<(String, String, BTreeMap<String, String>)> = Vec::new();
+/// The `ncu_detail_*` steps of run.sh and their titles.
+pub(super) const DETAIL_LOGS: [(&str, &str); 8] = [
+    ("ncu_detail_bf16", "`--bf16`"),
+    ("ncu_detail_tf32", "`--tf32`"),
+    ("ncu_detail_f32", "float32"),
+    ("ncu_detail_cp_async", "float32, `--gemm-staging cp-async`"),
+    (
+        "ncu_detail_cp_async_tf32",
+        "`--tf32 --gemm-staging cp-async`",
+    ),
+    ("ncu_detail_wide", "float32, `--fp32-tile wide`"),
+    ("ncu_detail_wide_tf32", "`--tf32 --fp32-tile wide`"),
+    ("ncu_detail_bias", "the bias gradients' two passes"),
+];
+
+/// The explicit metrics run.sh asks for beside the sections (and two
+/// section figures), with the column names they head.
+const METRICS: [(&str, &str); 12] = [
+    ("Registers Per Thread", "registers"),
+    ("Achieved Occupancy", "occupancy"),
+    ("smsp__inst_executed.sum", "warp instructions"),
+    (
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "tensor pipe",
+    ),
+    (
+        "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+        "barrier",
+    ),
+    (
+        "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+        "long sb",
+    ),
+    (
+        "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+        "short sb",
+    ),
+    (
+        "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+        "MIO",
+    ),
+    (
+        "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+        "conflicts ld",
+    ),
+    (
+        "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+        "conflicts st",
+    ),
+    ("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "local ld"),
+    ("l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum", "local st"),
+];
+
+/// Each launch of a log: its ID, kernel and grid, and figures by metric.
+type Launch = (String, String, BTreeMap<String, String>);
+
+fn launches(log: &str) -> Vec<Launch> {
+    let mut launches: Vec<Launch> = Vec::new();
     for row in ncu_rows(log) {
         if launches.last().is_none_or(|l| l.0 != row.id) {
             launches.push((row.id.clone(), row.kernel.clone(), BTreeMap::new()));
@@ -121,23 +181,180 @@ pub(super) fn detail_table(title: &str, log: &str) -> String {
             last.2.insert(row.metric, shown(&row.value, &row.unit));
         }
     }
-    if launches.is_empty() {
+    launches
+}
+
+/// One row per launch with the figures `columns` name (metric, heading);
+/// none when no launch has any of them.
+fn launch_table(heading: &str, log: &str, columns: &[(&str, &str)]) -> String {
+    let launches = launches(log);
+    let any = launches
+        .iter()
+        .any(|l| columns.iter().any(|(m, _)| l.2.contains_key(*m)));
+    if !any {
         return String::new();
     }
+    let names: Vec<&str> = columns.iter().map(|c| c.1).collect();
     let mut out = format!(
-        "Nsight Compute sections, {title}:\n\n| kernel, grid | {} |\n|---|{}\n",
-        DETAIL.join(" | "),
-        "---|".repeat(DETAIL.len())
+        "{heading}:\n\n| kernel, grid | {} |\n|---|{}\n",
+        names.join(" | "),
+        "---|".repeat(columns.len())
     );
     for (_, kernel, metrics) in launches {
-        let cells: Vec<&str> = DETAIL
+        let cells: Vec<&str> = columns
             .iter()
-            .map(|m| metrics.get(*m).map_or("–", String::as_str))
+            .map(|(m, _)| metrics.get(*m).map_or("–", String::as_str))
             .collect();
         out.push_str(&format!("| `{kernel}` | {} |\n", cells.join(" | ")));
     }
     out.push('\n');
     out
+}
+
+/// One row per launch of an `ncu_detail_*` log with the [`DETAIL`] metrics.
+pub(super) fn detail_table(title: &str, log: &str) -> String {
+    let columns = DETAIL.map(|m| (m, m));
+    launch_table(&format!("Nsight Compute sections, {title}"), log, &columns)
+}
+
+/// One row per launch with the [`METRICS`]: registers, occupancy,
+/// instructions, the stall ratios (warps stalled per issuing cycle), the
+/// shared-memory bank conflicts and the local-memory (spill) bytes.
+pub(super) fn metrics_table(title: &str, log: &str) -> String {
+    launch_table(&format!("Nsight Compute metrics, {title}"), log, &METRICS)
+}
+
+/// docs/gpu.md's kernel predictions as ratios of one kernel's device time
+/// under a lever to its time without (the same grid; the clocks cancel):
+/// `(lever log, lever kernel, default log, default kernel, lo, hi)`.
+const RATIOS: [(&str, &str, &str, &str, f64, f64); 9] = [
+    (
+        "ncu_detail_cp_async",
+        "conv2d_pool_fwd_f32",
+        "ncu_detail_f32",
+        "conv2d_pool_fwd_f32",
+        1.0,
+        1.1,
+    ),
+    (
+        "ncu_detail_cp_async",
+        "conv2d_bwd_input_f32",
+        "ncu_detail_f32",
+        "conv2d_bwd_input_f32",
+        0.97,
+        1.05,
+    ),
+    (
+        "ncu_detail_cp_async",
+        "conv2d_bwd_weight_partial_f32",
+        "ncu_detail_f32",
+        "conv2d_bwd_weight_partial_f32",
+        1.0,
+        1.1,
+    ),
+    (
+        "ncu_detail_cp_async_tf32",
+        "conv2d_pool_fwd_tf32",
+        "ncu_detail_tf32",
+        "conv2d_pool_fwd_tf32",
+        1.1,
+        1.25,
+    ),
+    (
+        "ncu_detail_cp_async_tf32",
+        "conv2d_bwd_input_tf32",
+        "ncu_detail_tf32",
+        "conv2d_bwd_input_tf32",
+        0.98,
+        1.08,
+    ),
+    (
+        "ncu_detail_cp_async_tf32",
+        "conv2d_bwd_weight_partial_tf32",
+        "ncu_detail_tf32",
+        "conv2d_bwd_weight_partial_tf32",
+        1.1,
+        1.25,
+    ),
+    (
+        "ncu_detail_bf16",
+        "conv2d_pool_fwd_bf16",
+        "ncu_detail_tf32",
+        "conv2d_pool_fwd_tf32",
+        0.8,
+        0.91,
+    ),
+    (
+        "ncu_detail_bf16",
+        "conv2d_bwd_input_bf16",
+        "ncu_detail_tf32",
+        "conv2d_bwd_input_tf32",
+        0.8,
+        0.91,
+    ),
+    (
+        "ncu_detail_bf16",
+        "conv2d_bwd_weight_partial_bf16",
+        "ncu_detail_tf32",
+        "conv2d_bwd_weight_partial_tf32",
+        0.8,
+        0.91,
+    ),
+];
+
+/// docs/gpu.md's absolute predictions, µs per launch at batch 64 (the bias
+/// gradients' two passes): `(log, kernel, lo, hi)`.
+const TIMES: [(&str, &str, f64, f64); 2] = [
+    ("ncu_kernels", "conv2d_bwd_bias_partial_f32", 3.0, 5.0),
+    ("ncu_kernels", "conv2d_bwd_bias_reduce_f32", 1.0, 3.0),
+];
+
+fn verdict(x: f64, lo: f64, hi: f64) -> &'static str {
+    if x < lo {
+        "below"
+    } else if x > hi {
+        "above"
+    } else {
+        "inside"
+    }
+}
+
+/// Each predicted kernel (and grid) the logs have, against its prediction.
+pub(super) fn predictions(read: &dyn Fn(&str) -> Option<String>) -> String {
+    let times = |log: &str| read(log).map(|l| kernel_times(&l)).unwrap_or_default();
+    let name_of = |key: &str| key.split(' ').next().unwrap_or_default().to_owned();
+    let mut rows = String::new();
+    for (lever_log, lever, default_log, default, lo, hi) in RATIOS {
+        let (l, d) = (times(lever_log), times(default_log));
+        for (key, (n, us)) in l.iter().filter(|(k, _)| name_of(k) == lever) {
+            let grid = key.trim_start_matches(lever);
+            let Some((dn, dus)) = d.get(&format!("{default}{grid}")) else {
+                continue;
+            };
+            let (a, b) = (us / f64::from(*n), dus / f64::from(*dn));
+            rows.push_str(&format!(
+                "| `{key}` ÷ `{default}` | {a:.1} ÷ {b:.1} µs | {:.2}× | {lo:.2}–{hi:.2}× | {} |\n",
+                a / b,
+                verdict(a / b, lo, hi)
+            ));
+        }
+    }
+    for (log, kernel, lo, hi) in TIMES {
+        for (key, (n, us)) in times(log).iter().filter(|(k, _)| name_of(k) == kernel) {
+            let a = us / f64::from(*n);
+            rows.push_str(&format!(
+                "| `{key}` ({log}) | {a:.1} µs | – | {lo:.0}–{hi:.0} µs | {} |\n",
+                verdict(a, lo, hi)
+            ));
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "Kernels against docs/gpu.md's predictions (Nsight Compute device time per launch):\n\n\
+         | kernel | measured | ratio | predicted | verdict |\n|---|---|---|---|---|\n{rows}\n"
+    )
 }
 
 /// The fields of one CSV line: quoted (a comma inside is text, `""` one
