@@ -57,9 +57,9 @@ pub struct Args {
     #[arg(long, value_name = "REV")]
     baseline: Option<String>,
     /// A folder holding another NVRTC (`libnvrtc.so.N`) to compile the
-    /// kernel cache with too, as the GPU machine's NVRTC version must match
-    /// (e.g. a 13.0 wheel's lib folder for a CUDA 13.0 machine); repeatable.
-    /// Without it, the nvidia-cuda-nvrtc-cu12 wheel's.
+    /// kernels with too, beside the nvidia-cuda-nvrtc-cu12 wheel's: the GPU
+    /// machine reads the set of the NVRTC version it loads (e.g. a 13.0
+    /// wheel's lib folder for a CUDA 13.0 machine); repeatable.
     #[arg(long, value_name = "DIR")]
     nvrtc: Vec<PathBuf>,
 }

@@ -18,8 +18,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 /// Fills `out/kernels` from the `nvrtc_compile` test executable and the
-/// bundled `cnn_layers` bench, once per NVRTC library folder of
-/// `nvrtc_dirs` (the cu12 wheel's when empty).
+/// bundled `cnn_layers` bench, once per NVRTC: the cu12 wheel's (or
+/// `$NVRTC_LIB_DIR`) and each library folder of `nvrtc_dirs`.
 pub(super) fn bundle(out: &Path, nvrtc_test: &Path, nvrtc_dirs: &[PathBuf]) -> Result<()> {
     let dir = out.join("kernels");
     std::fs::create_dir_all(&dir)?;
@@ -41,20 +41,22 @@ pub(super) fn bundle(out: &Path, nvrtc_test: &Path, nvrtc_dirs: &[PathBuf]) -> R
             dir.join("ptxas.txt").display()
         );
     }
-    let default_dir;
-    let nvrtc_dirs = if nvrtc_dirs.is_empty() {
-        default_dir = [cuda_emu::nvrtc_lib_dir().context(
+    let mut nvrtc_all: Vec<PathBuf> = cuda_emu::nvrtc_lib_dir().into_iter().collect();
+    for dir in nvrtc_dirs {
+        if !nvrtc_all.contains(dir) {
+            nvrtc_all.push(dir.clone());
+        }
+    }
+    if nvrtc_all.is_empty() {
+        bail!(
             "no NVRTC to compile the kernel cache with: pip install nvidia-cuda-nvrtc-cu12, \
-             or pass --nvrtc DIR",
-        )?];
-        &default_dir[..]
-    } else {
-        nvrtc_dirs
-    };
+             or pass --nvrtc DIR"
+        );
+    }
     let emulator = cuda_emu::Emulator::build(&super::target_dir().join("cuda-emu"))
         .context("building cuda-emu, which starts the CUDA backend here to fill the cache")?;
     let mut versions = Vec::new();
-    for (i, nvrtc) in nvrtc_dirs.iter().enumerate() {
+    for (i, nvrtc) in nvrtc_all.iter().enumerate() {
         let links = super::target_dir().join(format!("device-bundle-nvrtc/{i}"));
         let origin = fill_cache(
             &dir,
