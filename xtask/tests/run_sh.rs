@@ -52,8 +52,12 @@ fn start(bundle: &Path, args: &[&str]) -> Child {
     Command::new("bash")
         .arg(bundle.join("run.sh"))
         .args(args)
-        // No CUDA, ncu or PyTorch of the machine running the tests.
-        .env("PATH", "/usr/bin:/bin")
+        // No CUDA, ncu or PyTorch of the machine running the tests; the
+        // bundle's `fakebin/` where a test puts a stub.
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", bundle.join("fakebin").display()),
+        )
         .env("PYTHON", "false")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -148,6 +152,53 @@ fn steps_the_budget_leaves_no_time_for_are_skipped() {
     assert!(row.contains("skipped out of time (--budget 10)"), "{row}");
     // --only: no other training step has a row.
     assert!(!summary.contains("train_tf32"), "{summary}");
+}
+
+/// An ncu stub: profiling (any call at the GPU's clocks) prints a line,
+/// the stall metrics are refused as an unknown name would be.
+const NCU_REFUSING_STALLS: &str = r#"#!/bin/sh
+case "$*" in
+  *"--clock-control none"*smsp__average_warps*) echo "==ERROR== Failed to find metric smsp__average_warps_x"; exit 1 ;;
+  *"--clock-control none"*) echo "==PROF== Disconnected" ;;
+  *) exit 3 ;;
+esac
+"#;
+
+/// An ncu that refuses the stall metrics (as one that does not know a
+/// name would, before profiling): the step runs again with the common
+/// metrics, passes, and the refused try's log stays beside.
+#[test]
+fn an_ncu_refusing_a_metric_gets_the_common_ones() {
+    let bundle = fake_bundle();
+    let ncu = bundle.path().join("fakebin/ncu");
+    fs::create_dir_all(ncu.parent().unwrap()).unwrap();
+    fs::write(&ncu, NCU_REFUSING_STALLS).unwrap();
+    assert!(
+        Command::new("chmod")
+            .arg("+x")
+            .arg(&ncu)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = start(bundle.path(), &["--only", "^ncu_detail_bf16$"])
+        .wait_with_output()
+        .unwrap();
+    let summary = fs::read_to_string(bundle.path().join("logs/summary.txt")).unwrap();
+    let rows: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.starts_with("ncu_detail_bf16 "))
+        .collect();
+    assert_eq!(rows.len(), 1, "{summary}\n{}", text(&out));
+    assert!(rows[0].contains(" ok "), "{summary}");
+    let refused = bundle
+        .path()
+        .join("logs/ncu_detail_bf16_metrics_refused.txt");
+    assert!(
+        fs::read_to_string(refused)
+            .unwrap()
+            .contains("Failed to find metric")
+    );
 }
 
 #[test]
