@@ -98,11 +98,15 @@ for root in roots:
         break
 PY
 }
-# The first library named $1* that the system loader knows or a CUDA install has.
+# The first library named $1* that the system loader knows, a CUDA install
+# has, or (last: cuda-emu's, for a dry run) a folder of LD_LIBRARY_PATH has.
 in_system() {
   {
+    local dir dirs
     ldconfig -p 2>/dev/null | awk -v name="$1" 'index($1, name) == 1 { print $NF }'
     for dir in ${CUDA_HOME:-} /usr/local/cuda; do ls "$dir/lib64/$1"* 2>/dev/null; done
+    IFS=: read -ra dirs <<<"${LD_LIBRARY_PATH-}"
+    for dir in "${dirs[@]}"; do [ -n "$dir" ] && ls "$dir/$1"* 2>/dev/null; done
   } | head -n 1
 }
 # Links $links/$1 to the first existing candidate and puts both folders on
