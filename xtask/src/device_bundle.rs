@@ -7,7 +7,7 @@
 //!   bin/trainer            release build
 //!   tests/<name>           the parity suite and the trainer's NCCL test (release)
 //!   kernels/               every kernel compiled here for sm_90 (kernels.rs)
-//!   benches/<name>         the bench executables (release)
+//!   benches/cnn_layers     each layer's kernels between CUDA events (release)
 //!   pytorch/*.py           benches/pytorch: the same measurements in PyTorch
 //!   data/fashion-mnist/    the four .gz files (the folder is git-ignored)
 //!   build-info.txt         the commit and toolchain it was built from
@@ -36,6 +36,9 @@ const GPU_TEST: &str = "cuda_parity";
 /// and ptxas: run here, its table travels (`kernels/ptxas.txt`).
 const NVRTC_TEST: &str = "nvrtc_compile";
 
+/// The bench run.sh times each layer's kernels with.
+const BENCH: &str = "cnn_layers";
+
 /// The most the bundle may weigh: a remote call carries 64 MiB, the
 /// checkout's tracked files (about 3 MiB) included.
 const MAX_BUNDLE_MIB: u64 = 60;
@@ -56,8 +59,8 @@ pub struct Args {
     /// branch), so that one device session times both builds on one GPU.
     #[arg(long, value_name = "REV")]
     baseline: Option<String>,
-    /// A folder holding another NVRTC (`libnvrtc.so.N`) to compile the
-    /// kernels with too, beside the nvidia-cuda-nvrtc-cu12 wheel's: the GPU
+    /// A folder holding the NVRTC (`libnvrtc.so.N`) to compile the bundled
+    /// kernels with, instead of the nvidia-cuda-nvrtc-cu12 wheel's: the GPU
     /// machine reads the set of the NVRTC version it loads (e.g. a 13.0
     /// wheel's lib folder for a CUDA 13.0 machine); repeatable.
     #[arg(long, value_name = "DIR")]
@@ -102,11 +105,12 @@ pub fn run(args: Args) -> Result<()> {
         .filter(|a| a.name == TRAINER_GPU_TEST)
         .collect();
     copy_all(&nccl_test, "tests", &args.out)?;
-    copy_all(
-        &artifacts(&["bench", "--no-run", "-p", "benches"])?,
-        "benches",
-        &args.out,
-    )?;
+    // Only the bench run.sh runs: the bundle must stay under 60 MiB.
+    let benches: Vec<_> = artifacts(&["bench", "--no-run", "-p", "benches"])?
+        .into_iter()
+        .filter(|a| a.name == BENCH)
+        .collect();
+    copy_all(&benches, "benches", &args.out)?;
     let nvrtc_test = nvrtc_test
         .first()
         .with_context(|| format!("cargo built no {NVRTC_TEST} test"))?;

@@ -18,8 +18,9 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 /// Fills `out/kernels` from the `nvrtc_compile` test executable and the
-/// bundled `cnn_layers` bench, once per NVRTC: the cu12 wheel's (or
-/// `$NVRTC_LIB_DIR`) and each library folder of `nvrtc_dirs`.
+/// bundled `cnn_layers` bench, once per NVRTC library folder of
+/// `nvrtc_dirs`, else with the cu12 wheel's (or `$NVRTC_LIB_DIR`): a set
+/// is about 3.5 MiB, and the bundle must stay under 60.
 pub(super) fn bundle(out: &Path, nvrtc_test: &Path, nvrtc_dirs: &[PathBuf]) -> Result<()> {
     let dir = out.join("kernels");
     std::fs::create_dir_all(&dir)?;
@@ -41,12 +42,11 @@ pub(super) fn bundle(out: &Path, nvrtc_test: &Path, nvrtc_dirs: &[PathBuf]) -> R
             dir.join("ptxas.txt").display()
         );
     }
-    let mut nvrtc_all: Vec<PathBuf> = cuda_emu::nvrtc_lib_dir().into_iter().collect();
-    for dir in nvrtc_dirs {
-        if !nvrtc_all.contains(dir) {
-            nvrtc_all.push(dir.clone());
-        }
-    }
+    let nvrtc_all: Vec<PathBuf> = if nvrtc_dirs.is_empty() {
+        cuda_emu::nvrtc_lib_dir().into_iter().collect()
+    } else {
+        nvrtc_dirs.to_vec()
+    };
     if nvrtc_all.is_empty() {
         bail!(
             "no NVRTC to compile the kernel cache with: pip install nvidia-cuda-nvrtc-cu12, \
