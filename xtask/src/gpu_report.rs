@@ -19,6 +19,7 @@ use anyhow::{Context, bail};
 
 mod layers;
 mod ncu;
+mod predictions;
 mod runs;
 
 use runs::{Runs, Samples, grouped};
@@ -110,7 +111,7 @@ fn report(dir: &Path) -> String {
             out.push_str(&ncu::kernel_table(title, &kernels));
         }
     }
-    out.push_str(&ncu::predictions(&read));
+    out.push_str(&predictions::predictions(&read));
     for (name, title) in ncu::DETAIL_LOGS {
         if let Some(log) = read(name) {
             out.push_str(&ncu::detail_table(title, &log));
