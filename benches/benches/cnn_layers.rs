@@ -4,6 +4,7 @@
 //!
 //! `cargo bench -p benches --bench cnn_layers -- --threads 1 --batch-size 64 --reps 30`
 //! `cargo bench -p benches --bench cnn_layers -- --device cuda --batch-size 512 [--tf32|--bf16]`
+//! `cargo bench -p benches --bench cnn_layers -- --device cuda [--tf32] --gemm-staging cp-async`
 //!
 //! Each call is timed between two [`Backend::mark`]s: the host clock on the
 //! CPU, CUDA events on the GPU's compute stream (so a GPU figure is the
@@ -21,7 +22,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use core_tensor::ops::conv2d_pool::pool_of;
 use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, LinearGeom, ParamAt, PoolGeom};
-use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, MatmulPrecision, Ops};
+use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Ops};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Device {
@@ -53,6 +54,11 @@ struct Args {
     /// the same bits.
     #[arg(long, value_name = "TILE", value_parser = Fp32Tile::parse)]
     fp32_tile: Option<Fp32Tile>,
+    /// How the float32 and TF32 products stage their tiles (`--device
+    /// cuda`): `registers` or `cp-async` (compute capability 8.0+); the
+    /// same bits. Not with `--bf16`, whose products stage through registers.
+    #[arg(long, value_name = "STAGING", value_parser = GemmStaging::parse)]
+    gemm_staging: Option<GemmStaging>,
     /// The fused ops' kernels (conv1 + ReLU; conv2, max-pool, ReLU and
     /// dropout; fc1 + ReLU + dropout) as separate kernels (`--device cuda`;
     /// the CPU has no fused ones).
@@ -324,9 +330,14 @@ fn main() -> Result<()> {
         Device::Cpu if a.tf32 || a.bf16 => bail!("--tf32 and --bf16 are for --device cuda"),
         Device::Cpu if a.fp32_tile.is_some() => bail!("--fp32-tile is for --device cuda"),
         Device::Cpu if a.no_fusion => bail!("--no-fusion is for --device cuda"),
+        Device::Cpu if a.gemm_staging.is_some() => bail!("--gemm-staging is for --device cuda"),
         Device::Cuda if a.bf16 && a.fp32_tile.is_some() => {
             bail!("--fp32-tile chooses the float32 and TF32 products' tile; bf16 ones keep theirs")
         }
+        Device::Cuda if a.bf16 && a.gemm_staging.is_some() => bail!(
+            "--gemm-staging chooses how the float32 and TF32 products stage their tiles; \
+             bf16 ones stage through registers"
+        ),
         Device::Cpu => {
             let cpu = Cpu::new(a.threads)?;
             (cpu.describe(), rows(&cpu, &a)?)
@@ -334,7 +345,8 @@ fn main() -> Result<()> {
         Device::Cuda => {
             let precision =
                 MatmulPrecision::from_flags(a.tf32, a.bf16).map_err(anyhow::Error::msg)?;
-            let cuda = Cuda::with_precision(0, precision)
+            let staging = a.gemm_staging.unwrap_or_default();
+            let cuda = Cuda::with_products(0, precision, staging)
                 .context("--device cuda: no usable GPU 0")?
                 .with_fp32_tile(a.fp32_tile.unwrap_or_default())
                 .with_fusion(!a.no_fusion);

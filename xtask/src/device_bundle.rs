@@ -3,10 +3,11 @@
 //!
 //! ```text
 //! device-bundle/
-//!   run.sh                 finds the CUDA libraries, runs every check, prints a summary
+//!   run.sh                 finds the CUDA libraries, runs every step, keeps a summary
 //!   bin/trainer            release build
-//!   tests/<name>           core-tensor's GPU test executables (release)
-//!   benches/<name>         the bench executables (release)
+//!   tests/<name>           the parity suite and the trainer's NCCL test (release)
+//!   kernels/               every kernel compiled here for sm_90 (kernels.rs)
+//!   benches/cnn_layers     each layer's kernels between CUDA events (release)
 //!   pytorch/*.py           benches/pytorch: the same measurements in PyTorch
 //!   data/fashion-mnist/    the four .gz files (the folder is git-ignored)
 //!   build-info.txt         the commit and toolchain it was built from
@@ -15,7 +16,9 @@
 //! ```
 //!
 //! Executables are found from cargo's JSON messages, so test and bench
-//! binaries keep their names without cargo's hash suffix.
+//! binaries keep their names without cargo's hash suffix. The bundle must
+//! travel with the checkout in one remote call (64 MiB in all), so it says
+//! its size and fails above [`MAX_BUNDLE_MIB`].
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,9 +27,21 @@ use anyhow::{Context, Result, bail};
 use fashion_mnist::FILES;
 
 mod baseline;
+mod kernels;
 
-/// The core-tensor integration tests that exercise a GPU (or NVRTC).
-const GPU_TESTS: [&str; 2] = ["cuda_parity", "nvrtc_compile"];
+/// The core-tensor integration test that runs on the GPU.
+const GPU_TEST: &str = "cuda_parity";
+
+/// The core-tensor integration test that compiles every kernel with NVRTC
+/// and ptxas: run here, its table travels (`kernels/ptxas.txt`).
+const NVRTC_TEST: &str = "nvrtc_compile";
+
+/// The bench run.sh times each layer's kernels with.
+const BENCH: &str = "cnn_layers";
+
+/// The most the bundle may weigh: a remote call carries 64 MiB, the
+/// checkout's tracked files (about 3 MiB) included.
+const MAX_BUNDLE_MIB: u64 = 60;
 
 /// The trainer's integration test that exercises NCCL on a GPU.
 const TRAINER_GPU_TEST: &str = "nccl_gpu";
@@ -44,6 +59,12 @@ pub struct Args {
     /// branch), so that one device session times both builds on one GPU.
     #[arg(long, value_name = "REV")]
     baseline: Option<String>,
+    /// A folder holding the NVRTC (`libnvrtc.so.N`) to compile the bundled
+    /// kernels with, instead of the nvidia-cuda-nvrtc-cu12 wheel's: the GPU
+    /// machine reads the set of the NVRTC version it loads (e.g. a 13.0
+    /// wheel's lib folder for a CUDA 13.0 machine); repeatable.
+    #[arg(long, value_name = "DIR")]
+    nvrtc: Vec<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -55,11 +76,20 @@ pub fn run(args: Args) -> Result<()> {
     fresh_dir(&args.out)?;
     let trainer = artifacts(&["build", "--release", "-p", "trainer", "--bin", "trainer"])?;
     copy_all(&trainer, "bin", &args.out)?;
-    let mut test_args = vec!["test", "--release", "--no-run", "-p", "core-tensor"];
-    for test in GPU_TESTS {
-        test_args.extend(["--test", test]);
-    }
-    copy_all(&artifacts(&test_args)?, "tests", &args.out)?;
+    let core_tests = artifacts(&[
+        "test",
+        "--release",
+        "--no-run",
+        "-p",
+        "core-tensor",
+        "--test",
+        GPU_TEST,
+        "--test",
+        NVRTC_TEST,
+    ])?;
+    let (nvrtc_test, gpu_test): (Vec<_>, Vec<_>) =
+        core_tests.into_iter().partition(|a| a.name == NVRTC_TEST);
+    copy_all(&gpu_test, "tests", &args.out)?;
     let trainer_test = [
         "test",
         "--release",
@@ -75,11 +105,16 @@ pub fn run(args: Args) -> Result<()> {
         .filter(|a| a.name == TRAINER_GPU_TEST)
         .collect();
     copy_all(&nccl_test, "tests", &args.out)?;
-    copy_all(
-        &artifacts(&["bench", "--no-run", "-p", "benches"])?,
-        "benches",
-        &args.out,
-    )?;
+    // Only the bench run.sh runs: the bundle must stay under 60 MiB.
+    let benches: Vec<_> = artifacts(&["bench", "--no-run", "-p", "benches"])?
+        .into_iter()
+        .filter(|a| a.name == BENCH)
+        .collect();
+    copy_all(&benches, "benches", &args.out)?;
+    let nvrtc_test = nvrtc_test
+        .first()
+        .with_context(|| format!("cargo built no {NVRTC_TEST} test"))?;
+    kernels::bundle(&args.out, &nvrtc_test.path, &args.nvrtc)?;
     copy_pytorch(&args.out.join("pytorch"))?;
     let data_out = args.out.join("data/fashion-mnist");
     std::fs::create_dir_all(&data_out)?;
@@ -97,11 +132,41 @@ pub fn run(args: Args) -> Result<()> {
     let script = args.out.join("run.sh");
     std::fs::write(&script, RUN_SH)?;
     make_executable(&script)?;
+    check_size(&args.out)?;
     eprintln!(
-        "bundle ready: copy {} to the GPU machine and run ./run.sh there (docs/gpu.md)",
+        "bundle ready: run ./run.sh in {} on the GPU machine (docs/gpu.md, \"The device bundle\")",
         args.out.display()
     );
     Ok(())
+}
+
+/// Prints the bundle's size; fails above [`MAX_BUNDLE_MIB`].
+fn check_size(out: &Path) -> Result<()> {
+    let mib = dir_bytes(out)? as f64 / f64::from(1 << 20);
+    eprintln!("bundle: {mib:.1} MiB in {}", out.display());
+    if mib > MAX_BUNDLE_MIB as f64 {
+        bail!(
+            "the bundle in {} is {mib:.1} MiB, over the {MAX_BUNDLE_MIB} MiB a remote call can \
+             carry beside the checkout: leave out --baseline or an --nvrtc",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// The bytes of the files under `dir`, links not followed.
+fn dir_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            total += dir_bytes(&entry.path())?;
+        } else if kind.is_file() {
+            total += entry.metadata()?.len();
+        }
+    }
+    Ok(total)
 }
 
 /// Empties `dir`, refusing a non-empty folder that is not an earlier bundle.
@@ -257,8 +322,22 @@ const RUN_SH: &str = include_str!("device_bundle/run.sh");
 
 #[cfg(test)]
 mod tests {
-    use super::RUN_SH;
+    use super::{MAX_BUNDLE_MIB, RUN_SH, check_size};
     use std::process::Command;
+
+    /// A bundle over the limit is an error naming its size; one at the
+    /// limit passes (sparse files: no disk written).
+    #[test]
+    fn a_bundle_over_60_mib_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
+        let file = std::fs::File::create(dir.path().join("bin/trainer")).unwrap();
+        file.set_len(MAX_BUNDLE_MIB << 20).unwrap();
+        check_size(dir.path()).unwrap();
+        file.set_len((MAX_BUNDLE_MIB << 20) + 1).unwrap();
+        let err = check_size(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("is 60.0 MiB, over the 60 MiB"), "{err}");
+    }
 
     /// `bash -n` accepts the run.sh the bundle gets (shellcheck checks it with
     /// every other script, in `tests/tidy`).

@@ -52,3 +52,132 @@ fn kernel_times_add_up_in_microseconds() {
         assert!(text.contains(line), "no {line:?} in:\n{text}");
     }
 }
+
+/// The 2026-11-27 archive's trainer, PyTorch and `cnn_layers` logs: its
+/// figures in the new tables (one run each, so no spread), the goals
+/// scored, and the accuracies of the 5-epoch runs.
+#[test]
+fn the_2026_11_27_run_is_scored_against_the_goal_table() {
+    let text = report();
+    for line in [
+        "| 64 | 107,470 | 124,545 | – | 38,341 (adam) | 36,445 (adam) | – |",
+        "| 512 | 142,902 | 167,788 | – | 214,465 (adam) | 281,515 (adam) | – |",
+        "| batch 64, img/s | 107,470 ≥ 150,000: not met | 124,545 ≥ 180,000: not met | – (goal 200,000) |",
+        "| batch 256, ours ÷ best PyTorch (≥ 1.5×) | 1.01×: not met | 1.38×: not met | – |",
+        "Test accuracy after 5 epochs at batch 64: float32 0.9175, TF32 0.9140, bf16 –.",
+        "| 64 | float32 | 25,787 | 38,341 | – | – | – |",
+        "| `--fp32-tile wide`, float32 | 512 | 142,902 | 133,150 | 0.932× | – | – |",
+        "| the baseline build (float32) | 64 | 107,470 | 66,228 | 0.616× | – | – |",
+        "| conv2 bwd | 1.893 | 1.614 | 2.078 |",
+    ] {
+        assert!(text.contains(line), "no {line:?} in:\n{text}");
+    }
+    // Not a configuration of ours: the NCCL and two-rank runs.
+    assert!(!text.contains("97,249"), "{text}");
+}
+
+/// The steps of today's run.sh, written as its logs would be, packed as
+/// `--archive` packs them: repeated rounds, the PyTorch suite, the levers,
+/// and Nsight Compute's metrics.
+#[test]
+fn a_synthetic_archive_with_the_new_steps() {
+    let root = tempfile::tempdir().unwrap();
+    let logs = root.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let write = |name: &str, text: &str| std::fs::write(logs.join(name), text).unwrap();
+    let epoch = |rate: u32| {
+        format!("Epoch 02/02 | loss 0.4 | acc 0.8 | test_acc 0.87 | time 0.4s | {rate} img/s\n")
+    };
+    for (r, rate) in [(1, 150_000), (2, 154_000), (3, 152_000)] {
+        write(&format!("train_b64_r{r}.log"), &epoch(rate));
+        write(
+            &format!("train_cp_async_b64_r{r}.log"),
+            &epoch(rate - 3_000),
+        );
+    }
+    write(
+        "train_bf16_b64_r1.log",
+        "Epoch 05/05 | loss 0.25 | acc 0.91 | test_acc 0.9123 | time 0.3s | 210000 img/s\n",
+    );
+    write("train_bf16_b512_r1.log", &epoch(400_000));
+    write(
+        "torch_suite.log",
+        "# torch 2.11.0 on NVIDIA H200\n\
+         torch 2.11.0 on-device bf16 adam batch 512 rep 1: 250000 img/s (2.0 ms/step over 200 steps)\n\
+         torch 2.11.0 on-device bf16 graph batch 512 rep 1: 260000 img/s (1.9 ms/step over 200 steps)\n\
+         torch 2.11.0 on-device bf16 graph batch 512 rep 2: 270000 img/s (1.9 ms/step over 200 steps)\n\
+         torch 2.11.0 on-device bf16 compile batch 512: skipped, out of time (--budget 120)\n",
+    );
+    let header = "\"ID\",\"Kernel Name\",\"Grid Size\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"";
+    let row = |id: u32, kernel: &str, metric: &str, unit: &str, value: &str| {
+        format!(
+            "\"{id}\",\"{kernel}\",\"(4608, 1, 1)\",\"s\",\"{metric}\",\"{unit}\",\"{value}\"\n"
+        )
+    };
+    let detail = |kernel: &str, us: &str| {
+        [
+            header.to_owned() + "\n",
+            row(0, kernel, "Duration", "usecond", us),
+            row(0, kernel, "gpu__time_duration.sum", "usecond", us),
+            row(0, kernel, "Registers Per Thread", "register/thread", "64"),
+            row(
+                0,
+                kernel,
+                "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+                "",
+                "0.42",
+            ),
+            row(
+                0,
+                kernel,
+                "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
+                "byte",
+                "0",
+            ),
+        ]
+        .concat()
+    };
+    write(
+        "ncu_detail_tf32.log",
+        &detail("conv2d_pool_fwd_tf32", "68.0"),
+    );
+    write(
+        "ncu_detail_bf16.log",
+        &detail("conv2d_pool_fwd_bf16", "59.0"),
+    );
+    let archive = root.path().join("logs.tgz");
+    let tar = Command::new("tar")
+        .arg("czf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(root.path())
+        .arg("logs")
+        .status()
+        .expect("running tar");
+    assert!(tar.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("gpu-report")
+        .arg(&archive)
+        .output()
+        .expect("running xtask gpu-report");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        // The median of three rounds, ± half their range.
+        "| 64 | 152,000 ±1.3% (3) | – | 210,000 | – | – | – |",
+        "| 512 | – | – | 400,000 | – | – | 265,000 ±1.9% (2) (graph) |",
+        "| batch 64, img/s | 152,000 ≥ 150,000: met | – (goal 180,000) | 210,000 ≥ 200,000: met |",
+        "| batch 512, ours ÷ best PyTorch (≥ 1.5×) | – | – | 1.51×: met |",
+        "bf16 0.9123 (goal ≥ 0.91: met)",
+        "| 512 | bf16 | – | 250,000 | – | 265,000 ±1.9% (2) | – |",
+        "| `--gemm-staging cp-async`, float32 | 64 | 152,000 ±1.3% (3) | 149,000 ±1.3% (3) | 0.980× | 0.97–0.99× | inside |",
+        "| `conv2d_pool_fwd_bf16 (4608, 1, 1)` ÷ `conv2d_pool_fwd_tf32` | 59.0 ÷ 68.0 µs | 0.87× | 0.80–0.91× | inside |",
+        "| `conv2d_pool_fwd_bf16 (4608, 1, 1)` | 64 register/thread | – | – | – | 0.42 | – | – | – | – | – | 0 byte | – |",
+    ] {
+        assert!(text.contains(line), "no {line:?} in:\n{text}");
+    }
+}

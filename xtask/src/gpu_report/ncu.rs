@@ -1,5 +1,6 @@
 //! Reading Nsight Compute's `--csv` logs: device time per kernel and grid
-//! (`ncu_kernels*`), and the section figures per launch (`ncu_detail_*`).
+//! (`ncu_kernels*`), the section figures and explicit metrics per launch
+//! (`ncu_detail_*`).
 
 use std::collections::BTreeMap;
 
@@ -84,13 +85,16 @@ fn shown(value: &str, unit: &str) -> String {
 }
 
 /// Per kernel and grid: launches and summed device time in µs, from the
-/// rows of `gpu__time_duration.sum`.
+/// rows of `gpu__time_duration.sum` (else SpeedOfLight's `Duration`).
 pub(super) fn kernel_times(log: &str) -> BTreeMap<String, (u32, f64)> {
+    let rows = ncu_rows(log);
+    let metric = if rows.iter().any(|r| r.metric == "gpu__time_duration.sum") {
+        "gpu__time_duration.sum"
+    } else {
+        "Duration"
+    };
     let mut times = BTreeMap::new();
-    for row in ncu_rows(log)
-        .iter()
-        .filter(|r| r.metric == "gpu__time_duration.sum")
-    {
+    for row in rows.iter().filter(|r| r.metric == metric) {
         let Some(us) = number(&row.value).and_then(|n| microseconds(n, &row.unit)) else {
             continue;
         };
@@ -110,9 +114,64 @@ const DETAIL: [&str; 4] = [
     "Warp Cycles Per Issued Instruction",
 ];
 
-/// One row per launch of an `ncu_detail_*` log with the [`DETAIL`] metrics.
-pub(super) fn detail_table(title: &str, log: &str) -> String {
-    let mut launches: Vec<(String, String, BTreeMap<String, String>)> = Vec::new();
+/// The `ncu_detail_*` steps of run.sh and their titles.
+pub(super) const DETAIL_LOGS: [(&str, &str); 8] = [
+    ("ncu_detail_bf16", "`--bf16`"),
+    ("ncu_detail_tf32", "`--tf32`"),
+    ("ncu_detail_f32", "float32"),
+    ("ncu_detail_cp_async", "float32, `--gemm-staging cp-async`"),
+    (
+        "ncu_detail_cp_async_tf32",
+        "`--tf32 --gemm-staging cp-async`",
+    ),
+    ("ncu_detail_wide", "float32, `--fp32-tile wide`"),
+    ("ncu_detail_wide_tf32", "`--tf32 --fp32-tile wide`"),
+    ("ncu_detail_bias", "the bias gradients' two passes"),
+];
+
+/// The explicit metrics run.sh asks for beside the sections (and two
+/// section figures), with the column names they head.
+const METRICS: [(&str, &str); 12] = [
+    ("Registers Per Thread", "registers"),
+    ("Achieved Occupancy", "occupancy"),
+    ("smsp__inst_executed.sum", "warp instructions"),
+    (
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "tensor pipe",
+    ),
+    (
+        "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+        "barrier",
+    ),
+    (
+        "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+        "long sb",
+    ),
+    (
+        "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+        "short sb",
+    ),
+    (
+        "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+        "MIO",
+    ),
+    (
+        "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+        "conflicts ld",
+    ),
+    (
+        "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+        "conflicts st",
+    ),
+    ("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "local ld"),
+    ("l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum", "local st"),
+];
+
+/// Each launch of a log: its ID, kernel and grid, and figures by metric.
+type Launch = (String, String, BTreeMap<String, String>);
+
+fn launches(log: &str) -> Vec<Launch> {
+    let mut launches: Vec<Launch> = Vec::new();
     for row in ncu_rows(log) {
         if launches.last().is_none_or(|l| l.0 != row.id) {
             launches.push((row.id.clone(), row.kernel.clone(), BTreeMap::new()));
@@ -121,23 +180,47 @@ pub(super) fn detail_table(title: &str, log: &str) -> String {
             last.2.insert(row.metric, shown(&row.value, &row.unit));
         }
     }
-    if launches.is_empty() {
+    launches
+}
+
+/// One row per launch with the figures `columns` name (metric, heading);
+/// none when no launch has any of them.
+fn launch_table(heading: &str, log: &str, columns: &[(&str, &str)]) -> String {
+    let launches = launches(log);
+    let any = launches
+        .iter()
+        .any(|l| columns.iter().any(|(m, _)| l.2.contains_key(*m)));
+    if !any {
         return String::new();
     }
+    let names: Vec<&str> = columns.iter().map(|c| c.1).collect();
     let mut out = format!(
-        "Nsight Compute sections, {title}:\n\n| kernel, grid | {} |\n|---|{}\n",
-        DETAIL.join(" | "),
-        "---|".repeat(DETAIL.len())
+        "{heading}:\n\n| kernel, grid | {} |\n|---|{}\n",
+        names.join(" | "),
+        "---|".repeat(columns.len())
     );
     for (_, kernel, metrics) in launches {
-        let cells: Vec<&str> = DETAIL
+        let cells: Vec<&str> = columns
             .iter()
-            .map(|m| metrics.get(*m).map_or("–", String::as_str))
+            .map(|(m, _)| metrics.get(*m).map_or("–", String::as_str))
             .collect();
         out.push_str(&format!("| `{kernel}` | {} |\n", cells.join(" | ")));
     }
     out.push('\n');
     out
+}
+
+/// One row per launch of an `ncu_detail_*` log with the [`DETAIL`] metrics.
+pub(super) fn detail_table(title: &str, log: &str) -> String {
+    let columns = DETAIL.map(|m| (m, m));
+    launch_table(&format!("Nsight Compute sections, {title}"), log, &columns)
+}
+
+/// One row per launch with the [`METRICS`]: registers, occupancy,
+/// instructions, the stall ratios (warps stalled per issuing cycle), the
+/// shared-memory bank conflicts and the local-memory (spill) bytes.
+pub(super) fn metrics_table(title: &str, log: &str) -> String {
+    launch_table(&format!("Nsight Compute metrics, {title}"), log, &METRICS)
 }
 
 /// The fields of one CSV line: quoted (a comma inside is text, `""` one
