@@ -59,6 +59,7 @@ pub(super) fn paths(program: &str) -> Paths<'_> {
         program: Path::new(program),
         is_trainer: program == TRAINER,
         submission: "1700000000-4242",
+        container: None,
     }
 }
 
