@@ -308,6 +308,14 @@ fn assemble(tar: &Path, base: &Path, binary: &Path, out: &Path, epoch: u64) -> R
         std::fs::create_dir_all(inside(mount))
             .with_context(|| format!("creating the mount point {mount} in the image"))?;
     }
+    // ch-run binds the host's over these (so that the nodes' names resolve
+    // inside), and only where the image has them; minbase has neither.
+    for file in ["/etc/hosts", "/etc/resolv.conf"] {
+        if !inside(file).exists() {
+            std::fs::write(inside(file), "")
+                .with_context(|| format!("creating {file} in the image"))?;
+        }
+    }
     let partial = out.join(format!("{IMAGE_NAME}.tar.partial"));
     run_tar(
         Command::new(tar)
