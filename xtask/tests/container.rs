@@ -12,14 +12,13 @@
 
 mod common;
 
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use common::{Cluster, TRAIN, build_trainer, text, workspace_root};
+use common::{Cluster, TRAIN, build_trainer, skip, text, workspace_root};
 
 /// The trainer's flags for the runs compared here: 60 steps, two ranks.
 const RUN: &[&str] = &[
@@ -81,15 +80,7 @@ fn missing_prerequisite() -> Option<String> {
 /// The image, or `None` when the test is to be skipped.
 fn image() -> Option<Held> {
     if let Some(why) = missing_prerequisite() {
-        assert!(
-            std::env::var_os("REQUIRE_CONTAINER").is_none_or(|v| v != "1"),
-            "REQUIRE_CONTAINER=1 but {why}"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped {}: {why}; it needs root and `apt-get install -y mmdebstrap charliecloud-runtime`",
-            std::thread::current().name().unwrap_or("test")
-        );
+        skip("REQUIRE_CONTAINER", &why, "mmdebstrap charliecloud-runtime");
         return None;
     }
     let mut held = IMAGE.lock().unwrap_or_else(PoisonError::into_inner);
