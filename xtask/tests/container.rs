@@ -21,28 +21,9 @@ use std::time::{Duration, Instant};
 use common::{Cluster, TRAIN, build_trainer, skip, text, workspace_root};
 
 /// The trainer's flags for the runs compared here: 60 steps, two ranks.
-const RUN: &[&str] = &[
-    "--world-size",
-    "2",
-    "--epochs",
-    "1",
-    "--max-steps",
-    "60",
-    "--seed",
-    "3",
-    "--device",
-    "cpu",
-    "--threads",
-    "1",
-    "--timeout",
-    "60",
-    "--checkpoint-every",
-    "10",
-    "--checkpoint-dir",
-    "ckpt",
-    "--metrics",
-    "run.jsonl",
-];
+const RUN: &str = "--world-size 2 --epochs 1 --max-steps 60 --seed 3 --device cpu --threads 1 \
+                   --timeout 60 --checkpoint-every 10 --checkpoint-dir ckpt --metrics run.jsonl \
+                   --tensorboard tb";
 
 /// Where a finished run's parameters are: the checkpoint at its end.
 const FINAL_MODEL: &str = "ckpt/ckpt-e0002-s000000/model.safetensors";
@@ -174,7 +155,7 @@ fn clean(cmd: &mut Command) -> &mut Command {
 fn on_host(out: &Path) -> Command {
     let mut cmd = Command::new(host_trainer());
     clean(&mut cmd)
-        .args(RUN)
+        .args(RUN.split_whitespace())
         .arg("--data-dir")
         .arg(dataset())
         .current_dir(out);
@@ -193,7 +174,7 @@ fn in_image(image: &Built, out: &Path) -> Command {
         .args(["--cd", "/output"])
         .arg(&image.dir)
         .args(["--", "trainer"])
-        .args(RUN)
+        .args(RUN.split_whitespace())
         .args(["--data-dir", "/data"]);
     cmd
 }
@@ -246,9 +227,21 @@ fn two_ranks_in_the_image_end_bitwise_as_on_the_host() {
     assert!(model == host_model(), "the image's run ended elsewhere");
     // What the ranks wrote in the container is the host's user's.
     let uid = std::fs::metadata(out.path()).unwrap().uid();
-    for written in [FINAL_MODEL, "run.jsonl"] {
-        let meta = std::fs::metadata(out.path().join(written)).unwrap();
-        assert_eq!(meta.uid(), uid, "{written} is owned by uid {}", meta.uid());
+    let events = std::fs::read_dir(out.path().join("tb")).unwrap();
+    let events: Vec<PathBuf> = events.map(|e| e.unwrap().path()).collect();
+    assert!(!events.is_empty(), "no TensorBoard events");
+    for written in events
+        .iter()
+        .chain(&[out.path().join(FINAL_MODEL), out.path().join("run.jsonl")])
+    {
+        let meta = std::fs::metadata(written).unwrap();
+        assert_eq!(
+            meta.uid(),
+            uid,
+            "{} is owned by uid {}",
+            written.display(),
+            meta.uid()
+        );
     }
 }
 
