@@ -87,6 +87,8 @@ fn build_image() -> Built {
     let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["image", "--profile", "dev", "--no-build", "--out"])
         .arg(Path::new(env!("CARGO_TARGET_TMPDIR")).join("container-image"))
+        // Not the last commit's time: a checkout without its history builds too.
+        .env("SOURCE_DATE_EPOCH", "1764547200")
         .current_dir(workspace_root())
         .output()
         .unwrap();
