@@ -6,8 +6,10 @@ mod cuda_emu;
 mod device_bundle;
 mod fetch_data;
 mod gpu_report;
+mod image;
 mod miri;
 mod slurm_submit;
+mod trainer_build;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -27,7 +29,9 @@ enum Task {
     /// (`fetch-data movielens`: MovieLens ratings into data/movielens/).
     FetchData(fetch_data::Args),
     /// Render a SLURM batch script for the trainer and submit it with sbatch.
-    SlurmSubmit(slurm_submit::Args),
+    SlurmSubmit(Box<slurm_submit::Args>),
+    /// Build a container image of the trainer from Debian packages (mmdebstrap): a directory and a tarball.
+    Image(image::Args),
     /// Build the trainer and the GPU tests into device-bundle/, with a run.sh for a GPU machine.
     DeviceBundle(device_bundle::Args),
     /// Build the CUDA driver and NCCL emulator (CPU only) and print how to run a command on it.
@@ -41,7 +45,8 @@ enum Task {
 fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::FetchData(args) => fetch_data::run(args),
-        Task::SlurmSubmit(args) => slurm_submit::run(args),
+        Task::SlurmSubmit(args) => slurm_submit::run(*args),
+        Task::Image(args) => image::run(args),
         Task::DeviceBundle(args) => device_bundle::run(args),
         Task::CudaEmu(args) => cuda_emu::run(args),
         Task::GpuReport(args) => gpu_report::run(args),

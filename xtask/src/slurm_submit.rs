@@ -7,12 +7,14 @@ mod follow;
 mod render;
 mod validate;
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+
+use crate::image::TRAINER_PATH;
+use crate::trainer_build::{find_on_path, profile_name, trainer, workspace_root};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
@@ -85,6 +87,11 @@ pub struct Args {
     /// build); nothing is built.
     #[arg(long, value_name = "PATH")]
     program: Option<PathBuf>,
+    /// Run the trainer inside this image (the directory `cargo xtask image` prints) with
+    /// Charliecloud: `srun ch-run IMAGE -- trainer`, the --output-dir bound at /output, the
+    /// trainer's working directory. The image's trainer runs; nothing is built.
+    #[arg(long, value_name = "IMAGE", conflicts_with = "program")]
+    container: Option<PathBuf>,
     /// Arguments for the trainer, after `--`.
     #[arg(last = true, value_name = "TRAINER_ARGS")]
     trainer_args: Vec<String>,
@@ -98,14 +105,30 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| format!("resolving --output-dir {}", args.output_dir.display()))?;
     let output_dir_text = validate::sbatch_path(&output_dir, "--output-dir")?;
     let workdir = validate::sbatch_path(&root, "the workspace root")?;
+    let container = args.container.as_deref().map(container_image).transpose()?;
+    if let Some(image) = &container {
+        validate::container_checkpoint_dir(&args.trainer_args)?;
+        if !args.dry_run && find_on_path("ch-run").is_none() {
+            bail!(
+                "`ch-run` is not on PATH, and --container {image} runs the trainer with it; install \
+                 Charliecloud on the login and compute nodes (Debian/Ubuntu: `apt-get install \
+                 charliecloud-runtime`) or drop --container"
+            );
+        }
+    }
+    let container = container
+        .as_deref()
+        .map(|image| validate::sbatch_path(Path::new(image), "--container"))
+        .transpose()?;
     let sbatch = if args.dry_run {
         None
     } else {
         Some(find_on_path("sbatch").with_context(no_sbatch_help)?)
     };
-    let program = match &args.program {
-        Some(program) => existing_program(program)?,
-        None => trainer(
+    let program = match (&args.program, container) {
+        (Some(program), _) => existing_program(program)?,
+        (None, Some(_)) => PathBuf::from(TRAINER_PATH),
+        (None, None) => trainer(
             &root,
             &args.profile,
             !(args.no_build || args.dry_run),
@@ -123,6 +146,7 @@ pub fn run(args: Args) -> Result<()> {
         program: &program,
         is_trainer: args.program.is_none(),
         submission: &submission,
+        container,
     };
     let script = render::script(&job, &paths, &args.trainer_args);
     let Some(sbatch) = sbatch else {
@@ -167,26 +191,37 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// xtask lives one directory below the workspace root.
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_owned)
-}
-
-fn find_on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
-}
-
 fn no_sbatch_help() -> String {
     "`sbatch` is not on PATH. slurm-submit must run where the SLURM client tools are installed, \
      usually a cluster's login node. To submit from another machine, install them (Debian/Ubuntu: \
      `apt-get install slurm-client`) and point SLURM_CONF at the cluster's slurm.conf; to try the \
      workflow on this machine, see slurm/local-cluster.sh. --dry-run shows the script without sbatch."
         .to_owned()
+}
+
+/// `--container IMAGE`'s absolute path, once it is seen to be an image of
+/// `cargo xtask image`.
+fn container_image(image: &Path) -> Result<String> {
+    let absolute = std::path::absolute(image)
+        .with_context(|| format!("resolving --container {}", image.display()))?;
+    let build = "build one with `cargo xtask image` and pass the directory it prints";
+    if !absolute.is_dir() {
+        bail!(
+            "--container {}: no such directory; {build}",
+            absolute.display()
+        );
+    }
+    let trainer = absolute.join(TRAINER_PATH.trim_start_matches('/'));
+    if !trainer.is_file() {
+        bail!(
+            "--container {} holds no {TRAINER_PATH}, so it is no image of `cargo xtask image`; {build}",
+            absolute.display()
+        );
+    }
+    absolute
+        .into_os_string()
+        .into_string()
+        .map_err(|path| anyhow::anyhow!("--container {}: not valid UTF-8", path.display()))
 }
 
 fn existing_program(program: &Path) -> Result<PathBuf> {
@@ -196,73 +231,6 @@ fn existing_program(program: &Path) -> Result<PathBuf> {
         bail!("--program {}: no such file", absolute.display());
     }
     Ok(absolute)
-}
-
-/// The path of the trainer of cargo profile `profile`, built first when
-/// `build` is set.
-fn trainer(root: &Path, profile: &str, build: bool, must_exist: bool) -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let command = format!("cargo build --profile {profile} -p trainer");
-    if build {
-        eprintln!("slurm-submit: building the trainer ({command})");
-        let status = Command::new(&cargo)
-            .args(["build", "--profile", profile, "-p", "trainer"])
-            .current_dir(root)
-            .status()
-            .with_context(|| format!("running `{command}`"))?;
-        if !status.success() {
-            bail!("`{command}` failed ({status}); fix the build or pass --program");
-        }
-    }
-    // Cargo's own profiles keep their old folder names.
-    let folder = match profile {
-        "dev" | "test" => "debug",
-        "bench" => "release",
-        custom => custom,
-    };
-    let path = target_dir(&cargo, root)?.join(folder).join("trainer");
-    if must_exist && !path.is_file() {
-        bail!(
-            "no trainer at {}; build it with `{command}` or drop --no-build",
-            path.display()
-        );
-    }
-    Ok(path)
-}
-
-/// A cargo profile's name: letters, digits, `-` and `_`.
-fn profile_name(name: &str) -> Result<String, String> {
-    let valid = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    match valid {
-        true => Ok(name.to_owned()),
-        false => Err(format!(
-            "{name:?} is not a cargo profile name (release, dev, or a [profile.NAME] of Cargo.toml)"
-        )),
-    }
-}
-
-/// Asks cargo, which accounts for CARGO_TARGET_DIR and `build.target-dir`.
-fn target_dir(cargo: &OsStr, root: &Path) -> Result<PathBuf> {
-    let out = Command::new(cargo)
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(root)
-        .output()
-        .context("running `cargo metadata`")?;
-    if !out.status.success() {
-        bail!(
-            "`cargo metadata` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let metadata: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("parsing `cargo metadata` output")?;
-    let dir = metadata["target_directory"]
-        .as_str()
-        .context("`cargo metadata` output has no target_directory")?;
-    Ok(PathBuf::from(dir))
 }
 
 /// Submits the script, held if `hold`; returns the job id.

@@ -12,6 +12,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
 use common::{Cluster, TRAIN, build_trainer, text, workspace_root};
@@ -167,12 +168,14 @@ fn unschedulable_job_is_cancelled_after_the_pending_timeout() {
     );
 }
 
-#[test]
-fn cpu_template_runs_under_sbatch() {
-    let Some(cluster) = Cluster::start(2) else {
-        return;
-    };
+/// `sbatch --wait slurm/cpu.sbatch --epochs 1` on two nodes with `env`
+/// and `path` first on PATH: the job's id and log.
+fn cpu_template(cluster: &Cluster, env: &[(&str, &str)], path: Option<&Path>) -> (String, String) {
     let logs = tempfile::tempdir().unwrap();
+    let mut search = path.map(Path::to_owned).into_iter().collect::<Vec<_>>();
+    search.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
     let out = Command::new("sbatch")
         .arg("--wait")
         .arg("--nodes=2")
@@ -181,8 +184,8 @@ fn cpu_template_runs_under_sbatch() {
         .arg("slurm/cpu.sbatch")
         .args(["--epochs", "1"])
         .current_dir(workspace_root())
-        // The template's documented override; echo shows what each rank was given.
-        .env("TRAINER", "/bin/echo")
+        .envs(env.iter().copied())
+        .env("PATH", std::env::join_paths(search).unwrap())
         .env("SLURM_CONF", cluster.state.path().join("slurm.conf"))
         .output()
         .unwrap();
@@ -193,9 +196,40 @@ fn cpu_template_runs_under_sbatch() {
         .to_owned();
     let log = std::fs::read_to_string(logs.path().join(format!("{job_id}.out"))).unwrap();
     assert!(out.status.success(), "{}\n{log}", text(&out.stderr));
+    (job_id, log)
+}
+
+#[test]
+fn cpu_template_runs_under_sbatch() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    // The template's documented override; echo shows what each rank was given.
+    let (job_id, log) = cpu_template(&cluster, &[("TRAINER", "/bin/echo")], None);
     let given = format!(
         "--device cpu --threads 1 --checkpoint-dir checkpoints/{job_id} --resume auto --epochs 1"
     );
     let ranks = log.lines().filter(|l| *l == given).count();
     assert_eq!(ranks, 2, "one line per rank expected:\n{log}");
+}
+
+#[test]
+fn cpu_template_runs_the_trainer_of_an_image() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    // A ch-run that says how it was called (xtask/tests/container.rs runs the real one).
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("ch-run");
+    std::fs::write(&fake, "#!/bin/sh\necho \"ch-run $*\"\n").unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let env = [("CONTAINER", "target/image/fmnist-ddp")];
+    let (job_id, log) = cpu_template(&cluster, &env, Some(bin.path()));
+    let given = format!(
+        "ch-run -b {}:/output --cd /output target/image/fmnist-ddp -- /usr/local/bin/trainer \
+         --device cpu --threads 1 --checkpoint-dir checkpoints/{job_id} --resume auto --epochs 1",
+        workspace_root().display()
+    );
+    let ranks = log.lines().filter(|l| *l == given).count();
+    assert_eq!(ranks, 2, "one line per rank expected:\n{given}\n{log}");
 }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::validate::{Job, Layout, Ranks};
+use crate::image::OUTPUT_MOUNT;
 
 const TEMPLATE: &str = include_str!("job.sbatch.in");
 
@@ -22,6 +23,10 @@ pub struct Paths<'a> {
     /// (job ids are not: a fresh cluster starts again at 1), the same for
     /// every requeue of it.
     pub submission: &'a str,
+    /// The image (`cargo xtask image`'s directory) the trainer runs in
+    /// with Charliecloud's `ch-run`, the output directory bound at
+    /// [`OUTPUT_MOUNT`] as its working directory; `None`: on the host.
+    pub container: Option<&'a str>,
 }
 
 /// The default checkpoint directory of a submission, as the script says it.
@@ -97,6 +102,12 @@ pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
         // Writing to a String cannot fail.
         let _ = writeln!(exports, "export {key}={}", shell_quote(value));
     }
+    if paths.container.is_some() {
+        exports.push_str(
+            "# ch-run wants USER, which a batch job started by root may lack.\n\
+             export USER=\"${USER:-$(id -un)}\"\n",
+        );
+    }
 
     let mut srun = String::new();
     // srun does not inherit the batch job's --cpus-per-task since SLURM
@@ -104,15 +115,31 @@ pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
     if let Some(cpus) = cpus_per_task {
         let _ = write!(srun, "--cpus-per-task={cpus} ");
     }
+    if let Some(image) = paths.container {
+        // Charliecloud shares the host's network, PIDs (signals reach the
+        // ranks) and environment (SLURM's variables, the token); what the
+        // job writes lands in the output directory, owned as on the host.
+        let _ = write!(
+            srun,
+            "ch-run -b {}:{OUTPUT_MOUNT} --cd {OUTPUT_MOUNT} {} -- ",
+            shell_quote(paths.output_dir),
+            shell_quote(image)
+        );
+    }
     srun.push_str(&shell_quote(&paths.program.to_string_lossy()));
     srun.push_str(&launcher_flags);
     let (checkpoint_dir, resume) = if paths.is_trainer {
-        let default = checkpoint_dir(paths.output_dir, &job.name, paths.submission);
-        resume_flags(program_args, &default)
+        match paths.container {
+            None => {
+                let default = checkpoint_dir(paths.output_dir, &job.name, paths.submission);
+                resume_flags(program_args, &default)
+            }
+            Some(_) => container_resume_flags(program_args, paths, &job.name),
+        }
     } else {
-        (String::new(), "")
+        (String::new(), String::new())
     };
-    srun.push_str(resume);
+    srun.push_str(&resume);
     for arg in program_args {
         srun.push(' ');
         srun.push_str(&shell_quote(arg));
@@ -137,7 +164,7 @@ pub fn script(job: &Job, paths: &Paths, program_args: &[String]) -> String {
 /// they say where to resume). The script lines that set `CHECKPOINT_DIR`
 /// (the trainer's own, so that the script can tell what a run saved),
 /// and the (unquoted) words to put before the trainer's arguments.
-fn resume_flags(program_args: &[String], default: &str) -> (String, &'static str) {
+fn resume_flags(program_args: &[String], default: &str) -> (String, String) {
     let resume = flag_value(program_args, "--resume").is_none();
     if let Some(dir) = flag_value(program_args, "--checkpoint-dir") {
         let lines = format!(
@@ -145,7 +172,7 @@ fn resume_flags(program_args: &[String], default: &str) -> (String, &'static str
              CHECKPOINT_DIR={}\n",
             shell_quote(dir)
         );
-        return (lines, if resume { " --resume auto" } else { "" });
+        return (lines, if resume { " --resume auto" } else { "" }.to_owned());
     }
     let lines = format!(
         "# The trainer's checkpoints; a requeued job continues from them.\n\
@@ -156,12 +183,44 @@ fn resume_flags(program_args: &[String], default: &str) -> (String, &'static str
     } else {
         " --checkpoint-dir \"$CHECKPOINT_DIR\""
     };
+    (lines, flags.to_owned())
+}
+
+/// [`resume_flags`] for a trainer in a container, which sees the output
+/// directory at [`OUTPUT_MOUNT`], its working directory: the script's
+/// `CHECKPOINT_DIR` is the host's path, the trainer's flag the container's.
+/// A `--checkpoint-dir` among the arguments is relative to the output
+/// directory (`validate::container_checkpoint_dir` refuses any other).
+fn container_resume_flags(
+    program_args: &[String],
+    paths: &Paths,
+    job_name: &str,
+) -> (String, String) {
+    let resume = flag_value(program_args, "--resume").is_none();
+    let given = flag_value(program_args, "--checkpoint-dir");
+    let (host, flag) = match given {
+        Some(dir) => (format!("{}/{dir}", paths.output_dir), String::new()),
+        None => (
+            checkpoint_dir(paths.output_dir, job_name, paths.submission),
+            format!(
+                " --checkpoint-dir {}",
+                checkpoint_dir(OUTPUT_MOUNT, job_name, paths.submission)
+            ),
+        ),
+    };
+    let lines = format!(
+        "# The trainer's checkpoints as this script sees them (the trainer sees\n\
+         # the output directory at {OUTPUT_MOUNT}); a requeued job continues from them.\n\
+         CHECKPOINT_DIR={}\n",
+        shell_quote(&host)
+    );
+    let flags = format!("{flag}{}", if resume { " --resume auto" } else { "" });
     (lines, flags)
 }
 
 /// The value of `flag` among `args` (`--flag V` or `--flag=V`; clap
 /// refuses a flag given twice), or `None`.
-fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+pub fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
     args.iter()
         .enumerate()
         .find_map(|(i, a)| match a.strip_prefix(flag) {

@@ -223,6 +223,19 @@ fn env_var(value: &str) -> Result<(String, String)> {
     Ok((key.to_owned(), val.to_owned()))
 }
 
+/// With `--container`, the trainer's `--checkpoint-dir` (if it names one)
+/// must be relative: to the output directory, which the container sees
+/// at `/output`, so that the script can find it on the host too.
+pub fn container_checkpoint_dir(trainer_args: &[String]) -> Result<()> {
+    match super::render::flag_value(trainer_args, "--checkpoint-dir") {
+        Some(dir) if dir.is_empty() || Path::new(dir).is_absolute() || dir.contains("..") => bail!(
+            "--checkpoint-dir {dir:?} with --container: give a path relative to --output-dir \
+             (the container's working directory, /output), such as `ckpt`, or drop it for the default"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Paths pasted into `#SBATCH --output=` / `--chdir=` lines: sbatch splits
 /// those lines at whitespace and expands `%` patterns, so such paths cannot be
 /// carried there faithfully.

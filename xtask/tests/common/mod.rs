@@ -101,6 +101,22 @@ fn local_cluster(command: &str, state: &Path) -> Command {
     cmd
 }
 
+/// Says that the running test is skipped because of `why`, or fails it
+/// when the environment's `require` is 1; it needs root and `packages`.
+pub fn skip(require: &str, why: &str, packages: &str) {
+    assert!(
+        std::env::var_os(require).is_none_or(|v| v != "1"),
+        "{require}=1 but {why}"
+    );
+    // Written to the stderr handle, not with eprintln!, which the test
+    // harness captures and hides for passing tests.
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped {}: {why}; it needs root and `apt-get install -y {packages}`",
+        std::thread::current().name().unwrap_or("test")
+    );
+}
+
 pub struct Cluster {
     pub state: tempfile::TempDir,
     _turn: Turn,
@@ -110,18 +126,7 @@ impl Cluster {
     /// Starts a cluster of `nodes` nodes, or returns None when the test is to be skipped.
     pub fn start(nodes: u32) -> Option<Cluster> {
         if let Some(why) = missing_prerequisite() {
-            assert!(
-                std::env::var_os("REQUIRE_SLURM").is_none_or(|v| v != "1"),
-                "REQUIRE_SLURM=1 but {why}"
-            );
-            // Written to the stderr handle, not with eprintln!, which the
-            // test harness captures and hides for passing tests.
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped {}: {why}; it needs root and \
-                 `apt-get install -y slurmctld slurmd slurm-client munge`",
-                std::thread::current().name().unwrap_or("test")
-            );
+            skip("REQUIRE_SLURM", &why, "slurmctld slurmd slurm-client munge");
             return None;
         }
         let turn = Turn::take();

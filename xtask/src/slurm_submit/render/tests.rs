@@ -59,6 +59,7 @@ pub(super) fn paths(program: &str) -> Paths<'_> {
         program: Path::new(program),
         is_trainer: program == TRAINER,
         submission: "1700000000-4242",
+        container: None,
     }
 }
 
@@ -233,4 +234,33 @@ fn each_job_makes_its_own_token_at_run_time_and_no_file_holds_it() {
     assert_eq!(first.len(), 64, "{first:?}");
     assert!(first.chars().all(|c| c.is_ascii_hexdigit()), "{first:?}");
     assert_ne!(first, second, "two jobs share a token");
+}
+
+#[test]
+fn renders_a_job_in_a_container() {
+    let image = "/home/me/ddp/target/image/fmnist-ddp";
+    let mut paths = paths("/usr/local/bin/trainer");
+    paths.is_trainer = true;
+    paths.container = Some(image);
+    let script = script(
+        &job(2, Ranks::Tasks(1)),
+        &paths,
+        &args(&["--device", "cpu"]),
+    );
+    golden("container.sbatch", &script);
+    // A checkpoint directory of the trainer's arguments is the output
+    // directory's, seen from the host by the script.
+    let script = script_with(&paths, &["--checkpoint-dir", "ckpt"]);
+    assert!(
+        script.contains("CHECKPOINT_DIR=/home/me/ddp/logs/ckpt\n"),
+        "{script}"
+    );
+    assert!(
+        script.contains("-- /usr/local/bin/trainer --resume auto --checkpoint-dir ckpt"),
+        "{script}"
+    );
+}
+
+fn script_with(paths: &Paths, list: &[&str]) -> String {
+    script(&job(1, Ranks::Tasks(1)), paths, &args(list))
 }
