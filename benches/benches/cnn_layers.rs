@@ -336,7 +336,7 @@ fn main() -> Result<()> {
                 MatmulPrecision::from_flags(a.tf32, a.bf16).map_err(anyhow::Error::msg)?;
             let cuda = Cuda::with_precision(0, precision)
                 .context("--device cuda: no usable GPU 0")?
-                .with_fp32_tile(a.fp32_tile.unwrap_or_default())
+                .with_fp32_tile(a.fp32_tile.unwrap_or_default())?
                 .with_fusion(!a.no_fusion);
             (cuda.describe(), rows(&cuda, &a)?)
         }

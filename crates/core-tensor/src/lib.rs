@@ -21,7 +21,8 @@ mod simd;
 mod testing;
 
 pub use backend::{
-    Backend, Cpu, Cuda, Elem, Fp32Tile, GemmStaging, MatmulPrecision, cuda_available,
+    Backend, Cpu, Cuda, Elem, Fp32Tile, GemmStaging, MatmulPrecision, Products, RefusedProducts,
+    cuda_available,
 };
 pub use error::{Error, Result};
 pub use flat::{FlatLayout, ParamSpec, ParamView};

@@ -18,7 +18,7 @@ use comm::{CommConfig, CommError, ReduceOp, TcpCommunicator};
 use common::free_port;
 use core_tensor::ops::AdamConfig;
 use core_tensor::ops::Conv2dPoolKernel;
-use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Ops};
+use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Ops, Products};
 use fashion_mnist::FashionMnist;
 use sha2::{Digest, Sha256};
 use trainer::comm_thread::CommThread;
@@ -117,7 +117,10 @@ const PARAMS_SHA256: [(MatmulPrecision, &str); 3] = [
         MatmulPrecision::Fp32,
         "4e3a54ae66f37ee4e4a951201b603fd8b2055ff4df9fe7c68178d0ec4055e8a5",
     ),
-    (MatmulPrecision::Tf32, "3c30261c8b90df1f4c804823a440459ab80c8b8568b3e02f369361e673f1cb9c"),
+    (
+        MatmulPrecision::Tf32,
+        "3c30261c8b90df1f4c804823a440459ab80c8b8568b3e02f369361e673f1cb9c",
+    ),
     (
         MatmulPrecision::Bf16,
         "af1e31efad41ab268747e12c67ab907f177d345798a84a8e72af96b63acd79e8",
@@ -287,11 +290,11 @@ fn emulated_cp_async_staging_trains_the_register_staging_bits() {
     let data = data();
     let cfg = config(16, DropoutRates::REFERENCE);
     for precision in [MatmulPrecision::Fp32, MatmulPrecision::Tf32] {
-        let registers = Cuda::with_products(0, precision, GemmStaging::Registers).unwrap();
-        let copied = Cuda::with_products(0, precision, GemmStaging::CpAsync)
-            .unwrap()
-            .with_fp32_tile(Fp32Tile::Wide)
-            .with_fusion(false);
+        let products = |tile, staging| Products::new(precision, tile, staging).unwrap();
+        let registers = products(Fp32Tile::Square, GemmStaging::Registers);
+        let copied = products(Fp32Tile::Wide, GemmStaging::CpAsync);
+        let registers = Cuda::with_products(0, registers).unwrap();
+        let copied = Cuda::with_products(0, copied).unwrap().with_fusion(false);
         let [registers, copied] =
             [registers, copied].map(|gpu| train(gpu, &data, cfg.clone(), None));
         has_recorded_bytes(precision, &registers.0[STEPS - 1], "registers");

@@ -128,7 +128,7 @@ fn assert_runs_equal(what: &str, got: &Run, want: &Run) {
 fn every_gpu(test: &str) -> Vec<Cuda> {
     let mut gpus = vec![
         gpu(test),
-        gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide)),
+        gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide).unwrap()),
     ];
     gpus.extend([MatmulPrecision::Tf32, MatmulPrecision::Bf16].map(|p| gpu_in(test, p)));
     for p in [MatmulPrecision::Fp32, MatmulPrecision::Tf32] {

@@ -387,7 +387,7 @@ fn small_integer_products() {
         gpu_in("small_integer_products", MatmulPrecision::Tf32),
     ];
     for gpu in gpus.into_iter().flatten() {
-        small_integer_products_are_exact(&gpu.with_fp32_tile(Fp32Tile::Wide));
+        small_integer_products_are_exact(&gpu.with_fp32_tile(Fp32Tile::Wide).unwrap());
     }
 }
 
@@ -398,7 +398,10 @@ fn small_integer_products() {
 #[test]
 fn wide_fp32_tiles_give_the_square_tiles_bits() {
     if let Some(square) = gpu("wide_fp32_tiles_give_the_square_tiles_bits") {
-        gives_the_same_bits(&square, &square.clone().with_fp32_tile(Fp32Tile::Wide));
+        gives_the_same_bits(
+            &square,
+            &square.clone().with_fp32_tile(Fp32Tile::Wide).unwrap(),
+        );
     }
 }
 
@@ -408,7 +411,10 @@ fn wide_fp32_tiles_give_the_square_tiles_bits() {
 fn wide_tf32_tiles_give_the_square_tiles_bits() {
     let test = "wide_tf32_tiles_give_the_square_tiles_bits";
     if let Some(square) = gpu_in(test, MatmulPrecision::Tf32) {
-        gives_the_same_bits(&square, &square.clone().with_fp32_tile(Fp32Tile::Wide));
+        gives_the_same_bits(
+            &square,
+            &square.clone().with_fp32_tile(Fp32Tile::Wide).unwrap(),
+        );
     }
 }
 

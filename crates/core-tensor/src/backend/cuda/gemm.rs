@@ -7,9 +7,9 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::launch::{In, Out, Val};
-
-use crate::{Cuda, Error, Fp32Tile, GemmStaging, MatmulPrecision, Result};
+use super::launch::{GemmLaunch, GemmTiling, In, Out, Val};
+use super::products::GemmVariant;
+use crate::{Cuda, Error, Fp32Tile, Result};
 
 /// The tiles; mirror `GEMM_BK`, `GEMM_THREADS` and `GEMM_TILE_ELEMS` in
 /// sgemm.cuh. A tile has `tile_m` rows (64, or 32 for short products) and
@@ -49,32 +49,6 @@ const MIN_K_CHUNK: usize = 256;
 const WIDE_REDUCE_SPLITS: usize = 32;
 /// The grid's y (M tiles) and z (splits) limit.
 const MAX_GRID_YZ: usize = 65_535;
-
-/// The parameter struct of every GEMM kernel: the op's geometry plus the
-/// tiling. Mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
-#[derive(Clone, Copy, Debug)]
-#[repr(C)]
-pub(crate) struct GemmLaunch<G> {
-    pub geom: G,
-    pub tiling: GemmTiling,
-}
-
-/// How one product is cut into blocks; mirrored by `GemmTiling` in
-/// sgemm.cuh.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(C)]
-pub(crate) struct GemmTiling {
-    pub k_chunk: u64,
-    pub splits: u64,
-    pub tile_m: u64,
-    pub tile_n: u64,
-    /// 1 for TF32 on the tensor cores; read by the wide kernels, which hold
-    /// both precisions.
-    pub tensor_cores: u64,
-    /// 1 to stage the tiles with cp.async ([`GemmStaging::CpAsync`]); the
-    /// bf16 kernels ignore it.
-    pub cp_async: u64,
-}
 
 /// How one `M × N × K` product is cut into blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,19 +152,13 @@ impl GemmPlan {
         }
     }
 
-    /// Whether this plan runs in the wide tiles (the `_f32w` kernels).
+    /// Whether this plan runs in the wide tiles (the `w` variants of a GEMM family).
     pub(crate) fn is_wide(&self) -> bool {
         self.tile_n == WIDE_TILE_N
     }
 
-    /// The kernels' parameter struct for this plan, its products in
-    /// `precision`, its tiles staged by `staging`.
-    pub(crate) fn args<G>(
-        &self,
-        geom: G,
-        precision: MatmulPrecision,
-        staging: GemmStaging,
-    ) -> GemmLaunch<G> {
+    /// The kernels' parameter struct for this plan.
+    pub(crate) fn args<G>(&self, geom: G) -> GemmLaunch<G> {
         GemmLaunch {
             geom,
             tiling: GemmTiling {
@@ -198,27 +166,33 @@ impl GemmPlan {
                 splits: self.splits as u64,
                 tile_m: self.tile_m as u64,
                 tile_n: self.tile_n as u64,
-                tensor_cores: u64::from(precision == MatmulPrecision::Tf32),
-                cp_async: u64::from(staging == GemmStaging::CpAsync),
             },
         }
     }
+
+    /// The entry point of a GEMM family that runs this plan for `cuda`'s
+    /// products.
+    pub(crate) fn variant(&self, cuda: &Cuda) -> GemmVariant {
+        cuda.products().variant(self.is_wide())
+    }
 }
 
-/// A GEMM kernel of the table that stores `a·b`: a tile kernel that stores
-/// the result, or a split-K `_partial` one that fills the workspace (or a
-/// `_reduce` kernel that adds a bias: two inputs and an output too).
+/// A GEMM family's launcher (the kernel table's `@gemm` rows) that stores
+/// `a·b`: a tile kernel that stores the result, or a split-K `_partial` one
+/// that fills the workspace.
 type Product<G> = unsafe fn(
     &Cuda,
+    GemmVariant,
     LaunchConfig,
     In<'_, f32>,
     In<'_, f32>,
     Out<'_, f32>,
     Val<'_, GemmLaunch<G>>,
 ) -> Result<()>;
-/// A tile kernel that stores `a·b` plus a bias per output row.
-pub(crate) type BiasProduct<G> = unsafe fn(
+/// A GEMM family's launcher that stores `a·b` plus a bias per output row.
+type BiasProduct<G> = unsafe fn(
     &Cuda,
+    GemmVariant,
     LaunchConfig,
     In<'_, f32>,
     In<'_, f32>,
@@ -229,45 +203,29 @@ pub(crate) type BiasProduct<G> = unsafe fn(
 /// A `_reduce` kernel: sums the workspace's splits into the result.
 type Reduce<G> =
     unsafe fn(&Cuda, LaunchConfig, In<'_, f32>, Out<'_, f32>, Val<'_, GemmLaunch<G>>) -> Result<()>;
-/// A tile kernel's four entry points: `_f32` (CUDA cores, square tiles),
-/// `_tf32` (tensor cores, square tiles), `_f32w` (the wide tiles, in float32
-/// or TF32) and `_bf16` (tensor cores, square tiles).
-#[derive(Clone, Copy)]
-pub(crate) struct ByKind<K> {
-    pub fp32: K,
-    pub fp32_wide: K,
-    pub tf32: K,
-    pub bf16: K,
-}
-
-impl<K: Copy> ByKind<K> {
-    /// The entry point for products in `precision` by `plan`: `_f32w` only
-    /// for a plan in the wide tiles, so that no other product runs with
-    /// their registers.
-    pub(crate) fn pick(&self, precision: MatmulPrecision, plan: &GemmPlan) -> K {
-        match precision {
-            MatmulPrecision::Fp32 | MatmulPrecision::Tf32 if plan.is_wide() => self.fp32_wide,
-            MatmulPrecision::Fp32 => self.fp32,
-            MatmulPrecision::Tf32 => self.tf32,
-            MatmulPrecision::Bf16 => self.bf16,
-        }
-    }
-}
+/// A `_reduce` kernel that adds a bias: `(workspace, bias, out, args)`.
+type BiasReduce<G> = unsafe fn(
+    &Cuda,
+    LaunchConfig,
+    In<'_, f32>,
+    In<'_, f32>,
+    Out<'_, f32>,
+    Val<'_, GemmLaunch<G>>,
+) -> Result<()>;
 
 /// The kernels of one GEMM-based op direction, from the kernel table: the
-/// tile kernel that stores the result, and the split-K pair.
+/// family of tile kernels that store the result, and the split-K pair.
 pub(crate) struct GemmKernels<G: 'static> {
-    pub whole: ByKind<Product<G>>,
-    pub partial: ByKind<Product<G>>,
+    pub whole: Product<G>,
+    pub partial: Product<G>,
     pub reduce: Reduce<G>,
 }
 
 /// [`GemmKernels`] for a product with a bias per output row.
 pub(crate) struct BiasGemmKernels<G: 'static> {
-    pub whole: ByKind<BiasProduct<G>>,
-    pub partial: ByKind<Product<G>>,
-    /// `(workspace, bias, out, args)`: the shape of a [`Product`].
-    pub reduce: Product<G>,
+    pub whole: BiasProduct<G>,
+    pub partial: Product<G>,
+    pub reduce: BiasReduce<G>,
 }
 
 /// How one GEMM stores its result, with the kernels that do it.
@@ -277,7 +235,7 @@ pub(crate) enum Store<'k, 'v, G: 'static> {
 }
 
 impl<G> Store<'_, '_, G> {
-    fn partial(&self) -> ByKind<Product<G>> {
+    fn partial(&self) -> Product<G> {
         match self {
             Self::Plain(k) => k.partial,
             Self::Bias(k, _) => k.partial,
@@ -303,16 +261,14 @@ impl Cuda {
         store: Store<'_, '_, G>,
         out: Out<'_, f32>,
     ) -> Result<()> {
-        let precision = self.matmul_precision();
-        let args = plan.args(geom, precision, self.gemm_staging());
+        let args = plan.args(geom);
+        let variant = plan.variant(self);
         if plan.is_split() {
             let mut ws = self.scratch(plan.workspace_len())?;
             // SAFETY: `a`, `b` as promised by the caller; `ws` holds
             // `workspace_len()` = splits·m·n elements, what the partial
             // kernel writes for this plan.
-            unsafe {
-                store.partial().pick(precision, plan)(self, plan.tiles(), a, b, &mut ws, &args)?
-            };
+            unsafe { store.partial()(self, variant, plan.tiles(), a, b, &mut ws, &args)? };
             match store {
                 // SAFETY: as above; the reduce kernel reads the same `ws`.
                 Store::Plain(k) => unsafe { (k.reduce)(self, plan.reduce(), &ws, out, &args) },
@@ -325,11 +281,11 @@ impl Cuda {
             match store {
                 // SAFETY: the caller's promise for every buffer.
                 Store::Plain(k) => unsafe {
-                    k.whole.pick(precision, plan)(self, plan.tiles(), a, b, out, &args)
+                    (k.whole)(self, variant, plan.tiles(), a, b, out, &args)
                 },
                 // SAFETY: the caller's promise for every buffer.
                 Store::Bias(k, bias) => unsafe {
-                    k.whole.pick(precision, plan)(self, plan.tiles(), a, b, bias, out, &args)
+                    (k.whole)(self, variant, plan.tiles(), a, b, bias, out, &args)
                 },
             }
         }

@@ -1,7 +1,9 @@
 //! The kernel table: one module per `src/ops/<op>/<op>.cu`, and each entry
 //! point its `cuda.rs` launches with its parameters, declared once. From it
 //! `kernel_table!` (launch.rs) makes [`kernel_modules`] and one typed
-//! launcher per kernel, e.g. `kernels::relu_fwd_f32(cuda, cfg, x, &n)`.
+//! launcher per kernel, e.g. `kernels::relu_fwd_f32(cuda, cfg, x, &n)`, or
+//! per GEMM family, whose entry points (one per `GemmVariant`) it names,
+//! e.g. `kernels::linear_fwd(cuda, variant, cfg, x, &w, &b, y, &args)`.
 //! [`super::Cuda::new`] loads every module, so a name missing from a module
 //! fails there, not mid-training; the tests below check each declaration
 //! against the source, and the NVRTC test each name against the PTX.
@@ -13,8 +15,8 @@ mod ptx {
 use cudarc::driver::LaunchConfig;
 
 use super::Cuda;
-use super::gemm::GemmLaunch;
-use super::launch::{DropoutArgs, GatherArgs, In, Out, Val, kernel_table};
+use super::launch::{DropoutArgs, GatherArgs, GemmLaunch, In, Out, Val, gemm_names, kernel_table};
+use super::products::GemmVariant;
 use crate::Result;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
@@ -38,8 +40,18 @@ pub struct KernelModule {
     pub source: &'static str,
     /// PTX that nvcc built from `source` at build time, if it was found.
     pub ptx: Option<&'static str>,
+    /// The `extern "C"` kernels the op launches: its single kernels, then
+    /// each GEMM family's entry points.
+    entry_points: &'static [&'static [&'static str]],
+}
+
+impl KernelModule {
     /// The `extern "C"` kernels the op launches.
-    pub functions: &'static [&'static str],
+    pub fn functions(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.entry_points
+            .iter()
+            .flat_map(|group| group.iter().copied())
+    }
 }
 
 kernel_table! {
@@ -80,67 +92,19 @@ kernel_table! {
         );
     }
     conv2d (CONV2D_SRC, CONV2D_PTX) {
-        conv2d_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_bf16(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_partial_f32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_partial_tf32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_partial_bf16(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_partial_f32w(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_fwd_reduce_f32(ws: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_f32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_tf32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_bf16(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_f32w(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_partial_f32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_partial_tf32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_partial_bf16(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_partial_f32w(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_f32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_tf32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_bf16(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_f32w(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_partial_f32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_partial_tf32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_partial_bf16(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_partial_f32w(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_bias_partial_f32(dy: In<f32>, ws: Out<f32>, g: Val<Conv2dGeom>);
         conv2d_bwd_bias_reduce_f32(ws: In<f32>, db: Out<f32>, g: Val<Conv2dGeom>);
+        @gemm conv2d_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm conv2d_fwd_partial(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm conv2d_bwd_input(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm conv2d_bwd_input_partial(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm conv2d_bwd_weight(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm conv2d_bwd_weight_partial(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
     }
     conv2d_pool (CONV2D_POOL_SRC, CONV2D_POOL_PTX) {
-        conv2d_pool_fwd_f32(
-            x: In<f32>,
-            w: In<f32>,
-            bias: In<f32>,
-            y: Out<f32>,
-            arg: Out<u8>,
-            p: Val<Conv2dLaunch>,
-            relu: Val<u32>,
-            d: Val<DropoutArgs>,
-        );
-        conv2d_pool_fwd_tf32(
-            x: In<f32>,
-            w: In<f32>,
-            bias: In<f32>,
-            y: Out<f32>,
-            arg: Out<u8>,
-            p: Val<Conv2dLaunch>,
-            relu: Val<u32>,
-            d: Val<DropoutArgs>,
-        );
-        conv2d_pool_fwd_bf16(
-            x: In<f32>,
-            w: In<f32>,
-            bias: In<f32>,
-            y: Out<f32>,
-            arg: Out<u8>,
-            p: Val<Conv2dLaunch>,
-            relu: Val<u32>,
-            d: Val<DropoutArgs>,
-        );
         conv2d_pool_argmax_f32(
             a: In<f32>,
             y: Out<f32>,
@@ -158,12 +122,19 @@ kernel_table! {
             relu: Val<u32>,
             d: Val<DropoutArgs>,
         );
+        @square conv2d_pool_fwd(
+            x: In<f32>,
+            w: In<f32>,
+            bias: In<f32>,
+            y: Out<f32>,
+            arg: Out<u8>,
+            p: Val<Conv2dLaunch>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
     }
     conv2d_relu (CONV2D_RELU_SRC, CONV2D_RELU_PTX) {
-        conv2d_relu_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_relu_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_relu_fwd_bf16(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_relu_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm conv2d_relu_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
     }
     cross_entropy (CROSS_ENTROPY_SRC, CROSS_ENTROPY_PTX) {
         cross_entropy_fwd_bwd_f32(
@@ -214,40 +185,18 @@ kernel_table! {
         from_half_f32(src: In<u16>, dst: Out<f32>, format: Val<u32>, start: Val<u64>, end: Val<u64>);
     }
     linear (LINEAR_SRC, LINEAR_PTX) {
-        linear_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_bf16(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_partial_f32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_partial_tf32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_partial_bf16(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_partial_f32w(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_fwd_reduce_f32(ws: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_f32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_tf32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_bf16(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_f32w(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_partial_f32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_partial_tf32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_partial_bf16(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_partial_f32w(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_f32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_tf32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_bf16(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_f32w(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_partial_f32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_partial_tf32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_partial_bf16(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_partial_f32w(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<LinearGeom>);
+        @gemm linear_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
+        @gemm linear_fwd_partial(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        @gemm linear_bwd_weight(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
+        @gemm linear_bwd_weight_partial(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        @gemm linear_bwd_input(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
+        @gemm linear_bwd_input_partial(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
     }
     linear_relu (LINEAR_RELU_SRC, LINEAR_RELU_PTX) {
-        linear_relu_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
-        linear_relu_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
-        linear_relu_fwd_bf16(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
-        linear_relu_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
         linear_relu_fwd_reduce_f32(
             ws: In<f32>,
             bias: In<f32>,
@@ -260,6 +209,14 @@ kernel_table! {
             dy: Out<f32>,
             db: Out<f32>,
             g: Val<LinearGeom>,
+            d: Val<DropoutArgs>,
+        );
+        @gemm linear_relu_fwd(
+            x: In<f32>,
+            w: In<f32>,
+            bias: In<f32>,
+            y: Out<f32>,
+            p: Val<LinearLaunch>,
             d: Val<DropoutArgs>,
         );
     }
@@ -343,19 +300,29 @@ mod tests {
         SparseAdamScalars => "SparseAdamScalars",
     }
 
-    /// The parameter types of `kernel`'s definition in `source`, one
-    /// space between words and none before a `*`.
-    fn c_parameter_types(source: &str, kernel: &str) -> Vec<String> {
+    /// How `kernel` (or GEMM family `kernel`, whose entry point a macro
+    /// defines as `kernel##SUFFIX`) is named where it is defined.
+    fn defined_as(kernel: &str, family: bool) -> String {
+        if family {
+            format!(" {kernel}##SUFFIX(")
+        } else {
+            format!(" {kernel}(")
+        }
+    }
+
+    /// The parameter types of the definition `defined` (a [`defined_as`])
+    /// in `source`, one space between words and none before a `*` (a
+    /// macro's line continuations left out).
+    fn c_parameter_types(source: &str, defined: &str) -> Vec<String> {
         let start = source
-            .find(&format!(" {kernel}("))
-            .unwrap_or_else(|| panic!("no `{kernel}(` in its source"))
-            + kernel.len()
-            + 2;
+            .find(defined)
+            .unwrap_or_else(|| panic!("no `{defined}` in its source"))
+            + defined.len();
         let end = start + source[start..].find(')').expect("a closing parenthesis");
         source[start..end]
             .split(',')
             .map(|param| {
-                let words: Vec<&str> = param.split_whitespace().collect();
+                let words: Vec<&str> = param.split_whitespace().filter(|w| *w != "\\").collect();
                 // The last word is the parameter's name (`float* x`).
                 let ty = words[..words.len() - 1].join(" ");
                 let ty = ty.replace(" *", "*");
@@ -369,14 +336,17 @@ mod tests {
     }
 
     /// The launchers push what the kernels take: each declaration in the
-    /// table spells the C signature of its kernel, type for type.
+    /// table spells the C signature of its kernel (or GEMM family's entry
+    /// point), type for type.
     #[test]
     fn every_declared_signature_matches_its_source() {
         let mut checked = 0;
-        for (kernel, params) in SIGNATURES {
+        for &(kernel, family, params) in SIGNATURES {
+            let name = |suffix: &str| format!("{kernel}{suffix}");
+            let first = if family { name("_f32") } else { name("") };
             let module = kernel_modules()
                 .iter()
-                .find(|m| m.functions.contains(kernel))
+                .find(|m| m.functions().any(|f| f == first))
                 .expect("every declared kernel is in a module");
             let declared: Vec<String> = params
                 .iter()
@@ -388,24 +358,73 @@ mod tests {
                 .collect();
             assert_eq!(
                 declared,
-                c_parameter_types(module.source, kernel),
+                c_parameter_types(module.source, &defined_as(kernel, family)),
                 "{kernel}: the table's declaration differs from {}.cu",
                 module.name
             );
-            checked += 1;
+            checked += if family {
+                module
+                    .functions()
+                    .filter(|f| f.strip_prefix(kernel).is_some_and(is_variant_suffix))
+                    .count()
+            } else {
+                1
+            };
         }
-        let listed: usize = kernel_modules().iter().map(|m| m.functions.len()).sum();
+        let listed: usize = kernel_modules().iter().map(|m| m.functions().count()).sum();
         assert_eq!(checked, listed);
+    }
+
+    /// Whether `rest` is a GEMM variant's suffix (`_f32`, `_tf32w_cp`, ...).
+    fn is_variant_suffix(rest: &str) -> bool {
+        let names = [gemm_names!(square x).as_slice(), &gemm_names!(wide x)].concat();
+        names.iter().any(|n| n.strip_prefix('x') == Some(rest))
+    }
+
+    /// Every family's entry points follow [`GemmVariant`]'s order, so that
+    /// its launcher picks the variant it is asked for: `Tf32WideCp` is
+    /// `_tf32w_cp`.
+    #[test]
+    fn gemm_entry_points_are_in_the_variants_order() {
+        let (square, wide) = (gemm_names!(square x), gemm_names!(wide x));
+        for variant in GemmVariant::ALL {
+            let name = format!("{variant:?}");
+            let cp = name.strip_suffix("Cp");
+            let name = cp.unwrap_or(&name);
+            let wide_tile = name.strip_suffix("Wide");
+            let precision = wide_tile.unwrap_or(name).to_lowercase();
+            let suffix = format!(
+                "_{precision}{}{}",
+                if wide_tile.is_some() { "w" } else { "" },
+                if cp.is_some() { "_cp" } else { "" }
+            );
+            let entry = super::super::launch::gemm_entry("x", &square, &wide, variant).unwrap();
+            assert_eq!(entry, format!("x{suffix}"), "{variant:?}");
+        }
+        let listed = square.len() + wide.len();
+        assert_eq!(
+            listed,
+            GemmVariant::ALL.len(),
+            "one entry point per variant"
+        );
+        let wide = super::super::launch::gemm_entry("x", &square, &[], GemmVariant::F32Wide);
+        assert!(wide.is_err(), "a square family has no wide entry point");
     }
 
     #[test]
     fn every_listed_kernel_is_defined_in_its_source() {
         for module in kernel_modules() {
-            for f in module.functions {
-                let definition = format!(" {f}(");
+            for f in module.functions() {
+                let family = SIGNATURES
+                    .iter()
+                    .find(|(k, fam, _)| *fam && f.strip_prefix(k).is_some_and(is_variant_suffix));
+                let definition = match family {
+                    Some((kernel, ..)) => defined_as(kernel, true),
+                    None => defined_as(f, false),
+                };
                 assert!(
                     module.source.contains(&definition),
-                    "{}: no `{f}(` in the source",
+                    "{}: no `{definition}` in the source",
                     module.name
                 );
             }
@@ -414,7 +433,10 @@ mod tests {
 
     #[test]
     fn every_kernel_name_is_unique() {
-        let mut names: Vec<_> = kernel_modules().iter().flat_map(|m| m.functions).collect();
+        let mut names: Vec<_> = kernel_modules()
+            .iter()
+            .flat_map(|m| m.functions())
+            .collect();
         let total = names.len();
         names.sort();
         names.dedup();

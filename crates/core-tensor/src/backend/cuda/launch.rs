@@ -14,7 +14,7 @@ use cudarc::driver::{
 };
 
 use super::Cuda;
-use super::gemm::GemmLaunch;
+use super::products::GemmVariant;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, Dropout, EmbeddingGeom, Epilogue, LinearGeom, MseGeom,
     OffsetGeom, PoolGeom, RowsGeom, SparseAdamScalars,
@@ -65,6 +65,27 @@ pub(crate) struct GatherArgs {
     pub lanes: u64,
 }
 
+/// The parameter struct of every GEMM kernel: the op's geometry plus the
+/// tiling. Mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct GemmLaunch<G> {
+    pub geom: G,
+    pub tiling: GemmTiling,
+}
+
+/// How one product is cut into blocks (`GemmPlan::args`); mirrored by
+/// `GemmTiling` in sgemm.cuh. Its precision, tile and staging are the
+/// entry point's (`GemmVariant`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub(crate) struct GemmTiling {
+    pub k_chunk: u64,
+    pub splits: u64,
+    pub tile_m: u64,
+    pub tile_n: u64,
+}
+
 // The kernels' parameter structs are passed by value: the driver copies
 // `size_of` bytes from the pointer cudarc hands it. The C++ mirrors share the
 // Rust layout because both are `repr(C)` with the same field types in the
@@ -98,8 +119,8 @@ unsafe impl DeviceRepr for SparseAdamScalars {}
 unsafe impl DeviceRepr for DropoutArgs {}
 // SAFETY: repr(C), five u64 fields, mirrored by `GatherArgs` in gather.cu.
 unsafe impl DeviceRepr for GatherArgs {}
-// SAFETY: repr(C), a geometry (itself DeviceRepr, all 8-byte fields) then two
-// u64; mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
+// SAFETY: repr(C), a geometry (itself DeviceRepr, all 8-byte fields) then
+// four u64; mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
 unsafe impl<G: DeviceRepr> DeviceRepr for GemmLaunch<G> {}
 
 /// A device buffer a kernel reads: pushed as a `const T*` argument.
@@ -213,6 +234,52 @@ macro_rules! push_arg {
     };
 }
 
+/// The entry points of GEMM family `$family`, in [`GemmVariant`]'s order:
+/// `square`, those of sgemm.cuh's `GEMM_SQUARE_VARIANTS` (every family
+/// has them), and `wide`, the rest of `GEMM_VARIANTS`.
+///
+/// [`GemmVariant`]: super::products::GemmVariant
+macro_rules! gemm_names {
+    (square $family:ident) => {
+        [
+            concat!(stringify!($family), "_f32"),
+            concat!(stringify!($family), "_f32_cp"),
+            concat!(stringify!($family), "_tf32"),
+            concat!(stringify!($family), "_tf32_cp"),
+            concat!(stringify!($family), "_bf16"),
+        ]
+    };
+    (wide $family:ident) => {
+        [
+            concat!(stringify!($family), "_f32w"),
+            concat!(stringify!($family), "_f32w_cp"),
+            concat!(stringify!($family), "_tf32w"),
+            concat!(stringify!($family), "_tf32w_cp"),
+        ]
+    };
+}
+
+/// The entry point of `variant` among a family's `square` and `wide` ones
+/// ([`gemm_names!`]); an error for a wide variant of a family that has
+/// only the square tiles.
+pub(crate) fn gemm_entry(
+    family: &'static str,
+    square: &[&'static str],
+    wide: &[&'static str],
+    variant: GemmVariant,
+) -> Result<&'static str> {
+    let i = variant.index();
+    let name = if i < square.len() {
+        square.get(i)
+    } else {
+        wide.get(i - square.len())
+    };
+    name.copied().ok_or_else(|| Error::InvalidArgument {
+        op: family,
+        reason: format!("{variant:?} is not one of its kernels (it has the square tiles only)"),
+    })
+}
+
 /// The kernel table (see `kernels.rs`): each module with its source, PTX
 /// and entry points, and for each entry point its parameters, declared once
 /// in the order and with the types of its `extern "C"` signature.
@@ -221,12 +288,18 @@ macro_rules! push_arg {
 /// launcher of that name taking `(cuda, cfg, params…)` with the declared
 /// types: a launch cannot push an argument of another type, in another
 /// order, or leave one out. `In<T>` is a `const T*` buffer, `Out<T>` a `T*`
-/// buffer, `Val<T>` a value. The test `every_declared_signature_matches_its_source`
-/// compares each declaration with the C signature in the source.
+/// buffer, `Val<T>` a value. A row `@gemm family(...)` (or `@square`, for a
+/// family with the square tiles only) declares a GEMM family: its entry
+/// points ([`gemm_names!`], one per line of sgemm.cuh's `GEMM_VARIANTS`),
+/// and one launcher `family(cuda, variant, cfg, params…)` for them all. The
+/// test `every_declared_signature_matches_its_source` compares each
+/// declaration with the C signature in the source.
 macro_rules! kernel_table {
     ($(
         $module:ident ($src:ident, $ptx:ident) {
             $( $kernel:ident ( $( $arg:ident : $kind:ident<$ty:ty> ),* $(,)? ); )*
+            $( @gemm $family:ident ( $( $farg:ident : $fkind:ident<$fty:ty> ),* $(,)? ); )*
+            $( @square $square:ident ( $( $sarg:ident : $skind:ident<$sty:ty> ),* $(,)? ); )*
         }
     )*) => {
         static MODULES: &[KernelModule] = &[$(
@@ -234,49 +307,97 @@ macro_rules! kernel_table {
                 name: stringify!($module),
                 source: ptx::$src,
                 ptx: ptx::$ptx,
-                functions: &[$( stringify!($kernel) ),*],
+                entry_points: &[
+                    &[$( stringify!($kernel) ),*],
+                    $( &gemm_names!(square $family), &gemm_names!(wide $family), )*
+                    $( &gemm_names!(square $square), )*
+                ],
             },
         )*];
 
         $( $(
-            #[doc = concat!("Queues `", stringify!($kernel), "` of `", stringify!($module), ".cu`.")]
-            ///
-            /// # Safety
-            ///
-            /// Every buffer holds at least the elements the kernel indexes
-            /// for the other arguments and `cfg` (the op checked the lengths
-            /// against its geometry), and `cfg` is the launch shape the
-            /// kernel is written for.
-            #[allow(clippy::too_many_arguments)]
-            pub(crate) unsafe fn $kernel(
-                cuda: &Cuda,
-                cfg: LaunchConfig,
-                $( $arg: $kind<'_, $ty> ),*
-            ) -> Result<()> {
-                let mut call = cuda.kernel(stringify!($kernel))?;
-                $( $crate::backend::cuda::launch::push_arg!(call, $kind, $arg); )*
-                // SAFETY: the arguments were pushed in the declared order
-                // with the declared types, which match the kernel's C
-                // signature (checked against the source by the test
-                // `every_declared_signature_matches_its_source`; value
-                // structs cross by their `DeviceRepr` impls in launch.rs).
-                // Lengths and `cfg` are this function's caller's promise.
-                // Outputs are `&mut` borrows, so they alias no input. All
-                // work is ordered on the backend's one stream, and cudarc
-                // frees device memory in stream order, so no buffer is
-                // freed under a running kernel.
-                unsafe { call.launch(cfg) }
-            }
+            $crate::backend::cuda::launch::launcher!(
+                $module, stringify!($kernel), $kernel, (), ($( $arg: $kind<$ty> ),*)
+            );
+        )* )*
+        $( $(
+            $crate::backend::cuda::launch::launcher!(
+                $module,
+                $crate::backend::cuda::launch::gemm_entry(
+                    stringify!($family),
+                    &gemm_names!(square $family),
+                    &gemm_names!(wide $family),
+                    variant,
+                )?,
+                $family,
+                (variant: GemmVariant,),
+                ($( $farg: $fkind<$fty> ),*)
+            );
+        )* )*
+        $( $(
+            $crate::backend::cuda::launch::launcher!(
+                $module,
+                $crate::backend::cuda::launch::gemm_entry(
+                    stringify!($square),
+                    &gemm_names!(square $square),
+                    &[],
+                    variant,
+                )?,
+                $square,
+                (variant: GemmVariant,),
+                ($( $sarg: $skind<$sty> ),*)
+            );
         )* )*
 
-        /// Each kernel's declared parameters as `(kind, C type)`.
+        /// Each kernel's (or GEMM family's) declared parameters as `(kind, C
+        /// type)`, and whether it is a family.
         #[cfg(test)]
-        const SIGNATURES: &[(&str, &[(&str, &str)])] = &[$( $(
-            (stringify!($kernel), &[$( (stringify!($kind), <$ty as CType>::NAME) ),*]),
-        )* )*];
+        const SIGNATURES: &[(&str, bool, &[(&str, &str)])] = &[
+            $( $( (stringify!($kernel), false, &[$( (stringify!($kind), <$ty as CType>::NAME) ),*]), )* )*
+            $( $( (stringify!($family), true, &[$( (stringify!($fkind), <$fty as CType>::NAME) ),*]), )* )*
+            $( $( (stringify!($square), true, &[$( (stringify!($skind), <$sty as CType>::NAME) ),*]), )* )*
+        ];
     };
 }
-pub(crate) use {kernel_table, push_arg};
+
+/// One typed launcher of [`kernel_table!`]: `$name` is the entry point to
+/// launch (an expression, for a family's variant), `$variant` the family's
+/// extra parameter (or nothing).
+macro_rules! launcher {
+    ($module:ident, $name:expr, $fn:ident, ($( $variant:ident : $vty:ty, )?),
+     ($( $arg:ident : $kind:ident<$ty:ty> ),*)) => {
+        #[doc = concat!("Queues `", stringify!($fn), "` of `", stringify!($module), ".cu`.")]
+        ///
+        /// # Safety
+        ///
+        /// Every buffer holds at least the elements the kernel indexes
+        /// for the other arguments and `cfg` (the op checked the lengths
+        /// against its geometry), and `cfg` is the launch shape the
+        /// kernel is written for.
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn $fn(
+            cuda: &Cuda,
+            $( $variant: $vty, )?
+            cfg: LaunchConfig,
+            $( $arg: $kind<'_, $ty> ),*
+        ) -> Result<()> {
+            let mut call = cuda.kernel($name)?;
+            $( $crate::backend::cuda::launch::push_arg!(call, $kind, $arg); )*
+            // SAFETY: the arguments were pushed in the declared order
+            // with the declared types, which match the kernel's C
+            // signature (checked against the source by the test
+            // `every_declared_signature_matches_its_source`; value
+            // structs cross by their `DeviceRepr` impls in launch.rs).
+            // Lengths and `cfg` are this function's caller's promise.
+            // Outputs are `&mut` borrows, so they alias no input. All
+            // work is ordered on the backend's one stream, and cudarc
+            // frees device memory in stream order, so no buffer is
+            // freed under a running kernel.
+            unsafe { call.launch(cfg) }
+        }
+    };
+}
+pub(crate) use {gemm_names, kernel_table, launcher, push_arg};
 
 /// One block of REDUCE_THREADS (reduce.cuh): the kernels that reduce a
 /// whole batch in one fixed tree, so a sum has the same bits on every run.
