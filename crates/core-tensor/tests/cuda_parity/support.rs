@@ -61,6 +61,12 @@ pub fn gpu_staged(test: &str, precision: MatmulPrecision, staging: GemmStaging) 
     }
 }
 
+/// `gpu` with its float32 or TF32 products in the wide tiles.
+pub fn wide(gpu: &Cuda) -> Cuda {
+    let wide = gpu.clone().with_fp32_tile(Fp32Tile::Wide);
+    wide.expect("float32 and TF32 products take the wide tiles")
+}
+
 /// Runs a generic test body on every device under test.
 #[macro_export]
 macro_rules! on_each_device {

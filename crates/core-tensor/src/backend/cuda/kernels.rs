@@ -15,8 +15,8 @@ mod ptx {
 use cudarc::driver::LaunchConfig;
 
 use super::Cuda;
-use super::launch::{DropoutArgs, GatherArgs, GemmLaunch, In, Out, Val, gemm_names, kernel_table};
-use super::products::GemmVariant;
+use super::launch::{DropoutArgs, GatherArgs, GemmLaunch, In, Out, Val, launcher};
+use super::products::{GemmVariant, gemm_entry, gemm_names};
 use crate::Result;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
@@ -52,6 +52,66 @@ impl KernelModule {
             .iter()
             .flat_map(|group| group.iter().copied())
     }
+}
+
+/// The kernel table (below): each module with its source, PTX
+/// and entry points, and for each entry point its parameters, declared once
+/// in the order and with the types of its `extern "C"` signature.
+///
+/// Generates [`kernel_modules`]'s table and, per kernel, an `unsafe fn`
+/// launcher of that name taking `(cuda, cfg, params…)` with the declared
+/// types: a launch cannot push an argument of another type, in another
+/// order, or leave one out. `In<T>` is a `const T*` buffer, `Out<T>` a `T*`
+/// buffer, `Val<T>` a value. A row `@gemm[square wide] family(...)` (or
+/// `[square]`, for a family with the square tiles only) declares a GEMM
+/// family: its entry points (`gemm_names!` in products.rs, one per line of sgemm.cuh's
+/// `GEMM_VARIANTS`), and one launcher `family(cuda, variant, cfg, params…)`
+/// for them all. The test `every_declared_signature_matches_its_source`
+/// compares each declaration with the C signature in the source.
+macro_rules! kernel_table {
+    ($(
+        $module:ident ($src:ident, $ptx:ident) {
+            $( $kernel:ident ( $( $arg:ident : $kind:ident<$ty:ty> ),* $(,)? ); )*
+            $( @gemm[$( $tiles:ident )+] $family:ident (
+                $( $farg:ident : $fkind:ident<$fty:ty> ),* $(,)?
+            ); )*
+        }
+    )*) => {
+        static MODULES: &[KernelModule] = &[$(
+            KernelModule {
+                name: stringify!($module),
+                source: ptx::$src,
+                ptx: ptx::$ptx,
+                entry_points: &[
+                    &[$( stringify!($kernel) ),*],
+                    $( $( &gemm_names!($tiles $family), )+ )*
+                ],
+            },
+        )*];
+
+        $( $(
+            launcher!(
+                $module, stringify!($kernel), $kernel, (), ($( $arg: $kind<$ty> ),*)
+            );
+        )* )*
+        $( $(
+            launcher!(
+                $module,
+                gemm_entry(stringify!($family), &[$( &gemm_names!($tiles $family) ),+], variant)?,
+                $family,
+                (variant: GemmVariant,),
+                ($( $farg: $fkind<$fty> ),*)
+            );
+        )* )*
+
+        /// Each kernel's (or GEMM family's) declared parameters as `(kind, C
+        /// type)`, and whether it is a family.
+        #[cfg(test)]
+        const SIGNATURES: &[(&str, bool, &[(&str, &str)])] = &[
+            $( $( (stringify!($kernel), false, &[$( (stringify!($kind), <$ty as CType>::NAME) ),*]), )* )*
+            $( $( (stringify!($family), true, &[$( (stringify!($fkind), <$fty as CType>::NAME) ),*]), )* )*
+        ];
+    };
 }
 
 kernel_table! {
@@ -97,12 +157,12 @@ kernel_table! {
         conv2d_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_bias_partial_f32(dy: In<f32>, ws: Out<f32>, g: Val<Conv2dGeom>);
         conv2d_bwd_bias_reduce_f32(ws: In<f32>, db: Out<f32>, g: Val<Conv2dGeom>);
-        @gemm conv2d_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        @gemm conv2d_fwd_partial(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        @gemm conv2d_bwd_input(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        @gemm conv2d_bwd_input_partial(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        @gemm conv2d_bwd_weight(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
-        @gemm conv2d_bwd_weight_partial(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm[square wide] conv2d_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm[square wide] conv2d_fwd_partial(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm[square wide] conv2d_bwd_input(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm[square wide] conv2d_bwd_input_partial(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm[square wide] conv2d_bwd_weight(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm[square wide] conv2d_bwd_weight_partial(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
     }
     conv2d_pool (CONV2D_POOL_SRC, CONV2D_POOL_PTX) {
         conv2d_pool_argmax_f32(
@@ -122,7 +182,7 @@ kernel_table! {
             relu: Val<u32>,
             d: Val<DropoutArgs>,
         );
-        @square conv2d_pool_fwd(
+        @gemm[square] conv2d_pool_fwd(
             x: In<f32>,
             w: In<f32>,
             bias: In<f32>,
@@ -134,7 +194,7 @@ kernel_table! {
         );
     }
     conv2d_relu (CONV2D_RELU_SRC, CONV2D_RELU_PTX) {
-        @gemm conv2d_relu_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        @gemm[square wide] conv2d_relu_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
     }
     cross_entropy (CROSS_ENTROPY_SRC, CROSS_ENTROPY_PTX) {
         cross_entropy_fwd_bwd_f32(
@@ -189,12 +249,12 @@ kernel_table! {
         linear_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<LinearGeom>);
-        @gemm linear_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        @gemm linear_fwd_partial(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        @gemm linear_bwd_weight(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        @gemm linear_bwd_weight_partial(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        @gemm linear_bwd_input(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
-        @gemm linear_bwd_input_partial(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        @gemm[square wide] linear_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
+        @gemm[square wide] linear_fwd_partial(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        @gemm[square wide] linear_bwd_weight(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
+        @gemm[square wide] linear_bwd_weight_partial(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        @gemm[square wide] linear_bwd_input(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
+        @gemm[square wide] linear_bwd_input_partial(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
     }
     linear_relu (LINEAR_RELU_SRC, LINEAR_RELU_PTX) {
         linear_relu_fwd_reduce_f32(
@@ -211,7 +271,7 @@ kernel_table! {
             g: Val<LinearGeom>,
             d: Val<DropoutArgs>,
         );
-        @gemm linear_relu_fwd(
+        @gemm[square wide] linear_relu_fwd(
             x: In<f32>,
             w: In<f32>,
             bias: In<f32>,
@@ -262,184 +322,5 @@ pub fn kernel_modules() -> &'static [KernelModule] {
 use tests::CType;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// How a parameter's Rust type is spelled in C.
-    pub(super) trait CType {
-        const NAME: &'static str;
-    }
-
-    macro_rules! c_types {
-        ($($rust:ty => $c:literal),* $(,)?) => {
-            $(impl CType for $rust {
-                const NAME: &'static str = $c;
-            })*
-        };
-    }
-
-    c_types! {
-        f32 => "float",
-        u8 => "unsigned char",
-        u16 => "unsigned short",
-        u32 => "unsigned int",
-        u64 => "unsigned long long",
-        AdamScalars => "AdamScalars",
-        ClassGeom => "ClassGeom",
-        Conv2dGeom => "Conv2dGeom",
-        Conv2dLaunch => "Conv2dLaunch",
-        DropoutArgs => "DropoutArgs",
-        EmbeddingGeom => "EmbeddingGeom",
-        GatherArgs => "GatherArgs",
-        LinearGeom => "LinearGeom",
-        LinearLaunch => "LinearLaunch",
-        MseGeom => "MseGeom",
-        OffsetGeom => "OffsetGeom",
-        PoolGeom => "PoolGeom",
-        RowsGeom => "RowsGeom",
-        SparseAdamScalars => "SparseAdamScalars",
-    }
-
-    /// How `kernel` (or GEMM family `kernel`, whose entry point a macro
-    /// defines as `kernel##SUFFIX`) is named where it is defined.
-    fn defined_as(kernel: &str, family: bool) -> String {
-        if family {
-            format!(" {kernel}##SUFFIX(")
-        } else {
-            format!(" {kernel}(")
-        }
-    }
-
-    /// The parameter types of the definition `defined` (a [`defined_as`])
-    /// in `source`, one space between words and none before a `*` (a
-    /// macro's line continuations left out).
-    fn c_parameter_types(source: &str, defined: &str) -> Vec<String> {
-        let start = source
-            .find(defined)
-            .unwrap_or_else(|| panic!("no `{defined}` in its source"))
-            + defined.len();
-        let end = start + source[start..].find(')').expect("a closing parenthesis");
-        source[start..end]
-            .split(',')
-            .map(|param| {
-                let words: Vec<&str> = param.split_whitespace().filter(|w| *w != "\\").collect();
-                // The last word is the parameter's name (`float* x`).
-                let ty = words[..words.len() - 1].join(" ");
-                let ty = ty.replace(" *", "*");
-                if words[words.len() - 1].starts_with('*') {
-                    format!("{ty}*")
-                } else {
-                    ty
-                }
-            })
-            .collect()
-    }
-
-    /// The launchers push what the kernels take: each declaration in the
-    /// table spells the C signature of its kernel (or GEMM family's entry
-    /// point), type for type.
-    #[test]
-    fn every_declared_signature_matches_its_source() {
-        let mut checked = 0;
-        for &(kernel, family, params) in SIGNATURES {
-            let name = |suffix: &str| format!("{kernel}{suffix}");
-            let first = if family { name("_f32") } else { name("") };
-            let module = kernel_modules()
-                .iter()
-                .find(|m| m.functions().any(|f| f == first))
-                .expect("every declared kernel is in a module");
-            let declared: Vec<String> = params
-                .iter()
-                .map(|&(kind, c)| match kind {
-                    "In" => format!("const {c}*"),
-                    "Out" => format!("{c}*"),
-                    _ => c.to_owned(),
-                })
-                .collect();
-            assert_eq!(
-                declared,
-                c_parameter_types(module.source, &defined_as(kernel, family)),
-                "{kernel}: the table's declaration differs from {}.cu",
-                module.name
-            );
-            checked += if family {
-                module
-                    .functions()
-                    .filter(|f| f.strip_prefix(kernel).is_some_and(is_variant_suffix))
-                    .count()
-            } else {
-                1
-            };
-        }
-        let listed: usize = kernel_modules().iter().map(|m| m.functions().count()).sum();
-        assert_eq!(checked, listed);
-    }
-
-    /// Whether `rest` is a GEMM variant's suffix (`_f32`, `_tf32w_cp`, ...).
-    fn is_variant_suffix(rest: &str) -> bool {
-        let names = [gemm_names!(square x).as_slice(), &gemm_names!(wide x)].concat();
-        names.iter().any(|n| n.strip_prefix('x') == Some(rest))
-    }
-
-    /// Every family's entry points follow [`GemmVariant`]'s order, so that
-    /// its launcher picks the variant it is asked for: `Tf32WideCp` is
-    /// `_tf32w_cp`.
-    #[test]
-    fn gemm_entry_points_are_in_the_variants_order() {
-        let (square, wide) = (gemm_names!(square x), gemm_names!(wide x));
-        for variant in GemmVariant::ALL {
-            let name = format!("{variant:?}");
-            let cp = name.strip_suffix("Cp");
-            let name = cp.unwrap_or(&name);
-            let wide_tile = name.strip_suffix("Wide");
-            let precision = wide_tile.unwrap_or(name).to_lowercase();
-            let suffix = format!(
-                "_{precision}{}{}",
-                if wide_tile.is_some() { "w" } else { "" },
-                if cp.is_some() { "_cp" } else { "" }
-            );
-            let entry = super::super::launch::gemm_entry("x", &square, &wide, variant).unwrap();
-            assert_eq!(entry, format!("x{suffix}"), "{variant:?}");
-        }
-        let listed = square.len() + wide.len();
-        assert_eq!(
-            listed,
-            GemmVariant::ALL.len(),
-            "one entry point per variant"
-        );
-        let wide = super::super::launch::gemm_entry("x", &square, &[], GemmVariant::F32Wide);
-        assert!(wide.is_err(), "a square family has no wide entry point");
-    }
-
-    #[test]
-    fn every_listed_kernel_is_defined_in_its_source() {
-        for module in kernel_modules() {
-            for f in module.functions() {
-                let family = SIGNATURES
-                    .iter()
-                    .find(|(k, fam, _)| *fam && f.strip_prefix(k).is_some_and(is_variant_suffix));
-                let definition = match family {
-                    Some((kernel, ..)) => defined_as(kernel, true),
-                    None => defined_as(f, false),
-                };
-                assert!(
-                    module.source.contains(&definition),
-                    "{}: no `{definition}` in the source",
-                    module.name
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn every_kernel_name_is_unique() {
-        let mut names: Vec<_> = kernel_modules()
-            .iter()
-            .flat_map(|m| m.functions())
-            .collect();
-        let total = names.len();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), total);
-    }
-}
+#[path = "kernels_tests.rs"]
+mod tests;

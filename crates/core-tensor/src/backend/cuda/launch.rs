@@ -14,7 +14,6 @@ use cudarc::driver::{
 };
 
 use super::Cuda;
-use super::products::GemmVariant;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, Dropout, EmbeddingGeom, Epilogue, LinearGeom, MseGeom,
     OffsetGeom, PoolGeom, RowsGeom, SparseAdamScalars,
@@ -234,133 +233,7 @@ macro_rules! push_arg {
     };
 }
 
-/// The entry points of GEMM family `$family`, in [`GemmVariant`]'s order:
-/// `square`, those of sgemm.cuh's `GEMM_SQUARE_VARIANTS` (every family
-/// has them), and `wide`, the rest of `GEMM_VARIANTS`.
-///
-/// [`GemmVariant`]: super::products::GemmVariant
-macro_rules! gemm_names {
-    (square $family:ident) => {
-        [
-            concat!(stringify!($family), "_f32"),
-            concat!(stringify!($family), "_f32_cp"),
-            concat!(stringify!($family), "_tf32"),
-            concat!(stringify!($family), "_tf32_cp"),
-            concat!(stringify!($family), "_bf16"),
-        ]
-    };
-    (wide $family:ident) => {
-        [
-            concat!(stringify!($family), "_f32w"),
-            concat!(stringify!($family), "_f32w_cp"),
-            concat!(stringify!($family), "_tf32w"),
-            concat!(stringify!($family), "_tf32w_cp"),
-        ]
-    };
-}
-
-/// The entry point of `variant` among a family's `square` and `wide` ones
-/// ([`gemm_names!`]); an error for a wide variant of a family that has
-/// only the square tiles.
-pub(crate) fn gemm_entry(
-    family: &'static str,
-    square: &[&'static str],
-    wide: &[&'static str],
-    variant: GemmVariant,
-) -> Result<&'static str> {
-    let i = variant.index();
-    let name = if i < square.len() {
-        square.get(i)
-    } else {
-        wide.get(i - square.len())
-    };
-    name.copied().ok_or_else(|| Error::InvalidArgument {
-        op: family,
-        reason: format!("{variant:?} is not one of its kernels (it has the square tiles only)"),
-    })
-}
-
-/// The kernel table (see `kernels.rs`): each module with its source, PTX
-/// and entry points, and for each entry point its parameters, declared once
-/// in the order and with the types of its `extern "C"` signature.
-///
-/// Generates [`kernel_modules`]'s table and, per kernel, an `unsafe fn`
-/// launcher of that name taking `(cuda, cfg, params…)` with the declared
-/// types: a launch cannot push an argument of another type, in another
-/// order, or leave one out. `In<T>` is a `const T*` buffer, `Out<T>` a `T*`
-/// buffer, `Val<T>` a value. A row `@gemm family(...)` (or `@square`, for a
-/// family with the square tiles only) declares a GEMM family: its entry
-/// points ([`gemm_names!`], one per line of sgemm.cuh's `GEMM_VARIANTS`),
-/// and one launcher `family(cuda, variant, cfg, params…)` for them all. The
-/// test `every_declared_signature_matches_its_source` compares each
-/// declaration with the C signature in the source.
-macro_rules! kernel_table {
-    ($(
-        $module:ident ($src:ident, $ptx:ident) {
-            $( $kernel:ident ( $( $arg:ident : $kind:ident<$ty:ty> ),* $(,)? ); )*
-            $( @gemm $family:ident ( $( $farg:ident : $fkind:ident<$fty:ty> ),* $(,)? ); )*
-            $( @square $square:ident ( $( $sarg:ident : $skind:ident<$sty:ty> ),* $(,)? ); )*
-        }
-    )*) => {
-        static MODULES: &[KernelModule] = &[$(
-            KernelModule {
-                name: stringify!($module),
-                source: ptx::$src,
-                ptx: ptx::$ptx,
-                entry_points: &[
-                    &[$( stringify!($kernel) ),*],
-                    $( &gemm_names!(square $family), &gemm_names!(wide $family), )*
-                    $( &gemm_names!(square $square), )*
-                ],
-            },
-        )*];
-
-        $( $(
-            $crate::backend::cuda::launch::launcher!(
-                $module, stringify!($kernel), $kernel, (), ($( $arg: $kind<$ty> ),*)
-            );
-        )* )*
-        $( $(
-            $crate::backend::cuda::launch::launcher!(
-                $module,
-                $crate::backend::cuda::launch::gemm_entry(
-                    stringify!($family),
-                    &gemm_names!(square $family),
-                    &gemm_names!(wide $family),
-                    variant,
-                )?,
-                $family,
-                (variant: GemmVariant,),
-                ($( $farg: $fkind<$fty> ),*)
-            );
-        )* )*
-        $( $(
-            $crate::backend::cuda::launch::launcher!(
-                $module,
-                $crate::backend::cuda::launch::gemm_entry(
-                    stringify!($square),
-                    &gemm_names!(square $square),
-                    &[],
-                    variant,
-                )?,
-                $square,
-                (variant: GemmVariant,),
-                ($( $sarg: $skind<$sty> ),*)
-            );
-        )* )*
-
-        /// Each kernel's (or GEMM family's) declared parameters as `(kind, C
-        /// type)`, and whether it is a family.
-        #[cfg(test)]
-        const SIGNATURES: &[(&str, bool, &[(&str, &str)])] = &[
-            $( $( (stringify!($kernel), false, &[$( (stringify!($kind), <$ty as CType>::NAME) ),*]), )* )*
-            $( $( (stringify!($family), true, &[$( (stringify!($fkind), <$fty as CType>::NAME) ),*]), )* )*
-            $( $( (stringify!($square), true, &[$( (stringify!($skind), <$sty as CType>::NAME) ),*]), )* )*
-        ];
-    };
-}
-
-/// One typed launcher of [`kernel_table!`]: `$name` is the entry point to
+/// One typed launcher of `kernel_table!` (kernels.rs): `$name` is the entry point to
 /// launch (an expression, for a family's variant), `$variant` the family's
 /// extra parameter (or nothing).
 macro_rules! launcher {
@@ -397,7 +270,7 @@ macro_rules! launcher {
         }
     };
 }
-pub(crate) use {gemm_names, kernel_table, launcher, push_arg};
+pub(crate) use {launcher, push_arg};
 
 /// One block of REDUCE_THREADS (reduce.cuh): the kernels that reduce a
 /// whole batch in one fixed tree, so a sum has the same bits on every run.

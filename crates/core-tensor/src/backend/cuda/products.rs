@@ -323,7 +323,7 @@ impl Products {
 
 /// One entry point of a GEMM family (`<family>_f32`, `<family>_tf32w_cp`,
 /// ...): its precision, tile and staging, in the order of sgemm.cuh's
-/// `GEMM_VARIANTS` and launch.rs's `gemm_names!`, the square tiles' first
+/// `GEMM_VARIANTS` and of [`gemm_names!`], the square tiles' first
 /// (`GEMM_SQUARE_VARIANTS`, all that a square family such as conv2d_pool's
 /// has), the wide ones' after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -391,4 +391,43 @@ impl Cuda {
     pub fn matmul_precision(&self) -> MatmulPrecision {
         self.products.precision()
     }
+}
+
+/// The entry points of GEMM family `$family`, in [`GemmVariant`]'s order:
+/// `square`, those of sgemm.cuh's `GEMM_SQUARE_VARIANTS` (every family
+/// has them), and `wide`, the rest of `GEMM_VARIANTS`.
+macro_rules! gemm_names {
+    (square $family:ident) => {
+        [
+            concat!(stringify!($family), "_f32"),
+            concat!(stringify!($family), "_f32_cp"),
+            concat!(stringify!($family), "_tf32"),
+            concat!(stringify!($family), "_tf32_cp"),
+            concat!(stringify!($family), "_bf16"),
+        ]
+    };
+    (wide $family:ident) => {
+        [
+            concat!(stringify!($family), "_f32w"),
+            concat!(stringify!($family), "_f32w_cp"),
+            concat!(stringify!($family), "_tf32w"),
+            concat!(stringify!($family), "_tf32w_cp"),
+        ]
+    };
+}
+pub(crate) use gemm_names;
+
+/// The entry point of `variant` among a family's groups of them
+/// ([`gemm_names!`], in order); an error for a wide variant of a family
+/// that has only the square tiles.
+pub(crate) fn gemm_entry(
+    family: &'static str,
+    groups: &[&[&'static str]],
+    variant: GemmVariant,
+) -> crate::Result<&'static str> {
+    let entry = groups.iter().flat_map(|g| g.iter()).nth(variant.index());
+    entry.copied().ok_or_else(|| crate::Error::InvalidArgument {
+        op: family,
+        reason: format!("{variant:?} is not one of its kernels (it has the square tiles only)"),
+    })
 }

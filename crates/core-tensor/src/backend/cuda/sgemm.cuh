@@ -209,7 +209,7 @@ struct GemmCpAsync {
 // point once as a macro FAMILY(SUFFIX, P, T, S) and expands GEMM_VARIANTS
 // (or, for a family that has only the square tiles, GEMM_SQUARE_VARIANTS)
 // with it. The host's `GemmVariant` (backend/cuda/products.rs) and
-// `gemm_names!` (launch.rs) list them in this order.
+// `gemm_names!` (products.rs) list them in this order.
 #define GEMM_SQUARE_VARIANTS(FAMILY)                      \
     FAMILY(_f32, GemmF32, GemmSquare, GemmRegisters)     \
     FAMILY(_f32_cp, GemmF32, GemmSquare, GemmCpAsync)    \
