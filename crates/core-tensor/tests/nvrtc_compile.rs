@@ -41,7 +41,7 @@ fn every_kernel_compiles_with_nvrtc() {
     let mut table = Vec::new();
     for module in kernel_modules() {
         let ptx = compile_ptx(module, sm).unwrap_or_else(|e| panic!("{}", e.with_causes()));
-        for f in module.functions() {
+        for f in module.functions {
             assert!(
                 ptx.contains(&format!(".entry {f}(")),
                 "{}: kernel `{f}` is not in the PTX",
@@ -78,7 +78,7 @@ fn report(table: &[Report], sm: u32) {
             k.name, k.registers, k.smem, k.spill_stores, k.spill_loads
         );
     }
-    let launched: usize = kernel_modules().iter().map(|m| m.functions().count()).sum();
+    let launched: usize = kernel_modules().iter().map(|m| m.functions.len()).sum();
     assert_eq!(
         table.len(),
         launched,

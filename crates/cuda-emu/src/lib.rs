@@ -255,7 +255,7 @@ fn translation_units(modules: &[KernelModule]) -> Vec<(String, String)> {
             module.name, module.source
         );
         text.push_str("static const cuda_emu::Kernel kernels[] = {\n");
-        for f in module.functions() {
+        for f in module.functions {
             writeln!(text, "    {{\"{f}\", cuda_emu::entry<&{ns}::{f}>}},").expect("to a String");
         }
         text.push_str(

@@ -8,8 +8,8 @@
 use cudarc::driver::LaunchConfig;
 
 use super::launch::{GemmLaunch, GemmTiling, In, Out, Val};
-use super::products::GemmVariant;
-use crate::{Cuda, Error, Fp32Tile, Result};
+
+use crate::{Cuda, Error, Fp32Tile, GemmStaging, MatmulPrecision, Result};
 
 /// The tiles; mirror `GEMM_BK`, `GEMM_THREADS` and `GEMM_TILE_ELEMS` in
 /// sgemm.cuh. A tile has `tile_m` rows (64, or 32 for short products) and
@@ -152,13 +152,19 @@ impl GemmPlan {
         }
     }
 
-    /// Whether this plan runs in the wide tiles (the `w` variants of a GEMM family).
+    /// Whether this plan runs in the wide tiles (the `_f32w` kernels).
     pub(crate) fn is_wide(&self) -> bool {
         self.tile_n == WIDE_TILE_N
     }
 
-    /// The kernels' parameter struct for this plan.
-    pub(crate) fn args<G>(&self, geom: G) -> GemmLaunch<G> {
+    /// The kernels' parameter struct for this plan, its products in
+    /// `precision`, its tiles staged by `staging`.
+    pub(crate) fn args<G>(
+        &self,
+        geom: G,
+        precision: MatmulPrecision,
+        staging: GemmStaging,
+    ) -> GemmLaunch<G> {
         GemmLaunch {
             geom,
             tiling: GemmTiling {
@@ -166,33 +172,27 @@ impl GemmPlan {
                 splits: self.splits as u64,
                 tile_m: self.tile_m as u64,
                 tile_n: self.tile_n as u64,
+                tensor_cores: u64::from(precision == MatmulPrecision::Tf32),
+                cp_async: u64::from(staging == GemmStaging::CpAsync),
             },
         }
     }
-
-    /// The entry point of a GEMM family that runs this plan for `cuda`'s
-    /// products.
-    pub(crate) fn variant(&self, cuda: &Cuda) -> GemmVariant {
-        cuda.products().variant(self.is_wide())
-    }
 }
 
-/// A GEMM family's launcher (the kernel table's `@gemm` rows) that stores
-/// `a·b`: a tile kernel that stores the result, or a split-K `_partial` one
-/// that fills the workspace.
+/// A GEMM kernel of the table that stores `a·b`: a tile kernel that stores
+/// the result, or a split-K `_partial` one that fills the workspace (or a
+/// `_reduce` kernel that adds a bias: two inputs and an output too).
 type Product<G> = unsafe fn(
     &Cuda,
-    GemmVariant,
     LaunchConfig,
     In<'_, f32>,
     In<'_, f32>,
     Out<'_, f32>,
     Val<'_, GemmLaunch<G>>,
 ) -> Result<()>;
-/// A GEMM family's launcher that stores `a·b` plus a bias per output row.
-type BiasProduct<G> = unsafe fn(
+/// A tile kernel that stores `a·b` plus a bias per output row.
+pub(crate) type BiasProduct<G> = unsafe fn(
     &Cuda,
-    GemmVariant,
     LaunchConfig,
     In<'_, f32>,
     In<'_, f32>,
@@ -203,29 +203,45 @@ type BiasProduct<G> = unsafe fn(
 /// A `_reduce` kernel: sums the workspace's splits into the result.
 type Reduce<G> =
     unsafe fn(&Cuda, LaunchConfig, In<'_, f32>, Out<'_, f32>, Val<'_, GemmLaunch<G>>) -> Result<()>;
-/// A `_reduce` kernel that adds a bias: `(workspace, bias, out, args)`.
-type BiasReduce<G> = unsafe fn(
-    &Cuda,
-    LaunchConfig,
-    In<'_, f32>,
-    In<'_, f32>,
-    Out<'_, f32>,
-    Val<'_, GemmLaunch<G>>,
-) -> Result<()>;
+/// A tile kernel's four entry points: `_f32` (CUDA cores, square tiles),
+/// `_tf32` (tensor cores, square tiles), `_f32w` (the wide tiles, in float32
+/// or TF32) and `_bf16` (tensor cores, square tiles).
+#[derive(Clone, Copy)]
+pub(crate) struct ByKind<K> {
+    pub fp32: K,
+    pub fp32_wide: K,
+    pub tf32: K,
+    pub bf16: K,
+}
+
+impl<K: Copy> ByKind<K> {
+    /// The entry point for products in `precision` by `plan`: `_f32w` only
+    /// for a plan in the wide tiles, so that no other product runs with
+    /// their registers.
+    pub(crate) fn pick(&self, precision: MatmulPrecision, plan: &GemmPlan) -> K {
+        match precision {
+            MatmulPrecision::Fp32 | MatmulPrecision::Tf32 if plan.is_wide() => self.fp32_wide,
+            MatmulPrecision::Fp32 => self.fp32,
+            MatmulPrecision::Tf32 => self.tf32,
+            MatmulPrecision::Bf16 => self.bf16,
+        }
+    }
+}
 
 /// The kernels of one GEMM-based op direction, from the kernel table: the
-/// family of tile kernels that store the result, and the split-K pair.
+/// tile kernel that stores the result, and the split-K pair.
 pub(crate) struct GemmKernels<G: 'static> {
-    pub whole: Product<G>,
-    pub partial: Product<G>,
+    pub whole: ByKind<Product<G>>,
+    pub partial: ByKind<Product<G>>,
     pub reduce: Reduce<G>,
 }
 
 /// [`GemmKernels`] for a product with a bias per output row.
 pub(crate) struct BiasGemmKernels<G: 'static> {
-    pub whole: BiasProduct<G>,
-    pub partial: Product<G>,
-    pub reduce: BiasReduce<G>,
+    pub whole: ByKind<BiasProduct<G>>,
+    pub partial: ByKind<Product<G>>,
+    /// `(workspace, bias, out, args)`: the shape of a [`Product`].
+    pub reduce: Product<G>,
 }
 
 /// How one GEMM stores its result, with the kernels that do it.
@@ -235,7 +251,7 @@ pub(crate) enum Store<'k, 'v, G: 'static> {
 }
 
 impl<G> Store<'_, '_, G> {
-    fn partial(&self) -> Product<G> {
+    fn partial(&self) -> ByKind<Product<G>> {
         match self {
             Self::Plain(k) => k.partial,
             Self::Bias(k, _) => k.partial,
@@ -261,14 +277,16 @@ impl Cuda {
         store: Store<'_, '_, G>,
         out: Out<'_, f32>,
     ) -> Result<()> {
-        let args = plan.args(geom);
-        let variant = plan.variant(self);
+        let precision = self.matmul_precision();
+        let args = plan.args(geom, precision, self.gemm_staging());
         if plan.is_split() {
             let mut ws = self.scratch(plan.workspace_len())?;
             // SAFETY: `a`, `b` as promised by the caller; `ws` holds
             // `workspace_len()` = splits·m·n elements, what the partial
             // kernel writes for this plan.
-            unsafe { store.partial()(self, variant, plan.tiles(), a, b, &mut ws, &args)? };
+            unsafe {
+                store.partial().pick(precision, plan)(self, plan.tiles(), a, b, &mut ws, &args)?
+            };
             match store {
                 // SAFETY: as above; the reduce kernel reads the same `ws`.
                 Store::Plain(k) => unsafe { (k.reduce)(self, plan.reduce(), &ws, out, &args) },
@@ -281,11 +299,11 @@ impl Cuda {
             match store {
                 // SAFETY: the caller's promise for every buffer.
                 Store::Plain(k) => unsafe {
-                    (k.whole)(self, variant, plan.tiles(), a, b, out, &args)
+                    k.whole.pick(precision, plan)(self, plan.tiles(), a, b, out, &args)
                 },
                 // SAFETY: the caller's promise for every buffer.
                 Store::Bias(k, bias) => unsafe {
-                    (k.whole)(self, variant, plan.tiles(), a, b, bias, out, &args)
+                    k.whole.pick(precision, plan)(self, plan.tiles(), a, b, bias, out, &args)
                 },
             }
         }

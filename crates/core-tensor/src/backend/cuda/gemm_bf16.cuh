@@ -5,7 +5,7 @@
 // by mma.sync m16n8k16 on the tensor cores (compute capability 8.0 and
 // later; the host refuses bf16 below), and everything outside the products
 // (weights, gradients, Adam) stays float32. sgemm.cuh pastes this in and
-// `gemm` dispatches GemmBf16 here.
+// `gemm` dispatches GEMM_BF16 here.
 //
 // It shares the loaders, `gemm_fetch`, the split-K plan and the stores with
 // the other kinds, but not their staging: the operands are staged as bf16,

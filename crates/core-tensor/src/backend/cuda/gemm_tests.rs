@@ -1,6 +1,4 @@
 use super::*;
-use crate::backend::cuda::products::GemmVariant;
-use crate::{GemmStaging, Products};
 
 fn covers_k_exactly(plan: &GemmPlan, k: usize) {
     assert_eq!(plan.k_chunk % BK, 0, "{plan:?}");
@@ -72,7 +70,12 @@ fn short_wide_products_take_the_32_row_tile() {
         plan.tiles().grid_dim,
         ((64 * 26 * 26usize).div_ceil(128) as u32, 1, 1)
     );
-    assert_eq!(plan.args(()).tiling.tile_m, 32);
+    assert_eq!(
+        plan.args((), MatmulPrecision::Fp32, GemmStaging::Registers)
+            .tiling
+            .tile_m,
+        32
+    );
     // 33 rows, or an output too narrow for 128 columns, keep 64 x 64.
     assert_eq!(
         GemmPlan::new("test", 33, 10_000, 16, Fp32Tile::Square)
@@ -96,27 +99,16 @@ fn wide_tiles_take_wide_products_and_split_k_as_the_square_ones() {
     assert_eq!((plan.tile_m, plan.tile_n), (64, 256));
     assert!(plan.is_wide());
     assert_eq!(plan.tiles().grid_dim, (n.div_ceil(256) as u32, 1, 1));
-    assert_eq!(plan.args(()).tiling.tile_n, 256);
-    // The wide plan runs the wide entry point of each precision and staging.
-    let tile = Fp32Tile::Wide;
-    for (products, variant) in [
-        (
-            Products::F32 {
-                tile,
-                staging: GemmStaging::Registers,
-            },
-            GemmVariant::F32Wide,
-        ),
-        (
-            Products::Tf32 {
-                tile,
-                staging: GemmStaging::CpAsync,
-            },
-            GemmVariant::Tf32WideCp,
-        ),
-    ] {
-        assert_eq!(products.variant(plan.is_wide()), variant);
-    }
+    let tf32 = plan
+        .args((), MatmulPrecision::Tf32, GemmStaging::Registers)
+        .tiling;
+    assert_eq!((tf32.tile_n, tf32.tensor_cores), (256, 1));
+    assert_eq!(
+        plan.args((), MatmulPrecision::Fp32, GemmStaging::Registers)
+            .tiling
+            .tensor_cores,
+        0
+    );
     // conv2's input gradient: at most 32 rows keep 32 x 128.
     let short = GemmPlan::new("test", 32, 64 * 26 * 26, 576, Fp32Tile::Wide).unwrap();
     assert_eq!((short.tile_m, short.tile_n), (32, 128));

@@ -110,8 +110,8 @@ __device__ __forceinline__ void gemm_copy(const L& load, const Rows<T, L>& rows,
 }
 
 // The staged operand tiles As and Bs of whichever shape runs: one buffer
-// per kernel, sized for the stages of the largest shape it holds (FLOATS:
-// GEMM_STAGES copies for the cp.async staging, one for the registers'). A kernel holds the code of every shape of its kind, and a
+// per kernel, sized for GEMM_STAGES copies of the largest shape it holds
+// (FLOATS). A kernel holds the code of every shape of its kind, and a
 // static array per shape would add up past the 48 KiB of static shared
 // memory.
 template <int FLOATS>
@@ -145,16 +145,15 @@ struct KTileProduct<true> {
     }
 };
 
-// The operand tiles of stage `s` of a staging buffer holding copies of S's
-// (GEMM_STAGES for the cp.async staging, one for the register staging:
-// `gemm_tile` checks): rows of LDS floats, a multiple of 4, so that every
-// tile starts 16-byte aligned.
+// The operand tiles of stage `s` of a staging buffer holding GEMM_STAGES
+// copies of S's: rows of LDS floats, a multiple of 4, so that every tile
+// starts 16-byte aligned.
 template <class S, int FLOATS>
 struct Staged {
     float (*As)[S::A::LDS];
     float (*Bs)[S::B::LDS];
     __device__ Staged(int s) {
-        static_assert(S::FLOATS <= FLOATS, "a stage fits the staging buffer");
+        static_assert(GEMM_STAGES * S::FLOATS <= FLOATS, "the stages fit the staging buffer");
         float* base = gemm_shared<FLOATS>() + s * S::FLOATS;
         As = reinterpret_cast<float(*)[S::A::LDS]>(base);
         Bs = reinterpret_cast<float(*)[S::B::LDS]>(base + GEMM_BK * S::A::LDS);
@@ -182,8 +181,6 @@ __device__ __forceinline__ void gemm_tile(
     typedef typename S::A TA;
     typedef typename S::B TB;
     typedef RegBlock<S::BM, S::BN> RB;
-    static_assert((CP_ASYNC ? GEMM_STAGES : 1) * S::FLOATS <= FLOATS,
-                  "the stages fit the staging buffer");
     // The k halves of a coming tile's addresses, double-buffered: one buffer
     // is read by a fetch while the other is filled.
     __shared__ typename LA::K a_ks[2][GEMM_BK];

@@ -73,9 +73,8 @@ pub(crate) struct GemmLaunch<G> {
     pub tiling: GemmTiling,
 }
 
-/// How one product is cut into blocks (`GemmPlan::args`); mirrored by
-/// `GemmTiling` in sgemm.cuh. Its precision, tile and staging are the
-/// entry point's (`GemmVariant`).
+/// How one product is cut into blocks (`GemmPlan::args`, gemm.rs);
+/// mirrored by `GemmTiling` in sgemm.cuh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub(crate) struct GemmTiling {
@@ -83,6 +82,12 @@ pub(crate) struct GemmTiling {
     pub splits: u64,
     pub tile_m: u64,
     pub tile_n: u64,
+    /// 1 for TF32 on the tensor cores; read by the wide kernels, which hold
+    /// both precisions.
+    pub tensor_cores: u64,
+    /// 1 to stage the tiles with cp.async (`GemmStaging::CpAsync`); the
+    /// bf16 kernels ignore it.
+    pub cp_async: u64,
 }
 
 // The kernels' parameter structs are passed by value: the driver copies
@@ -118,8 +123,8 @@ unsafe impl DeviceRepr for SparseAdamScalars {}
 unsafe impl DeviceRepr for DropoutArgs {}
 // SAFETY: repr(C), five u64 fields, mirrored by `GatherArgs` in gather.cu.
 unsafe impl DeviceRepr for GatherArgs {}
-// SAFETY: repr(C), a geometry (itself DeviceRepr, all 8-byte fields) then
-// four u64; mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
+// SAFETY: repr(C), a geometry (itself DeviceRepr, all 8-byte fields) then two
+// u64; mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
 unsafe impl<G: DeviceRepr> DeviceRepr for GemmLaunch<G> {}
 
 /// A device buffer a kernel reads: pushed as a `const T*` argument.
@@ -233,44 +238,70 @@ macro_rules! push_arg {
     };
 }
 
-/// One typed launcher of `kernel_table!` (kernels.rs): `$name` is the entry point to
-/// launch (an expression, for a family's variant), `$variant` the family's
-/// extra parameter (or nothing).
-macro_rules! launcher {
-    ($module:ident, $name:expr, $fn:ident, ($( $variant:ident : $vty:ty, )?),
-     ($( $arg:ident : $kind:ident<$ty:ty> ),*)) => {
-        #[doc = concat!("Queues `", stringify!($fn), "` of `", stringify!($module), ".cu`.")]
-        ///
-        /// # Safety
-        ///
-        /// Every buffer holds at least the elements the kernel indexes
-        /// for the other arguments and `cfg` (the op checked the lengths
-        /// against its geometry), and `cfg` is the launch shape the
-        /// kernel is written for.
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) unsafe fn $fn(
-            cuda: &Cuda,
-            $( $variant: $vty, )?
-            cfg: LaunchConfig,
-            $( $arg: $kind<'_, $ty> ),*
-        ) -> Result<()> {
-            let mut call = cuda.kernel($name)?;
-            $( $crate::backend::cuda::launch::push_arg!(call, $kind, $arg); )*
-            // SAFETY: the arguments were pushed in the declared order
-            // with the declared types, which match the kernel's C
-            // signature (checked against the source by the test
-            // `every_declared_signature_matches_its_source`; value
-            // structs cross by their `DeviceRepr` impls in launch.rs).
-            // Lengths and `cfg` are this function's caller's promise.
-            // Outputs are `&mut` borrows, so they alias no input. All
-            // work is ordered on the backend's one stream, and cudarc
-            // frees device memory in stream order, so no buffer is
-            // freed under a running kernel.
-            unsafe { call.launch(cfg) }
+/// The kernel table (see `kernels.rs`): each module with its source, PTX
+/// and entry points, and for each entry point its parameters, declared once
+/// in the order and with the types of its `extern "C"` signature.
+///
+/// Generates [`kernel_modules`]'s table and, per kernel, an `unsafe fn`
+/// launcher of that name taking `(cuda, cfg, params…)` with the declared
+/// types: a launch cannot push an argument of another type, in another
+/// order, or leave one out. `In<T>` is a `const T*` buffer, `Out<T>` a `T*`
+/// buffer, `Val<T>` a value. The test `every_declared_signature_matches_its_source`
+/// compares each declaration with the C signature in the source.
+macro_rules! kernel_table {
+    ($(
+        $module:ident ($src:ident, $ptx:ident) {
+            $( $kernel:ident ( $( $arg:ident : $kind:ident<$ty:ty> ),* $(,)? ); )*
         }
+    )*) => {
+        static MODULES: &[KernelModule] = &[$(
+            KernelModule {
+                name: stringify!($module),
+                source: ptx::$src,
+                ptx: ptx::$ptx,
+                functions: &[$( stringify!($kernel) ),*],
+            },
+        )*];
+
+        $( $(
+            #[doc = concat!("Queues `", stringify!($kernel), "` of `", stringify!($module), ".cu`.")]
+            ///
+            /// # Safety
+            ///
+            /// Every buffer holds at least the elements the kernel indexes
+            /// for the other arguments and `cfg` (the op checked the lengths
+            /// against its geometry), and `cfg` is the launch shape the
+            /// kernel is written for.
+            #[allow(clippy::too_many_arguments)]
+            pub(crate) unsafe fn $kernel(
+                cuda: &Cuda,
+                cfg: LaunchConfig,
+                $( $arg: $kind<'_, $ty> ),*
+            ) -> Result<()> {
+                let mut call = cuda.kernel(stringify!($kernel))?;
+                $( $crate::backend::cuda::launch::push_arg!(call, $kind, $arg); )*
+                // SAFETY: the arguments were pushed in the declared order
+                // with the declared types, which match the kernel's C
+                // signature (checked against the source by the test
+                // `every_declared_signature_matches_its_source`; value
+                // structs cross by their `DeviceRepr` impls in launch.rs).
+                // Lengths and `cfg` are this function's caller's promise.
+                // Outputs are `&mut` borrows, so they alias no input. All
+                // work is ordered on the backend's one stream, and cudarc
+                // frees device memory in stream order, so no buffer is
+                // freed under a running kernel.
+                unsafe { call.launch(cfg) }
+            }
+        )* )*
+
+        /// Each kernel's declared parameters as `(kind, C type)`.
+        #[cfg(test)]
+        const SIGNATURES: &[(&str, &[(&str, &str)])] = &[$( $(
+            (stringify!($kernel), &[$( (stringify!($kind), <$ty as CType>::NAME) ),*]),
+        )* )*];
     };
 }
-pub(crate) use {launcher, push_arg};
+pub(crate) use {kernel_table, push_arg};
 
 /// One block of REDUCE_THREADS (reduce.cuh): the kernels that reduce a
 /// whole batch in one fixed tree, so a sum has the same bits on every run.

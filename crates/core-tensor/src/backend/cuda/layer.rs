@@ -56,7 +56,7 @@ impl Cuda {
             return Ok(());
         }
         let [(m, n, k), _, _] = g.shapes();
-        let plan = GemmPlan::new(lens.op, m, n, k, self.products().tile())?;
+        let plan = GemmPlan::new(lens.op, m, n, k, self.gemm_tile())?;
         let w = view(lens.op, params, at.weight.clone())?;
         let b = view(lens.op, params, at.bias.clone())?;
         // SAFETY: every buffer's length was checked against the geometry
@@ -102,7 +102,7 @@ impl Cuda {
         let lens = check_bwd(g, x, params, at, dy, grads, dx.as_deref())?;
         let [_, (wm, wn, wk), (im, in_, ik)] = g.shapes();
         if lens.weight > 0 {
-            let plan = GemmPlan::new(lens.op, wm, wn, wk, self.products().tile())?;
+            let plan = GemmPlan::new(lens.op, wm, wn, wk, self.gemm_tile())?;
             let mut dw = view_mut(lens.op, grads, at.weight.clone())?;
             let store = Store::Plain(&L::BWD_WEIGHT);
             // SAFETY: `x`, `dy` and `grads` (hence `dw`) were checked
@@ -113,7 +113,7 @@ impl Cuda {
         match dx {
             Some(dx) if !dx.is_empty() => {
                 let w = view(lens.op, params, at.weight.clone())?;
-                let plan = GemmPlan::new(lens.op, im, in_, ik, self.products().tile())?;
+                let plan = GemmPlan::new(lens.op, im, in_, ik, self.gemm_tile())?;
                 let store = Store::Plain(&L::BWD_INPUT);
                 // SAFETY: `dy`, `params` (hence `w`) and `dx` were checked
                 // by `check_bwd`; the plan is the input-gradient product.

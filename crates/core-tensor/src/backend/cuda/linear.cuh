@@ -42,9 +42,9 @@ struct BiasStore {
 };
 
 // Forward: M = batch, N = out, K = in; A = x, B(k = i, n = o) = W[o, i].
-template <class P, class TILE, class STAGING, class S>
+template <int KIND, class S>
 __device__ __forceinline__ void linear_fwd(const float* x, const float* w, const LinearLaunch& p,
                                            const S& store) {
     const int I = (int)p.g.in_features, O = (int)p.g.out_features;
-    gemm<P, TILE, STAGING>(RowsByK{x, I}, RowsByK{w, I}, (int)p.g.batch, O, I, p.t, store);
+    gemm<KIND>(RowsByK{x, I}, RowsByK{w, I}, (int)p.g.batch, O, I, p.t, store);
 }

@@ -138,7 +138,7 @@ pub(super) fn load_all(
     }
     let mut functions = HashMap::new();
     for (module, cuda_module) in &loaded {
-        for name in module.functions() {
+        for &name in module.functions {
             let function = load_function(module, cuda_module, name)?;
             functions.insert(name, function);
         }

@@ -261,103 +261,6 @@ impl Products {
         };
         format!("{precision}{staging}")
     }
-
-    /// The entry point of a GEMM family that runs these products, for a
-    /// plan in the wide tiles when `wide` (never for bf16, whose plans are
-    /// square): the one place a variant is chosen.
-    pub(crate) fn variant(self, wide: bool) -> GemmVariant {
-        use GemmStaging::{CpAsync, Registers};
-        match (self, wide) {
-            (
-                Self::F32 {
-                    staging: Registers, ..
-                },
-                false,
-            ) => GemmVariant::F32,
-            (
-                Self::F32 {
-                    staging: CpAsync, ..
-                },
-                false,
-            ) => GemmVariant::F32Cp,
-            (
-                Self::Tf32 {
-                    staging: Registers, ..
-                },
-                false,
-            ) => GemmVariant::Tf32,
-            (
-                Self::Tf32 {
-                    staging: CpAsync, ..
-                },
-                false,
-            ) => GemmVariant::Tf32Cp,
-            (Self::Bf16, _) => GemmVariant::Bf16,
-            (
-                Self::F32 {
-                    staging: Registers, ..
-                },
-                true,
-            ) => GemmVariant::F32Wide,
-            (
-                Self::F32 {
-                    staging: CpAsync, ..
-                },
-                true,
-            ) => GemmVariant::F32WideCp,
-            (
-                Self::Tf32 {
-                    staging: Registers, ..
-                },
-                true,
-            ) => GemmVariant::Tf32Wide,
-            (
-                Self::Tf32 {
-                    staging: CpAsync, ..
-                },
-                true,
-            ) => GemmVariant::Tf32WideCp,
-        }
-    }
-}
-
-/// One entry point of a GEMM family (`<family>_f32`, `<family>_tf32w_cp`,
-/// ...): its precision, tile and staging, in the order of sgemm.cuh's
-/// `GEMM_VARIANTS` and of [`gemm_names!`], the square tiles' first
-/// (`GEMM_SQUARE_VARIANTS`, all that a square family such as conv2d_pool's
-/// has), the wide ones' after.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum GemmVariant {
-    F32,
-    F32Cp,
-    Tf32,
-    Tf32Cp,
-    Bf16,
-    F32Wide,
-    F32WideCp,
-    Tf32Wide,
-    Tf32WideCp,
-}
-
-impl GemmVariant {
-    /// Every variant, in the entry points' order.
-    #[cfg(test)]
-    pub(crate) const ALL: [Self; 9] = [
-        Self::F32,
-        Self::F32Cp,
-        Self::Tf32,
-        Self::Tf32Cp,
-        Self::Bf16,
-        Self::F32Wide,
-        Self::F32WideCp,
-        Self::Tf32Wide,
-        Self::Tf32WideCp,
-    ];
-
-    /// The variant's place in its family's entry points.
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
 }
 
 impl Cuda {
@@ -387,47 +290,21 @@ impl Cuda {
         self.products
     }
 
+    /// How the float32 and TF32 products stage their tiles, as
+    /// [`Cuda::with_products`] was told; bf16 products stage through
+    /// registers.
+    pub fn gemm_staging(&self) -> GemmStaging {
+        self.products.staging()
+    }
+
+    /// The tile the products run in: [`Self::with_fp32_tile`]'s for float32
+    /// and TF32, always [`Fp32Tile::Square`] for bf16.
+    pub(crate) fn gemm_tile(&self) -> Fp32Tile {
+        self.products.tile()
+    }
+
     /// How this backend's conv2d and linear products multiply.
     pub fn matmul_precision(&self) -> MatmulPrecision {
         self.products.precision()
     }
-}
-
-/// The entry points of GEMM family `$family`, in [`GemmVariant`]'s order:
-/// `square`, those of sgemm.cuh's `GEMM_SQUARE_VARIANTS` (every family
-/// has them), and `wide`, the rest of `GEMM_VARIANTS`.
-macro_rules! gemm_names {
-    (square $family:ident) => {
-        [
-            concat!(stringify!($family), "_f32"),
-            concat!(stringify!($family), "_f32_cp"),
-            concat!(stringify!($family), "_tf32"),
-            concat!(stringify!($family), "_tf32_cp"),
-            concat!(stringify!($family), "_bf16"),
-        ]
-    };
-    (wide $family:ident) => {
-        [
-            concat!(stringify!($family), "_f32w"),
-            concat!(stringify!($family), "_f32w_cp"),
-            concat!(stringify!($family), "_tf32w"),
-            concat!(stringify!($family), "_tf32w_cp"),
-        ]
-    };
-}
-pub(crate) use gemm_names;
-
-/// The entry point of `variant` among a family's groups of them
-/// ([`gemm_names!`], in order); an error for a wide variant of a family
-/// that has only the square tiles.
-pub(crate) fn gemm_entry(
-    family: &'static str,
-    groups: &[&[&'static str]],
-    variant: GemmVariant,
-) -> crate::Result<&'static str> {
-    let entry = groups.iter().flat_map(|g| g.iter()).nth(variant.index());
-    entry.copied().ok_or_else(|| crate::Error::InvalidArgument {
-        op: family,
-        reason: format!("{variant:?} is not one of its kernels (it has the square tiles only)"),
-    })
 }

@@ -15,9 +15,9 @@
 //     feeds four times the products. (docs/gpu.md, "Wide tiles", says why
 //     there is no 32-row wide shape.)
 //
-// The host picks the shape per product: the wide tiles by the entry point
-// it launches, 32 or 64 rows of the square ones as `tile_m`; `gemm`
-// dispatches on them. Every shape sums each output over
+// The host picks the shape per product and passes it as `tile_m` and
+// `tile_n`, and `tensor_cores` for the wide kernels, which hold both
+// precisions; `gemm` dispatches on them. Every shape sums each output over
 // k in the same order (FMA by FMA on the CUDA cores; on the tensor cores the
 // same mma per 16 x 8 product and k step), so the shape never changes a
 // bit; only the host's split-K plan does, and it does not depend on the
@@ -51,17 +51,16 @@
 // alone (backend/cuda/gemm.rs), so results are identical run to run and on
 // every GPU: no atomics, every sum has one fixed order.
 //
-// Every GEMM kernel comes in the entry points of GEMM_VARIANTS (below):
-// one per precision (the host's `MatmulPrecision`: `_f32` on the CUDA
-// cores, `_tf32` and `_bf16` on the tensor cores, mma.cuh and
-// gemm_bf16.cuh), tile (`w`: the wide tiles, the host's `Fp32Tile::Wide`)
-// and staging (`_cp`: cp.async, the host's `GemmStaging::CpAsync`).
-// Loaders, split-K and stores are the same; a kernel holds only the
-// products, tiles and staging it runs, so the square kernels do not pay the
-// wide ones' registers, nor the register staging the cp.async buffers.
+// Every GEMM kernel comes in four entry points: `_f32` multiplies on the
+// CUDA cores in the square tiles, `_tf32` and `_bf16` on the tensor cores
+// (mma.cuh, gemm_bf16.cuh; the host's `MatmulPrecision`) in the square
+// tiles, `_f32w` in the wide tiles in float32 or TF32 (the host's
+// `Fp32Tile::Wide`). Staging, loaders, split-K and stores are the same; a
+// kernel holds only the products it runs, so the square kernels do not pay
+// the wide ones' registers.
 //
 // The host mirrors GEMM_BK, GEMM_THREADS, the tile shapes and `GemmTiling`
-// in gemm.rs and launch.rs.
+// in gemm.rs.
 
 #define GEMM_BK 16
 #define GEMM_THREADS 256
@@ -75,10 +74,11 @@
 // 4 x 4.
 #define GEMM_TILE_ELEMS 4096
 
-// Mirrors `GemmTiling` in backend/cuda/launch.rs: how one product is cut
-// into blocks (its precision, tile and staging are the entry point's).
+// Mirrors `GemmTiling` in backend/cuda/gemm.rs: how one product is cut
+// into blocks, (read by the wide kernels) whether it runs on the tensor
+// cores, and how its tiles are staged (`cp_async`, `gemm_tile`).
 struct GemmTiling {
-    unsigned long long k_chunk, splits, tile_m, tile_n;
+    unsigned long long k_chunk, splits, tile_m, tile_n, tensor_cores, cp_async;
 };
 
 __device__ __forceinline__ int gemm_min(int a, int b) { return a < b ? a : b; }
@@ -159,99 +159,69 @@ __device__ __forceinline__ void gemm_store(
     }
 }
 
-// One shape's tile in one staging (CP_ASYNC). Below compute capability 8.0
-// there is no cp.async: the host refuses it there, so a cp.async entry
-// point compiled for such a GPU never runs, and holds the register staging.
-template <int BM, int BN, bool TF32, int FLOATS, bool CP_ASYNC, class LA, class LB, class ST>
+template <int BM, int BN, bool TF32, int FLOATS, class LA, class LB, class ST>
 __device__ __forceinline__ void gemm_shaped(const LA& a, const LB& b, int M, int N, int K,
                                             const GemmTiling& t, const ST& store) {
     typedef TileShape<BM, BN, TF32> S;
     float acc[RegBlock<BM, BN>::TM][RegBlock<BM, BN>::TN];
 #if defined(CUDA_EMU) || __CUDA_ARCH__ >= 800
-    gemm_tile<S, FLOATS, CP_ASYNC>(a, b, M, N, K, (int)t.k_chunk, acc);
-#else
-    gemm_tile<S, FLOATS, false>(a, b, M, N, K, (int)t.k_chunk, acc);
+    // Two whole tiles, one per staging, with nothing live across them, so
+    // that each is allocated registers as if it were alone.
+    if (t.cp_async) {
+        gemm_tile<S, FLOATS, true>(a, b, M, N, K, (int)t.k_chunk, acc);
+        gemm_store<S>(acc, M, N, store);
+        return;
+    }
 #endif
+    gemm_tile<S, FLOATS, false>(a, b, M, N, K, (int)t.k_chunk, acc);
     gemm_store<S>(acc, M, N, store);
 }
 
 #include "gemm_bf16.cuh"
 
-// The three axes of a GEMM entry point, each a type chosen at compile time
-// (as CUTLASS's `Gemm<Element, ..., ThreadblockShape>`), so that a kernel
-// holds the code, registers and shared memory of its own variant only:
-//   precision  GemmF32 (CUDA cores, fma.cuh), GemmTf32 (tensor cores,
-//              mma.cuh), GemmBf16 (tensor cores, gemm_bf16.cuh)
-//   tile       GemmSquare (64x64, or 32x128 for short products: the host's
-//              `tile_m`), GemmWide (64x256)
-//   staging    GemmRegisters, GemmCpAsync (GEMM_STAGES buffers; compute
-//              capability 8.0 and later)
-struct GemmF32 {
-    static const bool TF32 = false;
-};
-struct GemmTf32 {
-    static const bool TF32 = true;
-};
-struct GemmBf16 {};
-struct GemmSquare {};
-struct GemmWide {};
-struct GemmRegisters {
-    static const bool CP_ASYNC = false;
-    static const int STAGES = 1;
-};
-struct GemmCpAsync {
-    static const bool CP_ASYNC = true;
-    static const int STAGES = GEMM_STAGES;
-};
+// What a GEMM entry point holds: float32 products in the square tiles
+// (`_f32`), TF32 ones on the tensor cores in the square tiles (`_tf32`), or
+// either in the wide tiles (`_f32w`, which the host launches for the
+// products it plans in those: its registers are the wide tiles', so the
+// other kinds do not pay for them).
+#define GEMM_F32 0
+#define GEMM_TF32 1
+#define GEMM_F32_WIDE 2
+#define GEMM_BF16 3  // bf16 operands on the tensor cores (gemm_bf16.cuh)
 
-// Every GEMM family's entry points, one line per variant: the name's
-// suffix, then the precision, tile and staging. A family writes its entry
-// point once as a macro FAMILY(SUFFIX, P, T, S) and expands GEMM_VARIANTS
-// (or, for a family that has only the square tiles, GEMM_SQUARE_VARIANTS)
-// with it. The host's `GemmVariant` (backend/cuda/products.rs) and
-// `gemm_names!` (products.rs) list them in this order.
-#define GEMM_SQUARE_VARIANTS(FAMILY)                      \
-    FAMILY(_f32, GemmF32, GemmSquare, GemmRegisters)     \
-    FAMILY(_f32_cp, GemmF32, GemmSquare, GemmCpAsync)    \
-    FAMILY(_tf32, GemmTf32, GemmSquare, GemmRegisters)   \
-    FAMILY(_tf32_cp, GemmTf32, GemmSquare, GemmCpAsync)  \
-    FAMILY(_bf16, GemmBf16, GemmSquare, GemmRegisters)
-#define GEMM_VARIANTS(FAMILY)                             \
-    GEMM_SQUARE_VARIANTS(FAMILY)                          \
-    FAMILY(_f32w, GemmF32, GemmWide, GemmRegisters)      \
-    FAMILY(_f32w_cp, GemmF32, GemmWide, GemmCpAsync)     \
-    FAMILY(_tf32w, GemmTf32, GemmWide, GemmRegisters)    \
-    FAMILY(_tf32w_cp, GemmTf32, GemmWide, GemmCpAsync)
-
-// The shapes a float32 or TF32 entry point of tile T holds, and the one the
-// host chose for this product (`tile_m`, for the square tiles). Each stages
-// its tiles in S::STAGES copies of its largest shape's shared floats: the
-// register staging one, so that it reserves no cp.async buffer.
-template <class P, class T, class S>
+// The shapes a kernel of KIND holds, and the one the host chose for this
+// product (`tile_m`; for the wide kind, `tensor_cores`). Each kind stages
+// its tiles in the shared floats of its largest shape.
+template <int KIND>
 struct GemmShapes {
     template <class LA, class LB, class ST>
     static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
                                                const GemmTiling& t, const ST& store) {
-        const int F = S::STAGES * TileShape<32, 128, P::TF32>::FLOATS;
+        const bool TF32 = KIND == GEMM_TF32;
+        const int F = GEMM_STAGES * TileShape<32, 128, TF32>::FLOATS;
         if (t.tile_m == 32) {
-            gemm_shaped<32, 128, P::TF32, F, S::CP_ASYNC>(a, b, M, N, K, t, store);
+            gemm_shaped<32, 128, TF32, F>(a, b, M, N, K, t, store);
         } else {
-            gemm_shaped<64, 64, P::TF32, F, S::CP_ASYNC>(a, b, M, N, K, t, store);
+            gemm_shaped<64, 64, TF32, F>(a, b, M, N, K, t, store);
         }
     }
 };
-template <class P, class S>
-struct GemmShapes<P, GemmWide, S> {
+template <>
+struct GemmShapes<GEMM_F32_WIDE> {
     template <class LA, class LB, class ST>
     static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
                                                const GemmTiling& t, const ST& store) {
-        const int F = S::STAGES * TileShape<64, 256, P::TF32>::FLOATS;
-        gemm_shaped<64, 256, P::TF32, F, S::CP_ASYNC>(a, b, M, N, K, t, store);
+        const int F = GEMM_STAGES * TileShape<64, 256, true>::FLOATS;
+        if (t.tensor_cores) {
+            gemm_shaped<64, 256, true, F>(a, b, M, N, K, t, store);
+        } else {
+            gemm_shaped<64, 256, false, F>(a, b, M, N, K, t, store);
+        }
     }
 };
-// bf16 converts as it stages: square tiles, staged through registers only.
+
 template <>
-struct GemmShapes<GemmBf16, GemmSquare, GemmRegisters> {
+struct GemmShapes<GEMM_BF16> {
     template <class LA, class LB, class ST>
     static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
                                                const GemmTiling& t, const ST& store) {
@@ -260,11 +230,11 @@ struct GemmShapes<GemmBf16, GemmSquare, GemmRegisters> {
 };
 
 // The block's tile (or split's partial tile) of a·b, handed to `store`, in
-// precision P, tile T and staging S (the shape within T the host chose).
-template <class P, class T, class S, class LA, class LB, class ST>
+// the tile shape the host chose among those of KIND.
+template <int KIND, class LA, class LB, class ST>
 __device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int K,
                                      const GemmTiling& t, const ST& store) {
-    GemmShapes<P, T, S>::run(a, b, M, N, K, t, store);
+    GemmShapes<KIND>::run(a, b, M, N, K, t, store);
 }
 
 // An operand whose element (mn, k) lies at p[mn_part + k_part]: both halves

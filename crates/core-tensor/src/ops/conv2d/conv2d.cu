@@ -6,10 +6,9 @@
 //   input grad   dx [C, (n, ih, iw)]  = Wᵀ[C, (o, kh, kw)] · taps of dy
 //   weight grad  dW [O, C·K·K]        = dy [O, (n, oh, ow)] · im2col(x)ᵀ
 //
-// Each GEMM has a family of whole-tile entry points (`_f32`, `_tf32_cp`,
-// ...: one per line of sgemm.cuh's GEMM_VARIANTS), a family of split-K ones
-// that fill the workspace with one K split each (`_partial_f32`, ...), and
-// `_reduce_f32`, which sums the splits in order.
+// Each GEMM has whole-tile entry points (`_f32`, `_tf32`, `_bf16`, `_f32w`),
+// split-K ones that fill the workspace with one K split each (`_partial_`
+// and the same four), and `_reduce_f32`, which sums the splits in order.
 
 #include "sgemm.cuh"
 #include "reduce.cuh"
@@ -92,46 +91,75 @@ struct DyTaps {
 };
 
 // dx's tile (or one split's partial tile) of Wᵀ · taps(dy), for either stride.
-template <class P, class TILE, class STAGING, class S>
+template <int KIND, class S>
 __device__ __forceinline__ void conv2d_bwd_input(const float* dy, const float* w, const Dims& d,
                                                  const Conv2dLaunch& p, const S& store) {
     const WeightCols wt{w, d.c, d.kk};
     const int n = d.n * d.h * d.w, k = d.o * d.kk;
     if (d.s == 1) {
-        gemm<P, TILE, STAGING>(wt, DyTaps<true>{dy, d}, d.c, n, k, p.t, store);
+        gemm<KIND>(wt, DyTaps<true>{dy, d}, d.c, n, k, p.t, store);
     } else {
-        gemm<P, TILE, STAGING>(wt, DyTaps<false>{dy, d}, d.c, n, k, p.t, store);
+        gemm<KIND>(wt, DyTaps<false>{dy, d}, d.c, n, k, p.t, store);
     }
 }
 
-// Each product below is one device function templated on its precision,
-// tile and staging; each family defines its entry point once and stamps it
-// for every variant (sgemm.cuh's GEMM_VARIANTS).
+// Each product below is one device function templated on its kind, behind
+// four entry points, `_f32`, `_tf32`, `_bf16` and `_f32w` (see sgemm.cuh).
 
 // ---- forward: M = O, N = batch·OH·OW, K = C·K·K ----
 
-template <class P, class TILE, class STAGING, class S>
+template <int KIND, class S>
 __device__ __forceinline__ void conv2d_fwd(const float* x, const float* w, const Conv2dLaunch& p,
                                            const S& store) {
     const Dims d = dims(p.g);
-    gemm<P, TILE, STAGING>(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, p.t, store);
+    gemm<KIND>(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, p.t, store);
 }
 
-#define CONV2D_FWD(SUFFIX, P, T, S)                                                               \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS) conv2d_fwd##SUFFIX(                \
-        const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {            \
-        const Dims d = dims(p.g);                                                                 \
-        conv2d_fwd<P, T, S>(x, w, p, NchwStore{y, bias, d.o, d.ohw});                             \
-    }
-GEMM_VARIANTS(CONV2D_FWD)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_f32(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_F32>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
+}
 
-#define CONV2D_FWD_PARTIAL(SUFFIX, P, T, S)                                                       \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS) conv2d_fwd_partial##SUFFIX(        \
-        const float* x, const float* w, float* ws, Conv2dLaunch p) {                              \
-        const Dims d = dims(p.g);                                                                 \
-        conv2d_fwd<P, T, S>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});                         \
-    }
-GEMM_VARIANTS(CONV2D_FWD_PARTIAL)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_tf32(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_TF32>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_bf16(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_BF16>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_f32w(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_F32_WIDE>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_partial_f32(const float* x, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_F32>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_partial_tf32(const float* x, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_TF32>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_partial_bf16(const float* x, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_BF16>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_fwd_partial_f32w(const float* x, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_fwd<GEMM_F32_WIDE>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
+}
 
 extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* bias, float* y,
                                                  Conv2dLaunch p) {
@@ -141,21 +169,54 @@ extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* b
 
 // ---- input gradient: M = C, N = batch·H·W, K = O·K·K ----
 
-#define CONV2D_BWD_INPUT(SUFFIX, P, T, S)                                                         \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS) conv2d_bwd_input##SUFFIX(          \
-        const float* dy, const float* w, float* dx, Conv2dLaunch p) {                             \
-        const Dims d = dims(p.g);                                                                 \
-        conv2d_bwd_input<P, T, S>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});           \
-    }
-GEMM_VARIANTS(CONV2D_BWD_INPUT)
+// Four blocks per SM asked for: holding both stagings, ptxas gave this
+// kernel 79 (linear: 73) registers, three blocks per SM, where the register
+// staging alone takes 64; at 64 it spills nothing (nvrtc_compile checks).
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 4)
+    conv2d_bwd_input_f32(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_F32>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
+}
 
-#define CONV2D_BWD_INPUT_PARTIAL(SUFFIX, P, T, S)                                                 \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS) conv2d_bwd_input_partial##SUFFIX(  \
-        const float* dy, const float* w, float* ws, Conv2dLaunch p) {                             \
-        const Dims d = dims(p.g);                                                                 \
-        conv2d_bwd_input<P, T, S>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});           \
-    }
-GEMM_VARIANTS(CONV2D_BWD_INPUT_PARTIAL)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_tf32(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_TF32>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_bf16(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_BF16>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_f32w(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_F32_WIDE>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_partial_f32(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_F32>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_partial_tf32(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_TF32>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_partial_bf16(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_BF16>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_input_partial_f32w(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_input<GEMM_F32_WIDE>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
+}
 
 extern "C" __global__ void conv2d_bwd_input_reduce_f32(const float* ws, float* dx, Conv2dLaunch p) {
     const Dims d = dims(p.g);
@@ -165,28 +226,54 @@ extern "C" __global__ void conv2d_bwd_input_reduce_f32(const float* ws, float* d
 
 // ---- weight gradient: M = O, N = C·K·K, K = batch·OH·OW ----
 
-template <class P, class TILE, class STAGING, class S>
+template <int KIND, class S>
 __device__ __forceinline__ void conv2d_bwd_weight(const float* x, const float* dy,
                                                   const Conv2dLaunch& p, const S& store) {
     const Dims d = dims(p.g);
-    gemm<P, TILE, STAGING>(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, p.t,
-                           store);
+    gemm<KIND>(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, p.t, store);
 }
 
-#define CONV2D_BWD_WEIGHT(SUFFIX, P, T, S)                                                        \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS) conv2d_bwd_weight##SUFFIX(         \
-        const float* x, const float* dy, float* dw, Conv2dLaunch p) {                             \
-        conv2d_bwd_weight<P, T, S>(x, dy, p, PlainStore{dw, dims(p.g).ckk});                      \
-    }
-GEMM_VARIANTS(CONV2D_BWD_WEIGHT)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_f32(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
+    conv2d_bwd_weight<GEMM_F32>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
+}
 
-#define CONV2D_BWD_WEIGHT_PARTIAL(SUFFIX, P, T, S)                                                \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS) conv2d_bwd_weight_partial##SUFFIX( \
-        const float* x, const float* dy, float* ws, Conv2dLaunch p) {                             \
-        const Dims d = dims(p.g);                                                                 \
-        conv2d_bwd_weight<P, T, S>(x, dy, p, PartialStore{ws, d.o, d.ckk});                       \
-    }
-GEMM_VARIANTS(CONV2D_BWD_WEIGHT_PARTIAL)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_tf32(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
+    conv2d_bwd_weight<GEMM_TF32>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_bf16(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
+    conv2d_bwd_weight<GEMM_BF16>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_f32w(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
+    conv2d_bwd_weight<GEMM_F32_WIDE>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_partial_f32(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_weight<GEMM_F32>(x, dy, p, PartialStore{ws, d.o, d.ckk});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_partial_tf32(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_weight<GEMM_TF32>(x, dy, p, PartialStore{ws, d.o, d.ckk});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_partial_bf16(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_weight<GEMM_BF16>(x, dy, p, PartialStore{ws, d.o, d.ckk});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_bwd_weight_partial_f32w(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
+    const Dims d = dims(p.g);
+    conv2d_bwd_weight<GEMM_F32_WIDE>(x, dy, p, PartialStore{ws, d.o, d.ckk});
+}
 
 extern "C" __global__ void conv2d_bwd_weight_reduce_f32(const float* ws, float* dw, Conv2dLaunch p) {
     const Dims d = dims(p.g);

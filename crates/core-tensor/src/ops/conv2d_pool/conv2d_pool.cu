@@ -47,7 +47,7 @@ struct TileStore {
 // The block's tile of pooled values: conv + bias staged in shared memory,
 // then a thread per window (a 16-byte shared load) writes the pooled value
 // after the epilogue, and its argmax.
-template <class P, class TILE, class STAGING>
+template <int KIND>
 __device__ __forceinline__ void conv2d_pool_fwd(const float* x, const float* w, const float* bias,
                                                 float* y, unsigned char* arg, const Conv2dLaunch& p,
                                                 unsigned int relu, const DropoutArgs& dr) {
@@ -56,8 +56,8 @@ __device__ __forceinline__ void conv2d_pool_fwd(const float* x, const float* w, 
     const int bm = (int)p.t.tile_m, bn = (int)p.t.tile_n;
     const int m0 = blockIdx.y * bm, n0 = blockIdx.x * bn;
     const int phw = (d.oh / 2) * (d.ow / 2), windows = d.n * phw;
-    gemm<P, TILE, STAGING>(WeightRows{w, d.ckk}, PooledIm2col{x, d}, d.o, 4 * windows, d.ckk,
-                           p.t, TileStore{tile, bias, m0, n0, bn});
+    gemm<KIND>(WeightRows{w, d.ckk}, PooledIm2col{x, d}, d.o, 4 * windows, d.ckk, p.t,
+               TileStore{tile, bias, m0, n0, bn});
     __syncthreads();
     const int per_row = bn / 4;
     for (int i = threadIdx.x; i < bm * per_row; i += GEMM_THREADS) {
@@ -72,16 +72,23 @@ __device__ __forceinline__ void conv2d_pool_fwd(const float* x, const float* w, 
     }
 }
 
-// One entry point per variant of sgemm.cuh's GEMM_SQUARE_VARIANTS: a wide
-// tile does not fit the static shared memory beside `tile` (the host pools
-// those products unfused).
-#define CONV2D_POOL_FWD(SUFFIX, P, T, S)                                                          \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS) conv2d_pool_fwd##SUFFIX(           \
-        const float* x, const float* w, const float* bias, float* y, unsigned char* arg,          \
-        Conv2dLaunch p, unsigned int relu, DropoutArgs d) {                                       \
-        conv2d_pool_fwd<P, T, S>(x, w, bias, y, arg, p, relu, d);                                 \
-    }
-GEMM_SQUARE_VARIANTS(CONV2D_POOL_FWD)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_pool_fwd_f32(const float* x, const float* w, const float* bias, float* y,
+                        unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {
+    conv2d_pool_fwd<GEMM_F32>(x, w, bias, y, arg, p, relu, d);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_pool_fwd_tf32(const float* x, const float* w, const float* bias, float* y,
+                         unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {
+    conv2d_pool_fwd<GEMM_TF32>(x, w, bias, y, arg, p, relu, d);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_pool_fwd_bf16(const float* x, const float* w, const float* bias, float* y,
+                         unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {
+    conv2d_pool_fwd<GEMM_BF16>(x, w, bias, y, arg, p, relu, d);
+}
 
 // The split-K route: pools the convolution's output `a` as maxpool2d_fwd_f32
 // does, and writes each window's argmax too. One thread per window.

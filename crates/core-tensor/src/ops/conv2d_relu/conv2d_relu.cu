@@ -7,18 +7,34 @@
 #include "sgemm.cuh"
 #include "conv2d.cuh"
 
-template <class P, class TILE, class STAGING>
+template <int KIND>
 __device__ __forceinline__ void conv2d_relu_fwd(const float* x, const float* w, const float* bias,
                                                 float* y, const Conv2dLaunch& p) {
     const Dims d = dims(p.g);
-    gemm<P, TILE, STAGING>(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, p.t,
-                           NchwStoreThen<true>{y, bias, d.o, d.ohw});
+    gemm<KIND>(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, p.t,
+               NchwStoreThen<true>{y, bias, d.o, d.ohw});
 }
 
-// One entry point per variant of sgemm.cuh's GEMM_VARIANTS.
-#define CONV2D_RELU_FWD(SUFFIX, P, T, S)                                                          \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS) conv2d_relu_fwd##SUFFIX(           \
-        const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {            \
-        conv2d_relu_fwd<P, T, S>(x, w, bias, y, p);                                               \
-    }
-GEMM_VARIANTS(CONV2D_RELU_FWD)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_relu_fwd_f32(const float* x, const float* w, const float* bias, float* y,
+                        Conv2dLaunch p) {
+    conv2d_relu_fwd<GEMM_F32>(x, w, bias, y, p);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_relu_fwd_tf32(const float* x, const float* w, const float* bias, float* y,
+                         Conv2dLaunch p) {
+    conv2d_relu_fwd<GEMM_TF32>(x, w, bias, y, p);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_relu_fwd_bf16(const float* x, const float* w, const float* bias, float* y,
+                         Conv2dLaunch p) {
+    conv2d_relu_fwd<GEMM_BF16>(x, w, bias, y, p);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    conv2d_relu_fwd_f32w(const float* x, const float* w, const float* bias, float* y,
+                         Conv2dLaunch p) {
+    conv2d_relu_fwd<GEMM_F32_WIDE>(x, w, bias, y, p);
+}

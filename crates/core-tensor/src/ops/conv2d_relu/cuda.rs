@@ -1,11 +1,18 @@
 use cudarc::driver::CudaSlice;
 
 use super::Conv2dReluKernel;
-use crate::backend::cuda::gemm::{GemmPlan, check_i32};
+use crate::backend::cuda::gemm::{BiasProduct, ByKind, GemmPlan, check_i32};
 use crate::backend::cuda::kernels;
 use crate::backend::cuda::view;
 use crate::ops::{Conv2dGeom, Conv2dKernel, Dropout, ParamAt, ReluKernel};
 use crate::{Cuda, Result};
+
+const FUSED_FWD: ByKind<BiasProduct<Conv2dGeom>> = ByKind {
+    fp32: kernels::conv2d_relu_fwd_f32,
+    fp32_wide: kernels::conv2d_relu_fwd_f32w,
+    tf32: kernels::conv2d_relu_fwd_tf32,
+    bf16: kernels::conv2d_relu_fwd_bf16,
+};
 
 impl Conv2dReluKernel for Cuda {
     fn conv2d_relu_fwd(
@@ -23,7 +30,7 @@ impl Conv2dReluKernel for Cuda {
             return Ok(());
         }
         let (m, n, k) = (g.out_channels, y.len() / g.out_channels, g.patch_len());
-        let plan = GemmPlan::new("conv2d_relu", m, n, k, self.products().tile())?;
+        let plan = GemmPlan::new("conv2d_relu", m, n, k, self.gemm_tile())?;
         if plan.is_split() {
             // A split K stores through the reduce kernel: the two kernels.
             self.conv2d_fwd(g, x, params, at, y)?;
@@ -31,9 +38,19 @@ impl Conv2dReluKernel for Cuda {
         }
         let w = view("conv2d_relu", params, at.weight.clone())?;
         let b = view("conv2d_relu", params, at.bias.clone())?;
-        let (variant, args) = (plan.variant(self), plan.args(*g));
+        let fwd = FUSED_FWD.pick(self.matmul_precision(), &plan);
         // SAFETY: `x`, `W`, `b` and `y` were checked against the geometry
         // (`lens.check`), and the plan is its forward product, unsplit.
-        unsafe { kernels::conv2d_relu_fwd(self, variant, plan.tiles(), x, &w, &b, y, &args) }
+        unsafe {
+            fwd(
+                self,
+                plan.tiles(),
+                x,
+                &w,
+                &b,
+                y,
+                &plan.args(*g, self.matmul_precision(), self.gemm_staging()),
+            )
+        }
     }
 }

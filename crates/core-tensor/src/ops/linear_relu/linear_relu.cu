@@ -25,14 +25,29 @@ struct BiasReluDropoutStore {
     }
 };
 
-// One entry point per variant of sgemm.cuh's GEMM_VARIANTS.
-#define LINEAR_RELU_FWD(SUFFIX, P, T, S)                                                          \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS) linear_relu_fwd##SUFFIX(           \
-        const float* x, const float* w, const float* bias, float* y, LinearLaunch p,              \
-        DropoutArgs d) {                                                                          \
-        linear_fwd<P, T, S>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});    \
-    }
-GEMM_VARIANTS(LINEAR_RELU_FWD)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_relu_fwd_f32(const float* x, const float* w, const float* bias, float* y,
+                        LinearLaunch p, DropoutArgs d) {
+    linear_fwd<GEMM_F32>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_relu_fwd_tf32(const float* x, const float* w, const float* bias, float* y,
+                        LinearLaunch p, DropoutArgs d) {
+    linear_fwd<GEMM_TF32>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_relu_fwd_bf16(const float* x, const float* w, const float* bias, float* y,
+                        LinearLaunch p, DropoutArgs d) {
+    linear_fwd<GEMM_BF16>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_relu_fwd_f32w(const float* x, const float* w, const float* bias, float* y,
+                        LinearLaunch p, DropoutArgs d) {
+    linear_fwd<GEMM_F32_WIDE>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});
+}
 
 // The split-K store: linear_fwd_reduce_f32's sums, through the epilogue.
 extern "C" __global__ void linear_relu_fwd_reduce_f32(const float* ws, const float* bias, float* y,
