@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use core_tensor::ops::conv2d_pool::pool_of;
 use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, LinearGeom, ParamAt, PoolGeom};
-use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Ops};
+use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Ops, Products};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Device {
@@ -346,9 +346,10 @@ fn main() -> Result<()> {
             let precision =
                 MatmulPrecision::from_flags(a.tf32, a.bf16).map_err(anyhow::Error::msg)?;
             let staging = a.gemm_staging.unwrap_or_default();
-            let cuda = Cuda::with_products(0, precision, staging)
+            let tile = a.fp32_tile.unwrap_or_default();
+            let products = Products::new(precision, tile, staging).map_err(anyhow::Error::msg)?;
+            let cuda = Cuda::with_products(0, products)
                 .context("--device cuda: no usable GPU 0")?
-                .with_fp32_tile(a.fp32_tile.unwrap_or_default())
                 .with_fusion(!a.no_fusion);
             (cuda.describe(), rows(&cuda, &a)?)
         }

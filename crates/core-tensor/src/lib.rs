@@ -21,8 +21,8 @@ mod simd;
 mod testing;
 
 pub use backend::{
-    Backend, Cpu, Cuda, Elem, FIXED_PARTIALS, Fp32Tile, GemmStaging, MatmulPrecision, Reductions,
-    cuda_available,
+    Backend, Cpu, Cuda, Elem, FIXED_PARTIALS, Fp32Tile, GemmStaging, MatmulPrecision, Products,
+    Reductions, RefusedProducts, cuda_available,
 };
 pub use error::{Error, Result};
 pub use flat::{FlatLayout, ParamSpec, ParamView};

@@ -18,7 +18,7 @@ use comm::{CommConfig, CommError, ReduceOp, TcpCommunicator};
 use common::free_port;
 use core_tensor::ops::AdamConfig;
 use core_tensor::ops::Conv2dPoolKernel;
-use core_tensor::{Backend, Cpu, Cuda, GemmStaging, MatmulPrecision, Ops};
+use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Ops, Products};
 use fashion_mnist::FashionMnist;
 use trainer::comm_thread::CommThread;
 use trainer::ddp::{AverageOver, NcclHook, plan_buckets};
@@ -105,6 +105,22 @@ fn phases_fit_the_epoch(report: &EpochReport) {
     }
 }
 
+/// SHA-256 of the parameters' bytes (a checkpoint's model file's) after
+/// `STEPS` steps of `config(16, REFERENCE)` on `data()` in float32, TF32 and
+/// bf16, as the kernels wrote them before precision, tile and staging became
+/// types (3ff88fe, cuda-emu, 2026-12-01), for every tile, staging and fusion.
+const PARAMS_SHA256: [&str; 3] = [
+    "4e3a54ae66f37ee4e4a951201b603fd8b2055ff4df9fe7c68178d0ec4055e8a5",
+    "3c30261c8b90df1f4c804823a440459ab80c8b8568b3e02f369361e673f1cb9c",
+    "af1e31efad41ab268747e12c67ab907f177d345798a84a8e72af96b63acd79e8",
+];
+
+/// `params` (after the last step) hold the bytes recorded for `precision`.
+fn has_recorded_bytes(precision: MatmulPrecision, params: &[f32], what: &str) {
+    let want = PARAMS_SHA256[precision as usize]; // MatmulPrecision's order
+    assert_eq!(common::sha256_hex(params), want, "{precision:?}, {what}");
+}
+
 /// Two ranks of batch 16 (dropout off): bitwise identical after every step,
 /// and within 1e-5 of one CPU rank of batch 32 on the same samples.
 fn ranks_follow_one_cpu_rank(data: &FashionMnist, ranks: &[Vec<Vec<f32>>]) {
@@ -180,7 +196,10 @@ fn emulated_bf16_training_follows_float32() {
     let gpu = Cuda::with_precision(0, MatmulPrecision::Bf16).unwrap();
     let data = data();
     let cfg = config(16, DropoutRates::REFERENCE);
-    let (bf16, bf16_loss) = epoch(gpu, &data, cfg.clone());
+    let (bf16, bf16_loss) = epoch(gpu.clone(), &data, cfg.clone());
+    has_recorded_bytes(MatmulPrecision::Bf16, &bf16[STEPS - 1], "fused");
+    let (unfused, _) = epoch(gpu.with_fusion(false), &data, cfg.clone());
+    has_recorded_bytes(MatmulPrecision::Bf16, &unfused[STEPS - 1], "unfused");
     let (fp32, fp32_loss) = epoch(Cpu::new(1).unwrap(), &data, cfg);
     let loss_gap = (bf16_loss - fp32_loss).abs() / fp32_loss;
     let gaps: Vec<f64> = bf16
@@ -234,6 +253,7 @@ fn emulated_fused_and_unfused_gpu_training_give_the_same_bits() {
     let cfg = config(16, DropoutRates::REFERENCE);
     let (fused, fused_accuracy) = train(gpu.clone(), &data, cfg.clone(), None);
     let (unfused, unfused_accuracy) = train(gpu.with_fusion(false), &data, cfg, None);
+    has_recorded_bytes(MatmulPrecision::Fp32, &fused[STEPS - 1], "fused");
     for (step, (f, u)) in fused.iter().zip(&unfused).enumerate() {
         assert!(
             f.iter().zip(u).all(|(a, b)| a.to_bits() == b.to_bits()),
@@ -244,9 +264,10 @@ fn emulated_fused_and_unfused_gpu_training_give_the_same_bits() {
     assert_eq!(fused_accuracy, unfused_accuracy, "test accuracy");
 }
 
-/// The tiles staged by cp.async (`--gemm-staging cp-async`) and through
-/// registers, in float32 and TF32: the same parameter bits after every step,
-/// and the same test accuracy.
+/// The tiles staged by cp.async (`--gemm-staging cp-async`), here wide
+/// (`--fp32-tile wide`) and unfused (`--no-fusion`), and through registers,
+/// square and fused, in float32 and TF32: the same parameter bits after
+/// every step, the recorded ones after the last, and the same test accuracy.
 #[test]
 fn emulated_cp_async_staging_trains_the_register_staging_bits() {
     if common::emulated_gpu(0).is_none() {
@@ -255,14 +276,14 @@ fn emulated_cp_async_staging_trains_the_register_staging_bits() {
     let data = data();
     let cfg = config(16, DropoutRates::REFERENCE);
     for precision in [MatmulPrecision::Fp32, MatmulPrecision::Tf32] {
-        let [registers, copied] = [GemmStaging::Registers, GemmStaging::CpAsync].map(|staging| {
-            train(
-                Cuda::with_products(0, precision, staging).unwrap(),
-                &data,
-                cfg.clone(),
-                None,
-            )
-        });
+        let products = |tile, staging| Products::new(precision, tile, staging).unwrap();
+        let gpu = |products| Cuda::with_products(0, products).unwrap();
+        let registers = gpu(products(Fp32Tile::Square, GemmStaging::Registers));
+        let copied = gpu(products(Fp32Tile::Wide, GemmStaging::CpAsync)).with_fusion(false);
+        let [registers, copied] =
+            [registers, copied].map(|gpu| train(gpu, &data, cfg.clone(), None));
+        has_recorded_bytes(precision, &registers.0[STEPS - 1], "registers");
+        has_recorded_bytes(precision, &copied.0[STEPS - 1], "cp.async, wide, unfused");
         for (step, (r, c)) in registers.0.iter().zip(&copied.0).enumerate() {
             assert!(
                 r.iter().zip(c).all(|(a, b)| a.to_bits() == b.to_bits()),

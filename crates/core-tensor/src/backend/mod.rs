@@ -7,7 +7,9 @@ pub mod cuda;
 mod host_memory;
 
 pub use cpu::{Cpu, FIXED_PARTIALS, Reductions};
-pub use cuda::{Cuda, Fp32Tile, GemmStaging, MatmulPrecision, cuda_available};
+pub use cuda::{
+    Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Products, RefusedProducts, cuda_available,
+};
 
 use std::fmt::Debug;
 use std::ops::{DerefMut, Range};

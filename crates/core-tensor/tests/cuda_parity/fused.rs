@@ -6,10 +6,10 @@
 
 use core_tensor::ops::conv2d_pool::pool_of;
 use core_tensor::ops::{Conv2dGeom, Dropout, Epilogue, LinearGeom, ParamAt};
-use core_tensor::{Backend, Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Ops};
+use core_tensor::{Backend, Cuda, GemmStaging, MatmulPrecision, Ops};
 
 use crate::support::{
-    assert_same_bits, down, gpu, gpu_in, gpu_staged, reference, small_integers, uniform, up,
+    assert_same_bits, down, gpu, gpu_in, gpu_staged, reference, small_integers, uniform, up, wide,
 };
 
 /// ReLU and a dropout whose scale (2) keeps small integers exact.
@@ -126,10 +126,7 @@ fn assert_runs_equal(what: &str, got: &Run, want: &Run) {
 
 /// GPU 0 in every precision, float32 tile and staging (those it has).
 fn every_gpu(test: &str) -> Vec<Cuda> {
-    let mut gpus = vec![
-        gpu(test),
-        gpu(test).map(|g| g.with_fp32_tile(Fp32Tile::Wide)),
-    ];
+    let mut gpus = vec![gpu(test), gpu(test).map(|g| wide(&g))];
     gpus.extend([MatmulPrecision::Tf32, MatmulPrecision::Bf16].map(|p| gpu_in(test, p)));
     for p in [MatmulPrecision::Fp32, MatmulPrecision::Tf32] {
         gpus.push(gpu_staged(test, p, GemmStaging::CpAsync));

@@ -5,12 +5,12 @@
 use std::fmt::Debug;
 
 use core_tensor::ops::{Conv2dGeom, LinearGeom, ParamAt};
-use core_tensor::{Backend, Cuda, Fp32Tile, MatmulPrecision, Ops};
+use core_tensor::{Backend, Cuda, MatmulPrecision, Ops};
 
 use crate::on_each_device;
 use crate::support::{
     TF32_PRODUCT_ERROR, abs, assert_same_bits, assert_within_rounded_sum_bound,
-    assert_within_sum_bound, down, gpu, gpu_in, reference, small_integers, uniform, up,
+    assert_within_sum_bound, down, gpu, gpu_in, reference, small_integers, uniform, up, wide,
 };
 
 /// A layer's two kernels, as the suite drives them: forward into `y`,
@@ -387,7 +387,7 @@ fn small_integer_products() {
         gpu_in("small_integer_products", MatmulPrecision::Tf32),
     ];
     for gpu in gpus.into_iter().flatten() {
-        small_integer_products_are_exact(&gpu.with_fp32_tile(Fp32Tile::Wide));
+        small_integer_products_are_exact(&wide(&gpu));
     }
 }
 
@@ -398,7 +398,7 @@ fn small_integer_products() {
 #[test]
 fn wide_fp32_tiles_give_the_square_tiles_bits() {
     if let Some(square) = gpu("wide_fp32_tiles_give_the_square_tiles_bits") {
-        gives_the_same_bits(&square, &square.clone().with_fp32_tile(Fp32Tile::Wide));
+        gives_the_same_bits(&square, &wide(&square));
     }
 }
 
@@ -408,7 +408,7 @@ fn wide_fp32_tiles_give_the_square_tiles_bits() {
 fn wide_tf32_tiles_give_the_square_tiles_bits() {
     let test = "wide_tf32_tiles_give_the_square_tiles_bits";
     if let Some(square) = gpu_in(test, MatmulPrecision::Tf32) {
-        gives_the_same_bits(&square, &square.clone().with_fp32_tile(Fp32Tile::Wide));
+        gives_the_same_bits(&square, &wide(&square));
     }
 }
 

@@ -15,13 +15,13 @@ fn staging_gives_the_register_bits(test: &str, precision: MatmulPrecision) {
     let copied = gpu_staged(test, precision, GemmStaging::CpAsync);
     if let (Some(registers), Some(copied)) = (registers, copied) {
         for tile in [Fp32Tile::Square, Fp32Tile::Wide] {
-            let copied = copied.clone().with_fp32_tile(tile);
+            let copied = copied.clone().with_fp32_tile(tile).unwrap();
             assert!(
                 copied.describe().contains("cp.async"),
                 "{}",
                 copied.describe()
             );
-            gives_the_same_bits(&registers.clone().with_fp32_tile(tile), &copied);
+            gives_the_same_bits(&registers.clone().with_fp32_tile(tile).unwrap(), &copied);
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use core_tensor::{Backend, Cpu, Cuda, Elem, GemmStaging, MatmulPrecision};
+use core_tensor::{Backend, Cpu, Cuda, Elem, Fp32Tile, GemmStaging, MatmulPrecision, Products};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -54,10 +54,17 @@ pub fn gpu_in(test: &str, precision: MatmulPrecision) -> Option<Cuda> {
 
 /// [`gpu_in`] with the products' tiles staged by `staging`.
 pub fn gpu_staged(test: &str, precision: MatmulPrecision, staging: GemmStaging) -> Option<Cuda> {
-    match Cuda::with_products(0, precision, staging) {
+    let products = Products::new(precision, Fp32Tile::Square, staging).expect("products");
+    match Cuda::with_products(0, products) {
         Ok(gpu) => Some(gpu),
         Err(e) => skip_gpu(test, &e.with_causes()),
     }
+}
+
+/// `gpu` with its float32 or TF32 products in the wide tiles.
+pub fn wide(gpu: &Cuda) -> Cuda {
+    let wide = gpu.clone().with_fp32_tile(Fp32Tile::Wide);
+    wide.expect("float32 and TF32 products take the wide tiles")
 }
 
 /// Runs a generic test body on every device under test.

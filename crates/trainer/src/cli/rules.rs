@@ -1,7 +1,7 @@
 //! The rules between flags that clap does not express in one line.
 
 use anyhow::bail;
-use core_tensor::{Fp32Tile, GemmStaging, MatmulPrecision};
+use core_tensor::{Fp32Tile, GemmStaging, MatmulPrecision, RefusedProducts};
 
 use super::Cli;
 use crate::checkpoint::resume::ResumeFrom;
@@ -64,28 +64,23 @@ impl Cli {
         if checkpoints.checkpoint_every.is_some() && !has_dir {
             bail!("--checkpoint-every needs --checkpoint-dir");
         }
-        MatmulPrecision::from_flags(device.tf32, device.bf16).map_err(anyhow::Error::msg)?;
-        if device.device == DeviceChoice::Cpu && device.tf32 {
-            bail!("--tf32 runs products on a GPU's tensor cores; --device cpu has none");
+        let (precision, named) = device.precision().map_err(anyhow::Error::msg)?;
+        let cpu = device.device == DeviceChoice::Cpu;
+        let flag = named.unwrap_or_default();
+        if cpu && precision != MatmulPrecision::Fp32 {
+            let why = match precision {
+                MatmulPrecision::Bf16 => " (the CPU trains in float32: docs/gpu.md says why)",
+                _ => "",
+            };
+            bail!("{flag} runs products on a GPU's tensor cores; --device cpu has none{why}");
         }
-        if device.device == DeviceChoice::Cpu && device.bf16 {
-            bail!(
-                "--bf16 runs products on a GPU's tensor cores; --device cpu has none (the CPU trains in float32: docs/gpu.md says why)"
-            );
+        if cpu && device.fp32_tile == Fp32Tile::Wide {
+            bail!(RefusedProducts::WideTile);
         }
-        if device.fp32_tile == Fp32Tile::Wide && (device.bf16 || device.device == DeviceChoice::Cpu)
-        {
-            bail!(
-                "--fp32-tile wide is the tile of a GPU's float32 and TF32 products; --bf16 and --device cpu have none (leave it out)"
-            );
+        if cpu && device.gemm_staging == GemmStaging::CpAsync {
+            bail!(RefusedProducts::CpAsyncStaging);
         }
-        if device.gemm_staging == GemmStaging::CpAsync
-            && (device.bf16 || device.device == DeviceChoice::Cpu)
-        {
-            bail!(
-                "--gemm-staging cp-async stages a GPU's float32 and TF32 products; --bf16 (which converts as it stages) and --device cpu have none (leave it out)"
-            );
-        }
+        device.products()?;
         if device.device == DeviceChoice::Cpu && device.no_fusion {
             bail!(
                 "--no-fusion chooses a GPU's unfused kernels; --device cpu has no fused ones (leave it out)"

@@ -89,6 +89,8 @@ fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
         (&["--backend", "nccl"][..], "--backend tcp"),
         (&["--tf32"], "--tf32"),
         (&["--bf16"], "--bf16"),
+        (&["--precision", "tf32"], "--precision tf32"),
+        (&["--precision", "bf16"], "--precision bf16"),
         (&["--fp32-tile", "wide"], "--fp32-tile"),
         (&["--gemm-staging", "cp-async"], "--gemm-staging"),
         (&["--no-fusion"], "--no-fusion"),
@@ -138,6 +140,58 @@ fn gpu_only_flags_with_the_cpu_are_refused_before_anything_starts() {
     let both = parse(&["--tf32", "--bf16"]).unwrap().validate();
     let err = both.unwrap_err().to_string();
     assert!(err.contains("--tf32") && err.contains("--bf16"), "{err}");
+}
+
+/// `--precision` is the one value; `--tf32` and `--bf16` are its aliases,
+/// which may repeat it but not contradict it, and bf16's tile and staging
+/// are refused as with `--bf16`.
+#[test]
+fn precision_is_one_value_with_its_aliases() {
+    use core_tensor::{MatmulPrecision, Products};
+    let precision = |args: &[&str]| parse(args).unwrap().job.device.precision();
+    assert_eq!(precision(&[]).unwrap(), (MatmulPrecision::Fp32, None));
+    for (args, want) in [
+        (&["--precision", "f32"][..], MatmulPrecision::Fp32),
+        (&["--precision", "tf32"], MatmulPrecision::Tf32),
+        (&["--tf32"], MatmulPrecision::Tf32),
+        (&["--precision", "tf32", "--tf32"], MatmulPrecision::Tf32),
+        (&["--precision", "bf16", "--bf16"], MatmulPrecision::Bf16),
+    ] {
+        assert_eq!(precision(args).unwrap().0, want, "{args:?}");
+        parse(args).unwrap().validate().unwrap();
+    }
+    for (args, named) in [
+        (
+            &["--precision", "f32", "--tf32"][..],
+            ["--precision f32", "--tf32"],
+        ),
+        (
+            &["--precision", "tf32", "--bf16"],
+            ["--precision tf32", "--bf16"],
+        ),
+    ] {
+        let err = parse(args).unwrap().validate().unwrap_err().to_string();
+        assert!(named.iter().all(|n| err.contains(n)), "{err}");
+        assert!(err.contains("two precisions"), "{err}");
+    }
+    let err = parse(&["--precision", "fp8"]).unwrap_err().to_string();
+    assert!(err.contains("f32, tf32 or bf16"), "{err}");
+    for flags in [
+        &["--fp32-tile", "wide"][..],
+        &["--gemm-staging", "cp-async"],
+    ] {
+        let args = [&["--precision", "bf16"][..], flags].concat();
+        let err = parse(&args).unwrap().validate().unwrap_err().to_string();
+        assert!(
+            err.contains(flags[0]) && err.contains("--precision bf16"),
+            "{err}"
+        );
+    }
+    let tf32 = parse(&["--precision", "tf32", "--fp32-tile", "wide"]).unwrap();
+    assert!(matches!(
+        tf32.job.device.products().unwrap(),
+        Products::Tf32 { .. }
+    ));
 }
 
 #[test]

@@ -6,7 +6,7 @@ use anyhow::{Context, anyhow};
 use clap::{Args, ValueEnum};
 use comm::nccl::{NcclCommunicator, require_nccl};
 use comm::{Communicator, Store};
-use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, GemmStaging, MatmulPrecision};
+use core_tensor::{Backend, Cpu, Cuda, Fp32Tile, GemmStaging, MatmulPrecision, Products};
 
 use crate::ddp::BackendChoice;
 use crate::ddp::transport::{self, RankDevice, Transport};
@@ -30,30 +30,35 @@ pub struct DeviceFlags {
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto, value_name = "auto|cpu|cuda")]
     pub device: DeviceChoice,
 
-    /// Run conv and linear products on the GPU's tensor cores in TF32
-    /// (compute capability 8.0+): faster, about 1e-3 relative from float32,
-    /// as PyTorch's `allow_tf32`.
+    /// The precision of the GPU's conv and linear products: f32 (float32 on
+    /// the CUDA cores, the CPU's arithmetic), tf32 (TF32 on the tensor
+    /// cores, compute capability 8.0+: faster, about 1e-3 relative from
+    /// float32, as PyTorch's `allow_tf32`) or bf16 (mixed precision, as
+    /// PyTorch's bf16 autocast: bf16 inputs and float32 sums on the tensor
+    /// cores, compute capability 8.0+; weights, gradients, Adam and
+    /// checkpoints stay float32; about 1e-2 relative from float32). GPU only:
+    /// --device cpu refuses tf32 and bf16 [default: f32]
+    #[arg(long, value_name = "f32|tf32|bf16", value_parser = MatmulPrecision::parse)]
+    pub precision: Option<MatmulPrecision>,
+
+    /// The same as --precision tf32.
     #[arg(long)]
     pub tf32: bool,
 
-    /// Mixed precision, as PyTorch's bf16 autocast: conv and linear products
-    /// on the GPU's tensor cores with bf16 inputs and float32 sums (compute
-    /// capability 8.0+); weights, gradients, Adam and checkpoints stay
-    /// float32. About 1e-2 relative from float32 (--tf32: 1e-3). GPU only:
-    /// --device cpu refuses it.
+    /// The same as --precision bf16.
     #[arg(long)]
     pub bf16: bool,
 
-    /// The tile of the GPU's products, float32 or (with --tf32) TF32: square
-    /// (64x64) or wide (64x256, for products of more than 32 rows and at
-    /// least 1024 columns); the same results, a speed choice. Not with --bf16.
+    /// The tile of the GPU's products, float32 or TF32: square (64x64) or
+    /// wide (64x256, for products of more than 32 rows and at least 1024
+    /// columns); the same results, a speed choice. Not with --precision bf16.
     #[arg(long, default_value = "square", value_name = "square|wide", value_parser = Fp32Tile::parse)]
     pub fp32_tile: Fp32Tile,
 
     /// How the GPU's float32 and TF32 products stage their tiles in shared
     /// memory: registers (any GPU) or cp-async (copies that bypass the
     /// registers, compute capability 8.0+); the same results, a speed
-    /// choice. Not with --bf16.
+    /// choice. Not with --precision bf16.
     #[arg(long, default_value = "registers", value_name = "registers|cp-async", value_parser = GemmStaging::parse)]
     pub gemm_staging: GemmStaging,
 
@@ -66,6 +71,41 @@ pub struct DeviceFlags {
     /// CPU threads per rank [default: cores on this machine / ranks on it].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
+}
+
+impl DeviceFlags {
+    /// The products' precision the flags ask for, and the flag that asked
+    /// for it as given (`--precision tf32`, `--tf32`; none for the default):
+    /// `--precision` and its aliases `--tf32` and `--bf16` may repeat one
+    /// precision, not name two.
+    pub fn precision(&self) -> Result<(MatmulPrecision, Option<String>), String> {
+        let given: Vec<(MatmulPrecision, String)> = [
+            self.precision.map(|p| (p, format!("--precision {p}"))),
+            self.tf32
+                .then(|| (MatmulPrecision::Tf32, "--tf32".to_string())),
+            self.bf16
+                .then(|| (MatmulPrecision::Bf16, "--bf16".to_string())),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        match given.as_slice() {
+            [] => Ok((MatmulPrecision::Fp32, None)),
+            [(precision, flag), rest @ ..] => match rest.iter().find(|(p, _)| p != precision) {
+                Some((_, other)) => Err(format!(
+                    "{flag} and {other} are two precisions of the same products: give one"
+                )),
+                None => Ok((*precision, Some(flag.clone()))),
+            },
+        }
+    }
+
+    /// The products the flags ask for: their precision, with the tile and
+    /// the staging it allows (`Products::new`'s refusals).
+    pub fn products(&self) -> anyhow::Result<Products> {
+        let (precision, _) = self.precision().map_err(anyhow::Error::msg)?;
+        Ok(Products::new(precision, self.fp32_tile, self.gemm_staging)?)
+    }
 }
 
 /// The device a rank trains on.
@@ -99,27 +139,23 @@ pub(super) fn expects_gpu(flags: &DeviceFlags) -> bool {
 /// local rank (wrapping around when ranks outnumber GPUs), `auto` takes it
 /// when one is usable and otherwise says why it trains on the CPU.
 pub(super) fn choose_device(flags: &DeviceFlags, rank: &Topology) -> anyhow::Result<Device> {
-    let precision =
-        MatmulPrecision::from_flags(flags.tf32, flags.bf16).map_err(anyhow::Error::msg)?;
+    let products = flags.products()?;
     let gpu = || -> anyhow::Result<Device> {
         let gpus = core_tensor::cuda_available()?;
-        let gpu =
-            Cuda::with_products(gpu_of(rank.local_rank, gpus), precision, flags.gemm_staging)?
-                .with_fp32_tile(flags.fp32_tile)
-                .with_fusion(!flags.no_fusion);
+        let gpu = Cuda::with_products(gpu_of(rank.local_rank, gpus), products)?
+            .with_fusion(!flags.no_fusion);
         Ok(Device::Cuda { gpu, gpus })
     };
-    // The flag to name: --tf32, --bf16 or --gemm-staging cp-async when the
-    // GPU is too old for it (drop the flag), --device cuda for everything
-    // else (no driver, no GPU).
-    let tensor_core_flag = match (flags.bf16, flags.tf32) {
-        (true, _) => "--bf16",
-        (false, true) => "--tf32",
-        (false, false) => "--gemm-staging",
+    // The flag to name: the precision's (as given) or --gemm-staging
+    // cp-async when the GPU is too old for it (drop the flag), --device
+    // cuda for everything else (no driver, no GPU).
+    let tensor_core_flag = match flags.precision() {
+        Ok((precision, Some(flag))) if precision != MatmulPrecision::Fp32 => flag,
+        _ => "--gemm-staging".to_string(),
     };
     let blame = |why: anyhow::Error| {
         let flag = if is_gpu_too_old(&why) {
-            tensor_core_flag
+            tensor_core_flag.as_str()
         } else {
             "--device cuda"
         };
@@ -130,14 +166,15 @@ pub(super) fn choose_device(flags: &DeviceFlags, rank: &Topology) -> anyhow::Res
         DeviceChoice::Cuda => gpu().map_err(blame),
         DeviceChoice::Auto => match gpu() {
             Ok(gpu) => Ok(gpu),
-            // A GPU too old for --tf32, --bf16 or cp.async is an error, not
+            // A GPU too old for TF32, bf16 or cp.async is an error, not
             // a quiet CPU run.
             Err(why) if is_gpu_too_old(&why) => Err(blame(why)),
             Err(why) => {
                 // Once per machine: its ranks share the reason.
                 if rank.local_rank == 0 {
-                    let cp_async = flags.gemm_staging == GemmStaging::CpAsync;
-                    let tf32 = if flags.tf32 || flags.bf16 || cp_async {
+                    let tf32 = if products.precision() != MatmulPrecision::Fp32
+                        || products.staging() == GemmStaging::CpAsync
+                    {
                         format!("; {tensor_core_flag} has no effect there")
                     } else {
                         String::new()

@@ -89,8 +89,12 @@ impl JobFlags {
             ),
             ("--sparse-adam", given(train.sparse_adam)),
             ("--backend", format!("{:?}", ddp.backend).to_lowercase()),
-            ("--tf32", given(self.device.tf32)),
-            ("--bf16", given(self.device.bf16)),
+            (
+                "--precision",
+                self.device
+                    .precision()
+                    .map_or_else(|refused| refused, |(p, _)| p.to_string()),
+            ),
             // Given or not (its path is rank 0's alone): every rank takes
             // part in each save.
             (

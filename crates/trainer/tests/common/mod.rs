@@ -55,6 +55,14 @@ pub fn params_after_each_step<B: core_tensor::Ops>(
     (history, report)
 }
 
+/// The SHA-256 of `values`' little-endian bytes, in hex: what a
+/// checkpoint's model file holds of them, to record their bits.
+pub fn sha256_hex(values: &[f32]) -> String {
+    use sha2::{Digest, Sha256};
+    let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+    format!("{:x}", Sha256::digest(&bytes))
+}
+
 /// `body(rank)` for ranks 0 and 1, each on a thread of its own; the results
 /// in rank order.
 pub fn on_two_ranks<T: Send>(body: impl Fn(usize) -> T + Sync) -> Vec<T> {

@@ -7,7 +7,7 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::launch::{In, Out, Val};
+use super::launch::{GemmLaunch, GemmTiling, In, Out, Val};
 
 use crate::{Cuda, Error, Fp32Tile, GemmStaging, MatmulPrecision, Result};
 
@@ -49,32 +49,6 @@ const MIN_K_CHUNK: usize = 256;
 const WIDE_REDUCE_SPLITS: usize = 32;
 /// The grid's y (M tiles) and z (splits) limit.
 const MAX_GRID_YZ: usize = 65_535;
-
-/// The parameter struct of every GEMM kernel: the op's geometry plus the
-/// tiling. Mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
-#[derive(Clone, Copy, Debug)]
-#[repr(C)]
-pub(crate) struct GemmLaunch<G> {
-    pub geom: G,
-    pub tiling: GemmTiling,
-}
-
-/// How one product is cut into blocks; mirrored by `GemmTiling` in
-/// sgemm.cuh.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(C)]
-pub(crate) struct GemmTiling {
-    pub k_chunk: u64,
-    pub splits: u64,
-    pub tile_m: u64,
-    pub tile_n: u64,
-    /// 1 for TF32 on the tensor cores; read by the wide kernels, which hold
-    /// both precisions.
-    pub tensor_cores: u64,
-    /// 1 to stage the tiles with cp.async ([`GemmStaging::CpAsync`]); the
-    /// bf16 kernels ignore it.
-    pub cp_async: u64,
-}
 
 /// How one `M × N × K` product is cut into blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

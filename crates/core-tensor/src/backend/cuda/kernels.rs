@@ -13,8 +13,7 @@ mod ptx {
 use cudarc::driver::LaunchConfig;
 
 use super::Cuda;
-use super::gemm::GemmLaunch;
-use super::launch::{DropoutArgs, GatherArgs, In, Out, Val, kernel_table};
+use super::launch::{DropoutArgs, GatherArgs, GemmLaunch, In, Out, Val, kernel_table};
 use crate::Result;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,

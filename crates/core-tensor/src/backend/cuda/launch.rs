@@ -14,7 +14,6 @@ use cudarc::driver::{
 };
 
 use super::Cuda;
-use super::gemm::GemmLaunch;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, Dropout, EmbeddingGeom, Epilogue, LinearGeom, MseGeom,
     OffsetGeom, PoolGeom, RowsGeom, SparseAdamScalars,
@@ -63,6 +62,32 @@ pub(crate) struct GatherArgs {
     /// Threads per sample: `pixels` when the images are gathered (at
     /// least 1), else 1.
     pub lanes: u64,
+}
+
+/// The parameter struct of every GEMM kernel: the op's geometry plus the
+/// tiling. Mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct GemmLaunch<G> {
+    pub geom: G,
+    pub tiling: GemmTiling,
+}
+
+/// How one product is cut into blocks (`GemmPlan::args`, gemm.rs);
+/// mirrored by `GemmTiling` in sgemm.cuh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub(crate) struct GemmTiling {
+    pub k_chunk: u64,
+    pub splits: u64,
+    pub tile_m: u64,
+    pub tile_n: u64,
+    /// 1 for TF32 on the tensor cores; read by the wide kernels, which hold
+    /// both precisions.
+    pub tensor_cores: u64,
+    /// 1 to stage the tiles with cp.async (`GemmStaging::CpAsync`); the
+    /// bf16 kernels ignore it.
+    pub cp_async: u64,
 }
 
 // The kernels' parameter structs are passed by value: the driver copies

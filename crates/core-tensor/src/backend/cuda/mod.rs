@@ -44,7 +44,7 @@ pub use kernel_cache::KERNEL_CACHE_VAR;
 pub use kernels::{KernelModule, kernel_modules};
 pub use modules::{compile_cubin, compile_ptx, nvrtc_version};
 pub use pinned::PinnedVec;
-pub use products::{Fp32Tile, GemmStaging, MatmulPrecision};
+pub use products::{Fp32Tile, GemmStaging, MatmulPrecision, Products, RefusedProducts};
 
 use super::{Backend, Elem};
 use crate::error::check_len;
@@ -72,9 +72,7 @@ pub fn cuda_available() -> Result<usize> {
 #[derive(Clone)]
 pub struct Cuda {
     inner: Arc<Inner>,
-    matmul: MatmulPrecision,
-    fp32_tile: Fp32Tile,
-    staging: GemmStaging,
+    products: Products,
     /// Whether models take the fused ops (`Conv2dPoolKernel::fuses`).
     fusion: bool,
 }
@@ -97,9 +95,7 @@ impl fmt::Debug for Cuda {
         f.debug_struct("Cuda")
             .field("ordinal", &self.inner.ordinal)
             .field("name", &self.inner.name)
-            .field("matmul", &self.matmul)
-            .field("fp32_tile", &self.fp32_tile)
-            .field("staging", &self.staging)
+            .field("products", &self.products)
             .field("fusion", &self.fusion)
             .finish()
     }
@@ -114,19 +110,14 @@ impl Cuda {
 
     /// [`Cuda::new`] with the conv2d and linear products in `precision`.
     pub fn with_precision(ordinal: usize, precision: MatmulPrecision) -> Result<Self> {
-        Self::with_products(ordinal, precision, GemmStaging::Registers)
+        Self::with_products(ordinal, Products::from(precision))
     }
 
-    /// [`Cuda::new`] with the conv2d and linear products in `precision`,
-    /// their tiles staged by `staging`. TF32, bf16 or cp.async on a GPU
-    /// older than compute capability 8.0 is [`Error::GpuTooOld`]; embedded
-    /// PTX for an older architecture is then passed over for NVRTC's code
-    /// for this GPU (it would leave them out).
-    pub fn with_products(
-        ordinal: usize,
-        precision: MatmulPrecision,
-        staging: GemmStaging,
-    ) -> Result<Self> {
+    /// [`Cuda::new`] with the conv2d and linear products `products`. TF32,
+    /// bf16 or cp.async on a GPU older than compute capability 8.0 is
+    /// [`Error::GpuTooOld`]; embedded PTX for an older architecture is then
+    /// passed over for NVRTC's code for this GPU (it would leave them out).
+    pub fn with_products(ordinal: usize, products: Products) -> Result<Self> {
         let count = cuda_available()?;
         if ordinal >= count {
             return Err(Error::NoCudaDevice { ordinal, count });
@@ -134,16 +125,7 @@ impl Cuda {
         let ctx = CudaContext::new(ordinal)?;
         launch::untracked_streams(&ctx);
         let compute_cap = ctx.compute_capability()?;
-        let keep = "leave the products in float32 (the default)";
-        let feature = match (precision, staging) {
-            (MatmulPrecision::Fp32, GemmStaging::Registers) => None,
-            (MatmulPrecision::Fp32, GemmStaging::CpAsync) => Some((
-                "cp.async staging of the products' tiles",
-                "stage them through registers (the default)",
-            )),
-            (MatmulPrecision::Tf32, _) => Some(("TF32 on the tensor cores", keep)),
-            (MatmulPrecision::Bf16, _) => Some(("bf16 mixed precision on the tensor cores", keep)),
-        };
+        let feature = products.needs_ampere();
         let min_arch = match feature {
             None => 0,
             Some((feature, fix)) if compute_cap.0 < 8 => {
@@ -172,9 +154,7 @@ impl Cuda {
                 fault,
                 allocated: AtomicU64::new(0),
             }),
-            matmul: precision,
-            fp32_tile: Fp32Tile::Square,
-            staging,
+            products,
             fusion: true,
         })
     }
@@ -262,20 +242,12 @@ impl Backend for Cuda {
 
     fn describe(&self) -> String {
         let (major, minor) = self.inner.compute_cap;
-        let tf32 = match (self.matmul, self.gemm_tile()) {
-            (MatmulPrecision::Fp32, Fp32Tile::Square) => "",
-            (MatmulPrecision::Fp32, Fp32Tile::Wide) => ", wide float32 tiles",
-            (MatmulPrecision::Tf32, Fp32Tile::Square) => ", TF32 matmuls",
-            (MatmulPrecision::Tf32, Fp32Tile::Wide) => ", TF32 matmuls in wide tiles",
-            (MatmulPrecision::Bf16, _) => ", bf16 matmuls",
-        };
-        let staging = match self.staging {
-            GemmStaging::CpAsync if self.matmul != MatmulPrecision::Bf16 => ", cp.async staging",
-            _ => "",
-        };
         format!(
-            "cuda:{} ({}, sm_{major}{minor}, kernels from {}{tf32}{staging})",
-            self.inner.ordinal, self.inner.name, self.inner.kernels_from
+            "cuda:{} ({}, sm_{major}{minor}, kernels from {}{})",
+            self.inner.ordinal,
+            self.inner.name,
+            self.inner.kernels_from,
+            self.products.describe()
         )
     }
 
