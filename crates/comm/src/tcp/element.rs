@@ -161,69 +161,59 @@ impl Element for f16 {
     }
 }
 
-/// An i64 the ring sums with wrapping: two's complement addition is
-/// associative and commutative even where it overflows, so the sum is the
-/// same whatever the order and grouping of the ranks' terms.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
-#[repr(transparent)]
-pub(crate) struct WrappingSum(pub i64);
+/// An i64 element whose ring "addition" is `$combine`; never averaged (the
+/// product exists for the ring's generic code, which scales nothing here).
+macro_rules! int_element {
+    ($(#[$doc:meta])* $name:ident, $dtype:expr, $combine:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+        #[repr(transparent)]
+        pub(crate) struct $name(pub i64);
 
-impl Add for WrappingSum {
-    type Output = Self;
-    fn add(self, other: Self) -> Self {
-        Self(self.0.wrapping_add(other.0))
-    }
+        impl Add for $name {
+            type Output = Self;
+            fn add(self, other: Self) -> Self {
+                let combine: fn(i64, i64) -> i64 = $combine;
+                Self(combine(self.0, other.0))
+            }
+        }
+
+        impl Mul for $name {
+            type Output = Self;
+            fn mul(self, other: Self) -> Self {
+                Self(self.0.wrapping_mul(other.0))
+            }
+        }
+
+        impl Element for $name {
+            const DTYPE: Dtype = $dtype;
+
+            fn reciprocal(_: usize) -> Option<Self> {
+                None
+            }
+
+            fn scratch(scratch: &mut Scratch, len: usize) -> &mut [Self] {
+                bytemuck::cast_slice_mut(grown(&mut scratch.i64, len))
+            }
+        }
+    };
 }
 
-impl Mul for WrappingSum {
-    type Output = Self;
-    fn mul(self, other: Self) -> Self {
-        Self(self.0.wrapping_mul(other.0))
-    }
-}
+int_element!(
+    /// An i64 the ring sums with wrapping: two's complement addition is
+    /// associative and commutative even where it overflows, so the sum is
+    /// the same whatever the order and grouping of the ranks' terms.
+    WrappingSum,
+    Dtype::I64Sum,
+    i64::wrapping_add
+);
 
-impl Element for WrappingSum {
-    const DTYPE: Dtype = Dtype::I64Sum;
-
-    fn reciprocal(_: usize) -> Option<Self> {
-        None
-    }
-
-    fn scratch(scratch: &mut Scratch, len: usize) -> &mut [Self] {
-        bytemuck::cast_slice_mut(grown(&mut scratch.i64, len))
-    }
-}
-
-/// An i64 the ring reduces to the largest ("adding" two keeps the larger).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
-#[repr(transparent)]
-pub(crate) struct Largest(pub i64);
-
-impl Add for Largest {
-    type Output = Self;
-    fn add(self, other: Self) -> Self {
-        Self(self.0.max(other.0))
-    }
-}
-
-impl Mul for Largest {
-    type Output = Self;
-    fn mul(self, other: Self) -> Self {
-        Self(self.0.wrapping_mul(other.0))
-    }
-}
-
-impl Element for Largest {
-    const DTYPE: Dtype = Dtype::I64Max;
-
-    fn reciprocal(_: usize) -> Option<Self> {
-        None
-    }
-
-    fn scratch(scratch: &mut Scratch, len: usize) -> &mut [Self] {
-        bytemuck::cast_slice_mut(grown(&mut scratch.i64, len))
-    }
-}
+int_element!(
+    /// An i64 the ring reduces to the largest ("adding" two keeps the larger).
+    Largest,
+    Dtype::I64Max,
+    i64::max
+);
 
 /// A 16-bit wire element: f32 rounded to nearest even, and back exactly.
 pub(crate) trait Wire16: Element {
