@@ -7,34 +7,46 @@ use super::{CnnMnist, cnn_layout};
 use crate::model::{DropoutRates, DropoutSeed, Mode, Model, NoSync};
 use crate::train::exact::{ExactRequest, ExactSum, UnitPlan};
 
+/// One training pass of the CNN at `params` over a batch of `batch` random
+/// images and labels (`mix(i)` gives its i-th number): the buffers it
+/// leaves (each layer's output) and the gradients.
+fn pass(
+    b: &Cpu,
+    params: &Vec<f32>,
+    (batch, mix): (usize, &dyn Fn(usize) -> f32),
+    dropout_seed: DropoutSeed,
+) -> (crate::models::cnn::Activations<Cpu>, Vec<f32>) {
+    let model = CnnMnist::new(DropoutRates::REFERENCE);
+    let mut grads = b.zeros(cnn_layout().len()).unwrap();
+    let mut loss = b.zeros(1).unwrap();
+    let mut buf = Model::<Cpu>::buffers(&model, b, batch, true).unwrap();
+    let pixels: Vec<f32> = (0..batch * 784).map(mix).collect();
+    let labels: Vec<u8> = (0..batch)
+        .map(|i| (mix(1 << 30 | i) * 10.0) as u8)
+        .collect();
+    b.write_range(&pixels, &mut buf.cuts[0], 0).unwrap();
+    b.write_range(&labels, &mut buf.labels, 0).unwrap();
+    let train = Mode::Train { dropout_seed };
+    model.forward(b, &mut buf, params, train).unwrap();
+    model.loss(b, &mut buf, &mut loss).unwrap();
+    (model.backward(b, &mut buf, params, &mut grads, dropout_seed, &mut NoSync)).unwrap();
+    (buf, grads)
+}
+
 /// The CNN's gradients of `units` units of 16 samples each (random images
 /// and labels from `seed`), with dropout keyed by the unit's rows.
 fn cnn_units(units: usize, seed: u64) -> Vec<Vec<f32>> {
     let b = Cpu::new(1).unwrap().with_reductions(Reductions::Fixed);
     let model = CnnMnist::new(DropoutRates::REFERENCE);
     let params = b.upload(&model.init_params(seed)).unwrap();
-    let mut grads = b.zeros(cnn_layout().len()).unwrap();
-    let mut loss = b.zeros(1).unwrap();
-    let mut buf = Model::<Cpu>::buffers(&model, &b, 16, true).unwrap();
     (0..units)
         .map(|u| {
             let mix = |i: usize| core_tensor::rng::uniform(seed + u as u64, i as u64);
-            let pixels: Vec<f32> = (0..16 * 784).map(mix).collect();
-            let labels: Vec<u8> = (0..16).map(|i| (mix(100_000 + i) * 10.0) as u8).collect();
-            b.write_range(&pixels, &mut buf.cuts[0], 0).unwrap();
-            b.write_range(&labels, &mut buf.labels, 0).unwrap();
             let dropout_seed = DropoutSeed {
                 seed,
                 first_row: (u * 16) as u64,
             };
-            model
-                .forward(&b, &mut buf, &params, Mode::Train { dropout_seed })
-                .unwrap();
-            model.loss(&b, &mut buf, &mut loss).unwrap();
-            model
-                .backward(&b, &mut buf, &params, &mut grads, dropout_seed, &mut NoSync)
-                .unwrap();
-            b.download(&grads).unwrap()
+            pass(&b, &params, (16, &mix), dropout_seed).1
         })
         .collect()
 }
@@ -167,24 +179,8 @@ fn every_layer_gives_the_recorded_bits_at_batch_16_and_64() {
             .with_reductions(Reductions::Fixed);
         let params = b.upload(&model.init_params(11)).unwrap();
         for batch in [16, 64] {
-            let mut grads = b.zeros(cnn_layout().len()).unwrap();
-            let mut loss = b.zeros(1).unwrap();
-            let mut buf = Model::<Cpu>::buffers(&model, &b, batch, true).unwrap();
             let mix = |i: usize| core_tensor::rng::uniform(99, i as u64);
-            let pixels: Vec<f32> = (0..batch * 784).map(mix).collect();
-            let labels: Vec<u8> = (0..batch)
-                .map(|i| (mix(1 << 30 | i) * 10.0) as u8)
-                .collect();
-            b.write_range(&pixels, &mut buf.cuts[0], 0).unwrap();
-            b.write_range(&labels, &mut buf.labels, 0).unwrap();
-            let dropout_seed = DropoutSeed::new(5);
-            model
-                .forward(&b, &mut buf, &params, Mode::Train { dropout_seed })
-                .unwrap();
-            model.loss(&b, &mut buf, &mut loss).unwrap();
-            model
-                .backward(&b, &mut buf, &params, &mut grads, dropout_seed, &mut NoSync)
-                .unwrap();
+            let (buf, grads) = pass(&b, &params, (batch, &mix), DropoutSeed::new(5));
             let mut table = Vec::new();
             for (k, name) in ["conv1", "conv2", "fc1", "fc2"].iter().enumerate() {
                 let out = b.download(&buf.cuts[k + 1]).unwrap();
@@ -199,7 +195,6 @@ fn every_layer_gives_the_recorded_bits_at_batch_16_and_64() {
                     ),
                 }
             }
-            let grads = b.download(&grads).unwrap();
             for view in cnn_layout().views() {
                 let name = format!("{} gradient", view.spec.name);
                 table.push((batch, name, fnv(&grads[view.range.clone()])));
