@@ -38,7 +38,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             schedule.train(b, model, (m.index, m.samples), pass)
         };
         let grads = &mut replica.grads;
-        let union = match self.exact.as_mut() {
+        match self.exact.as_mut() {
             // --reproducible: each unit alone, kept, then their exact sum.
             Some(exact) => {
                 for m in micro {
@@ -47,7 +47,6 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 }
                 timer.enter(Phase::AllReduceWait)?;
                 exact.finish(b, grads, self.comm.as_mut())?;
-                None
             }
             None => {
                 for (at, m) in micro.iter().enumerate() {
@@ -68,13 +67,14 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 if self.averaging.is_active() {
                     timer.enter(Phase::AllReduceWait)?;
                 }
-                let n = micro.last().map_or(0, |m| m.samples);
-                let own_rows = self.schedule.batch_rows(model, n);
-                self.averaging.finish(b, grads, own_rows)?
             }
-        };
+        }
         let n = micro.last().map_or(0, |m| m.samples);
         let own_rows = self.schedule.batch_rows(model, n);
+        let union = match self.exact {
+            Some(_) => None,
+            None => self.averaging.finish(b, &mut replica.grads, own_rows)?,
+        };
 
         // 3. The optimizer, behind the guard that skips it on a non-finite
         //    loss or gradient (on the device: the host looks only now and
