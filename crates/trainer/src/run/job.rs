@@ -67,6 +67,10 @@ impl JobFlags {
             ),
             ("--no-dropout", given(model.cnn.no_dropout)),
             (
+                "--eval-samples",
+                or_none(model.cnn.eval_samples.map(|n| n.to_string())),
+            ),
+            (
                 "--samples",
                 or_none(model.toy.samples.map(|n| n.to_string())),
             ),
