@@ -24,7 +24,9 @@ pub static ENTRY: CnnEntry = CnnEntry;
 /// The CNN's own flags.
 #[derive(Clone, Debug, Args)]
 pub struct CnnFlags {
-    /// Directory holding the four FashionMNIST .gz files [default: see DATA below].
+    /// Directory holding the four FashionMNIST .gz files.
+    ///
+    /// [default: see DATA below]
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
