@@ -34,9 +34,10 @@ pub struct CnnFlags {
     #[arg(long)]
     pub no_dropout: bool,
 
-    /// Evaluate on the test split's first N images, not all 10,000: a
-    /// coarser test accuracy, sooner (smoke runs, the test suite, the GPU
-    /// bundle's dry run on cuda-emu). Training is not affected.
+    /// Evaluate on the test split's first N images [default: all 10,000].
+    ///
+    /// A coarser test accuracy, sooner: for smoke runs, the test suite and
+    /// the GPU bundle's dry run on cuda-emu. Training is not affected.
     #[arg(long, value_name = "N")]
     pub eval_samples: Option<NonZeroUsize>,
 }
