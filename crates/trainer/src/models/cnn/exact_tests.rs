@@ -56,7 +56,8 @@ fn sum() -> ExactSum {
         global_batch: Some(128),
         unit: 16,
     };
-    ExactSum::new(cnn_layout(), UnitPlan::new(request, 64, (0, 1)).unwrap())
+    let (layout, plan) = (cnn_layout(), UnitPlan::new(request, 64, (0, 1)).unwrap());
+    ExactSum::new(layout, 0..layout.len(), plan, 1)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
