@@ -54,12 +54,12 @@ pub struct TrainFlags {
     /// The same bits at any layout: the final weights become a function of
     /// the seed, the data, --global-batch, the steps and the optimizer's
     /// settings alone, not of --world-size, --nnodes/--nproc-per-node,
-    /// --threads, --spawn, --accumulate-steps, the transport or which rank
-    /// trains which sample. Each step's global batch is cut into units of
+    /// --threads, --spawn, --accumulate-steps, --pipeline-stages, the
+    /// transport or which rank trains which sample. Each step's global batch is cut into units of
     /// --unit samples, each unit's gradient computed alone, and the units'
     /// gradients summed exactly (integers at a scale the ranks agree on).
-    /// CPU ranks, data parallel, --comm-hook none (README: "The same bits
-    /// at any layout").
+    /// CPU ranks, data parallel or pipeline stages (a micro-batch a unit),
+    /// --comm-hook none (README: "The same bits at any layout").
     #[arg(long)]
     pub reproducible: bool,
 
