@@ -66,7 +66,7 @@ pub struct PipelineFlags {
     pub pipeline_stages: u32,
 
     /// Micro-batches per batch in a pipeline (1F1B schedule) [default: 4;
-    /// with --reproducible one a unit: the replica's units of a step].
+    /// with --reproducible: one per unit, the replica's units of a step].
     #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub micro_batches: Option<u32>,
 }

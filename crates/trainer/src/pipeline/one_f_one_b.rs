@@ -16,9 +16,9 @@
 //! stage's host accumulator scaled by `m / n` (`m` its samples, `n` the
 //! batch's), in micro-batch order: the batch mean, which the trainer then
 //! averages over the stage's replicas; with `--reproducible` each is a
-//! unit, handed whole to the step's exact sum instead ([`MicroSum`]). The last stage adds each
-//! micro-batch's loss and correct predictions to the epoch's sums, in
-//! micro-batch order.
+//! unit, handed whole to the step's exact sum instead ([`MicroSum`]). The
+//! last stage adds each micro-batch's loss and correct predictions to the
+//! epoch's sums, in micro-batch order.
 
 use anyhow::Context;
 use core_tensor::Ops;
