@@ -57,7 +57,9 @@ pub enum Order {
     /// `seed`, as one replica's sampler shuffles it), padded at its end
     /// with its first samples to whole global batches; step `s` trains its
     /// positions `s·global_batch ..`, cut into units of `unit`, and this
-    /// replica units `share.0 .. share.1` of each step, in order.
+    /// replica units `share.0 .. share.1` of each step, in order, in
+    /// batches of `batch` within the step (a multiple of `unit`: a unit a
+    /// batch, or a pipeline's, all of the step's share).
     Units {
         seed: u64,
         global_batch: usize,
@@ -145,12 +147,13 @@ impl Order {
                 let order = sampler.indices();
                 let mut plan = EpochPlan::default();
                 for step in 0..len.div_ceil(global_batch) {
-                    for u in first..end {
-                        let at = step * global_batch + u * unit;
-                        let start = plan.indices.len();
-                        plan.indices.extend((at..at + unit).map(|p| order[p % len]));
-                        plan.batches.push(start..start + unit);
-                    }
+                    let at = step * global_batch;
+                    let start = plan.indices.len();
+                    let positions = at + first * unit..at + end * unit;
+                    plan.indices.extend(positions.map(|p| order[p % len]));
+                    let end = plan.indices.len();
+                    let cut = (start..end).step_by(batch.max(1));
+                    plan.batches.extend(cut.map(|b| b..(b + batch).min(end)));
                 }
                 Ok(plan)
             }

@@ -1,6 +1,7 @@
 //! `--reproducible`: the same model bytes at any layout — world sizes,
-//! thread counts, ranks as threads, accumulation, and a run stopped and
-//! resumed on another world — and on every CPU (the reference hash).
+//! thread counts, ranks as threads, accumulation, pipeline stages alone and
+//! with replicas, and a run stopped and resumed on another world — and on
+//! every CPU (the reference hash).
 
 mod common;
 
@@ -74,8 +75,11 @@ fn every_layout_ends_on_the_same_bytes_as_the_reference() {
         alone, REFERENCE,
         "one rank: not the recorded bytes (another CPU?)"
     );
-    let layouts: [(&str, usize, &[&str]); 4] = [
+    let layouts: [(&str, usize, &[&str]); 6] = [
         ("w3", 3, &[]),
+        // 2 stages of one replica; 2 stages x 2 replicas.
+        ("w2-pipeline", 2, &["--pipeline-stages", "2"]),
+        ("w4-pipeline", 4, &["--pipeline-stages", "2"]),
         ("w1-threads2", 1, &["--threads", "2"]),
         ("w2-as-threads", 2, &["--spawn", "threads"]),
         (
@@ -140,4 +144,20 @@ fn bad_reproducible_flags_are_one_line_naming_the_flag() {
         "3",
     ]);
     assert!(line.contains("--global-batch 48 or more"), "{line}");
+    // A pipeline's micro-batches are its 4 units of the global batch.
+    let (line, _) = refused(&[
+        "--reproducible",
+        "--global-batch",
+        "64",
+        "--pipeline-stages",
+        "2",
+        "--world-size",
+        "2",
+        "--micro-batches",
+        "2",
+    ]);
+    assert!(
+        line.contains("--micro-batches 2 with --reproducible"),
+        "{line}"
+    );
 }

@@ -30,10 +30,10 @@ impl Cli {
                 "--sparse-adam takes the rows to update from the host's sparse gradient exchange, which --backend nccl and --sparse-grads never turn off; use --backend tcp and --sparse-grads auto, or leave --sparse-adam out"
             );
         }
-        if stages > 1 && pipeline.micro_batches > train.batch_size {
+        if stages > 1 && pipeline.micro_batch_count() > train.batch_size as usize {
             bail!(
                 "--micro-batches {} is more than --batch-size {}: each micro-batch needs at least one sample",
-                pipeline.micro_batches,
+                pipeline.micro_batch_count(),
                 train.batch_size
             );
         }
@@ -41,7 +41,7 @@ impl Cli {
             bail!(
                 "--accumulate-steps {k} with --pipeline-stages {stages}: a pipeline already sums its --micro-batches' gradients before averaging; use --batch-size {} --micro-batches {} instead",
                 train.batch_size * train.accumulate_steps,
-                pipeline.micro_batches * train.accumulate_steps,
+                pipeline.micro_batch_count() * train.accumulate_steps as usize,
                 k = train.accumulate_steps
             );
         }

@@ -37,7 +37,7 @@ pub struct Averaging<B: Ops> {
     /// The row tables, exchanged apart from the buckets.
     rows: Option<SparseExchange<B>>,
     /// The group whose thread serves the host hook, joined after it.
-    _group: Option<CommThread>,
+    group: Option<CommThread>,
     /// What backward tells when there is nothing to average.
     alone: NoSync,
 }
@@ -61,7 +61,7 @@ impl<B: Ops> Averaging<B> {
         Self {
             dense: None,
             rows: None,
-            _group: None,
+            group: None,
             alone: NoSync,
         }
     }
@@ -114,9 +114,22 @@ impl<B: Ops> Averaging<B> {
         Ok(Self {
             dense: Some(Reducer::new(buckets, Box::new(hook))),
             rows,
-            _group: host,
+            group: host,
             alone: NoSync,
         })
+    }
+
+    /// The host communicator over this rank's replicas: its pipeline
+    /// stage's group, or `job`, the job's; `None` with one replica.
+    pub fn replicas<'a>(
+        &'a mut self,
+        job: Option<&'a mut CommThread>,
+    ) -> Option<&'a mut CommThread> {
+        match (&self.dense, &mut self.group) {
+            (None, _) => None,
+            (Some(_), Some(group)) => Some(group),
+            (Some(_), None) => job,
+        }
     }
 
     /// Whether there is anything to average (more than one replica).

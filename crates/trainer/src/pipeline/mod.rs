@@ -19,13 +19,22 @@
 //! only on rank 0's host, at a checkpoint (each stage's part broadcast
 //! from its first replica's rank), so checkpoints stay whole models and any
 //! layout resumes any other.
+//!
+//! With `--reproducible` a micro-batch is a unit (`crate::train::exact`):
+//! a batch is the replica's units of a step, each micro-batch's dropout
+//! masks keyed by its rows in the global batch as the whole model's are,
+//! and each micro-batch's gradients of the stage's parameters handed whole
+//! to the step's exact sum (over the stage's replicas), not added up in
+//! float.
 
 mod cuts;
 mod link;
+mod micro;
 mod one_f_one_b;
 mod slots;
 
 pub use link::{HostLink, NcclLink, StageLink};
+pub use micro::MICRO_BATCHES;
 pub use slots::StageBuffers;
 
 use std::collections::HashMap;
@@ -43,7 +52,8 @@ use crate::topology::Topology;
 use crate::train::{
     EVAL_BATCH, EpochBatches, Part, Pass, Schedule, test_buffers, test_reserve, training_buffers,
 };
-use one_f_one_b::{Cx, GradScratch, forward_through};
+use micro::Split;
+use one_f_one_b::{Cx, GradScratch, MicroSum, forward_through};
 use slots::StageAt;
 
 /// The pipeline's flags.
@@ -56,9 +66,18 @@ pub struct PipelineFlags {
     #[arg(long, value_name = "S", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub pipeline_stages: u32,
 
-    /// Micro-batches per batch in a pipeline (1F1B schedule).
-    #[arg(long, value_name = "M", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub micro_batches: u32,
+    /// Micro-batches per batch in a pipeline (1F1B schedule) [default: 4;
+    /// with --reproducible: one per unit, the replica's units of a step].
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub micro_batches: Option<u32>,
+}
+
+impl PipelineFlags {
+    /// Micro-batches per batch, given or by default (without
+    /// `--reproducible`).
+    pub fn micro_batch_count(&self) -> usize {
+        self.micro_batches.map_or(MICRO_BATCHES, |m| m as usize)
+    }
 }
 
 /// A layered model's data splits, filling a stage's buffers.
@@ -68,7 +87,7 @@ pub type StageData<B, M> = Box<dyn Batches<B, StageBuffers<B, <M as Layered<B>>:
 pub struct Pipeline<B: Ops, M: Layered<B>> {
     /// This rank's place: its stage of how many, its replica of how many.
     topology: Topology,
-    micro_batches: usize,
+    split: Split,
     link: Box<dyn StageLink<B>>,
     train: StageData<B, M>,
     test: Option<StageData<B, M>>,
@@ -97,17 +116,19 @@ struct Plan<B: Ops, M: Layered<B>> {
 
 impl<B: Ops, M: Layered<B>> Pipeline<B, M> {
     /// The stage of `topology` reaching its neighbours over `link` (stage
-    /// `s` its rank `s`), `micro_batches` per batch, on these splits.
+    /// `s` its rank `s`), `micro_batches` per batch (`None`: not given,
+    /// [`MICRO_BATCHES`]), on these splits.
     pub fn new(
         topology: &Topology,
-        micro_batches: usize,
+        micro_batches: Option<usize>,
         link: Box<dyn StageLink<B>>,
         (train, test): (StageData<B, M>, Option<StageData<B, M>>),
     ) -> anyhow::Result<Self> {
         let (stage, stages) = (topology.stage(), topology.stages);
-        if micro_batches == 0 {
+        if micro_batches == Some(0) {
             bail!("--micro-batches must be at least 1");
         }
+        let split = Split::given(micro_batches);
         if link.world_size() != stages || link.rank() != stage {
             bail!(
                 "the pipeline communicator has rank {} of {}, not stage {stage} of {stages}",
@@ -117,7 +138,7 @@ impl<B: Ops, M: Layered<B>> Pipeline<B, M> {
         }
         Ok(Self {
             topology: *topology,
-            micro_batches,
+            split,
             link,
             train,
             test,
@@ -136,14 +157,6 @@ impl<B: Ops, M: Layered<B>> Pipeline<B, M> {
     }
 }
 
-/// The sizes of `micro_batches` micro-batches of a batch of `n`: as even
-/// as they come.
-fn micro_sizes(micro_batches: usize, n: usize) -> Vec<usize> {
-    let m = micro_batches.min(n).max(1);
-    let (base, extra) = (n / m, n % m);
-    (0..m).map(|i| base + usize::from(i < extra)).collect()
-}
-
 impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
     fn fingerprint(&self) -> DataFingerprint {
         self.train.fingerprint()
@@ -151,6 +164,13 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
 
     fn test_samples(&self) -> Option<usize> {
         self.test.as_ref().map(|t| t.sample_count())
+    }
+
+    /// A micro-batch a unit (see the module docs): this replica's `units`
+    /// of a step make a batch.
+    fn train_units(&mut self, (unit, units): (usize, usize)) -> anyhow::Result<usize> {
+        self.split = self.split.into_units(unit, units)?;
+        Ok(units)
     }
 
     /// Measures the segments, agrees on the cut with every rank over the
@@ -172,7 +192,7 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
         let runs = match self.cut.take() {
             Some(runs) => cuts::check(&runs, stages, segments)?,
             None => {
-                let micro = micro_sizes(self.micro_batches, batch)[0];
+                let micro = self.split.sizes(batch)[0];
                 let mut times = cuts::measure(model, b, micro)?;
                 if let Some(job) = job {
                     let world = job.world_size() as f64;
@@ -232,7 +252,7 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
         _model: &M,
         (sizes, epoch): (&[usize], &EpochBatches),
     ) -> anyhow::Result<()> {
-        let micro = self.micro_batches;
+        let split = self.split;
         let plan = (self.plan.as_mut()).context("the pipeline trains once its cut is settled")?;
         let mut new: Vec<usize> = (sizes.iter().copied())
             .filter(|n| !plan.buffers.contains_key(n))
@@ -248,9 +268,8 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
             Some(_) => test_reserve(b, epoch, |n| plan.eval.contains_key(&n), make_test)?,
             None => 0,
         };
-        let make = |n| StageBuffers::new(local, b, (at, &micro_sizes(micro, n)), true);
-        // A batch of fewer samples than micro-batches runs fewer of them.
-        let unit = micro.min(epoch.batch.min(epoch.samples)).max(1);
+        let make = |n| StageBuffers::new(local, b, (at, &split.sizes(n)), true);
+        let unit = split.smallest_batch(epoch.batch.min(epoch.samples));
         let made = training_buffers(b, (&new, epoch), (unit, reserve), make)?;
         plan.buffers.extend(new.into_iter().zip(made));
         Ok(())
@@ -263,7 +282,7 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
         (step, n): (usize, usize),
         pass: Pass<'_, B>,
     ) -> anyhow::Result<()> {
-        let sizes = micro_sizes(self.micro_batches, n);
+        let sizes = self.split.sizes(n);
         let stage = self.topology.stage();
         let (link, train) = (&mut self.link, &mut self.train);
         let plan = self
@@ -298,7 +317,8 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
         if at.first || at.last {
             train.fill(b, step, bufs)?;
         }
-        let (seeds, weights) = Cx::<B, M>::micro_batches(dropout_seed, &sizes);
+        let (seeds, sum) = self.split.micro_batches(dropout_seed, &sizes, &mut *hook);
+        let summed = matches!(sum, MicroSum::Weighted(_));
         Cx {
             b,
             model: local,
@@ -310,9 +330,12 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
             scratch: &mut *scratch,
             sums: (loss_sum, metric_sum),
             seeds,
-            weights,
+            sum,
         }
         .train(bufs)?;
+        if !summed {
+            return Ok(());
+        }
         // The stage's gradients were final when the schedule ended.
         timer.enter(Phase::Backward)?;
         b.write_range(&scratch.acc, grads, 0)?;
@@ -393,10 +416,10 @@ impl<B: Ops, M: Layered<B>> Pipeline<B, M> {
             })
             .collect();
         format!(
-            "pipeline: {} stages x {} data-parallel replicas, {} micro-batches per batch (1F1B); cut at the measured times of a micro-batch's forward and backward: {}",
+            "pipeline: {} stages x {} data-parallel replicas, {} (1F1B); cut at the measured times of a micro-batch's forward and backward: {}",
             self.topology.stages,
             self.topology.replicas(),
-            self.micro_batches,
+            self.split,
             stages.join("; ")
         )
     }

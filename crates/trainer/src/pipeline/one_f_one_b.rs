@@ -15,17 +15,18 @@
 //! deadlock. Each micro-batch's parameter gradients are added into the
 //! stage's host accumulator scaled by `m / n` (`m` its samples, `n` the
 //! batch's), in micro-batch order: the batch mean, which the trainer then
-//! averages over the stage's replicas. The last stage adds each
-//! micro-batch's loss and correct predictions to the epoch's sums, in
-//! micro-batch order.
+//! averages over the stage's replicas; with `--reproducible` each is a
+//! unit, handed whole to the step's exact sum instead ([`MicroSum`]). The
+//! last stage adds each micro-batch's loss and correct predictions to the
+//! epoch's sums, in micro-batch order.
 
 use anyhow::Context;
-use core_tensor::{Ops, rng};
+use core_tensor::Ops;
 
 use super::link::StageLink;
 use super::slots::{StageAt, StageBuffers};
 use crate::model::layered::{Io, Layered, classes};
-use crate::model::{DropoutSeed, Mode};
+use crate::model::{DropoutSeed, GradsReady, Mode};
 use crate::phases::{Phase, StepTimer};
 
 /// The stage's parameter gradients of one micro-batch, and their sum.
@@ -49,6 +50,16 @@ impl<B: Ops> GradScratch<B> {
     }
 }
 
+/// What becomes of each micro-batch's gradients of the stage's parameters.
+pub(super) enum MicroSum<'a, B: Ops> {
+    /// Scaled by each micro-batch's weight in the batch mean and added into
+    /// the scratch's accumulator.
+    Weighted(Vec<f32>),
+    /// `--reproducible`: each micro-batch a unit, its gradients told whole
+    /// (offset 0) to the step's exact sum.
+    Units(&'a mut dyn GradsReady<B>),
+}
+
 /// Everything one batch's schedule reads besides the buffers.
 pub(super) struct Cx<'a, B: Ops, M: Layered<B>> {
     pub b: &'a B,
@@ -62,23 +73,12 @@ pub(super) struct Cx<'a, B: Ops, M: Layered<B>> {
     pub scratch: &'a mut GradScratch<B>,
     /// The epoch's sums the last stage adds to: loss, correct predictions.
     pub sums: (&'a mut B::Storage<f32>, &'a mut B::Storage<f32>),
-    /// Each micro-batch's dropout seed and weight in the batch mean.
+    /// Each micro-batch's dropout seed, and how its gradients are summed.
     pub seeds: Vec<DropoutSeed>,
-    pub weights: Vec<f32>,
+    pub sum: MicroSum<'a, B>,
 }
 
 impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
-    /// The per-micro-batch seeds and weights of a step of `seed` over
-    /// micro-batches of `sizes` samples.
-    pub fn micro_batches(seed: DropoutSeed, sizes: &[usize]) -> (Vec<DropoutSeed>, Vec<f32>) {
-        let batch: usize = sizes.iter().sum();
-        let scale = 1.0 / batch as f32;
-        let seeds = (0..sizes.len())
-            .map(|i| DropoutSeed::new(rng::derive_seed(seed.seed, &[i as u64])))
-            .collect();
-        (seeds, sizes.iter().map(|&n| scale * n as f32).collect())
-    }
-
     /// One batch through this stage (see the module docs).
     pub fn train(&mut self, bufs: &mut StageBuffers<B, M::Acts>) -> anyhow::Result<()> {
         self.scratch.acc.fill(0.0);
@@ -191,11 +191,15 @@ impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
     }
 
     /// Adds micro-batch `i`'s gradients of this stage's parameters into
-    /// the accumulator, scaled to the batch mean.
+    /// the accumulator, scaled to the batch mean (or hands them on, a
+    /// unit's).
     fn accumulate(&mut self, i: usize) -> anyhow::Result<()> {
         let GradScratch { grads, acc, host } = &mut *self.scratch;
+        let weight = match &mut self.sum {
+            MicroSum::Weighted(weights) => weights[i],
+            MicroSum::Units(hook) => return hook.ready(self.b, grads, 0),
+        };
         self.b.read_range(grads, 0..host.len(), host)?;
-        let weight = self.weights[i];
         for (a, g) in acc.iter_mut().zip(host.iter()) {
             *a += g * weight;
         }

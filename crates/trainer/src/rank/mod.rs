@@ -50,7 +50,8 @@ pub struct Links<B: Ops> {
 pub struct RankJob<'a> {
     pub checkpoints: &'a CheckpointFlags,
     pub outputs: &'a OutputFlags,
-    pub micro_batches: usize,
+    /// `--micro-batches`, if given.
+    pub micro_batches: Option<usize>,
     /// The flags every rank must give alike, as `(flag, value)`.
     pub shared_flags: Vec<(&'static str, String)>,
     /// The start-up line after the device: the world, who started it, how

@@ -114,7 +114,10 @@ impl JobFlags {
                 "--pipeline-stages",
                 self.pipeline.pipeline_stages.to_string(),
             ),
-            ("--micro-batches", self.pipeline.micro_batches.to_string()),
+            (
+                "--micro-batches",
+                or_none(self.pipeline.micro_batches.map(|m| m.to_string())),
+            ),
         ]
     }
 

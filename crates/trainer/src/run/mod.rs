@@ -128,7 +128,7 @@ impl Process<'_> {
         let rank_job = RankJob {
             checkpoints: &job.checkpoints,
             outputs: &job.outputs,
-            micro_batches: job.pipeline.micro_batches as usize,
+            micro_batches: job.pipeline.micro_batches.map(|m| m as usize),
             shared_flags: job.shared_flags(),
             about,
             pytorch_class: job.model.model.entry().pytorch_class(),

@@ -56,16 +56,17 @@ pub struct TrainFlags {
     #[arg(long)]
     pub sparse_adam: bool,
 
-    /// The same bits at any layout (CPU ranks, data parallel).
+    /// The same bits at any layout (CPU ranks, data parallel or pipeline).
     ///
     /// The final weights become a function of the seed, the data,
     /// --global-batch, the steps and the optimizer's settings alone, not of
     /// --world-size, --nnodes/--nproc-per-node, --threads, --spawn,
-    /// --accumulate-steps, the transport or which rank trains which sample.
-    /// Each step's global batch is cut into units of --unit samples, each
-    /// unit's gradient computed alone, and the units' gradients summed
-    /// exactly (integers at a scale the ranks agree on). CPU ranks, data
-    /// parallel, --comm-hook none (README: "The same bits at any layout").
+    /// --accumulate-steps, --pipeline-stages, the transport or which rank
+    /// trains which sample. Each step's global batch is cut into units of
+    /// --unit samples, each unit's gradient computed alone, and the units'
+    /// gradients summed exactly (integers at a scale the ranks agree on).
+    /// CPU ranks, data parallel or pipeline stages (a micro-batch a unit),
+    /// --comm-hook none (README: "The same bits at any layout").
     #[arg(long)]
     pub reproducible: bool,
 

@@ -43,7 +43,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         // The micro-batches of a step: its --accumulate-steps, or with
         // --reproducible this replica's units of it.
         let (k, batch) = match &self.exact {
-            Some(exact) => (exact.plan().share.len(), exact.plan().unit),
+            Some(exact) => exact.batches(),
             None => (self.cfg.accumulate_steps, self.cfg.batch_size),
         };
         // Every optimizer step before a mid-epoch checkpoint holds K
@@ -180,20 +180,17 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
     /// The dropout masks of micro-batch `index` of the epoch, the `j`-th of
     /// step `s`: drawn per rank and micro-batch, or with `--reproducible`
-    /// per step of the global order, at the unit's rows in it, so that a
+    /// per step of the global order, at the batch's rows in it, so that a
     /// sample's masks do not depend on which rank trains it.
     fn dropout_seed(&self, epoch: usize, (s, j): (usize, usize), index: usize) -> DropoutSeed {
         let (seed, epoch) = (self.cfg.seed, epoch as u64);
         match &self.exact {
-            Some(exact) => {
-                let plan = exact.plan();
-                DropoutSeed {
-                    // Unlike the other modes', no rank enters the seed; the
-                    // leading word keeps its streams apart from theirs.
-                    seed: rng::derive_seed(seed, &[u64::MAX, epoch, s as u64]),
-                    first_row: ((plan.share.start + j) * plan.unit) as u64,
-                }
-            }
+            Some(exact) => DropoutSeed {
+                // Unlike the other modes', no rank enters the seed; the
+                // leading word keeps its streams apart from theirs.
+                seed: rng::derive_seed(seed, &[u64::MAX, epoch, s as u64]),
+                first_row: exact.first_row(j),
+            },
             None => {
                 let rank = self.topology.rank as u64;
                 DropoutSeed::new(rng::derive_seed(seed, &[rank, epoch, index as u64]))

@@ -5,12 +5,16 @@
 //! epoch's one global permutation, padded at its end by its first samples,
 //! as PyTorch's sampler pads) are cut into units of `m` samples
 //! (`--unit`); each replica trains a run of whole units ([`UnitPlan`]),
-//! each unit alone, at batch `m`, by kernels whose bits depend on neither
+//! each unit alone, at batch `m` (the whole model a unit a pass; a
+//! pipeline's stages a unit a micro-batch, the replica's units of a step
+//! in one 1F1B schedule), by kernels whose bits depend on neither
 //! the CPU nor the thread count (`core_tensor::Reductions::Fixed`, the
 //! GEMM's fixed blocks), with dropout masks keyed by the sample's row in
 //! the global batch (`crate::model::DropoutSeed`). Then the units'
 //! gradients are summed by an operation that ignores order and grouping
-//! ([`ExactSum`]): integers.
+//! ([`ExactSum`]): integers, over the replicas (a pipeline stage: over
+//! the same stage of every replica, each its part of the parameters,
+//! whose tensors' blocks are the whole model's).
 //!
 //! The sum, per block of up to [`BLOCK`] elements of one parameter tensor:
 //! the largest magnitude `M` over every unit of every rank (an exact
@@ -40,6 +44,7 @@ use launcher::contract::Misconfigured;
 
 use crate::comm_thread::CommThread;
 use crate::ddp::ring_bytes;
+use crate::model::GradsReady;
 
 /// Elements per block of a tensor that share one scale.
 pub const BLOCK: usize = 4096;
@@ -60,11 +65,10 @@ pub struct ExactRequest {
 /// Refuses what `--reproducible` cannot keep exact: a gradient compression
 /// that loses precision by design (`hook`, as `--comm-hook` prints it:
 /// anything but `none`), a model with row tables (their sparse rows travel
-/// another way), and, not yet built, a pipeline's stages and GPUs.
+/// another way), and, not yet built, GPUs.
 pub fn refuse_unsupported(
     hook: &str,
     row_tables: Option<&str>,
-    pipeline: bool,
     on_gpu: bool,
 ) -> anyhow::Result<()> {
     let why = if hook != "none" {
@@ -75,8 +79,6 @@ pub fn refuse_unsupported(
         format!(
             "--model {model}'s embedding rows are averaged by the rows each batch looked up, not in units: it trains without --reproducible"
         )
-    } else if pipeline {
-        "--pipeline-stages: a pipeline's stages do not yet train in units; leave out --reproducible or --pipeline-stages".to_string()
     } else if on_gpu {
         "GPUs do not yet train in units; use --device cpu with --reproducible".to_string()
     } else {
@@ -147,6 +149,9 @@ impl UnitPlan {
 /// every rank (see the module docs).
 pub struct ExactSum {
     plan: UnitPlan,
+    /// The units one batch of the schedule holds: 1 (a pass a unit), or a
+    /// pipeline's micro-batches, all of the replica's units of a step.
+    per_batch: usize,
     /// Each block of the gradient buffer one scale covers.
     blocks: Vec<Range<usize>>,
     /// The gradients of this step's units so far, one buffer each.
@@ -158,13 +163,20 @@ pub struct ExactSum {
 }
 
 impl ExactSum {
-    /// For a gradient buffer laid out as `layout`, summing `plan`'s units.
-    pub fn new(layout: &FlatLayout, plan: UnitPlan) -> Self {
-        let blocks = layout
-            .views()
-            .iter()
+    /// For the gradients of the parameters `trained` of `layout` (whole
+    /// tensors: all of them, or a pipeline stage's), summing `plan`'s
+    /// units, `per_batch` of them a batch of the schedule.
+    pub fn new(
+        layout: &FlatLayout,
+        trained: Range<usize>,
+        plan: UnitPlan,
+        per_batch: usize,
+    ) -> Self {
+        let base = trained.start;
+        let blocks = (layout.views().iter())
+            .filter(|v| trained.start <= v.range.start && v.range.end <= trained.end)
             .flat_map(|v| {
-                let r = v.range.clone();
+                let r = v.range.start - base..v.range.end - base;
                 (r.start..r.end)
                     .step_by(BLOCK)
                     .map(move |at| at..(at + BLOCK).min(r.end))
@@ -172,6 +184,7 @@ impl ExactSum {
             .collect();
         Self {
             plan,
+            per_batch: per_batch.max(1),
             blocks,
             units: Vec::new(),
             stashed: 0,
@@ -181,6 +194,23 @@ impl ExactSum {
 
     pub fn plan(&self) -> &UnitPlan {
         &self.plan
+    }
+
+    /// This replica's batches of a step: how many, of how many samples.
+    pub fn batches(&self) -> (usize, usize) {
+        let units = self.plan.share.len();
+        (units / self.per_batch, self.per_batch * self.plan.unit)
+    }
+
+    /// The row in the step's global batch of batch `j`'s first sample.
+    pub fn first_row(&self, j: usize) -> u64 {
+        ((self.plan.share.start + j * self.per_batch) * self.plan.unit) as u64
+    }
+
+    /// What a batch's backward tells: each unit's gradients, once they
+    /// are all final, are stashed.
+    pub fn stashing(&mut self) -> Stashing<'_> {
+        Stashing(self)
     }
 
     /// Keeps a copy of `grads`, one unit's gradients.
@@ -202,7 +232,14 @@ impl ExactSum {
         grads: &mut B::Storage<f32>,
         comm: Option<&mut CommThread>,
     ) -> anyhow::Result<()> {
-        let units = &self.units[..std::mem::take(&mut self.stashed)];
+        let stashed = std::mem::take(&mut self.stashed);
+        if stashed != self.plan.share.len() {
+            return Err(anyhow!(
+                "--reproducible: {stashed} units' gradients came whole out of backward, not the {} of this replica's share",
+                self.plan.share.len()
+            ));
+        }
+        let units = &self.units[..stashed];
         if let Some(comm) = comm.as_deref() {
             let (world, len) = (comm.world_size(), B::len(grads));
             self.sent += ring_bytes(self.blocks.len(), 8, world) + ring_bytes(len, 8, world);
@@ -216,6 +253,19 @@ impl ExactSum {
     /// [`ring_bytes`] counts them: the scales' maxima and the i64 sums).
     pub fn take_sent_bytes(&mut self) -> u64 {
         std::mem::take(&mut self.sent)
+    }
+}
+
+/// The hook of a backward pass with `--reproducible`: told that every
+/// gradient is final (offset 0), it stashes them, one unit's.
+pub struct Stashing<'a>(&'a mut ExactSum);
+
+impl<B: Ops> GradsReady<B> for Stashing<'_> {
+    fn ready(&mut self, b: &B, grads: &mut B::Storage<f32>, offset: usize) -> anyhow::Result<()> {
+        match offset {
+            0 => self.0.stash(b, grads),
+            _ => Ok(()),
+        }
     }
 }
 

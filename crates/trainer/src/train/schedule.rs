@@ -68,6 +68,15 @@ pub trait Schedule<B: Ops, M: Model<B>> {
         Ok(())
     }
 
+    /// With `--reproducible`, before [`Schedule::settle`]: from now on a
+    /// step trains this replica's `units` units of `unit` samples each
+    /// alone, each one's gradients told whole (`pass.hook` at offset 0)
+    /// before the next one's. Returns how many units one batch holds: 1
+    /// (a pass a unit), or all of them (a pipeline's micro-batches).
+    fn train_units(&mut self, (_unit, _units): (usize, usize)) -> anyhow::Result<usize> {
+        Ok(1)
+    }
+
     /// The part of the parameters this rank trains (`None`: all).
     fn part(&self) -> Option<Part> {
         None

@@ -120,6 +120,21 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             agreement::check(comm, &agreed)
                 .with_context(|| format!("rank {rank}: checking the flags against rank 0's"))?;
         }
+        // --reproducible: the units of every step, and how the schedule
+        // takes this replica's (a pass each, or a pipeline's micro-batches).
+        let units = match cfg.exact {
+            None => None,
+            Some(request) => {
+                let rows = model.row_tables().map(|_| model.kind());
+                let hook = cfg.comm_hook.to_string();
+                exact::refuse_unsupported(&hook, rows, !B::IN_HOST_MEMORY)?;
+                let per_replica = cfg.batch_size * cfg.accumulate_steps;
+                let at = (topology.replica(), topology.replicas());
+                let plan = UnitPlan::new(request, per_replica, at)?;
+                let per_batch = schedule.train_units((plan.unit, plan.share.len()))?;
+                Some((plan, per_batch))
+            }
+        };
         schedule
             .settle(&backend, (&model, cfg.batch_size), comm.as_mut())
             .with_context(|| format!("rank {rank}: planning the schedule"))?;
@@ -149,20 +164,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 model.kind()
             );
         }
-        let exact = match cfg.exact {
-            None => None,
-            Some(request) => {
-                let rows = model.row_tables().map(|_| model.kind());
-                let hook = cfg.comm_hook.to_string();
-                exact::refuse_unsupported(&hook, rows, part.is_some(), !B::IN_HOST_MEMORY)?;
-                let per_replica = cfg.batch_size * cfg.accumulate_steps;
-                let at = (topology.replica(), topology.replicas());
-                Some(ExactSum::new(
-                    layout,
-                    UnitPlan::new(request, per_replica, at)?,
-                ))
-            }
-        };
+        let exact =
+            units.map(|(plan, per_batch)| ExactSum::new(layout, trained.clone(), plan, per_batch));
         // A unit of --reproducible is a step's micro-batch of its own.
         let accumulator = (cfg.accumulate_steps > 1 && exact.is_none())
             .then(|| Accumulator::new(&backend, trained.len()))

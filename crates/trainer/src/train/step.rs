@@ -7,7 +7,7 @@ use super::accumulate::Micro;
 use super::guard::GUARD_READ_EVERY;
 use super::optimizer::StepRows;
 use super::schedule::Pass;
-use crate::model::{GradsReady, Model, NoSync};
+use crate::model::{GradsReady, Model};
 use crate::phases::Phase;
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
@@ -39,14 +39,15 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         };
         let grads = &mut replica.grads;
         match self.exact.as_mut() {
-            // --reproducible: each unit alone, kept, then their exact sum.
+            // --reproducible: each unit alone, kept, then their exact sum
+            //  over the replicas.
             Some(exact) => {
                 for m in micro {
-                    run(m, grads, &mut NoSync)?;
-                    exact.stash(b, grads)?;
+                    run(m, grads, &mut exact.stashing())?;
                 }
                 timer.enter(Phase::AllReduceWait)?;
-                exact.finish(b, grads, self.comm.as_mut())?;
+                let over = self.averaging.replicas(self.comm.as_mut());
+                exact.finish(b, grads, over)?;
             }
             None => {
                 for (at, m) in micro.iter().enumerate() {

@@ -56,7 +56,8 @@ fn sum() -> ExactSum {
         global_batch: Some(128),
         unit: 16,
     };
-    ExactSum::new(cnn_layout(), UnitPlan::new(request, 64, (0, 1)).unwrap())
+    let (layout, plan) = (cnn_layout(), UnitPlan::new(request, 64, (0, 1)).unwrap());
+    ExactSum::new(layout, 0..layout.len(), plan, 1)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -109,6 +110,27 @@ fn the_exact_mean_is_at_least_as_accurate_as_a_float32_sum() {
         f32_max > 0.0,
         "the float32 sum must round somewhere for this to test anything"
     );
+}
+
+/// A pipeline stage's exact sum over its part of the parameters gives the
+/// bits of the whole model's sum there: its tensors' blocks are the same.
+#[test]
+fn a_stages_part_sums_to_the_whole_models_bits() {
+    let units = cnn_units(4, 11);
+    let (layout, plan) = (cnn_layout(), sum().plan().clone());
+    let whole = sum().mean_of(&units);
+    let at = |name: &str| layout.range(name).unwrap();
+    for part in [
+        0..at("conv2.bias").end,
+        at("fc1.weight").start..layout.len(),
+    ] {
+        let stage = ExactSum::new(layout, part.clone(), plan.clone(), 4);
+        let own: Vec<Vec<f32>> = units.iter().map(|u| u[part.clone()].to_vec()).collect();
+        assert_eq!(stage.blocks().last().unwrap().end, part.len());
+        assert_eq!(bits(&stage.mean_of(&own)), bits(&whole[part]));
+        // 8 units of 16, all one batch of the schedule.
+        assert_eq!((stage.batches(), stage.first_row(0)), ((2, 64), 0));
+    }
 }
 
 /// A NaN or an infinity in one unit makes its block NaN (the guard's cue),

@@ -61,7 +61,7 @@ impl<B: Ops> Trainer<B, CnnMnist> {
             Box::new(train) as StageData<B, CnnMnist>,
             Some(Box::new(test) as _),
         );
-        let mut pipeline = Pipeline::new(&setup.topology, micro_batches, link, splits)?;
+        let mut pipeline = Pipeline::new(&setup.topology, Some(micro_batches), link, splits)?;
         if let Some(runs) = cut {
             pipeline = pipeline.with_cut(runs);
         }
