@@ -133,12 +133,13 @@ bool barrier(Comm* comm) {
     }
 }
 
-// Runs `step(offset, n)` over `count` floats in slot-sized chunks, each
+// Runs `step(offset, n)` over `count` elements in chunks of `per_slot`
+// (a slot's worth: `kSlotFloats` floats, or half as many int64), each
 // between two barriers.
 template <class Step>
-void chunked(Comm* comm, std::size_t count, Step step) {
-    for (std::size_t offset = 0; offset < count; offset += kSlotFloats) {
-        const std::size_t n = std::min(kSlotFloats, count - offset);
+void chunked(Comm* comm, std::size_t count, Step step, std::size_t per_slot = kSlotFloats) {
+    for (std::size_t offset = 0; offset < count; offset += per_slot) {
+        const std::size_t n = std::min(per_slot, count - offset);
         if (comm->state.load() != ncclSuccess) return;
         step(offset, n, [comm] { return barrier(comm); });
     }
@@ -157,16 +158,16 @@ bool usable(Comm* comm, ncclResult_t* result) {
     return *result == ncclSuccess;
 }
 
-// The device ranges of a float32 collective (and, where `halves`, of a
-// float16 or bfloat16 one), or an error naming the bad one.
+// The device ranges of a float32 collective (and, in an all-reduce, of a
+// float16, bfloat16 or int64 one), or an error naming the bad one.
 bool device_floats(Comm* comm, const void* send, void* recv, std::size_t count, int datatype,
-                   ncclResult_t* result, bool halves = false) {
-    const std::size_t size = element_bytes(datatype, halves);
+                   ncclResult_t* result, bool all_reduce = false) {
+    const std::size_t size = element_bytes(datatype, all_reduce);
     if (size == 0) {
         *result = fail(comm, ncclInvalidArgument,
-                       halves ? "the emulator's ncclAllReduce takes ncclFloat32, ncclFloat16 and "
-                                "ncclBfloat16 only"
-                              : "the emulator supports ncclFloat32 only here");
+                       all_reduce ? "the emulator's ncclAllReduce takes ncclFloat32, ncclFloat16, "
+                                    "ncclBfloat16 and ncclInt64 only"
+                                  : "the emulator supports ncclFloat32 only here");
         return false;
     }
     const auto bytes = count * size;
@@ -253,6 +254,36 @@ ncclResult_t add_side(const void* buf, std::size_t count, int datatype, int peer
     return ncclSuccess;
 }
 
+// An all-reduce of int64, summed (wrapping, as two's complement: the same
+// bits in any order) or maximised, in rank order like the floats.
+void queue_int64_all_reduce(const void* send, void* recv, std::size_t count, int op, Comm* comm,
+                            void* stream) {
+    queue(comm, stream, [=] {
+        auto slot = [comm](int r) { return reinterpret_cast<std::int64_t*>(comm->slot(r)); };
+        const auto* in = static_cast<const std::int64_t*>(send);
+        auto* out = static_cast<std::int64_t*>(recv);
+        chunked(
+            comm, count,
+            [&](std::size_t offset, std::size_t n, auto meet) {
+                std::memcpy(slot(comm->rank), in + offset, n * sizeof(std::int64_t));
+                if (!meet()) return;
+                for (std::size_t i = 0; i < n; ++i) {
+                    std::int64_t acc = slot(0)[i];
+                    for (int r = 1; r < comm->nranks; ++r) {
+                        const std::int64_t v = slot(r)[i];
+                        acc = op == ncclMax ? std::max(acc, v)
+                                            : static_cast<std::int64_t>(
+                                                  static_cast<std::uint64_t>(acc) +
+                                                  static_cast<std::uint64_t>(v));
+                    }
+                    out[offset + i] = acc;
+                }
+                meet();
+            },
+            kSlotFloats * sizeof(float) / sizeof(std::int64_t));
+    });
+}
+
 }  // namespace
 
 extern "C" {
@@ -327,7 +358,7 @@ ncclResult_t ncclCommGetAsyncError(Comm* comm, ncclResult_t* state) {
 
 // An all-reduce of float32, or of 16-bit floats, which it sums in float
 // and rounds once (NCCL rounds at each step of its ring or tree; the
-// emulator needs only the type's bytes and its precision).
+// emulator needs only the type's bytes and its precision), or of int64.
 ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, int datatype, int op,
                            Comm* comm, void* stream) {
     ncclResult_t result;
@@ -335,8 +366,17 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, int 
         !device_floats(comm, send, recv, count, datatype, &result, true)) {
         return result;
     }
+    if (datatype == ncclInt64) {
+        if (op != ncclSum && op != ncclMax) {
+            return fail(comm, ncclInvalidArgument,
+                        "the emulator reduces ncclInt64 with ncclSum and ncclMax only");
+        }
+        queue_int64_all_reduce(send, recv, count, op, comm, stream);
+        return ncclSuccess;
+    }
     if (op != ncclSum && op != ncclAvg) {
-        return fail(comm, ncclInvalidArgument, "the emulator supports ncclSum and ncclAvg only");
+        return fail(comm, ncclInvalidArgument,
+                    "the emulator reduces floats with ncclSum and ncclAvg only");
     }
     const bool half = datatype != ncclFloat32;
     const auto to_float = datatype == ncclBfloat16 ? bf16_to_float : fp16_to_float;

@@ -42,7 +42,8 @@
 //!   work that does not wait for them (a missing event wait) reads stale
 //!   data, as on a GPU. Kernels and copies run when queued.
 //! * NCCL: ranks in one process or several meet through shared memory;
-//!   non-blocking initialisation, all-reduce (sum, average), broadcast,
+//!   non-blocking initialisation, all-reduce (float32 and 16-bit floats:
+//!   sum, average; int64: wrapping sum, maximum), broadcast,
 //!   asynchronous errors, and abort, which releases the collectives of this
 //!   rank and fails those of its peers.
 //! * Tensor cores: `mma.sync` m16n8k8 TF32 (mma.cuh) and m16n8k16 bf16
