@@ -11,8 +11,8 @@ use core_tensor::Ops;
 
 use super::powersgd::{PowerSgd, PowerSgdState};
 use super::{
-    CommHook, CommHookChoice, HostHook, HostWire, Reducer, SparseExchange, SparseGrads,
-    plan_buckets,
+    CommHook, CommHookChoice, HostHook, HostWire, IntegerReduce, Reducer, SparseExchange,
+    SparseGrads, plan_buckets,
 };
 use crate::comm_thread::CommThread;
 use crate::model::{GradsReady, Model, NoSync};
@@ -178,6 +178,12 @@ impl<B: Ops> Averaging<B> {
             Some(dense) => dense.hook_mut().restore_powersgd(state),
             None => Ok(()),
         }
+    }
+
+    /// A device hook's exact integer all-reduce (`--reproducible` on
+    /// NCCL); `None` where the integers go through the host.
+    pub fn device_integers(&mut self) -> Option<&mut dyn IntegerReduce> {
+        self.dense.as_mut()?.hook_mut().integers()
     }
 
     /// Reports a collective that failed since the last look.

@@ -58,8 +58,8 @@ pub struct TrainFlags {
     /// trains which sample. Each step's global batch is cut into units of
     /// --unit samples, each unit's gradient computed alone, and the units'
     /// gradients summed exactly (integers at a scale the ranks agree on).
-    /// CPU ranks, data parallel, --comm-hook none (README: "The same bits
-    /// at any layout").
+    /// Data-parallel ranks on CPUs or on GPUs (CPU and GPU bits differ),
+    /// --comm-hook none (README: "The same bits at any layout").
     #[arg(long)]
     pub reproducible: bool,
 

@@ -38,8 +38,7 @@ use comm::IntReduce;
 use core_tensor::{FlatLayout, Ops};
 use launcher::contract::Misconfigured;
 
-use crate::comm_thread::CommThread;
-use crate::ddp::ring_bytes;
+use crate::ddp::{IntegerReduce, ring_bytes};
 
 /// Elements per block of a tensor that share one scale.
 pub const BLOCK: usize = 4096;
@@ -60,12 +59,11 @@ pub struct ExactRequest {
 /// Refuses what `--reproducible` cannot keep exact: a gradient compression
 /// that loses precision by design (`hook`, as `--comm-hook` prints it:
 /// anything but `none`), a model with row tables (their sparse rows travel
-/// another way), and, not yet built, a pipeline's stages and GPUs.
+/// another way), and, not yet built, a pipeline's stages.
 pub fn refuse_unsupported(
     hook: &str,
     row_tables: Option<&str>,
     pipeline: bool,
-    on_gpu: bool,
 ) -> anyhow::Result<()> {
     let why = if hook != "none" {
         format!(
@@ -77,8 +75,6 @@ pub fn refuse_unsupported(
         )
     } else if pipeline {
         "--pipeline-stages: a pipeline's stages do not yet train in units; leave out --reproducible or --pipeline-stages".to_string()
-    } else if on_gpu {
-        "GPUs do not yet train in units; use --device cpu with --reproducible".to_string()
     } else {
         return Ok(());
     };
@@ -195,12 +191,13 @@ impl ExactSum {
     }
 
     /// Writes the mean of every rank's stashed units over the step's units
-    /// into `grads` (`comm`: the replicas' communicator, `None` alone).
+    /// into `grads` (`comm`: the replicas' integer all-reduce, the host's or
+    /// NCCL's; `None` alone).
     pub fn finish<B: Ops>(
         &mut self,
         b: &B,
         grads: &mut B::Storage<f32>,
-        comm: Option<&mut CommThread>,
+        comm: Option<&mut dyn IntegerReduce>,
     ) -> anyhow::Result<()> {
         let units = &self.units[..std::mem::take(&mut self.stashed)];
         if let Some(comm) = comm.as_deref() {
@@ -280,7 +277,7 @@ fn exact_mean(
     units: &[Vec<f32>],
     blocks: &[Range<usize>],
     total: usize,
-    mut comm: Option<&mut CommThread>,
+    mut comm: Option<&mut dyn IntegerReduce>,
 ) -> anyhow::Result<Vec<f32>> {
     let len = blocks.last().map_or(0, |b| b.end);
     let mut max = largest(units, blocks);

@@ -154,7 +154,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             Some(request) => {
                 let rows = model.row_tables().map(|_| model.kind());
                 let hook = cfg.comm_hook.to_string();
-                exact::refuse_unsupported(&hook, rows, part.is_some(), !B::IN_HOST_MEMORY)?;
+                exact::refuse_unsupported(&hook, rows, part.is_some())?;
                 let per_replica = cfg.batch_size * cfg.accumulate_steps;
                 let at = (topology.replica(), topology.replicas());
                 Some(ExactSum::new(

@@ -7,6 +7,7 @@ use super::accumulate::Micro;
 use super::guard::GUARD_READ_EVERY;
 use super::optimizer::StepRows;
 use super::schedule::Pass;
+use crate::ddp::IntegerReduce;
 use crate::model::{GradsReady, Model, NoSync};
 use crate::phases::Phase;
 
@@ -46,7 +47,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                     exact.stash(b, grads)?;
                 }
                 timer.enter(Phase::AllReduceWait)?;
-                exact.finish(b, grads, self.comm.as_mut())?;
+                // Over NCCL where the gradients' hook has it, else the ring.
+                let over = match self.averaging.device_integers() {
+                    Some(device) => Some(device),
+                    None => self.comm.as_mut().map(|c| c as &mut dyn IntegerReduce),
+                };
+                exact.finish(b, grads, over)?;
             }
             None => {
                 for (at, m) in micro.iter().enumerate() {
