@@ -4,11 +4,16 @@
 //! gradients summed exactly, over NCCL as `ncclInt64` (a maximum per block,
 //! then the sum). One emulated GPU and two over NCCL end on the same bytes.
 //!
+//! The binary too (`--device cuda --reproducible`, the toy model: seconds
+//! on the emulator): world 1 and world 2 over NCCL write the same
+//! `model.safetensors`.
+//!
 //! `reproducible_on_the_cuda_emulator` builds the emulator and re-runs this
 //! binary with it loaded; there `emulated_*` does the work.
 
 mod common;
 
+use std::path::Path;
 use std::time::Duration;
 
 use comm::flight::{Kind, State};
@@ -22,9 +27,10 @@ use trainer::model::DropoutRates;
 use trainer::models::cnn::cnn_layout;
 use trainer::train::{EXACT_BLOCK, EpochReport, ExactRequest, Setup, TrainConfig, Trainer};
 
-const EMULATED: [&str; 2] = [
+const EMULATED: [&str; 3] = [
     "emulated_nccl_reduces_int64_exactly",
     "emulated_one_gpu_and_two_over_nccl_end_on_the_same_bytes",
+    "emulated_the_binary_writes_one_model_on_one_gpu_and_two",
 ];
 
 /// Steps of each run; a step is `GLOBAL` samples in units of `UNIT`: three
@@ -182,5 +188,39 @@ fn emulated_one_gpu_and_two_over_nccl_end_on_the_same_bytes() {
     println!(
         "bytes per step at two GPUs over NCCL: {per_step} with --reproducible ({blocks} block maxima and {len} sums, i64), {} for the float32 all-reduce",
         ring_bytes(len, 4, 2)
+    );
+}
+
+/// The binary's `model.safetensors` after three steps of the toy model on
+/// `world` emulated GPUs (`--backend nccl`: at world 1 nothing to average),
+/// written into `dir`.
+fn toy_model_bytes(dir: &Path, world: usize) -> Vec<u8> {
+    let out = common::run(
+        common::trainer()
+            .args(["--model", "toy", "--samples", "512", "--epochs", "1"])
+            .args(["--max-steps", "3", "--seed", "3", "--timeout", "60"])
+            .args(["--device", "cuda", "--backend", "nccl"])
+            .args(["--world-size", &world.to_string()])
+            .args(["--reproducible", "--global-batch", "48", "--unit", "16"])
+            .arg("--checkpoint-dir")
+            .arg(dir),
+    );
+    let err = common::stderr(&out);
+    assert!(out.status.success(), "world {world}: {err}");
+    let ckpt = dir.join("ckpt-e0002-s000000").join("model.safetensors");
+    std::fs::read(&ckpt).unwrap_or_else(|e| panic!("{}: {e}\n{err}", ckpt.display()))
+}
+
+#[test]
+fn emulated_the_binary_writes_one_model_on_one_gpu_and_two() {
+    if !cuda_emu::in_emulator() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let one = toy_model_bytes(&tmp.path().join("w1"), 1);
+    let two = toy_model_bytes(&tmp.path().join("w2"), 2);
+    assert!(
+        one == two,
+        "world 1 and world 2 over NCCL wrote other bytes"
     );
 }
