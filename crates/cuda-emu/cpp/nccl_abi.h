@@ -1,4 +1,4 @@
-// What NCCL's C interface fixes, as the emulator's NCCL (nccl.cpp) uses
+// What NCCL's C interface fixes, as the emulator's NCCL (nccl*.cpp) uses
 // it: the result codes, data types and reduction ops under nccl.h's names
 // and values (this library includes no nccl.h), the unique id's and the
 // config's layout, and the encodings of the 16-bit data types.
