@@ -23,7 +23,7 @@ use common::{Cluster, TRAIN, build_trainer, skip, text, workspace_root};
 /// The trainer's flags for the runs compared here: 60 steps, two ranks.
 const RUN: &str = "--world-size 2 --epochs 1 --max-steps 60 --seed 3 --device cpu --threads 1 \
                    --timeout 60 --checkpoint-every 10 --checkpoint-dir ckpt --metrics run.jsonl \
-                   --tensorboard tb";
+                   --tensorboard tb --eval-samples 500";
 
 /// Where a finished run's parameters are: the checkpoint at its end.
 const FINAL_MODEL: &str = "ckpt/ckpt-e0002-s000000/model.safetensors";

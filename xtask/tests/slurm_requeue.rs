@@ -121,6 +121,8 @@ const TRAIN: &[&str] = &[
     "1",
     "--timeout",
     "120",
+    "--eval-samples",
+    "500",
 ];
 
 /// The final weights a two-rank job writes to `dir`: the tensor bytes of

@@ -1,8 +1,9 @@
 //! Every CUDA kernel compiles, checked without a GPU: NVRTC compiles each
-//! module to PTX and to a CUBIN for sm_90 (the H100/H200 the trainer
-//! targets; `CUDA_COMPUTE_CAP`, e.g. 80 or 8.0, picks another), each kernel
-//! the backend launches must be in the PTX, and `ptxas -v` reports registers
-//! and spills per kernel (a spill fails).
+//! module to PTX for sm_90 (the H100/H200 the trainer targets;
+//! `CUDA_COMPUTE_CAP`, e.g. 80 or 8.0, picks another), each kernel the
+//! backend launches must be in the PTX, and `ptxas -v` assembles it and
+//! reports registers and spills per kernel (a spill fails); without ptxas,
+//! NVRTC compiles each module to a CUBIN instead.
 //!
 //! Needs libnvrtc (e.g. `pip install nvidia-cuda-nvrtc-cu12`) and ptxas (e.g.
 //! `pip install nvidia-cuda-nvcc-cu12`). NVRTC is found on LD_LIBRARY_PATH;
@@ -17,8 +18,12 @@ use std::env;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
 
-use core_tensor::backend::cuda::{compile_cubin, compile_ptx, kernel_modules, nvrtc_version};
+use core_tensor::backend::cuda::{
+    KernelModule, compile_cubin, compile_ptx, kernel_modules, nvrtc_version,
+};
 use cuda_emu::{nvrtc_lib_dir, wheel_dir};
 
 /// Hopper, the H100 and H200: the architecture checked by default.
@@ -38,31 +43,66 @@ fn every_kernel_compiles_with_nvrtc() {
     let ptxas = usable_ptxas(nvrtc);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nvrtc-compile");
     std::fs::create_dir_all(&dir).expect("create the PTX folder");
-    let mut table = Vec::new();
-    for module in kernel_modules() {
-        let ptx = compile_ptx(module, sm).unwrap_or_else(|e| panic!("{}", e.with_causes()));
-        for f in module.functions {
-            assert!(
-                ptx.contains(&format!(".entry {f}(")),
-                "{}: kernel `{f}` is not in the PTX",
-                module.name
-            );
-        }
-        let cubin = compile_cubin(module, sm).unwrap_or_else(|e| panic!("{}", e.with_causes()));
-        assert!(
-            cubin.starts_with(b"\x7fELF"),
-            "{}: not a CUBIN",
-            module.name
-        );
-        if let Some(ptxas) = &ptxas {
-            let file = dir.join(format!("{}.ptx", module.name));
-            std::fs::write(&file, &ptx).expect("write the PTX");
-            table.extend(assemble(ptxas, &file, sm));
-        }
-    }
+    // The modules are independent programs: one worker per core takes the
+    // next one (NVRTC's programs and ptxas processes run side by side), and
+    // the table is put back in the modules' order.
+    let modules = kernel_modules();
+    let next = AtomicUsize::new(0);
+    let workers = thread::available_parallelism().map_or(1, |n| n.get());
+    let mut tables: Vec<(usize, Vec<Report>)> = thread::scope(|scope| {
+        let running: Vec<_> = (0..workers.min(modules.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(module) = modules.get(i) else {
+                            return done;
+                        };
+                        done.push((i, check_module(module, sm, ptxas.as_deref(), &dir)));
+                    }
+                })
+            })
+            .collect();
+        running
+            .into_iter()
+            .flat_map(|worker| worker.join().expect("a module's check panicked"))
+            .collect()
+    });
+    tables.sort_by_key(|(i, _)| *i);
     if ptxas.is_some() {
+        let table: Vec<Report> = tables.into_iter().flat_map(|(_, t)| t).collect();
         report(&table, sm);
     }
+}
+
+/// Compiles `module` to PTX, checks every kernel the backend launches is in
+/// it, and proves it assembles for `sm`: by `ptxas`, whose per-kernel report
+/// it returns, or else by NVRTC's own CUBIN (what `Cuda::new` compiles on a
+/// GPU; the emulated suites load that path's images too). Not both: ptxas
+/// is the assembler NVRTC runs inside, so the second would compile the
+/// module a third time for nothing.
+fn check_module(module: &KernelModule, sm: u32, ptxas: Option<&Path>, dir: &Path) -> Vec<Report> {
+    let ptx = compile_ptx(module, sm).unwrap_or_else(|e| panic!("{}", e.with_causes()));
+    for f in module.functions {
+        assert!(
+            ptx.contains(&format!(".entry {f}(")),
+            "{}: kernel `{f}` is not in the PTX",
+            module.name
+        );
+    }
+    if let Some(ptxas) = ptxas {
+        let file = dir.join(format!("{}.ptx", module.name));
+        std::fs::write(&file, &ptx).expect("write the PTX");
+        return assemble(ptxas, &file, sm);
+    }
+    let cubin = compile_cubin(module, sm).unwrap_or_else(|e| panic!("{}", e.with_causes()));
+    assert!(
+        cubin.starts_with(b"\x7fELF"),
+        "{}: not a CUBIN",
+        module.name
+    );
+    Vec::new()
 }
 
 /// Prints the per-kernel table and fails on spills.

@@ -61,6 +61,14 @@ impl Split {
         })
     }
 
+    /// Its first `n` examples (all of them when it holds no more).
+    pub fn first(mut self, n: usize) -> Self {
+        self.len = self.len.min(n);
+        self.images.truncate(self.len * PIXELS);
+        self.labels.truncate(self.len);
+        self
+    }
+
     /// The pixels of example `index`, or `None` past the end.
     pub fn image(&self, index: usize) -> Option<&[u8]> {
         self.images

@@ -41,6 +41,19 @@ fn image_accessor_slices_one_example() {
 }
 
 #[test]
+fn first_keeps_a_prefix_of_whole_examples() {
+    let dir = tempfile::tempdir().unwrap();
+    synth::write_dataset(dir.path(), SMALL).unwrap();
+    let split: Split = FashionMnist::load_with(dir.path(), SMALL).unwrap().test;
+
+    let five = split.clone().first(5);
+    assert_eq!(five.len, 5);
+    assert_eq!(five.images, split.images[..5 * PIXELS]);
+    assert_eq!(five.labels, split.labels[..5]);
+    assert_eq!(split.clone().first(100), split, "no more than it holds");
+}
+
+#[test]
 fn official_layout_is_rejected_for_small_files() {
     let dir = tempfile::tempdir().unwrap();
     synth::write_dataset(dir.path(), SMALL).unwrap();

@@ -88,14 +88,17 @@ pub struct LaunchFlags {
     #[arg(long, alias = "nproc_per_node", value_name = "M", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub nproc_per_node: Option<u32>,
 
-    /// Local launcher: when a worker fails, stop all and restart them from
-    /// the newest checkpoint, up to N times (needs --checkpoint-dir).
+    /// Local launcher: restart the workers up to N times when one fails.
+    ///
+    /// It stops them all and restarts them from the newest checkpoint (needs
+    /// --checkpoint-dir).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_restarts: u32,
 
-    /// Local launcher: seconds the workers get, after it passes them a
-    /// signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2), to save and stop
-    /// before it kills them.
+    /// Local launcher: seconds the workers get to stop after a signal.
+    ///
+    /// After it passes them a signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1,
+    /// SIGUSR2), to save and stop before it kills them.
     #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = seconds)]
     pub grace: f64,
 
@@ -106,16 +109,20 @@ pub struct LaunchFlags {
 /// Where and how the launchers of a job of several machines meet.
 #[derive(Clone, Debug, Args)]
 pub struct RdzvFlags {
-    /// Machines in the job, one launcher on each [default: 1, or one per
-    /// SLURM node under srun]; MIN:MAX (as torchrun's) for an elastic job:
-    /// it starts with MIN to MAX machines, goes on without a lost one while
-    /// MIN remain (restarting from the newest checkpoint, --max-restarts),
-    /// and takes a machine that comes back at its next restart.
+    /// Machines in the job, one launcher on each; MIN:MAX: an elastic job.
+    ///
+    /// [default: 1, or one per SLURM node under srun]. An elastic job (as
+    /// torchrun's) starts with MIN to MAX machines, goes on without a lost
+    /// one while MIN remain (restarting from the newest checkpoint,
+    /// --max-restarts), and takes a machine that comes back at its next
+    /// restart.
     #[arg(long, value_name = "N|MIN:MAX", value_parser = node_count)]
     pub nnodes: Option<NodeCount>,
 
-    /// This machine's index, 0..N; omitted: assigned by arrival at the
-    /// rendezvous, so the same command works on every machine.
+    /// This machine's index, 0..N [default: by arrival].
+    ///
+    /// Omitted, it is assigned by arrival at the rendezvous, so the same
+    /// command works on every machine.
     #[arg(long, alias = "node_rank", value_name = "K")]
     pub node_rank: Option<u32>,
 
@@ -127,8 +134,10 @@ pub struct RdzvFlags {
     #[arg(long, alias = "master_port", value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     pub master_port: Option<u16>,
 
-    /// HOST[:PORT] of the rendezvous store (torchrun's spelling of
-    /// --master-addr/--master-port; port 29400 when omitted).
+    /// HOST[:PORT] of the rendezvous store (torchrun's spelling).
+    ///
+    /// torchrun's spelling of --master-addr/--master-port; port 29400 when
+    /// omitted.
     #[arg(
         long,
         alias = "rdzv_endpoint",
@@ -137,16 +146,19 @@ pub struct RdzvFlags {
     )]
     pub rdzv_endpoint: Option<String>,
 
-    /// Name of the job at the rendezvous; launchers with another id are
-    /// refused there.
+    /// Name of the job at the rendezvous.
+    ///
+    /// Launchers with another id are refused there.
     #[arg(long, alias = "rdzv_id", value_name = "ID")]
     pub rdzv_id: Option<String>,
 
-    /// torchrun's rendezvous backend, mapped to this launcher's own: c10d
-    /// and static both mean that node 0's launcher hosts the store at
-    /// --rdzv-endpoint (or --master-addr/--master-port) and the others join
-    /// it, numbered by --node-rank or by arrival; etcd and etcd-v2 are
-    /// refused (no etcd client).
+    /// torchrun's rendezvous backend: c10d or static.
+    ///
+    /// Mapped to this launcher's own: c10d and static both mean that node 0's
+    /// launcher hosts the store at --rdzv-endpoint (or
+    /// --master-addr/--master-port) and the others join it, numbered by
+    /// --node-rank or by arrival; etcd and etcd-v2 are refused (no etcd
+    /// client).
     #[arg(long, alias = "rdzv_backend", value_parser = rdzv_backend, value_name = "c10d|static")]
     pub rdzv_backend: Option<RdzvBackend>,
 
@@ -154,13 +166,14 @@ pub struct RdzvFlags {
     #[arg(long, conflicts_with_all = ["master_addr", "master_port", "rdzv_endpoint"])]
     pub standalone: bool,
 
-    /// Several machines: seconds a launcher may go silent before the job
-    /// ends on every node as one that is stopped (SIGSTOP, a debugger, a
-    /// suspended VM) or cut off by the network: node 0 hears no heartbeat
-    /// from it (each beats ten times per limit), or node 0's launcher
-    /// answers no request. With more than two machines keep it below
-    /// --timeout, so that it is named before the other machines' ranks
-    /// time out waiting for its ranks (1 to 86400).
+    /// Several machines: seconds a launcher may go silent (1 to 86400).
+    ///
+    /// Then the job ends on every node as one that is stopped (SIGSTOP, a
+    /// debugger, a suspended VM) or cut off by the network: node 0 hears no
+    /// heartbeat from it (each beats ten times per limit), or node 0's
+    /// launcher answers no request. With more than two machines keep it below
+    /// --timeout, so that it is named before the other machines' ranks time
+    /// out waiting for its ranks.
     #[arg(long, value_name = "SECS", default_value_t = 15.0, value_parser = heartbeat_seconds)]
     pub heartbeat_timeout: f64,
 }

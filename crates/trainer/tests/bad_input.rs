@@ -35,9 +35,20 @@ fn bad_flag_values_are_one_line_errors() {
         ("--lr", "-1"),
         ("--lr", "NaN"),
         ("--threads", "0"),
+        ("--eval-samples", "0"),
     ] {
         assert_one_line_error(&[flag, value], None, flag);
     }
+}
+
+#[test]
+fn more_eval_samples_than_the_test_split_holds_is_one_line_error() {
+    let dir = dataset().to_str().expect("a UTF-8 temporary path");
+    assert_one_line_error(
+        &["--eval-samples", "10001", "--data-dir", dir],
+        None,
+        "--eval-samples 10001: the test split holds 10000 images",
+    );
 }
 
 #[test]

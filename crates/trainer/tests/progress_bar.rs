@@ -1,5 +1,6 @@
 //! What a run shows while an epoch trains: on a terminal, rank 0's bar
-//! redrawn in place (carriage returns) below the ranks' lines, under the
+//! redrawn in place (its line cleared and drawn again) below the ranks'
+//! lines, under the
 //! built-in launcher (which draws it from rank 0's records) and with
 //! `--spawn threads` (the process draws it); in a file, lines and no bar.
 //! The terminal is a pseudo-terminal that util-linux's `script` opens.
@@ -49,10 +50,10 @@ fn on_a_terminal(cmd: &Command) -> String {
 /// The steps of each drawing of epoch 1's bar, in order: what follows
 /// "epoch 1 [" up to "]", then "STEP/STEPS".
 fn bar_steps(screen: &str) -> Vec<u64> {
-    (screen.split('\r'))
-        .filter_map(|drawn| {
-            let rest = drawn.strip_prefix("epoch 1 [")?;
-            let (_, after) = rest.split_once("] ")?;
+    (screen.match_indices("epoch 1 ["))
+        .filter_map(|(at, head)| {
+            let drawn = &screen[at..];
+            let (_, after) = drawn[head.len()..].split_once("] ")?;
             let (step, steps) = after.split_whitespace().next()?.split_once('/')?;
             assert_eq!(steps, STEPS.to_string(), "{drawn}");
             step.parse().ok()
@@ -89,7 +90,8 @@ fn assert_redrawn(screen: &str) {
 
 /// The lines a terminal shows after receiving `screen`: a carriage return
 /// moves to the line's start, a line feed to the next line, `ESC [ K`
-/// clears to the line's end, anything else overwrites what is there.
+/// clears to the line's end and `ESC [ 2 K` the whole line, anything else
+/// overwrites what is there.
 fn rendered(screen: &str) -> Vec<String> {
     let mut lines: Vec<Vec<char>> = vec![Vec::new()];
     let (mut row, mut col) = (0, 0);
@@ -105,8 +107,16 @@ fn rendered(screen: &str) -> Vec<String> {
             }
             '\x1b' => {
                 let sequence: String = chars.by_ref().take(2).collect();
-                assert_eq!(sequence, "[K", "an escape the bar does not use");
-                lines[row].truncate(col);
+                let sequence = match sequence.as_str() {
+                    "[2" => sequence + &chars.next().map(String::from).unwrap_or_default(),
+                    _ => sequence,
+                };
+                let line = &mut lines[row];
+                match sequence.as_str() {
+                    "[K" => line.truncate(col),
+                    "[2K" => *line = vec![' '; col],
+                    _ => panic!("an escape the bar does not use: {sequence:?}"),
+                }
             }
             c => {
                 let line = &mut lines[row];

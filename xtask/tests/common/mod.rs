@@ -66,6 +66,10 @@ pub const TRAIN: &[&str] = &[
     "1",
     "--timeout",
     "120",
+    // Evaluation on 500 test images, not 10,000: the tests read the model
+    // and the log, not the accuracy.
+    "--eval-samples",
+    "500",
 ];
 
 pub fn workspace_root() -> PathBuf {

@@ -302,11 +302,19 @@ fn linear_relu_fused_gives_the_unfused_and_exact_bits() {
             bias: 1 + wl..1 + wl + bl,
         };
         let seed = 300 + 10 * i as u64;
-        for (exact, dropout) in [
+        let cases = [
             (false, Dropout::OFF),
             (false, Dropout { p: 0.3, seed }),
             (true, Dropout { p: 0.5, seed }),
-        ] {
+        ];
+        // Each geometry leaves out one case in turn (the emulator takes a
+        // second or more per run here): every case still meets every
+        // device on three or four of the five geometries, and fc1's split
+        // reduction keeps the exact inputs and the NaN row.
+        for (c, &(exact, dropout)) in cases.iter().enumerate() {
+            if c == (i + 1) % cases.len() {
+                continue;
+            }
             let values = |s, n| match exact {
                 true => small_integers(s, n),
                 false => uniform(s, n, -1.0, 1.0),

@@ -21,14 +21,17 @@ pub struct CheckpointFlags {
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub keep: u32,
 
-    /// Continue from a checkpoint directory, or `auto`: the newest valid one
-    /// in --checkpoint-dir (none there yet: start fresh).
+    /// Continue from a checkpoint directory, or `auto`.
+    ///
+    /// `auto`: the newest valid one in --checkpoint-dir (none there yet:
+    /// start fresh).
     #[arg(long, value_name = "PATH|auto", value_parser = ResumeFrom::parse)]
     pub resume: Option<ResumeFrom>,
 
-    /// Start from the weights in a safetensors file with PyTorch's
-    /// state_dict names (fresh optimizer). With --resume auto: only when
-    /// there is no checkpoint to resume from.
+    /// Start from the weights in a safetensors file (fresh optimizer).
+    ///
+    /// Its tensors have PyTorch's state_dict names. With --resume auto: only
+    /// when there is no checkpoint to resume from.
     #[arg(long, value_name = "FILE")]
     pub init_from: Option<PathBuf>,
 }

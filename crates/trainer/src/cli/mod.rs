@@ -7,9 +7,16 @@ use clap::{Parser, ValueEnum};
 use launcher::LaunchFlags;
 
 use crate::run::JobFlags;
+use crate::run::help_heading;
 
 mod rules;
 
+/// What `-h` says below the flags: where the rest is.
+const SHORT_AFTER_HELP: &str = "\
+How ranks start, checkpoints, signals, timeouts, auth, GPU kernels, curves
+and data: see --help.";
+
+/// What `--help` says below the flags.
 const AFTER_HELP: &str = "\
 HOW RANKS START (first match wins):
   1. torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
@@ -91,22 +98,32 @@ pub enum Spawn {
 /// Data-parallel training of the FashionMNIST CNN (or of another model:
 /// --model).
 #[derive(Clone, Debug, Parser)]
-#[command(name = "trainer", version, about, after_help = AFTER_HELP, allow_negative_numbers = true)]
+#[command(
+    name = "trainer",
+    version,
+    about,
+    after_help = SHORT_AFTER_HELP,
+    after_long_help = AFTER_HELP,
+    allow_negative_numbers = true
+)]
 pub struct Cli {
-    /// Ranks to launch on this machine (ignored when the environment already
-    /// names this process's rank, which must then agree) [default: 1].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// Ranks to launch on this machine [default: 1].
+    ///
+    /// Ignored when the environment already names this process's rank,
+    /// which must then agree.
+    #[arg(long, help_heading = help_heading::LAUNCHING, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub world_size: Option<u32>,
 
-    /// Local launcher: run the ranks of this machine as worker processes
-    /// or as threads of this one (one machine only; no --max-restarts).
-    #[arg(long, value_enum, default_value_t = Spawn::Processes, value_name = "processes|threads")]
+    /// Local launcher: run the ranks as worker processes or as threads.
+    ///
+    /// Threads of this one process: one machine only, no --max-restarts.
+    #[arg(long, help_heading = help_heading::LAUNCHING, value_enum, default_value_t = Spawn::Processes, value_name = "processes|threads")]
     pub spawn: Spawn,
 
     #[command(flatten)]
     pub job: JobFlags,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = help_heading::LAUNCHING)]
     pub launch: LaunchFlags,
 }
 

@@ -339,3 +339,91 @@ fn bad_values_are_rejected_with_the_flag_named() {
         assert!(err.contains(flag), "{args:?}: {err}");
     }
 }
+
+/// `--help`'s sections, in order, each with the long names of its flags.
+fn help_sections() -> Vec<(String, Vec<String>)> {
+    use clap::CommandFactory;
+    let help = Cli::command().render_long_help().to_string();
+    let flags_part = help.split(AFTER_HELP).next().unwrap();
+    let mut sections: Vec<(String, Vec<String>)> = Vec::new();
+    for line in flags_part.lines() {
+        let indent = line.len() - line.trim_start().len();
+        if indent == 0 && line.ends_with(':') {
+            sections.push((line.trim_end_matches(':').to_string(), Vec::new()));
+        } else if (1..10).contains(&indent) {
+            // A flag's own line ("  -h, --help", "      --seed <N>");
+            // its text is indented further.
+            let long = line
+                .split_whitespace()
+                .find_map(|word| word.strip_prefix("--"))
+                .unwrap_or_else(|| panic!("no long flag in {line:?}"));
+            let (_, flags) = sections.last_mut().expect("a flag before any heading");
+            flags.push(long.trim_end_matches(',').to_string());
+        }
+    }
+    sections
+}
+
+#[test]
+fn help_puts_each_flag_under_exactly_one_heading() {
+    use crate::run::help_heading;
+    use clap::CommandFactory;
+    let sections = help_sections();
+    let names: Vec<&str> = sections.iter().map(|(name, _)| name.as_str()).collect();
+    let mut expected = vec!["Options"];
+    expected.extend(help_heading::ALL);
+    assert_eq!(names, expected, "the headings of --help, in order");
+    // A flag that no heading claims lands among clap's own two.
+    assert_eq!(sections[0].1, ["help", "version"], "under Options");
+
+    let shown: Vec<&str> = sections
+        .iter()
+        .flat_map(|(_, flags)| flags.iter().map(String::as_str))
+        .collect();
+    let command = Cli::command();
+    for arg in command.get_arguments() {
+        let long = arg.get_long().expect("every flag has a long name");
+        let count = shown.iter().filter(|&&f| f == long).count();
+        assert_eq!(count, 1, "--{long} appears {count} times in --help");
+    }
+    let under = |flag: &str| {
+        let (name, _) = sections
+            .iter()
+            .find(|(_, flags)| flags.iter().any(|f| f == flag))
+            .unwrap();
+        name.clone()
+    };
+    for (flag, heading) in [
+        ("world-size", help_heading::LAUNCHING),
+        ("nnodes", help_heading::LAUNCHING),
+        ("rdzv-timeout", help_heading::LAUNCHING),
+        ("no-auth", help_heading::LAUNCHING),
+        ("samples", help_heading::MODEL),
+        ("batch-size", help_heading::TRAINING),
+        ("micro-batches", help_heading::TRAINING),
+        ("precision", help_heading::DEVICES),
+        ("threads", help_heading::DEVICES),
+        ("timeout", help_heading::COMMUNICATION),
+        ("link-mbps", help_heading::COMMUNICATION),
+        ("resume", help_heading::CHECKPOINTS),
+        ("flight-recorder", help_heading::OBSERVABILITY),
+    ] {
+        assert_eq!(under(flag), heading, "--{flag}");
+    }
+}
+
+/// `-h` shows each flag's first paragraph alone: one short line.
+#[test]
+fn short_help_is_one_short_line_per_flag() {
+    use clap::CommandFactory;
+    for arg in Cli::command().get_arguments() {
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        let long = arg.get_long().unwrap_or_default();
+        assert!(!help.is_empty(), "--{long} has no help");
+        assert!(
+            help.len() <= 72 && !help.contains('\n'),
+            "--{long}'s first paragraph is {} characters: {help:?}",
+            help.len()
+        );
+    }
+}

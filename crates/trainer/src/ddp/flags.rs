@@ -42,24 +42,28 @@ pub struct DdpFlags {
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto, value_name = "auto|nccl|tcp")]
     pub backend: BackendChoice,
 
-    /// Gradient bucket size in MiB for the all-reduce: a bucket closes at the
-    /// parameter that brings it to the cap (1 MiB for the first, as in
-    /// PyTorch DDP), so one large parameter makes a larger bucket.
+    /// Gradient bucket size in MiB for the all-reduce.
+    ///
+    /// A bucket closes at the parameter that brings it to the cap (1 MiB for
+    /// the first, as in PyTorch DDP), so one large parameter makes a larger
+    /// bucket.
     #[arg(long, default_value_t = 25.0, value_name = "MIB", value_parser = positive_finite)]
     pub bucket_mb: f64,
 
-    /// Row-sparse gradients (recsys' embedding and per-row biases): send
-    /// only the rows a step touched, or the dense all-reduce, whichever
+    /// Row-sparse gradients (recsys' embedding and per-row biases).
+    ///
+    /// Send only the rows a step touched, or the dense all-reduce, whichever
     /// moves fewer bytes (auto). NCCL ranks always use the dense all-reduce.
     #[arg(long, value_enum, default_value_t = SparseGrads::Auto, value_name = "auto|always|never")]
     pub sparse_grads: SparseGrads,
 
-    /// What the gradients become on the wire, as PyTorch DDP's
-    /// register_comm_hook: none (float32, the default); bf16 or fp16
-    /// (cast before the all-reduce and back after: half the bytes; NCCL
-    /// adds in that type, the TCP ring adds each hop in float32); or
-    /// powersgd:RANK[:START] (PyTorch's PowerSGD: each weight matrix sent
-    /// as rank-RANK factors with error feedback and warm start, biases as
+    /// What the gradients become on the wire (PyTorch DDP's comm hooks).
+    ///
+    /// As PyTorch DDP's register_comm_hook: none (float32, the default); bf16
+    /// or fp16 (cast before the all-reduce and back after: half the bytes;
+    /// NCCL adds in that type, the TCP ring adds each hop in float32); or
+    /// powersgd:RANK[:START] (PyTorch's PowerSGD: each weight matrix sent as
+    /// rank-RANK factors with error feedback and warm start, biases as
     /// float32; plain all-reduces for the first START optimizer steps,
     /// default 1000). powersgd needs --backend tcp.
     #[arg(long, default_value_t = CommHookChoice::None, value_name = "none|bf16|fp16|powersgd:RANK[:START]")]

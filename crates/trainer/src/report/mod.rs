@@ -27,8 +27,10 @@ pub struct OutputFlags {
     #[arg(long, value_name = "DIR")]
     pub tensorboard: Option<PathBuf>,
 
-    /// Rank 0's running loss and accuracy every N steps, to the progress
-    /// display and TensorBoard (CPU training; on a GPU, once per epoch).
+    /// Rank 0's running loss and accuracy every N steps.
+    ///
+    /// To the progress display and TensorBoard (CPU training; on a GPU, once
+    /// per epoch).
     #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
     pub log_every: u64,
 

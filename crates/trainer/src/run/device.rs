@@ -30,14 +30,15 @@ pub struct DeviceFlags {
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto, value_name = "auto|cpu|cuda")]
     pub device: DeviceChoice,
 
-    /// The precision of the GPU's conv and linear products: f32 (float32 on
-    /// the CUDA cores, the CPU's arithmetic), tf32 (TF32 on the tensor
-    /// cores, compute capability 8.0+: faster, about 1e-3 relative from
-    /// float32, as PyTorch's `allow_tf32`) or bf16 (mixed precision, as
+    /// The precision of the GPU's conv and linear products [default: f32].
+    ///
+    /// f32 (float32 on the CUDA cores, the CPU's arithmetic), tf32 (TF32 on
+    /// the tensor cores, compute capability 8.0+: faster, about 1e-3 relative
+    /// from float32, as PyTorch's `allow_tf32`) or bf16 (mixed precision, as
     /// PyTorch's bf16 autocast: bf16 inputs and float32 sums on the tensor
     /// cores, compute capability 8.0+; weights, gradients, Adam and
     /// checkpoints stay float32; about 1e-2 relative from float32). GPU only:
-    /// --device cpu refuses tf32 and bf16 [default: f32]
+    /// --device cpu refuses tf32 and bf16.
     #[arg(long, value_name = "f32|tf32|bf16", value_parser = MatmulPrecision::parse)]
     pub precision: Option<MatmulPrecision>,
 
@@ -49,19 +50,24 @@ pub struct DeviceFlags {
     #[arg(long)]
     pub bf16: bool,
 
-    /// The tile of the GPU's products, float32 or TF32: square (64x64) or
-    /// wide (64x256, for products of more than 32 rows and at least 1024
-    /// columns); the same results, a speed choice. Not with --precision bf16.
+    /// The tile of the GPU's float32 and TF32 products.
+    ///
+    /// square (64x64) or wide (64x256, for products of more than 32 rows and
+    /// at least 1024 columns); the same results, a speed choice. Not with
+    /// --precision bf16.
     #[arg(long, default_value = "square", value_name = "square|wide", value_parser = Fp32Tile::parse)]
     pub fp32_tile: Fp32Tile,
 
-    /// How the GPU's float32 and TF32 products stage their tiles in shared
-    /// memory: registers (any GPU) or cp-async (copies that bypass the
-    /// registers, compute capability 8.0+); the same results, a speed
+    /// How the GPU's float32 and TF32 products stage their tiles.
+    ///
+    /// In shared memory: registers (any GPU) or cp-async (copies that bypass
+    /// the registers, compute capability 8.0+); the same results, a speed
     /// choice. Not with --precision bf16.
     #[arg(long, default_value = "registers", value_name = "registers|cp-async", value_parser = GemmStaging::parse)]
     pub gemm_staging: GemmStaging,
 
+    /// Separate GPU kernels instead of the CNN's three fused ops.
+    ///
     /// Run the CNN's conv1 and ReLU; conv2, max-pool, ReLU and dropout; fc1,
     /// ReLU and dropout, as separate GPU kernels instead of three fused ops:
     /// the same results, a speed comparison.

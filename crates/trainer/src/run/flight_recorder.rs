@@ -9,10 +9,12 @@ use clap::Args;
 /// The flight recorder's flag.
 #[derive(Clone, Debug, Default, Args)]
 pub struct FlightFlags {
-    /// Where each rank writes its flight record (its communicators' last
-    /// 256 collectives, as rank-R.json) when it fails, a collective times
-    /// out, or it gets SIGUSR2 [default: CHECKPOINT_DIR/flight-recorder,
-    /// else trainer-flight-recorder-ID in the temp dir].
+    /// Where each rank writes its flight record.
+    ///
+    /// Its communicators' last 256 collectives, as rank-R.json, when it
+    /// fails, a collective times out, or it gets SIGUSR2 [default:
+    /// CHECKPOINT_DIR/flight-recorder, else trainer-flight-recorder-ID in the
+    /// temp dir].
     #[arg(long, value_name = "DIR")]
     pub flight_recorder: Option<PathBuf>,
 }

@@ -4,6 +4,7 @@ use clap::Args;
 
 use super::device::DeviceFlags;
 use super::flight_recorder::FlightFlags;
+use super::help_heading;
 use super::join::JoinFlags;
 use crate::checkpoint::CheckpointFlags;
 use crate::ddp::DdpFlags;
@@ -15,31 +16,31 @@ use crate::train::{TrainConfig, TrainFlags};
 /// A rank's flags.
 #[derive(Clone, Debug, Args)]
 pub struct JobFlags {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = help_heading::MODEL)]
     pub model: ModelFlags,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = help_heading::TRAINING)]
     pub train: TrainFlags,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = help_heading::DEVICES)]
     pub device: DeviceFlags,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = help_heading::COMMUNICATION)]
     pub ddp: DdpFlags,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = help_heading::TRAINING)]
     pub pipeline: PipelineFlags,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = help_heading::CHECKPOINTS)]
     pub checkpoints: CheckpointFlags,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = help_heading::OBSERVABILITY)]
     pub outputs: OutputFlags,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = help_heading::LAUNCHING)]
     pub join: JoinFlags,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = help_heading::OBSERVABILITY)]
     pub flight: FlightFlags,
 }
 
@@ -66,6 +67,10 @@ impl JobFlags {
                 or_none(train.max_steps.map(|n| n.to_string())),
             ),
             ("--no-dropout", given(model.cnn.no_dropout)),
+            (
+                "--eval-samples",
+                or_none(model.cnn.eval_samples.map(|n| n.to_string())),
+            ),
             (
                 "--samples",
                 or_none(model.toy.samples.map(|n| n.to_string())),

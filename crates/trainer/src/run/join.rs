@@ -13,40 +13,48 @@ use comm::{
 use launcher::contract::hostname;
 use launcher::flags::{positive_finite, seconds};
 
+use super::help_heading;
+
 /// The flags of joining the job.
 #[derive(Clone, Debug, Args)]
 pub struct JoinFlags {
-    /// Seconds a rank waits for its peers in each collective (and NCCL's)
-    /// before failing.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = seconds)]
+    /// Seconds a rank waits for its peers in each collective (and NCCL's).
+    ///
+    /// Then it fails, naming the collective.
+    #[arg(long, help_heading = help_heading::COMMUNICATION, default_value_t = 30.0, value_name = "SECS", value_parser = seconds)]
     pub timeout: f64,
 
-    /// Seconds joining the job may take: every rank's (and, with several
-    /// machines, every launcher's) arrival at the rendezvous, torchrun's
-    /// join timeout. Slow boots, container pulls and cold caches delay a
+    /// Seconds joining the job may take (torchrun's join timeout).
+    ///
+    /// Every rank's (and, with several machines, every launcher's) arrival at
+    /// the rendezvous. Slow boots, container pulls and cold caches delay a
     /// rank's arrival, not its collectives.
     #[arg(long, default_value_t = 600.0, value_name = "SECS", value_parser = seconds)]
     pub rdzv_timeout: f64,
 
-    /// Read the job's auth token (64 hex digits) from this file, which must
-    /// be private to its owner (chmod 600; `trainer token FILE` writes
-    /// one); else TRAINER_AUTH_TOKEN. The built-in launcher on one machine
-    /// and `cargo xtask slurm-submit` make one per job.
+    /// Read the job's auth token from this file.
+    ///
+    /// 64 hex digits, in a file that must be private to its owner (chmod 600;
+    /// `trainer token FILE` writes one); else TRAINER_AUTH_TOKEN. The
+    /// built-in launcher on one machine and `cargo xtask slurm-submit` make
+    /// one per job.
     #[arg(long, value_name = "PATH")]
     pub auth_token_file: Option<PathBuf>,
 
-    /// Run without an auth token (TRAINER_AUTH_TOKEN is ignored), even
-    /// where other machines can reach the rendezvous: any process that
+    /// Run without an auth token (TRAINER_AUTH_TOKEN is ignored).
+    ///
+    /// Even where other machines can reach the rendezvous: any process that
     /// reaches its ports can join the job (see docs/security.md).
     #[arg(long, conflicts_with = "auth_token_file")]
     pub no_auth: bool,
 
-    /// Caps what each rank sends to its neighbour on the host's TCP /
-    /// Unix-socket ring at MBPS megabits per second (a token bucket in the
+    /// Cap what each rank sends on the host's ring, in megabits per second.
+    ///
+    /// To its neighbour on the TCP / Unix-socket ring (a token bucket in the
     /// sender): a slow network simulated on one machine, to measure what
     /// --comm-hook and --accumulate-steps save. Not for --spawn threads,
     /// whose ranks share memory.
-    #[arg(long, value_name = "MBPS", value_parser = positive_finite)]
+    #[arg(long, help_heading = help_heading::COMMUNICATION, value_name = "MBPS", value_parser = positive_finite)]
     pub link_mbps: Option<f64>,
 }
 

@@ -4,6 +4,7 @@
 
 mod device;
 mod flight_recorder;
+pub mod help_heading;
 mod job;
 mod join;
 mod memory_fit;

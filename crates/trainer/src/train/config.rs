@@ -30,47 +30,56 @@ pub struct TrainFlags {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
 
-    /// Stop each epoch after this many optimizer steps (for quick runs) [default: the whole epoch].
+    /// Stop each epoch after this many optimizer steps (for quick runs).
+    ///
+    /// [default: the whole epoch]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: Option<u32>,
 
-    /// Gradient accumulation, as PyTorch's no_sync(): K micro-batches of
-    /// --batch-size per optimizer step, their gradients summed locally and
-    /// averaged over the ranks once, after the K-th (an effective batch of
-    /// K x --batch-size per rank). --max-steps and --checkpoint-every count
-    /// optimizer steps; a pipeline accumulates its --micro-batches instead.
+    /// Gradient accumulation: micro-batches per optimizer step.
+    ///
+    /// As PyTorch's no_sync(): K micro-batches of --batch-size per optimizer
+    /// step, their gradients summed locally and averaged over the ranks once,
+    /// after the K-th (an effective batch of K x --batch-size per rank).
+    /// --max-steps and --checkpoint-every count optimizer steps; a pipeline
+    /// accumulates its --micro-batches instead.
     #[arg(long, default_value_t = 1, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub accumulate_steps: u32,
 
-    /// Recsys: update only the embedding rows and per-row biases a step's
-    /// batch looked up (all ranks' rows), as torch.optim.SparseAdam does,
-    /// not the whole tables (dense Adam, the default, decays every row's
-    /// moments every step).
-    /// Needs the host's sparse exchange (--backend tcp, not
+    /// Recsys: Adam on only the rows a step looked up, as SparseAdam.
+    ///
+    /// Only the embedding rows and per-row biases a step's batch looked up
+    /// (all ranks' rows), as torch.optim.SparseAdam does, not the whole
+    /// tables (dense Adam, the default, decays every row's moments every
+    /// step). Needs the host's sparse exchange (--backend tcp, not
     /// --sparse-grads never) with more than one rank.
     #[arg(long)]
     pub sparse_adam: bool,
 
-    /// The same bits at any layout: the final weights become a function of
-    /// the seed, the data, --global-batch, the steps and the optimizer's
-    /// settings alone, not of --world-size, --nnodes/--nproc-per-node,
-    /// --threads, --spawn, --accumulate-steps, the transport or which rank
-    /// trains which sample. Each step's global batch is cut into units of
-    /// --unit samples, each unit's gradient computed alone, and the units'
-    /// gradients summed exactly (integers at a scale the ranks agree on).
-    /// Data-parallel ranks on CPUs or on GPUs (CPU and GPU bits differ),
-    /// --comm-hook none (README: "The same bits at any layout").
+    /// The same bits at any layout (data-parallel ranks, CPUs or GPUs).
+    ///
+    /// The final weights become a function of the seed, the data,
+    /// --global-batch, the steps and the optimizer's settings alone, not of
+    /// --world-size, --nnodes/--nproc-per-node, --threads, --spawn,
+    /// --accumulate-steps, the transport or which rank trains which sample.
+    /// Each step's global batch is cut into units of --unit samples, each
+    /// unit's gradient computed alone, and the units' gradients summed
+    /// exactly (integers at a scale the ranks agree on). Data-parallel ranks
+    /// on CPUs or on GPUs (CPU and GPU bits differ), --comm-hook none
+    /// (README: "The same bits at any layout").
     #[arg(long)]
     pub reproducible: bool,
 
-    /// With --reproducible: a step's samples over the whole job, a multiple
-    /// of --unit [default: --batch-size x data-parallel replicas x
-    /// --accumulate-steps].
+    /// With --reproducible: a step's samples over the whole job.
+    ///
+    /// A multiple of --unit [default: --batch-size x data-parallel replicas
+    /// x --accumulate-steps].
     #[arg(long, value_name = "B", requires = "reproducible", value_parser = clap::value_parser!(u32).range(1..))]
     pub global_batch: Option<u32>,
 
-    /// With --reproducible: samples per unit of work, each unit's gradient
-    /// computed alone, the same wherever it runs.
+    /// With --reproducible: samples per unit of work.
+    ///
+    /// Each unit's gradient is computed alone, the same wherever it runs.
     #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub unit: u32,
 }

@@ -1,12 +1,14 @@
 //! `--model cnn`: the FashionMNIST CNN on the data set's four files, read
 //! once per process and resident on each rank's device.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use core_tensor::Ops;
 use fashion_mnist::FashionMnist;
+use launcher::contract::Misconfigured;
 
 use super::{CnnMnist, DeviceSplit, HostSplit};
 use crate::model::DropoutRates;
@@ -22,13 +24,22 @@ pub static ENTRY: CnnEntry = CnnEntry;
 /// The CNN's own flags.
 #[derive(Clone, Debug, Args)]
 pub struct CnnFlags {
-    /// Directory holding the four FashionMNIST .gz files [default: see DATA below].
+    /// Directory holding the four FashionMNIST .gz files.
+    ///
+    /// [default: see DATA below]
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
     /// Disable both dropout layers (for checking data-parallel equivalence).
     #[arg(long)]
     pub no_dropout: bool,
+
+    /// Evaluate on the test split's first N images [default: all 10,000].
+    ///
+    /// A coarser test accuracy, sooner: for smoke runs, the test suite and
+    /// the GPU bundle's dry run on cuda-emu. Training is not affected.
+    #[arg(long, value_name = "N")]
+    pub eval_samples: Option<NonZeroUsize>,
 }
 
 pub struct CnnEntry;
@@ -51,6 +62,7 @@ impl ModelEntry for CnnEntry {
         [
             (own.data_dir.is_some(), "--data-dir"),
             (own.no_dropout, "--no-dropout"),
+            (own.eval_samples.is_some(), "--eval-samples"),
         ]
         .into_iter()
         .filter_map(|(given, flag)| given.then_some(flag))
@@ -75,6 +87,14 @@ impl ModelEntry for CnnEntry {
     fn load(&self, flags: &ModelFlags) -> Result<Box<dyn crate::models::Loaded>> {
         let dir = fashion_mnist::locate(flags.cnn.data_dir.as_deref())?;
         let FashionMnist { train, test, .. } = FashionMnist::load(&dir)?;
+        let test = match flags.cnn.eval_samples {
+            Some(n) if n.get() > test.len => bail!(Misconfigured(format!(
+                "--eval-samples {n}: the test split holds {} images; give at most that, or leave the flag out",
+                test.len
+            ))),
+            Some(n) => test.first(n.get()),
+            None => test,
+        };
         Ok(Box::new(FashionData {
             train: train.into(),
             test: test.into(),

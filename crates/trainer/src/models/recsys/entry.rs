@@ -26,8 +26,9 @@ pub static ENTRY: RecsysEntry = RecsysEntry;
 /// The recommender's own flags.
 #[derive(Clone, Debug, Args)]
 pub struct RecsysFlags {
-    /// MovieLens ratings.csv for --model recsys (`cargo xtask fetch-data
-    /// movielens` downloads ml-latest-small).
+    /// MovieLens ratings.csv for --model recsys.
+    ///
+    /// `cargo xtask fetch-data movielens` downloads ml-latest-small.
     #[arg(long, value_name = "PATH")]
     pub ratings: Option<PathBuf>,
 
