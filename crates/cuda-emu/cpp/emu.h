@@ -1,5 +1,6 @@
 // What the emulator's runtime files share (fibers.cpp, driver.cpp,
-// memory.cpp, nccl.cpp). Kernel sources see only emu_kernel.h.
+// memory.cpp, nccl.cpp, nccl_p2p.cpp). Kernel sources see only
+// emu_kernel.h.
 #pragma once
 
 #include <cstddef>

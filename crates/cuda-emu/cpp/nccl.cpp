@@ -16,11 +16,7 @@
 //   whose process is gone, is ncclRemoteError; this rank's own
 //   ncclCommAbort releases it too. Nothing else times out, as in NCCL:
 //   that is the caller's watchdog's job.
-// * Point to point (ncclSend/ncclRecv, inside ncclGroupStart/End or alone)
-//   works in communicators of two ranks, which is what a two-stage
-//   pipeline uses: the pair's send and receive become one queued exchange
-//   through the slots, between barriers like a collective. Larger
-//   communicators answer ncclInvalidUsage.
+// * Point to point (ncclSend/ncclRecv): nccl_p2p.cpp.
 
 #include <fcntl.h>
 #include <sched.h>
@@ -39,43 +35,9 @@
 #include <string>
 #include <vector>
 
-#include "emu.h"
-#include "nccl_abi.h"
+#include "nccl_comm.h"
 
-namespace {
-
-// NCCL_VERSION(2, 30, 7), the release this emulates the interface of.
-constexpr int kVersion = 23007;
-constexpr int kMaxRanks = 64;
-constexpr std::size_t kSlotFloats = 256 * 1024;
-constexpr unsigned kConfigMagic = 0xcafebeef;
-
-// The shared-memory header; the slots follow it.
-struct Header {
-    std::atomic<int> joined;
-    std::atomic<int> aborted;
-    std::atomic<int> pid[kMaxRanks];
-    std::atomic<std::uint64_t> arrived[kMaxRanks];
-};
-
-struct Comm {
-    int nranks;
-    int rank;
-    std::string path;
-    Header* header;
-    std::size_t mapped;
-    float* slots;
-    std::atomic<bool> joined_all{false};
-    // The barriers this rank has entered (the stream's thread only).
-    std::uint64_t phase = 0;
-    std::atomic<bool> aborting{false};
-    std::atomic<int> state{ncclSuccess};
-    std::atomic<int> running{0};
-    std::mutex error_mutex;
-    std::string last_error;
-
-    float* slot(int r) { return slots + static_cast<std::size_t>(r) * kSlotFloats; }
-};
+namespace nccl_emu {
 
 std::mutex global_error_mutex;
 std::string global_error;
@@ -95,8 +57,6 @@ ncclResult_t fail(Comm* comm, ncclResult_t code, const std::string& why) {
 
 bool process_gone(int pid) { return pid > 0 && kill(pid, 0) == -1 && errno == ESRCH; }
 
-// Every rank's next barrier: true once all arrived, false (with the
-// communicator's error set) when that cannot happen.
 bool barrier(Comm* comm) {
     const std::uint64_t phase = ++comm->phase;
     comm->header->arrived[comm->rank].store(phase, std::memory_order_release);
@@ -133,17 +93,6 @@ bool barrier(Comm* comm) {
     }
 }
 
-// Runs `step(offset, n)` over `count` floats in slot-sized chunks, each
-// between two barriers.
-template <class Step>
-void chunked(Comm* comm, std::size_t count, Step step) {
-    for (std::size_t offset = 0; offset < count; offset += kSlotFloats) {
-        const std::size_t n = std::min(kSlotFloats, count - offset);
-        if (comm->state.load() != ncclSuccess) return;
-        step(offset, n, [comm] { return barrier(comm); });
-    }
-}
-
 bool usable(Comm* comm, ncclResult_t* result) {
     if (comm == nullptr) {
         *result = fail(nullptr, ncclInvalidArgument, "null communicator");
@@ -157,16 +106,14 @@ bool usable(Comm* comm, ncclResult_t* result) {
     return *result == ncclSuccess;
 }
 
-// The device ranges of a float32 collective (and, where `halves`, of a
-// float16 or bfloat16 one), or an error naming the bad one.
 bool device_floats(Comm* comm, const void* send, void* recv, std::size_t count, int datatype,
-                   ncclResult_t* result, bool halves = false) {
-    const std::size_t size = element_bytes(datatype, halves);
+                   ncclResult_t* result, bool all_reduce) {
+    const std::size_t size = element_bytes(datatype, all_reduce);
     if (size == 0) {
         *result = fail(comm, ncclInvalidArgument,
-                       halves ? "the emulator's ncclAllReduce takes ncclFloat32, ncclFloat16 and "
-                                "ncclBfloat16 only"
-                              : "the emulator supports ncclFloat32 only here");
+                       all_reduce ? "the emulator's ncclAllReduce takes ncclFloat32, ncclFloat16, "
+                                    "ncclBfloat16 and ncclInt64 only"
+                                  : "the emulator supports ncclFloat32 only here");
         return false;
     }
     const auto bytes = count * size;
@@ -189,68 +136,40 @@ void queue(Comm* comm, void* stream, std::function<void()> work) {
     });
 }
 
-// One rank's half of a point-to-point exchange on one communicator and
-// stream: what it sends to the other rank and what it receives from it.
-struct Exchange {
-    Comm* comm;
-    void* stream;
-    const float* send = nullptr;
-    float* recv = nullptr;
-    std::size_t send_count = 0, recv_count = 0;
-};
-thread_local int group_depth = 0;
-thread_local std::vector<Exchange> pending;
+}  // namespace nccl_emu
 
-// Queues an exchange: per chunk, this rank's outgoing part goes into its
-// slot, and after a barrier the other rank's slot into the incoming part.
-// Both ranks run max(sent, received) floats, the same number on each when
-// every receive matches the other rank's send.
-void queue_exchange(const Exchange& x) {
-    queue(x.comm, x.stream, [x] {
-        Comm* comm = x.comm;
-        const std::size_t count = std::max(x.send_count, x.recv_count);
-        chunked(comm, count, [&](std::size_t offset, std::size_t n, auto meet) {
-            const auto part = [&](std::size_t total) { return std::min(n, total - offset); };
-            if (offset < x.send_count) {
-                std::memcpy(comm->slot(comm->rank), x.send + offset, part(x.send_count) * 4);
-            }
-            if (!meet()) return;
-            if (offset < x.recv_count) {
-                std::memcpy(x.recv + offset, comm->slot(1 - comm->rank), part(x.recv_count) * 4);
-            }
-            meet();
-        });
+using namespace nccl_emu;
+
+namespace {
+
+// An all-reduce of int64, summed (wrapping, as two's complement: the same
+// bits in any order) or maximised, in rank order like the floats.
+void queue_int64_all_reduce(const void* send, void* recv, std::size_t count, int op, Comm* comm,
+                            void* stream) {
+    queue(comm, stream, [=] {
+        auto slot = [comm](int r) { return reinterpret_cast<std::int64_t*>(comm->slot(r)); };
+        const auto* in = static_cast<const std::int64_t*>(send);
+        auto* out = static_cast<std::int64_t*>(recv);
+        chunked(
+            comm, count,
+            [&](std::size_t offset, std::size_t n, auto meet) {
+                std::memcpy(slot(comm->rank), in + offset, n * sizeof(std::int64_t));
+                if (!meet()) return;
+                for (std::size_t i = 0; i < n; ++i) {
+                    std::int64_t acc = slot(0)[i];
+                    for (int r = 1; r < comm->nranks; ++r) {
+                        const std::int64_t v = slot(r)[i];
+                        acc = op == ncclMax ? std::max(acc, v)
+                                            : static_cast<std::int64_t>(
+                                                  static_cast<std::uint64_t>(acc) +
+                                                  static_cast<std::uint64_t>(v));
+                    }
+                    out[offset + i] = acc;
+                }
+                meet();
+            },
+            kSlotFloats * sizeof(float) / sizeof(std::int64_t));
     });
-}
-
-// Checks one side of a point-to-point call and adds it to this thread's
-// pending exchange for `comm` and `stream` (queued at once outside a group).
-ncclResult_t add_side(const void* buf, std::size_t count, int datatype, int peer, Comm* comm,
-                      void* stream, bool sending) {
-    ncclResult_t result;
-    if (!usable(comm, &result) || !device_floats(comm, buf, const_cast<void*>(buf), count,
-                                                 datatype, &result)) {
-        return result;
-    }
-    if (comm->nranks != 2) {
-        return fail(comm, ncclInvalidUsage,
-                    "the emulator supports ncclSend/ncclRecv in communicators of two ranks only");
-    }
-    if (peer != 1 - comm->rank) return fail(comm, ncclInvalidArgument, "bad peer");
-    auto at = std::find_if(pending.begin(), pending.end(),
-                           [&](const Exchange& x) { return x.comm == comm && x.stream == stream; });
-    if (at == pending.end()) at = pending.insert(pending.end(), Exchange{comm, stream});
-    if (sending ? at->send != nullptr : at->recv != nullptr) {
-        return fail(comm, ncclInvalidUsage, "the emulator takes one send and one receive per group");
-    }
-    (sending ? at->send_count : at->recv_count) = count;
-    if (sending) at->send = static_cast<const float*>(buf);
-    if (!sending) at->recv = static_cast<float*>(const_cast<void*>(buf));
-    if (group_depth == 0) {
-        queue_exchange(*at);
-        pending.erase(at);
-    }
-    return ncclSuccess;
 }
 
 }  // namespace
@@ -327,7 +246,7 @@ ncclResult_t ncclCommGetAsyncError(Comm* comm, ncclResult_t* state) {
 
 // An all-reduce of float32, or of 16-bit floats, which it sums in float
 // and rounds once (NCCL rounds at each step of its ring or tree; the
-// emulator needs only the type's bytes and its precision).
+// emulator needs only the type's bytes and its precision), or of int64.
 ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, int datatype, int op,
                            Comm* comm, void* stream) {
     ncclResult_t result;
@@ -335,8 +254,17 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, int 
         !device_floats(comm, send, recv, count, datatype, &result, true)) {
         return result;
     }
+    if (datatype == ncclInt64) {
+        if (op != ncclSum && op != ncclMax) {
+            return fail(comm, ncclInvalidArgument,
+                        "the emulator reduces ncclInt64 with ncclSum and ncclMax only");
+        }
+        queue_int64_all_reduce(send, recv, count, op, comm, stream);
+        return ncclSuccess;
+    }
     if (op != ncclSum && op != ncclAvg) {
-        return fail(comm, ncclInvalidArgument, "the emulator supports ncclSum and ncclAvg only");
+        return fail(comm, ncclInvalidArgument,
+                    "the emulator reduces floats with ncclSum and ncclAvg only");
     }
     const bool half = datatype != ncclFloat32;
     const auto to_float = datatype == ncclBfloat16 ? bf16_to_float : fp16_to_float;
@@ -385,27 +313,6 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, int 
         });
     });
     return ncclSuccess;
-}
-
-ncclResult_t ncclGroupStart() { return ++group_depth, ncclSuccess; }
-
-ncclResult_t ncclGroupEnd() {
-    if (group_depth == 0) return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd without a start");
-    if (--group_depth == 0) {
-        for (const Exchange& x : pending) queue_exchange(x);
-        pending.clear();
-    }
-    return ncclSuccess;
-}
-
-ncclResult_t ncclSend(const void* send, std::size_t count, int datatype, int peer, Comm* comm,
-                      void* stream) {
-    return add_side(send, count, datatype, peer, comm, stream, true);
-}
-
-ncclResult_t ncclRecv(void* recv, std::size_t count, int datatype, int peer, Comm* comm,
-                      void* stream) {
-    return add_side(recv, count, datatype, peer, comm, stream, false);
 }
 
 // Releases this rank's queued collectives (they end with an error), tells

@@ -1,4 +1,4 @@
-// What NCCL's C interface fixes, as the emulator's NCCL (nccl.cpp) uses
+// What NCCL's C interface fixes, as the emulator's NCCL (nccl*.cpp) uses
 // it: the result codes, data types and reduction ops under nccl.h's names
 // and values (this library includes no nccl.h), the unique id's and the
 // config's layout, and the encodings of the 16-bit data types.
@@ -18,17 +18,22 @@ constexpr ncclResult_t ncclInvalidUsage = 5;
 constexpr ncclResult_t ncclRemoteError = 6;
 constexpr ncclResult_t ncclInProgress = 7;
 
+constexpr int ncclInt64 = 4;
 constexpr int ncclFloat16 = 6;
 constexpr int ncclFloat32 = 7;
 constexpr int ncclBfloat16 = 9;
 constexpr int ncclSum = 0;
+constexpr int ncclMax = 2;
 constexpr int ncclAvg = 4;
 
 // The bytes of one element of `datatype` (0: a type this collective does
-// not take).
-std::size_t element_bytes(int datatype, bool halves) {
+// not take): float32 everywhere, and in an all-reduce (`all_reduce`) the
+// 16-bit floats and int64 too.
+std::size_t element_bytes(int datatype, bool all_reduce) {
     if (datatype == ncclFloat32) return 4;
-    if (halves && (datatype == ncclFloat16 || datatype == ncclBfloat16)) return 2;
+    if (!all_reduce) return 0;
+    if (datatype == ncclFloat16 || datatype == ncclBfloat16) return 2;
+    if (datatype == ncclInt64) return 8;
     return 0;
 }
 

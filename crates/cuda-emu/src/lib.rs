@@ -7,8 +7,9 @@
 //! `cpp/emu_kernel.h` supplying `threadIdx`, `__syncthreads`, the atomics
 //! and intrinsics) together with the runtime (`cpp/fibers.cpp` runs kernels,
 //! `cpp/driver.cpp` and `cpp/devices.cpp` implement the driver API calls cudarc makes over the
-//! guarded device memory of `cpp/memory.cpp`, `cpp/nccl.cpp` the NCCL calls
-//! of `comm::nccl`) into a `libcuda.so`, also linked as `libnccl.so`. A
+//! guarded device memory of `cpp/memory.cpp`, `cpp/nccl.cpp` and
+//! `cpp/nccl_p2p.cpp` the NCCL calls of `comm::nccl`) into a `libcuda.so`,
+//! also linked as `libnccl.so`. A
 //! process started with that folder first on `LD_LIBRARY_PATH`
 //! ([`Emulator::library_path`], or a test's [`rerun_on_emulator`]) loads it
 //! instead of the NVIDIA driver and sees `$CUDA_EMU_DEVICES` GPUs (default:
@@ -42,7 +43,8 @@
 //!   work that does not wait for them (a missing event wait) reads stale
 //!   data, as on a GPU. Kernels and copies run when queued.
 //! * NCCL: ranks in one process or several meet through shared memory;
-//!   non-blocking initialisation, all-reduce (sum, average), broadcast,
+//!   non-blocking initialisation, all-reduce (float32 and 16-bit floats:
+//!   sum, average; int64: wrapping sum, maximum), broadcast,
 //!   asynchronous errors, and abort, which releases the collectives of this
 //!   rank and fails those of its peers.
 //! * Tensor cores: `mma.sync` m16n8k8 TF32 (mma.cuh) and m16n8k16 bf16
@@ -76,18 +78,20 @@ pub use rerun::{in_emulator, rerun_on_emulator};
 pub use wheels::{nvrtc_lib_dir, wheel_dir};
 
 /// The headers: what kernel sources see, and what the runtime files share.
-const HEADERS: [(&str, &str); 3] = [
+const HEADERS: [(&str, &str); 4] = [
     ("emu_kernel.h", include_str!("../cpp/emu_kernel.h")),
     ("emu.h", include_str!("../cpp/emu.h")),
     ("nccl_abi.h", include_str!("../cpp/nccl_abi.h")),
+    ("nccl_comm.h", include_str!("../cpp/nccl_comm.h")),
 ];
 /// The runtime: the block scheduler, the driver API, device memory, NCCL.
-const RUNTIME: [(&str, &str); 5] = [
+const RUNTIME: [(&str, &str); 6] = [
     ("fibers.cpp", include_str!("../cpp/fibers.cpp")),
     ("driver.cpp", include_str!("../cpp/driver.cpp")),
     ("devices.cpp", include_str!("../cpp/devices.cpp")),
     ("memory.cpp", include_str!("../cpp/memory.cpp")),
     ("nccl.cpp", include_str!("../cpp/nccl.cpp")),
+    ("nccl_p2p.cpp", include_str!("../cpp/nccl_p2p.cpp")),
 ];
 /// Compiler flags: C++20 for the kernels' templates; this machine's
 /// instructions (the emulator runs where it is built), so that `fmaf` is one

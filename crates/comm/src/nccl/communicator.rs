@@ -17,6 +17,7 @@ use crate::flight::{FlightLog, Kind, Label, Recorder};
 use crate::store::Store;
 
 mod half;
+mod integer;
 
 /// The element type of every collective but the 16-bit all-reduce.
 const F32: ncclDataType_t = ncclDataType_t::ncclFloat32;

@@ -11,8 +11,8 @@ use core_tensor::Ops;
 
 use super::powersgd::{PowerSgd, PowerSgdState};
 use super::{
-    CommHook, CommHookChoice, HostHook, HostWire, Reducer, SparseExchange, SparseGrads,
-    plan_buckets,
+    CommHook, CommHookChoice, HostHook, HostWire, IntegerReduce, Reducer, SparseExchange,
+    SparseGrads, plan_buckets,
 };
 use crate::comm_thread::CommThread;
 use crate::model::{GradsReady, Model, NoSync};
@@ -119,17 +119,26 @@ impl<B: Ops> Averaging<B> {
         })
     }
 
-    /// The host communicator over this rank's replicas: its pipeline
-    /// stage's group, or `job`, the job's; `None` with one replica.
-    pub fn replicas<'a>(
+    /// Where `--reproducible`'s integer sums go: the device hook's own
+    /// (NCCL's int64 all-reduce) where it has one, else the host
+    /// communicator over this rank's replicas, its pipeline stage's group
+    /// or `job`, the job's; `None` with one replica.
+    pub fn integers<'a>(
         &'a mut self,
         job: Option<&'a mut CommThread>,
-    ) -> Option<&'a mut CommThread> {
+    ) -> Option<&'a mut dyn IntegerReduce> {
+        if self.device_integers().is_some() {
+            return self.device_integers();
+        }
         match (&self.dense, &mut self.group) {
             (None, _) => None,
             (Some(_), Some(group)) => Some(group),
-            (Some(_), None) => job,
+            (Some(_), None) => job.map(|c| c as &mut dyn IntegerReduce),
         }
+    }
+
+    fn device_integers(&mut self) -> Option<&mut dyn IntegerReduce> {
+        self.dense.as_mut()?.hook_mut().integers()
     }
 
     /// Whether there is anything to average (more than one replica).

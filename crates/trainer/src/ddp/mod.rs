@@ -42,9 +42,11 @@ pub use nccl_hook::NcclHook;
 pub use sparse::SparseExchange;
 
 use buckets::BucketQueue;
+use comm::IntReduce;
 use core_tensor::Ops;
 use powersgd::PowerSgdState;
 
+use crate::comm_thread::CommThread;
 use crate::model::GradsReady;
 
 /// One bucket of the flat gradient buffer, final after backward.
@@ -104,6 +106,32 @@ pub trait CommHook<B: Ops> {
     /// Continues PowerSGD from a checkpoint's state.
     fn restore_powersgd(&mut self, _state: &PowerSgdState) -> anyhow::Result<()> {
         Ok(())
+    }
+
+    /// The hook's own exact integer all-reduce, for `--reproducible`'s
+    /// sums (`None`: they go through the job's host communicator).
+    fn integers(&mut self) -> Option<&mut dyn IntegerReduce> {
+        None
+    }
+}
+
+/// An exact all-reduce of integers over the replicas (see
+/// [`IntReduce`]): `--reproducible`'s scales and sums, through the host's
+/// communicator ([`CommThread`]) or a device hook's (NCCL's `ncclInt64`).
+pub trait IntegerReduce {
+    fn world_size(&self) -> usize;
+
+    /// `values` reduced over every replica as `op` says.
+    fn reduce_i64(&mut self, values: Vec<i64>, op: IntReduce) -> anyhow::Result<Vec<i64>>;
+}
+
+impl IntegerReduce for CommThread {
+    fn world_size(&self) -> usize {
+        CommThread::world_size(self)
+    }
+
+    fn reduce_i64(&mut self, values: Vec<i64>, op: IntReduce) -> anyhow::Result<Vec<i64>> {
+        CommThread::reduce_i64(self, values, op)
     }
 }
 

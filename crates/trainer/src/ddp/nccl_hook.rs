@@ -14,6 +14,10 @@
 //! stream into a copy of the gradients, NCCL reduces that copy in its type
 //! (half the bytes), and after the last bucket the compute stream casts the
 //! averages back.
+//!
+//! With `--reproducible` the buckets stay idle (the units' gradients are
+//! summed apart, `crate::train::exact`), and the hook lends its
+//! communicator for that exact sum: [`IntegerReduce`] over `ncclInt64`.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -21,12 +25,12 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow};
 use comm::flight::Label;
 use comm::nccl::NcclCommunicator;
-use comm::{HalfFormat, ReduceOp};
+use comm::{HalfFormat, IntReduce, ReduceOp};
 use core_tensor::ops::{Half, HalfCastKernel};
 use core_tensor::{Backend, Cuda};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 
-use super::{CommHook, GradBucket, ring_bytes};
+use super::{CommHook, GradBucket, IntegerReduce, ring_bytes};
 
 pub struct NcclHook {
     nccl: NcclCommunicator,
@@ -146,6 +150,34 @@ impl CommHook<Cuda> for NcclHook {
 
     fn take_sent_bytes(&mut self) -> u64 {
         std::mem::take(&mut self.sent)
+    }
+
+    fn integers(&mut self) -> Option<&mut dyn IntegerReduce> {
+        Some(self)
+    }
+}
+
+impl IntegerReduce for NcclHook {
+    fn world_size(&self) -> usize {
+        self.nccl.world_size()
+    }
+
+    /// Through a device copy of `values` on the communication stream,
+    /// reduced in place by NCCL and copied back once it is done.
+    fn reduce_i64(&mut self, values: Vec<i64>, op: IntReduce) -> anyhow::Result<Vec<i64>> {
+        let stream = self.nccl.stream().clone();
+        let what = match op {
+            IntReduce::Max => "all-reduce of the gradient's block maxima (--reproducible)",
+            IntReduce::Sum => "all-reduce of the gradient's exact sum (--reproducible)",
+        };
+        let context = || format!("{what}: copying {} integers", values.len());
+        let mut buf = stream.clone_htod(&values).with_context(context)?;
+        // SAFETY: `buf` is this call's own, allocated on the communication
+        // stream, so its free is queued on that stream behind the
+        // collective even where `wait` fails; nothing else touches it.
+        unsafe { self.nccl.all_reduce_i64_in_place(&mut buf, op, what)? };
+        self.nccl.wait()?;
+        stream.clone_dtoh(&buf).with_context(context)
     }
 }
 

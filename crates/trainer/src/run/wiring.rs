@@ -121,14 +121,15 @@ pub(super) fn wire(
             let mut connect =
                 |name: &str, place| connect_nccl(timeout, gpu, store.as_deref_mut(), name, place);
             // Gradients are averaged over the whole job, or over a
-            // pipeline stage's replicas (none with one replica).
+            // pipeline stage's replicas (none with one replica: `--backend
+            // nccl` at world 1 has nothing to average).
             let grads = match rank.stages {
+                _ if rank.replicas() == 1 => None,
                 1 => Some(connect("gradients", (r, rank.world))?),
-                _ if rank.replicas() > 1 => Some(connect(
+                _ => Some(connect(
                     &format!("gradients-stage-{}", rank.stage()),
                     (rank.replica(), rank.replicas()),
                 )?),
-                _ => None,
             };
             // Each pipeline's own communicator carries its activations.
             let stages = match rank.stages {

@@ -56,7 +56,7 @@ pub struct TrainFlags {
     #[arg(long)]
     pub sparse_adam: bool,
 
-    /// The same bits at any layout (CPU ranks, data parallel or pipeline).
+    /// The same bits at any layout (data parallel or pipeline, CPU or GPU).
     ///
     /// The final weights become a function of the seed, the data,
     /// --global-batch, the steps and the optimizer's settings alone, not of
@@ -65,8 +65,9 @@ pub struct TrainFlags {
     /// trains which sample. Each step's global batch is cut into units of
     /// --unit samples, each unit's gradient computed alone, and the units'
     /// gradients summed exactly (integers at a scale the ranks agree on).
-    /// CPU ranks, data parallel or pipeline stages (a micro-batch a unit),
-    /// --comm-hook none (README: "The same bits at any layout").
+    /// Data-parallel ranks or pipeline stages (a micro-batch a unit), on
+    /// CPUs or on GPUs (CPU and GPU bits differ), --comm-hook none
+    /// (README: "The same bits at any layout").
     #[arg(long)]
     pub reproducible: bool,
 

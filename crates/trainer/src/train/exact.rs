@@ -42,8 +42,7 @@ use comm::IntReduce;
 use core_tensor::{FlatLayout, Ops};
 use launcher::contract::Misconfigured;
 
-use crate::comm_thread::CommThread;
-use crate::ddp::ring_bytes;
+use crate::ddp::{IntegerReduce, ring_bytes};
 use crate::model::GradsReady;
 
 /// Elements per block of a tensor that share one scale.
@@ -65,11 +64,10 @@ pub struct ExactRequest {
 /// Refuses what `--reproducible` cannot keep exact: a gradient compression
 /// that loses precision by design (`hook`, as `--comm-hook` prints it:
 /// anything but `none`), a model with row tables (their sparse rows travel
-/// another way), and, not yet built, GPUs.
+/// another way).
 pub fn refuse_unsupported(
     hook: &str,
     row_tables: Option<&str>,
-    on_gpu: bool,
 ) -> anyhow::Result<()> {
     let why = if hook != "none" {
         format!(
@@ -79,8 +77,6 @@ pub fn refuse_unsupported(
         format!(
             "--model {model}'s embedding rows are averaged by the rows each batch looked up, not in units: it trains without --reproducible"
         )
-    } else if on_gpu {
-        "GPUs do not yet train in units; use --device cpu with --reproducible".to_string()
     } else {
         return Ok(());
     };
@@ -225,12 +221,13 @@ impl ExactSum {
     }
 
     /// Writes the mean of every rank's stashed units over the step's units
-    /// into `grads` (`comm`: the replicas' communicator, `None` alone).
+    /// into `grads` (`comm`: the replicas' integer all-reduce, the host's or
+    /// NCCL's; `None` alone).
     pub fn finish<B: Ops>(
         &mut self,
         b: &B,
         grads: &mut B::Storage<f32>,
-        comm: Option<&mut CommThread>,
+        comm: Option<&mut dyn IntegerReduce>,
     ) -> anyhow::Result<()> {
         let stashed = std::mem::take(&mut self.stashed);
         if stashed != self.plan.share.len() {
@@ -330,7 +327,7 @@ fn exact_mean(
     units: &[Vec<f32>],
     blocks: &[Range<usize>],
     total: usize,
-    mut comm: Option<&mut CommThread>,
+    mut comm: Option<&mut dyn IntegerReduce>,
 ) -> anyhow::Result<Vec<f32>> {
     let len = blocks.last().map_or(0, |b| b.end);
     let mut max = largest(units, blocks);

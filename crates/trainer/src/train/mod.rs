@@ -41,6 +41,7 @@ use anyhow::{Context, bail};
 use core_tensor::Ops;
 
 pub use config::{TrainConfig, TrainFlags};
+pub use exact::{BLOCK as EXACT_BLOCK, ExactRequest};
 pub use memory::EpochBatches;
 pub(crate) use memory::{host_room_bytes, test_buffers, test_reserve, training_buffers};
 pub use outcome::{EpochReport, Progress, RunOutcome, Running, Silent};

@@ -127,7 +127,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             Some(request) => {
                 let rows = model.row_tables().map(|_| model.kind());
                 let hook = cfg.comm_hook.to_string();
-                exact::refuse_unsupported(&hook, rows, !B::IN_HOST_MEMORY)?;
+                exact::refuse_unsupported(&hook, rows)?;
                 let per_replica = cfg.batch_size * cfg.accumulate_steps;
                 let at = (topology.replica(), topology.replicas());
                 let plan = UnitPlan::new(request, per_replica, at)?;

@@ -46,7 +46,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                     run(m, grads, &mut exact.stashing())?;
                 }
                 timer.enter(Phase::AllReduceWait)?;
-                let over = self.averaging.replicas(self.comm.as_mut());
+                // NCCL's int64 all-reduce where the gradients' hook has
+                // it, else the host's over the replicas.
+                let over = self.averaging.integers(self.comm.as_mut());
                 exact.finish(b, grads, over)?;
             }
             None => {
