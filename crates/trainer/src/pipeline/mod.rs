@@ -66,8 +66,9 @@ pub struct PipelineFlags {
     #[arg(long, value_name = "S", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub pipeline_stages: u32,
 
-    /// Micro-batches per batch in a pipeline (1F1B schedule) [default: 4;
-    /// with --reproducible: one per unit, the replica's units of a step].
+    /// Micro-batches per batch in a pipeline (1F1B schedule) [default: 4].
+    ///
+    /// With --reproducible, one per unit: the replica's units of a step.
     #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub micro_batches: Option<u32>,
 }
