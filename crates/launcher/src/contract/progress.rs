@@ -166,9 +166,11 @@ mod tests {
     fn a_child_writes_records_to_the_pipe_it_was_given() {
         use std::io::{BufRead, BufReader};
         let mut sh = std::process::Command::new("sh");
+        // Through /dev/fd: dash's `>&N` takes one digit, and with other
+        // tests' files open the descriptor may well be 10 or more.
         sh.args([
             "-c",
-            "printf 'at\\t1\\t3\\t9\\tok\\n' >&$TRAINER_PROGRESS_FD",
+            "printf 'at\\t1\\t3\\t9\\tok\\n' > /dev/fd/$TRAINER_PROGRESS_FD",
         ]);
         let (reader, writer) = pipe_to_child(&mut sh).unwrap();
         let mut child = sh.spawn().unwrap();
