@@ -2,9 +2,9 @@
 //! backend, run without a GPU on `cuda-emu` (see `cuda_emulated.rs`): the
 //! accumulation kernel sums 4 micro-batches of 16 to follow one batch of
 //! 64 within 1e-4 after 6 steps (the CPU's `accumulation.rs` checks 30; a
-//! step of 64 takes the emulator about 13 s, so the two trainings run side
-//! by side on its two GPUs, and 6 steps already tell a lost or doubled
-//! micro-batch from rounding); NCCL reduces bfloat16
+//! step of 64 takes the emulator about 13 s, and 6 steps already tell a
+//! lost or doubled micro-batch from rounding; the two trainings run on the
+//! emulator's two GPUs); NCCL reduces bfloat16
 //! copies of the gradients (half the bytes), and the ranks stay bitwise
 //! identical.
 //!

@@ -229,11 +229,11 @@ pub fn wait_for_dir(dir: &Path, limit: std::time::Duration) {
 
 /// Re-runs `tests` of this binary on cuda-emu with `gpus` emulated GPUs
 /// (so that each rank has one and may use NCCL); see
-/// [`cuda_emu::rerun_on_emulator`]. They run side by side, as tests do: an
-/// emulated kernel runs on the thread that launched it, so one test at a
-/// time leaves the other cores idle.
+/// [`cuda_emu::rerun_on_emulator`]. One at a time: the emulator runs one
+/// kernel launch at a time in a process anyway (its shared memory is
+/// static), so side by side they would only interleave.
 pub fn rerun_on_emulated_gpus(gpus: usize, tests: &[&str]) {
-    let mut args = vec!["--exact"];
+    let mut args = vec!["--exact", "--test-threads=1"];
     args.extend(tests);
     cuda_emu::rerun_on_emulator(
         Path::new(env!("CARGO_TARGET_TMPDIR")),
