@@ -65,10 +65,7 @@ pub struct ExactRequest {
 /// that loses precision by design (`hook`, as `--comm-hook` prints it:
 /// anything but `none`), a model with row tables (their sparse rows travel
 /// another way).
-pub fn refuse_unsupported(
-    hook: &str,
-    row_tables: Option<&str>,
-) -> anyhow::Result<()> {
+pub fn refuse_unsupported(hook: &str, row_tables: Option<&str>) -> anyhow::Result<()> {
     let why = if hook != "none" {
         format!(
             "--comm-hook {hook} rounds the gradients on the wire by design, and --reproducible sums them exactly: leave one of the two out"
