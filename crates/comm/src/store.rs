@@ -18,6 +18,12 @@ use crate::store_protocol::{MAX_LOOK_KEYS, Request, Response, read_frame, write_
 /// start after the others).
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
+/// How long the master's name may fail to resolve, never having resolved,
+/// before joining gives up: a name that DNS learns late (a node just
+/// started) has this long; a mistyped `MASTER_ADDR` is not worth the join
+/// timeout's wait (10 minutes by default) in silence.
+const UNRESOLVED_LIMIT: Duration = Duration::from_secs(30);
+
 /// A connection to the job's store, registered under this rank.
 #[derive(Debug)]
 pub struct Store {
@@ -91,13 +97,23 @@ impl Store {
     fn reach(config: &CommConfig) -> Result<Store, CommError> {
         let master = config.master_endpoint();
         let deadline = Instant::now() + config.rdzv_timeout;
-        let stream = connect_with_retry(&config.master_addr, config.master_port, deadline)
-            .map_err(|detail| CommError::RendezvousTimeout {
-                master: master.clone(),
-                timeout: config.rdzv_timeout,
-                missing: vec![0],
-                world_size: config.world_size,
-                detail: format!("could not reach rank 0's store: {detail}"),
+        let host = &config.master_addr;
+        let stream = connect_with_retry(host, config.master_port, deadline, UNRESOLVED_LIMIT)
+            .map_err(|unreached| match unreached {
+                Unreached::Unresolved { error, after } => CommError::Store {
+                    master: master.clone(),
+                    detail: format!(
+                        "the name {host} resolves to no address ({error}), tried for {} s: check MASTER_ADDR or --master-addr (this machine's DNS or /etc/hosts must know it)",
+                        after.as_secs()
+                    ),
+                },
+                Unreached::Timeout(detail) => CommError::RendezvousTimeout {
+                    master: master.clone(),
+                    timeout: config.rdzv_timeout,
+                    missing: vec![0],
+                    world_size: config.world_size,
+                    detail: format!("could not reach rank 0's store: {detail}"),
+                },
             })?;
         stream
             .set_nodelay(true)
@@ -335,13 +351,31 @@ impl Store {
     }
 }
 
+/// Why [`connect_with_retry`] gave up.
+#[derive(Debug, PartialEq, Eq)]
+enum Unreached {
+    /// `host` never resolved, for `after` (at least the unresolved limit).
+    Unresolved { error: String, after: Duration },
+    /// The deadline passed; the last failure, as text for the error message.
+    Timeout(String),
+}
+
 /// Tries every address `host` resolves to until one accepts or `deadline`
-/// passes; returns the last failure as text for the error message.
-fn connect_with_retry(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, String> {
+/// passes; a `host` that has never resolved gives up after
+/// `unresolved_limit`.
+fn connect_with_retry(
+    host: &str,
+    port: u16,
+    deadline: Instant,
+    unresolved_limit: Duration,
+) -> Result<TcpStream, Unreached> {
+    let start = Instant::now();
+    let mut resolved = false;
     let mut last_error = String::from("no attempt made");
     loop {
         match (host, port).to_socket_addrs() {
             Ok(addrs) => {
+                resolved = true;
                 for addr in addrs {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
@@ -353,11 +387,17 @@ fn connect_with_retry(host: &str, port: u16, deadline: Instant) -> Result<TcpStr
                     }
                 }
             }
+            Err(e) if !resolved && start.elapsed() >= unresolved_limit => {
+                return Err(Unreached::Unresolved {
+                    error: e.to_string(),
+                    after: start.elapsed(),
+                });
+            }
             Err(e) => last_error = format!("cannot resolve {host}: {e}"),
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(last_error);
+            return Err(Unreached::Timeout(last_error));
         }
         std::thread::sleep(left.min(RETRY_PAUSE));
     }
@@ -392,6 +432,18 @@ mod tests {
             let _ = seen.send(frames);
         });
         port
+    }
+
+    #[test]
+    fn a_name_that_never_resolves_fails_before_the_join_timeout() {
+        // `.invalid` never resolves (RFC 2606); a minute's deadline that a
+        // give-up on the name does not wait for.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let limit = Duration::from_millis(200);
+        match connect_with_retry("no-such-master.invalid", 29500, deadline, limit) {
+            Err(Unreached::Unresolved { after, .. }) => assert!(after >= limit),
+            other => panic!("expected the name to be given up on, got {other:?}"),
+        }
     }
 
     #[test]
