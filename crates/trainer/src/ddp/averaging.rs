@@ -127,6 +127,9 @@ impl<B: Ops> Averaging<B> {
         &'a mut self,
         job: Option<&'a mut CommThread>,
     ) -> Option<&'a mut dyn IntegerReduce> {
+        // Asked twice: returning the first answer's borrow from inside the
+        // `if` would keep `self` borrowed for the rest (today's borrow
+        // checker), and the asking costs nothing.
         if self.device_integers().is_some() {
             return self.device_integers();
         }
