@@ -33,6 +33,10 @@ pub enum LaunchError {
     /// The workers failed, and no restart was left or could help.
     #[error("{0}")]
     WorkersFailed(String),
+    /// The workers' program refused the job before its first start
+    /// ([`crate::Restarts::hold`]).
+    #[error(transparent)]
+    Refused(crate::spec::Refusal),
 }
 
 /// A store request that failed outside any named step.

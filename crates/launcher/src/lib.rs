@@ -43,4 +43,4 @@ pub use args::without_flag;
 pub use error::LaunchError;
 pub use flags::{LaunchFlags, RdzvBackend, RdzvFlags};
 pub use plan::NodePlan;
-pub use spec::{Restarts, WorkerSpec};
+pub use spec::{Refusal, Restarts, WorkerSpec};

@@ -80,4 +80,16 @@ pub trait Restarts {
     /// What to do after the workers stopped on a preemption request (what
     /// they saved, and how to go on), for the log.
     fn after_preemption(&self) -> String;
+
+    /// What node 0's launcher, the one process of the job that outlives
+    /// every restart, takes for the job's life before it starts the first
+    /// workers (the trainer: its checkpoint directory), and the variables
+    /// that tell its workers so; an error refuses the job. By default,
+    /// nothing.
+    fn hold(&self) -> Result<Vec<(OsString, OsString)>, Refusal> {
+        Ok(Vec::new())
+    }
 }
+
+/// Why the workers' program refuses to run the job ([`Restarts::hold`]).
+pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
