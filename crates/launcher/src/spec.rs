@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::args;
-use crate::error::{Doing, LaunchError};
+use crate::error::{Doing, LaunchError, Refusal};
 use crate::flags::LaunchFlags;
 
 /// What a launcher runs on its machine and how it treats the workers
@@ -90,6 +90,3 @@ pub trait Restarts {
         Ok(Vec::new())
     }
 }
-
-/// Why the workers' program refuses to run the job ([`Restarts::hold`]).
-pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
