@@ -39,7 +39,7 @@ pub const HELD_VAR: &str = "TRAINER_CHECKPOINT_DIR_HELD";
 
 /// How long a refused job waits for a holder that has just taken the lock
 /// to write its name into the file.
-const NAME_WAIT: Duration = Duration::from_secs(2);
+const NAME_WAIT: Duration = Duration::from_secs(5);
 
 /// Which process of the job holds the directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
