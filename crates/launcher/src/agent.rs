@@ -78,6 +78,12 @@ pub fn launch(
             g.finish(attempt, graces.failure + Duration::from_secs(10));
         }
     };
+    // Node 0's launcher (the store's host, or the one machine) holds for
+    // the job what the program asks, through every restart.
+    let held = match group.as_ref().is_none_or(|g| g.node_rank == 0) {
+        true => restarts.hold().map_err(LaunchError::Refused)?,
+        false => Vec::new(),
+    };
     let mut attempt = match group.as_mut() {
         Some(g) => g.first_attempt()?,
         None => 0,
@@ -116,7 +122,7 @@ pub fn launch(
             _ => restarts.args(&spec.args),
         };
         let node = (slot, group.as_mut(), attempt);
-        let run = (spec, args.as_slice());
+        let run = (spec, args.as_slice(), held.as_slice());
         let failure = match run_workers(run, plan, (graces, master), &mut signals, node)? {
             Outcome::Ended(end) => {
                 finish(group.as_mut(), attempt);
@@ -204,10 +210,11 @@ fn fresh_token(spec: &WorkerSpec, plan: &NodePlan) -> Result<Option<AuthToken>, 
     ))
 }
 
-/// One attempt: starts the workers of `spec`, with `args`, as the
-/// machine in `slot`, their store at `master`, and supervises them.
+/// One attempt: starts the workers of `spec`, with `args` and the
+/// variables of what this launcher `held`, as the machine in `slot`, their
+/// store at `master`, and supervises them.
 fn run_workers(
-    (spec, args): (&WorkerSpec, &[OsString]),
+    (spec, args, held): (&WorkerSpec, &[OsString], &[(OsString, OsString)]),
     plan: &NodePlan,
     (graces, master): (Graces, (String, u16)),
     signals: &mut Signals,
@@ -238,6 +245,7 @@ fn run_workers(
             .args(args)
             .envs(plan.worker_env(slot, local_rank, &master))
             .envs(token.iter().map(|t| (AUTH_TOKEN_VAR, t.to_hex())))
+            .envs(held.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
