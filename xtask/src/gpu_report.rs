@@ -94,7 +94,20 @@ fn find_logs(root: &Path) -> anyhow::Result<PathBuf> {
 /// The whole report for the logs in `dir`.
 fn report(dir: &Path) -> String {
     let runs = Runs::read(dir);
-    let mut out = throughput(&runs);
+    let mut out = String::new();
+    // run.sh's summary says when the logs are a dry run's (cuda-emu, batch
+    // 4, one step): its figures prove that the steps ran, nothing more.
+    let summary = fs::read_to_string(dir.join("summary.txt")).unwrap_or_default();
+    if summary
+        .lines()
+        .next()
+        .is_some_and(|l| l.contains("dry run"))
+    {
+        out.push_str(
+            "**A dry run's logs** (run.sh --dry-run: cuda-emu, batch 4, one step): the figures below say that each step ran, not how fast.\n\n",
+        );
+    }
+    out.push_str(&throughput(&runs));
     out.push_str(&goals(&runs));
     out.push_str(&accuracy(&runs));
     out.push_str(&torch_cases(&runs));

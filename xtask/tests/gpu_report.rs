@@ -53,9 +53,6 @@ fn kernel_times_add_up_in_microseconds() {
     }
 }
 
-/// The 2026-11-27 archive's trainer, PyTorch and `cnn_layers` logs: its
-/// figures in the new tables (one run each, so no spread), the goals
-/// scored, and the accuracies of the 5-epoch runs.
 #[test]
 fn the_2026_11_27_run_is_scored_against_the_goal_table() {
     let text = report();
@@ -180,4 +177,30 @@ fn a_synthetic_archive_with_the_new_steps() {
     ] {
         assert!(text.contains(line), "no {line:?} in:\n{text}");
     }
+    assert!(!text.contains("A dry run's logs"), "{text}");
+}
+
+/// The logs of `run.sh --dry-run` (cuda-emu): the report reads them, and
+/// says first that their figures only prove the steps ran.
+#[test]
+fn a_dry_runs_logs_are_reported_as_such() {
+    let logs = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| std::fs::write(logs.path().join(name), text).unwrap();
+    write(
+        "summary.txt",
+        "# commit b7afd5c, budget 480 s, 144 s so far, dry run (batch 4, one step)\nstep result detail\n",
+    );
+    write(
+        "train_b64_r1.log",
+        "Epoch 01/01 | loss 2.2810 | acc 0.0000 | test_acc 0.0625 | time 2.4s | 2 img/s\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("gpu-report")
+        .arg(logs.path())
+        .output()
+        .expect("running xtask gpu-report");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    assert!(text.starts_with("**A dry run's logs**"), "{text}");
+    assert!(text.contains("| 64 | 2 |"), "{text}");
 }
