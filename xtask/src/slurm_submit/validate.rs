@@ -227,7 +227,7 @@ fn env_var(value: &str) -> Result<(String, String)> {
 /// must be relative: to the output directory, which the container sees
 /// at `/output`, so that the script can find it on the host too.
 pub fn container_checkpoint_dir(trainer_args: &[String]) -> Result<()> {
-    match super::render::flag_value(trainer_args, "--checkpoint-dir") {
+    match flag_value(trainer_args, "--checkpoint-dir") {
         Some(dir) if dir.is_empty() || Path::new(dir).is_absolute() || dir.contains("..") => bail!(
             "--checkpoint-dir {dir:?} with --container: give a path relative to --output-dir \
              (the container's working directory, /output), such as `ckpt`, or drop it for the default"
@@ -253,6 +253,18 @@ pub fn sbatch_path<'a>(path: &'a Path, what: &str) -> Result<&'a str> {
         );
     }
     Ok(text)
+}
+
+/// The value of `flag` among `args` (`--flag V` or `--flag=V`; clap
+/// refuses a flag given twice), or `None`.
+pub fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    args.iter()
+        .enumerate()
+        .find_map(|(i, a)| match a.strip_prefix(flag) {
+            Some("") => Some(args.get(i + 1).map_or("", String::as_str)),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        })
 }
 
 #[cfg(test)]
