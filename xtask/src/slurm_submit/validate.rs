@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Result, anyhow, bail};
 
-use super::Args;
+use super::JobFlags;
 
 /// sbatch's largest `--signal=SIG@SECS` lead time.
 const MAX_SIGNAL_SECS: u32 = 65535;
@@ -56,7 +56,7 @@ impl Ranks {
     }
 }
 
-pub fn job(args: &Args) -> Result<Job> {
+pub fn job(args: &JobFlags) -> Result<Job> {
     let ranks = match (args.gpus_per_node, args.tasks_per_node) {
         (Some(_), Some(_)) => {
             bail!("give either --gpus-per-node (GPU jobs) or --tasks-per-node (CPU jobs), not both")
@@ -276,7 +276,7 @@ mod tests {
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
-        args: Args,
+        args: JobFlags,
     }
 
     fn parse(argv: &[&str]) -> Result<Job> {
