@@ -62,7 +62,8 @@ pub struct PipelineFlags {
     /// Pipeline parallelism: split the model into S stages, one per rank.
     ///
     /// At the cuts that balance their measured times (the CNN: up to 4,
-    /// conv1 | conv2 | fc1 | fc2); the world is S x data-parallel replicas.
+    /// conv1 | conv2 | fc1 | fc2; the toy: 2, net1 | net2); the world is S
+    /// x data-parallel replicas.
     #[arg(long, value_name = "S", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub pipeline_stages: u32,
 
