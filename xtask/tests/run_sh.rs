@@ -225,3 +225,87 @@ fn the_default_budget_fits_one_command() {
         .expect("a budget=N line");
     assert!(budget <= 480, "default budget {budget} s");
 }
+
+/// A trainer stub that notes its flags, one call a line, and prints an
+/// epoch line.
+const NOTING_TRAINER: &str = r#"#!/bin/sh
+echo "$*" >>"$(dirname "$0")/calls.txt"
+echo 'Epoch 01/01 | loss 0.3 | acc 0.9 | test_acc 0.91 | time 0.4s | 1000 img/s'
+"#;
+
+/// `--dry-run` (cuda-emu): every step runs and reports, once, at a size
+/// the emulator finishes: one training step of 4 images with 16 test
+/// images, the baseline (which cannot shorten its evaluation) on the CPU,
+/// one round, every bench at batch 4.
+#[test]
+fn a_dry_run_runs_every_step_once_and_small() {
+    let bundle = fake_bundle();
+    let put = |path: &str, text: &str| {
+        let file = bundle.path().join(path);
+        fs::create_dir_all(file.parent().unwrap()).unwrap();
+        fs::write(&file, text).unwrap();
+        assert!(
+            Command::new("chmod")
+                .arg("+x")
+                .arg(&file)
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    put("bin/trainer", NOTING_TRAINER);
+    put("baseline/bin/trainer", NOTING_TRAINER);
+    put(
+        "benches/cnn_layers",
+        "#!/bin/sh\necho \"$*\" >>\"$(dirname \"$0\")/calls.txt\"\necho '  sum 0.017 0.015'\n",
+    );
+    let out = start(bundle.path(), &["--dry-run"])
+        .wait_with_output()
+        .unwrap();
+    let summary = fs::read_to_string(bundle.path().join("logs/summary.txt")).unwrap();
+    assert!(summary.contains("dry run (batch 4, one step)"), "{summary}");
+    let rows: Vec<&str> = summary.lines().skip(2).collect();
+    for step in [
+        "train_b512_r1",
+        "train_unfused_bf16_b512_r1",
+        "base_train_b512_r1",
+        "train_tcp_ws2",
+    ] {
+        assert!(
+            rows.iter()
+                .any(|r| r.starts_with(&format!("{step} ")) && r.contains(" ok ")),
+            "{step} did not run:\n{summary}\n{}",
+            text(&out)
+        );
+    }
+    assert!(!summary.contains("_r2 "), "a second round ran:\n{summary}");
+    let calls = |path: &str| fs::read_to_string(bundle.path().join(path)).unwrap();
+    let ours = calls("bin/calls.txt");
+    assert_eq!(ours.lines().count(), 9 + 12 + 1, "{ours}");
+    for call in ours.lines() {
+        for flag in [
+            "--batch-size 4",
+            "--epochs 1",
+            "--max-steps 1",
+            "--eval-samples 16",
+        ] {
+            assert!(call.contains(flag), "{flag} missing in: {call}");
+        }
+    }
+    let base = calls("baseline/bin/calls.txt");
+    assert_eq!(base.lines().count(), 2, "{base}");
+    for call in base.lines() {
+        assert!(
+            call.contains("--device cpu") && call.contains("--max-steps 1"),
+            "{call}"
+        );
+        assert!(!call.contains("--eval-samples"), "{call}");
+    }
+    let benches = calls("benches/calls.txt");
+    assert!(
+        benches
+            .lines()
+            .all(|c| c.contains("--reps 1") && c.contains("--batch-size 4")),
+        "{benches}"
+    );
+}

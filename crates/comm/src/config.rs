@@ -36,10 +36,25 @@ pub enum StoreHost {
     /// job's token to (when the job has one).
     #[default]
     RankZero,
+    /// The trainer's own launcher (node 0's) hosts this crate's store there,
+    /// as rank 0 would, the job's token included: the store outlives every
+    /// rank (`TRAINER_STORE_HOST=launcher`).
+    Launcher,
     /// A launcher hosts a c10d TCPStore there (torchrun's agent, with
     /// `TORCHELASTIC_USE_AGENT_STORE=True`): every rank is its client, keeps
     /// its keys under `prefix`, and the store itself is unauthenticated.
     Agent { prefix: String },
+}
+
+impl StoreHost {
+    /// Whose store it is, for messages.
+    pub fn owner(&self) -> &'static str {
+        match self {
+            StoreHost::RankZero => "rank 0's store",
+            StoreHost::Launcher => "the launcher's store",
+            StoreHost::Agent { .. } => "torchrun's store",
+        }
+    }
 }
 
 /// Identity of this rank and where the job's rendezvous store lives.
@@ -107,6 +122,7 @@ impl CommConfig {
             Some(agent) if agent.hosts_store => StoreHost::Agent {
                 prefix: agent.key_prefix(),
             },
+            _ if env.launcher_store => StoreHost::Launcher,
             _ => StoreHost::RankZero,
         };
         CommConfig::new(

@@ -112,7 +112,7 @@ impl Store {
                     timeout: config.rdzv_timeout,
                     missing: vec![0],
                     world_size: config.world_size,
-                    detail: format!("could not reach rank 0's store: {detail}"),
+                    detail: format!("could not reach {}: {detail}", config.store.owner()),
                 },
             })?;
         stream
@@ -121,10 +121,10 @@ impl Store {
             .and_then(|()| stream.set_write_timeout(Some(config.timeout)))
             .map_err(|e| CommError::io("configuring the store connection", e))?;
         let agent = match &config.store {
-            StoreHost::RankZero => {
+            StoreHost::RankZero | StoreHost::Launcher => {
                 handshake(&stream, config.auth.as_ref(), Role::Initiator).map_err(|failure| {
                     CommError::Auth {
-                        peer: format!("rank 0's store at {master}"),
+                        peer: format!("{} at {master}", config.store.owner()),
                         failure,
                     }
                 })?;

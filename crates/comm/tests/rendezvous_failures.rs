@@ -7,7 +7,7 @@ mod common;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use comm::{CommConfig, CommError, Rejection, TcpCommunicator};
+use comm::{CommConfig, CommError, Rejection, Store, StoreHost, StoreServer, TcpCommunicator};
 use common::{HANG_TIMEOUT, config, connect_all, free_port};
 
 #[test]
@@ -105,6 +105,35 @@ fn master_port_in_use_is_reported_on_rank_0() {
         )),
         "{err}"
     );
+}
+
+/// A launcher's store (`StoreHost::Launcher`): rank 0 joins it as every
+/// rank does, and does not try to bind its port (which a rank 0 of its
+/// own would find in use). The store outlives the ranks' communicators.
+#[test]
+fn ranks_meet_at_a_launchers_store_and_it_outlives_them() {
+    let server = StoreServer::bind_with_auth("127.0.0.1", 0, 2, HANG_TIMEOUT, None).unwrap();
+    let port = server.port();
+    let configs = (0..2)
+        .map(|r| config(r, 2, port, HANG_TIMEOUT).with_store(StoreHost::Launcher))
+        .collect();
+    let comms: Vec<TcpCommunicator> = connect_all(configs)
+        .into_iter()
+        .map(|c| c.expect("joining the launcher's store"))
+        .collect();
+    drop(comms);
+    // Rank 0 gone, the store still answers.
+    let mut store =
+        Store::connect(&config(1, 2, port, HANG_TIMEOUT).with_store(StoreHost::Launcher));
+    assert!(
+        matches!(
+            &store,
+            Err(CommError::Rejected(Rejection::DuplicateRank { rank: 1 }))
+        ),
+        "{store:?}"
+    );
+    store = Store::connect(&config(0, 2, port, HANG_TIMEOUT).with_store(StoreHost::Launcher));
+    assert!(store.is_err(), "rank 0 registered twice");
 }
 
 #[test]

@@ -7,7 +7,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use comm::{AUTH_TOKEN_VAR, AuthToken};
+use comm::launch_var::{LAUNCHER_HOSTS_STORE, TRAINER_STORE_HOST};
+use comm::{AUTH_TOKEN_VAR, AuthToken, StoreServer};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
@@ -78,6 +79,12 @@ pub fn launch(
             g.finish(attempt, graces.failure + Duration::from_secs(10));
         }
     };
+    // Node 0's launcher (the store's host, or the one machine) holds for
+    // the job what the program asks, through every restart.
+    let held = match group.as_ref().is_none_or(|g| g.node_rank == 0) {
+        true => restarts.hold().map_err(LaunchError::Refused)?,
+        false => Vec::new(),
+    };
     let mut attempt = match group.as_mut() {
         Some(g) => g.first_attempt()?,
         None => 0,
@@ -116,7 +123,7 @@ pub fn launch(
             _ => restarts.args(&spec.args),
         };
         let node = (slot, group.as_mut(), attempt);
-        let run = (spec, args.as_slice());
+        let run = (spec, args.as_slice(), held.as_slice());
         let failure = match run_workers(run, plan, (graces, master), &mut signals, node)? {
             Outcome::Ended(end) => {
                 finish(group.as_mut(), attempt);
@@ -204,10 +211,31 @@ fn fresh_token(spec: &WorkerSpec, plan: &NodePlan) -> Result<Option<AuthToken>, 
     ))
 }
 
-/// One attempt: starts the workers of `spec`, with `args`, as the
-/// machine in `slot`, their store at `master`, and supervises them.
+/// The workers' store at `master`, for `world` workers, proving the job's
+/// token as they will: this attempt's fresh `token`, else the user's
+/// (`--auth-token-file`, `TRAINER_AUTH_TOKEN`), none with `--no-auth`.
+fn host_store(
+    spec: &WorkerSpec,
+    (addr, port): &(String, u16),
+    world: usize,
+    token: Option<&AuthToken>,
+) -> Result<StoreServer, LaunchError> {
+    let auth = match (token, spec.no_auth) {
+        (Some(token), _) => Some(token.clone()),
+        (None, true) => None,
+        (None, false) => AuthToken::resolve(spec.auth_token_file.as_deref())
+            .doing(|| "reading the job's auth token for the workers' store".into())?,
+    };
+    StoreServer::bind_with_auth(addr, *port, world, spec.failure_grace, auth).doing(|| {
+        format!("hosting the workers' store at {addr}:{port} (MASTER_PORT; --master-port)")
+    })
+}
+
+/// One attempt: starts the workers of `spec`, with `args` and the
+/// variables of what this launcher `held`, as the machine in `slot`, their
+/// store at `master`, and supervises them.
 fn run_workers(
-    (spec, args): (&WorkerSpec, &[OsString]),
+    (spec, args, held): (&WorkerSpec, &[OsString], &[(OsString, OsString)]),
     plan: &NodePlan,
     (graces, master): (Graces, (String, u16)),
     signals: &mut Signals,
@@ -216,6 +244,12 @@ fn run_workers(
     let node_rank = slot.node_rank;
     let token = fresh_token(spec, plan)?;
     let world = slot.nnodes * plan.nproc;
+    // Node 0's launcher hosts the workers' store, as torchrun's agent does:
+    // it outlives every worker, rank 0 included. It lives for the attempt.
+    let _store = match node_rank {
+        0 => Some(host_store(spec, &master, world, token.as_ref())?),
+        _ => None,
+    };
     let flight = (spec.flight_recorder.as_deref())
         .map(|dir| Flight::begin(dir, world, plan.nproc, node_rank));
     let exe = &spec.exe;
@@ -238,6 +272,8 @@ fn run_workers(
             .args(args)
             .envs(plan.worker_env(slot, local_rank, &master))
             .envs(token.iter().map(|t| (AUTH_TOKEN_VAR, t.to_hex())))
+            .envs(held.iter().cloned())
+            .env(TRAINER_STORE_HOST, LAUNCHER_HOSTS_STORE)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

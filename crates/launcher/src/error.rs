@@ -33,7 +33,15 @@ pub enum LaunchError {
     /// The workers failed, and no restart was left or could help.
     #[error("{0}")]
     WorkersFailed(String),
+    /// The workers' program refused the job before its first start
+    /// ([`crate::Restarts::hold`]).
+    #[error(transparent)]
+    Refused(Refusal),
 }
+
+/// Why the workers' program refuses to run the job
+/// ([`crate::Restarts::hold`]).
+pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
 
 /// A store request that failed outside any named step.
 impl From<CommError> for LaunchError {

@@ -40,7 +40,7 @@ mod workers;
 
 pub use agent::launch;
 pub use args::without_flag;
-pub use error::LaunchError;
+pub use error::{LaunchError, Refusal};
 pub use flags::{LaunchFlags, RdzvBackend, RdzvFlags};
 pub use plan::NodePlan;
 pub use spec::{Restarts, WorkerSpec};

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::args;
-use crate::error::{Doing, LaunchError};
+use crate::error::{Doing, LaunchError, Refusal};
 use crate::flags::LaunchFlags;
 
 /// What a launcher runs on its machine and how it treats the workers
@@ -80,4 +80,13 @@ pub trait Restarts {
     /// What to do after the workers stopped on a preemption request (what
     /// they saved, and how to go on), for the log.
     fn after_preemption(&self) -> String;
+
+    /// What node 0's launcher, the one process of the job that outlives
+    /// every restart, takes for the job's life before it starts the first
+    /// workers (the trainer: its checkpoint directory), and the variables
+    /// that tell its workers so; an error refuses the job. By default,
+    /// nothing.
+    fn hold(&self) -> Result<Vec<(OsString, OsString)>, Refusal> {
+        Ok(Vec::new())
+    }
 }

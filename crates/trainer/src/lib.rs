@@ -33,6 +33,7 @@ use comm::LaunchEnv;
 use launcher::contract::RunEnd;
 use launcher::{NodePlan, Restarts, WorkerSpec};
 
+use crate::checkpoint::lock;
 use crate::checkpoint::restarts::CheckpointRestarts;
 use crate::cli::{Cli, Spawn};
 use crate::topology::Topology;
@@ -51,10 +52,22 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
     // launcher of an elastic job leaves the check to its rank 0: a machine
     // that comes back joins a restart, whose checkpoints are there.
     let elastic = plan.as_ref().is_some_and(NodePlan::is_elastic);
-    if env.as_ref().is_none_or(|env| env.rank == 0) && !elastic {
+    let rank_0 = env.as_ref().is_none_or(|env| env.rank == 0);
+    if rank_0 && !elastic {
         let outputs = (&job.checkpoints.checkpoint_dir, &job.outputs.metrics);
         output_paths::prepare(outputs.0.as_deref(), outputs.1.as_deref())?;
     }
+    // One job per checkpoint directory, held as long as this runs: by node
+    // 0's launcher for its workers (`CheckpointRestarts::hold`), else here
+    // by rank 0, unless its launcher said that it holds it.
+    let launches_processes = plan.is_some() && cli.spawn == Spawn::Processes;
+    let _hold = match &job.checkpoints.checkpoint_dir {
+        Some(dir) if rank_0 && !launches_processes => {
+            let inherited = std::env::var(lock::HELD_VAR).ok();
+            Some(lock::hold_as_rank_0(dir, inherited.as_deref())?)
+        }
+        _ => None,
+    };
     if let Some(plan) = &plan {
         // Once here, rather than by every worker it would start.
         let stages = job.pipeline.pipeline_stages as usize;
@@ -112,7 +125,8 @@ fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
         checkpoints.checkpoint_dir.as_deref(),
         checkpoints.keep,
         checkpoints.resume.clone(),
-    );
+    )
+    .of_job(cli.launch.rdzv.rdzv_id.clone());
     // An elastic job's machine may join a restart, its first attempt
     // resuming: the first attempt's rank 0 checks (and refuses for good).
     if spec.max_restarts > 0 && !plan.is_elastic() {

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{data_arg, dataset, run, stderr, trainer};
+use trainer::checkpoint::lock::LOCK_FILE;
 use trainer::checkpoint::store::PAUSE_ENV;
 use trainer::checkpoint::{CheckpointDir, MODEL_FILE, Position, Settings, TrainingState, load};
 use trainer::model::DropoutRates;
@@ -276,9 +277,11 @@ fn a_failed_save_removes_its_partial_files() {
         "{}",
         stderr(&out)
     );
+    // The job's lock file aside (`checkpoint::lock`), which stays.
     let left: Vec<_> = std::fs::read_dir(&ckpt)
         .unwrap()
         .map(|e| e.unwrap().file_name())
+        .filter(|name| name != LOCK_FILE)
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
@@ -292,10 +295,11 @@ fn resume_auto_never_starts_fresh_over_checkpoints_it_cannot_resume() {
     let ckpt = dir.path().join("ckpt");
     let out = run(&mut quick(&ckpt, "1"));
     assert!(out.status.success(), "{}", stderr(&out));
-    let before: Vec<_> = std::fs::read_dir(&ckpt)
-        .unwrap()
-        .map(|e| e.unwrap().path())
+    let before: Vec<_> = (CheckpointDir::new(&ckpt, 3).list().unwrap())
+        .into_iter()
+        .map(|(_, path)| path)
         .collect();
+    assert!(!before.is_empty());
     let out = run(trainer()
         .args([
             "--model",

@@ -38,8 +38,14 @@ fn newest_model(dir: &Path) -> std::path::PathBuf {
     ckpts.pop().expect("a checkpoint").join("model.safetensors")
 }
 
-/// Trains the table's run on `world` ranks with `extra` flags into `dir`.
-fn train(dir: &Path, world: usize, extra: &[&str]) -> String {
+/// Where the run into checkpoint directory `dir` writes its sample ledger.
+fn ledger(dir: &Path) -> std::path::PathBuf {
+    dir.with_extension("ledger.jsonl")
+}
+
+/// Trains the table's run on `world` ranks with `extra` flags into `dir`:
+/// its model's hash, and its ledger.
+fn train(dir: &Path, world: usize, extra: &[&str]) -> (String, String) {
     let mut cmd = trainer();
     cmd.args([
         "--world-size",
@@ -56,6 +62,8 @@ fn train(dir: &Path, world: usize, extra: &[&str]) -> String {
     cmd.args(["--reproducible", "--global-batch", "64", "--seed", "3"])
         .args(["--max-steps", STEPS, "--checkpoint-dir"])
         .arg(dir)
+        .arg("--sample-ledger")
+        .arg(ledger(dir))
         .args(extra);
     let out = run(&mut cmd);
     assert!(
@@ -63,7 +71,8 @@ fn train(dir: &Path, world: usize, extra: &[&str]) -> String {
         "world {world} {extra:?}: {}",
         stderr(&out)
     );
-    sha256(&newest_model(dir))
+    let samples = std::fs::read_to_string(ledger(dir)).unwrap();
+    (sha256(&newest_model(dir)), samples)
 }
 
 #[test]
@@ -72,7 +81,7 @@ fn every_layout_ends_on_the_same_bytes_as_the_reference() {
     let dir = |name: &str| tmp.path().join(name);
     let alone = train(&dir("w1"), 1, &[]);
     assert_eq!(
-        alone, REFERENCE,
+        alone.0, REFERENCE,
         "one rank: not the recorded bytes (another CPU?)"
     );
     let layouts: [(&str, usize, &[&str]); 6] = [
@@ -89,11 +98,10 @@ fn every_layout_ends_on_the_same_bytes_as_the_reference() {
         ),
     ];
     for (name, world, extra) in layouts {
-        assert_eq!(
-            train(&dir(name), world, extra),
-            alone,
-            "{name}: other bytes"
-        );
+        let (bytes, samples) = train(&dir(name), world, extra);
+        assert_eq!(bytes, alone.0, "{name}: other bytes");
+        // Each step trained the same samples, whoever trained them.
+        assert_eq!(samples, alone.1, "{name}: another sample ledger");
     }
     // Stopped after 3 steps on one rank, resumed on two.
     let resumed = dir("resumed");
@@ -107,11 +115,15 @@ fn every_layout_ends_on_the_same_bytes_as_the_reference() {
             "3",
             "--checkpoint-dir",
         ])
-        .arg(&resumed);
+        .arg(&resumed)
+        .arg("--sample-ledger")
+        .arg(ledger(&resumed));
     assert!(run(&mut first).status.success());
     std::fs::remove_dir_all(resumed.join("ckpt-e0002-s000000")).unwrap();
+    // The resumed run keeps the ledger's lines up to its checkpoint.
     let again = train(&resumed, 2, &["--resume", "auto"]);
-    assert_eq!(again, alone, "resumed on two ranks: other bytes");
+    assert_eq!(again.0, alone.0, "resumed on two ranks: other bytes");
+    assert_eq!(again.1, alone.1, "resumed on two ranks: another ledger");
 }
 
 #[test]

@@ -13,7 +13,8 @@ use common::{final_state, job, launcher_pid, run, stderr, stderr_lines};
 use trainer::checkpoint::Position;
 use trainer::checkpoint::store::PAUSE_ENV;
 
-/// Two ranks, 8 steps, checkpoints after steps 2, 4 and 6 and at the end.
+/// Two ranks, 8 steps, checkpoints after steps 2, 4 and 6 and at the end,
+/// and the samples of each step in `<metrics>.ledger`.
 fn checkpointed_job(dir: &Path, metrics: &Path) -> Command {
     let mut cmd = job(2, 1, 10);
     cmd.args([
@@ -25,7 +26,9 @@ fn checkpointed_job(dir: &Path, metrics: &Path) -> Command {
     ])
     .arg(dir)
     .arg("--metrics")
-    .arg(metrics);
+    .arg(metrics)
+    .arg("--sample-ledger")
+    .arg(metrics.with_extension("ledger"));
     cmd
 }
 
@@ -91,6 +94,20 @@ fn a_killed_worker_is_restarted_from_the_newest_checkpoint_and_the_result_is_unc
         got == want,
         "the restarted job ended with a different final checkpoint\n{log}"
     );
+    // The ledger holds the steps the model was trained on: each once, each
+    // with the undisturbed run's samples, none of them twice.
+    let ledger = |name| std::fs::read_to_string(tmp.path().join(name)).unwrap();
+    let hit_ledger = ledger("hit.ledger");
+    assert_eq!(hit_ledger, ledger("calm.ledger"), "{log}");
+    let mut seen = std::collections::HashSet::new();
+    for (n, line) in hit_ledger.lines().enumerate() {
+        let line: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(line["global_step"], n + 1);
+        for sample in line["samples"].as_array().unwrap() {
+            assert!(seen.insert(sample.as_u64().unwrap()), "{sample} twice");
+        }
+    }
+    assert_eq!(seen.len(), 8 * 2 * 64);
     // The epoch's numbers are the undisturbed ones, reported once.
     assert_eq!(
         losses(&tmp.path().join("hit.jsonl")),

@@ -19,13 +19,18 @@
 # still brings back everything that finished.
 # --rounds N repeats the training runs N times (default 3), round by round,
 # so that the report shows their spread. --only runs just the steps whose
-# names match the (bash) regex. --dry-run is for cuda-emu (no GPU): every
-# training stops after 2 steps and every bench takes 2 repetitions.
+# names match the (bash) regex. --dry-run is for cuda-emu (no GPU), where a
+# training step of 64 images takes seconds: it shows that every step runs
+# and reports, not what it measures. Every training trains one step of 4
+# images and evaluates 16 (the 10d9181 baseline, which cannot shorten its
+# evaluation of 10,000 images, trains on the CPU), every bench times one
+# repetition at batch 4, the parity suite runs its pointwise tests, and the
+# rounds default to 1 (the others repeat the same commands).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 data_dir="$here/data/fashion-mnist"
 budget=480
-rounds=3
+rounds=
 only=
 logs="$here/logs"
 archive=
@@ -43,6 +48,10 @@ while [ $# -gt 0 ]; do
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
+if [ -z "$rounds" ]; then
+  rounds=3
+  [ "$dry_run" = 1 ] && rounds=1
+fi
 deadline=$((SECONDS + budget))
 links="$here/lib"
 mkdir -p "$logs" "$links"
@@ -63,7 +72,7 @@ skip() { if selected "$1"; then row "$1" skipped "$2"; save; fi; }
 # (into a temporary name first: a kill half way leaves the last archive).
 save() {
   {
-    echo "# $(head -n 1 "$here/build-info.txt" 2>/dev/null), budget $budget s, $SECONDS s so far"
+    echo "# $(head -n 1 "$here/build-info.txt" 2>/dev/null), budget $budget s, $SECONDS s so far${dry_run/#1/, dry run (batch 4, one step)}"
     printf '%-28s %-7s %s\n' step result detail
     printf '%s\n' "${summary[@]}"
   } >"$logs/summary.txt"
@@ -210,9 +219,21 @@ config_flags() {
 # A step's name for configuration $1: `train` for float32, else `train_$1`.
 config_name() { if [ "$1" = f32 ]; then echo train; else echo "train_$1"; fi; }
 quick=()
-[ "$dry_run" = 1 ] && quick=(--max-steps 2)
+base_quick=()
+base_device=cuda
+dry_batch=
+if [ "$dry_run" = 1 ]; then
+  quick=(--max-steps 1 --eval-samples 16)
+  base_quick=(--max-steps 1)
+  base_device=cpu
+  dry_batch=4
+fi
+# The batch a step asks for: $1, or in a dry run 4.
+batch_of() { echo "${dry_batch:-$1}"; }
+# The epochs a training asks for: $1, or in a dry run 1.
+epochs_of() { if [ "$dry_run" = 1 ]; then echo 1; else echo "$1"; fi; }
 trainer=("$here/bin/trainer" --device cuda --data-dir "$data_dir")
-base=("$here/baseline/bin/trainer" --device cuda --data-dir "$data_dir")
+base=("$here/baseline/bin/trainer" --device "$base_device" --data-dir "$data_dir")
 # train_round R: every goal run, then every variant beside its default and
 # the baseline, once. Each run is a process of its own, 2 epochs (the
 # report takes the last, warm one); round 1's batch-64 runs train 5 epochs
@@ -225,20 +246,20 @@ train_round() {
       [ "$r" = 1 ] && [ "$batch" = 64 ] && epochs=5
       config_flags "$cfg"
       name="$(config_name "$cfg")_b${batch}_r$r"
-      step "$name" 60 'Epoch' "${trainer[@]}" "${flags[@]}" --batch-size "$batch" \
-        --epochs "$epochs" "${quick[@]}" --metrics "$logs/$name.jsonl"
+      step "$name" 60 'Epoch' "${trainer[@]}" "${flags[@]}" --batch-size "$(batch_of "$batch")" \
+        --epochs "$(epochs_of "$epochs")" "${quick[@]}" --metrics "$logs/$name.jsonl"
     done
   done
   for batch in 64 512; do
     for cfg in cp_async cp_async_tf32 wide wide_tf32 unfused unfused_bf16; do
       config_flags "$cfg"
       name="$(config_name "$cfg")_b${batch}_r$r"
-      step "$name" 60 'Epoch' "${trainer[@]}" "${flags[@]}" --batch-size "$batch" --epochs 2 \
-        "${quick[@]}" --metrics "$logs/$name.jsonl"
+      step "$name" 60 'Epoch' "${trainer[@]}" "${flags[@]}" --batch-size "$(batch_of "$batch")" \
+        --epochs "$(epochs_of 2)" "${quick[@]}" --metrics "$logs/$name.jsonl"
     done
     if [ -x "$here/baseline/bin/trainer" ]; then
-      step "base_train_b${batch}_r$r" 60 'Epoch' "${base[@]}" --batch-size "$batch" --epochs 2 \
-        "${quick[@]}"
+      step "base_train_b${batch}_r$r" 60 'Epoch' "${base[@]}" --batch-size "$(batch_of "$batch")" \
+        --epochs "$(epochs_of 2)" "${base_quick[@]}"
     fi
   done
 }
@@ -307,14 +328,18 @@ ncu_kernels() {
 }
 # cnn_layers NAME FLAGS...: each layer's kernels between CUDA events.
 reps=50
-[ "$dry_run" = 1 ] && reps=2
+[ "$dry_run" = 1 ] && reps=1
+# cnn_layers NAME BATCH FLAGS...
 cnn_layers() {
-  local name=$1; shift
-  step "$name" 30 '^ +sum' "$here/benches/cnn_layers" --device cuda --reps "$reps" "$@"
+  local name=$1 batch=$2; shift 2
+  step "$name" 30 '^ +sum' "$here/benches/cnn_layers" --device cuda --reps "$reps" \
+    --batch-size "$(batch_of "$batch")" "$@"
 }
 
 # 1. Correctness: the parity suite, then NCCL at world size 1.
-step cuda_parity 60 'test result' env REQUIRE_GPU=1 "$here/tests/cuda_parity"
+parity=()
+[ "$dry_run" = 1 ] && parity=(pointwise::)
+step cuda_parity 60 'test result' env REQUIRE_GPU=1 "$here/tests/cuda_parity" "${parity[@]}"
 if [ "$have_nccl" = 1 ]; then
   step nccl_gpu 60 'test result' env REQUIRE_GPU=1 REQUIRE_NCCL=1 \
     TRAINER_BIN="$here/bin/trainer" "$here/tests/nccl_gpu" --test-threads 1
@@ -355,14 +380,13 @@ fi
 
 # 6. Each layer's kernels at the GPU's clocks, per precision and lever.
 for batch in 64 512; do
-  cnn_layers "bench_cnn_layers_b$batch" --batch-size "$batch"
-  cnn_layers "bench_cnn_layers_tf32_b$batch" --tf32 --batch-size "$batch"
-  cnn_layers "bench_cnn_layers_bf16_b$batch" --bf16 --batch-size "$batch"
-  cnn_layers "bench_cnn_layers_cp_async_b$batch" --gemm-staging cp-async --batch-size "$batch"
-  cnn_layers "bench_cnn_layers_cp_async_tf32_b$batch" --tf32 --gemm-staging cp-async \
-    --batch-size "$batch"
-  cnn_layers "bench_cnn_layers_wide_b$batch" --fp32-tile wide --batch-size "$batch"
-  cnn_layers "bench_cnn_layers_unfused_b$batch" --no-fusion --batch-size "$batch"
+  cnn_layers "bench_cnn_layers_b$batch" "$batch"
+  cnn_layers "bench_cnn_layers_tf32_b$batch" "$batch" --tf32
+  cnn_layers "bench_cnn_layers_bf16_b$batch" "$batch" --bf16
+  cnn_layers "bench_cnn_layers_cp_async_b$batch" "$batch" --gemm-staging cp-async
+  cnn_layers "bench_cnn_layers_cp_async_tf32_b$batch" "$batch" --tf32 --gemm-staging cp-async
+  cnn_layers "bench_cnn_layers_wide_b$batch" "$batch" --fp32-tile wide
+  cnn_layers "bench_cnn_layers_unfused_b$batch" "$batch" --no-fusion
 done
 
 # 7. Every kernel's device time in training, per precision.
@@ -393,9 +417,11 @@ fi
 
 # 10. Last, what 2026-11-27 settled: NCCL and two ranks over TCP training.
 if [ "$have_nccl" = 1 ]; then
-  step train_nccl 60 'Epoch' "${trainer[@]}" --backend nccl --epochs 2 "${quick[@]}"
+  step train_nccl 60 'Epoch' "${trainer[@]}" --backend nccl --epochs "$(epochs_of 2)" \
+    ${dry_batch:+--batch-size "$dry_batch"} "${quick[@]}"
 fi
-step train_tcp_ws2 60 'Epoch' "${trainer[@]}" --world-size 2 --backend tcp --epochs 2 "${quick[@]}"
+step train_tcp_ws2 60 'Epoch' "${trainer[@]}" --world-size 2 --backend tcp --epochs "$(epochs_of 2)" \
+  ${dry_batch:+--batch-size "$dry_batch"} "${quick[@]}"
 
 echo
 save

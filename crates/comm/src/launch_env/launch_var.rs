@@ -30,6 +30,13 @@ pub const TORCHRUN: [&str; 7] = [
     MASTER_PORT,
 ];
 
+/// `launcher` when the trainer's own launcher (node 0's) hosts the store at
+/// `MASTER_ADDR:MASTER_PORT`, as torchrun's agent hosts its own: rank 0
+/// then joins it as every rank does, and the store outlives every worker.
+pub const TRAINER_STORE_HOST: &str = "TRAINER_STORE_HOST";
+/// [`TRAINER_STORE_HOST`]'s one value.
+pub const LAUNCHER_HOSTS_STORE: &str = "launcher";
+
 // torchrun's elastic agent, beyond the variables above.
 /// `True` when the agent hosts a c10d TCPStore at `MASTER_ADDR:MASTER_PORT`
 /// for its workers, who then meet there as its clients.

@@ -49,6 +49,8 @@ pub struct LaunchEnv {
     /// What torchrun's elastic agent added (`TORCHELASTIC_*`); `None`
     /// without one.
     pub agent: Option<ElasticAgent>,
+    /// The trainer's launcher hosts the store (`TRAINER_STORE_HOST`).
+    pub launcher_store: bool,
 }
 
 /// What torchrun's elastic agent tells its workers beyond their place in

@@ -80,6 +80,7 @@ pub(super) fn resolve(vars: &Vars<'_>, trigger: &'static str) -> Result<LaunchEn
         master_port,
         source: LaunchSource::Mpi,
         agent: None,
+        launcher_store: false,
     })
 }
 

@@ -90,6 +90,7 @@ pub(super) fn resolve(vars: &Vars<'_>) -> Result<LaunchEnv, LaunchEnvError> {
         master_port,
         source: LaunchSource::Slurm,
         agent: None,
+        launcher_store: false,
     })
 }
 

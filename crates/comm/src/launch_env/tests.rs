@@ -1,5 +1,6 @@
 use super::slurm::expand_tasks_per_node;
 use super::*;
+use crate::config::{CommConfig, StoreHost};
 
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
@@ -88,8 +89,30 @@ fn torchrun_variables_are_taken_as_is() {
             master_port: 29500,
             source: LaunchSource::Torchrun,
             agent: None,
+            launcher_store: false,
         }
     );
+}
+
+#[test]
+fn the_trainers_launcher_says_it_hosts_the_store() {
+    let store = |value| {
+        let env = resolve(&with(&TORCHRUN, &[("TRAINER_STORE_HOST", value)]));
+        env.map(|e| e.unwrap().launcher_store)
+    };
+    assert_eq!(store("launcher"), Ok(true));
+    assert!(!resolve(&TORCHRUN).unwrap().unwrap().launcher_store);
+    let err = store("rank0").unwrap_err().to_string();
+    assert!(
+        err.contains("TRAINER_STORE_HOST") && err.contains("\"launcher\""),
+        "{err}"
+    );
+    let config = CommConfig::from_launch_env(
+        &resolve(&with(&TORCHRUN, &[("TRAINER_STORE_HOST", "launcher")]))
+            .unwrap()
+            .unwrap(),
+    );
+    assert_eq!(config.store, StoreHost::Launcher);
 }
 
 #[test]
@@ -261,6 +284,7 @@ fn srun_task_resolves_master_from_the_node_list() {
             master_port: SLURM_PORT_BASE + 3456,
             source: LaunchSource::Slurm,
             agent: None,
+            launcher_store: false,
         }
     );
 }

@@ -1,8 +1,9 @@
 //! A job described torchrun-style.
 
 use super::launch_var::{
-    LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, RANK, TORCHELASTIC_RESTART_COUNT,
-    TORCHELASTIC_RUN_ID, TORCHELASTIC_USE_AGENT_STORE, WORLD_SIZE,
+    LAUNCHER_HOSTS_STORE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, RANK,
+    TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_RUN_ID, TORCHELASTIC_USE_AGENT_STORE,
+    TRAINER_STORE_HOST, WORLD_SIZE,
 };
 use super::{ElasticAgent, LaunchEnv, LaunchEnvError, LaunchSource, Vars, check_index, parse_port};
 
@@ -46,7 +47,23 @@ pub(super) fn resolve(vars: &Vars<'_>, trigger: &'static str) -> Result<LaunchEn
         master_port,
         source: LaunchSource::Torchrun,
         agent: agent(vars)?,
+        launcher_store: launcher_store(vars)?,
     })
+}
+
+/// Whether the trainer's launcher hosts the store (`TRAINER_STORE_HOST`).
+fn launcher_store(vars: &Vars<'_>) -> Result<bool, LaunchEnvError> {
+    match vars.get(TRAINER_STORE_HOST) {
+        None => Ok(false),
+        Some(LAUNCHER_HOSTS_STORE) => Ok(true),
+        Some(other) => Err(LaunchEnvError::Invalid {
+            var: TRAINER_STORE_HOST,
+            value: other.to_string(),
+            reason: format!(
+                "expected {LAUNCHER_HOSTS_STORE:?}, which the trainer's launcher sets for its workers (unset it otherwise)"
+            ),
+        }),
+    }
 }
 
 /// torchrun's elastic agent, if any of its variables is set. The agent

@@ -176,6 +176,7 @@ fn one_launcher_task_per_node_under_srun_takes_the_nodes_from_slurm() {
         master_port: 20042,
         source: LaunchSource::Slurm,
         agent: None,
+        launcher_store: false,
     };
     let plan = cli.resolve(Some(&env)).unwrap().unwrap();
     assert_eq!(

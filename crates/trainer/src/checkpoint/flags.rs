@@ -10,6 +10,9 @@ use super::resume::ResumeFrom;
 #[derive(Clone, Debug, Args)]
 pub struct CheckpointFlags {
     /// Write checkpoints into this directory (rank 0), after every epoch.
+    ///
+    /// The job holds it for its life (a lock on DIR/trainer.lock): a second
+    /// job on it is refused at its start, naming the first.
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
 

@@ -25,6 +25,7 @@ pub mod digest;
 mod files;
 mod flags;
 mod hook_state;
+pub mod lock;
 pub mod origin;
 pub mod restarts;
 pub mod resume;

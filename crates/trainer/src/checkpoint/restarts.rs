@@ -1,13 +1,16 @@
 //! Where a job's restarted workers continue (the launcher's [`Restarts`]):
 //! from the newest checkpoint in `--checkpoint-dir` (`--resume auto`), or,
-//! while it holds none, as the first attempt started.
+//! while it holds none, as the first attempt started. Node 0's launcher
+//! holds the directory for the job meanwhile ([`super::lock`]).
 
 use std::ffi::OsString;
 use std::path::Path;
+use std::sync::OnceLock;
 
-use launcher::{Restarts, without_flag};
+use launcher::{Refusal, Restarts, without_flag};
 
 use super::CheckpointDir;
+use super::lock::{DirLock, HELD_VAR, Role};
 use super::resume::{self, ResumeFrom};
 
 /// The checkpoints a restart continues from, and where the first attempt
@@ -15,6 +18,10 @@ use super::resume::{self, ResumeFrom};
 pub struct CheckpointRestarts {
     dir: Option<CheckpointDir>,
     first: Option<ResumeFrom>,
+    /// The job's id at the rendezvous (`--rdzv-id`), for the lock file.
+    job: Option<String>,
+    /// The directory's lock, once this launcher holds it.
+    held: OnceLock<DirLock>,
 }
 
 impl CheckpointRestarts {
@@ -24,7 +31,14 @@ impl CheckpointRestarts {
         Self {
             dir: dir.map(|d| CheckpointDir::new(d, keep as usize)),
             first,
+            job: None,
+            held: OnceLock::new(),
         }
+    }
+
+    /// The same, naming the job `job` in the directory's lock file.
+    pub fn of_job(self, job: Option<String>) -> Self {
+        Self { job, ..self }
     }
 
     /// What the launcher checks before its first start, so that a restart
@@ -76,6 +90,23 @@ impl Restarts for CheckpointRestarts {
             None => "nothing was saved (no --checkpoint-dir)",
         }
         .to_string()
+    }
+
+    /// Takes the checkpoint directory for the job's life; the workers get
+    /// [`HELD_VAR`], by which rank 0 knows it need not (and must not)
+    /// take it again.
+    fn hold(&self) -> Result<Vec<(OsString, OsString)>, Refusal> {
+        let Some(dir) = &self.dir else {
+            return Ok(Vec::new());
+        };
+        let lock = match self.held.get() {
+            Some(lock) => lock,
+            None => {
+                let lock = DirLock::take(dir.path(), Role::Launcher, self.job.as_deref())?;
+                self.held.get_or_init(|| lock)
+            }
+        };
+        Ok(vec![(HELD_VAR.into(), lock.holder().token.clone().into())])
     }
 }
 

@@ -17,6 +17,7 @@ use crate::phases::Phase;
 use crate::report::announce::{Ending, report_outcome};
 use crate::report::metrics::{MetricsFile, epoch_line};
 use crate::report::progress::Console;
+use crate::report::sample_ledger::SampleLedger;
 use crate::report::tensorboard::EventWriter;
 use crate::topology::Topology;
 use crate::train::{Progress, RunOutcome, Silent, Trainer};
@@ -53,6 +54,10 @@ pub(super) fn train_and_report<B: Ops, M: Model<B>>(
         ))),
         _ => None,
     };
+    if let (Some(path), true) = (&outputs.sample_ledger, lead) {
+        let ledger = SampleLedger::open(path, trainer.global_step())?;
+        trainer.record_samples(Box::new(ledger));
+    }
     let mut progress: Box<dyn Progress> = if lead {
         let line_every = Duration::from_secs_f64(outputs.progress_seconds);
         Box::new(Console::new(outputs.log_every, line_every, board.clone()))

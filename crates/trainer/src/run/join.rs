@@ -112,7 +112,9 @@ pub(super) fn connect(config: &CommConfig, env: &LaunchEnv) -> anyhow::Result<Tc
         };
         let reach = match config.store {
             StoreHost::Agent { .. } => "torchrun's store or the ranks' ports".to_string(),
-            StoreHost::RankZero => format!("port {} of {}", env.master_port, env.master_addr),
+            StoreHost::RankZero | StoreHost::Launcher => {
+                format!("port {} of {}", env.master_port, env.master_addr)
+            }
         };
         tell!(
             "warning: {why}: the rendezvous is unauthenticated, and any process that reaches \

@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use core_tensor::{Ops, rng};
 
 use super::accumulate::{Micro, steps_of};
+use super::ledger::{self, CommittedStep};
 use super::memory::EpochBatches;
 use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
@@ -58,6 +59,20 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         // `--max-steps` counts optimizer steps.
         let groups = steps_of(batches.len(), k, self.cfg.max_steps);
         let steps = groups.len();
+        // Rank 0's ledger: the whole job's samples of each step.
+        let job_steps = match self.state.ledger {
+            Some(_) => {
+                let len = self.schedule.fingerprint().samples as usize;
+                let plan = (len, epoch as u64);
+                Some(ledger::job_steps(
+                    &order,
+                    plan,
+                    (batch, k),
+                    self.cfg.max_steps,
+                )?)
+            }
+            None => None,
+        };
         let shape = EpochBatches {
             batch,
             samples: batches.iter().sum(),
@@ -126,6 +141,15 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 .cast(self.replica.step + 1, vote)
                 .with_context(in_step)?;
             self.train_step(&micro).with_context(in_step)?;
+            if let (Some(ledger), Some(job)) = (&mut self.state.ledger, &job_steps) {
+                let step = CommittedStep {
+                    global_step: self.replica.step,
+                    epoch: at.epoch,
+                    step: at.step,
+                    samples: &job[s],
+                };
+                ledger.committed(&step).with_context(in_step)?;
+            }
             progress.step();
             self.report_running(progress)?;
             if self.state.votes.count(vote).with_context(in_step)? {

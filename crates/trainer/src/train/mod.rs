@@ -24,6 +24,7 @@ mod config;
 mod epoch_loop;
 pub(crate) mod exact;
 mod guard;
+mod ledger;
 mod memory;
 mod meter;
 mod optimizer;
@@ -42,6 +43,7 @@ use core_tensor::Ops;
 
 pub use config::{TrainConfig, TrainFlags};
 pub use exact::{BLOCK as EXACT_BLOCK, ExactRequest};
+pub use ledger::{CommittedStep, SampleRecord};
 pub use memory::{EVAL_BATCH, EpochBatches};
 pub(crate) use memory::{host_room_bytes, test_buffers, test_reserve, training_buffers};
 pub use outcome::{EpochReport, Progress, RunOutcome, Running, Silent};
@@ -97,6 +99,8 @@ struct LoopState<B: Ops> {
     resume_at: Option<ResumePoint>,
     /// The newest end-of-epoch checkpoint this rank saved.
     last_saved: Option<PathBuf>,
+    /// Where each committed step's samples go (`--sample-ledger`, rank 0).
+    ledger: Option<Box<dyn SampleRecord>>,
 }
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
@@ -122,6 +126,16 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// measures nothing but the phases).
     pub fn watch(&mut self, monitor: Monitor) {
         self.state.monitor = monitor;
+    }
+
+    /// Tells `ledger` every committed step's samples, the whole job's.
+    pub fn record_samples(&mut self, ledger: Box<dyn SampleRecord>) {
+        self.state.ledger = Some(ledger);
+    }
+
+    /// Optimizer steps trained so far (those of the run resumed included).
+    pub fn global_step(&self) -> u64 {
+        self.replica.step
     }
 
     /// The newest checkpoint [`Trainer::run`] saved at an epoch's end

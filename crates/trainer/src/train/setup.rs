@@ -200,6 +200,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             first_epoch: start.position.epoch as usize,
             resume_at: (start.position.step > 0).then(|| ResumePoint::of(&start)),
             last_saved: None,
+            ledger: None,
         };
         Ok(Self {
             replica: Replica::upload(&backend, &start, part)?,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use clap::Args;
 use core_tensor::Ops;
+use launcher::contract::Misconfigured;
 
 use super::table::{check_fits, check_gpu_fits};
 use super::{RatingsIndex, RatingsShard, RecsysModel};
@@ -115,6 +116,11 @@ impl ModelData for Ratings {
     }
 
     fn train<B: Ops>(&self, rank: Rank<'_, B>) -> Result<RunOutcome> {
+        if rank.job.outputs.sample_ledger.is_some() {
+            bail!(Misconfigured(
+                "--sample-ledger lists the samples of one sampling order, and the ratings stream in chunks shuffled per rank: leave it out with --model recsys".to_string()
+            ));
+        }
         let kept_zero = rank.cfg.sparse_adam;
         let model = RecsysModel::new(&self.index, self.dim)?.with_tables_kept_zero(kept_zero);
         let train = RatingsShard::new(self.index.clone(), false);
