@@ -22,50 +22,12 @@ use crate::trainer_build::{find_on_path, profile_name, trainer, workspace_root};
   cargo xtask slurm-submit --tasks-per-node 2 --wait -- --device cpu --epochs 1
   cargo xtask slurm-submit --gpus-per-node 8 --env NCCL_DEBUG=INFO --dry-run")]
 pub struct Args {
-    /// Nodes to allocate.
-    #[arg(long, default_value_t = 1)]
-    nodes: u32,
-    /// GPUs per node, with one rank per GPU (GPU jobs).
-    #[arg(long, value_name = "N")]
-    gpus_per_node: Option<u32>,
-    /// Ranks per node for a CPU-only job (default 1; pass `-- --device cpu` to the trainer).
-    #[arg(long, value_name = "N")]
-    tasks_per_node: Option<u32>,
-    /// CPU cores for each rank.
-    #[arg(long, value_name = "N")]
-    cpus_per_task: Option<u32>,
-    /// One srun task per rank, or one per node running the trainer's own
-    /// launcher for the node's ranks (torchrun's layout under SLURM).
-    #[arg(long, value_enum, default_value_t = validate::Layout::PerRank)]
-    layout: validate::Layout,
-    /// Partition (queue), or a comma-separated list of them [default: the cluster's default].
-    #[arg(long)]
-    partition: Option<String>,
-    /// Wall-clock limit: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS [default: the partition's].
-    #[arg(long)]
-    time: Option<String>,
-    /// Account to charge [default: your default account].
-    #[arg(long)]
-    account: Option<String>,
-    /// Job name, shown by squeue and used in the log file name.
-    #[arg(long, default_value = "fmnist-ddp")]
-    job_name: String,
+    #[command(flatten)]
+    job: JobFlags,
     /// Where the script, the log (NAME-JOBID.out) and the trainer's checkpoints
     /// (NAME-SUBMISSION.checkpoints) go; relative to the workspace root.
     #[arg(long, default_value = "logs", value_name = "DIR")]
     output_dir: PathBuf,
-    /// Seconds before the time limit at which SLURM sends USR1 to every rank: the trainer saves a
-    /// checkpoint and exits with 75, and the job requeues itself to continue from it. 1 to 65535
-    /// (sbatch's range), and below --time.
-    #[arg(long, default_value_t = 120, value_name = "SECS")]
-    signal_secs: u32,
-    /// How many times the job may requeue itself after a preemption (exit 75), counted by
-    /// SLURM_RESTART_COUNT; a run that saved no checkpoint is never requeued (0: never).
-    #[arg(long, default_value_t = 3, value_name = "N")]
-    max_requeues: u32,
-    /// Exported to every rank (repeatable), e.g. --env NCCL_DEBUG=INFO.
-    #[arg(long = "env", value_name = "KEY=VALUE")]
-    env: Vec<String>,
     /// Print the batch script; build and submit nothing.
     #[arg(long, conflicts_with = "wait")]
     dry_run: bool,
@@ -97,8 +59,54 @@ pub struct Args {
     trainer_args: Vec<String>,
 }
 
+/// What the batch job is: where it runs, how many ranks, how long, and how
+/// it requeues itself (`validate::job` reads them).
+#[derive(clap::Args, Debug)]
+pub struct JobFlags {
+    /// Nodes to allocate.
+    #[arg(long, default_value_t = 1)]
+    nodes: u32,
+    /// GPUs per node, with one rank per GPU (GPU jobs).
+    #[arg(long, value_name = "N")]
+    gpus_per_node: Option<u32>,
+    /// Ranks per node for a CPU-only job (default 1; pass `-- --device cpu` to the trainer).
+    #[arg(long, value_name = "N")]
+    tasks_per_node: Option<u32>,
+    /// CPU cores for each rank.
+    #[arg(long, value_name = "N")]
+    cpus_per_task: Option<u32>,
+    /// One srun task per rank, or one per node running the trainer's own
+    /// launcher for the node's ranks (torchrun's layout under SLURM).
+    #[arg(long, value_enum, default_value_t = validate::Layout::PerRank)]
+    layout: validate::Layout,
+    /// Partition (queue), or a comma-separated list of them [default: the cluster's default].
+    #[arg(long)]
+    partition: Option<String>,
+    /// Wall-clock limit: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS [default: the partition's].
+    #[arg(long)]
+    time: Option<String>,
+    /// Account to charge [default: your default account].
+    #[arg(long)]
+    account: Option<String>,
+    /// Job name, shown by squeue and used in the log file name.
+    #[arg(long, default_value = "fmnist-ddp")]
+    job_name: String,
+    /// Seconds before the time limit at which SLURM sends USR1 to every rank: the trainer saves a
+    /// checkpoint and exits with 75, and the job requeues itself to continue from it. 1 to 65535
+    /// (sbatch's range), and below --time.
+    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    signal_secs: u32,
+    /// How many times the job may requeue itself after a preemption (exit 75), counted by
+    /// SLURM_RESTART_COUNT; a run that saved no checkpoint is never requeued (0: never).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    max_requeues: u32,
+    /// Exported to every rank (repeatable), e.g. --env NCCL_DEBUG=INFO.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+}
+
 pub fn run(args: Args) -> Result<()> {
-    let job = validate::job(&args)?;
+    let job = validate::job(&args.job)?;
     let root = workspace_root();
     // `Path::join` keeps an absolute --output-dir as it is.
     let output_dir = std::path::absolute(root.join(&args.output_dir))

@@ -1,5 +1,9 @@
 //! `--model toy`: the DDP tutorial's ToyModel on synthetic data, end to end
-//! through the binary (the built-in launcher, the TCP ring, checkpoints).
+//! through the binary (the built-in launcher, the TCP ring, checkpoints),
+//! cut into a pipeline on CPU ranks and on GPUs.
+//!
+//! `toy_pipelines_on_the_cuda_emulator` builds the emulator and re-runs
+//! this binary with it loaded; there the `emulated_*` test does the work.
 
 mod common;
 
@@ -14,9 +18,17 @@ fn losses(out: &std::process::Output) -> Vec<f64> {
         .collect()
 }
 
+/// CPU ranks.
+const CPU: [&str; 2] = ["--device", "cpu"];
+
 fn toy(args: &[&str]) -> std::process::Output {
+    toy_on(&CPU, args)
+}
+
+fn toy_on(device: &[&str], args: &[&str]) -> std::process::Output {
     let out = run(trainer()
-        .args(["--model", "toy", "--device", "cpu", "--samples", "2048"])
+        .args(["--model", "toy", "--samples", "2048"])
+        .args(device)
         .args(args));
     assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     out
@@ -98,4 +110,93 @@ fn toy_flags_elsewhere_are_one_line_errors() {
         );
         assert!(err.contains("--model"), "{args:?}: {err}");
     }
+}
+
+/// The SHA-256 of `model.safetensors` after six steps of the toy (seed 3,
+/// 2048 samples) run on `device` with `args`, written under `dir`.
+fn model_hash(dir: &std::path::Path, device: &[&str], args: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let ckpt = dir.join(args.join("_"));
+    let steps = ["--epochs", "1", "--max-steps", "6", "--seed", "3"];
+    let to = ["--checkpoint-dir", ckpt.to_str().unwrap()];
+    toy_on(device, &[&steps[..], args, &to].concat());
+    let model = ckpt.join("ckpt-e0002-s000000").join("model.safetensors");
+    let bytes = std::fs::read(&model).unwrap_or_else(|e| panic!("{}: {e}", model.display()));
+    format!("{:x}", Sha256::digest(&bytes))
+}
+
+/// The toy gains pipelining by implementing the `Layered` seam alone: cut
+/// into net1 + ReLU | net2 + loss, with one micro-batch a pipeline ends
+/// with the bytes of the whole toy on as many replicas; with
+/// `--reproducible` (a micro-batch a unit) with those of one rank.
+#[test]
+fn a_pipeline_of_the_toy_ends_with_the_whole_toys_bytes() {
+    pipelines_end_with_the_whole_toys_bytes(&CPU);
+}
+
+/// The same on emulated GPUs (one a rank), activations and gradients
+/// going GPU to GPU over NCCL.
+#[test]
+fn emulated_a_pipeline_of_the_toy_ends_with_the_whole_toys_bytes() {
+    if !cuda_emu::in_emulator() {
+        return;
+    }
+    let gpus = ["--device", "cuda", "--backend", "nccl", "--timeout", "300"];
+    pipelines_end_with_the_whole_toys_bytes(&gpus);
+}
+
+#[test]
+fn toy_pipelines_on_the_cuda_emulator() {
+    common::rerun_on_emulated_gpus(
+        4,
+        &["emulated_a_pipeline_of_the_toy_ends_with_the_whole_toys_bytes"],
+    );
+}
+
+fn pipelines_end_with_the_whole_toys_bytes(device: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = |args: &[&str]| model_hash(dir.path(), device, args);
+    let batch = ["--batch-size", "16"];
+    let pipeline = |world| {
+        let layout = ["--world-size", world, "--pipeline-stages", "2"];
+        [&batch[..], &layout, &["--micro-batches", "1"]].concat()
+    };
+    let one_rank = hash(&batch);
+    assert_eq!(hash(&pipeline("2")), one_rank, "2 stages x 1 replica");
+    let two_replicas = hash(&[&batch[..], &["--world-size", "2"]].concat());
+    assert_ne!(
+        two_replicas, one_rank,
+        "two replicas train on other samples"
+    );
+    assert_eq!(hash(&pipeline("4")), two_replicas, "2 stages x 2 replicas");
+    let exact = ["--reproducible", "--global-batch", "64", "--unit", "16"];
+    let grid = ["--world-size", "4", "--pipeline-stages", "2"];
+    assert_eq!(hash(&[&exact[..], &grid].concat()), hash(&exact));
+}
+
+/// `--world-size 4 --pipeline-stages 2` trains the toy as two pipelines of
+/// two stages, four micro-batches each by default, and the loss falls.
+#[test]
+fn the_toy_trains_as_two_pipelines_of_two_replicas() {
+    let out = toy(&[
+        "--world-size",
+        "4",
+        "--pipeline-stages",
+        "2",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "16",
+    ]);
+    let err = stderr(&out);
+    for needle in [
+        "pipeline: 2 stages x 2 data-parallel replicas, 4 micro-batches per batch",
+        "stage 0: net1",
+        "stage 1: net2",
+    ] {
+        assert!(err.contains(needle), "{needle:?} missing from:\n{err}");
+    }
+    let losses = losses(&out);
+    assert_eq!(losses.len(), 3, "{}", stdout(&out));
+    assert!(losses[2] < losses[0], "{losses:?}");
 }

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::validate::{Job, Layout, Ranks};
+use super::validate::{Job, Layout, Ranks, flag_value};
 use crate::image::OUTPUT_MOUNT;
 
 const TEMPLATE: &str = include_str!("job.sbatch.in");
@@ -216,18 +216,6 @@ fn container_resume_flags(
     );
     let flags = format!("{flag}{}", if resume { " --resume auto" } else { "" });
     (lines, flags)
-}
-
-/// The value of `flag` among `args` (`--flag V` or `--flag=V`; clap
-/// refuses a flag given twice), or `None`.
-pub fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
-    args.iter()
-        .enumerate()
-        .find_map(|(i, a)| match a.strip_prefix(flag) {
-            Some("") => Some(args.get(i + 1).map_or("", String::as_str)),
-            Some(rest) => rest.strip_prefix('='),
-            None => None,
-        })
 }
 
 /// Replaces each `{{key}}` in one pass, so that a value which happens to

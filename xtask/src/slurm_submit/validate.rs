@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Result, anyhow, bail};
 
-use super::Args;
+use super::JobFlags;
 
 /// sbatch's largest `--signal=SIG@SECS` lead time.
 const MAX_SIGNAL_SECS: u32 = 65535;
@@ -56,7 +56,7 @@ impl Ranks {
     }
 }
 
-pub fn job(args: &Args) -> Result<Job> {
+pub fn job(args: &JobFlags) -> Result<Job> {
     let ranks = match (args.gpus_per_node, args.tasks_per_node) {
         (Some(_), Some(_)) => {
             bail!("give either --gpus-per-node (GPU jobs) or --tasks-per-node (CPU jobs), not both")
@@ -227,7 +227,7 @@ fn env_var(value: &str) -> Result<(String, String)> {
 /// must be relative: to the output directory, which the container sees
 /// at `/output`, so that the script can find it on the host too.
 pub fn container_checkpoint_dir(trainer_args: &[String]) -> Result<()> {
-    match super::render::flag_value(trainer_args, "--checkpoint-dir") {
+    match flag_value(trainer_args, "--checkpoint-dir") {
         Some(dir) if dir.is_empty() || Path::new(dir).is_absolute() || dir.contains("..") => bail!(
             "--checkpoint-dir {dir:?} with --container: give a path relative to --output-dir \
              (the container's working directory, /output), such as `ckpt`, or drop it for the default"
@@ -255,6 +255,18 @@ pub fn sbatch_path<'a>(path: &'a Path, what: &str) -> Result<&'a str> {
     Ok(text)
 }
 
+/// The value of `flag` among `args` (`--flag V` or `--flag=V`; clap
+/// refuses a flag given twice), or `None`.
+pub fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    args.iter()
+        .enumerate()
+        .find_map(|(i, a)| match a.strip_prefix(flag) {
+            Some("") => Some(args.get(i + 1).map_or("", String::as_str)),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -264,7 +276,7 @@ mod tests {
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
-        args: Args,
+        args: JobFlags,
     }
 
     fn parse(argv: &[&str]) -> Result<Job> {

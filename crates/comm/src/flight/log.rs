@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use super::record::{RankRecord, record_path};
+use super::record::{RankRecord, record_path, unix_micros};
 use super::recorder::Recorder;
 
 /// A rank's flight recorders (one per communicator) and where they are
@@ -28,12 +28,6 @@ struct Inner {
     host: String,
     path: PathBuf,
     recorders: Mutex<Vec<Arc<Recorder>>>,
-}
-
-/// Microseconds since the Unix epoch, by this machine's clock.
-pub fn unix_micros(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 impl FlightLog {

@@ -10,8 +10,8 @@ mod log;
 mod record;
 mod recorder;
 
-pub use log::{FlightLog, unix_micros};
-pub use record::{Entry, GroupRecord, Kind, RankRecord, State, record_path};
+pub use log::FlightLog;
+pub use record::{Entry, GroupRecord, Kind, RankRecord, State, record_path, unix_micros};
 pub use recorder::{CAPACITY, Recorder};
 
 /// What a queued NCCL collective is called in errors (`name`), and the

@@ -2,8 +2,16 @@
 //! small JSON file per rank) and a launcher reads it back.
 
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+
+/// Microseconds since the Unix epoch, by this machine's clock: a record's
+/// times.
+pub fn unix_micros(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
 
 /// Which collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::{Instant, SystemTime};
 
-use super::log::unix_micros;
-use super::record::{Entry, GroupRecord, Kind, State};
+use super::record::{Entry, GroupRecord, Kind, State, unix_micros};
 
 /// How many collectives a recorder keeps: the newest, per communicator.
 pub const CAPACITY: usize = 256;

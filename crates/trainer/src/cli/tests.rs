@@ -203,8 +203,12 @@ fn flags_that_cannot_apply_are_refused() {
             "--model cnn splits into at most 4 stages",
         ),
         (
-            &["--model", "toy", "--pipeline-stages", "2"][..],
-            "--pipeline-stages means nothing to --model toy: it is for --model cnn",
+            &["--model", "toy", "--pipeline-stages", "3"][..],
+            "--model toy splits into at most 2 stages",
+        ),
+        (
+            &["--model", "recsys", "--pipeline-stages", "2"],
+            "--pipeline-stages means nothing to --model recsys: it is for --model cnn or --model toy",
         ),
         (&["--samples", "10"], "--samples is for --model toy"),
         (

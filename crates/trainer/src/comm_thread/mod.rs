@@ -13,9 +13,6 @@ use anyhow::{Context, anyhow};
 use comm::flight::{Kind, Recorder};
 use comm::{CommError, Communicator, HalfFormat, IntReduce, ReduceOp};
 
-#[cfg(test)]
-pub(crate) mod two_ranks;
-
 /// A host buffer of gradients in flight to the communication thread and
 /// back: a backend's staging buffer (page-locked for a GPU), type-erased so
 /// the thread serves every backend.
@@ -363,18 +360,45 @@ impl Drop for CommThread {
     }
 }
 
+/// Tests' two ranks on one machine, over a TCP ring of their own.
+#[cfg(test)]
+impl CommThread {
+    /// `body` on ranks 0 and 1 of a TCP ring, each with its communicator's
+    /// thread; their results in rank order.
+    pub(crate) fn on_two_ranks<T: Send>(body: impl Fn(usize, CommThread) -> T + Sync) -> Vec<T> {
+        use comm::{CommConfig, TcpCommunicator};
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        std::thread::scope(|s| {
+            let body = &body;
+            let ranks: Vec<_> = (0..2)
+                .map(|rank| {
+                    s.spawn(move || {
+                        let config = CommConfig::new(rank, 2, "127.0.0.1", port)
+                            .with_timeout(std::time::Duration::from_secs(20));
+                        let comm = TcpCommunicator::connect(&config).unwrap();
+                        body(rank, CommThread::spawn(Box::new(comm)).unwrap())
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|r| r.join().unwrap()).collect()
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use comm::flight::{Kind, State};
 
-    use super::two_ranks::on_two_ranks;
     use super::*;
 
     /// Both ranks number the same collectives alike, each queued, started
     /// and done in its flight record, with its kind, bucket and bytes.
     #[test]
     fn every_collective_passes_the_flight_recorder() {
-        let records = on_two_ranks(|rank, mut thread| {
+        let records = CommThread::on_two_ranks(|rank, mut thread| {
             let mut handle = thread.handle();
             let staged: Staged = Box::new(vec![rank as f32; 10]);
             handle.submit(Op::AverageF32(staged, Some(3))).unwrap();

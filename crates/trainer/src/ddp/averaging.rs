@@ -238,7 +238,7 @@ mod tests {
     use core_tensor::Cpu;
 
     use super::*;
-    use crate::comm_thread::two_ranks::on_two_ranks;
+    use crate::comm_thread::CommThread;
     use crate::model::RowTables;
     use crate::models::recsys::{RatingsIndex, RecsysBuffers, RecsysModel, synth};
 
@@ -269,7 +269,7 @@ mod tests {
                 comm_hook: CommHookChoice::None,
                 seed: 0,
             };
-            let got = on_two_ranks(|_, comm| {
+            let got = CommThread::on_two_ranks(|_, comm| {
                 let cpu = Cpu::new(1).unwrap();
                 let whole = (&model, 0..layout.len());
                 let over = Some(AverageOver::Job);

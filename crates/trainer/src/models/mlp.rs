@@ -1,5 +1,4 @@
-//! Linear → ReLU → Linear with an MSE loss: the network of the toy model
-//! and the head of the recommender.
+//! Linear → ReLU → Linear with an MSE loss: the head of the recommender.
 
 use anyhow::Context as _;
 use core_tensor::ops::{Dropout, LinearGeom, MseGeom, ParamAt};

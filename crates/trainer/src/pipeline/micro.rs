@@ -17,29 +17,43 @@ pub const MICRO_BATCHES: usize = 4;
 /// How a stage cuts a batch into micro-batches and sums their gradients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Split {
-    /// `count` micro-batches (`given`: by `--micro-batches`, not its
-    /// default), as even as they come, their gradients added in float into
-    /// the batch mean.
-    Even { count: usize, given: bool },
+    /// As many micro-batches as `Count` says, as even as they come, their
+    /// gradients added in float into the batch mean.
+    Even(Count),
     /// `--reproducible`: micro-batches of a unit of `unit` samples, each
     /// one's gradients handed on alone.
     Units { unit: usize },
 }
 
+/// How many micro-batches an even split makes, and who said so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Count {
+    /// `--micro-batches M`.
+    Given(usize),
+    /// Not given: [`MICRO_BATCHES`].
+    Default,
+}
+
+impl Count {
+    fn get(self) -> usize {
+        match self {
+            Count::Given(count) => count,
+            Count::Default => MICRO_BATCHES,
+        }
+    }
+}
+
 impl Split {
     /// `--micro-batches`, if given.
     pub fn given(micro_batches: Option<usize>) -> Self {
-        Split::Even {
-            count: micro_batches.unwrap_or(MICRO_BATCHES),
-            given: micro_batches.is_some(),
-        }
+        Split::Even(micro_batches.map_or(Count::Default, Count::Given))
     }
 
     /// A micro-batch a unit of `unit` samples, of which this replica
     /// trains `units` a step; a given `--micro-batches` must say as many.
     pub fn into_units(self, unit: usize, units: usize) -> anyhow::Result<Self> {
         match self {
-            Split::Even { count, given: true } if count != units => {
+            Split::Even(Count::Given(count)) if count != units => {
                 Err(anyhow!(Misconfigured(format!(
                     "--micro-batches {count} with --reproducible: a pipeline's micro-batches are its units of --unit {unit}, and this replica trains {units} of them each step: leave out --micro-batches"
                 ))))
@@ -51,7 +65,7 @@ impl Split {
     /// The sizes of the micro-batches of a batch of `n`.
     pub fn sizes(self, n: usize) -> Vec<usize> {
         match self {
-            Split::Even { count, .. } => micro_sizes(count, n),
+            Split::Even(count) => micro_sizes(count.get(), n),
             Split::Units { unit } => micro_sizes((n / unit).max(1), n),
         }
     }
@@ -61,7 +75,7 @@ impl Split {
     pub fn smallest_batch(self, largest: usize) -> usize {
         match self {
             // A batch of fewer samples than micro-batches runs fewer of them.
-            Split::Even { count, .. } => count.min(largest).max(1),
+            Split::Even(count) => count.get().min(largest).max(1),
             Split::Units { unit } => unit,
         }
     }
@@ -77,7 +91,7 @@ impl Split {
     ) -> (Vec<DropoutSeed>, MicroSum<'a, B>) {
         match self {
             // Drawn per micro-batch; each weighted by its samples.
-            Split::Even { .. } => {
+            Split::Even(_) => {
                 let batch: usize = sizes.iter().sum();
                 let scale = 1.0 / batch as f32;
                 let seeds = (0..sizes.len())
@@ -108,7 +122,7 @@ impl Split {
 impl fmt::Display for Split {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Split::Even { count, .. } => write!(f, "{count} micro-batches per batch"),
+            Split::Even(count) => write!(f, "{} micro-batches per batch", count.get()),
             Split::Units { unit } => write!(f, "a micro-batch per unit of {unit} samples"),
         }
     }

@@ -1,5 +1,6 @@
 //! Pipeline parallelism (`--pipeline-stages S --micro-batches M`): a model
-//! that can be cut ([`Layered`]: the CNN's four segments) split into `S`
+//! that can be cut ([`Layered`]: the CNN's four segments, the toy's two)
+//! split into `S`
 //! stages of contiguous segments, one per rank, a batch split into
 //! micro-batches that flow through the stages on a 1F1B schedule
 //! (`one_f_one_b.rs`): activations forward, their gradients backward, over
@@ -46,7 +47,6 @@ use core_tensor::Ops;
 use crate::comm_thread::CommThread;
 use crate::data::{Batches, DataFingerprint, Order};
 use crate::model::Layered;
-use crate::model::layered::classes;
 use crate::phases::Phase;
 use crate::topology::Topology;
 use crate::train::{
@@ -62,7 +62,8 @@ pub struct PipelineFlags {
     /// Pipeline parallelism: split the model into S stages, one per rank.
     ///
     /// At the cuts that balance their measured times (the CNN: up to 4,
-    /// conv1 | conv2 | fc1 | fc2); the world is S x data-parallel replicas.
+    /// conv1 | conv2 | fc1 | fc2; the toy: 2, net1 | net2); the world is S
+    /// x data-parallel replicas.
     #[arg(long, value_name = "S", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub pipeline_stages: u32,
 
@@ -82,7 +83,10 @@ impl PipelineFlags {
 }
 
 /// A layered model's data splits, filling a stage's buffers.
-pub type StageData<B, M> = Box<dyn Batches<B, StageBuffers<B, <M as Layered<B>>::Acts>>>;
+pub type StageData<B, M> = Box<dyn Batches<B, StageBuffersOf<B, M>>>;
+
+/// A layered model's stage buffers.
+pub type StageBuffersOf<B, M> = StageBuffers<B, <M as Layered<B>>::Acts, <M as Layered<B>>::Target>;
 
 /// This rank's stage of a pipeline, as the trainer's schedule.
 pub struct Pipeline<B: Ops, M: Layered<B>> {
@@ -109,8 +113,8 @@ struct Plan<B: Ops, M: Layered<B>> {
     /// That part.
     part: Range<usize>,
     /// Training buffers per batch size, test buffers per batch size.
-    buffers: HashMap<usize, StageBuffers<B, M::Acts>>,
-    eval: HashMap<usize, StageBuffers<B, M::Acts>>,
+    buffers: HashMap<usize, StageBuffersOf<B, M>>,
+    eval: HashMap<usize, StageBuffersOf<B, M>>,
     /// Made with the first training buffers.
     scratch: Option<GradScratch<B>>,
 }
@@ -390,12 +394,11 @@ impl<B: Ops, M: Layered<B>> Schedule<B, M> for Pipeline<B, M> {
                 forward_through(local, b, (at, bufs, 0), params, crate::model::Mode::Eval)?;
                 let output = bufs.slots[0].cuts.last().context("a stage has a segment")?;
                 if at.last {
-                    let labels = bufs.micro[0]
-                        .labels
+                    let target = bufs.micro[0]
+                        .targets
                         .as_ref()
-                        .context("the last stage reads labels")?;
-                    let geom = classes(n, local.width(local.segments()));
-                    b.count_correct(&geom, output, labels, sum)?;
+                        .context("the last stage reads targets")?;
+                    local.output_metric(b, n, (output, target), sum)?;
                 } else {
                     link.exchange(b, stage + 1, Some(output), None)
                         .with_context(|| context(stage + 1))?;

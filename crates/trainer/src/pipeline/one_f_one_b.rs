@@ -17,15 +17,16 @@
 //! batch's), in micro-batch order: the batch mean, which the trainer then
 //! averages over the stage's replicas; with `--reproducible` each is a
 //! unit, handed whole to the step's exact sum instead ([`MicroSum`]). The
-//! last stage adds each micro-batch's loss and correct predictions to the
-//! epoch's sums, in micro-batch order.
+//! last stage adds each micro-batch's loss and metric (the CNN's correct
+//! predictions) to the epoch's sums, in micro-batch order.
 
 use anyhow::Context;
 use core_tensor::Ops;
 
+use super::StageBuffersOf;
 use super::link::StageLink;
-use super::slots::{StageAt, StageBuffers};
-use crate::model::layered::{Io, Layered, classes};
+use super::slots::StageAt;
+use crate::model::layered::{Io, Layered};
 use crate::model::{DropoutSeed, GradsReady, Mode};
 use crate::phases::{Phase, StepTimer};
 
@@ -71,7 +72,7 @@ pub(super) struct Cx<'a, B: Ops, M: Layered<B>> {
     pub params: &'a B::Storage<f32>,
     pub timer: &'a mut StepTimer<B>,
     pub scratch: &'a mut GradScratch<B>,
-    /// The epoch's sums the last stage adds to: loss, correct predictions.
+    /// The epoch's sums the last stage adds to: loss, metric.
     pub sums: (&'a mut B::Storage<f32>, &'a mut B::Storage<f32>),
     /// Each micro-batch's dropout seed, and how its gradients are summed.
     pub seeds: Vec<DropoutSeed>,
@@ -80,7 +81,7 @@ pub(super) struct Cx<'a, B: Ops, M: Layered<B>> {
 
 impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
     /// One batch through this stage (see the module docs).
-    pub fn train(&mut self, bufs: &mut StageBuffers<B, M::Acts>) -> anyhow::Result<()> {
+    pub fn train(&mut self, bufs: &mut StageBuffersOf<B, M>) -> anyhow::Result<()> {
         self.scratch.acc.fill(0.0);
         let m = bufs.micro.len();
         let warmup = (self.at.in_flight - 1).min(m);
@@ -118,9 +119,9 @@ impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
     }
 
     /// Forward of micro-batch `i` through the stage's segments; on the
-    /// last stage also its correct predictions and its loss (whose
-    /// gradient backward starts from).
-    fn forward(&mut self, bufs: &mut StageBuffers<B, M::Acts>, i: usize) -> anyhow::Result<()> {
+    /// last stage also its metric and its loss (whose gradient backward
+    /// starts from).
+    fn forward(&mut self, bufs: &mut StageBuffersOf<B, M>, i: usize) -> anyhow::Result<()> {
         self.timer.enter(Phase::Forward)?;
         forward_through(
             self.model,
@@ -134,30 +135,28 @@ impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
         }
         let micro = &bufs.micro[i];
         let n = micro.samples;
-        let geom = classes(n, self.model.width(self.model.segments()));
-        let logits = bufs.slots[micro.slot]
+        let y = bufs.slots[micro.slot]
             .cuts
             .last()
             .context("a stage has a segment")?;
-        let labels = micro
-            .labels
+        let target = micro
+            .targets
             .as_ref()
-            .context("the last stage reads labels")?;
-        let (loss_sum, correct) = (&mut *self.sums.0, &mut *self.sums.1);
-        self.b.count_correct(&geom, logits, labels, correct)?;
+            .context("the last stage reads targets")?;
+        let (loss_sum, metric_sum) = (&mut *self.sums.0, &mut *self.sums.1);
+        (self.model).output_metric(self.b, n, (y, target), metric_sum)?;
         let grads = (bufs.grads.iter_mut())
             .find(|g| g.samples == n)
             .context("a pipeline schedule needs buffers built for training")?;
-        let dlogits = grads.dcuts.last_mut().context("a stage has a segment")?;
-        self.b
-            .cross_entropy_fwd_bwd(&geom, logits, labels, dlogits, loss_sum)?;
+        let dy = grads.dcuts.last_mut().context("a stage has a segment")?;
+        (self.model).output_loss(self.b, n, (y, target), dy, loss_sum)?;
         Ok(())
     }
 
     /// Backward of micro-batch `i` through the stage's segments, from the
     /// gradient of its output (received, or the loss's), its parameter
     /// gradients added into the accumulator.
-    fn backward(&mut self, bufs: &mut StageBuffers<B, M::Acts>, i: usize) -> anyhow::Result<()> {
+    fn backward(&mut self, bufs: &mut StageBuffersOf<B, M>, i: usize) -> anyhow::Result<()> {
         self.timer.enter(Phase::Backward)?;
         let (at, b, seed) = (self.at, self.b, self.seeds[i]);
         let micro = &bufs.micro[i];
@@ -207,11 +206,7 @@ impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
     }
 
     /// Receives micro-batch `i`'s input from the previous stage.
-    fn recv_forward(
-        &mut self,
-        bufs: &mut StageBuffers<B, M::Acts>,
-        i: usize,
-    ) -> anyhow::Result<()> {
+    fn recv_forward(&mut self, bufs: &mut StageBuffersOf<B, M>, i: usize) -> anyhow::Result<()> {
         if self.at.first {
             return Ok(());
         }
@@ -224,11 +219,7 @@ impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
     }
 
     /// Sends micro-batch `i`'s output to the next stage.
-    fn send_forward(
-        &mut self,
-        bufs: &mut StageBuffers<B, M::Acts>,
-        i: usize,
-    ) -> anyhow::Result<()> {
+    fn send_forward(&mut self, bufs: &mut StageBuffersOf<B, M>, i: usize) -> anyhow::Result<()> {
         if self.at.last {
             return Ok(());
         }
@@ -241,7 +232,7 @@ impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
     /// gradient of micro-batch `j`'s from it.
     fn send_forward_recv_backward(
         &mut self,
-        bufs: &mut StageBuffers<B, M::Acts>,
+        bufs: &mut StageBuffersOf<B, M>,
         i: usize,
         j: usize,
     ) -> anyhow::Result<()> {
@@ -260,11 +251,7 @@ impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
 
     /// Receives the gradient of micro-batch `j`'s output from the next
     /// stage.
-    fn recv_backward(
-        &mut self,
-        bufs: &mut StageBuffers<B, M::Acts>,
-        j: usize,
-    ) -> anyhow::Result<()> {
+    fn recv_backward(&mut self, bufs: &mut StageBuffersOf<B, M>, j: usize) -> anyhow::Result<()> {
         if self.at.last {
             return Ok(());
         }
@@ -274,11 +261,7 @@ impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
     }
 
     /// Sends the gradient of micro-batch `j`'s input to the previous stage.
-    fn send_backward(
-        &mut self,
-        bufs: &mut StageBuffers<B, M::Acts>,
-        j: usize,
-    ) -> anyhow::Result<()> {
+    fn send_backward(&mut self, bufs: &mut StageBuffersOf<B, M>, j: usize) -> anyhow::Result<()> {
         if self.at.first {
             return Ok(());
         }
@@ -291,7 +274,7 @@ impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
     /// and receives micro-batch `i`'s input from it.
     fn send_backward_recv_forward(
         &mut self,
-        bufs: &mut StageBuffers<B, M::Acts>,
+        bufs: &mut StageBuffersOf<B, M>,
         j: usize,
         i: usize,
     ) -> anyhow::Result<()> {
@@ -331,7 +314,7 @@ impl<'a, B: Ops, M: Layered<B>> Cx<'a, B, M> {
 pub(super) fn forward_through<B: Ops, M: Layered<B>>(
     model: &M,
     b: &B,
-    (at, bufs, i): (&StageAt, &mut StageBuffers<B, M::Acts>, usize),
+    (at, bufs, i): (&StageAt, &mut StageBuffersOf<B, M>, usize),
     params: &B::Storage<f32>,
     mode: Mode,
 ) -> anyhow::Result<()> {

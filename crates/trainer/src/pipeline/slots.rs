@@ -13,21 +13,21 @@
 //! exchange to the backward and from the backward to the next exchange.
 //!
 //! What a micro-batch reads of the data is its own for the whole step
-//! ([`Micro`]): the first stage's inputs, the last stage's labels, which
+//! ([`Micro`]): the first stage's inputs, the last stage's targets, which
 //! the data set gathers into them before the schedule starts.
 
 use anyhow::Context;
-use core_tensor::{Ops, Result};
+use core_tensor::{Elem, Ops, Result};
 
 use crate::model::Layered;
 use crate::model::layered::{BatchInputs, InputPart};
 
 /// One micro-batch's own inputs: the first stage's (`width(0)` values a
-/// sample) and the last stage's labels.
-pub(super) struct Micro<B: Ops> {
+/// sample) and the last stage's targets.
+pub(super) struct Micro<B: Ops, T: Elem> {
     pub samples: usize,
     pub inputs: Option<B::Storage<f32>>,
-    pub labels: Option<B::Storage<u8>>,
+    pub targets: Option<B::Storage<T>>,
     /// The slot it takes.
     pub slot: usize,
 }
@@ -38,7 +38,7 @@ pub(super) struct Slot<B: Ops, A> {
     /// its micro-batch's inputs).
     pub input: Option<B::Storage<f32>>,
     /// The cut after each of the stage's segments: the last is what the
-    /// stage sends on (the logits on the last stage).
+    /// stage sends on (the outputs on the last stage).
     pub cuts: Vec<B::Storage<f32>>,
     /// Each segment's own buffers.
     pub acts: Vec<A>,
@@ -48,15 +48,16 @@ pub(super) struct Slot<B: Ops, A> {
 pub(super) struct Grads<B: Ops> {
     pub samples: usize,
     /// The gradient of each of [`Slot::cuts`]: the last is what the stage
-    /// receives (the logits' gradient on the last stage).
+    /// receives (the outputs' gradient on the last stage).
     pub dcuts: Vec<B::Storage<f32>>,
     /// The gradient of [`Slot::input`], which the stage sends back.
     pub dinput: Option<B::Storage<f32>>,
 }
 
-/// A stage's buffers for one batch size (see the module docs).
-pub struct StageBuffers<B: Ops, A> {
-    pub(super) micro: Vec<Micro<B>>,
+/// A stage's buffers for one batch size (see the module docs), of a
+/// model whose segments keep `A` and whose outputs are scored against `T`.
+pub struct StageBuffers<B: Ops, A, T: Elem> {
+    pub(super) micro: Vec<Micro<B, T>>,
     pub(super) slots: Vec<Slot<B, A>>,
     /// One set per micro-batch size; none for evaluation.
     pub(super) grads: Vec<Grads<B>>,
@@ -72,11 +73,11 @@ pub(super) struct StageAt {
     pub in_flight: usize,
 }
 
-impl<B: Ops, A> StageBuffers<B, A> {
+impl<B: Ops, A, T: Elem> StageBuffers<B, A, T> {
     /// Buffers for micro-batches of `sizes` samples (one, the whole batch,
     /// for evaluation) of a stage `at` of `model`, with gradients when
     /// `train`.
-    pub(super) fn new<M: Layered<B, Acts = A>>(
+    pub(super) fn new<M: Layered<B, Acts = A, Target = T>>(
         model: &M,
         b: &B,
         (at, sizes): (&StageAt, &[usize]),
@@ -96,7 +97,9 @@ impl<B: Ops, A> StageBuffers<B, A> {
                     .first
                     .then(|| b.zeros(samples * model.width(0)))
                     .transpose()?,
-                labels: at.last.then(|| b.zeros(samples)).transpose()?,
+                targets: (at.last)
+                    .then(|| b.zeros(samples * model.target_width()))
+                    .transpose()?,
                 slot,
             });
         }
@@ -144,14 +147,14 @@ impl<B: Ops, A> StageBuffers<B, A> {
 }
 
 /// The data set fills each micro-batch's own buffers with what its stage
-/// reads: the inputs on the first stage, the labels on the last.
-impl<B: Ops, A> BatchInputs<B> for StageBuffers<B, A> {
-    fn parts(&mut self) -> Vec<InputPart<'_, B>> {
+/// reads: the inputs on the first stage, the targets on the last.
+impl<B: Ops, A, T: Elem> BatchInputs<B, T> for StageBuffers<B, A, T> {
+    fn parts(&mut self) -> Vec<InputPart<'_, B, T>> {
         (self.micro.iter_mut())
             .map(|m| InputPart {
                 samples: m.samples,
                 inputs: m.inputs.as_mut(),
-                labels: m.labels.as_mut(),
+                targets: m.targets.as_mut(),
             })
             .collect()
     }

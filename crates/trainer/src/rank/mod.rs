@@ -18,7 +18,7 @@ use crate::data::Batches;
 use crate::ddp::AverageOver;
 use crate::model::{Layered, Model};
 use crate::monitor::Monitor;
-use crate::pipeline::{Pipeline, StageBuffers, StageLink};
+use crate::pipeline::{Pipeline, StageBuffersOf, StageLink};
 use crate::report::OutputFlags;
 use crate::stop::StopRequest;
 use crate::topology::Topology;
@@ -91,14 +91,14 @@ impl<B: Ops> Rank<'_, B> {
     where
         M: Layered<B> + 'static,
         M::Buffers: 'static,
-        D: Batches<B, M::Buffers> + Batches<B, StageBuffers<B, M::Acts>> + 'static,
+        D: Batches<B, M::Buffers> + Batches<B, StageBuffersOf<B, M>> + 'static,
     {
         let Some(link) = self.links.pipeline.take() else {
             let test = test.map(|t| Box::new(t) as Box<dyn Batches<B, M::Buffers>>);
             return self.train(model, (Box::new(train), test));
         };
         let data = (
-            Box::new(train) as Box<dyn Batches<B, StageBuffers<B, M::Acts>>>,
+            Box::new(train) as Box<dyn Batches<B, StageBuffersOf<B, M>>>,
             test.map(|t| Box::new(t) as Box<_>),
         );
         let micro = self.job.micro_batches;

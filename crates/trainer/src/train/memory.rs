@@ -14,8 +14,10 @@ use anyhow::{Context, bail};
 use core_tensor::Backend;
 use launcher::contract::Misconfigured;
 
-use super::schedule::EVAL_BATCH;
 use crate::monitor::procfs;
+
+/// Test batches: their size only changes memory use.
+pub const EVAL_BATCH: usize = 256;
 
 /// An epoch's training batches on this rank, as the loop runs them.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -44,10 +44,10 @@ use core_tensor::Ops;
 pub use config::{TrainConfig, TrainFlags};
 pub use exact::{BLOCK as EXACT_BLOCK, ExactRequest};
 pub use ledger::{CommittedStep, SampleRecord};
-pub use memory::EpochBatches;
+pub use memory::{EVAL_BATCH, EpochBatches};
 pub(crate) use memory::{host_room_bytes, test_buffers, test_reserve, training_buffers};
 pub use outcome::{EpochReport, Progress, RunOutcome, Running, Silent};
-pub use schedule::{EVAL_BATCH, Part, Pass, Schedule};
+pub use schedule::{Part, Pass, Schedule};
 pub use setup::Setup;
 pub use whole_model::WholeModel;
 

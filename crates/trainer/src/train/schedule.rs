@@ -14,9 +14,6 @@ use crate::data::{DataFingerprint, Order};
 use crate::model::{DropoutSeed, GradsReady, Model};
 use crate::phases::StepTimer;
 
-/// Test batches: their size only changes memory use.
-pub const EVAL_BATCH: usize = 256;
-
 /// What a training pass over a batch reads and writes besides the model
 /// and its buffers.
 pub struct Pass<'a, B: Ops> {

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use anyhow::Context;
 use core_tensor::Ops;
 
-use super::memory::{EpochBatches, test_buffers, test_reserve, training_buffers};
-use super::schedule::{EVAL_BATCH, Pass, Schedule};
+use super::memory::{EVAL_BATCH, EpochBatches, test_buffers, test_reserve, training_buffers};
+use super::schedule::{Pass, Schedule};
 use crate::data::{Batches, DataFingerprint, Order};
 use crate::model::{Mode, Model};
 use crate::phases::Phase;

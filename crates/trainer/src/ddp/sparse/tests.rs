@@ -5,7 +5,7 @@ use std::time::Instant;
 use core_tensor::{Backend, Cpu, Elem, Result};
 
 use super::*;
-use crate::comm_thread::two_ranks::on_two_ranks;
+use crate::comm_thread::CommThread;
 
 #[test]
 fn the_dense_buckets_leave_out_the_table_and_keep_launch_order() {
@@ -166,7 +166,7 @@ fn the_exchange_moves_only_the_batchs_rows_of_every_table() {
         [&[1, 5, 7, 900], &[5, 8, 999]],
         [&[0, 2, 3, 4, 6, 10, 11, 12, 13], &[2, 999]],
     ];
-    let results = on_two_ranks(|rank, thread| {
+    let results = CommThread::on_two_ranks(|rank, thread| {
         let tables = vec![(TABLE, WIDTH), (BIASES, 1)];
         let mut sparse = SparseExchange::plan(tables, SparseGrads::Always, &thread, false)
             .unwrap()
@@ -224,7 +224,7 @@ fn the_exchange_moves_only_the_batchs_rows_of_every_table() {
 /// Tables of different row counts cannot share the batch's ids.
 #[test]
 fn tables_of_different_row_counts_are_refused() {
-    on_two_ranks(|_, thread| {
+    CommThread::on_two_ranks(|_, thread| {
         let tables = vec![(TABLE, WIDTH), (BIASES.start..BIASES.end - 1, 1)];
         let err = SparseExchange::<Cpu>::plan(tables, SparseGrads::Auto, &thread, false)
             .err()

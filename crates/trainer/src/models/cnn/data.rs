@@ -10,7 +10,7 @@ use core_tensor::Ops;
 use fashion_mnist::{COLS, PIXELS, ROWS, Split};
 
 use crate::data::{Batches, DataFingerprint, EpochPlan, Hasher, Order, to_device_indices};
-use crate::model::layered::BatchInputs;
+use crate::model::layered::{BatchInputs, stretches};
 
 /// One split of FashionMNIST in host memory, read-only and
 /// reference-counted, so that the ranks of one process share it.
@@ -81,7 +81,7 @@ impl<B: Ops> DeviceSplit<B> {
 
 /// Fills the CNN's activations, or any buffers holding its inputs (a
 /// pipeline stage's).
-impl<B: Ops, Buf: BatchInputs<B>> Batches<B, Buf> for DeviceSplit<B> {
+impl<B: Ops, Buf: BatchInputs<B, u8>> Batches<B, Buf> for DeviceSplit<B> {
     fn sample_count(&self) -> usize {
         self.len
     }
@@ -112,18 +112,7 @@ impl<B: Ops, Buf: BatchInputs<B>> Batches<B, Buf> for DeviceSplit<B> {
         let (Some(indices), Some(positions)) = (&self.indices, self.plan.batches.get(step)) else {
             anyhow::bail!("batch {step} is not in this epoch");
         };
-        let parts = buffers.parts();
-        let held: usize = parts.iter().map(|p| p.samples).sum();
-        if held != positions.len() {
-            anyhow::bail!(
-                "batch {step} has {} samples but its buffers hold {held}: make the buffers for the batch's size",
-                positions.len()
-            );
-        }
-        let mut at = positions.start;
-        for part in parts {
-            let stretch = at..at + part.samples;
-            at = stretch.end;
+        for (stretch, part) in stretches(buffers, step, positions.clone())? {
             backend.gather_batch(
                 &self.images,
                 &self.labels,
@@ -131,7 +120,7 @@ impl<B: Ops, Buf: BatchInputs<B>> Batches<B, Buf> for DeviceSplit<B> {
                 indices,
                 stretch,
                 part.inputs,
-                part.labels,
+                part.targets,
             )?;
         }
         Ok(())

@@ -25,7 +25,7 @@ fn pass(
         .map(|i| (mix(1 << 30 | i) * 10.0) as u8)
         .collect();
     b.write_range(&pixels, &mut buf.cuts[0], 0).unwrap();
-    b.write_range(&labels, &mut buf.labels, 0).unwrap();
+    b.write_range(&labels, &mut buf.targets, 0).unwrap();
     let train = Mode::Train { dropout_seed };
     model.forward(b, &mut buf, params, train).unwrap();
     model.loss(b, &mut buf, &mut loss).unwrap();

@@ -34,7 +34,7 @@ use crate::model::{
 };
 
 /// Every buffer one pass of the whole network over a batch needs.
-pub type Activations<B> = Chain<B, Inner<B>>;
+pub type Activations<B> = Chain<B, Inner<B>, u8>;
 
 /// Values in the flat parameter buffer.
 pub const PARAM_COUNT: usize = 1_199_882;
@@ -120,17 +120,7 @@ pub struct CnnMnist {
 
 impl CnnMnist {
     pub fn new(dropout: DropoutRates) -> Self {
-        let at = |layer: &str| {
-            let range = |part: &str| {
-                cnn_layout()
-                    .range(&format!("{layer}.{part}"))
-                    .expect("declared in param_specs")
-            };
-            ParamAt {
-                weight: range("weight"),
-                bias: range("bias"),
-            }
-        };
+        let at = |layer: &str| layered::layer_at(cnn_layout(), layer);
         Self {
             conv1: at("conv1"),
             conv2: at("conv2"),
@@ -156,24 +146,10 @@ impl CnnMnist {
     }
 
     /// The network over a buffer holding only `part` of the flat
-    /// parameters (a pipeline stage's, with its gradients): the layers
-    /// inside `part` address it at offsets less `part.start`, the others
-    /// get empty ranges, which every kernel refuses.
+    /// parameters (a pipeline stage's, with its gradients): see
+    /// [`layered::param_within`].
     fn shifted(&self, part: Range<usize>) -> Self {
-        let shift = |at: &ParamAt| {
-            let inside = |r: &Range<usize>| part.start <= r.start && r.end <= part.end;
-            let by = |r: &Range<usize>| r.start - part.start..r.end - part.start;
-            match inside(&at.weight) && inside(&at.bias) {
-                true => ParamAt {
-                    weight: by(&at.weight),
-                    bias: by(&at.bias),
-                },
-                false => ParamAt {
-                    weight: 0..0,
-                    bias: 0..0,
-                },
-            }
-        };
+        let shift = |at: &ParamAt| layered::param_within(at, &part);
         Self {
             conv1: shift(&self.conv1),
             conv2: shift(&self.conv2),
@@ -251,7 +227,7 @@ impl<B: Ops> Model<B> for CnnMnist {
     }
 
     fn metric_sum(&self, b: &B, act: &Activations<B>, correct: &mut B::Storage<f32>) -> Result<()> {
-        layered::count_correct(self, b, act, correct)
+        layered::metric_sum(self, b, act, correct)
     }
 
     fn loss(

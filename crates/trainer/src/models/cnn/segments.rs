@@ -24,11 +24,11 @@
 
 use std::ops::Range;
 
-use core_tensor::ops::{Dropout, Epilogue};
+use core_tensor::ops::{ClassGeom, Dropout, Epilogue};
 use core_tensor::{Ops, Result};
 
 use super::{CLASSES, CONV1, CONV2, CnnMnist, FC1, FC2, IMAGE_SIDE, conv, linear, pool};
-use crate::model::layered::{Io, Layered};
+use crate::model::layered::{Io, Layered, layer_at};
 use crate::model::{DropoutSeed, Mode};
 
 /// Segments, in order.
@@ -45,6 +45,8 @@ pub struct Inner<B: Ops> {
 
 impl<B: Ops> Layered<B> for CnnMnist {
     type Acts = Inner<B>;
+    /// A class.
+    type Target = u8;
 
     fn segments(&self) -> usize {
         SEGMENTS
@@ -54,12 +56,8 @@ impl<B: Ops> Layered<B> for CnnMnist {
     /// bias.
     fn segment_params(&self, s: usize) -> Range<usize> {
         let layer = ["conv1", "conv2", "fc1", "fc2"][s];
-        let layout = super::cnn_layout();
-        let range = |part: &str| layout.range(&format!("{layer}.{part}"));
-        match (range("weight"), range("bias")) {
-            (Ok(w), Ok(b)) => w.start..b.end,
-            _ => unreachable!("declared in param_specs"),
-        }
+        let at = layer_at(super::cnn_layout(), layer);
+        at.weight.start..at.bias.end
     }
 
     fn width(&self, cut: usize) -> usize {
@@ -70,6 +68,10 @@ impl<B: Ops> Layered<B> for CnnMnist {
             FC1.out_features,
             CLASSES,
         ][cut]
+    }
+
+    fn target_width(&self) -> usize {
+        1
     }
 
     fn within(&self, part: Range<usize>) -> Self {
@@ -169,6 +171,37 @@ impl<B: Ops> Layered<B> for CnnMnist {
             }
             _ => b.linear_bwd(&linear(FC2, n), x, params, &self.fc2, dy, grads, dx),
         }
+    }
+
+    /// The correct predictions.
+    fn output_metric(
+        &self,
+        b: &B,
+        batch: usize,
+        (logits, labels): (&B::Storage<f32>, &B::Storage<u8>),
+        correct: &mut B::Storage<f32>,
+    ) -> Result<()> {
+        b.count_correct(&classes(batch), logits, labels, correct)
+    }
+
+    /// The cross-entropy.
+    fn output_loss(
+        &self,
+        b: &B,
+        batch: usize,
+        (logits, labels): (&B::Storage<f32>, &B::Storage<u8>),
+        dlogits: &mut B::Storage<f32>,
+        loss_sum: &mut B::Storage<f32>,
+    ) -> Result<()> {
+        b.cross_entropy_fwd_bwd(&classes(batch), logits, labels, dlogits, loss_sum)
+    }
+}
+
+/// The classes of `batch` samples' logits.
+fn classes(batch: usize) -> ClassGeom {
+    ClassGeom {
+        batch,
+        classes: CLASSES,
     }
 }
 

@@ -7,8 +7,9 @@ use core_tensor::{Ops, rng};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::{IN_FEATURES, OUT_FEATURES, ToyBuffers};
+use super::{IN_FEATURES, OUT_FEATURES};
 use crate::data::{Batches, DataFingerprint, EpochPlan, Hasher, Order};
+use crate::model::layered::{BatchInputs, stretches};
 use crate::model::unit_f32;
 
 /// The amplitude of the uniform noise added to the teacher's outputs.
@@ -22,9 +23,9 @@ pub struct ToyData {
     len: usize,
     fingerprint: DataFingerprint,
     plan: EpochPlan,
-    /// One batch, gathered on the host before its copy to the device.
-    batch_x: Vec<f32>,
-    batch_y: Vec<f32>,
+    /// One part of a batch, gathered on the host before its copy to the
+    /// device.
+    part: Vec<f32>,
 }
 
 impl ToyData {
@@ -53,13 +54,13 @@ impl ToyData {
             y,
             len,
             plan: EpochPlan::default(),
-            batch_x: Vec::new(),
-            batch_y: Vec::new(),
+            part: Vec::new(),
         }
     }
 }
 
-impl<B: Ops> Batches<B, ToyBuffers<B>> for ToyData {
+/// Fills the whole toy's buffers, or a pipeline stage's.
+impl<B: Ops, Buf: BatchInputs<B, f32>> Batches<B, Buf> for ToyData {
     fn sample_count(&self) -> usize {
         self.len
     }
@@ -79,20 +80,27 @@ impl<B: Ops> Batches<B, ToyBuffers<B>> for ToyData {
         Ok(self.plan.sizes())
     }
 
-    fn fill(&mut self, backend: &B, step: usize, buf: &mut ToyBuffers<B>) -> anyhow::Result<()> {
+    /// Copies each part's inputs and targets from its stretch of the
+    /// batch.
+    fn fill(&mut self, backend: &B, step: usize, buffers: &mut Buf) -> anyhow::Result<()> {
         let Some(positions) = self.plan.batches.get(step) else {
             anyhow::bail!("batch {step} is not in this epoch");
         };
-        self.batch_x.clear();
-        self.batch_y.clear();
-        for &i in &self.plan.indices[positions.clone()] {
-            self.batch_x
-                .extend_from_slice(&self.x[i * IN_FEATURES..(i + 1) * IN_FEATURES]);
-            self.batch_y
-                .extend_from_slice(&self.y[i * OUT_FEATURES..(i + 1) * OUT_FEATURES]);
+        for (stretch, part) in stretches(buffers, step, positions.clone())? {
+            let rows = &self.plan.indices[stretch];
+            for (values, width, to) in [
+                (&self.x, IN_FEATURES, part.inputs),
+                (&self.y, OUT_FEATURES, part.targets),
+            ] {
+                let Some(to) = to else { continue };
+                self.part.clear();
+                for &i in rows {
+                    self.part
+                        .extend_from_slice(&values[i * width..(i + 1) * width]);
+                }
+                backend.write_range(&self.part, to, 0)?;
+            }
         }
-        backend.write_range(&self.batch_x, &mut buf.x, 0)?;
-        backend.write_range(&self.batch_y, &mut buf.target, 0)?;
         Ok(())
     }
 }

@@ -7,7 +7,7 @@ use core_tensor::Ops;
 
 use super::{ToyData, ToyModel};
 use crate::models::{Loaded, ModelData, ModelEntry, ModelFlags};
-use crate::rank::{Rank, Splits};
+use crate::rank::Rank;
 use crate::train::RunOutcome;
 
 /// Its `--model` name.
@@ -42,7 +42,12 @@ impl ModelEntry for ToyEntry {
     }
 
     fn takes(&self) -> &'static [&'static str] {
-        &["--accumulate-steps", "--comm-hook"]
+        &["--pipeline-stages", "--accumulate-steps", "--comm-hook"]
+    }
+
+    /// net1 and its ReLU | net2.
+    fn max_stages(&self) -> usize {
+        2
     }
 
     fn own_flags_given(&self, flags: &ModelFlags) -> Vec<&'static str> {
@@ -75,7 +80,6 @@ impl ModelData for ToySamples {
 
     fn train<B: Ops>(&self, rank: Rank<'_, B>) -> Result<RunOutcome> {
         let data = ToyData::generate(rank.cfg.seed, self.samples);
-        let splits: Splits<B, ToyModel> = (Box::new(data), None);
-        rank.train(ToyModel::default(), splits)
+        rank.train_layered(ToyModel::default(), (data, None))
     }
 }

@@ -1,23 +1,29 @@
 //! `ToyModel`, the network of PyTorch's DDP tutorial, on synthetic data:
 //!
 //! ```text
-//! net1 Linear 10→10 · relu · net2 Linear 10→5, MSE loss, plain SGD
+//! net1 Linear 10→10 · relu | net2 Linear 10→5, MSE loss, plain SGD
 //! ```
 //!
 //! Parameters are one flat buffer laid out as PyTorch's `state_dict()`
-//! (`net1.weight`, `net1.bias`, `net2.weight`, `net2.bias`).
+//! (`net1.weight`, `net1.bias`, `net2.weight`, `net2.bias`). The network
+//! is a chain of two segments (`segments.rs`), cut where the tutorial's
+//! model-parallel example puts its two devices, which a pipeline may split
+//! between two stages; the whole model runs them in turn.
 
 mod data;
 mod entry;
+mod segments;
 
+use std::ops::Range;
 use std::sync::LazyLock;
 
+use core_tensor::ops::ParamAt;
 use core_tensor::{FlatLayout, Ops, ParamSpec, Result};
 
 pub use data::ToyData;
 pub use entry::{ENTRY, NAME, ToyFlags};
 
-use super::mlp::{Mlp, MlpBuffers};
+use crate::model::layered::{self, Chain};
 use crate::model::{DropoutSeed, GradsReady, Metric, Mode, Model, Optimizer, pytorch_default_init};
 
 pub const IN_FEATURES: usize = 10;
@@ -43,28 +49,36 @@ pub fn toy_layout() -> &'static FlatLayout {
     &LAYOUT
 }
 
-/// The network.
+/// The network: where each layer's parameters live.
 #[derive(Clone, Debug)]
 pub struct ToyModel {
-    mlp: Mlp,
+    net1: ParamAt,
+    net2: ParamAt,
 }
 
 impl Default for ToyModel {
     fn default() -> Self {
         Self {
-            mlp: Mlp::new(toy_layout(), "net1", "net2").expect("declared in toy_layout"),
+            net1: layered::layer_at(toy_layout(), "net1"),
+            net2: layered::layer_at(toy_layout(), "net2"),
         }
     }
 }
 
-/// Every buffer one pass over `batch` samples needs.
-#[derive(Debug)]
-pub struct ToyBuffers<B: Ops> {
-    /// Filled by [`ToyData`]: `batch` rows of inputs and of targets.
-    pub x: B::Storage<f32>,
-    pub target: B::Storage<f32>,
-    mlp: MlpBuffers<B>,
+impl ToyModel {
+    /// The network over a buffer holding only `part` of the parameters
+    /// (see [`layered::param_within`]).
+    fn shifted(&self, part: Range<usize>) -> Self {
+        Self {
+            net1: layered::param_within(&self.net1, &part),
+            net2: layered::param_within(&self.net2, &part),
+        }
+    }
 }
+
+/// Every buffer one pass over `batch` samples needs: the inputs, the
+/// hidden layer, the outputs, and the targets [`ToyData`] fills.
+pub type ToyBuffers<B> = Chain<B, (), f32>;
 
 impl<B: Ops> Model<B> for ToyModel {
     type Buffers = ToyBuffers<B>;
@@ -91,11 +105,7 @@ impl<B: Ops> Model<B> for ToyModel {
     }
 
     fn buffers(&self, b: &B, batch: usize, train: bool) -> Result<ToyBuffers<B>> {
-        Ok(ToyBuffers {
-            x: b.zeros(batch * IN_FEATURES)?,
-            target: b.zeros(batch * OUT_FEATURES)?,
-            mlp: self.mlp.buffers(b, batch, train)?,
-        })
+        Chain::new(self, b, batch, train)
     }
 
     fn forward(
@@ -103,13 +113,13 @@ impl<B: Ops> Model<B> for ToyModel {
         b: &B,
         buf: &mut ToyBuffers<B>,
         params: &B::Storage<f32>,
-        _: Mode,
+        mode: Mode,
     ) -> Result<()> {
-        self.mlp.forward(b, &buf.x, params, &mut buf.mlp)
+        layered::forward(self, b, buf, params, mode)
     }
 
-    fn metric_sum(&self, _: &B, _: &ToyBuffers<B>, _: &mut B::Storage<f32>) -> Result<()> {
-        Ok(())
+    fn metric_sum(&self, b: &B, buf: &ToyBuffers<B>, sum: &mut B::Storage<f32>) -> Result<()> {
+        layered::metric_sum(self, b, buf, sum)
     }
 
     fn loss(
@@ -118,7 +128,7 @@ impl<B: Ops> Model<B> for ToyModel {
         buf: &mut ToyBuffers<B>,
         loss_sum: &mut B::Storage<f32>,
     ) -> anyhow::Result<()> {
-        self.mlp.mse(b, &mut buf.mlp, &buf.target, loss_sum)
+        layered::loss(self, b, buf, loss_sum)
     }
 
     fn backward(
@@ -127,11 +137,10 @@ impl<B: Ops> Model<B> for ToyModel {
         buf: &mut ToyBuffers<B>,
         params: &B::Storage<f32>,
         grads: &mut B::Storage<f32>,
-        _: DropoutSeed,
+        dropout_seed: DropoutSeed,
         hook: &mut dyn GradsReady<B>,
     ) -> anyhow::Result<()> {
-        self.mlp
-            .backward(b, &buf.x, params, grads, &mut buf.mlp, None, hook)
+        layered::backward(self, b, buf, (params, grads), dropout_seed, hook)
     }
 }
 
