@@ -25,16 +25,19 @@ for e in $(seq 1 "$epochs"); do
 done
 "#;
 
+/// Writes the executable `bundle/path` holding `text`.
+fn put(bundle: &Path, path: &str, text: &str) {
+    let file = bundle.join(path);
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(&file, text).unwrap();
+    let status = Command::new("chmod").arg("+x").arg(&file).status().unwrap();
+    assert!(status.success());
+}
+
 /// A bundle folder with run.sh and stubs.
 fn fake_bundle() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let put = |path: &str, text: &str| {
-        let file = dir.path().join(path);
-        fs::create_dir_all(file.parent().unwrap()).unwrap();
-        fs::write(&file, text).unwrap();
-        let status = Command::new("chmod").arg("+x").arg(&file).status().unwrap();
-        assert!(status.success());
-    };
+    let put = |path: &str, text: &str| put(dir.path(), path, text);
     put("run.sh", RUN_SH);
     put("build-info.txt", "commit fake\n");
     put("bin/trainer", TRAINER);
@@ -170,17 +173,7 @@ esac
 #[test]
 fn an_ncu_refusing_a_metric_gets_the_common_ones() {
     let bundle = fake_bundle();
-    let ncu = bundle.path().join("fakebin/ncu");
-    fs::create_dir_all(ncu.parent().unwrap()).unwrap();
-    fs::write(&ncu, NCU_REFUSING_STALLS).unwrap();
-    assert!(
-        Command::new("chmod")
-            .arg("+x")
-            .arg(&ncu)
-            .status()
-            .unwrap()
-            .success()
-    );
+    put(bundle.path(), "fakebin/ncu", NCU_REFUSING_STALLS);
     let out = start(bundle.path(), &["--only", "^ncu_detail_bf16$"])
         .wait_with_output()
         .unwrap();
@@ -240,19 +233,7 @@ echo 'Epoch 01/01 | loss 0.3 | acc 0.9 | test_acc 0.91 | time 0.4s | 1000 img/s'
 #[test]
 fn a_dry_run_runs_every_step_once_and_small() {
     let bundle = fake_bundle();
-    let put = |path: &str, text: &str| {
-        let file = bundle.path().join(path);
-        fs::create_dir_all(file.parent().unwrap()).unwrap();
-        fs::write(&file, text).unwrap();
-        assert!(
-            Command::new("chmod")
-                .arg("+x")
-                .arg(&file)
-                .status()
-                .unwrap()
-                .success()
-        );
-    };
+    let put = |path: &str, text: &str| put(bundle.path(), path, text);
     put("bin/trainer", NOTING_TRAINER);
     put("baseline/bin/trainer", NOTING_TRAINER);
     put(

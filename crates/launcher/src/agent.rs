@@ -46,11 +46,7 @@ pub fn launch(
     };
     let mut group = match &plan.master {
         Some(master) if plan.nnodes > 1 => {
-            let auth = match spec.no_auth {
-                true => None,
-                false => AuthToken::resolve(spec.auth_token_file.as_deref())
-                    .doing(|| "reading the job's auth token".into())?,
-            };
+            let auth = users_token(spec)?;
             let (rdzv_id, heartbeat) = (spec.rdzv_id.as_str(), spec.heartbeat);
             // Node 0 waits for a late node's verdict; a third node's ranks
             // reporting their timeouts first would be taken at their word.
@@ -211,6 +207,16 @@ fn fresh_token(spec: &WorkerSpec, plan: &NodePlan) -> Result<Option<AuthToken>, 
     ))
 }
 
+/// The job's token as the user gave it (`--auth-token-file`, else
+/// `TRAINER_AUTH_TOKEN`), none with `--no-auth`.
+fn users_token(spec: &WorkerSpec) -> Result<Option<AuthToken>, LaunchError> {
+    match spec.no_auth {
+        true => Ok(None),
+        false => AuthToken::resolve(spec.auth_token_file.as_deref())
+            .doing(|| "reading the job's auth token".into()),
+    }
+}
+
 /// The workers' store at `master`, for `world` workers, proving the job's
 /// token as they will: this attempt's fresh `token`, else the user's
 /// (`--auth-token-file`, `TRAINER_AUTH_TOKEN`), none with `--no-auth`.
@@ -220,11 +226,9 @@ fn host_store(
     world: usize,
     token: Option<&AuthToken>,
 ) -> Result<StoreServer, LaunchError> {
-    let auth = match (token, spec.no_auth) {
-        (Some(token), _) => Some(token.clone()),
-        (None, true) => None,
-        (None, false) => AuthToken::resolve(spec.auth_token_file.as_deref())
-            .doing(|| "reading the job's auth token for the workers' store".into())?,
+    let auth = match token {
+        Some(token) => Some(token.clone()),
+        None => users_token(spec)?,
     };
     StoreServer::bind_with_auth(addr, *port, world, spec.failure_grace, auth).doing(|| {
         format!("hosting the workers' store at {addr}:{port} (MASTER_PORT; --master-port)")
