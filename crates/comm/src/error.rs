@@ -75,6 +75,13 @@ pub enum CommError {
         detail: String,
     },
 
+    /// A job whose membership changes lost every member that held its
+    /// state: no generation can form to go on from.
+    #[error(
+        "the job at {master} lost every rank that held its state: nothing is left to heal a newcomer from (the launcher restarts the job from its newest checkpoint, if --max-restarts allows)"
+    )]
+    JobLost { master: String },
+
     /// A blocking store `get` did not see its key within the join timeout.
     #[error(
         "timed out after {timeout:?} (the join timeout, --rdzv-timeout) waiting for key {key:?} in the rendezvous store at {master}"

@@ -14,6 +14,8 @@
 //!   [`launch_var`] names the variables, for the launchers that set them.
 //! * [`AuthToken`]: the job secret; every store and ring connection starts
 //!   with a mutual HMAC challenge-response proving both ends hold it.
+//! * [`LiveMember`]: a member of a job whose membership changes (live
+//!   recovery): a ring per [`Generation`], formed by node 0's launcher's store.
 //! * [`flight`]: every communicator's last collectives, dumped per rank
 //!   when it fails or is asked, to name the rank a hung job waits for.
 //!
@@ -33,6 +35,7 @@ pub mod flight;
 mod fuzz;
 mod hostlist;
 mod launch_env;
+mod live;
 mod local;
 pub mod nccl;
 mod rendezvous;
@@ -52,6 +55,7 @@ pub use hostlist::{HostlistError, expand_hostlist, first_host};
 pub use launch_env::{
     ElasticAgent, LaunchEnv, LaunchEnvError, LaunchSource, SLURM_PORT_BASE, launch_var,
 };
+pub use live::{Enlisted, Generation, LiveMember};
 pub use local::LocalCommunicator;
 pub use rendezvous::Rendezvous;
 pub use store::Store;

@@ -235,6 +235,31 @@ impl Store {
         }
     }
 
+    /// Enlists this member for the next generation of a job whose
+    /// membership changes (see [`crate::LiveMember`]), holding `step`
+    /// steps of state, suspecting the member in slot `suspect`; waits up
+    /// to `wait` for the generation to form.
+    pub(crate) fn enlist(
+        &mut self,
+        (step, suspect): (Option<u64>, Option<usize>),
+        wait: Duration,
+    ) -> Result<Response, CommError> {
+        self.own_store_only("forming a generation of the job")?;
+        let request = Request::Enlist {
+            step,
+            suspect,
+            wait,
+        };
+        match self.request(&request, wait)? {
+            response @ (Response::Generation { .. }
+            | Response::Evicted { .. }
+            | Response::JobOver
+            | Response::Lost
+            | Response::NotFound) => Ok(response),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
     /// Most keys one [`Store::look_all`] may name.
     pub const MAX_LOOK_KEYS: usize = MAX_LOOK_KEYS;
 

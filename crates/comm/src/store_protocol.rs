@@ -55,6 +55,17 @@ pub(crate) enum Request {
     Look {
         keys: Vec<String>,
     },
+    /// A member of a job whose membership may change asks to be one of
+    /// the next generation (`crate::Generation`): `step`, the optimizer
+    /// steps its state holds (`None`: a newcomer without one); `suspect`,
+    /// the member (by slot) it timed out waiting for. Answered with
+    /// `Generation`, `Evicted`, `JobOver`, `Lost`, or `NotFound` once
+    /// `wait` has passed.
+    Enlist {
+        step: Option<u64>,
+        suspect: Option<usize>,
+        wait: Duration,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +76,21 @@ pub(crate) enum Response {
     Rejected(Rejection),
     /// A `Look`'s answer: each key's value, `None` where it is not set.
     Values(Vec<Option<Vec<u8>>>),
+    /// An `Enlist`'s answer: generation `number` is formed, of these
+    /// members (slot and step, in rank order).
+    Generation {
+        number: u64,
+        members: Vec<(usize, Option<u64>)>,
+    },
+    /// The asker was left out of generation `generation` (it did not
+    /// enlist in time: hung or stopped): it is no member any more.
+    Evicted {
+        generation: u64,
+    },
+    /// The job's members finished: there is nothing left to join.
+    JobOver,
+    /// No member holding the job's state is left to form a generation.
+    Lost,
 }
 
 const HELLO: u8 = 1;
@@ -73,12 +99,17 @@ const GET: u8 = 3;
 const POISON: u8 = 4;
 const JOIN: u8 = 5;
 const LOOK: u8 = 6;
+const ENLIST: u8 = 7;
 
 const OK: u8 = 0;
 const VALUE: u8 = 1;
 const NOT_FOUND: u8 = 2;
 const REJECTED: u8 = 3;
 const VALUES: u8 = 4;
+const GENERATION: u8 = 5;
+const EVICTED: u8 = 6;
+const JOB_OVER: u8 = 7;
+const LOST: u8 = 8;
 
 const UNSET: u8 = 0;
 const SET_VALUE: u8 = 1;
@@ -152,6 +183,12 @@ impl Encoder {
     fn usize(self, v: usize) -> Self {
         self.u64(v as u64)
     }
+    fn maybe(self, v: Option<u64>) -> Self {
+        match v {
+            None => self.u8(UNSET),
+            Some(v) => self.u8(SET_VALUE).u64(v),
+        }
+    }
     fn bytes(mut self, b: &[u8]) -> Self {
         // Frames are capped at MAX_FRAME, far below u32::MAX; write_frame
         // rejects anything larger before it reaches the wire.
@@ -197,6 +234,13 @@ impl<'a> Decoder<'a> {
         b.copy_from_slice(self.take(4)?);
         let len = u32::from_le_bytes(b) as usize;
         Ok(self.take(len)?.to_vec())
+    }
+    fn maybe(&mut self) -> io::Result<Option<u64>> {
+        match self.u8()? {
+            UNSET => Ok(None),
+            SET_VALUE => self.u64().map(Some),
+            other => Err(invalid(format!("unknown value mark {other}"))),
+        }
     }
     fn string(&mut self) -> io::Result<String> {
         String::from_utf8(self.bytes()?).map_err(|_| invalid("key is not UTF-8"))
@@ -284,6 +328,12 @@ fn decode_rejection(d: &mut Decoder<'_>) -> io::Result<Rejection> {
     })
 }
 
+/// `wait` in whole milliseconds, rounded up: the store waits at least as
+/// long as asked.
+fn millis(wait: Duration) -> u64 {
+    u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
 impl Request {
     pub(crate) fn encode(&self) -> Vec<u8> {
         match self {
@@ -293,9 +343,7 @@ impl Request {
             Request::Join { world_size } => Encoder::new(JOIN).usize(*world_size).0,
             Request::Set { key, value } => Encoder::new(SET).bytes(key.as_bytes()).bytes(value).0,
             Request::Get { key, wait } => {
-                // Rounded up: the store waits at least as long as asked.
-                let millis = u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
-                Encoder::new(GET).bytes(key.as_bytes()).u64(millis).0
+                Encoder::new(GET).bytes(key.as_bytes()).u64(millis(*wait)).0
             }
             Request::Poison(r) => encode_rejection(Encoder::new(POISON), r).0,
             Request::Look { keys } => {
@@ -303,6 +351,17 @@ impl Request {
                     .fold(Encoder::new(LOOK).usize(keys.len()), |e, k| {
                         e.bytes(k.as_bytes())
                     })
+                    .0
+            }
+            Request::Enlist {
+                step,
+                suspect,
+                wait,
+            } => {
+                Encoder::new(ENLIST)
+                    .maybe(*step)
+                    .maybe(suspect.map(|s| s as u64))
+                    .u64(millis(*wait))
                     .0
             }
         }
@@ -340,6 +399,16 @@ impl Request {
                 let keys = (0..count).map(|_| d.string()).collect::<io::Result<_>>()?;
                 d.finish(Request::Look { keys })
             }
+            ENLIST => {
+                let step = d.maybe()?;
+                let suspect = d.maybe()?.map(|s| s as usize);
+                let wait = Duration::from_millis(d.u64()?);
+                d.finish(Request::Enlist {
+                    step,
+                    suspect,
+                    wait,
+                })
+            }
             other => Err(invalid(format!("unknown request tag {other}"))),
         }
     }
@@ -361,6 +430,17 @@ impl Response {
                     })
                     .0
             }
+            Response::Generation { number, members } => {
+                (members.iter())
+                    .fold(
+                        Encoder::new(GENERATION).u64(*number).usize(members.len()),
+                        |e, &(slot, step)| e.usize(slot).maybe(step),
+                    )
+                    .0
+            }
+            Response::Evicted { generation } => Encoder::new(EVICTED).u64(*generation).0,
+            Response::JobOver => Encoder::new(JOB_OVER).0,
+            Response::Lost => Encoder::new(LOST).0,
         }
     }
 
@@ -389,6 +469,25 @@ impl Response {
                     .collect::<io::Result<_>>()?;
                 d.finish(Response::Values(values))
             }
+            GENERATION => {
+                let number = d.u64()?;
+                // Each member takes its slot and a mark at least: a count
+                // the payload cannot hold is refused before allocating.
+                let count = d.usize()?;
+                if count > d.rest.len() / 9 {
+                    return Err(invalid("truncated message"));
+                }
+                let members = (0..count)
+                    .map(|_| Ok((d.usize()?, d.maybe()?)))
+                    .collect::<io::Result<_>>()?;
+                d.finish(Response::Generation { number, members })
+            }
+            EVICTED => {
+                let generation = d.u64()?;
+                d.finish(Response::Evicted { generation })
+            }
+            JOB_OVER => d.finish(Response::JobOver),
+            LOST => d.finish(Response::Lost),
             other => Err(invalid(format!("unknown response tag {other}"))),
         }
     }

@@ -9,6 +9,11 @@
 //! the message that explains the misconfiguration. Once every rank has
 //! registered, a newcomer is a stranger (another job on this port, a
 //! launcher started twice): it alone is refused, and the job goes on.
+//! A member that left frees its rank for a newcomer (a replacement the
+//! launcher started), and a job whose membership changes forms its
+//! generations here (`generations.rs`).
+
+mod generations;
 
 use std::collections::HashMap;
 use std::io::{self, ErrorKind};
@@ -23,6 +28,8 @@ use crate::config::is_loopback_host;
 use crate::deadline::Deadline;
 use crate::error::{CommError, Rejection};
 use crate::store_protocol::{MAX_FRAME, Request, Response, read_frame, write_frame};
+use generations::{Generations, Verdict};
+pub(crate) use generations::{OVER_KEY, WAITING_KEY};
 
 /// A running store. Dropping it stops the accept thread, disconnects all
 /// clients and joins their threads.
@@ -48,7 +55,12 @@ struct Shared {
 #[derive(Debug, Default)]
 struct State {
     values: HashMap<String, Vec<u8>>,
+    /// Ranks whose member is connected now.
     registered: Vec<bool>,
+    /// Whether every rank has registered once: from then on a newcomer
+    /// that cannot register is refused alone.
+    complete: bool,
+    generations: Generations,
     rejection: Option<Rejection>,
     /// Clones of the sockets of the clients still connected, by connection
     /// number, to shut them down on drop. A handler removes its own when its
@@ -80,7 +92,7 @@ impl Shared {
     /// registered, for the newcomer alone, so that a stranger does not end
     /// a job that runs.
     fn refuse(&self, state: &mut State, rejection: Rejection) -> Response {
-        if state.registered.iter().all(|&r| r) {
+        if state.complete {
             return Response::Rejected(rejection);
         }
         self.reject(state, rejection)
@@ -110,6 +122,7 @@ impl Shared {
             return self.refuse(&mut state, Rejection::DuplicateRank { rank });
         }
         state.registered[rank] = true;
+        state.complete |= state.registered.iter().all(|&r| r);
         Response::Ok
     }
 
@@ -131,6 +144,7 @@ impl Shared {
         match free {
             Some(rank) => {
                 state.registered[rank] = true;
+                state.complete |= state.registered.iter().all(|&r| r);
                 Response::Value((rank as u64).to_le_bytes().to_vec())
             }
             None => {
@@ -162,6 +176,72 @@ impl Shared {
     fn client_left(&self, connection: u64) {
         self.lock().connections.remove(&connection);
         self.changed.notify_all();
+    }
+
+    /// The member registered as `rank` left: others may need to know (a
+    /// launcher killed with its machine's ranks), and its rank is free.
+    fn member_left(&self, rank: usize) {
+        let mut state = self.lock();
+        state.values.insert(departed_key(rank), Vec::new());
+        state.registered[rank] = false;
+        state.generations.left(rank);
+        state.publish_waiting();
+        self.changed.notify_all();
+    }
+
+    /// `slot` enlists for the next generation and waits up to `wait` for
+    /// it to form (see `generations.rs`).
+    fn enlist(
+        &self,
+        slot: usize,
+        (step, suspect): (Option<u64>, Option<usize>),
+        wait: Duration,
+    ) -> Response {
+        let deadline = Instant::now().checked_add(wait);
+        let mut state = self.lock();
+        let number = match state.generations.enlist(slot, step, suspect) {
+            Ok(number) => number,
+            Err(verdict) => return verdict.into(),
+        };
+        state.publish_waiting();
+        self.changed.notify_all();
+        loop {
+            if let Some(r) = &state.rejection {
+                return Response::Rejected(r.clone());
+            }
+            if state.values.contains_key(OVER_KEY) {
+                state.generations.withdraw(slot);
+                return Response::JobOver;
+            }
+            if let Some(verdict) = state.generations.verdict(number, slot) {
+                return verdict.into();
+            }
+            let connected = state.connected_slots();
+            let limits = (self.world_size, self.io_timeout);
+            match state.generations.try_form(&connected, limits) {
+                Some(Verdict::Lost) => return Response::Lost,
+                Some(_) => {
+                    state.publish_waiting();
+                    self.changed.notify_all();
+                    continue;
+                }
+                None => {}
+            }
+            let left = deadline.map_or(Duration::from_secs(3600), |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            if left.is_zero() || self.stop.load(Ordering::SeqCst) {
+                state.generations.withdraw(slot);
+                state.publish_waiting();
+                return Response::NotFound;
+            }
+            // The grace and the timeout pass without news: look again.
+            state = self
+                .changed
+                .wait_timeout(state, left.min(FORMING_POLL))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
     }
 
     fn get(&self, key: &str, wait: Duration) -> Response {
@@ -318,6 +398,19 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
+/// How often a member waiting for its generation looks at the clock.
+const FORMING_POLL: Duration = Duration::from_millis(50);
+
+impl From<Verdict> for Response {
+    fn from(verdict: Verdict) -> Self {
+        match verdict {
+            Verdict::Formed { number, members } => Response::Generation { number, members },
+            Verdict::Evicted { generation } => Response::Evicted { generation },
+            Verdict::Lost => Response::Lost,
+        }
+    }
+}
+
 /// Serves one client until it disconnects, misbehaves or the store stops.
 fn serve(stream: TcpStream, shared: &Shared) {
     if stream.set_nodelay(true).is_err()
@@ -346,7 +439,7 @@ fn serve(stream: TcpStream, shared: &Shared) {
     if let Some(rank) = member
         && !shared.stop.load(Ordering::SeqCst)
     {
-        shared.set(departed_key(rank), Vec::new());
+        shared.member_left(rank);
     }
 }
 
@@ -387,6 +480,14 @@ fn serve_member(stream: &TcpStream, shared: &Shared, member: &mut Option<usize>)
             Request::Get { key, wait } => shared.get(&key, wait),
             Request::Look { keys } => match shared.look(&keys) {
                 Some(values) => values,
+                None => return,
+            },
+            Request::Enlist {
+                step,
+                suspect,
+                wait,
+            } => match *member {
+                Some(slot) => shared.enlist(slot, (step, suspect), wait),
                 None => return,
             },
         };

@@ -20,8 +20,8 @@ use crate::flight::{Flight, Handover};
 use crate::group::{Membership, NodeGroup, Place};
 use crate::plan::{NodePlan, NodeSlot};
 use crate::say::bar;
-use crate::spec::{Restarts, WorkerSpec};
-use crate::supervise::supervise;
+use crate::spec::{OnFailure, Restarts, WorkerSpec};
+use crate::supervise::{Replacements, supervise};
 use crate::workers::{Worker, stop};
 
 /// The signals the launcher passes on to its workers.
@@ -256,10 +256,61 @@ fn run_workers(
     };
     let flight = (spec.flight_recorder.as_deref())
         .map(|dir| Flight::begin(dir, world, plan.nproc, node_rank));
-    let exe = &spec.exe;
+    let mut starter = Starter {
+        run: (spec, args, held),
+        plan,
+        slot,
+        master: &master,
+        token: token.as_ref(),
+        group: 0,
+    };
     let mut workers: Vec<Worker> = Vec::with_capacity(plan.nproc);
     for local_rank in 0..plan.nproc {
-        let rank = node_rank * plan.nproc + local_rank;
+        match starter.start(local_rank) {
+            Ok(worker) => workers.push(worker),
+            Err(e) => {
+                stop(&mut workers);
+                return Err(e);
+            }
+        }
+    }
+    let mut start = |local_rank| starter.start(local_rank);
+    let replacements = (spec.on_failure == OnFailure::Replace).then_some(Replacements {
+        start: &mut start,
+        left: spec.max_restarts,
+        max: spec.max_restarts,
+    });
+    let outcome = supervise(
+        &mut workers,
+        (graces, replacements),
+        signals,
+        group.as_deref_mut().map(|g| (g, attempt)),
+        flight.as_ref(),
+    );
+    if let (Outcome::Failed(failure), Some(flight)) = (&outcome, &flight) {
+        flight_verdict(flight, failure, (node_rank, group, attempt), graces.failure);
+    }
+    Ok(outcome)
+}
+
+/// What starting one of an attempt's workers takes.
+struct Starter<'a> {
+    run: (&'a WorkerSpec, &'a [OsString], &'a [(OsString, OsString)]),
+    plan: &'a NodePlan,
+    slot: NodeSlot,
+    master: &'a (String, u16),
+    token: Option<&'a AuthToken>,
+    /// The process group the workers share (0: the first one leads a new one).
+    group: i32,
+}
+
+impl Starter<'_> {
+    /// Starts the worker at `local_rank` of this machine, with its output
+    /// relayed and, for rank 0, its progress drawn.
+    fn start(&mut self, local_rank: usize) -> Result<Worker, LaunchError> {
+        let (spec, args, held) = self.run;
+        let rank = self.slot.node_rank * self.plan.nproc + local_rank;
+        let exe = &spec.exe;
         let mut command = Command::new(exe);
         die_with_parent(&mut command);
         // Rank 0's progress, for the bar on this launcher's terminal.
@@ -269,31 +320,26 @@ fn run_workers(
             }
             false => None,
         };
-        // The first worker leads a new process group; the others join it.
-        let group = workers.first().map_or(0, |w| w.child.id() as i32);
         let spawned = command
-            .process_group(group)
+            .process_group(self.group)
             .args(args)
-            .envs(plan.worker_env(slot, local_rank, &master))
-            .envs(token.iter().map(|t| (AUTH_TOKEN_VAR, t.to_hex())))
+            .envs(self.plan.worker_env(self.slot, local_rank, self.master))
+            .envs(self.token.iter().map(|t| (AUTH_TOKEN_VAR, t.to_hex())))
             .envs(held.iter().cloned())
             .env(TRAINER_STORE_HOST, LAUNCHER_HOSTS_STORE)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn();
-        let child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                stop(&mut workers);
-                return Err(e).doing(|| format!("starting worker rank {rank} ({})", exe.display()));
-            }
-        };
+        let child = spawned.doing(|| format!("starting worker rank {rank} ({})", exe.display()))?;
+        // The first worker leads a new process group; the others join it.
+        if self.group == 0 {
+            self.group = child.id() as i32;
+        }
+        let (addr, port) = self.master;
         tell!(
-            "launcher: started rank {rank} (pid {}), master {}:{}",
-            child.id(),
-            master.0,
-            master.1
+            "launcher: started rank {rank} (pid {}), master {addr}:{port}",
+            child.id()
         );
         let mut worker = Worker::attach(rank, child);
         if let Some((reader, writer)) = progress {
@@ -301,19 +347,8 @@ fn run_workers(
             drop(writer);
             worker.draw_progress(reader);
         }
-        workers.push(worker);
+        Ok(worker)
     }
-    let outcome = supervise(
-        &mut workers,
-        graces,
-        signals,
-        group.as_deref_mut().map(|g| (g, attempt)),
-        flight.as_ref(),
-    );
-    if let (Outcome::Failed(failure), Some(flight)) = (&outcome, &flight) {
-        flight_verdict(flight, failure, (node_rank, group, attempt), graces.failure);
-    }
-    Ok(outcome)
 }
 
 /// After a failed attempt, node 0 says the flight recorder's verdict (the

@@ -23,6 +23,11 @@ pub const PEER_LOST_EXIT_CODE: i32 = 69;
 /// A restart would meet it again, so the launcher does not restart on it.
 pub const MISCONFIGURED_EXIT_CODE: i32 = 78;
 
+/// The exit code of a member of a live job (`--recovery live`) that the
+/// others went on without (it hung or was stopped past their timeout):
+/// it exits writing nothing, and its launcher may start a replacement.
+pub const EVICTED_EXIT_CODE: i32 = 79;
+
 /// The signals a worker handles, all of which the launcher forwards.
 pub const WORKER_SIGNALS: [i32; 5] = [SIGTERM, SIGUSR1, SIGINT, SIGHUP, DUMP_SIGNAL];
 
@@ -36,6 +41,12 @@ pub const DUMP_SIGNAL: i32 = SIGUSR2;
 #[error("{0}")]
 pub struct Misconfigured(pub String);
 
+/// The error of a member of a live job that the others went on without:
+/// [`EVICTED_EXIT_CODE`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Evicted(pub String);
+
 /// The exit code of a process that failed with `e`:
 /// [`MISCONFIGURED_EXIT_CODE`] (a rendezvous open to other machines
 /// without a token is one) or [`PEER_LOST_EXIT_CODE`] when such a cause is
@@ -45,7 +56,11 @@ pub fn failure_exit_code(e: &(dyn std::error::Error + 'static)) -> i32 {
     let lost_peer = |cause: &(dyn std::error::Error + 'static)| {
         matches!(
             cause.downcast_ref(),
-            Some(comm::CommError::PeerLost { .. } | comm::CommError::PeerTimeout { .. })
+            Some(
+                comm::CommError::PeerLost { .. }
+                    | comm::CommError::PeerTimeout { .. }
+                    | comm::CommError::JobLost { .. }
+            )
         )
     };
     let refused_open = |cause: &(dyn std::error::Error + 'static)| {
@@ -56,6 +71,8 @@ pub fn failure_exit_code(e: &(dyn std::error::Error + 'static)) -> i32 {
     };
     if chain().any(|cause| cause.is::<Misconfigured>() || refused_open(cause)) {
         MISCONFIGURED_EXIT_CODE
+    } else if chain().any(|cause| cause.is::<Evicted>()) {
+        EVICTED_EXIT_CODE
     } else if chain().any(lost_peer) {
         PEER_LOST_EXIT_CODE
     } else {

@@ -43,4 +43,4 @@ pub use args::without_flag;
 pub use error::{LaunchError, Refusal};
 pub use flags::{LaunchFlags, RdzvBackend, RdzvFlags};
 pub use plan::NodePlan;
-pub use spec::{Restarts, WorkerSpec};
+pub use spec::{OnFailure, Restarts, WorkerSpec};

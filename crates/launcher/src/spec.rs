@@ -41,6 +41,23 @@ pub struct WorkerSpec {
     /// Where the workers write their flight records (`comm::flight`), for
     /// the verdict on a failed attempt; none: no verdict.
     pub flight_recorder: Option<PathBuf>,
+    /// What a worker's failure does to the others.
+    pub on_failure: OnFailure,
+}
+
+/// What a worker's failure does to the attempt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnFailure {
+    /// It ends the attempt: every worker stops, and all restart (up to
+    /// `max_restarts` times), torchrun's way.
+    #[default]
+    RestartAll,
+    /// The others go on without it (the program re-forms its job over
+    /// them) and a replacement starts in its place, up to `max_restarts`
+    /// replacements in all; after those, the others go on alone. A worker
+    /// that says the job itself is lost (`PEER_LOST_EXIT_CODE`) or
+    /// misconfigured still ends the attempt.
+    Replace,
 }
 
 impl WorkerSpec {
@@ -65,6 +82,7 @@ impl WorkerSpec {
             rdzv_id: flags.rdzv.rdzv_id.clone().unwrap_or_default(),
             heartbeat: flags.rdzv.heartbeat(),
             flight_recorder: None,
+            on_failure: OnFailure::RestartAll,
         })
     }
 }

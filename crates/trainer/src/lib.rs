@@ -31,11 +31,12 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use comm::LaunchEnv;
 use launcher::contract::RunEnd;
-use launcher::{NodePlan, Restarts, WorkerSpec};
+use launcher::{NodePlan, OnFailure, Restarts, WorkerSpec};
 
 use crate::checkpoint::lock;
 use crate::checkpoint::restarts::CheckpointRestarts;
 use crate::cli::{Cli, Spawn};
+use crate::run::Recovery;
 use crate::topology::Topology;
 
 /// Runs what the flags and the environment ask for.
@@ -97,6 +98,11 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
                         "--spawn threads is for this binary's own launcher; under torchrun, srun or mpirun every rank is a process"
                     );
                 }
+                if job.join.recovery == Recovery::Live && !env.launcher_store {
+                    bail!(
+                        "--recovery live needs this binary's own launcher, whose store outlives every rank and which starts a lost rank's replacement; under torchrun, srun or mpirun a lost rank stops every rank by design (torchrun restarts them all): use --recovery restart there, or launch with `trainer --nproc-per-node N` (one launcher per machine, as `cargo xtask slurm-submit` does)"
+                    );
+                }
                 run::run(job, Some(&env))
             }
             None => run::run(job, None),
@@ -121,6 +127,10 @@ fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
             .extend(["--flight-recorder".into(), flight.clone().into()]);
     }
     spec.flight_recorder = Some(flight);
+    spec.on_failure = match cli.job.join.recovery {
+        Recovery::Restart => OnFailure::RestartAll,
+        Recovery::Live => OnFailure::Replace,
+    };
     let restarts = CheckpointRestarts::new(
         checkpoints.checkpoint_dir.as_deref(),
         checkpoints.keep,

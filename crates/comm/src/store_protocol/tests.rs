@@ -34,6 +34,16 @@ fn requests_round_trip() {
             ],
         },
         Request::Look { keys: Vec::new() },
+        Request::Enlist {
+            step: Some(41),
+            suspect: None,
+            wait: Duration::from_secs(600),
+        },
+        Request::Enlist {
+            step: None,
+            suspect: Some(3),
+            wait: Duration::ZERO,
+        },
     ];
     for r in requests {
         assert_eq!(Request::decode(&r.encode()).unwrap(), r);
@@ -45,6 +55,17 @@ fn responses_round_trip() {
     let responses = [
         Response::Ok,
         Response::NotFound,
+        Response::Generation {
+            number: 7,
+            members: vec![(2, Some(40)), (0, Some(39)), (3, None)],
+        },
+        Response::Generation {
+            number: 1,
+            members: Vec::new(),
+        },
+        Response::Evicted { generation: 3 },
+        Response::JobOver,
+        Response::Lost,
         Response::Value(b"10.0.0.2:4567".to_vec()),
         Response::Rejected(Rejection::WorldSizeMismatch {
             rank: 1,

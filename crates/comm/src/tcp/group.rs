@@ -29,6 +29,16 @@ impl Group {
         }
     }
 
+    /// Every member of generation `number` of a job whose membership
+    /// changes, this one at `rank` of `world`.
+    pub(crate) fn generation(number: u64, rank: usize, world: usize) -> Group {
+        Group {
+            prefix: format!("comm/tcp/generation/{number}/"),
+            rank,
+            members: (0..world).collect(),
+        }
+    }
+
     /// The `id`-th sub-group made from a communicator whose rank `me` is
     /// one of `members`: distinct, ascending ranks of a job of `world`.
     pub(crate) fn sub(

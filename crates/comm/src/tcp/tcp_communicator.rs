@@ -85,6 +85,29 @@ impl TcpCommunicator {
         Ok(comm)
     }
 
+    /// The ring of `generation` (see [`crate::LiveMember`]), formed through
+    /// `rendezvous`'s store by `deadline` and proven by a first barrier.
+    pub(crate) fn of_generation(
+        rendezvous: &mut Rendezvous,
+        generation: &crate::Generation,
+        deadline: Instant,
+    ) -> Result<Self, CommError> {
+        let (rank, world) = (generation.rank, generation.world());
+        if world == 1 {
+            return Ok(Self::alone());
+        }
+        let group = Group::generation(generation.number, rank, world);
+        let links = connect_ring(rendezvous, &group, deadline)?;
+        let mut comm = TcpCommunicator {
+            rank,
+            world_size: world,
+            ring: Some(Ring::new(None, links)),
+            groups_made: 0,
+        };
+        comm.barrier()?;
+        Ok(comm)
+    }
+
     /// The job's rendezvous store, for values other transports must share
     /// (e.g. a NCCL unique id published by rank 0). `None` at world size 1,
     /// where there is no store. Keys under `comm/` are used by this crate.

@@ -3,10 +3,10 @@
 use anyhow::bail;
 use core_tensor::{Fp32Tile, GemmStaging, MatmulPrecision, RefusedProducts};
 
-use super::Cli;
+use super::{Cli, Spawn};
 use crate::checkpoint::resume::ResumeFrom;
 use crate::ddp::{BackendChoice, CommHookChoice, SparseGrads};
-use crate::run::DeviceChoice;
+use crate::run::{DeviceChoice, Recovery};
 
 impl Cli {
     /// The rules between flags that clap does not express in one line.
@@ -91,6 +91,9 @@ impl Cli {
                 "--backend nccl moves gradients between GPUs; with --device cpu use --backend tcp (or auto)"
             );
         }
+        if job.join.recovery == Recovery::Live {
+            self.live_rules()?;
+        }
         if self.launch.max_restarts > 0 && !has_dir {
             bail!(
                 "--max-restarts needs --checkpoint-dir: restarts continue from the newest checkpoint there"
@@ -105,6 +108,33 @@ impl Cli {
             }
             _ => Ok(()),
         }
+    }
+
+    /// What `--recovery live` needs: a global batch that does not depend on
+    /// the ranks left, and ranks that can be lost alone.
+    fn live_rules(&self) -> anyhow::Result<()> {
+        let job = &self.job;
+        if job.train.global_batch.is_none() {
+            bail!(
+                "--recovery live needs --reproducible --global-batch B: the ranks left share the same global batch, so that the model does not depend on how many train it"
+            );
+        }
+        if job.pipeline.pipeline_stages > 1 {
+            bail!(
+                "--recovery live with --pipeline-stages: a stage holds a part of the model that no rank outside its pipeline has, so a lost stage cannot be healed from the others; use --recovery restart"
+            );
+        }
+        if self.spawn == Spawn::Threads {
+            bail!(
+                "--recovery live with --spawn threads: ranks that are threads of one process are lost together; use --spawn processes"
+            );
+        }
+        if job.ddp.backend == BackendChoice::Nccl {
+            bail!(
+                "--recovery live re-forms the host's ring over the ranks left, and an NCCL communicator over the survivors is not built yet: use --backend tcp (the exact sums travel on the host either way), or --recovery restart"
+            );
+        }
+        Ok(())
     }
 
     /// The flags given that mean something for some models only (a

@@ -8,11 +8,14 @@
 mod reported_run;
 mod starting_point;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use anyhow::Context;
 use core_tensor::Ops;
 
 use crate::checkpoint::origin::Origin;
-use crate::checkpoint::{CheckpointDir, CheckpointFlags, Checkpoints};
+use crate::checkpoint::{CheckpointDir, CheckpointFlags, Checkpoints, TrainingState};
 use crate::comm_thread::CommThread;
 use crate::data::Batches;
 use crate::ddp::AverageOver;
@@ -22,7 +25,9 @@ use crate::pipeline::{Pipeline, StageBuffersOf, StageLink};
 use crate::report::OutputFlags;
 use crate::stop::StopRequest;
 use crate::topology::Topology;
-use crate::train::{RunOutcome, Schedule, Setup, TrainConfig, Trainer, WholeModel};
+use crate::train::{
+    Membership, Regroup, RunOutcome, Schedule, Setup, TrainConfig, Trainer, WholeModel,
+};
 
 /// Everything a rank trains with, apart from its model and its data.
 pub struct Rank<'a, B: Ops> {
@@ -33,6 +38,26 @@ pub struct Rank<'a, B: Ops> {
     pub stop: StopRequest,
     pub monitor: Monitor,
     pub job: &'a RankJob<'a>,
+    /// A rank of a live job (`--recovery live`); `None`: any other.
+    pub live: Option<Live>,
+}
+
+/// A rank of one generation of a live job: where the generation starts,
+/// and where the rank's state goes when it ends (`crate::run`'s
+/// generations).
+pub struct Live {
+    /// Rank 0's start: the most advanced member's state, kept in memory
+    /// when the last generation ended; `None`: as the flags say (the job's
+    /// first generation).
+    pub start: Option<Box<TrainingState>>,
+    /// What rank 0 asks between steps.
+    pub membership: Box<dyn Membership>,
+    /// Where this rank's state at its last committed step goes when the
+    /// generation ends before its training does.
+    pub kept: Rc<RefCell<Option<Box<TrainingState>>>>,
+    /// What rank 0 says once it healed the generation's members (after a
+    /// recovery: its line).
+    pub healed: Option<Box<dyn FnOnce()>>,
 }
 
 /// How a rank reaches the others (made by `crate::run`'s wiring).
@@ -121,20 +146,24 @@ impl<B: Ops> Rank<'_, B> {
             stop,
             monitor,
             job,
+            mut live,
         } = self;
         let rank = topology.rank;
         let flags = job.checkpoints;
         let dir =
             (flags.checkpoint_dir.as_ref()).map(|d| CheckpointDir::new(d, flags.keep as usize));
         // Rank 0 alone reads checkpoints (other hosts may not see them) and
-        // sends what it found to the others.
-        let origin = match topology.leads() {
-            true => {
+        // sends what it found to the others; a live job's later generations
+        // start from the state their rank 0 kept in memory.
+        let kept = live.as_mut().and_then(|l| l.start.take());
+        let origin = match (topology.leads(), kept) {
+            (true, Some(kept)) => Origin::Resume(kept),
+            (true, None) => {
                 let layout = (topology.world, topology.stages);
                 let settings = cfg.settings(layout, model.kind(), schedule.fingerprint());
                 starting_point::choose(flags, dir.as_ref(), &settings, model.layout())?
             }
-            false => Origin::Fresh,
+            (false, _) => Origin::Fresh,
         };
         let resumed = matches!(origin, Origin::Resume(_));
         let setup = Setup {
@@ -152,6 +181,40 @@ impl<B: Ops> Rank<'_, B> {
         let device = backend.describe();
         let mut trainer = Trainer::with_schedule(backend, model, schedule, cfg, setup)
             .with_context(|| format!("rank {rank}: setting up"))?;
-        reported_run::train_and_report(&mut trainer, (&topology, job), device, resumed, monitor)
+        let Some(live) = live else {
+            return reported_run::train_and_report(
+                &mut trainer,
+                (&topology, job),
+                device,
+                resumed,
+                monitor,
+            );
+        };
+        if topology.leads() {
+            trainer.watch_membership(live.membership);
+            if let Some(say) = live.healed {
+                say();
+            }
+        }
+        let ran = reported_run::train_and_report(
+            &mut trainer,
+            (&topology, job),
+            device,
+            resumed,
+            monitor,
+        );
+        // The generation ends: on a lost peer, after the step this rank
+        // committed last; to let newcomers in, after the step all agreed on.
+        let (at, why) = match ran {
+            Ok(RunOutcome::Regroup { at, why }) => (at, why),
+            Err(e) => match Regroup::after(&e) {
+                Some(why) => (trainer.committed(), why),
+                None => return Err(e),
+            },
+            ended => return ended,
+        };
+        let state = trainer.kept_state()?;
+        *live.kept.borrow_mut() = Some(Box::new(state));
+        Ok(RunOutcome::Regroup { at, why })
     }
 }

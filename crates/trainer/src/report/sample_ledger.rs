@@ -33,6 +33,8 @@ pub struct SampleLedger {
     /// The epoch of the last line, and the samples its lines hold so far.
     epoch: u64,
     seen: HashSet<u32>,
+    /// The last line's global step (0: none).
+    last: u64,
 }
 
 /// One line of the file.
@@ -76,6 +78,7 @@ impl SampleLedger {
             file,
             epoch,
             seen,
+            last: kept.last().map_or(0, |l| l.global_step),
         })
     }
 }
@@ -97,7 +100,13 @@ impl SampleRecord for SampleLedger {
         // One write a line: a worker killed between steps leaves whole lines.
         let text = format!("{}\n", serde_json::to_string(&line)?);
         (self.file.write_all(text.as_bytes()))
-            .with_context(|| format!("writing --sample-ledger {}", self.path.display()))
+            .with_context(|| format!("writing --sample-ledger {}", self.path.display()))?;
+        self.last = step.global_step;
+        Ok(())
+    }
+
+    fn last_step(&self) -> u64 {
+        self.last
     }
 }
 

@@ -115,6 +115,7 @@ impl DeviceFlags {
 }
 
 /// The device a rank trains on.
+#[derive(Clone)]
 pub(super) enum Device {
     Cpu(Cpu),
     /// The GPU, and how many this machine has (ranks wrap around them).

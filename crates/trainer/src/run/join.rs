@@ -56,6 +56,30 @@ pub struct JoinFlags {
     /// whose ranks share memory.
     #[arg(long, help_heading = help_heading::COMMUNICATION, value_name = "MBPS", value_parser = positive_finite)]
     pub link_mbps: Option<f64>,
+
+    /// What the job does when a rank is lost.
+    ///
+    /// `restart`: every rank stops, and the launcher restarts them all from
+    /// the newest checkpoint (up to --max-restarts). `live`: the others go
+    /// on at once without it, from the step they committed last, and the
+    /// launcher starts a replacement that joins them (healed from their
+    /// memory, counted against --max-restarts). Needs --reproducible and
+    /// --global-batch, so that the result does not depend on how many
+    /// ranks train it, and this binary's launcher, whose store outlives
+    /// every rank.
+    #[arg(long, value_enum, default_value_t = Recovery::Restart)]
+    pub recovery: Recovery,
+}
+
+/// What a job does when a rank is lost (`--recovery`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Recovery {
+    /// Every rank stops; the launcher restarts all of them from the newest
+    /// checkpoint (torchrun's way).
+    #[default]
+    Restart,
+    /// The others go on without it, and a replacement joins them.
+    Live,
 }
 
 impl JoinFlags {

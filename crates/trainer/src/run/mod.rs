@@ -7,6 +7,7 @@ mod flight_recorder;
 pub mod help_heading;
 mod job;
 mod join;
+mod live;
 mod memory_fit;
 pub mod threads;
 pub mod token;
@@ -23,7 +24,7 @@ use launcher::contract::{RunEnd, hostname};
 pub use device::{DeviceChoice, DeviceFlags};
 pub use flight_recorder::FlightFlags;
 pub use job::JobFlags;
-pub use join::JoinFlags;
+pub use join::{JoinFlags, Recovery};
 
 use device::{Device, choose_device};
 use wiring::{JobComm, wire};
@@ -31,7 +32,7 @@ use wiring::{JobComm, wire};
 use crate::ddp::transport::Transport;
 use crate::models::Loaded;
 use crate::monitor::Monitor;
-use crate::rank::{Rank, RankJob};
+use crate::rank::{Live, Rank, RankJob};
 use crate::report::announce::started_by;
 use crate::stop::{StopKind, StopRequest, dump_flight_log, install_worker_handlers};
 use crate::topology::Topology;
@@ -56,9 +57,6 @@ pub fn run(job: &JobFlags, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd>
     let device = choose_device(&job.device, &rank)?;
     memory_fit::check_host(data.as_ref(), job, &rank, device.is_gpu())?;
     memory_fit::check_device(data.as_ref(), &rank, &device)?;
-    let tcp = joining
-        .map(|(config, env)| join::connect(&config, env))
-        .transpose()?;
     let process = Process {
         job,
         data: data.as_ref(),
@@ -67,8 +65,23 @@ pub fn run(job: &JobFlags, launch: Option<&LaunchEnv>) -> anyhow::Result<RunEnd>
         // names the directory itself).
         flight_dir: job.flight_dir(launch.map_or(std::process::id(), |e| e.master_port.into())),
     };
+    if let (Recovery::Live, Some((config, env))) = (job.join.recovery, &joining) {
+        return live::run(&process, (config, env), (rank, device), stop);
+    }
+    let tcp = joining
+        .map(|(config, env)| join::connect(&config, env))
+        .transpose()?;
     let comm = tcp.map(|t| JobComm::Tcp(Box::new(t)));
-    process.run_rank(rank, device, comm, stop)
+    Ok(run_end(&process.run_rank(rank, device, comm, stop, None)?))
+}
+
+/// The process's end after a rank's outcome.
+pub(super) fn run_end(outcome: &RunOutcome) -> RunEnd {
+    match outcome {
+        RunOutcome::Completed | RunOutcome::Regroup { .. } => RunEnd::Finished,
+        RunOutcome::Preempted { .. } => StopKind::Preempt.run_end(),
+        RunOutcome::Interrupted { .. } => StopKind::Interrupt.run_end(),
+    }
 }
 
 /// What every rank of a process reads and never changes.
@@ -91,10 +104,11 @@ impl Process<'_> {
         device: Device,
         comm: Option<JobComm>,
         stop: StopRequest,
-    ) -> anyhow::Result<RunEnd> {
+        live: Option<Live>,
+    ) -> anyhow::Result<RunOutcome> {
         let flight = FlightLog::new(rank.rank, rank.world, hostname(), &self.flight_dir);
         stop.dump_on_signal(flight.clone());
-        let ran = self.train_rank(rank, device, comm, stop, &flight);
+        let ran = self.train_rank(rank, device, (comm, live), stop, &flight);
         if let Err(e) = &ran {
             dump_flight_log(&flight, &format!("{e:#}"));
         }
@@ -105,10 +119,10 @@ impl Process<'_> {
         &self,
         rank: Topology,
         device: Device,
-        comm: Option<JobComm>,
+        (comm, live): (Option<JobComm>, Option<Live>),
         stop: StopRequest,
         flight: &FlightLog,
-    ) -> anyhow::Result<RunEnd> {
+    ) -> anyhow::Result<RunOutcome> {
         let job = self.job;
         let wiring = wire(job, &rank, &device, comm, flight)?;
         let gradients = match wiring.transport {
@@ -145,7 +159,7 @@ impl Process<'_> {
             );
         }
         let cfg = job.train_config();
-        let outcome = match device {
+        match device {
             Device::Cpu(cpu) => self.data.on_cpu(Rank {
                 // --reproducible: a unit's reductions are cut alike
                 // whatever --threads says.
@@ -159,6 +173,7 @@ impl Process<'_> {
                 stop,
                 monitor,
                 job: &rank_job,
+                live,
             }),
             Device::Cuda { gpu, .. } => {
                 let links = wiring.on_cuda(&gpu)?;
@@ -170,13 +185,9 @@ impl Process<'_> {
                     stop,
                     monitor,
                     job: &rank_job,
+                    live,
                 })
             }
-        }?;
-        Ok(match outcome {
-            RunOutcome::Completed => RunEnd::Finished,
-            RunOutcome::Preempted { .. } => StopKind::Preempt.run_end(),
-            RunOutcome::Interrupted { .. } => StopKind::Interrupt.run_end(),
-        })
+        }
     }
 }

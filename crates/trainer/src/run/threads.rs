@@ -15,7 +15,7 @@ use launcher::NodePlan;
 use launcher::contract::RunEnd;
 
 use super::device::{choose_device, expects_gpu};
-use super::{JobComm, JobFlags, Process, memory_fit};
+use super::{JobComm, JobFlags, Process, memory_fit, run_end};
 use crate::stop::{StopRequest, install_worker_handlers};
 use crate::topology::Topology;
 
@@ -72,7 +72,8 @@ pub fn run(job: &JobFlags, plan: &NodePlan, max_restarts: u32) -> anyhow::Result
                         }
                         memory_fit::check_device(process.data, &me, &device)?;
                         let comm = (world > 1).then_some(JobComm::Local(comm));
-                        process.run_rank(me, device, comm, stop)
+                        let outcome = process.run_rank(me, device, comm, stop, None)?;
+                        Ok(run_end(&outcome))
                     })
                     .with_context(|| format!("starting the thread of rank {rank}"))
             })

@@ -54,23 +54,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let hook = self.hook_state().with_context(|| {
             format!("rank {rank}: checkpointing PowerSGD's state at {position}")
         })?;
-        let state = whole.map(|[params, exp_avg, exp_avg_sq]| TrainingState {
-            position,
-            optimizer_step: self.replica.step,
-            params,
-            exp_avg,
-            exp_avg_sq,
-            epoch_loss_sum,
-            epoch_correct,
-            epoch_train_seconds: train_seconds,
-            epoch_visited,
-            settings: self.cfg.settings(
-                (world, self.topology.stages),
-                self.model.kind(),
-                self.schedule.fingerprint(),
-            ),
-            hook,
-        });
+        let metrics = (epoch_loss_sum, epoch_correct, train_seconds);
+        let state = whole.map(|whole| self.state_at(position, whole, metrics, epoch_visited, hook));
         let Some(checkpoints) = self.state.checkpoints.as_ref() else {
             return Ok(None);
         };
@@ -105,6 +90,34 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 .join()
                 .unwrap_or_else(|_| Err(anyhow!("rank 0: the checkpoint writer panicked")))
         })
+    }
+
+    /// The state a checkpoint at `position` holds: the `whole` parameters
+    /// and Adam moments, every rank's running loss and correct sums and
+    /// rank 0's seconds of the epoch, the samples visited where they do
+    /// not follow from the position, and the hook's state.
+    pub(super) fn state_at(
+        &self,
+        position: Position,
+        [params, exp_avg, exp_avg_sq]: [Vec<f32>; 3],
+        (epoch_loss_sum, epoch_correct, epoch_train_seconds): (Vec<f32>, Vec<f32>, f64),
+        epoch_visited: Option<u64>,
+        hook: Option<HookState>,
+    ) -> TrainingState {
+        let layout = (self.topology.world, self.topology.stages);
+        TrainingState {
+            position,
+            optimizer_step: self.replica.step,
+            params,
+            exp_avg,
+            exp_avg_sq,
+            epoch_loss_sum,
+            epoch_correct,
+            epoch_train_seconds,
+            epoch_visited,
+            settings: (self.cfg).settings(layout, self.model.kind(), self.schedule.fingerprint()),
+            hook,
+        }
     }
 
     /// PowerSGD's state with every rank's error feedback, on rank 0 (every

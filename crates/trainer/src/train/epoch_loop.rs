@@ -10,7 +10,8 @@ use core_tensor::{Ops, rng};
 use super::accumulate::{Micro, steps_of};
 use super::ledger::{self, CommittedStep};
 use super::memory::EpochBatches;
-use super::{EpochReport, Progress, RunOutcome, Running, Trainer};
+use super::votes::Vote;
+use super::{EpochReport, Progress, Regroup, RunOutcome, Running, Trainer};
 use crate::checkpoint::Position;
 use crate::data::Resumed;
 use crate::model::{DropoutSeed, Model};
@@ -64,12 +65,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             Some(_) => {
                 let len = self.schedule.fingerprint().samples as usize;
                 let plan = (len, epoch as u64);
-                Some(ledger::job_steps(
-                    &order,
-                    plan,
-                    (batch, k),
-                    self.cfg.max_steps,
-                )?)
+                let steps = ledger::job_steps(&order, plan, (batch, k), self.cfg.max_steps)?;
+                self.record_steps_before(epoch, (first, &steps))?;
+                Some(steps)
             }
             None => None,
         };
@@ -135,12 +133,17 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 self.state.meter.images += samples as u64;
             }
             self.state.meter.visited += (samples * replicas) as u64;
-            let vote = request == Some(StopKind::Preempt);
             let in_step = || format!("rank {rank}: epoch {epoch}, step {}", s + 1);
+            let vote = match request {
+                Some(StopKind::Preempt) => Vote::Stop,
+                _ if self.newcomers_vote().with_context(in_step)? => Vote::Regroup,
+                _ => Vote::GoOn,
+            };
             (self.state.votes)
                 .cast(self.replica.step + 1, vote)
                 .with_context(in_step)?;
             self.train_step(&micro).with_context(in_step)?;
+            self.state.committed = at;
             if let (Some(ledger), Some(job)) = (&mut self.state.ledger, &job_steps) {
                 let step = CommittedStep {
                     global_step: self.replica.step,
@@ -152,12 +155,20 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             }
             progress.step();
             self.report_running(progress)?;
-            if self.state.votes.count(vote).with_context(in_step)? {
-                progress.finish_epoch();
-                // No rank returns before rank 0's checkpoint is on disk
-                // (under srun, one task's exit may kill the others).
-                let saved = self.save_checkpoint(at)?;
-                return Ok(EpochEnd::Stopped(RunOutcome::Preempted { at, saved }));
+            match self.state.votes.count(vote).with_context(in_step)? {
+                Vote::GoOn => {}
+                Vote::Stop => {
+                    progress.finish_epoch();
+                    // No rank returns before rank 0's checkpoint is on disk
+                    // (under srun, one task's exit may kill the others).
+                    let saved = self.save_checkpoint(at)?;
+                    return Ok(EpochEnd::Stopped(RunOutcome::Preempted { at, saved }));
+                }
+                Vote::Regroup => {
+                    progress.finish_epoch();
+                    let why = Regroup::Newcomers;
+                    return Ok(EpochEnd::Stopped(RunOutcome::Regroup { at, why }));
+                }
             }
             // The epoch's last step is followed by the end-of-epoch checkpoint.
             if s + 1 < steps && self.checkpoint_due() {
@@ -200,6 +211,35 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             straggler: Straggler::find(&ranks, self.topology.stages),
             ranks,
         }))
+    }
+
+    /// Tells the ledger the committed steps before `first` of `epoch` (of
+    /// the epoch's `steps`) that it lacks: a generation of a live job whose
+    /// rank 0 was lost may start after a step that rank 0 committed but
+    /// did not live to record.
+    fn record_steps_before(
+        &mut self,
+        epoch: usize,
+        (first, steps): (usize, &[Vec<u32>]),
+    ) -> anyhow::Result<()> {
+        // Only a live job's rank 0 (one that watches the membership) may
+        // start after steps no one recorded.
+        let (Some(ledger), Some(_)) = (self.state.ledger.as_mut(), &self.state.membership) else {
+            return Ok(());
+        };
+        let before = self.replica.step - first as u64;
+        for (s, samples) in steps.iter().enumerate().take(first) {
+            let global_step = before + s as u64 + 1;
+            if global_step > ledger.last_step() {
+                ledger.committed(&CommittedStep {
+                    global_step,
+                    epoch: epoch as u64,
+                    step: s as u64 + 1,
+                    samples,
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// The dropout masks of micro-batch `index` of the epoch, the `j`-th of

@@ -29,6 +29,9 @@ pub struct CommittedStep<'a> {
 /// `crate::report::sample_ledger`).
 pub trait SampleRecord {
     fn committed(&mut self, step: &CommittedStep<'_>) -> anyhow::Result<()>;
+
+    /// The global step of the last step recorded (0: none).
+    fn last_step(&self) -> u64;
 }
 
 /// The job's samples in each optimizer step of `epoch` of a split of

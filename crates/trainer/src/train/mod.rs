@@ -25,6 +25,7 @@ mod epoch_loop;
 pub(crate) mod exact;
 mod guard;
 mod ledger;
+mod live;
 mod memory;
 mod meter;
 mod optimizer;
@@ -44,9 +45,10 @@ use core_tensor::Ops;
 pub use config::{TrainConfig, TrainFlags};
 pub use exact::{BLOCK as EXACT_BLOCK, ExactRequest};
 pub use ledger::{CommittedStep, SampleRecord};
+pub use live::Membership;
 pub use memory::{EVAL_BATCH, EpochBatches};
 pub(crate) use memory::{host_room_bytes, test_buffers, test_reserve, training_buffers};
-pub use outcome::{EpochReport, Progress, RunOutcome, Running, Silent};
+pub use outcome::{EpochReport, Progress, Regroup, RunOutcome, Running, Silent};
 pub use schedule::{Part, Pass, Schedule};
 pub use setup::Setup;
 pub use whole_model::WholeModel;
@@ -101,6 +103,10 @@ struct LoopState<B: Ops> {
     last_saved: Option<PathBuf>,
     /// Where each committed step's samples go (`--sample-ledger`, rank 0).
     ledger: Option<Box<dyn SampleRecord>>,
+    /// Where the last step committed here left the run.
+    committed: Position,
+    /// Rank 0 of a live job: asked whether newcomers wait.
+    membership: Option<Box<dyn Membership>>,
 }
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {
@@ -213,11 +219,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 epoch_loop::EpochEnd::Stopped(outcome) => return Ok(outcome),
             };
             on_epoch(&report)?;
-            let saved = self.save_checkpoint(Position {
+            let next = Position {
                 epoch: epoch as u64 + 1,
                 step: 0,
-            })?;
+            };
+            let saved = self.save_checkpoint(next)?;
             self.state.last_saved = saved.or(self.state.last_saved.take());
+            self.state.committed = next;
         }
         Ok(RunOutcome::Completed)
     }

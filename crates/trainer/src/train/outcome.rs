@@ -53,6 +53,43 @@ pub enum RunOutcome {
     },
     /// This rank stopped at `at` on an interrupt, saving nothing.
     Interrupted { at: Position },
+    /// A generation of a live job (`--recovery live`) ended after the
+    /// step committed at `at`: its members form the next one.
+    Regroup { at: Position, why: Regroup },
+}
+
+/// Why a generation of a live job ended before its training did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Regroup {
+    /// A peer was lost, as `error` says; `silent`: the rank that stopped
+    /// answering, when that is how.
+    PeerLost {
+        error: String,
+        silent: Option<usize>,
+    },
+    /// Newcomers wait: the ranks agreed to let them in after this step.
+    Newcomers,
+}
+
+impl Regroup {
+    /// The regroup that `e`, a rank's error, calls for: a lost or silent
+    /// peer, or a ring broken by it; `None` for any other error (a
+    /// misconfiguration, a bad file, a non-finite loss), which no new
+    /// generation would mend.
+    pub fn after(e: &anyhow::Error) -> Option<Regroup> {
+        let comm = e
+            .chain()
+            .find_map(|c| c.downcast_ref::<comm::CommError>())?;
+        let silent = match comm {
+            comm::CommError::PeerTimeout { peer, .. } => Some(*peer),
+            comm::CommError::PeerLost { .. } | comm::CommError::Broken(_) => None,
+            _ => return None,
+        };
+        Some(Regroup::PeerLost {
+            error: format!("{e:#}"),
+            silent,
+        })
+    }
 }
 
 /// Per-step progress, for a progress bar.

@@ -201,6 +201,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             resume_at: (start.position.step > 0).then(|| ResumePoint::of(&start)),
             last_saved: None,
             ledger: None,
+            committed: start.position,
+            membership: None,
         };
         Ok(Self {
             replica: Replica::upload(&backend, &start, part)?,

@@ -6,7 +6,8 @@
 //! begins (the sum runs on the communication thread while the step
 //! computes) and is read after it. A GPU averaging on the device, which
 //! the host never waits for, votes every [`GUARD_READ_EVERY`] steps, when
-//! the host reads the device anyway.
+//! the host reads the device anyway. A live job's rank 0 votes, as well,
+//! to let waiting newcomers in (`--recovery live`).
 
 use super::guard::GUARD_READ_EVERY;
 use crate::comm_thread::{CommHandle, CommThread};
@@ -33,21 +34,48 @@ impl StopVotes {
 
     /// Casts this rank's `vote` in the step about to run, which makes
     /// `step` optimizer steps, if that step counts votes.
-    pub fn cast(&mut self, step: u64, vote: bool) -> anyhow::Result<()> {
+    pub fn cast(&mut self, step: u64, vote: Vote) -> anyhow::Result<()> {
         self.cast = step.is_multiple_of(self.every);
         match &mut self.handle {
-            Some(handle) if self.cast => handle.start_sum_f64(vec![f64::from(u8::from(vote))]),
+            Some(handle) if self.cast => handle.start_sum_f64(vote.ballot()),
             _ => Ok(()),
         }
     }
 
-    /// Whether the ranks stop after the step just run: any vote counts for
-    /// all; a lone rank's `own` vote decides alone.
-    pub fn count(&mut self, own: bool) -> anyhow::Result<bool> {
-        match &mut self.handle {
-            None => Ok(own),
-            Some(_) if !self.cast => Ok(false),
-            Some(handle) => Ok(handle.summed_f64()?[0] > 0.0),
-        }
+    /// What the ranks do after the step just run: any vote counts for
+    /// all, a stop before a regroup; a lone rank's `own` vote decides alone.
+    pub fn count(&mut self, own: Vote) -> anyhow::Result<Vote> {
+        let sum = match &mut self.handle {
+            None => own.ballot(),
+            Some(_) if !self.cast => return Ok(Vote::GoOn),
+            Some(handle) => handle.summed_f64()?,
+        };
+        Ok(match sum[..] {
+            [stop, _] if stop > 0.0 => Vote::Stop,
+            [_, regroup] if regroup > 0.0 => Vote::Regroup,
+            _ => Vote::GoOn,
+        })
+    }
+}
+
+/// One rank's vote on what follows a step, or the ranks' decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Vote {
+    GoOn,
+    /// Stop and save (a preemption request).
+    Stop,
+    /// End this generation of a live job: newcomers wait.
+    Regroup,
+}
+
+impl Vote {
+    /// The vote as the values the ranks sum.
+    fn ballot(self) -> Vec<f64> {
+        let [stop, regroup] = match self {
+            Vote::GoOn => [0.0, 0.0],
+            Vote::Stop => [1.0, 0.0],
+            Vote::Regroup => [0.0, 1.0],
+        };
+        vec![stop, regroup]
     }
 }
