@@ -46,7 +46,9 @@ pub(super) fn run(
     })?;
     let member = Arc::new(Mutex::new(joined));
     let mut kept: Option<Box<TrainingState>> = None;
-    // Why the last generation ended, and when: for the recovery's line.
+    // The generation trained in last, why it ended and when: for the
+    // recovery's line.
+    let mut last: Option<Generation> = None;
     let mut ended: Option<(Regroup, Instant)> = None;
     loop {
         let step = kept.as_ref().map(|s| s.optimizer_step);
@@ -84,9 +86,10 @@ pub(super) fn run(
             }
         };
         // Rank 0 says how the recovery went once it healed the others.
+        let before = last.replace(generation.clone());
         let healed = ended.take().map(|(why, since)| {
-            let generation = generation.clone();
-            Box::new(move || say_recovered(&generation, &why, since)) as Box<dyn FnOnce()>
+            let change = Change::between(before.as_ref(), &generation);
+            Box::new(move || change.say(&why, since)) as Box<dyn FnOnce()>
         });
         let topology = Topology {
             rank: generation.rank,
@@ -119,22 +122,60 @@ pub(super) fn run(
     }
 }
 
-/// The recovery's one line (rank 0 of the new generation).
-fn say_recovered(generation: &Generation, why: &Regroup, since: Instant) {
-    let step = generation.start_step().unwrap_or(0);
-    let joined = (generation.members.iter())
-        .filter(|(_, step)| step.is_none())
-        .count();
-    let cause = match why {
-        Regroup::PeerLost { error, .. } => format!("a rank was lost ({error})"),
-        Regroup::Newcomers => format!("{joined} rank(s) joined"),
-    };
-    tell!(
-        "live recovery: {cause}; generation {} of {} rank(s) goes on after global step {step}, healed from rank 0's memory in {:.2} s",
-        generation.number,
-        generation.world(),
-        since.elapsed().as_secs_f64()
-    );
+/// How one generation differs from the one before, for the recovery's
+/// line (rank 0 of the new generation says it).
+struct Change {
+    number: u64,
+    world: usize,
+    /// The global step the new generation goes on after.
+    step: u64,
+    /// Slots (the ranks the launchers gave) lost, and joined.
+    lost: Vec<usize>,
+    joined: Vec<usize>,
+}
+
+impl Change {
+    fn between(before: Option<&Generation>, now: &Generation) -> Change {
+        let slots = |g: &Generation| -> Vec<usize> { g.members.iter().map(|&(s, _)| s).collect() };
+        let (was, is) = (before.map_or_else(Vec::new, slots), slots(now));
+        // A slot whose member died and whose replacement joined is both.
+        let newcomer = |s: &usize| {
+            now.members
+                .iter()
+                .any(|&(m, step)| m == *s && step.is_none())
+        };
+        Change {
+            number: now.number,
+            world: now.world(),
+            step: now.start_step().unwrap_or(0),
+            lost: (was.iter())
+                .filter(|s| !is.contains(s) || newcomer(s))
+                .copied()
+                .collect(),
+            joined: is.iter().filter(|s| newcomer(s)).copied().collect(),
+        }
+    }
+
+    /// The line, `since` the generation before ended on this process.
+    fn say(&self, why: &Regroup, since: Instant) {
+        let list = |slots: &[usize]| {
+            let named: Vec<String> = slots.iter().map(usize::to_string).collect();
+            named.join(", ")
+        };
+        let what = match why {
+            Regroup::PeerLost { error, .. } => {
+                format!("lost rank(s) launched as {} ({error})", list(&self.lost))
+            }
+            Regroup::Newcomers => format!("joined: rank(s) launched as {}", list(&self.joined)),
+        };
+        tell!(
+            "live recovery: {what}; generation {}: {} rank(s), going on after global step {}; {:.2} s from the end of the last generation to the ranks healed",
+            self.number,
+            self.world,
+            self.step,
+            since.elapsed().as_secs_f64()
+        );
+    }
 }
 
 /// Rank 0's look, between steps, at whether newcomers wait.

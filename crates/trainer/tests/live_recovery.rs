@@ -1,0 +1,282 @@
+//! `--recovery live`: a lost rank costs the step it was in, not a restart.
+//! Workers SIGKILLed mid-run (rank 0 among them) or stopped past the
+//! timeout: the others go on in a new generation at once, their processes
+//! the same; the launcher's replacements join them, healed from their
+//! memory; the model ends on the bytes of one rank trained undisturbed, and
+//! the sample ledger, which every committed step appends to, is that run's
+//! byte for byte (so every sample was trained once).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use common::{job, launcher_pid, run, stderr, stderr_lines};
+use sha2::{Digest, Sha256};
+
+/// Steps of the one capped epoch, and the global batch of each.
+const STEPS: usize = 150;
+const GLOBAL_BATCH: &str = "32";
+
+/// The job on `world` ranks into `dir` (checkpoints) and its ledger.
+fn live_job(world: usize, dir: &Path, timeout_s: u64) -> Command {
+    let mut cmd = job(world, 1, timeout_s);
+    cmd.args([
+        "--reproducible",
+        "--global-batch",
+        GLOBAL_BATCH,
+        "--unit",
+        "8",
+    ])
+    .args(["--seed", "3", "--max-steps", &STEPS.to_string()])
+    .arg("--checkpoint-dir")
+    .arg(dir)
+    .arg("--sample-ledger")
+    .arg(ledger(dir));
+    if world > 1 {
+        cmd.args(["--recovery", "live", "--max-restarts", "6"]);
+    }
+    cmd
+}
+
+fn ledger(dir: &Path) -> PathBuf {
+    dir.with_extension("ledger.jsonl")
+}
+
+/// The final model's hash, and the ledger.
+fn result(dir: &Path) -> (String, String) {
+    let model = dir.join("ckpt-e0002-s000000/model.safetensors");
+    let bytes = std::fs::read(&model).unwrap_or_else(|e| panic!("{}: {e}", model.display()));
+    let ledger = std::fs::read_to_string(ledger(dir)).unwrap();
+    (format!("{:x}", Sha256::digest(bytes)), ledger)
+}
+
+/// One rank, undisturbed: the bytes every live run must end on.
+fn undisturbed(tmp: &Path) -> (String, String) {
+    let dir = tmp.join("alone");
+    let out = run(&mut live_job(1, &dir, 30));
+    assert!(out.status.success(), "{}", stderr(&out));
+    result(&dir)
+}
+
+/// Lines of a ledger written so far.
+fn committed(dir: &Path) -> usize {
+    std::fs::read_to_string(ledger(dir)).map_or(0, |t| t.lines().count())
+}
+
+/// A running live job: its launcher, and what it said so far.
+struct Running {
+    launcher: Child,
+    lines: Receiver<String>,
+    log: Vec<String>,
+    /// The newest pid the launcher announced for each rank it started.
+    pids: BTreeMap<usize, String>,
+}
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        let mut launcher = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (lines, _relay) = stderr_lines(&mut launcher);
+        Running {
+            launcher,
+            lines,
+            log: Vec::new(),
+            pids: BTreeMap::new(),
+        }
+    }
+
+    fn read(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            for rank in 0..8 {
+                if let Some(pid) = launcher_pid(&line, rank) {
+                    self.pids.insert(rank, pid);
+                }
+            }
+            self.log.push(line);
+        }
+    }
+
+    /// Waits until `dir`'s ledger holds `steps` lines, failing the test
+    /// after a minute.
+    fn until_committed(&mut self, dir: &Path, steps: usize) {
+        let since = Instant::now();
+        while committed(dir) < steps {
+            self.read();
+            let ended = self.launcher.try_wait().unwrap();
+            assert!(
+                ended.is_none() && since.elapsed() < Duration::from_secs(60),
+                "no step {steps} in the ledger ({ended:?}):\n{}",
+                self.log.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.read();
+    }
+
+    /// Sends `signal` to the worker now at `rank`: its pid.
+    fn signal(&mut self, rank: usize, signal: &str) -> String {
+        let pid = self.pids[&rank].clone();
+        let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(sent.success(), "kill {signal} {pid}");
+        pid
+    }
+
+    fn finish(mut self) -> (ExitStatus, String) {
+        let status = self.launcher.wait().unwrap();
+        // The relay ends with the stream.
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.log.push(line);
+        }
+        (status, self.log.join("\n"))
+    }
+}
+
+#[test]
+fn killed_ranks_cost_a_step_each_and_the_job_ends_on_one_ranks_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let alone = undisturbed(tmp.path());
+    let dir = tmp.path().join("live");
+    let mut job = Running::start(live_job(4, &dir, 30));
+    // Three kills, 40 steps apart, rank 0 (the ledger's writer) among them.
+    let mut killed = Vec::new();
+    for (at, rank) in [(20, 2), (60, 0), (100, 3)] {
+        job.until_committed(&dir, at);
+        killed.push(job.signal(rank, "-KILL"));
+    }
+    let survivor = job.pids[&1].clone();
+    let (status, log) = job.finish();
+    assert!(status.success(), "{log}");
+    assert_eq!(result(&dir).0, alone.0, "the model's bytes:\n{log}");
+    assert_eq!(result(&dir).1, alone.1, "the sample ledger:\n{log}");
+    // Rank 1 was never restarted; each killed rank was replaced once.
+    let started = log.matches("launcher: started rank").count();
+    assert_eq!(started, 4 + killed.len(), "{log}");
+    assert!(
+        log.contains(&format!("started rank 1 (pid {survivor})")),
+        "{log}"
+    );
+    assert!(!log.contains("restart 1 of"), "a restart of all:\n{log}");
+    let lost = log.matches("live recovery: lost").count();
+    let joined = log.matches("joined:").count();
+    assert!(lost >= killed.len() && joined >= 1, "{log}");
+}
+
+#[test]
+fn a_stopped_rank_0_is_evicted_and_exits_without_writing_when_it_wakes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let alone = undisturbed(tmp.path());
+    let dir = tmp.path().join("live");
+    let mut job = Running::start(live_job(3, &dir, 3));
+    job.until_committed(&dir, 20);
+    let stopped = job.signal(0, "-STOP");
+    // The others time out on it (3 s), evict it, and go on without it.
+    let since = Instant::now();
+    while !job.log.iter().any(|l| l.contains("live recovery: lost")) {
+        job.read();
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "{}",
+            job.log.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Command::new("kill")
+        .args(["-CONT", &stopped])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let (status, log) = job.finish();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("was left out of the job's generation"),
+        "{log}"
+    );
+    assert!(log.contains("exit status: 79"), "{log}");
+    // Woken, it wrote no ledger line and no checkpoint: the job's files
+    // are the undisturbed run's.
+    assert_eq!(result(&dir), alone, "{log}");
+}
+
+#[test]
+fn live_recovery_is_refused_where_it_cannot_keep_its_promise() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--world-size", "2", "--recovery", "live"],
+            "needs --reproducible --global-batch",
+        ),
+        (
+            &[
+                "--world-size",
+                "4",
+                "--recovery",
+                "live",
+                "--reproducible",
+                "--global-batch",
+                "32",
+                "--pipeline-stages",
+                "2",
+            ],
+            "a lost stage cannot be healed",
+        ),
+        (
+            &[
+                "--world-size",
+                "2",
+                "--recovery",
+                "live",
+                "--reproducible",
+                "--global-batch",
+                "32",
+                "--spawn",
+                "threads",
+            ],
+            "lost together",
+        ),
+        (
+            &[
+                "--world-size",
+                "2",
+                "--recovery",
+                "live",
+                "--reproducible",
+                "--global-batch",
+                "32",
+                "--backend",
+                "nccl",
+            ],
+            "--backend tcp",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = run(common::trainer().args(args));
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(
+            err.contains(says) && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+    // Under torchrun's variables (no launcher of ours hosting the store).
+    let out = run(common::trainer()
+        .args([
+            "--recovery",
+            "live",
+            "--reproducible",
+            "--global-batch",
+            "32",
+        ])
+        .envs([("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")])
+        .envs([("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")]));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--recovery live needs this binary's own launcher"),
+        "{err}"
+    );
+}
