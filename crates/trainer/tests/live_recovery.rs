@@ -143,7 +143,10 @@ fn killed_ranks_cost_a_step_each_and_the_job_ends_on_one_ranks_bytes() {
     let tmp = tempfile::tempdir().unwrap();
     let alone = undisturbed(tmp.path());
     let dir = tmp.path().join("live");
-    let mut job = Running::start(live_job(4, &dir, 30));
+    let metrics = tmp.path().join("metrics.jsonl");
+    let mut cmd = live_job(4, &dir, 30);
+    cmd.arg("--metrics").arg(&metrics);
+    let mut job = Running::start(cmd);
     // Three kills, 40 steps apart, rank 0 (the ledger's writer) among them.
     let mut killed = Vec::new();
     for (at, rank) in [(20, 2), (60, 0), (100, 3)] {
@@ -166,6 +169,26 @@ fn killed_ranks_cost_a_step_each_and_the_job_ends_on_one_ranks_bytes() {
     let lost = log.matches("live recovery: lost").count();
     let joined = log.matches("joined:").count();
     assert!(lost >= killed.len() && joined >= 1, "{log}");
+    // Each recovery is a row of the metrics file, naming the ranks lost.
+    let rows: Vec<serde_json::Value> = (std::fs::read_to_string(&metrics).unwrap().lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|row: &serde_json::Value| row["event"] == "live_recovery")
+        .collect();
+    let lost: Vec<u64> = (rows.iter())
+        .flat_map(|row| {
+            row["lost"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_u64().unwrap())
+        })
+        .collect();
+    for rank in [2, 0, 3] {
+        assert!(
+            lost.contains(&rank),
+            "rank {rank} not among the lost: {rows:?}"
+        );
+    }
 }
 
 #[test]

@@ -10,6 +10,7 @@ mod starting_point;
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Instant;
 
 use anyhow::Context;
 use core_tensor::Ops;
@@ -23,10 +24,11 @@ use crate::model::{Layered, Model};
 use crate::monitor::Monitor;
 use crate::pipeline::{Pipeline, StageBuffersOf, StageLink};
 use crate::report::OutputFlags;
+use crate::report::recovery::RecoveryEvent;
 use crate::stop::StopRequest;
 use crate::topology::Topology;
 use crate::train::{
-    Membership, Regroup, RunOutcome, Schedule, Setup, TrainConfig, Trainer, WholeModel,
+    EpochShare, Membership, Regroup, RunOutcome, Schedule, Setup, TrainConfig, Trainer, WholeModel,
 };
 
 /// Everything a rank trains with, apart from its model and its data.
@@ -42,6 +44,12 @@ pub struct Rank<'a, B: Ops> {
     pub live: Option<Live>,
 }
 
+/// What a member of a live job keeps from one generation for the next.
+pub struct Kept {
+    pub state: Box<TrainingState>,
+    pub share: EpochShare,
+}
+
 /// A rank of one generation of a live job: where the generation starts,
 /// and where the rank's state goes when it ends (`crate::run`'s
 /// generations).
@@ -52,12 +60,15 @@ pub struct Live {
     pub start: Option<Box<TrainingState>>,
     /// What rank 0 asks between steps.
     pub membership: Box<dyn Membership>,
-    /// Where this rank's state at its last committed step goes when the
-    /// generation ends before its training does.
-    pub kept: Rc<RefCell<Option<Box<TrainingState>>>>,
-    /// What rank 0 says once it healed the generation's members (after a
-    /// recovery: its line).
-    pub healed: Option<Box<dyn FnOnce()>>,
+    /// This rank's share of the epoch's numbers in the generation before.
+    pub share: Option<EpochShare>,
+    /// Where this rank's state at its last committed step, and its share
+    /// of the epoch's numbers, go when the generation ends before its
+    /// training does.
+    pub kept: Rc<RefCell<Option<Kept>>>,
+    /// After a recovery, what rank 0 reports once it healed the others
+    /// (its seconds measured from the instant given, then).
+    pub recovered: Option<(RecoveryEvent, Instant)>,
 }
 
 /// How a rank reaches the others (made by `crate::run`'s wiring).
@@ -181,28 +192,24 @@ impl<B: Ops> Rank<'_, B> {
         let device = backend.describe();
         let mut trainer = Trainer::with_schedule(backend, model, schedule, cfg, setup)
             .with_context(|| format!("rank {rank}: setting up"))?;
+        let how = (&topology, job);
         let Some(live) = live else {
-            return reported_run::train_and_report(
-                &mut trainer,
-                (&topology, job),
-                device,
-                resumed,
-                monitor,
-            );
+            let report = (device, resumed, None);
+            return reported_run::train_and_report(&mut trainer, how, report, monitor);
         };
+        // Every rank is healed once its trainer is set up.
+        let recovered = live.recovered.map(|(event, since)| RecoveryEvent {
+            seconds: since.elapsed().as_secs_f64(),
+            ..event
+        });
         if topology.leads() {
             trainer.watch_membership(live.membership);
-            if let Some(say) = live.healed {
-                say();
-            }
         }
-        let ran = reported_run::train_and_report(
-            &mut trainer,
-            (&topology, job),
-            device,
-            resumed,
-            monitor,
-        );
+        if let Some(share) = live.share {
+            trainer.carry(share);
+        }
+        let report = (device, resumed, recovered);
+        let ran = reported_run::train_and_report(&mut trainer, how, report, monitor);
         // The generation ends: on a lost peer, after the step this rank
         // committed last; to let newcomers in, after the step all agreed on.
         let (at, why) = match ran {
@@ -213,8 +220,9 @@ impl<B: Ops> Rank<'_, B> {
             },
             ended => return ended,
         };
-        let state = trainer.kept_state()?;
-        *live.kept.borrow_mut() = Some(Box::new(state));
+        let state = Box::new(trainer.kept_state()?);
+        let share = trainer.epoch_share()?;
+        *live.kept.borrow_mut() = Some(Kept { state, share });
         Ok(RunOutcome::Regroup { at, why })
     }
 }

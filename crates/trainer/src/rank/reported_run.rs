@@ -17,6 +17,7 @@ use crate::phases::Phase;
 use crate::report::announce::{Ending, report_outcome};
 use crate::report::metrics::{MetricsFile, epoch_line};
 use crate::report::progress::Console;
+use crate::report::recovery::RecoveryEvent;
 use crate::report::sample_ledger::SampleLedger;
 use crate::report::tensorboard::EventWriter;
 use crate::topology::Topology;
@@ -24,11 +25,11 @@ use crate::train::{Progress, RunOutcome, Silent, Trainer};
 
 /// Trains `trainer` to the end, with rank 0's start-up line, metrics,
 /// TensorBoard and progress display, and reports how it ended.
+/// `recovered`: the live recovery this generation began with, if it did.
 pub(super) fn train_and_report<B: Ops, M: Model<B>>(
     trainer: &mut Trainer<B, M>,
     (topology, job): (&Topology, &RankJob<'_>),
-    device: String,
-    resumed: bool,
+    (device, resumed, recovered): (String, bool, Option<RecoveryEvent>),
     monitor: Monitor,
 ) -> anyhow::Result<RunOutcome> {
     let (lead, world, epochs) = (topology.leads(), topology.world, trainer.epochs());
@@ -54,6 +55,20 @@ pub(super) fn train_and_report<B: Ops, M: Model<B>>(
         ))),
         _ => None,
     };
+    if let (Some(event), true) = (&recovered, lead) {
+        tell!("{}", event.line());
+        if let Some(m) = &mut metrics {
+            m.event(event)?;
+        }
+        if let Some(board) = &board {
+            let at = event.after_global_step;
+            let values = [
+                ("recovery/seconds", event.seconds),
+                ("recovery/world_size", event.world_size as f64),
+            ];
+            board.borrow_mut().scalars(at, &values)?;
+        }
+    }
     if let (Some(path), true) = (&outputs.sample_ledger, lead) {
         let ledger = SampleLedger::open(path, trainer.global_step())?;
         trainer.record_samples(Box::new(ledger));

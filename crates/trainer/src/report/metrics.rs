@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::model::Metric;
 use crate::monitor::{GpuUsage, Straggler, Summary};
 use crate::phases::{Phase, PhaseSeconds};
+use crate::report::recovery::RecoveryEvent;
 use crate::train::EpochReport;
 
 /// The epoch line, in the spirit of the reference script.
@@ -190,13 +191,25 @@ impl MetricsFile {
                 .collect(),
             straggler: r.straggler,
         };
-        let write = |out: &mut BufWriter<File>| -> std::io::Result<()> {
-            serde_json::to_writer(&mut *out, &row)?;
-            out.write_all(b"\n")?;
-            out.flush()
-        };
-        write(&mut self.out).with_context(|| format!("writing {}", self.path.display()))
+        write_row(&mut self.out, &self.path, &row)
     }
+
+    /// Adds a live recovery's row (`"event": "live_recovery"`), between
+    /// the epochs' rows.
+    pub fn event(&mut self, event: &RecoveryEvent) -> anyhow::Result<()> {
+        write_row(&mut self.out, &self.path, event)
+    }
+}
+
+/// One JSON row and its newline into the file at `path`, flushed: a run
+/// that dies keeps it.
+fn write_row(out: &mut BufWriter<File>, path: &Path, row: &impl Serialize) -> anyhow::Result<()> {
+    let write = |out: &mut BufWriter<File>| -> std::io::Result<()> {
+        serde_json::to_writer(&mut *out, row)?;
+        out.write_all(b"\n")?;
+        out.flush()
+    };
+    write(out).with_context(|| format!("writing {}", path.display()))
 }
 
 /// A run that died mid-write (a full disk, a quota) may have left a row

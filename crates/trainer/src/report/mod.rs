@@ -1,7 +1,8 @@
 //! What rank 0 shows and writes about a run: the start and last lines
 //! (`announce.rs`), the epoch line and the metrics file (`metrics.rs`),
 //! TensorBoard events (`tensorboard.rs`), the progress display
-//! (`progress.rs`), the samples each step trained (`sample_ledger.rs`),
+//! (`progress.rs`), the samples each step trained (`sample_ledger.rs`), a
+//! live recovery (`recovery.rs`),
 //! `trainer plot`'s curves (`plot.rs`), and `trainer
 //! flight-report`'s verdict on a job's flight records (`flight_report.rs`).
 
@@ -10,6 +11,7 @@ pub mod flight_report;
 pub mod metrics;
 pub mod plot;
 pub mod progress;
+pub mod recovery;
 pub mod sample_ledger;
 pub mod tensorboard;
 

@@ -124,6 +124,11 @@ fn check_output(output: &Path) -> anyhow::Result<bool> {
     Ok(!existed)
 }
 
+/// Whether `line` is an event's row (a live recovery's), not an epoch's.
+fn is_event(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(line).is_ok_and(|row| row.get("event").is_some())
+}
+
 fn read(path: &Path) -> anyhow::Result<Vec<Epoch>> {
     // A pipe (`plot /dev/stdin`) has no size to check before reading it.
     if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
@@ -137,7 +142,7 @@ fn read(path: &Path) -> anyhow::Result<Vec<Epoch>> {
         .with_context(|| format!("{}: not a metrics file (not UTF-8 text)", path.display()))?;
     let mut epochs = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
+        if line.trim().is_empty() || is_event(line) {
             continue;
         }
         match serde_json::from_str::<Epoch>(line) {
@@ -367,6 +372,16 @@ mod tests {
         assert!(err.contains("line 2: not a metrics row"), "{err}");
         let err = read_rows(torn.to_string());
         assert!(err.contains("holds no epochs"), "{err}");
+    }
+
+    #[test]
+    fn a_live_recoverys_rows_are_not_epochs() {
+        let row = |n: u32| format!(r#"{{"epoch": {n}, "loss": 1.5, "img_per_s": 100.0}}"#);
+        let event = r#"{"event": "live_recovery", "generation": 2, "lost": [1]}"#;
+        assert_eq!(
+            epochs(&format!("{}\n{event}\n{}\n", row(1), row(2))).len(),
+            2
+        );
     }
 
     #[test]

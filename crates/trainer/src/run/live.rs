@@ -23,8 +23,8 @@ use launcher::contract::{Evicted, RunEnd};
 use super::device::Device;
 use super::wiring::JobComm;
 use super::{Process, run_end};
-use crate::checkpoint::TrainingState;
-use crate::rank::Live;
+use crate::rank::{Kept, Live};
+use crate::report::recovery::RecoveryEvent;
 use crate::stop::StopRequest;
 use crate::topology::Topology;
 use crate::train::{Membership, Regroup, RunOutcome};
@@ -45,13 +45,13 @@ pub(super) fn run(
         )
     })?;
     let member = Arc::new(Mutex::new(joined));
-    let mut kept: Option<Box<TrainingState>> = None;
+    let mut kept: Option<Kept> = None;
     // The generation trained in last, why it ended and when: for the
     // recovery's line.
     let mut last: Option<Generation> = None;
     let mut ended: Option<(Regroup, Instant)> = None;
     loop {
-        let step = kept.as_ref().map(|s| s.optimizer_step);
+        let step = kept.as_ref().map(|k| k.state.optimizer_step);
         let silent = match &ended {
             Some((Regroup::PeerLost { silent, .. }, _)) => *silent,
             _ => None,
@@ -85,23 +85,25 @@ pub(super) fn run(
                 continue;
             }
         };
-        // Rank 0 says how the recovery went once it healed the others.
+        // Rank 0 reports the recovery once it healed the others.
         let before = last.replace(generation.clone());
-        let healed = ended.take().map(|(why, since)| {
-            let change = Change::between(before.as_ref(), &generation);
-            Box::new(move || change.say(&why, since)) as Box<dyn FnOnce()>
-        });
+        let recovered = ended
+            .take()
+            .map(|(why, since)| (recovery(before.as_ref(), &generation, &why), since));
         let topology = Topology {
             rank: generation.rank,
             world: generation.world(),
             ..first
         };
         let left = Rc::new(RefCell::new(None));
+        let (start, share) = kept.take().map(|k| (k.state, k.share)).unzip();
         let live = Live {
-            start: kept.take(),
+            // Rank 0 heals the others from its state; each keeps its share.
+            start,
+            share,
             membership: Box::new(Newcomers(Arc::clone(&member))),
             kept: Rc::clone(&left),
-            healed,
+            recovered,
         };
         let comm = Some(JobComm::Tcp(Box::new(comm)));
         let outcome = process.run_rank(topology, device.clone(), comm, stop.clone(), Some(live))?;
@@ -122,59 +124,32 @@ pub(super) fn run(
     }
 }
 
-/// How one generation differs from the one before, for the recovery's
-/// line (rank 0 of the new generation says it).
-struct Change {
-    number: u64,
-    world: usize,
-    /// The global step the new generation goes on after.
-    step: u64,
-    /// Slots (the ranks the launchers gave) lost, and joined.
-    lost: Vec<usize>,
-    joined: Vec<usize>,
-}
-
-impl Change {
-    fn between(before: Option<&Generation>, now: &Generation) -> Change {
-        let slots = |g: &Generation| -> Vec<usize> { g.members.iter().map(|&(s, _)| s).collect() };
-        let (was, is) = (before.map_or_else(Vec::new, slots), slots(now));
-        // A slot whose member died and whose replacement joined is both.
-        let newcomer = |s: &usize| {
-            now.members
-                .iter()
-                .any(|&(m, step)| m == *s && step.is_none())
-        };
-        Change {
-            number: now.number,
-            world: now.world(),
-            step: now.start_step().unwrap_or(0),
-            lost: (was.iter())
-                .filter(|s| !is.contains(s) || newcomer(s))
-                .copied()
-                .collect(),
-            joined: is.iter().filter(|s| newcomer(s)).copied().collect(),
-        }
-    }
-
-    /// The line, `since` the generation before ended on this process.
-    fn say(&self, why: &Regroup, since: Instant) {
-        let list = |slots: &[usize]| {
-            let named: Vec<String> = slots.iter().map(usize::to_string).collect();
-            named.join(", ")
-        };
-        let what = match why {
-            Regroup::PeerLost { error, .. } => {
-                format!("lost rank(s) launched as {} ({error})", list(&self.lost))
-            }
-            Regroup::Newcomers => format!("joined: rank(s) launched as {}", list(&self.joined)),
-        };
-        tell!(
-            "live recovery: {what}; generation {}: {} rank(s), going on after global step {}; {:.2} s from the end of the last generation to the ranks healed",
-            self.number,
-            self.world,
-            self.step,
-            since.elapsed().as_secs_f64()
-        );
+/// What rank 0 of `now` reports of the change from `before` (its
+/// seconds still to be measured): who was lost and who joined, by slot.
+fn recovery(before: Option<&Generation>, now: &Generation, why: &Regroup) -> RecoveryEvent {
+    let slots = |g: &Generation| -> Vec<usize> { g.members.iter().map(|&(s, _)| s).collect() };
+    let (was, is) = (before.map_or_else(Vec::new, slots), slots(now));
+    // A slot whose member died and whose replacement joined is both.
+    let newcomer = |s: &usize| {
+        now.members
+            .iter()
+            .any(|&(m, step)| m == *s && step.is_none())
+    };
+    RecoveryEvent {
+        event: RecoveryEvent::KIND,
+        generation: now.number,
+        world_size: now.world(),
+        after_global_step: now.start_step().unwrap_or(0),
+        lost: (was.iter())
+            .filter(|s| !is.contains(s) || newcomer(s))
+            .copied()
+            .collect(),
+        joined: is.iter().filter(|s| newcomer(s)).copied().collect(),
+        cause: match why {
+            Regroup::PeerLost { error, .. } => error.clone(),
+            Regroup::Newcomers => "newcomers waited".to_string(),
+        },
+        seconds: 0.0,
     }
 }
 

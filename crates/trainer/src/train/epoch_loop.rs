@@ -106,6 +106,16 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             _ => 0,
         };
         (self.state.meter).start(&self.backend, resumed.as_ref(), images_before)?;
+        // A live job's member goes on with its own share of the epoch's
+        // numbers (the lost ranks' shares are lost with them).
+        if let Some(share) = self
+            .state
+            .carried
+            .take()
+            .filter(|s| s.epoch == epoch as u64)
+        {
+            self.state.meter.carry(&self.backend, &share)?;
+        }
         // The epoch's monitoring leaves out setup and the last checkpoint.
         self.state.monitor.take();
         progress.start_epoch(epoch, steps, first);

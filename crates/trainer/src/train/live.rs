@@ -7,7 +7,7 @@
 use anyhow::{Context, bail};
 use core_tensor::Ops;
 
-use super::Trainer;
+use super::{EpochShare, Trainer};
 use crate::checkpoint::{Position, TrainingState};
 use crate::model::Model;
 
@@ -30,6 +30,23 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             Some(membership) => membership.newcomers_waiting(),
             None => Ok(false),
         }
+    }
+
+    /// Goes on with `share`, this rank's numbers of the epoch in the
+    /// generation before (a member of a live job).
+    pub fn carry(&mut self, share: EpochShare) {
+        self.state.carried = Some(share);
+    }
+
+    /// This rank's share of the current epoch's running numbers.
+    pub fn epoch_share(&self) -> anyhow::Result<EpochShare> {
+        let [loss_sum, correct] = self.state.meter.read(&self.backend)?;
+        Ok(EpochShare {
+            epoch: self.state.committed.epoch,
+            loss_sum: loss_sum as f32,
+            correct: correct as f32,
+            images: self.state.meter.images,
+        })
     }
 
     /// Where the last step committed on this rank left the run.

@@ -31,6 +31,16 @@ impl ResumePoint {
     }
 }
 
+/// One rank's share of an epoch's running numbers, carried from one
+/// generation of a live job to the next.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpochShare {
+    pub epoch: u64,
+    pub loss_sum: f32,
+    pub correct: f32,
+    pub images: u64,
+}
+
 pub(super) struct EpochMeter<B: Ops> {
     /// Device accumulators: `[loss_sum]` and `[correct]` (the model's
     /// metric summed; correct predictions for accuracy).
@@ -94,6 +104,14 @@ impl<B: Ops> EpochMeter<B> {
                 .elapsed()
                 .saturating_sub(self.paused)
                 .as_secs_f64()
+    }
+
+    /// Goes on from `share` (this rank's numbers in another generation).
+    pub fn carry(&mut self, backend: &B, share: &EpochShare) -> anyhow::Result<()> {
+        backend.fill(&mut self.loss_sum, share.loss_sum)?;
+        backend.fill(&mut self.correct, share.correct)?;
+        self.images = share.images;
+        Ok(())
     }
 
     /// This rank's `[loss_sum, correct]` so far.

@@ -62,6 +62,7 @@ use crate::monitor::Monitor;
 use crate::phases::StepTimer;
 use crate::stop::StopRequest;
 use crate::topology::Topology;
+pub use meter::EpochShare;
 use meter::{EpochMeter, ResumePoint};
 use optimizer::Optimizer;
 use replica::Replica;
@@ -107,6 +108,9 @@ struct LoopState<B: Ops> {
     committed: Position,
     /// Rank 0 of a live job: asked whether newcomers wait.
     membership: Option<Box<dyn Membership>>,
+    /// A live job's member: its share of the epoch's numbers before this
+    /// generation.
+    carried: Option<EpochShare>,
 }
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {

@@ -203,6 +203,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             ledger: None,
             committed: start.position,
             membership: None,
+            carried: None,
         };
         Ok(Self {
             replica: Replica::upload(&backend, &start, part)?,
