@@ -40,8 +40,8 @@ impl Replacements<'_> {
     }
 
     /// Starts a replacement for `workers[i]`, which failed, while any are
-    /// left; the others go on either way.
-    fn replace(&mut self, workers: &mut [Worker], i: usize, node: &str) {
+    /// left; the others go on either way. False: it was given up.
+    fn replace(&mut self, workers: &mut [Worker], i: usize, node: &str) -> bool {
         workers[i].settle();
         let failed = format!("{node}{}", workers[i].describe_failure());
         if self.left == 0 {
@@ -49,7 +49,7 @@ impl Replacements<'_> {
                 "launcher: {failed}; the others go on without it (no replacement left: --max-restarts {})",
                 self.max
             );
-            return;
+            return false;
         }
         match (self.start)(i) {
             Ok(worker) => {
@@ -62,10 +62,14 @@ impl Replacements<'_> {
                 );
                 let mut old = std::mem::replace(&mut workers[i], worker);
                 stop(std::slice::from_mut(&mut old));
+                true
             }
-            Err(e) => tell!(
-                "launcher: {failed}; the others go on without it (its replacement did not start: {e})"
-            ),
+            Err(e) => {
+                tell!(
+                    "launcher: {failed}; the others go on without it (its replacement did not start: {e})"
+                );
+                false
+            }
         }
     }
 }
@@ -103,6 +107,9 @@ struct Watch {
     elsewhere: Option<String>,
     /// False once a node's launcher is gone: its ranks cannot come back.
     restartable: bool,
+    /// Failed workers of a live job that the others went on without, no
+    /// replacement being left.
+    given_up: Vec<usize>,
 }
 
 impl Watch {
@@ -178,6 +185,7 @@ pub(super) fn supervise(
         failed_alone: Vec::new(),
         elsewhere: None,
         restartable: true,
+        given_up: Vec::new(),
     };
     loop {
         for signal in signals.pending() {
@@ -248,7 +256,9 @@ pub(super) fn supervise(
         }
         if let Some(r) = replacements.as_mut() {
             for i in gone {
-                r.replace(workers, i, &watch.node);
+                if !r.replace(workers, i, &watch.node) {
+                    watch.given_up.push(i);
+                }
             }
         }
         if interrupt {
@@ -352,13 +362,27 @@ fn conclude(workers: &mut [Worker], watch: Watch, flight: Option<&Flight>) -> Ou
         ),
         (Some(i), _) => format!("{node}{}", workers[i].describe_failure()),
         (None, Some(cause)) => cause,
-        (None, None) => {
-            return Outcome::Ended(if workers.iter().any(preempted) {
-                RunEnd::Preempted
-            } else {
-                RunEnd::Finished
-            });
-        }
+        // A live job's workers given up on: the job went on without them,
+        // and ended well if any other did.
+        (None, None) => match watch.given_up.first() {
+            Some(&i)
+                if !workers
+                    .iter()
+                    .any(|w| w.status.is_some_and(|s| s.success()) || preempted(w)) =>
+            {
+                format!(
+                    "{node}{} (and no other rank finished)",
+                    workers[i].describe_failure()
+                )
+            }
+            _ => {
+                return Outcome::Ended(if workers.iter().any(preempted) {
+                    RunEnd::Preempted
+                } else {
+                    RunEnd::Finished
+                });
+            }
+        },
     };
     // Those killed here after the grace have no failure of their own.
     let others: Vec<String> = workers

@@ -21,8 +21,9 @@ use sha2::{Digest, Sha256};
 const STEPS: usize = 150;
 const GLOBAL_BATCH: &str = "32";
 
-/// The job on `world` ranks into `dir` (checkpoints) and its ledger.
-fn live_job(world: usize, dir: &Path, timeout_s: u64) -> Command {
+/// The job on `world` ranks into `dir` (checkpoints) and its ledger, live
+/// on more than one rank with `replacements` for lost ones.
+fn live_job(world: usize, dir: &Path, (timeout_s, replacements): (u64, u32)) -> Command {
     let mut cmd = job(world, 1, timeout_s);
     cmd.args([
         "--reproducible",
@@ -37,7 +38,12 @@ fn live_job(world: usize, dir: &Path, timeout_s: u64) -> Command {
     .arg("--sample-ledger")
     .arg(ledger(dir));
     if world > 1 {
-        cmd.args(["--recovery", "live", "--max-restarts", "6"]);
+        cmd.args([
+            "--recovery",
+            "live",
+            "--max-restarts",
+            &replacements.to_string(),
+        ]);
     }
     cmd
 }
@@ -57,7 +63,7 @@ fn result(dir: &Path) -> (String, String) {
 /// One rank, undisturbed: the bytes every live run must end on.
 fn undisturbed(tmp: &Path) -> (String, String) {
     let dir = tmp.join("alone");
-    let out = run(&mut live_job(1, &dir, 30));
+    let out = run(&mut live_job(1, &dir, (30, 0)));
     assert!(out.status.success(), "{}", stderr(&out));
     result(&dir)
 }
@@ -144,7 +150,7 @@ fn killed_ranks_cost_a_step_each_and_the_job_ends_on_one_ranks_bytes() {
     let alone = undisturbed(tmp.path());
     let dir = tmp.path().join("live");
     let metrics = tmp.path().join("metrics.jsonl");
-    let mut cmd = live_job(4, &dir, 30);
+    let mut cmd = live_job(4, &dir, (30, 6));
     cmd.arg("--metrics").arg(&metrics);
     let mut job = Running::start(cmd);
     // Three kills, 40 steps apart, rank 0 (the ledger's writer) among them.
@@ -196,7 +202,7 @@ fn a_stopped_rank_0_is_evicted_and_exits_without_writing_when_it_wakes() {
     let tmp = tempfile::tempdir().unwrap();
     let alone = undisturbed(tmp.path());
     let dir = tmp.path().join("live");
-    let mut job = Running::start(live_job(3, &dir, 3));
+    let mut job = Running::start(live_job(3, &dir, (3, 6)));
     job.until_committed(&dir, 20);
     let stopped = job.signal(0, "-STOP");
     // The others time out on it (3 s), evict it, and go on without it.
@@ -224,6 +230,26 @@ fn a_stopped_rank_0_is_evicted_and_exits_without_writing_when_it_wakes() {
     assert!(log.contains("exit status: 79"), "{log}");
     // Woken, it wrote no ledger line and no checkpoint: the job's files
     // are the undisturbed run's.
+    assert_eq!(result(&dir), alone, "{log}");
+}
+
+#[test]
+fn below_the_minimum_world_the_job_ends_and_its_checkpoint_resumes_to_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let alone = undisturbed(tmp.path());
+    let dir = tmp.path().join("live");
+    let mut cmd = live_job(3, &dir, (30, 0));
+    cmd.args(["--min-world", "3"]);
+    let mut job = Running::start(cmd);
+    job.until_committed(&dir, 20);
+    job.signal(1, "-KILL");
+    let (status, log) = job.finish();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("fewer than --min-world 3"), "{log}");
+    assert!(log.contains("the last committed step is saved in"), "{log}");
+    // The saved step, resumed on one rank, ends where nothing failed.
+    let out = run(live_job(1, &dir, (30, 0)).args(["--resume", "auto"]));
+    assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(result(&dir), alone, "{log}");
 }
 

@@ -93,6 +93,11 @@ impl Cli {
         }
         if job.join.recovery == Recovery::Live {
             self.live_rules()?;
+        } else if job.join.min_world > 1 {
+            bail!(
+                "--min-world {} is the fewest ranks a live job goes on with: add --recovery live",
+                job.join.min_world
+            );
         }
         if self.launch.max_restarts > 0 && !has_dir {
             bail!(

@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
-use anyhow::Context;
+use anyhow::{Context, anyhow};
 use core_tensor::Ops;
 
 use crate::checkpoint::origin::Origin;
@@ -60,6 +60,8 @@ pub struct Live {
     pub start: Option<Box<TrainingState>>,
     /// What rank 0 asks between steps.
     pub membership: Box<dyn Membership>,
+    /// `--min-world`: a generation of fewer ranks ends the job.
+    pub min_world: usize,
     /// This rank's share of the epoch's numbers in the generation before.
     pub share: Option<EpochShare>,
     /// Where this rank's state at its last committed step, and its share
@@ -176,6 +178,13 @@ impl<B: Ops> Rank<'_, B> {
             }
             (false, _) => Origin::Fresh,
         };
+        if let Some(live) = live.as_ref().filter(|l| topology.world < l.min_world) {
+            return Err(below_min_world(
+                (live.min_world, &topology),
+                (&origin, dir.as_ref()),
+                model.layout(),
+            ));
+        }
         let resumed = matches!(origin, Origin::Resume(_));
         let setup = Setup {
             topology,
@@ -225,4 +234,28 @@ impl<B: Ops> Rank<'_, B> {
         *live.kept.borrow_mut() = Some(Kept { state, share });
         Ok(RunOutcome::Regroup { at, why })
     }
+}
+
+/// The error of a live job's generation of fewer ranks than `min_world`;
+/// its rank 0 first saves the state it starts from (`origin`, the last
+/// committed step) into `dir`, if the job has one.
+fn below_min_world(
+    (min_world, topology): (usize, &Topology),
+    (origin, dir): (&Origin, Option<&CheckpointDir>),
+    layout: &core_tensor::FlatLayout,
+) -> anyhow::Error {
+    let (rank, world) = (topology.rank, topology.world);
+    let saved = match (origin, dir) {
+        (Origin::Resume(state), Some(dir)) => match dir.save(state, layout) {
+            Ok(path) => format!(
+                "; the last committed step is saved in {}: resume with --resume auto",
+                path.display()
+            ),
+            Err(e) => format!("; saving the last committed step failed: {e:#}"),
+        },
+        _ => String::new(),
+    };
+    anyhow!(
+        "rank {rank}: the job is down to {world} rank(s), fewer than --min-world {min_world} (ranks lost, and their replacements not joined or none left: --max-restarts){saved}"
+    )
 }

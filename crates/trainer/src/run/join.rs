@@ -69,6 +69,14 @@ pub struct JoinFlags {
     /// every rank.
     #[arg(long, value_enum, default_value_t = Recovery::Restart)]
     pub recovery: Recovery,
+
+    /// With --recovery live: the fewest ranks the job trains on.
+    ///
+    /// A generation of fewer (ranks lost, their replacements not joined or
+    /// none left) ends the job with an error, after its rank 0 saved the
+    /// last committed step as a checkpoint (with --checkpoint-dir).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub min_world: u32,
 }
 
 /// What a job does when a rank is lost (`--recovery`).

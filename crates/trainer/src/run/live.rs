@@ -102,6 +102,7 @@ pub(super) fn run(
             start,
             share,
             membership: Box::new(Newcomers(Arc::clone(&member))),
+            min_world: process.job.join.min_world as usize,
             kept: Rc::clone(&left),
             recovered,
         };
