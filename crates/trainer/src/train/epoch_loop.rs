@@ -108,12 +108,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         (self.state.meter).start(&self.backend, resumed.as_ref(), images_before)?;
         // A live job's member goes on with its own share of the epoch's
         // numbers (the lost ranks' shares are lost with them).
-        if let Some(share) = self
-            .state
-            .carried
-            .take()
-            .filter(|s| s.epoch == epoch as u64)
-        {
+        let carried = self.state.live.carried.take();
+        if let Some(share) = carried.filter(|s| s.epoch == epoch as u64) {
             self.state.meter.carry(&self.backend, &share)?;
         }
         // The epoch's monitoring leaves out setup and the last checkpoint.
@@ -234,7 +230,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     ) -> anyhow::Result<()> {
         // Only a live job's rank 0 (one that watches the membership) may
         // start after steps no one recorded.
-        let (Some(ledger), Some(_)) = (self.state.ledger.as_mut(), &self.state.membership) else {
+        let (Some(ledger), Some(_)) = (self.state.ledger.as_mut(), &self.state.live.membership)
+        else {
             return Ok(());
         };
         let before = self.replica.step - first as u64;

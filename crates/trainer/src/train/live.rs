@@ -11,6 +11,15 @@ use super::{EpochShare, Trainer};
 use crate::checkpoint::{Position, TrainingState};
 use crate::model::Model;
 
+/// What a member of a live job carries and asks across generations.
+#[derive(Default)]
+pub(super) struct LiveState {
+    /// Rank 0's: asked whether newcomers wait.
+    pub membership: Option<Box<dyn Membership>>,
+    /// Its share of the epoch's numbers before this generation.
+    pub carried: Option<EpochShare>,
+}
+
 /// What rank 0 of a live job asks of the job's membership between steps.
 pub trait Membership {
     /// Whether newcomers wait to join.
@@ -21,12 +30,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// Asks `membership` between steps whether newcomers wait, and votes to
     /// let them in when they do (rank 0 of a live job).
     pub fn watch_membership(&mut self, membership: Box<dyn Membership>) {
-        self.state.membership = Some(membership);
+        self.state.live.membership = Some(membership);
     }
 
     /// Whether this rank votes to let newcomers in after the step.
     pub(super) fn newcomers_vote(&mut self) -> anyhow::Result<bool> {
-        match &mut self.state.membership {
+        match &mut self.state.live.membership {
             Some(membership) => membership.newcomers_waiting(),
             None => Ok(false),
         }
@@ -35,7 +44,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// Goes on with `share`, this rank's numbers of the epoch in the
     /// generation before (a member of a live job).
     pub fn carry(&mut self, share: EpochShare) {
-        self.state.carried = Some(share);
+        self.state.live.carried = Some(share);
     }
 
     /// This rank's share of the current epoch's running numbers.

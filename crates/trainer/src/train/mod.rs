@@ -106,11 +106,8 @@ struct LoopState<B: Ops> {
     ledger: Option<Box<dyn SampleRecord>>,
     /// Where the last step committed here left the run.
     committed: Position,
-    /// Rank 0 of a live job: asked whether newcomers wait.
-    membership: Option<Box<dyn Membership>>,
-    /// A live job's member: its share of the epoch's numbers before this
-    /// generation.
-    carried: Option<EpochShare>,
+    /// A member of a live job: what it carries and asks across generations.
+    live: live::LiveState,
 }
 
 impl<B: Ops, M: Model<B>> Trainer<B, M> {

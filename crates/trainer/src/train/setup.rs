@@ -202,8 +202,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             last_saved: None,
             ledger: None,
             committed: start.position,
-            membership: None,
-            carried: None,
+            live: Default::default(),
         };
         Ok(Self {
             replica: Replica::upload(&backend, &start, part)?,
