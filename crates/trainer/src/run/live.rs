@@ -18,11 +18,12 @@ use std::time::Instant;
 
 use anyhow::{Context, anyhow};
 use comm::{CommConfig, Enlisted, Generation, LaunchEnv, LiveMember};
-use launcher::contract::{Evicted, RunEnd};
+use launcher::contract::{Evicted, Misconfigured, RunEnd};
 
 use super::device::Device;
 use super::wiring::JobComm;
 use super::{Process, run_end};
+use crate::ddp::BackendChoice;
 use crate::rank::{Kept, Live};
 use crate::report::recovery::RecoveryEvent;
 use crate::stop::StopRequest;
@@ -38,6 +39,13 @@ pub(super) fn run(
     stop: StopRequest,
 ) -> anyhow::Result<RunEnd> {
     let slot = env.rank;
+    // NCCL would carry the gradients of GPUs of their own, and an NCCL
+    // communicator over the ranks left is not built yet.
+    if device.is_gpu() && process.job.ddp.backend != BackendChoice::Tcp {
+        return Err(anyhow!(Misconfigured(format!(
+            "rank {slot}: --recovery live re-forms the host's ring over the ranks left, and an NCCL communicator over them is not built yet: on GPUs add --backend tcp (the exact sums travel through the host either way)"
+        ))));
+    }
     let joined = LiveMember::join(config).with_context(|| {
         format!(
             "rank {slot}: joining the job at {}",
