@@ -255,56 +255,34 @@ fn below_the_minimum_world_the_job_ends_and_its_checkpoint_resumes_to_the_same_b
 
 #[test]
 fn live_recovery_is_refused_where_it_cannot_keep_its_promise() {
+    let live = [
+        "--recovery",
+        "live",
+        "--reproducible",
+        "--global-batch",
+        "32",
+    ];
     let cases: [(&[&str], &str); 4] = [
         (
             &["--world-size", "2", "--recovery", "live"],
             "needs --reproducible --global-batch",
         ),
         (
-            &[
-                "--world-size",
-                "4",
-                "--recovery",
-                "live",
-                "--reproducible",
-                "--global-batch",
-                "32",
-                "--pipeline-stages",
-                "2",
-            ],
+            &["--world-size", "4", "--pipeline-stages", "2"],
             "a lost stage cannot be healed",
         ),
         (
-            &[
-                "--world-size",
-                "2",
-                "--recovery",
-                "live",
-                "--reproducible",
-                "--global-batch",
-                "32",
-                "--spawn",
-                "threads",
-            ],
+            &["--world-size", "2", "--spawn", "threads"],
             "lost together",
         ),
-        (
-            &[
-                "--world-size",
-                "2",
-                "--recovery",
-                "live",
-                "--reproducible",
-                "--global-batch",
-                "32",
-                "--backend",
-                "nccl",
-            ],
-            "--backend tcp",
-        ),
+        (&["--world-size", "2", "--backend", "nccl"], "--backend tcp"),
     ];
-    for (args, says) in cases {
-        let out = run(common::trainer().args(args));
+    for (i, (args, says)) in cases.into_iter().enumerate() {
+        let mut cmd = common::trainer();
+        if i > 0 {
+            cmd.args(live);
+        }
+        let out = run(cmd.args(args));
         let err = stderr(&out);
         assert!(!out.status.success(), "{args:?} was accepted");
         assert!(
@@ -314,13 +292,7 @@ fn live_recovery_is_refused_where_it_cannot_keep_its_promise() {
     }
     // Under torchrun's variables (no launcher of ours hosting the store).
     let out = run(common::trainer()
-        .args([
-            "--recovery",
-            "live",
-            "--reproducible",
-            "--global-batch",
-            "32",
-        ])
+        .args(live)
         .envs([("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")])
         .envs([("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")]));
     let err = stderr(&out);
