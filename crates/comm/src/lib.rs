@@ -59,5 +59,5 @@ pub use live::{Enlisted, Generation, LiveMember};
 pub use local::LocalCommunicator;
 pub use rendezvous::Rendezvous;
 pub use store::Store;
-pub use store_server::StoreServer;
+pub use store_server::{Seats, StoreServer};
 pub use tcp::TcpCommunicator;

@@ -9,9 +9,9 @@
 //! the message that explains the misconfiguration. Once every rank has
 //! registered, a newcomer is a stranger (another job on this port, a
 //! launcher started twice): it alone is refused, and the job goes on.
-//! A member that left frees its rank for a newcomer (a replacement the
-//! launcher started), and a job whose membership changes forms its
-//! generations here (`generations.rs`).
+//! In a job whose membership changes ([`Seats::Freed`]) a member that left
+//! frees its rank for a newcomer (a replacement the launcher started), and
+//! the job forms its generations here (`generations.rs`).
 
 mod generations;
 
@@ -40,9 +40,23 @@ pub struct StoreServer {
     accept_thread: Option<JoinHandle<()>>,
 }
 
+/// What becomes of a member's rank when its connection closes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Seats {
+    /// It stays taken: a newcomer with that rank is a stranger (a job whose
+    /// every member must stay, and a launchers' store, whose seats number
+    /// machines for good).
+    #[default]
+    Kept,
+    /// It is free for a newcomer: the replacement of a lost member of a
+    /// job whose membership changes (`--recovery live`).
+    Freed,
+}
+
 #[derive(Debug)]
 struct Shared {
     world_size: usize,
+    seats: Seats,
     /// Bound on every write, on a client's hello, and on each frame once it
     /// has begun (see [`read_request`]).
     io_timeout: Duration,
@@ -179,13 +193,16 @@ impl Shared {
     }
 
     /// The member registered as `rank` left: others may need to know (a
-    /// launcher killed with its machine's ranks), and its rank is free.
+    /// launcher killed with its machine's ranks), and with [`Seats::Freed`]
+    /// its rank is free.
     fn member_left(&self, rank: usize) {
         let mut state = self.lock();
         state.values.insert(departed_key(rank), Vec::new());
-        state.registered[rank] = false;
-        state.generations.left(rank);
-        state.publish_waiting();
+        if self.seats == Seats::Freed {
+            state.registered[rank] = false;
+            state.generations.left(rank);
+            state.publish_waiting();
+        }
         self.changed.notify_all();
     }
 
@@ -320,6 +337,19 @@ impl StoreServer {
         timeout: Duration,
         auth: Option<AuthToken>,
     ) -> Result<Self, CommError> {
+        let job = (world_size, timeout, auth);
+        StoreServer::bind_for_job(master_addr, port, job, Seats::Kept)
+    }
+
+    /// [`StoreServer::bind_with_auth`] for a job of `world_size` ranks,
+    /// collectives bounded by `timeout`, whose ranks' `seats` are freed
+    /// when they leave, or not.
+    pub fn bind_for_job(
+        master_addr: &str,
+        port: u16,
+        (world_size, timeout, auth): (usize, Duration, Option<AuthToken>),
+        seats: Seats,
+    ) -> Result<Self, CommError> {
         let host = master_addr.trim_matches(['[', ']']);
         let interfaces = if is_loopback_host(host) {
             host
@@ -336,6 +366,7 @@ impl StoreServer {
             .port();
         let shared = Arc::new(Shared {
             world_size,
+            seats,
             io_timeout: timeout,
             auth,
             stop: AtomicBool::new(false),

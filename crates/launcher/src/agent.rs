@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use comm::launch_var::{LAUNCHER_HOSTS_STORE, TRAINER_STORE_HOST};
-use comm::{AUTH_TOKEN_VAR, AuthToken, StoreServer};
+use comm::{AUTH_TOKEN_VAR, AuthToken, Seats, StoreServer};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
@@ -230,7 +230,13 @@ fn host_store(
         Some(token) => Some(token.clone()),
         None => users_token(spec)?,
     };
-    StoreServer::bind_with_auth(addr, *port, world, spec.failure_grace, auth).doing(|| {
+    // A live job's replacements take their lost members' seats.
+    let seats = match spec.on_failure {
+        OnFailure::RestartAll => Seats::Kept,
+        OnFailure::Replace => Seats::Freed,
+    };
+    let job = (world, spec.failure_grace, auth);
+    StoreServer::bind_for_job(addr, *port, job, seats).doing(|| {
         format!("hosting the workers' store at {addr}:{port} (MASTER_PORT; --master-port)")
     })
 }
