@@ -59,7 +59,11 @@ pub fn launch(
             Some(unless_signalled(&mut signals, || {
                 NodeGroup::join(
                     plan.node_rank,
-                    Membership::new((plan.min_nodes, plan.nnodes), spec.max_restarts),
+                    Membership::new(
+                        (plan.min_nodes, plan.nnodes),
+                        spec.max_restarts,
+                        spec.on_failure,
+                    ),
                     master,
                     rdzv_id,
                     (graces.failure, spec.rdzv_timeout, heartbeat),

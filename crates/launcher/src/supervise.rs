@@ -9,6 +9,7 @@ use signal_hook::consts::{SIGHUP, SIGINT};
 use signal_hook::iterator::Signals;
 
 mod replacements;
+mod watch;
 
 use crate::attempt::{Failure, Graces, Outcome, POLL};
 use crate::contract::{
@@ -19,6 +20,7 @@ use crate::flight::Flight;
 use crate::group::{Elsewhere, NodeGroup};
 use crate::workers::{Worker, forward, stop};
 pub(super) use replacements::Replacements;
+use watch::Watch;
 
 /// How long the other workers get to end on their own once one failed for
 /// a reason of its own (the error that names the cause is already in).
@@ -34,77 +36,6 @@ const CAUSE_WAIT: Duration = Duration::from_secs(1);
 fn interrupted(status: ExitStatus) -> bool {
     let by = |signal: i32| status.code() == Some(128 + signal) || status.signal() == Some(signal);
     by(SIGINT) || by(SIGHUP)
-}
-
-/// What the watch over one attempt has seen and decided so far.
-struct Watch {
-    /// "node K: " in a job of several machines, else empty.
-    node: String,
-    graces: Graces,
-    /// When the workers still running are stopped.
-    deadline: Option<Instant>,
-    /// The signal that stops this attempt: the launcher's own, a worker's
-    /// interruption, or another node's.
-    received: Option<i32>,
-    first_failure: Option<usize>,
-    /// Every rank seen failing on its own (before the launcher stopped any).
-    failed_alone: Vec<usize>,
-    /// A failure another node reported first: the cause of any here.
-    elsewhere: Option<String>,
-    /// False once a node's launcher is gone: its ranks cannot come back.
-    restartable: bool,
-    /// Failed workers of a live job that the others went on without, no
-    /// replacement being left.
-    given_up: Vec<usize>,
-}
-
-impl Watch {
-    /// Nothing has ended the attempt yet: the next failure is its cause.
-    fn undecided(&self) -> bool {
-        self.first_failure.is_none() && self.elsewhere.is_none() && self.received.is_none()
-    }
-
-    /// Stops the workers still running `wait` from now, or sooner if so set.
-    fn stop_within(&mut self, wait: Duration) {
-        let until = Instant::now() + wait;
-        self.deadline = Some(self.deadline.map_or(until, |d| d.min(until)));
-    }
-
-    /// `signal` stops the attempt (the first one stands), the workers
-    /// getting `wait` to stop on it.
-    fn signalled(&mut self, signal: i32, wait: Duration) {
-        self.received.get_or_insert(signal);
-        self.stop_within(wait);
-    }
-
-    /// Takes on what another node reported: its failure or its lost
-    /// launcher as the cause of any failure here, its signal as this node's.
-    fn adopt(&mut self, workers: &[Worker], news: Elsewhere) {
-        match news {
-            Elsewhere::Failed { cause, restartable } => {
-                tell!("launcher: {cause}; stopping this node's ranks");
-                self.stop_within(self.graces.failure);
-                self.elsewhere = Some(cause);
-                self.restartable &= restartable;
-            }
-            Elsewhere::Departed(cause) => {
-                tell!("launcher: {cause}; stopping this node's ranks");
-                // Every rank here will only lose its peers.
-                self.stop_within(self.graces.failure.min(OWN_CAUSE_GRACE));
-                self.elsewhere = Some(cause);
-                self.restartable = false;
-            }
-            Elsewhere::Signalled(signal) => {
-                tell!(
-                    "launcher: {}another node's launcher got {}: passing it to this node's workers",
-                    self.node,
-                    describe(signal)
-                );
-                forward(workers, signal);
-                self.signalled(signal, self.graces.signal);
-            }
-        }
-    }
 }
 
 /// Waits for all workers; on the first failure (here, or reported by
@@ -132,6 +63,7 @@ pub(super) fn supervise(
         elsewhere: None,
         restartable: true,
         given_up: Vec::new(),
+        over: false,
     };
     loop {
         for signal in signals.pending() {
@@ -288,6 +220,9 @@ fn conclude(workers: &mut [Worker], watch: Watch, flight: Option<&Flight>) -> Ou
         _ => Vec::new(),
     };
     stop(workers);
+    if watch.over {
+        return Outcome::Ended(RunEnd::Finished);
+    }
     let preempted = |w: &Worker| w.status.and_then(|s| s.code()) == Some(PREEMPTED_EXIT_CODE);
     if let Some(signal) = watch.received {
         return Outcome::Ended(if workers.iter().all(preempted) {

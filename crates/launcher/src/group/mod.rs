@@ -310,11 +310,20 @@ impl NodeGroup {
             key("final"),
             key("signal"),
             heartbeat::verdict_key(attempt, node),
+            members::vacated_key(attempt, node),
+            members::END_KEY.to_string(),
         ];
         // One request: `final` and the verdict are set before the failure.
         let mut values = self.store.look_all(&keys)?.into_iter();
         let mut next = || values.next().flatten();
         let (failed, is_final, signal, own) = (next(), next().is_some(), next(), next());
+        let (vacated, over) = (next().is_some(), next().is_some());
+        if vacated {
+            return Ok(Some(Elsewhere::Departed(format!(
+                "node {node}: node 0 gave this machine up (its launcher fell silent past --heartbeat-timeout {:.1} s) and the live job's ranks went on without it: its ranks stop; keep every launcher running (a larger --heartbeat-timeout allows longer pauses)",
+                self.pulse.limit().as_secs_f64()
+            ))));
+        }
         if let Some(cause) = failed {
             let cause = heartbeat::verdict(node, &cause, own, self.pulse.limit());
             let restartable = !is_final;
@@ -327,14 +336,15 @@ impl NodeGroup {
                 .map(|s| Elsewhere::Signalled(i32::from_be_bytes(s))));
         }
         if self.server.is_none() {
-            return Ok(None);
+            // A live job's rank 0 finished while ranks here still run: they
+            // joined too late to train, or are finishing too.
+            let late = over && self.members.goes_on_without_machines();
+            return Ok(late.then_some(Elsewhere::Over));
         }
-        Ok(self
-            .vanished(attempt)?
-            .map(|(cause, restartable)| match restartable {
-                true => Elsewhere::Failed { cause, restartable },
-                false => Elsewhere::Departed(cause),
-            }))
+        match self.vanished(attempt)? {
+            Some(news) => Ok(Some(news)),
+            None => self.fill_vacancy(attempt).map(|()| None),
+        }
     }
 }
 
@@ -357,6 +367,12 @@ pub enum Elsewhere {
     /// A node's launcher is gone (this, the story): no restart can bring
     /// its ranks back.
     Departed(String),
+    /// A node's launcher is gone (this, the story), and a live job's ranks
+    /// go on without its ranks: nothing stops here.
+    WentOnWithout(String),
+    /// A live job's training ended on node 0: ranks here still running
+    /// joined too late to train (or are about to end too).
+    Over,
 }
 
 /// Whether `host` names an address of this machine (one it can bind).

@@ -135,6 +135,7 @@ pub(super) fn misfit(r: &Rejection, at: &str, m: &Membership) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::OnFailure;
 
     #[test]
     fn an_elastic_jobs_full_store_is_named_by_its_nnodes_range_not_only_its_seats() {
@@ -142,10 +143,18 @@ mod tests {
             rank: 8,
             world_size: 8,
         };
-        let elastic = misfit(&full, "n0:29400", &Membership::new((1, 2), 3));
+        let elastic = misfit(
+            &full,
+            "n0:29400",
+            &Membership::new((1, 2), 3, OnFailure::RestartAll),
+        );
         assert!(elastic.contains("all 8 seats"), "{elastic}");
         assert!(elastic.contains("--nnodes 1:2"), "{elastic}");
-        let fixed = misfit(&full, "n0:29400", &Membership::new((2, 2), 3));
+        let fixed = misfit(
+            &full,
+            "n0:29400",
+            &Membership::new((2, 2), 3, OnFailure::RestartAll),
+        );
         assert!(fixed.contains("all 8 nodes"), "{fixed}");
     }
 }

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use comm::{CommError, Store};
 
-use super::{LOOK_EVERY, NodeGroup, POLL};
+use super::members::vacated_key;
+use super::{Elsewhere, LOOK_EVERY, NodeGroup, POLL};
 use crate::heartbeat;
 
 impl NodeGroup {
@@ -43,17 +44,20 @@ impl NodeGroup {
         }
         self.last_look = Instant::now();
         self.note_away();
-        self.vanished(attempt)
-            .ok()
-            .flatten()
-            .map(|(cause, _)| cause)
+        match self.vanished(attempt).ok().flatten()? {
+            Elsewhere::Failed { cause, .. }
+            | Elsewhere::Departed(cause)
+            | Elsewhere::WentOnWithout(cause) => Some(cause),
+            Elsewhere::Signalled(_) | Elsewhere::Over => None,
+        }
     }
 
     /// Node 0: a node whose launcher left, or fell silent, before it said
     /// its workers ended in `attempt`, told to the others as a failure no
     /// restart mends; in an elastic job one that a restart without it
-    /// mends while `--nnodes MIN` machines remain (then `true`).
-    pub(super) fn vanished(&mut self, attempt: u32) -> Result<Option<(String, bool)>, CommError> {
+    /// mends while `--nnodes MIN` machines remain; in a live elastic job one
+    /// whose place stands vacant while the others go on.
+    pub(super) fn vanished(&mut self, attempt: u32) -> Result<Option<Elsewhere>, CommError> {
         let key = |what: &str| format!("attempt/{attempt}/{what}");
         for k in self.members.others() {
             let seen = self.watch(k, attempt)?;
@@ -80,7 +84,7 @@ impl NodeGroup {
             } else {
                 continue;
             };
-            let remain = self.members.current.len() - 1;
+            let remain = self.members.others().len();
             let restartable = self.members.is_elastic() && remain >= self.members.min;
             let lost = cause.strip_suffix(heartbeat::NO_GOING_ON).unwrap_or(&cause);
             let cause = match (self.members.is_elastic(), restartable) {
@@ -93,13 +97,25 @@ impl NodeGroup {
                     self.members.min, self.members.max
                 ),
             };
+            if restartable && self.members.goes_on_without_machines() {
+                // Its launcher, should it come back to this attempt, hears
+                // that it was given up on.
+                self.members.vacate(k);
+                self.store.set(&vacated_key(attempt, k), b"")?;
+                return Ok(Some(Elsewhere::WentOnWithout(format!(
+                    "{lost}; the live job's ranks go on without its ranks, on the {remain} machine(s) left, and the next machine to join takes its place"
+                ))));
+            }
             // The other nodes hear it as a failure no restart mends, or
             // (elastic) as one a restart without it does.
             if !restartable {
                 self.store.set(&key("final"), b"")?;
             }
             self.store.set(&key("failed"), cause.as_bytes())?;
-            return Ok(Some((cause, restartable)));
+            return Ok(Some(match restartable {
+                true => Elsewhere::Failed { cause, restartable },
+                false => Elsewhere::Departed(cause),
+            }));
         }
         Ok(None)
     }
@@ -114,6 +130,10 @@ impl NodeGroup {
         let _ = self
             .store
             .set(&format!("attempt/{attempt}/ended/{}", self.node_rank), b"");
+        if self.server.is_some() && self.members.goes_on_without_machines() {
+            // A live job's machines seated late may be waiting to join.
+            let _ = self.store.set(super::members::END_KEY, b"");
+        }
         if self.server.is_some() {
             let until = Instant::now() + wait;
             for node in self.members.others() {
