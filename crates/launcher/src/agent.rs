@@ -17,7 +17,7 @@ use crate::contract::progress::pipe_to_child;
 use crate::contract::{PREEMPTED_EXIT_CODE, RunEnd, describe, die_with_parent};
 use crate::error::{Doing, LaunchError};
 use crate::flight::{Flight, Handover};
-use crate::group::{Membership, NodeGroup, Place};
+use crate::group::{LostMachine, Membership, NodeGroup, Place};
 use crate::plan::{NodePlan, NodeSlot};
 use crate::say::bar;
 use crate::spec::{OnFailure, Restarts, WorkerSpec};
@@ -62,7 +62,10 @@ pub fn launch(
                     Membership::new(
                         (plan.min_nodes, plan.nnodes),
                         spec.max_restarts,
-                        spec.on_failure,
+                        match spec.on_failure {
+                            OnFailure::RestartAll => LostMachine::EndsAttempt,
+                            OnFailure::Replace => LostMachine::LeavesPlace,
+                        },
                     ),
                     master,
                     rdzv_id,

@@ -6,7 +6,7 @@
 //! launchers are there (in seat order, at most MAX, at least MIN, waiting
 //! up to the join timeout for MIN), numbers them 0.. for the attempt's
 //! workers, and a launcher left out stands by for the next attempt or the
-//! job's end. In a live elastic job (`OnFailure::Replace`) a lost machine
+//! job's end. In a live elastic job (`LostMachine::LeavesPlace`) a lost machine
 //! does not end the attempt: its place stands vacant while the others'
 //! ranks go on, and node 0 seats the next launcher that stands by there,
 //! in the running attempt, its ranks joining the job as newcomers.
@@ -19,7 +19,6 @@ use super::{NodeGroup, POLL};
 use crate::error::LaunchError;
 use crate::heartbeat;
 use crate::plan::NodeSlot;
-use crate::spec::OnFailure;
 
 /// How long node 0 waits for more machines once MIN are there, before the
 /// first attempt of an elastic job (torchrun's `last_call_timeout`).
@@ -66,15 +65,24 @@ pub struct Membership {
     /// and the seats of those machines, which are not seated again.
     vacant: Vec<usize>,
     lost: Vec<usize>,
-    /// What a lost machine does to the attempt: ends it (to be restarted
-    /// without it), or (live) leaves its place vacant.
-    pub on_failure: OnFailure,
+    pub lost_machine: LostMachine,
+}
+
+/// What a machine lost from an elastic job's running attempt does to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostMachine {
+    /// Ends it, to be restarted without the machine (torchrun's way).
+    EndsAttempt,
+    /// Leaves its place vacant while the other machines' ranks go on (a
+    /// live job, whose ranks re-form the job over those left), for the
+    /// next launcher that joins.
+    LeavesPlace,
 }
 
 impl Membership {
     /// The machines of a job of `min` to `max` machines restarted (or, a
     /// live one, its workers replaced) at most `max_restarts` times.
-    pub fn new((min, max): (usize, usize), max_restarts: u32, on_failure: OnFailure) -> Self {
+    pub fn new((min, max): (usize, usize), max_restarts: u32, lost_machine: LostMachine) -> Self {
         let seats = match min < max {
             true => max * (max_restarts as usize + 1),
             false => max,
@@ -86,7 +94,7 @@ impl Membership {
             current: (0..max).collect(),
             vacant: Vec::new(),
             lost: Vec::new(),
-            on_failure,
+            lost_machine,
         }
     }
 
@@ -106,7 +114,7 @@ impl Membership {
     /// Whether a machine lost from the running attempt leaves its place
     /// vacant (a live elastic job) instead of ending the attempt.
     pub fn goes_on_without_machines(&self) -> bool {
-        self.is_elastic() && self.on_failure == OnFailure::Replace
+        self.is_elastic() && self.lost_machine == LostMachine::LeavesPlace
     }
 
     /// Leaves the place of `seat`'s machine vacant.

@@ -25,7 +25,7 @@ mod members;
 mod rendezvous;
 mod watch;
 
-pub use members::{Membership, Place};
+pub use members::{LostMachine, Membership, Place};
 
 use rendezvous::misfit;
 

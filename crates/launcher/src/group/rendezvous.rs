@@ -135,7 +135,7 @@ pub(super) fn misfit(r: &Rejection, at: &str, m: &Membership) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::OnFailure;
+    use crate::group::LostMachine;
 
     #[test]
     fn an_elastic_jobs_full_store_is_named_by_its_nnodes_range_not_only_its_seats() {
@@ -146,14 +146,14 @@ mod tests {
         let elastic = misfit(
             &full,
             "n0:29400",
-            &Membership::new((1, 2), 3, OnFailure::RestartAll),
+            &Membership::new((1, 2), 3, LostMachine::EndsAttempt),
         );
         assert!(elastic.contains("all 8 seats"), "{elastic}");
         assert!(elastic.contains("--nnodes 1:2"), "{elastic}");
         let fixed = misfit(
             &full,
             "n0:29400",
-            &Membership::new((2, 2), 3, OnFailure::RestartAll),
+            &Membership::new((2, 2), 3, LostMachine::EndsAttempt),
         );
         assert!(fixed.contains("all 8 nodes"), "{fixed}");
     }
