@@ -81,6 +81,86 @@ fn trainer_two_nodes_one_launcher_each() {
     train_with_world_size_2_via(&cluster, &layout, "via torchrun-style environment)");
 }
 
+/// `--recovery live` under `slurm-submit --layout per-node` (one launcher
+/// per node): a rank of the second node SIGKILLed mid-run; the others, on
+/// both nodes, go on without it, its launcher's replacement joins them
+/// healed from their memory, and the job ends on the bytes and the sample
+/// ledger of one rank trained undisturbed.
+#[test]
+fn a_live_job_across_two_nodes_loses_a_rank_and_ends_on_one_ranks_bytes() {
+    let Some(cluster) = Cluster::start(2) else {
+        return;
+    };
+    build_trainer();
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, alone) = (tmp.path().join("live"), tmp.path().join("alone"));
+    let job = |dir: &Path| -> Vec<String> {
+        let flags = "--epochs 1 --max-steps 120 --device cpu --threads 1 --timeout 10 --seed 3 --reproducible --global-batch 32 --unit 8 --eval-samples 500";
+        let mut args: Vec<String> = flags.split(' ').map(str::to_string).collect();
+        for (flag, path) in [("--checkpoint-dir", "ckpt"), ("--sample-ledger", "ledger")] {
+            args.extend([flag.to_string(), dir.join(path).display().to_string()]);
+        }
+        args
+    };
+    let steps =
+        |dir: &Path| std::fs::read_to_string(dir.join("ledger")).map_or(0, |t| t.lines().count());
+    let mut args = vec![
+        "--nodes",
+        "2",
+        "--tasks-per-node",
+        "2",
+        "--layout",
+        "per-node",
+        "--",
+    ];
+    let live_args = job(&live);
+    args.extend(live_args.iter().map(String::as_str));
+    args.extend(["--recovery", "live", "--max-restarts", "1"]);
+    let mut killed = None;
+    let submission = cluster.submit_watching(&args, |log| {
+        let started = log
+            .lines()
+            .find_map(|l| l.strip_prefix("launcher: started rank 3 (pid "));
+        if let Some(pid) = started.and_then(|r| r.split(')').next())
+            && killed.is_none()
+            && steps(&live) >= 30
+        {
+            let sent = Command::new("kill").args(["-KILL", pid]).status().unwrap();
+            assert!(sent.success(), "kill -KILL {pid}");
+            killed = Some(pid.to_string());
+        }
+    });
+    submission.assert_completed();
+    assert!(
+        killed.is_some(),
+        "rank 3 was never killed:\n{}",
+        submission.report()
+    );
+    submission.assert_log_has("live recovery: lost rank(s) launched as 3");
+    submission.assert_log_has("joined: rank(s) launched as 3");
+    assert!(
+        !submission.log.contains("restart 1 of"),
+        "{}",
+        submission.report()
+    );
+
+    let trainer = workspace_root().join("target/debug/trainer");
+    let out = Command::new(trainer).args(job(&alone)).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let read = |dir: &Path, file: &str| std::fs::read(dir.join(file)).unwrap();
+    let model = "ckpt/ckpt-e0002-s000000/model.safetensors";
+    assert!(
+        read(&live, model) == read(&alone, model),
+        "the model's bytes:\n{}",
+        submission.report()
+    );
+    assert_eq!(
+        read(&live, "ledger"),
+        read(&alone, "ledger"),
+        "the sample ledger"
+    );
+}
+
 #[test]
 fn trainer_failure_fails_the_job() {
     let Some(cluster) = Cluster::start(1) else {

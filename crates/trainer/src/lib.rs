@@ -100,7 +100,7 @@ pub fn run(cli: Cli) -> anyhow::Result<RunEnd> {
                 }
                 if job.join.recovery == Recovery::Live && !env.launcher_store {
                     bail!(
-                        "--recovery live needs this binary's own launcher, whose store outlives every rank and which starts a lost rank's replacement; under torchrun, srun or mpirun a lost rank stops every rank by design (torchrun restarts them all): use --recovery restart there, or launch with `trainer --nproc-per-node N` (one launcher per machine, as `cargo xtask slurm-submit` does)"
+                        "--recovery live needs this binary's own launcher, whose store outlives every rank and which starts a lost rank's replacement; under torchrun, srun or mpirun a lost rank stops every rank by design (torchrun restarts them all): use --recovery restart there, or launch with `trainer --nproc-per-node N` (one launcher per machine, as `cargo xtask slurm-submit --layout per-node` does)"
                     );
                 }
                 run::run(job, Some(&env))

@@ -154,6 +154,12 @@ impl Cluster {
 
     /// Runs `cargo xtask slurm-submit --wait ARGS` against this cluster.
     pub fn submit(&self, args: &[&str]) -> Submission {
+        self.submit_watching(args, |_| {})
+    }
+
+    /// [`Cluster::submit`], showing `watch` the job's log as it grows
+    /// (every 100 ms while the job runs), to act on the job meanwhile.
+    pub fn submit_watching(&self, args: &[&str], mut watch: impl FnMut(&str)) -> Submission {
         let logs = tempfile::tempdir().unwrap();
         let stdout = logs.path().join("xtask.stdout");
         let stderr = logs.path().join("xtask.stderr");
@@ -180,6 +186,10 @@ impl Cluster {
                     std::fs::read_to_string(&stdout).unwrap(),
                     std::fs::read_to_string(&stderr).unwrap()
                 );
+            }
+            let submitted = std::fs::read_to_string(&stdout).unwrap_or_default();
+            if let Some(log) = submitted.lines().find_map(|l| l.strip_prefix("log: ")) {
+                watch(&std::fs::read_to_string(log).unwrap_or_default());
             }
             sleep(Duration::from_millis(100));
         };
