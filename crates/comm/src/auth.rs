@@ -148,21 +148,6 @@ impl AuthToken {
             .map_err(read_error)?;
         AuthToken::from_hex(&text, &shown)
     }
-
-    /// The job's token: from `file` when given, else from
-    /// [`AUTH_TOKEN_VAR`]; `None` when neither is set (an unauthenticated
-    /// job).
-    pub fn resolve(file: Option<&Path>) -> Result<Option<Self>, AuthTokenError> {
-        if let Some(path) = file {
-            return AuthToken::from_file(path).map(Some);
-        }
-        match std::env::var(AUTH_TOKEN_VAR) {
-            Ok(text) if !text.trim().is_empty() => {
-                AuthToken::from_hex(&text, AUTH_TOKEN_VAR).map(Some)
-            }
-            _ => Ok(None),
-        }
-    }
 }
 
 /// Why a handshake failed. The connection is closed either way.
@@ -387,7 +372,6 @@ mod tests {
         );
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(AuthToken::from_file(&path).unwrap(), token);
-        assert_eq!(AuthToken::resolve(Some(&path)).unwrap(), Some(token));
     }
 
     #[test]

@@ -3,8 +3,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::auth::AuthToken;
 use crate::error::{CommError, Rejection};
+use crate::job_auth::Auth;
 use crate::launch_env::LaunchEnv;
 
 /// The timeout the trainer uses by default for each collective and every
@@ -77,14 +77,11 @@ pub struct CommConfig {
     /// forming the ring (and a sub-group's), a value awaited in the store.
     pub rdzv_timeout: Duration,
     pub same_host: SameHostTransport,
-    /// The job secret every store and ring connection must prove it holds;
-    /// `None` runs the job unauthenticated (both ends must agree on that),
-    /// which [`CommConfig::validate`] allows only on loopback or with
-    /// `no_auth`.
-    pub auth: Option<AuthToken>,
-    /// The user chose to run without a token (`--no-auth`) wherever the
-    /// store listens.
-    pub no_auth: bool,
+    /// The job secret every store and ring connection must prove it holds,
+    /// or why none: unauthenticated (both ends must agree on that), which
+    /// [`CommConfig::validate`] allows only on loopback or as the user's
+    /// choice ([`Auth::Open`]).
+    pub auth: Auth,
     /// Bytes per second each rank may write to its ring neighbour (a token
     /// bucket: a slow link simulated, for measurements); `None`: as fast
     /// as the connection goes.
@@ -109,8 +106,7 @@ impl CommConfig {
             timeout: DEFAULT_TIMEOUT,
             rdzv_timeout: DEFAULT_RDZV_TIMEOUT,
             same_host: SameHostTransport::default(),
-            auth: None,
-            no_auth: false,
+            auth: Auth::Missing,
             link_rate: None,
         }
     }
@@ -162,18 +158,10 @@ impl CommConfig {
         self
     }
 
-    /// Sets the job secret (`None`: unauthenticated).
+    /// Sets the job secret, or why it has none.
     #[must_use]
-    pub fn with_auth(mut self, auth: Option<AuthToken>) -> Self {
+    pub fn with_auth(mut self, auth: Auth) -> Self {
         self.auth = auth;
-        self
-    }
-
-    /// Lets the job run without a token even where other machines could
-    /// reach its store (`--no-auth`).
-    #[must_use]
-    pub fn with_no_auth(mut self, no_auth: bool) -> Self {
-        self.no_auth = no_auth;
         self
     }
 
@@ -214,7 +202,7 @@ impl CommConfig {
             ));
         }
         let exposed = self.world_size > 1 && !is_loopback_host(&self.master_addr);
-        if exposed && self.auth.is_none() && !self.no_auth {
+        if exposed && self.auth == Auth::Missing {
             return Err(CommError::TokenRequired {
                 master: self.master_endpoint(),
             });
@@ -238,6 +226,7 @@ pub fn is_loopback_host(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::AuthToken;
 
     #[test]
     fn world_size_zero_is_rejected() {
@@ -311,8 +300,14 @@ mod tests {
             assert!(text.contains(named), "{named}: {text}");
         }
         let token = AuthToken::generate().unwrap();
-        assert!(exposed.clone().with_auth(Some(token)).validate().is_ok());
-        assert!(exposed.clone().with_no_auth(true).validate().is_ok());
+        assert!(
+            exposed
+                .clone()
+                .with_auth(Auth::Token(token))
+                .validate()
+                .is_ok()
+        );
+        assert!(exposed.clone().with_auth(Auth::Open).validate().is_ok());
         // One machine's loopback, or a world of one, needs none.
         assert!(CommConfig::new(1, 2, "127.0.0.1", 1).validate().is_ok());
         assert!(CommConfig::new(0, 1, "node01", 1).validate().is_ok());

@@ -23,7 +23,7 @@
 //! network step by [`CommConfig::timeout`], and every failure is a
 //! [`CommError`] that names the rank involved (and a timeout, its flag).
 //! A job whose store other machines can reach needs a token, or the
-//! user's explicit [`CommConfig::no_auth`].
+//! user's explicit [`Auth::Open`] (`--no-auth`).
 
 mod auth;
 mod communicator;
@@ -34,6 +34,7 @@ pub mod flight;
 #[cfg(test)]
 mod fuzz;
 mod hostlist;
+mod job_auth;
 mod launch_env;
 mod live;
 mod local;
@@ -52,6 +53,7 @@ pub use config::{
 };
 pub use error::{CommError, Rejection};
 pub use hostlist::{HostlistError, expand_hostlist, first_host};
+pub use job_auth::{Auth, AuthChoice};
 pub use launch_env::{
     ElasticAgent, LaunchEnv, LaunchEnvError, LaunchSource, SLURM_PORT_BASE, launch_var,
 };

@@ -37,7 +37,7 @@ impl Rendezvous {
                 config.master_port,
                 config.world_size,
                 config.timeout,
-                config.auth.clone(),
+                config.auth.token().cloned(),
             )?),
             _ => None,
         };

@@ -122,7 +122,7 @@ impl Store {
             .map_err(|e| CommError::io("configuring the store connection", e))?;
         let agent = match &config.store {
             StoreHost::RankZero | StoreHost::Launcher => {
-                handshake(&stream, config.auth.as_ref(), Role::Initiator).map_err(|failure| {
+                handshake(&stream, config.auth.token(), Role::Initiator).map_err(|failure| {
                     CommError::Auth {
                         peer: format!("{} at {master}", config.store.owner()),
                         failure,

@@ -16,7 +16,7 @@ use comm::{
 use common::{HANG_TIMEOUT, config, free_port};
 
 fn authed(rank: usize, world: usize, port: u16, token: &AuthToken) -> CommConfig {
-    config(rank, world, port, HANG_TIMEOUT).with_auth(Some(token.clone()))
+    config(rank, world, port, HANG_TIMEOUT).with_auth(comm::Auth::Token(token.clone()))
 }
 
 /// Connects as an impostor and returns its error and how long the refusal took.

@@ -1,8 +1,8 @@
 //! Secure by default: a store other machines can reach does not start
-//! without the job's token unless the job says `no_auth`, and a job of one
-//! machine (a loopback master) listens on loopback alone. Needs an address
-//! of this machine other than loopback (`hostname -I`); skipped, saying so,
-//! where there is none.
+//! without the job's token unless the job is `Auth::Open` (`--no-auth`),
+//! and a job of one machine (a loopback master) listens on loopback alone.
+//! Needs an address of this machine other than loopback (`hostname -I`);
+//! skipped, saying so, where there is none.
 
 mod common;
 
@@ -73,7 +73,7 @@ fn a_rendezvous_open_to_other_machines_needs_a_token_or_no_auth() {
     }
     let open = job(ip, free_port())
         .into_iter()
-        .map(|c| c.with_no_auth(true));
+        .map(|c| c.with_auth(comm::Auth::Open));
     assert_eq!(
         sums(open.collect())
             .into_iter()
@@ -84,7 +84,7 @@ fn a_rendezvous_open_to_other_machines_needs_a_token_or_no_auth() {
     let token = AuthToken::generate().unwrap();
     let closed = job(ip, free_port())
         .into_iter()
-        .map(|c| c.with_auth(Some(token.clone())));
+        .map(|c| c.with_auth(comm::Auth::Token(token.clone())));
     assert_eq!(
         sums(closed.collect())
             .into_iter()

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use comm::launch_var::{LAUNCHER_HOSTS_STORE, TRAINER_STORE_HOST};
-use comm::{AUTH_TOKEN_VAR, AuthToken, Seats, StoreServer};
+use comm::{AUTH_TOKEN_VAR, Auth, AuthChoice, AuthToken, Seats, StoreServer};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
@@ -46,7 +46,7 @@ pub fn launch(
     };
     let mut group = match &plan.master {
         Some(master) if plan.nnodes > 1 => {
-            let auth = users_token(spec)?;
+            let auth = users_auth(spec)?;
             let (rdzv_id, heartbeat) = (spec.rdzv_id.as_str(), spec.heartbeat);
             // Node 0 waits for a late node's verdict; a third node's ranks
             // reporting their timeouts first would be taken at their word.
@@ -70,7 +70,7 @@ pub fn launch(
                     master,
                     rdzv_id,
                     (graces.failure, spec.rdzv_timeout, heartbeat),
-                    (auth, spec.no_auth),
+                    auth,
                 )
             })?)
         }
@@ -205,8 +205,11 @@ fn unless_signalled<T: Send>(signals: &mut Signals, wait: impl FnOnce() -> T + S
 /// (`TRAINER_AUTH_TOKEN`, `--auth-token-file`, passed on as they are) is the
 /// job's, or none (`--no-auth`, which the workers get too).
 fn fresh_token(spec: &WorkerSpec, plan: &NodePlan) -> Result<Option<AuthToken>, LaunchError> {
-    let given = std::env::var_os(AUTH_TOKEN_VAR).is_some() || spec.auth_token_file.is_some();
-    if given || spec.no_auth || plan.nnodes > 1 {
+    let given = match &spec.auth {
+        AuthChoice::FromEnv => std::env::var_os(AUTH_TOKEN_VAR).is_some(),
+        AuthChoice::File(_) | AuthChoice::NoAuth => true,
+    };
+    if given || plan.nnodes > 1 {
         return Ok(None);
     }
     Ok(Some(
@@ -215,13 +218,9 @@ fn fresh_token(spec: &WorkerSpec, plan: &NodePlan) -> Result<Option<AuthToken>, 
 }
 
 /// The job's token as the user gave it (`--auth-token-file`, else
-/// `TRAINER_AUTH_TOKEN`), none with `--no-auth`.
-fn users_token(spec: &WorkerSpec) -> Result<Option<AuthToken>, LaunchError> {
-    match spec.no_auth {
-        true => Ok(None),
-        false => AuthToken::resolve(spec.auth_token_file.as_deref())
-            .doing(|| "reading the job's auth token".into()),
-    }
+/// `TRAINER_AUTH_TOKEN`), or why none (`--no-auth`, or none given).
+fn users_auth(spec: &WorkerSpec) -> Result<Auth, LaunchError> {
+    (spec.auth.resolve()).doing(|| "reading the job's auth token".into())
 }
 
 /// The workers' store at `master`, for `world` workers, proving the job's
@@ -235,7 +234,7 @@ fn host_store(
 ) -> Result<StoreServer, LaunchError> {
     let auth = match token {
         Some(token) => Some(token.clone()),
-        None => users_token(spec)?,
+        None => users_auth(spec)?.token().cloned(),
     };
     // A live job's replacements take their lost members' seats.
     let seats = match spec.on_failure {

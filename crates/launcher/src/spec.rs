@@ -5,6 +5,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use comm::AuthChoice;
+
 use crate::args;
 use crate::error::{Doing, LaunchError, Refusal};
 use crate::flags::LaunchFlags;
@@ -27,13 +29,11 @@ pub struct WorkerSpec {
     /// How long the workers get to stop after a signal (`--grace`).
     pub signal_grace: Duration,
     pub max_restarts: u32,
-    /// The job's auth token file, for the launchers' own store; none: the
-    /// one in `TRAINER_AUTH_TOKEN`, else a fresh token per attempt on one
-    /// machine.
-    pub auth_token_file: Option<PathBuf>,
-    /// `--no-auth`: no token, even where other machines can reach the
-    /// launchers' store.
-    pub no_auth: bool,
+    /// Where the job's token comes from, for the launchers' own store and
+    /// the workers': the user's file, `TRAINER_AUTH_TOKEN` (else a fresh
+    /// token per attempt on one machine), or none (`--no-auth`), even
+    /// where other machines can reach the launchers' store.
+    pub auth: AuthChoice,
     /// The job's name at the rendezvous (`--rdzv-id`).
     pub rdzv_id: String,
     /// How long a launcher may go silent (`--heartbeat-timeout`).
@@ -62,12 +62,11 @@ pub enum OnFailure {
 
 impl WorkerSpec {
     /// This process's own program and command line, as `flags` and the
-    /// program's collective and join timeouts, `auth_token_file` and
-    /// `no_auth` say.
+    /// program's collective and join timeouts and its `auth` say.
     pub fn of_this_process(
         flags: &LaunchFlags,
         (timeout, rdzv_timeout): (Duration, Duration),
-        (auth_token_file, no_auth): (Option<PathBuf>, bool),
+        auth: AuthChoice,
     ) -> Result<Self, LaunchError> {
         Ok(Self {
             exe: std::env::current_exe()
@@ -77,8 +76,7 @@ impl WorkerSpec {
             rdzv_timeout,
             signal_grace: Duration::from_secs_f64(flags.grace),
             max_restarts: flags.max_restarts,
-            auth_token_file,
-            no_auth,
+            auth,
             rdzv_id: flags.rdzv.rdzv_id.clone().unwrap_or_default(),
             heartbeat: flags.rdzv.heartbeat(),
             flight_recorder: None,

@@ -117,7 +117,7 @@ fn launch(cli: &Cli, plan: &NodePlan) -> anyhow::Result<RunEnd> {
     let mut spec = WorkerSpec::of_this_process(
         &cli.launch,
         (join.timeout(), join.rdzv_timeout()),
-        (join.auth_token_file.clone(), join.no_auth),
+        join.auth(),
     )?;
     // One directory for the workers of every attempt, which this launcher
     // reads after a failure: named for it when the user named none.

@@ -103,7 +103,9 @@ fn ranks_form_an_authenticated_ring_through_pytorchs_store_and_pytorch_reads_the
     let sums = std::thread::scope(|s| {
         let ranks: Vec<_> = (0..3)
             .map(|rank| {
-                let config = torch.config(prefix, rank, 3).with_auth(Some(token.clone()));
+                let config = torch
+                    .config(prefix, rank, 3)
+                    .with_auth(comm::Auth::Token(token.clone()));
                 s.spawn(move || {
                     let mut comm = TcpCommunicator::connect(&config).unwrap();
                     let mut values = vec![rank as f32 + 1.0; 5];

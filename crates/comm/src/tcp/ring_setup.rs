@@ -129,7 +129,7 @@ pub(crate) fn connect_ring(
     // Both links at once: the handshake to the right neighbour needs its
     // answer, which it gives from its own accept loop, so a rank that
     // finished its connect before accepting would wait around the ring.
-    let token = config.auth.as_ref();
+    let token = config.auth.token();
     let use_unix = config.same_host == SameHostTransport::UnixSocket;
     let (to_right, from_left) = std::thread::scope(|scope| {
         let right_link = scope.spawn(|| {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use std::net::{TcpListener, ToSocketAddrs};
 
-use comm::{AuthToken, CommConfig, CommError, Store, StoreServer};
+use comm::{Auth, CommConfig, CommError, Store, StoreServer};
 
 use crate::error::{Doing, LaunchError};
 use crate::heartbeat::{self, Beater, Pulse, SharedStore};
@@ -73,7 +73,7 @@ impl NodeGroup {
     /// binds the port first is node 0, the others are numbered by arrival.
     /// With the job's `auth` token every launcher proves it holds it, as
     /// the ranks do; without one, a store other machines can reach is
-    /// refused unless `no_auth`. A request to the store waits up to
+    /// refused unless the user chose so (`--no-auth`). A request to the store waits up to
     /// `timeout`; a node silent for `heartbeat` (node 0: no beat; the
     /// others: node 0's store gives no answer) ends the job (an elastic
     /// job's other machines go on without it).
@@ -83,21 +83,20 @@ impl NodeGroup {
         master: &(String, u16),
         rdzv_id: &str,
         (timeout, rdzv_timeout, heartbeat): (Duration, Duration, Duration),
-        (auth, no_auth): (Option<AuthToken>, bool),
+        auth: Auth,
     ) -> Result<NodeGroup, LaunchError> {
         let (addr, port) = master;
         let nnodes = members.seats;
         let config = CommConfig::new(0, nnodes, addr.clone(), *port)
             .with_timeout(timeout)
             .with_rdzv_timeout(rdzv_timeout)
-            .with_auth(auth.clone())
-            .with_no_auth(no_auth);
+            .with_auth(auth.clone());
         config
             .validate()
             .doing(|| format!("launcher (--nnodes {})", members.max))?;
-        let unauthenticated = auth.is_none();
         let hosting = node_rank.map_or_else(|| is_this_host(addr), |k| k == 0);
-        let bind = || StoreServer::bind_with_auth(addr, *port, nnodes, timeout, auth.clone());
+        let token = auth.token().cloned();
+        let bind = || StoreServer::bind_with_auth(addr, *port, nnodes, timeout, token.clone());
         let server = match hosting.then(bind) {
             Some(Ok(server)) => Some(server),
             // Another launcher of this host came first.
@@ -171,11 +170,14 @@ impl NodeGroup {
             ),
             false => tell!("launcher: node {node_rank} of {nnodes}, rendezvous at {addr}:{port}"),
         }
-        if unauthenticated && node_rank == 0 {
-            let why = match no_auth {
-                true => "--no-auth",
-                false => "no auth token (TRAINER_AUTH_TOKEN or --auth-token-file)",
-            };
+        let why = match auth {
+            Auth::Token(_) => None,
+            Auth::Open => Some("--no-auth"),
+            Auth::Missing => Some("no auth token (TRAINER_AUTH_TOKEN or --auth-token-file)"),
+        };
+        if let Some(why) = why
+            && node_rank == 0
+        {
             tell!(
                 "warning: {why}: the launchers' rendezvous is unauthenticated, and any process that reaches port {port} of {addr} can join this job"
             );

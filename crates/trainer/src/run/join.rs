@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use comm::{
-    AUTH_TOKEN_VAR, AuthToken, AuthTokenError, CommConfig, Communicator, LaunchEnv, LaunchSource,
-    StoreHost, TcpCommunicator,
+    AUTH_TOKEN_VAR, Auth, AuthChoice, CommConfig, Communicator, LaunchEnv, LaunchSource, StoreHost,
+    TcpCommunicator,
 };
 use launcher::contract::hostname;
 use launcher::flags::{positive_finite, seconds};
@@ -101,12 +101,9 @@ impl JoinFlags {
         Duration::from_secs_f64(self.rdzv_timeout)
     }
 
-    /// The job's token, unless `--no-auth` says to run without one.
-    pub fn token(&self) -> Result<Option<AuthToken>, AuthTokenError> {
-        match self.no_auth {
-            true => Ok(None),
-            false => AuthToken::resolve(self.auth_token_file.as_deref()),
-        }
+    /// Where the job's token comes from, as the two flags say.
+    pub fn auth(&self) -> AuthChoice {
+        AuthChoice::of_flags(self.auth_token_file.clone(), self.no_auth)
     }
 
     /// `--link-mbps` in bytes per second.
@@ -119,14 +116,12 @@ impl JoinFlags {
 /// the rank loads anything) when other machines could reach the
 /// rendezvous and the job has no token.
 pub(super) fn config(flags: &JoinFlags, env: &LaunchEnv) -> anyhow::Result<CommConfig> {
-    let auth = flags
-        .token()
+    let auth = (flags.auth().resolve())
         .with_context(|| format!("rank {}: reading the job's auth token", env.rank))?;
     let config = CommConfig::from_launch_env(env)
         .with_timeout(flags.timeout())
         .with_rdzv_timeout(flags.rdzv_timeout())
         .with_auth(auth)
-        .with_no_auth(flags.no_auth)
         .with_link_rate(flags.link_rate());
     config
         .validate()
@@ -137,11 +132,16 @@ pub(super) fn config(flags: &JoinFlags, env: &LaunchEnv) -> anyhow::Result<CommC
 /// Joins the job's TCP ring as the rank `env` names, with `config`; rank 0
 /// of a job without a token says so, once.
 pub(super) fn connect(config: &CommConfig, env: &LaunchEnv) -> anyhow::Result<TcpCommunicator> {
-    if config.auth.is_none() && env.rank == 0 {
-        let why = match config.no_auth {
-            true => "--no-auth".to_string(),
-            false => format!("no auth token ({AUTH_TOKEN_VAR} or --auth-token-file)"),
-        };
+    let why = match config.auth {
+        Auth::Token(_) => None,
+        Auth::Open => Some("--no-auth".to_string()),
+        Auth::Missing => Some(format!(
+            "no auth token ({AUTH_TOKEN_VAR} or --auth-token-file)"
+        )),
+    };
+    if let Some(why) = why
+        && env.rank == 0
+    {
         let reach = match config.store {
             StoreHost::Agent { .. } => "torchrun's store or the ranks' ports".to_string(),
             StoreHost::RankZero | StoreHost::Launcher => {
