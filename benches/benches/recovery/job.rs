@@ -187,7 +187,8 @@ impl Watched {
 
     fn take(&mut self, line: String) {
         if line.contains("live recovery: ") {
-            self.recoveries.push((Instant::now(), line.contains("joined:")));
+            self.recoveries
+                .push((Instant::now(), line.contains("joined:")));
         }
         if let Some((rank, pid)) = started(&line).filter(|(rank, _)| *rank < self.world) {
             self.pids.insert(rank, pid);

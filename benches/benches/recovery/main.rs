@@ -48,9 +48,11 @@ struct Args {
     #[arg(long)]
     kills: Option<usize>,
     /// Each kill falls GAP to 2·GAP−1 committed steps after the one before
-    /// (or once that kill's replacement joined, if later).
-    #[arg(long, default_value_t = 8)]
-    gap: usize,
+    /// (or once that kill's replacement joined, if later) [default: 8;
+    /// with --scale 25: a toy step is so short that a replacement's start
+    /// spans some twenty].
+    #[arg(long)]
+    gap: Option<usize>,
     /// Seeds the choice of ranks and steps.
     #[arg(long, default_value_t = 48)]
     seed: u64,
@@ -101,9 +103,10 @@ fn plan(world: usize, kills: usize, gap: usize, rng: &mut ChaCha8Rng) -> Vec<Kil
         .collect()
 }
 
-/// Steps enough for any plan of `kills` kills, and a few after the last.
+/// Steps enough for any plan of `kills` kills, and for the last one's
+/// replacement to join.
 fn steps(kills: usize, gap: usize) -> usize {
-    10 + kills * 2 * gap + gap
+    10 + kills * 2 * gap + 4 * gap
 }
 
 /// A trainer job of `world` one-thread ranks for one epoch capped at
@@ -121,9 +124,10 @@ fn trainer(bin: &Path, world: usize, steps: usize, replacements: usize) -> Comma
 }
 
 fn cnn(args: &Args, bin: &Path, tmp: &Path, rng: &mut ChaCha8Rng) -> Result<()> {
-    let kills = args.kills.unwrap_or(20);
-    let plan = plan(args.world, kills, args.gap, rng);
-    let mut cmd = trainer(bin, args.world, steps(kills, args.gap), kills);
+    let (kills, gap) = (args.kills.unwrap_or(20), args.gap.unwrap_or(8));
+    println!("# kills seeded {}, gap {gap} steps", args.seed);
+    let plan = plan(args.world, kills, gap, rng);
+    let mut cmd = trainer(bin, args.world, steps(kills, gap), kills);
     cmd.args(["--global-batch", "128", "--eval-samples", "500"]);
     if let Some(dir) = &args.data_dir {
         cmd.arg("--data-dir").arg(dir);
@@ -149,12 +153,17 @@ fn cnn(args: &Args, bin: &Path, tmp: &Path, rng: &mut ChaCha8Rng) -> Result<()> 
 }
 
 fn scale(args: &Args, bin: &Path, tmp: &Path, rng: &mut ChaCha8Rng) -> Result<()> {
-    let kills = args.kills.unwrap_or(4);
-    let steps = steps(kills, args.gap);
+    let (kills, gap) = (args.kills.unwrap_or(4), args.gap.unwrap_or(25));
+    println!("# kills seeded {}, gap {gap} steps", args.seed);
+    let steps = steps(kills, gap);
     let toy = |world: usize, dir: &Path| {
         let mut cmd = trainer(bin, world, steps, kills);
-        cmd.args(["--model", "toy", "--samples", "8192"])
-            .args(["--global-batch", "32", "--unit", "1"]);
+        cmd.args(["--model", "toy", "--samples", "16384"]).args([
+            "--global-batch",
+            "32",
+            "--unit",
+            "1",
+        ]);
         let out = Outputs {
             dir: dir.to_path_buf(),
         };
@@ -175,7 +184,7 @@ fn scale(args: &Args, bin: &Path, tmp: &Path, rng: &mut ChaCha8Rng) -> Result<()
     let mut differs = Vec::new();
     for &world in &args.worlds {
         let (cmd, out) = toy(world, &tmp.join(format!("world{world}")));
-        let plan = plan(world, kills, args.gap, rng);
+        let plan = plan(world, kills, gap, rng);
         let ran = job::run(cmd, world, (&out.dir, out.ledger(), out.metrics()), &plan)?;
         let same = ran.model == undisturbed;
         if !same {
@@ -196,7 +205,6 @@ fn main() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     println!("# machine: {}", table::machine());
-    println!("# kills seeded {}, gap {} steps", args.seed, args.gap);
     match args.scale {
         true => scale(&args, &bin, tmp.path(), &mut rng),
         false => cnn(&args, &bin, tmp.path(), &mut rng),

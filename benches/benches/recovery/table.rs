@@ -42,16 +42,16 @@ pub fn median_max(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
     (median, sorted.last().copied().unwrap_or(f64::NAN))
 }
 
-/// Megabytes of a recovery's heal, or `?` where the trainer did not say.
-fn mb(bytes: Option<u64>) -> String {
-    bytes.map_or("?".into(), |b| format!("{:.3}", b as f64 / 1e6))
+/// The bytes of a recovery's heal, or `?` where the trainer did not say.
+fn bytes(heal: Option<u64>) -> String {
+    heal.map_or("?".into(), |b| b.to_string())
 }
 
 /// One row per kill, then the medians and maxima.
 pub fn print_kills(costs: &[Cost]) {
     println!(
         "{:>4} {:>5} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}",
-        "kill", "rank", "after-step", "detect(s)", "recover(s)", "join-after", "join(s)", "heal(MB)"
+        "kill", "rank", "after-step", "detect(s)", "recover(s)", "join-after", "join(s)", "heal(B)"
     );
     for (i, c) in costs.iter().enumerate() {
         println!(
@@ -61,21 +61,21 @@ pub fn print_kills(costs: &[Cost]) {
             c.kill.after_step,
             c.detection,
             c.lost.seconds(),
-            c.join.row["after_global_step"],
+            c.join.row["after_global_step"].as_u64().unwrap_or(0),
             c.join.seconds(),
-            mb(c.join.heal_bytes())
+            bytes(c.join.heal_bytes())
         );
     }
     let (detect, recover, join) = summary(costs);
     println!(
-        "# median/max: detection {:.3}/{:.3} s, recovery {:.3}/{:.3} s, join {:.3}/{:.3} s, heal {} MB",
+        "# median/max: detection {:.3}/{:.3} s, recovery {:.3}/{:.3} s, join {:.3}/{:.3} s, heal {} B",
         detect.0,
         detect.1,
         recover.0,
         recover.1,
         join.0,
         join.1,
-        mb(costs.first().and_then(|c| c.join.heal_bytes()))
+        bytes(costs.first().and_then(|c| c.join.heal_bytes()))
     );
 }
 
@@ -94,7 +94,14 @@ fn summary(costs: &[Cost]) -> (MedianMax, MedianMax, MedianMax) {
 pub fn print_scale_header() {
     println!(
         "{:>5} {:>5} {:>15} {:>15} {:>15} {:>11} {:>8} {:>16}",
-        "world", "kills", "detect med/max", "recover med/max", "join med/max", "heal(MB)", "job(s)", "model"
+        "world",
+        "kills",
+        "detect med/max",
+        "recover med/max",
+        "join med/max",
+        "heal(B)",
+        "job(s)",
+        "model"
     );
 }
 
@@ -109,7 +116,7 @@ pub fn print_scale_row(world: usize, costs: &[Cost], seconds: f64, (same, hash):
         pair(detect),
         pair(recover),
         pair(join),
-        mb(costs.first().and_then(|c| c.join.heal_bytes())),
+        bytes(costs.first().and_then(|c| c.join.heal_bytes())),
         if same { "" } else { " DIFFERS" }
     );
 }

@@ -84,7 +84,8 @@ mod tests {
         assert_eq!(row["seconds"], 0.15);
         let line = event.line();
         assert!(
-            line.contains("lost rank(s) launched as 2, joined: 2") && line.contains("(14.4 MB each)"),
+            line.contains("lost rank(s) launched as 2, joined: 2")
+                && line.contains("(14.4 MB each)"),
             "{line}"
         );
     }
