@@ -48,7 +48,7 @@ impl RecoveryEvent {
             (true, true) => "the same ranks formed again".to_string(),
         };
         format!(
-            "live recovery: {what}; generation {}: {} rank(s), going on after global step {}; {:.2} s to the ranks healed ({:.1} MB each) (generation {} ended: {})",
+            "live recovery: {what}; generation {}: {} rank(s), going on after global step {}; {:.2} s to the ranks healed with {:.1} MB each (generation {} ended: {})",
             self.generation,
             self.world_size,
             self.after_global_step,
@@ -85,7 +85,7 @@ mod tests {
         let line = event.line();
         assert!(
             line.contains("lost rank(s) launched as 2, joined: 2")
-                && line.contains("(14.4 MB each)"),
+                && line.contains("healed with 14.4 MB each (generation 2 ended"),
             "{line}"
         );
     }
