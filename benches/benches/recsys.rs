@@ -10,7 +10,9 @@
 //! maximum resident set size (of the process and its waited-for children:
 //! the largest one rank) and the epoch line's ratings/s. Asserts nothing.
 
-use std::path::PathBuf;
+#[path = "shared/release_trainer.rs"]
+mod release_trainer;
+
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -37,22 +39,9 @@ struct Args {
     bench: bool,
 }
 
-fn trainer_bin() -> PathBuf {
-    std::env::var_os("TRAINER_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/trainer"),
-        PathBuf::from,
-    )
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
-    let bin = trainer_bin();
-    if !bin.exists() {
-        bail!(
-            "{} is missing: cargo build --release -p trainer (or set TRAINER_BIN)",
-            bin.display()
-        );
-    }
+    let bin = release_trainer::path()?;
     let dir = tempfile::tempdir()?;
     println!(
         "# users {} movies {} batch {} epochs 1 --device cpu",

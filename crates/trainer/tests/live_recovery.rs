@@ -8,14 +8,12 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::Receiver;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{job, launcher_pid, run, stderr, stderr_lines};
-use sha2::{Digest, Sha256};
+use common::live::{Running, ledger, lost_ranks, recovery_rows, result};
+use common::{job, run, stderr};
 
 /// Steps of the one capped epoch, and the global batch of each.
 const STEPS: usize = 150;
@@ -48,100 +46,12 @@ fn live_job(world: usize, dir: &Path, (timeout_s, replacements): (u64, u32)) -> 
     cmd
 }
 
-fn ledger(dir: &Path) -> PathBuf {
-    dir.with_extension("ledger.jsonl")
-}
-
-/// The final model's hash, and the ledger.
-fn result(dir: &Path) -> (String, String) {
-    let model = dir.join("ckpt-e0002-s000000/model.safetensors");
-    let bytes = std::fs::read(&model).unwrap_or_else(|e| panic!("{}: {e}", model.display()));
-    let ledger = std::fs::read_to_string(ledger(dir)).unwrap();
-    (format!("{:x}", Sha256::digest(bytes)), ledger)
-}
-
 /// One rank, undisturbed: the bytes every live run must end on.
 fn undisturbed(tmp: &Path) -> (String, String) {
     let dir = tmp.join("alone");
     let out = run(&mut live_job(1, &dir, (30, 0)));
     assert!(out.status.success(), "{}", stderr(&out));
     result(&dir)
-}
-
-/// Lines of a ledger written so far.
-fn committed(dir: &Path) -> usize {
-    std::fs::read_to_string(ledger(dir)).map_or(0, |t| t.lines().count())
-}
-
-/// A running live job: its launcher, and what it said so far.
-struct Running {
-    launcher: Child,
-    lines: Receiver<String>,
-    log: Vec<String>,
-    /// The newest pid the launcher announced for each rank it started.
-    pids: BTreeMap<usize, String>,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        let mut launcher = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, _relay) = stderr_lines(&mut launcher);
-        Running {
-            launcher,
-            lines,
-            log: Vec::new(),
-            pids: BTreeMap::new(),
-        }
-    }
-
-    fn read(&mut self) {
-        while let Ok(line) = self.lines.try_recv() {
-            for rank in 0..8 {
-                if let Some(pid) = launcher_pid(&line, rank) {
-                    self.pids.insert(rank, pid);
-                }
-            }
-            self.log.push(line);
-        }
-    }
-
-    /// Waits until `dir`'s ledger holds `steps` lines, failing the test
-    /// after a minute.
-    fn until_committed(&mut self, dir: &Path, steps: usize) {
-        let since = Instant::now();
-        while committed(dir) < steps {
-            self.read();
-            let ended = self.launcher.try_wait().unwrap();
-            assert!(
-                ended.is_none() && since.elapsed() < Duration::from_secs(60),
-                "no step {steps} in the ledger ({ended:?}):\n{}",
-                self.log.join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.read();
-    }
-
-    /// Sends `signal` to the worker now at `rank`: its pid.
-    fn signal(&mut self, rank: usize, signal: &str) -> String {
-        let pid = self.pids[&rank].clone();
-        let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
-        assert!(sent.success(), "kill {signal} {pid}");
-        pid
-    }
-
-    fn finish(mut self) -> (ExitStatus, String) {
-        let status = self.launcher.wait().unwrap();
-        // The relay ends with the stream.
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            self.log.push(line);
-        }
-        (status, self.log.join("\n"))
-    }
 }
 
 #[test]
@@ -152,7 +62,7 @@ fn killed_ranks_cost_a_step_each_and_the_job_ends_on_one_ranks_bytes() {
     let metrics = tmp.path().join("metrics.jsonl");
     let mut cmd = live_job(4, &dir, (30, 6));
     cmd.arg("--metrics").arg(&metrics);
-    let mut job = Running::start(cmd);
+    let mut job = Running::start(cmd, 4);
     // Three kills, 40 steps apart, rank 0 (the ledger's writer) among them.
     let mut killed = Vec::new();
     for (at, rank) in [(20, 2), (60, 0), (100, 3)] {
@@ -176,19 +86,8 @@ fn killed_ranks_cost_a_step_each_and_the_job_ends_on_one_ranks_bytes() {
     let joined = log.matches("joined:").count();
     assert!(lost >= killed.len() && joined >= 1, "{log}");
     // Each recovery is a row of the metrics file, naming the ranks lost.
-    let rows: Vec<serde_json::Value> = (std::fs::read_to_string(&metrics).unwrap().lines())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|row: &serde_json::Value| row["event"] == "live_recovery")
-        .collect();
-    let lost: Vec<u64> = (rows.iter())
-        .flat_map(|row| {
-            row["lost"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s.as_u64().unwrap())
-        })
-        .collect();
+    let rows = recovery_rows(&metrics);
+    let lost = lost_ranks(&rows);
     for rank in [2, 0, 3] {
         assert!(
             lost.contains(&rank),
@@ -202,7 +101,7 @@ fn a_stopped_rank_0_is_evicted_and_exits_without_writing_when_it_wakes() {
     let tmp = tempfile::tempdir().unwrap();
     let alone = undisturbed(tmp.path());
     let dir = tmp.path().join("live");
-    let mut job = Running::start(live_job(3, &dir, (3, 6)));
+    let mut job = Running::start(live_job(3, &dir, (3, 6)), 3);
     job.until_committed(&dir, 20);
     let stopped = job.signal(0, "-STOP");
     // The others time out on it (3 s), evict it, and go on without it.
@@ -240,7 +139,7 @@ fn below_the_minimum_world_the_job_ends_and_its_checkpoint_resumes_to_the_same_b
     let dir = tmp.path().join("live");
     let mut cmd = live_job(3, &dir, (30, 0));
     cmd.args(["--min-world", "3"]);
-    let mut job = Running::start(cmd);
+    let mut job = Running::start(cmd, 3);
     job.until_committed(&dir, 20);
     job.signal(1, "-KILL");
     let (status, log) = job.finish();

@@ -35,6 +35,9 @@ pub struct Start {
     pub epoch_visited: (u64, u64),
     /// `--comm-hook powersgd`'s state as this rank continues it.
     pub hook: Option<HookStart>,
+    /// The bytes rank 0's broadcast of this start carried to each rank
+    /// (zero for a lone rank): what a live job's heal costs the ring.
+    pub broadcast_bytes: u64,
 }
 
 /// PowerSGD's state as one rank continues it: the `Q`s (every rank's) and
@@ -69,10 +72,14 @@ pub fn agree(
             bail!("the starting {what} hold {len} values; this model has {param_count}");
         }
     }
-    if let Some(comm) = comm {
-        state.broadcast(comm)?;
-    }
-    Ok(state.start(rank))
+    let bytes = match comm {
+        Some(comm) => state.broadcast(comm)?,
+        None => 0,
+    };
+    Ok(Start {
+        broadcast_bytes: bytes,
+        ..state.start(rank)
+    })
 }
 
 /// The state as it travels: every rank's share of the epoch metrics.
@@ -128,8 +135,8 @@ impl Shared {
         })
     }
 
-    /// Overwrites this rank's copy with rank 0's.
-    fn broadcast(&mut self, comm: &mut CommThread) -> anyhow::Result<()> {
+    /// Overwrites this rank's copy with rank 0's; the bytes that took.
+    fn broadcast(&mut self, comm: &mut CommThread) -> anyhow::Result<u64> {
         let mut hook = self.hook.take().map(HookParts::of);
         let hook_lens = hook.as_ref().map_or([0; 3], HookParts::lens);
         let (position, (visited, by)) = (self.position, self.visited);
@@ -145,6 +152,7 @@ impl Shared {
         ]);
         comm.broadcast(&mut header, 0)
             .context("receiving rank 0's starting point")?;
+        let mut values = header.len();
         let [epoch, step, optimizer_step, visited, by, names, q, errors] = decode(&header)?;
         (self.position, self.optimizer_step) = (Position { epoch, step }, optimizer_step);
         self.visited = (visited, by);
@@ -153,6 +161,7 @@ impl Shared {
             for buf in [&mut parts.names, &mut parts.q, &mut parts.errors] {
                 comm.broadcast(buf, 0)
                     .context("receiving rank 0's PowerSGD state")?;
+                values += buf.len();
             }
         }
         self.hook = hook.map(HookParts::state).transpose()?;
@@ -164,8 +173,9 @@ impl Shared {
         ] {
             comm.broadcast(buf, 0)
                 .with_context(|| format!("receiving rank 0's {what}"))?;
+            values += buf.len();
         }
-        Ok(())
+        Ok((values * size_of::<f32>()) as u64)
     }
 
     fn start(self, rank: usize) -> Start {
@@ -192,6 +202,7 @@ impl Shared {
             position: self.position,
             epoch_train_seconds: self.epoch_train_seconds,
             epoch_visited: self.visited,
+            broadcast_bytes: 0,
         }
     }
 }
@@ -363,6 +374,35 @@ mod tests {
             assert!(resumed.error.is_empty(), "rank {rank}: {:?}", resumed.error);
             assert_eq!(resumed.q[0].2, [0.5]);
         }
+    }
+
+    /// The heal's byte count is what the broadcast carried: the header's
+    /// eight integers (four f32 each), parameters and both moments, and
+    /// every rank's two epoch numbers; the same on every rank.
+    #[test]
+    fn the_start_reports_the_bytes_its_broadcast_carried() {
+        let weights = vec![0.25; 5];
+        let comms = comm::LocalCommunicator::job(2, std::time::Duration::from_secs(10));
+        let counted: Vec<u64> = std::thread::scope(|s| {
+            let ranks: Vec<_> = (comms.into_iter().enumerate())
+                .map(|(rank, c)| {
+                    let origin = match rank {
+                        0 => Origin::Weights(weights.clone()),
+                        _ => Origin::Fresh,
+                    };
+                    s.spawn(move || {
+                        let mut comm = CommThread::spawn(Box::new(c)).unwrap();
+                        let start = agree(origin, Some(&mut comm), || vec![0.0; 5], 5).unwrap();
+                        assert_eq!(start.params, [0.25; 5], "rank {rank}");
+                        start.broadcast_bytes
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(counted, [4 * (8 * 4 + 3 * 5 + 2 * 2); 2]);
+        let alone = agree(Origin::Fresh, None, || vec![0.0; 5], 5).unwrap();
+        assert_eq!(alone.broadcast_bytes, 0);
     }
 
     #[test]

@@ -209,6 +209,7 @@ impl<B: Ops> Rank<'_, B> {
         // Every rank is healed once its trainer is set up.
         let recovered = live.recovered.map(|(event, since)| RecoveryEvent {
             seconds: since.elapsed().as_secs_f64(),
+            heal_bytes: trainer.start_bytes(),
             ..event
         });
         if topology.leads() {

@@ -21,6 +21,10 @@ pub struct RecoveryEvent {
     /// healed (the failure's detection not included: a killed peer is
     /// seen at once, a stopped one after `--timeout`).
     pub seconds: f64,
+    /// The bytes rank 0's heal broadcast sent each rank in those seconds
+    /// (parameters, Adam's moments, the position, the epoch's numbers):
+    /// what a joining rank received to catch up.
+    pub heal_bytes: u64,
 }
 
 impl RecoveryEvent {
@@ -44,13 +48,45 @@ impl RecoveryEvent {
             (true, true) => "the same ranks formed again".to_string(),
         };
         format!(
-            "live recovery: {what}; generation {}: {} rank(s), going on after global step {}; {:.2} s to the ranks healed (generation {} ended: {})",
+            "live recovery: {what}; generation {}: {} rank(s), going on after global step {}; {:.2} s to the ranks healed with {:.1} MB each (generation {} ended: {})",
             self.generation,
             self.world_size,
             self.after_global_step,
             self.seconds,
+            self.heal_bytes as f64 / 1e6,
             self.generation - 1,
             self.cause
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A join's row and line carry the heal's bytes beside its seconds.
+    #[test]
+    fn a_join_reports_the_bytes_that_healed_it() {
+        let event = RecoveryEvent {
+            event: RecoveryEvent::KIND,
+            generation: 3,
+            world_size: 4,
+            after_global_step: 44,
+            lost: vec![2],
+            joined: vec![2],
+            cause: "newcomers waited".into(),
+            seconds: 0.15,
+            heal_bytes: 14_398_720,
+        };
+        let row = serde_json::to_value(&event).unwrap();
+        assert_eq!(row["event"], "live_recovery");
+        assert_eq!(row["heal_bytes"], 14_398_720);
+        assert_eq!(row["seconds"], 0.15);
+        let line = event.line();
+        assert!(
+            line.contains("lost rank(s) launched as 2, joined: 2")
+                && line.contains("healed with 14.4 MB each (generation 2 ended"),
+            "{line}"
+        );
     }
 }

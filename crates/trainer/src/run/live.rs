@@ -159,6 +159,7 @@ fn recovery(before: Option<&Generation>, now: &Generation, why: &Regroup) -> Rec
             Regroup::Newcomers => "newcomers waited".to_string(),
         },
         seconds: 0.0,
+        heal_bytes: 0,
     }
 }
 

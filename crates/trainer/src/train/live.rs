@@ -18,6 +18,8 @@ pub(super) struct LiveState {
     pub membership: Option<Box<dyn Membership>>,
     /// Its share of the epoch's numbers before this generation.
     pub carried: Option<EpochShare>,
+    /// The bytes the generation's starting state (the heal) carried here.
+    pub start_bytes: u64,
 }
 
 /// What rank 0 of a live job asks of the job's membership between steps.
@@ -56,6 +58,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             correct: correct as f32,
             images: self.state.meter.images,
         })
+    }
+
+    /// The bytes rank 0's broadcast of the starting state carried to each
+    /// rank: in a live job's later generations, what healing took.
+    pub fn start_bytes(&self) -> u64 {
+        self.state.live.start_bytes
     }
 
     /// Where the last step committed on this rank left the run.

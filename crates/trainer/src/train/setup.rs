@@ -202,7 +202,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             last_saved: None,
             ledger: None,
             committed: start.position,
-            live: Default::default(),
+            live: super::live::LiveState {
+                start_bytes: start.broadcast_bytes,
+                ..Default::default()
+            },
         };
         Ok(Self {
             replica: Replica::upload(&backend, &start, part)?,

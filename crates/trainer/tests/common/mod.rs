@@ -13,6 +13,7 @@ use std::sync::mpsc::{Receiver, channel};
 use comm::launch_var;
 use fashion_mnist::{Layout, synth};
 
+pub mod live;
 pub mod nodes;
 pub mod pipeline;
 

@@ -236,6 +236,7 @@ mod tests {
             epoch_train_seconds: 0.0,
             epoch_visited: (0, 1),
             hook: None,
+            broadcast_bytes: 0,
         };
         let mut grads = wave(0.5);
         for (i, g) in grads.iter_mut().enumerate() {
