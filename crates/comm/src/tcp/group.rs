@@ -3,7 +3,7 @@
 //! publishes its members' addresses under its own prefix in the job's
 //! store, so any number of groups can form over one store.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::{CommError, Rejection};
 use crate::rendezvous::Rendezvous;
@@ -99,42 +99,57 @@ impl Group {
         let config = rendezvous.config().clone();
         let store = rendezvous.store();
         let world = self.world();
+        let keys: Vec<String> = (0..world).map(|r| self.address_key(r)).collect();
         let gathered = (|| {
-            let mut addresses = Vec::with_capacity(world);
-            for r in 0..world {
+            // Most members publish at about the same moment: one request
+            // for all those still missing, then a wait for the first still
+            // missing, and again; a few requests a rank, not one a member
+            // (at a thousand ranks, a million requests to one store).
+            let mut values: Vec<Option<Vec<u8>>> = vec![None; world];
+            let look = |values: &mut [Option<Vec<u8>>], store: &mut crate::Store| {
+                let missing: Vec<usize> = (0..world).filter(|&r| values[r].is_none()).collect();
+                let asked: Vec<String> = missing.iter().map(|&r| keys[r].clone()).collect();
+                for (r, value) in missing.iter().zip(store.look_all(&asked)?) {
+                    values[*r] = value;
+                }
+                Ok::<_, CommError>(
+                    missing
+                        .into_iter()
+                        .filter(|&r| values[r].is_none())
+                        .collect::<Vec<_>>(),
+                )
+            };
+            while let Some(&first) = look(&mut values, store)?.first() {
                 let wait = deadline.saturating_duration_since(Instant::now());
-                let Some(value) = store.wait_for(&self.address_key(r), wait)? else {
-                    let mut missing = vec![self.global(r)];
-                    for later in r + 1..world {
-                        if store
-                            .wait_for(&self.address_key(later), Duration::ZERO)?
-                            .is_none()
-                        {
-                            missing.push(self.global(later));
-                        }
-                    }
-                    let reason = Rejection::RanksMissing {
-                        missing,
-                        world_size: config.world_size,
-                    };
-                    // Best effort: a store that is gone cannot spread the
-                    // news, and this rank's own error says it all.
-                    let _ = store.poison(reason.clone());
-                    return Err(reason.into());
+                if let Some(value) = store.wait_for(&keys[first], wait)? {
+                    values[first] = Some(value);
+                    continue;
+                }
+                let missing = look(&mut values, store)?;
+                let reason = Rejection::RanksMissing {
+                    missing: missing.into_iter().map(|r| self.global(r)).collect(),
+                    world_size: config.world_size,
                 };
-                let address = std::str::from_utf8(&value)
-                    .ok()
-                    .and_then(PeerAddress::decode)
-                    .ok_or_else(|| CommError::Store {
-                        master: config.master_endpoint(),
-                        detail: format!(
-                            "rank {} published an address this rank cannot read",
-                            self.global(r)
-                        ),
-                    })?;
-                addresses.push(address);
+                // Best effort: a store that is gone cannot spread the
+                // news, and this rank's own error says it all.
+                let _ = store.poison(reason.clone());
+                return Err(reason.into());
             }
-            Ok(addresses)
+            (values.into_iter().enumerate())
+                .map(|(r, value)| {
+                    let value = value.unwrap_or_default();
+                    std::str::from_utf8(&value)
+                        .ok()
+                        .and_then(PeerAddress::decode)
+                        .ok_or_else(|| CommError::Store {
+                            master: config.master_endpoint(),
+                            detail: format!(
+                                "rank {} published an address this rank cannot read",
+                                self.global(r)
+                            ),
+                        })
+                })
+                .collect()
         })();
         // Whether this rank or another one gave up first, report the timeout.
         gathered.map_err(|e| match e {
