@@ -4,7 +4,9 @@
 //! folder first on that path; the tests named there then find "a GPU".
 
 use std::env;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use core_tensor::backend::cuda::KERNEL_CACHE_VAR;
 use std::process::Command;
 
 use crate::{Emulator, nvrtc_lib_dir};
@@ -51,6 +53,10 @@ pub fn rerun_on_emulator(
         .args(args)
         .env("LD_LIBRARY_PATH", emulator.library_path())
         .env(IN_EMULATOR, "1")
+        // NVRTC's compiles are the emulated tests' slowest part: every
+        // re-run of the build tree shares one kernel cache (unless `vars`
+        // names another), which the first to need a module fills.
+        .env(KERNEL_CACHE_VAR, shared_kernel_cache(target_tmp))
         .envs(vars.iter().copied())
         .output()
         .expect("re-running the test binary");
@@ -68,6 +74,11 @@ pub fn rerun_on_emulator(
         passed >= min_passed,
         "{passed} tests ran on the emulator, expected {min_passed}"
     );
+}
+
+/// The kernel cache the re-runs share, in the build tree's `target_tmp`.
+pub fn shared_kernel_cache(target_tmp: &Path) -> PathBuf {
+    target_tmp.join("kernel-cache")
 }
 
 fn skip(why: &str) {

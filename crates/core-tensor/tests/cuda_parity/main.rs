@@ -166,8 +166,10 @@ fn cuda_availability_is_an_answer() {
 /// for the CUDA driver, with REQUIRE_GPU=1: every launch, argument list and
 /// kernel of the CUDA backend runs and is compared with the CPU, on a
 /// machine without a GPU.
+/// Its kernels come from the shared cache `kernel_cache` fills first.
 #[test]
 fn suite_on_the_cuda_emulator() {
+    kernel_cache::shared();
     cuda_emu::rerun_on_emulator(
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
         &["--skip", "suite_on_the_cuda_emulator"],
