@@ -177,6 +177,18 @@ pub enum CommError {
         detail: String,
     },
 
+    /// An NCCL call or collective failed because a peer did
+    /// (`ncclRemoteError`: its process exited, it aborted, or the network to
+    /// it broke); the communicator was aborted. A live job's members form
+    /// a new generation on it.
+    #[error("rank {rank}: NCCL {op} failed: {code} (a peer failed or left the job{})", if detail.is_empty() { String::new() } else { format!("; {detail}") })]
+    NcclPeerLost {
+        rank: usize,
+        op: String,
+        code: String,
+        detail: String,
+    },
+
     /// An NCCL collective did not complete in time; the communicator was
     /// aborted.
     #[error(

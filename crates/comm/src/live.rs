@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::config::{CommConfig, StoreHost};
 use crate::error::CommError;
 use crate::rendezvous::Rendezvous;
+use crate::store::Store;
 use crate::store_protocol::Response;
 use crate::store_server::{OVER_KEY, WAITING_KEY};
 use crate::tcp::TcpCommunicator;
@@ -139,6 +140,14 @@ impl LiveMember {
     pub fn ring(&mut self, generation: &Generation) -> Result<TcpCommunicator, CommError> {
         let deadline = Instant::now() + self.rendezvous.config().timeout;
         TcpCommunicator::of_generation(&mut self.rendezvous, generation, deadline)
+    }
+
+    /// The store, for values a generation's other transports share (the
+    /// unique id of its NCCL communicator): keyed by the generation's
+    /// number, as its ring's addresses are, since the store outlives every
+    /// generation. Keys under `comm/` are used by this crate.
+    pub fn store(&mut self) -> &mut Store {
+        self.rendezvous.store()
     }
 
     /// Whether a newcomer waits to join (rank 0 looks between steps).

@@ -327,8 +327,14 @@ impl NcclCommunicator {
             self.check()?;
             match self.shared.idle() {
                 // Collectives also "complete" when an abort stops them; the
-                // watchdog records why before it aborts, so look again.
-                Ok(true) => return self.check(),
+                // watchdog records why before it aborts, so look again. One
+                // that a peer's failure ended (its process gone) completes
+                // too, its results unwritten, before the watchdog's next
+                // look: ask NCCL itself before the caller reads them.
+                Ok(true) => match self.shared.async_failure() {
+                    Some(failure) => return Err(self.shared.fail_and_report(failure)),
+                    None => return self.check(),
+                },
                 Ok(false) => std::thread::sleep(SPIN),
                 Err(failure) => return Err(self.shared.fail_and_report(failure)),
             }

@@ -50,15 +50,17 @@ impl Failure {
     pub(crate) fn to_error(&self, rank: usize) -> CommError {
         match self.clone() {
             Failure::Timeout { op, timeout } => CommError::NcclTimeout { rank, op, timeout },
+            Failure::Nccl { op, error } if error.remote => CommError::NcclPeerLost {
+                rank,
+                op,
+                code: error.code,
+                detail: error.detail,
+            },
             Failure::Nccl { op, error } => CommError::Nccl {
                 rank,
                 op,
                 code: error.code,
-                detail: if error.remote {
-                    format!("a peer failed or left the job; {}", error.detail)
-                } else {
-                    error.detail
-                },
+                detail: error.detail,
             },
             Failure::Cuda { op, detail } => CommError::Cuda { rank, op, detail },
         }
@@ -233,12 +235,21 @@ impl Shared {
                 timeout: self.timeout,
             });
         }
-        if let Some(Err(error)) = self.with_comm(RawComm::async_error) {
-            let op = lock(&self.inflight)
-                .front()
-                .map_or_else(|| "the communicator".to_string(), |f| f.op.clone());
-            self.fail(Failure::Nccl { op, error });
+        if let Some(failure) = self.async_failure() {
+            self.fail(failure);
         }
+    }
+
+    /// NCCL's asynchronous error, if it reports one, as the failure of the
+    /// oldest collective in flight (or of the communicator, none being).
+    pub(crate) fn async_failure(&self) -> Option<Failure> {
+        let Some(Err(error)) = self.with_comm(RawComm::async_error) else {
+            return None;
+        };
+        let op = lock(&self.inflight)
+            .front()
+            .map_or_else(|| "the communicator".to_string(), |f| f.op.clone());
+        Some(Failure::Nccl { op, error })
     }
 
     pub(crate) fn stop(&self) {
