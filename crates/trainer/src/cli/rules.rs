@@ -134,11 +134,6 @@ impl Cli {
                 "--recovery live with --spawn threads: ranks that are threads of one process are lost together; use --spawn processes"
             );
         }
-        if job.ddp.backend == BackendChoice::Nccl {
-            bail!(
-                "--recovery live re-forms the host's ring over the ranks left, and an NCCL communicator over the survivors is not built yet: use --backend tcp (the exact sums travel on the host either way), or --recovery restart"
-            );
-        }
         Ok(())
     }
 

@@ -18,12 +18,11 @@ use std::time::Instant;
 
 use anyhow::{Context, anyhow};
 use comm::{CommConfig, Enlisted, Generation, LaunchEnv, LiveMember};
-use launcher::contract::{Evicted, Misconfigured, RunEnd};
+use launcher::contract::{Evicted, RunEnd};
 
 use super::device::Device;
 use super::wiring::JobComm;
 use super::{Process, run_end};
-use crate::ddp::BackendChoice;
 use crate::rank::{Kept, Live};
 use crate::report::recovery::RecoveryEvent;
 use crate::stop::StopRequest;
@@ -39,13 +38,6 @@ pub(super) fn run(
     stop: StopRequest,
 ) -> anyhow::Result<RunEnd> {
     let slot = env.rank;
-    // NCCL would carry the gradients of GPUs of their own, and an NCCL
-    // communicator over the ranks left is not built yet.
-    if device.is_gpu() && process.job.ddp.backend != BackendChoice::Tcp {
-        return Err(anyhow!(Misconfigured(format!(
-            "rank {slot}: --recovery live re-forms the host's ring over the ranks left, and an NCCL communicator over them is not built yet: on GPUs add --backend tcp (the exact sums travel through the host either way)"
-        ))));
-    }
     let joined = LiveMember::join(config).with_context(|| {
         format!(
             "rank {slot}: joining the job at {}",
@@ -114,7 +106,14 @@ pub(super) fn run(
             kept: Rc::clone(&left),
             recovered,
         };
-        let comm = Some(JobComm::Tcp(Box::new(comm)));
+        // On GPUs with NCCL the wiring builds the generation's own NCCL
+        // communicator over its members; a lost peer aborts it (its
+        // watchdog), and the next generation builds another.
+        let comm = Some(JobComm::Generation {
+            ring: Box::new(comm),
+            member: Arc::clone(&member),
+            number: generation.number,
+        });
         let outcome = process.run_rank(topology, device.clone(), comm, stop.clone(), Some(live))?;
         match outcome {
             RunOutcome::Regroup { why, .. } => {
@@ -174,6 +173,6 @@ impl Membership for Newcomers {
 
 /// The member, between generations or for rank 0's look: never held
 /// across a panic that matters (a poisoned lock's member is as it was).
-fn lock(member: &Mutex<LiveMember>) -> std::sync::MutexGuard<'_, LiveMember> {
+pub(super) fn lock(member: &Mutex<LiveMember>) -> std::sync::MutexGuard<'_, LiveMember> {
     member.lock().unwrap_or_else(PoisonError::into_inner)
 }

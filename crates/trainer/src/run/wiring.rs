@@ -6,14 +6,17 @@
 //! sub-group, or NCCL between GPUs), as `init_process_group` and a
 //! `DeviceMesh` do.
 
+use std::sync::{Arc, Mutex};
+
 use anyhow::Context;
 use comm::flight::FlightLog;
 use comm::nccl::NcclCommunicator;
-use comm::{Communicator, LocalCommunicator, TcpCommunicator};
+use comm::{Communicator, LiveMember, LocalCommunicator, TcpCommunicator};
 use core_tensor::{Cpu, Cuda, Ops};
 
 use super::device::{Device, choose_transport, connect_nccl};
 use super::job::JobFlags;
+use super::live::lock;
 use crate::comm_thread::CommThread;
 use crate::ddp::transport::Transport;
 use crate::ddp::{AverageOver, CommHook, CommHookChoice, NcclHook};
@@ -25,20 +28,28 @@ use crate::topology::Topology;
 /// rank), or memory (ranks as threads of one process).
 pub(super) enum JobComm {
     Tcp(Box<TcpCommunicator>),
+    /// A live job's generation (`--recovery live`): its ring, which has no
+    /// store of its own, and the member whose store carries the unique
+    /// ids of the generation's NCCL communicators.
+    Generation {
+        ring: Box<TcpCommunicator>,
+        member: Arc<Mutex<LiveMember>>,
+        number: u64,
+    },
     Local(LocalCommunicator),
 }
 
 impl JobComm {
     fn as_dyn(&mut self) -> &mut dyn Communicator {
         match self {
-            JobComm::Tcp(c) => c.as_mut(),
+            JobComm::Tcp(c) | JobComm::Generation { ring: c, .. } => c.as_mut(),
             JobComm::Local(c) => c,
         }
     }
 
     fn boxed(self) -> Box<dyn Communicator> {
         match self {
-            JobComm::Tcp(c) => c,
+            JobComm::Tcp(c) | JobComm::Generation { ring: c, .. } => c,
             JobComm::Local(c) => Box::new(c),
         }
     }
@@ -113,13 +124,25 @@ pub(super) fn wire(
             "rank {r}: --spawn threads averages gradients in this process's memory, not over NCCL: add --backend tcp, or use --spawn processes for NCCL"
         ),
         (Device::Cuda { gpu, .. }, true, comm) => {
-            let mut store = match comm {
-                Some(JobComm::Tcp(tcp)) => tcp.store(),
+            // A generation's communicators are its own: their ids are keyed
+            // by its number in the store that outlives every generation.
+            let (member, generation) = match comm {
+                Some(JobComm::Generation { member, number, .. }) => {
+                    (Some(Arc::clone(member)), format!("generation-{number}/"))
+                }
+                _ => (None, String::new()),
+            };
+            let mut member = member.as_deref().map(lock);
+            let mut store = match (comm, member.as_deref_mut()) {
+                (_, Some(member)) => Some(member.store()),
+                (Some(JobComm::Tcp(tcp)), None) => tcp.store(),
                 _ => None,
             };
             let timeout = job.join.timeout();
-            let mut connect =
-                |name: &str, place| connect_nccl(timeout, gpu, store.as_deref_mut(), name, place);
+            let mut connect = |name: &str, place| {
+                let name = format!("{generation}{name}");
+                connect_nccl(timeout, gpu, store.as_deref_mut(), &name, place)
+            };
             // Gradients are averaged over the whole job, or over a
             // pipeline stage's replicas (none with one replica: `--backend
             // nccl` at world 1 has nothing to average).

@@ -73,16 +73,20 @@ pub enum Regroup {
 
 impl Regroup {
     /// The regroup that `e`, a rank's error, calls for: a lost or silent
-    /// peer, or a ring broken by it; `None` for any other error (a
-    /// misconfiguration, a bad file, a non-finite loss), which no new
-    /// generation would mend.
+    /// peer, or a ring broken by it, or an NCCL communicator its watchdog
+    /// aborted for one (a peer's failure, or a collective past the
+    /// timeout, whose silent peer NCCL does not name); `None` for any other
+    /// error (a misconfiguration, a bad file, a non-finite loss), which no
+    /// new generation would mend.
     pub fn after(e: &anyhow::Error) -> Option<Regroup> {
-        let comm = e
-            .chain()
-            .find_map(|c| c.downcast_ref::<comm::CommError>())?;
+        use comm::CommError;
+        let comm = e.chain().find_map(|c| c.downcast_ref::<CommError>())?;
         let silent = match comm {
-            comm::CommError::PeerTimeout { peer, .. } => Some(*peer),
-            comm::CommError::PeerLost { .. } | comm::CommError::Broken(_) => None,
+            CommError::PeerTimeout { peer, .. } => Some(*peer),
+            CommError::PeerLost { .. }
+            | CommError::Broken(_)
+            | CommError::NcclPeerLost { .. }
+            | CommError::NcclTimeout { .. } => None,
             _ => return None,
         };
         Some(Regroup::PeerLost {
