@@ -161,7 +161,7 @@ fn live_recovery_is_refused_where_it_cannot_keep_its_promise() {
         "--global-batch",
         "32",
     ];
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 3] = [
         (
             &["--world-size", "2", "--recovery", "live"],
             "needs --reproducible --global-batch",
@@ -174,7 +174,6 @@ fn live_recovery_is_refused_where_it_cannot_keep_its_promise() {
             &["--world-size", "2", "--spawn", "threads"],
             "lost together",
         ),
-        (&["--world-size", "2", "--backend", "nccl"], "--backend tcp"),
     ];
     for (i, (args, says)) in cases.into_iter().enumerate() {
         let mut cmd = common::trainer();
