@@ -3,8 +3,10 @@
 //! hosts, under its slot (the rank its launcher gave it), and trains in
 //! generations. Each generation is a ring of its own, formed under its
 //! own prefix in the store, of the members the store counted in it
-//! (`store_server/generations.rs`); when a ring fails, or a newcomer
-//! waits, the members enlist for the next one.
+//! (`store_server/generations.rs`); on GPUs it has an NCCL communicator of
+//! its own too, whose unique id the store carries ([`LiveMember::store`]).
+//! When a ring or that communicator fails, or a newcomer waits, the
+//! members enlist for the next one.
 
 use std::time::{Duration, Instant};
 
