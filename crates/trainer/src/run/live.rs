@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, anyhow};
@@ -21,7 +21,7 @@ use comm::{CommConfig, Enlisted, Generation, LaunchEnv, LiveMember};
 use launcher::contract::{Evicted, RunEnd};
 
 use super::device::Device;
-use super::wiring::JobComm;
+use super::wiring::{JobComm, lock};
 use super::{Process, run_end};
 use crate::rank::{Kept, Live};
 use crate::report::recovery::RecoveryEvent;
@@ -169,10 +169,4 @@ impl Membership for Newcomers {
     fn newcomers_waiting(&mut self) -> anyhow::Result<bool> {
         Ok(lock(&self.0).newcomers_waiting()?)
     }
-}
-
-/// The member, between generations or for rank 0's look: never held
-/// across a panic that matters (a poisoned lock's member is as it was).
-pub(super) fn lock(member: &Mutex<LiveMember>) -> std::sync::MutexGuard<'_, LiveMember> {
-    member.lock().unwrap_or_else(PoisonError::into_inner)
 }

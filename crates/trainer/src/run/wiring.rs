@@ -6,7 +6,7 @@
 //! sub-group, or NCCL between GPUs), as `init_process_group` and a
 //! `DeviceMesh` do.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::Context;
 use comm::flight::FlightLog;
@@ -16,7 +16,6 @@ use core_tensor::{Cpu, Cuda, Ops};
 
 use super::device::{Device, choose_transport, connect_nccl};
 use super::job::JobFlags;
-use super::live::lock;
 use crate::comm_thread::CommThread;
 use crate::ddp::transport::Transport;
 use crate::ddp::{AverageOver, CommHook, CommHookChoice, NcclHook};
@@ -239,4 +238,11 @@ impl Wiring {
 /// A pipeline stage's link through host memory over its `group`.
 fn host_link<B: Ops>(group: Box<dyn Communicator>) -> Box<dyn StageLink<B>> {
     Box::new(HostLink::new(group))
+}
+
+/// The member, between generations, for rank 0's look, or for its
+/// generation's NCCL unique ids: never held across a panic that matters
+/// (a poisoned lock's member is as it was).
+pub(super) fn lock(member: &Mutex<LiveMember>) -> MutexGuard<'_, LiveMember> {
+    member.lock().unwrap_or_else(PoisonError::into_inner)
 }
