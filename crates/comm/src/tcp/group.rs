@@ -101,33 +101,26 @@ impl Group {
         let world = self.world();
         let keys: Vec<String> = (0..world).map(|r| self.address_key(r)).collect();
         let gathered = (|| {
-            // Most members publish at about the same moment: one request
-            // for all those still missing, then a wait for the first still
-            // missing, and again; a few requests a rank, not one a member
-            // (at a thousand ranks, a million requests to one store).
-            let mut values: Vec<Option<Vec<u8>>> = vec![None; world];
-            let look = |values: &mut [Option<Vec<u8>>], store: &mut crate::Store| {
-                let missing: Vec<usize> = (0..world).filter(|&r| values[r].is_none()).collect();
-                let asked: Vec<String> = missing.iter().map(|&r| keys[r].clone()).collect();
-                for (r, value) in missing.iter().zip(store.look_all(&asked)?) {
-                    values[*r] = value;
-                }
-                Ok::<_, CommError>(
-                    missing
-                        .into_iter()
-                        .filter(|&r| values[r].is_none())
-                        .collect::<Vec<_>>(),
-                )
-            };
-            while let Some(&first) = look(&mut values, store)?.first() {
-                let wait = deadline.saturating_duration_since(Instant::now());
-                if let Some(value) = store.wait_for(&keys[first], wait)? {
-                    values[first] = Some(value);
+            // One request for every address, then a wait for each member
+            // that had not published yet: on a cluster, where members
+            // publish at about the same moment, a request or two a rank,
+            // not one per member (at a thousand ranks, a million requests
+            // to one store).
+            let mut values = store.look_all(&keys)?;
+            for r in 0..world {
+                if values[r].is_some() {
                     continue;
                 }
-                let missing = look(&mut values, store)?;
+                let wait = deadline.saturating_duration_since(Instant::now());
+                if let Some(value) = store.wait_for(&keys[r], wait)? {
+                    values[r] = Some(value);
+                    continue;
+                }
+                let still: Vec<String> = keys[r..].to_vec();
+                let later = store.look_all(&still)?;
+                let missing = (r..world).zip(later).filter(|(_, v)| v.is_none());
                 let reason = Rejection::RanksMissing {
-                    missing: missing.into_iter().map(|r| self.global(r)).collect(),
+                    missing: missing.map(|(m, _)| self.global(m)).collect(),
                     world_size: config.world_size,
                 };
                 // Best effort: a store that is gone cannot spread the
