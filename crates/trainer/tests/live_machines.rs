@@ -14,8 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use common::live::{committed, ledger, result};
 use common::{free_port, launcher_pid, stderr_lines, trainer};
-use sha2::{Digest, Sha256};
 
 /// The toy model's samples: 6144 global batches of 64, long enough for a
 /// machine to come back while the job runs.
@@ -31,7 +31,7 @@ fn toy(dir: &Path) -> Command {
         .arg("--checkpoint-dir")
         .arg(dir)
         .arg("--sample-ledger")
-        .arg(dir.with_extension("ledger.jsonl"));
+        .arg(ledger(dir));
     cmd
 }
 
@@ -50,14 +50,6 @@ fn machine(dir: &Path, metrics: &Path, port: u16) -> (Child, Receiver<String>) {
         .expect("starting a launcher");
     let (lines, _relay) = stderr_lines(&mut child);
     (child, lines)
-}
-
-/// The final model's hash and the ledger of the run into `dir`.
-fn result(dir: &Path) -> (String, String) {
-    let model = dir.join("ckpt-e0002-s000000/model.safetensors");
-    let bytes = std::fs::read(&model).unwrap_or_else(|e| panic!("{}: {e}", model.display()));
-    let ledger = std::fs::read_to_string(dir.with_extension("ledger.jsonl")).unwrap();
-    (format!("{:x}", Sha256::digest(bytes)), ledger)
 }
 
 /// Reads `lines` into `log` until one contains `needle`, failing after two
@@ -120,10 +112,8 @@ fn a_machine_lost_and_back_rejoins_the_running_job_and_it_ends_on_one_ranks_byte
     // The second machine is lost mid-epoch: its launcher killed, its
     // ranks with it.
     wait_for(&lines0, &mut log0, "world size 4");
-    let ledger = dir.with_extension("ledger.jsonl");
-    let committed = || std::fs::read_to_string(&ledger).map_or(0, |t| t.lines().count());
     let since = Instant::now();
-    while committed() < 100 {
+    while committed(&dir) < 100 {
         assert!(since.elapsed() < Duration::from_secs(120), "no step 100");
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -27,7 +27,7 @@ pub fn result(dir: &Path) -> (String, String) {
 }
 
 /// Lines of a ledger written so far.
-fn committed(dir: &Path) -> usize {
+pub fn committed(dir: &Path) -> usize {
     std::fs::read_to_string(ledger(dir)).map_or(0, |t| t.lines().count())
 }
 
