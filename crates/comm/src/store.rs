@@ -235,6 +235,23 @@ impl Store {
         }
     }
 
+    /// The values of `keys` (`None`: not set) now, without waiting: one
+    /// [`Store::look_all`] on rank 0's store, one look a key on a
+    /// launcher's c10d TCPStore, which has no look at several keys. Unlike
+    /// `look_all`, not one instant: for keys each written once.
+    pub fn look_each(&mut self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, CommError> {
+        match self.agent {
+            None => (keys.chunks(MAX_LOOK_KEYS).map(|chunk| self.look_all(chunk)))
+                .try_fold(Vec::with_capacity(keys.len()), |mut all, values| {
+                    all.extend(values?);
+                    Ok(all)
+                }),
+            Some(_) => (keys.iter())
+                .map(|key| self.wait_for(key, Duration::ZERO))
+                .collect(),
+        }
+    }
+
     /// Enlists this member for the next generation of a job whose
     /// membership changes (see [`crate::LiveMember`]), holding `step`
     /// steps of state, suspecting the member in slot `suspect`; waits up

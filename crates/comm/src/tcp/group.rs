@@ -106,7 +106,7 @@ impl Group {
             // publish at about the same moment, a request or two a rank,
             // not one per member (at a thousand ranks, a million requests
             // to one store).
-            let mut values = store.look_all(&keys)?;
+            let mut values = store.look_each(&keys)?;
             for r in 0..world {
                 if values[r].is_some() {
                     continue;
@@ -117,7 +117,7 @@ impl Group {
                     continue;
                 }
                 let still: Vec<String> = keys[r..].to_vec();
-                let later = store.look_all(&still)?;
+                let later = store.look_each(&still)?;
                 let missing = (r..world).zip(later).filter(|(_, v)| v.is_none());
                 let reason = Rejection::RanksMissing {
                     missing: missing.map(|(m, _)| self.global(m)).collect(),
