@@ -241,11 +241,13 @@ impl Store {
     /// `look_all`, not one instant: for keys each written once.
     pub fn look_each(&mut self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, CommError> {
         match self.agent {
-            None => (keys.chunks(MAX_LOOK_KEYS).map(|chunk| self.look_all(chunk)))
-                .try_fold(Vec::with_capacity(keys.len()), |mut all, values| {
+            None => (keys.chunks(MAX_LOOK_KEYS).map(|chunk| self.look_all(chunk))).try_fold(
+                Vec::with_capacity(keys.len()),
+                |mut all, values| {
                     all.extend(values?);
                     Ok(all)
-                }),
+                },
+            ),
             Some(_) => (keys.iter())
                 .map(|key| self.wait_for(key, Duration::ZERO))
                 .collect(),

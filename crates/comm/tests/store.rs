@@ -268,6 +268,14 @@ fn one_look_reads_several_keys_a_departure_included() {
         host.look_all(&keys(&["ended/1"])).unwrap(),
         [Some(Vec::new())]
     );
+    // What a ring of more members than the limit gathers: looks in chunks,
+    // every answer in its key's place.
+    let mut many = vec!["k".to_string(); 2 * Store::MAX_LOOK_KEYS + 3];
+    many[Store::MAX_LOOK_KEYS + 1] = "ended/1".into();
+    let values = host.look_each(&many).unwrap();
+    assert_eq!(values.len(), many.len());
+    let set: Vec<usize> = (0..values.len()).filter(|&i| values[i].is_some()).collect();
+    assert_eq!(set, [Store::MAX_LOOK_KEYS + 1]);
 }
 
 #[test]

@@ -28,6 +28,8 @@ fn settings() -> Settings {
         world_size: 2,
         batch_size: 32,
         data: Some(DATA),
+        // As a job records its shared flags (round-tripped as they are).
+        shared: Some(serde_json::from_str(r#"{"epochs":3,"lr":0.001,"max_steps":null}"#).unwrap()),
         ..Settings::default()
     }
 }

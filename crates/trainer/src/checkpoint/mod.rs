@@ -29,6 +29,7 @@ pub mod lock;
 pub mod origin;
 pub mod restarts;
 pub mod resume;
+pub mod shared_record;
 mod state;
 pub mod store;
 mod summation;

@@ -53,7 +53,7 @@ pub struct HookStart {
 /// the broadcast overwrites. `init` draws the seeded initial parameters
 /// (`param_count` of them). That every rank has rank 0's seed and batch
 /// size (and the other flags a job shares) was checked before, by
-/// `train::shared_flags`, which names the flag that differs.
+/// `train::SharedSettings`, whose check names the flag that differs.
 pub fn agree(
     origin: Origin,
     comm: Option<&mut CommThread>,

@@ -7,6 +7,7 @@ use anyhow::{Context, anyhow, bail};
 use core_tensor::FlatLayout;
 
 use super::origin::Origin;
+use super::shared_record;
 use super::{CheckpointDir, Position, Settings, Summation, TrainingState, load, load_weights};
 use launcher::contract::Misconfigured;
 
@@ -266,7 +267,43 @@ pub fn compatibility(
             now.dropout, saved.dropout
         ));
     }
+    notes.extend(other_flags(saved, now));
     Ok(notes)
+}
+
+/// The shared flags' fields that the rules above judge (refused, or a note
+/// of their own).
+const JUDGED: [&str; 10] = [
+    "model",
+    "batch_size",
+    "seed",
+    "accumulate_steps",
+    "pipeline_stages",
+    "lr",
+    "no_dropout",
+    "reproducible",
+    "global_batch",
+    "unit",
+];
+
+/// A note naming every other shared flag this run changed from the
+/// checkpoint's (`--epochs`, `--max-steps`, `--bucket-mb`, ...): each may
+/// change, and a user should see that it did.
+fn other_flags(saved: &Settings, now: &Settings) -> Option<String> {
+    let (Some(then), Some(now)) = (&saved.shared, &now.shared) else {
+        return None;
+    };
+    let judged = JUDGED.map(|field| format!("--{}", field.replace('_', "-")));
+    let changed: Vec<String> = (shared_record::differences(now, then).into_iter())
+        .filter(|d| !judged.contains(&d.flag))
+        .map(|d| format!("{} {} (it had {})", d.flag, d.values[0], d.values[1]))
+        .collect();
+    (!changed.is_empty()).then(|| {
+        format!(
+            "continuing with other flags than the checkpoint's run: {}",
+            changed.join(", ")
+        )
+    })
 }
 
 /// What of PowerSGD's state (`--comm-hook powersgd`) this run carries on:
@@ -366,6 +403,41 @@ mod tests {
             data: Some(DATA),
             ..Settings::default()
         }
+    }
+
+    /// Every shared flag a resumed run changed is named once: by its own
+    /// rule's note, or else in the note of the others.
+    #[test]
+    fn a_resumed_run_names_the_shared_flags_it_changed() {
+        let record = |text: &str| match serde_json::from_str(text).unwrap() {
+            serde_json::Value::Object(map) => Some(map),
+            _ => unreachable!(),
+        };
+        let saved = Settings {
+            shared: record(r#"{"epochs":3,"lr":0.001,"max_steps":null,"bucket_mb":25.0}"#),
+            ..settings()
+        };
+        let now = Settings {
+            lr: 0.01,
+            shared: record(r#"{"epochs":5,"lr":0.01,"max_steps":30,"bucket_mb":25.0}"#),
+            ..settings()
+        };
+        let at = Position { epoch: 2, step: 0 };
+        let notes = compatibility(&saved, &now, at, Path::new(CKPT)).unwrap();
+        assert_eq!(
+            notes,
+            [
+                "continuing with --lr 0.01 (the checkpoint was trained with 0.001)",
+                "continuing with other flags than the checkpoint's run: --epochs 5 (it had 3), --max-steps 30 (it had (not given))",
+            ]
+        );
+        // A checkpoint from before the record: only the rules' notes.
+        let old = Settings {
+            shared: None,
+            ..saved
+        };
+        let notes = compatibility(&old, &now, at, Path::new(CKPT)).unwrap();
+        assert_eq!(notes.len(), 1, "{notes:?}");
     }
 
     /// Mid-epoch, other training data are refused, saying how they differ and

@@ -10,6 +10,7 @@ use core_tensor::FlatLayout;
 use super::Position;
 use super::files::{self, Checksum, Named};
 use super::hook_state::{self, HOOK_FILE, HOOK_SUM, HookState};
+use super::shared_record::SharedRecord;
 use super::summation::{self, Summation};
 use crate::bounded_read;
 use crate::data::DataFingerprint;
@@ -31,6 +32,8 @@ const STAGES: &str = "pipeline_stages";
 /// [`Settings::comm_hook`].
 const ACCUMULATE: &str = "accumulate_steps";
 const COMM_HOOK: &str = "comm_hook";
+/// The metadata key of [`Settings::shared`].
+const SHARED: &str = "shared_settings";
 
 /// The settings a run trains with that a checkpoint records.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,6 +63,10 @@ pub struct Settings {
     /// before it was recorded.
     pub data: Option<DataFingerprint>,
     pub summation: Summation,
+    /// Every flag the job's ranks shared, as rank 0 held them
+    /// (`train::SharedSettings`); `None` in checkpoints from before they
+    /// were recorded, and from ranks built in one program.
+    pub shared: Option<SharedRecord>,
 }
 
 impl Settings {
@@ -87,6 +94,7 @@ impl Default for Settings {
             model: "cnn".into(),
             data: None,
             summation: Summation::Ring,
+            shared: None,
         }
     }
 }
@@ -170,6 +178,10 @@ impl TrainingState {
         }
         if let Some(visited) = self.epoch_visited {
             meta.insert(VISITED.to_string(), visited.to_string());
+        }
+        if let Some(shared) = &s.shared {
+            let json = serde_json::to_string(shared).context("writing the shared settings")?;
+            meta.insert(SHARED.to_string(), json);
         }
         let hook = (self.hook.as_ref())
             .map(|h| h.encode(s.world_size))
@@ -398,6 +410,13 @@ impl Meta<'_> {
                 .transpose()?,
             summation: Summation::from_metadata(self.0.get(summation::KEY))
                 .map_err(|e| anyhow!("{STATE_FILE}: {e}"))?,
+            shared: (self.0.get(SHARED))
+                .map(|json| {
+                    serde_json::from_str(json).map_err(|_| {
+                        anyhow!("{STATE_FILE}: metadata `{SHARED}` is not a JSON object")
+                    })
+                })
+                .transpose()?,
         };
         if settings.world_size == 0 || settings.batch_size == 0 || settings.accumulate_steps == 0 {
             bail!("{STATE_FILE}: world size, batch size and accumulate steps must be at least 1");

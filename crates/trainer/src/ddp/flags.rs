@@ -8,9 +8,11 @@ use std::str::FromStr;
 use clap::{Args, ValueEnum};
 pub use comm::HalfFormat;
 use launcher::flags::positive_finite;
+use serde::{Deserialize, Serialize};
 
 /// How gradients travel between ranks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum BackendChoice {
     /// NCCL when every rank trains on a GPU of its own (and can load
     /// libnccl), the TCP transport otherwise (saying why).
@@ -24,7 +26,8 @@ pub enum BackendChoice {
 
 /// How a model's row-sparse gradients (recsys' embedding and per-row
 /// biases) travel between ranks over the host transport.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SparseGrads {
     /// The touched rows when they are fewer bytes than the dense
     /// all-reduce, else the dense all-reduce; decided every step.

@@ -28,7 +28,8 @@ use crate::report::recovery::RecoveryEvent;
 use crate::stop::StopRequest;
 use crate::topology::Topology;
 use crate::train::{
-    EpochShare, Membership, Regroup, RunOutcome, Schedule, Setup, TrainConfig, Trainer, WholeModel,
+    EpochShare, Membership, Regroup, RunOutcome, Schedule, Setup, SharedSettings, TrainConfig,
+    Trainer, WholeModel,
 };
 
 /// Everything a rank trains with, apart from its model and its data.
@@ -90,8 +91,8 @@ pub struct RankJob<'a> {
     pub outputs: &'a OutputFlags,
     /// `--micro-batches`, if given.
     pub micro_batches: Option<usize>,
-    /// The flags every rank must give alike, as `(flag, value)`.
-    pub shared_flags: Vec<(&'static str, String)>,
+    /// The flags every rank must give alike.
+    pub shared: SharedSettings,
     /// The start-up line after the device: the world, who started it, how
     /// gradients travel and what the data is.
     pub about: String,
@@ -173,7 +174,8 @@ impl<B: Ops> Rank<'_, B> {
             (true, Some(kept)) => Origin::Resume(kept),
             (true, None) => {
                 let layout = (topology.world, topology.stages);
-                let settings = cfg.settings(layout, model.kind(), schedule.fingerprint());
+                let (kind, data) = (model.kind(), schedule.fingerprint());
+                let settings = cfg.settings(layout, kind, data, Some(&job.shared));
                 starting_point::choose(flags, dir.as_ref(), &settings, model.layout())?
             }
             (false, _) => Origin::Fresh,
@@ -196,7 +198,7 @@ impl<B: Ops> Rank<'_, B> {
                 every: flags.checkpoint_every,
             }),
             stop,
-            shared_flags: job.shared_flags.clone(),
+            shared: Some(job.shared.clone()),
         };
         let device = backend.describe();
         let mut trainer = Trainer::with_schedule(backend, model, schedule, cfg, setup)

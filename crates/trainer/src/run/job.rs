@@ -1,6 +1,7 @@
 //! Every flag a rank reads, in the groups of the modules that read them.
 
 use clap::Args;
+use core_tensor::MatmulPrecision;
 
 use super::device::DeviceFlags;
 use super::flight_recorder::FlightFlags;
@@ -11,7 +12,10 @@ use crate::ddp::DdpFlags;
 use crate::models::ModelFlags;
 use crate::pipeline::PipelineFlags;
 use crate::report::OutputFlags;
-use crate::train::{TrainConfig, TrainFlags};
+use crate::train::{
+    GradientSettings, LayoutSettings, ModelSettings, ScheduleSettings, SharedSettings, TrainConfig,
+    TrainFlags,
+};
 
 /// A rank's flags.
 #[derive(Clone, Debug, Args)]
@@ -45,80 +49,44 @@ pub struct JobFlags {
 }
 
 impl JobFlags {
-    /// The flags whose values every rank must share, as `(flag, value)`:
-    /// with another `--lr` or `--no-dropout` a rank would train another
-    /// model without a word, with other `--epochs`, `--max-steps` or
-    /// `--checkpoint-every` it would call collectives the others never
-    /// call. Per-rank choices (`--device`, `--threads`, paths, rank 0's
-    /// outputs) are not among them.
-    pub fn shared_flags(&self) -> Vec<(&'static str, String)> {
-        let given = |on: bool| if on { "given" } else { "not given" }.to_string();
-        let or_none = |v: Option<String>| v.unwrap_or_else(|| "(not given)".into());
+    /// The flags whose values every rank must share (see
+    /// [`SharedSettings`]); `precision` as the device flags give it.
+    pub fn shared_settings(&self, precision: MatmulPrecision) -> SharedSettings {
         let (model, train, ddp) = (&self.model, &self.train, &self.ddp);
-        let checkpoints = &self.checkpoints;
-        vec![
-            ("--model", model.model.entry().name().to_string()),
-            ("--epochs", train.epochs.to_string()),
-            ("--batch-size", train.batch_size.to_string()),
-            ("--lr", train.lr.to_string()),
-            ("--seed", train.seed.to_string()),
-            (
-                "--max-steps",
-                or_none(train.max_steps.map(|n| n.to_string())),
-            ),
-            ("--no-dropout", given(model.cnn.no_dropout)),
-            (
-                "--eval-samples",
-                or_none(model.cnn.eval_samples.map(|n| n.to_string())),
-            ),
-            (
-                "--samples",
-                or_none(model.toy.samples.map(|n| n.to_string())),
-            ),
-            (
-                "--embedding-dim",
-                or_none(model.recsys.embedding_dim.map(|n| n.to_string())),
-            ),
-            ("--accumulate-steps", train.accumulate_steps.to_string()),
-            ("--reproducible", given(train.reproducible)),
-            (
-                "--global-batch",
-                or_none(train.global_batch.map(|n| n.to_string())),
-            ),
-            ("--unit", train.unit.to_string()),
-            ("--bucket-mb", ddp.bucket_mb.to_string()),
-            ("--comm-hook", ddp.comm_hook.to_string()),
-            (
-                "--sparse-grads",
-                format!("{:?}", ddp.sparse_grads).to_lowercase(),
-            ),
-            ("--sparse-adam", given(train.sparse_adam)),
-            ("--backend", format!("{:?}", ddp.backend).to_lowercase()),
-            (
-                "--precision",
-                self.device
-                    .precision()
-                    .map_or_else(|refused| refused, |(p, _)| p.to_string()),
-            ),
-            // Given or not (its path is rank 0's alone): every rank takes
-            // part in each save.
-            (
-                "--checkpoint-dir",
-                given(checkpoints.checkpoint_dir.is_some()),
-            ),
-            (
-                "--checkpoint-every",
-                or_none(checkpoints.checkpoint_every.map(|n| n.to_string())),
-            ),
-            (
-                "--pipeline-stages",
-                self.pipeline.pipeline_stages.to_string(),
-            ),
-            (
-                "--micro-batches",
-                or_none(self.pipeline.micro_batches.map(|m| m.to_string())),
-            ),
-        ]
+        SharedSettings {
+            model: ModelSettings {
+                model: model.model.entry().name().to_string(),
+                no_dropout: model.cnn.no_dropout,
+                eval_samples: model.cnn.eval_samples.map(|n| n.get()),
+                samples: model.toy.samples,
+                embedding_dim: model.recsys.embedding_dim,
+            },
+            schedule: ScheduleSettings {
+                epochs: train.epochs,
+                batch_size: train.batch_size,
+                lr: train.lr,
+                seed: train.seed,
+                max_steps: train.max_steps,
+                accumulate_steps: train.accumulate_steps,
+                reproducible: train.reproducible,
+                global_batch: train.global_batch,
+                unit: train.unit,
+                sparse_adam: train.sparse_adam,
+            },
+            gradients: GradientSettings {
+                bucket_mb: ddp.bucket_mb,
+                comm_hook: ddp.comm_hook,
+                sparse_grads: ddp.sparse_grads,
+                backend: ddp.backend,
+                precision,
+            },
+            layout: LayoutSettings {
+                checkpoint_dir: self.checkpoints.checkpoint_dir.is_some(),
+                checkpoint_every: self.checkpoints.checkpoint_every,
+                pipeline_stages: self.pipeline.pipeline_stages,
+                micro_batches: self.pipeline.micro_batches,
+            },
+        }
     }
 
     /// Where this machine's ranks write their flight records; `job` names

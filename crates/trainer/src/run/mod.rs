@@ -139,11 +139,12 @@ impl Process<'_> {
             self.started_by,
             self.data.describe(job.train.seed)
         );
+        let (precision, _) = job.device.precision().map_err(anyhow::Error::msg)?;
         let rank_job = RankJob {
             checkpoints: &job.checkpoints,
             outputs: &job.outputs,
             micro_batches: job.pipeline.micro_batches.map(|m| m as usize),
-            shared_flags: job.shared_flags(),
+            shared: job.shared_settings(precision),
             about,
             pytorch_class: job.model.model.entry().pytorch_class(),
         };

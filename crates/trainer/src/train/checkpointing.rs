@@ -115,7 +115,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch_correct,
             epoch_train_seconds,
             epoch_visited,
-            settings: (self.cfg).settings(layout, self.model.kind(), self.schedule.fingerprint()),
+            settings: (self.cfg).settings(
+                layout,
+                self.model.kind(),
+                self.schedule.fingerprint(),
+                self.shared.as_ref(),
+            ),
             hook,
         }
     }

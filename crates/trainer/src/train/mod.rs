@@ -33,6 +33,7 @@ mod outcome;
 mod replica;
 mod schedule;
 mod setup;
+mod shared_settings;
 mod step;
 mod votes;
 mod whole_model;
@@ -51,6 +52,9 @@ pub(crate) use memory::{host_room_bytes, test_buffers, test_reserve, training_bu
 pub use outcome::{EpochReport, Progress, Regroup, RunOutcome, Running, Silent};
 pub use schedule::{Part, Pass, Schedule};
 pub use setup::Setup;
+pub use shared_settings::{
+    GradientSettings, LayoutSettings, ModelSettings, ScheduleSettings, SharedSettings,
+};
 pub use whole_model::WholeModel;
 
 use crate::checkpoint::{Checkpoints, Position};
@@ -78,6 +82,9 @@ pub struct Trainer<B: Ops, M: Model<B>> {
     backend: B,
     model: M,
     cfg: TrainConfig,
+    /// What each checkpoint records of the job's shared flags (see
+    /// [`Setup::shared`]).
+    shared: Option<SharedSettings>,
     topology: Topology,
     replica: Replica<B>,
     optimizer: Box<dyn Optimizer<B>>,

@@ -7,11 +7,12 @@ use anyhow::{Context, bail};
 use core_tensor::Ops;
 
 use super::accumulate::Accumulator;
-use super::agreement::{self, Agreed};
+use super::agreement;
 use super::exact::{self, ExactSum, UnitPlan};
 use super::meter::{EpochMeter, ResumePoint};
 use super::optimizer;
 use super::replica::Replica;
+use super::shared_settings::SharedSettings;
 use super::votes::StopVotes;
 use super::{LoopState, Schedule, TrainConfig, Trainer};
 use crate::checkpoint::Checkpoints;
@@ -43,12 +44,12 @@ pub struct Setup<B: Ops> {
     pub checkpoints: Option<Checkpoints>,
     /// Checked once per step.
     pub stop: StopRequest,
-    /// The flags every rank must give alike, as `(flag, value)`, checked
-    /// against rank 0's before anything else travels: the one check that
-    /// ranks agree on the seed, batch size and the rest. Empty (as
-    /// [`Setup::fresh`] leaves it), nothing is checked: for ranks built in
-    /// one program from one [`TrainConfig`].
-    pub shared_flags: Vec<(&'static str, String)>,
+    /// The flags every rank must give alike, checked against rank 0's
+    /// before anything else travels (the one check that ranks agree on the
+    /// seed, batch size and the rest), and recorded in each checkpoint.
+    /// `None` (as [`Setup::fresh`] leaves it), nothing is checked nor
+    /// recorded: for ranks built in one program from one [`TrainConfig`].
+    pub shared: Option<SharedSettings>,
 }
 
 impl<B: Ops> Setup<B> {
@@ -69,7 +70,7 @@ impl<B: Ops> Setup<B> {
             origin: Origin::Fresh,
             checkpoints: None,
             stop: StopRequest::new(),
-            shared_flags: Vec::new(),
+            shared: None,
         }
     }
 }
@@ -98,7 +99,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             averaging,
             checkpoints,
             stop,
-            shared_flags,
+            shared,
         } = setup;
         let rank = topology.rank;
         if averaging.is_some() != (topology.replicas() > 1) {
@@ -112,12 +113,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 }
             );
         }
-        if let Some(comm) = comm.as_mut() {
+        if let (Some(comm), Some(shared)) = (comm.as_mut(), shared.as_ref()) {
             // Each rank reads its own copy of the data (another host's may
             // differ): the replicas must train on the same samples.
-            let mut agreed: Vec<_> = shared_flags.into_iter().map(Agreed::flag).collect();
-            agreed.push(Agreed::training_data(schedule.fingerprint()));
-            agreement::check(comm, &agreed)
+            agreement::check(comm, shared, schedule.fingerprint())
                 .with_context(|| format!("rank {rank}: checking the flags against rank 0's"))?;
         }
         // --reproducible: the units of every step, and how the schedule
@@ -216,6 +215,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             backend,
             model,
             cfg,
+            shared,
             topology,
             optimizer,
             schedule,
