@@ -74,15 +74,43 @@ pub struct Live {
     pub recovered: Option<(RecoveryEvent, Instant)>,
 }
 
-/// How a rank reaches the others (made by `crate::run`'s wiring).
-pub struct Links<B: Ops> {
-    /// The job's communicator; `None` for one rank.
-    pub comm: Option<CommThread>,
-    /// Who averages the gradients with the other replicas' (see
-    /// [`Setup::averaging`]).
-    pub averaging: Option<AverageOver<B>>,
-    /// A pipeline stage's way to its neighbours.
-    pub pipeline: Option<Box<dyn StageLink<B>>>,
+/// How a rank reaches the others (made by `crate::run`'s wiring), in each
+/// of its legal shapes: a pipeline stage has neighbours only in a job of
+/// several ranks.
+pub enum Links<B: Ops> {
+    /// A job of one rank: nobody to reach.
+    Alone,
+    /// A whole replica of the model, in a job of several ranks.
+    Replica {
+        /// The job's communicator (metrics, votes, the start, checkpoints).
+        comm: CommThread,
+        /// Who averages the gradients with the other replicas' (see
+        /// [`Setup::averaging`]); `None` while it is the only replica (a
+        /// live job's last member).
+        averaging: Option<AverageOver<B>>,
+    },
+    /// A stage of a pipeline.
+    Stage {
+        comm: CommThread,
+        /// The way to its neighbouring stages.
+        link: Box<dyn StageLink<B>>,
+        /// Who averages its gradients with the same stage of the other
+        /// pipelines'; `None` with one pipeline.
+        averaging: Option<AverageOver<B>>,
+    },
+}
+
+impl<B: Ops> Links<B> {
+    /// The job's communicator and the averaging, apart from a stage's link.
+    fn split(self) -> (Option<CommThread>, Option<AverageOver<B>>) {
+        match self {
+            Links::Alone => (None, None),
+            Links::Replica { comm, averaging }
+            | Links::Stage {
+                comm, averaging, ..
+            } => (Some(comm), averaging),
+        }
+    }
 }
 
 /// What every rank of a process is asked, beyond the loop's configuration.
@@ -132,9 +160,21 @@ impl<B: Ops> Rank<'_, B> {
         M::Buffers: 'static,
         D: Batches<B, M::Buffers> + Batches<B, StageBuffersOf<B, M>> + 'static,
     {
-        let Some(link) = self.links.pipeline.take() else {
-            let test = test.map(|t| Box::new(t) as Box<dyn Batches<B, M::Buffers>>);
-            return self.train(model, (Box::new(train), test));
+        let link = match std::mem::replace(&mut self.links, Links::Alone) {
+            Links::Stage {
+                comm,
+                link,
+                averaging,
+            } => {
+                // The pipeline's schedule holds the link from here on.
+                self.links = Links::Replica { comm, averaging };
+                link
+            }
+            whole => {
+                self.links = whole;
+                let test = test.map(|t| Box::new(t) as Box<dyn Batches<B, M::Buffers>>);
+                return self.train(model, (Box::new(train), test));
+            }
         };
         let data = (
             Box::new(train) as Box<dyn Batches<B, StageBuffersOf<B, M>>>,
@@ -162,6 +202,7 @@ impl<B: Ops> Rank<'_, B> {
             job,
             mut live,
         } = self;
+        let (comm, averaging) = links.split();
         let rank = topology.rank;
         let flags = job.checkpoints;
         let dir =
@@ -190,9 +231,9 @@ impl<B: Ops> Rank<'_, B> {
         let resumed = matches!(origin, Origin::Resume(_));
         let setup = Setup {
             topology,
-            comm: links.comm,
+            comm,
             origin,
-            averaging: links.averaging,
+            averaging,
             checkpoints: dir.map(|dir| Checkpoints {
                 dir,
                 every: flags.checkpoint_every,

@@ -170,7 +170,7 @@ impl Process<'_> {
                 },
                 topology: rank,
                 cfg,
-                links: wiring.on_cpu(),
+                links: wiring.on_cpu()?,
                 stop,
                 monitor,
                 job: &rank_job,

@@ -189,13 +189,10 @@ pub(super) fn wire(
 
 impl Wiring {
     /// The links of a CPU rank: everything through the host.
-    pub fn on_cpu(mut self) -> Links<Cpu> {
+    pub fn on_cpu(mut self) -> anyhow::Result<Links<Cpu>> {
         let averaging = self.host_averaging();
-        Links {
-            comm: self.comm,
-            averaging,
-            pipeline: self.pipeline.map(host_link),
-        }
+        let link = self.pipeline.take().map(host_link);
+        self.links(averaging, link)
     }
 
     /// The links of a rank on `gpu`: NCCL where it was chosen.
@@ -213,15 +210,32 @@ impl Wiring {
             }
             None => self.host_averaging(),
         };
-        let pipeline = match (self.nccl_pipeline, self.pipeline) {
+        let link = match (self.nccl_pipeline.take(), self.pipeline.take()) {
             (Some(nccl), _) => Some(Box::new(NcclLink::new(nccl, gpu)) as Box<_>),
             (None, link) => link.map(host_link),
         };
-        Ok(Links {
-            comm: self.comm,
-            averaging,
-            pipeline,
-        })
+        self.links(averaging, link)
+    }
+
+    /// The links' shape: a pipeline's link or gradients to average come
+    /// only with a job's communicator.
+    fn links<B: Ops>(
+        self,
+        averaging: Option<AverageOver<B>>,
+        link: Option<Box<dyn StageLink<B>>>,
+    ) -> anyhow::Result<Links<B>> {
+        match (self.comm, link) {
+            (None, None) if averaging.is_none() => Ok(Links::Alone),
+            (Some(comm), None) => Ok(Links::Replica { comm, averaging }),
+            (Some(comm), Some(link)) => Ok(Links::Stage {
+                comm,
+                link,
+                averaging,
+            }),
+            (None, _) => {
+                anyhow::bail!("a pipeline stage or a replica to average with, in a job of one rank")
+            }
+        }
     }
 
     /// Averaging through host memory: over the stage's group, or the
