@@ -127,7 +127,7 @@ fn emulated_nccl_reduces_int64_exactly() {
             let mut buf = stream.clone_htod(&values(rank)).unwrap();
             // SAFETY: `buf` is this test's own, on the communication
             // stream; `wait` returns once the collective is done.
-            unsafe { nccl.all_reduce_i64_in_place(&mut buf, op, "int64 all-reduce") }.unwrap();
+            unsafe { nccl.all_reduce_in_place(&mut buf, op, "int64 all-reduce") }.unwrap();
             nccl.wait().unwrap();
             stream.clone_dtoh(&buf).unwrap()
         })

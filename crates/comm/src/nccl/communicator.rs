@@ -11,13 +11,10 @@ use super::ffi::{self, CallError, Progress, RawComm};
 use super::library::{SearchRoots, search};
 use super::unique_id::exchange_unique_id;
 use super::watchdog::{self, Failure, InFlight, Shared, cuda_error, nccl_error};
-use crate::communicator::{ReduceOp, check_peers, check_root};
+use crate::communicator::{HalfFormat, IntReduce, ReduceOp, check_peers, check_root};
 use crate::error::CommError;
 use crate::flight::{FlightLog, Kind, Label, Recorder};
 use crate::store::Store;
-
-mod half;
-mod integer;
 
 /// The element type of every collective but the 16-bit all-reduce.
 const F32: ncclDataType_t = ncclDataType_t::ncclFloat32;
@@ -175,7 +172,9 @@ impl NcclCommunicator {
     }
 
     /// Queues an in-place all-reduce of `buf` on the communication stream
-    /// and returns at once; `what` names it in errors (e.g. "all-reduce of
+    /// and returns at once, reduced as `how` says for its element type
+    /// ([`Reduction`]: float32 sums or means, 16-bit floats in their own
+    /// type, exact i64); `what` names it in errors (e.g. "all-reduce of
     /// gradient bucket 2"), and may give its bucket to the flight record
     /// ([`Label::bucket`]). For the right values the caller makes the stream
     /// wait for whatever wrote `buf`, and makes its readers wait for the
@@ -187,20 +186,23 @@ impl NcclCommunicator {
     /// [`NcclCommunicator::wait`], or an event recorded on
     /// [`NcclCommunicator::stream`]), the caller keeps `buf` alive: not freed,
     /// and not reused or written by work on another stream.
-    pub unsafe fn all_reduce_in_place<'a>(
+    pub unsafe fn all_reduce_in_place<'a, T>(
         &self,
-        buf: &mut impl DevicePtrMut<f32>,
-        op: ReduceOp,
+        buf: &mut impl DevicePtrMut<T>,
+        how: impl Reduction<T>,
         what: impl Into<Label<'a>>,
     ) -> Result<(), CommError> {
         let count = buf.len();
+        let (dtype, op) = how.nccl();
+        let bytes = size_of::<T>() * count;
         let (ptr, _record) = buf.device_ptr_mut(&self.stream);
-        self.enqueue((what.into(), Kind::AllReduce, 4 * count), |comm| {
-            // SAFETY: `ptr` addresses `count` f32 of a live device buffer on
+        self.enqueue((what.into(), Kind::AllReduce, bytes), |comm| {
+            // SAFETY: `ptr` addresses `count` elements of `T` (NCCL's `dtype`
+            // for it, by `Reduction`'s contract) of a live device buffer on
             // this stream's GPU, which the caller keeps alive and unshared
             // until the stream has completed the collective (this function's
             // contract).
-            unsafe { comm.all_reduce((ptr, ptr, count), F32, nccl_op(op), &self.stream) }
+            unsafe { comm.all_reduce((ptr, ptr, count), dtype, op, &self.stream) }
         })
     }
 
@@ -447,5 +449,49 @@ fn nccl_op(op: ReduceOp) -> ncclRedOp_t {
     match op {
         ReduceOp::Sum => ncclRedOp_t::ncclSum,
         ReduceOp::Avg => ncclRedOp_t::ncclAvg,
+    }
+}
+
+/// How an all-reduce of elements of `T` reduces them: NCCL's type for `T`'s
+/// bits and its operation.
+///
+/// # Safety
+/// The type `nccl` names is `T`'s size: NCCL reads and writes `count`
+/// elements of it where the buffer holds `count` of `T`.
+pub unsafe trait Reduction<T> {
+    fn nccl(self) -> (ncclDataType_t, ncclRedOp_t);
+}
+
+/// Float32 sums or means.
+// SAFETY: ncclFloat32 is an f32.
+unsafe impl Reduction<f32> for ReduceOp {
+    fn nccl(self) -> (ncclDataType_t, ncclRedOp_t) {
+        (F32, nccl_op(self))
+    }
+}
+
+/// 16-bit floats (`--comm-hook bf16|fp16` over NCCL; `u16` holds their
+/// bits), which NCCL reduces in their own type: half float32's bytes.
+// SAFETY: ncclBfloat16 and ncclFloat16 are two bytes, as a u16.
+unsafe impl Reduction<u16> for (ReduceOp, HalfFormat) {
+    fn nccl(self) -> (ncclDataType_t, ncclRedOp_t) {
+        let dtype = match self.1 {
+            HalfFormat::Bf16 => ncclDataType_t::ncclBfloat16,
+            HalfFormat::Fp16 => ncclDataType_t::ncclFloat16,
+        };
+        (dtype, nccl_op(self.0))
+    }
+}
+
+/// Two's complement i64 summed wrapping or maximised (`--reproducible`'s
+/// sums and scales), which no order or grouping of the ranks changes.
+// SAFETY: ncclInt64 is an i64.
+unsafe impl Reduction<i64> for IntReduce {
+    fn nccl(self) -> (ncclDataType_t, ncclRedOp_t) {
+        let op = match self {
+            IntReduce::Sum => ncclRedOp_t::ncclSum,
+            IntReduce::Max => ncclRedOp_t::ncclMax,
+        };
+        (ncclDataType_t::ncclInt64, op)
     }
 }

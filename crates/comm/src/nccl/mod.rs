@@ -28,6 +28,6 @@ mod library;
 mod unique_id;
 mod watchdog;
 
-pub use communicator::{NcclCommunicator, require_nccl};
+pub use communicator::{NcclCommunicator, Reduction, require_nccl};
 pub use library::{NcclSearch, SearchRoots, SearchedDir, search};
 pub use unique_id::{UNIQUE_ID_BYTES, exchange_unique_id};

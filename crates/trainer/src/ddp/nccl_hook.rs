@@ -109,7 +109,7 @@ impl CommHook<Cuda> for NcclHook {
             // communication stream (`Drop`).
             unsafe {
                 self.nccl
-                    .all_reduce_half_in_place(&mut view, (ReduceOp::Avg, *format), what)?;
+                    .all_reduce_in_place(&mut view, (ReduceOp::Avg, *format), what)?;
             }
             self.sent += ring_bytes(range.len(), 2, world);
             return Ok(());
@@ -175,7 +175,7 @@ impl IntegerReduce for NcclHook {
         // SAFETY: `buf` is this call's own, allocated on the communication
         // stream, so its free is queued on that stream behind the
         // collective even where `wait` fails; nothing else touches it.
-        unsafe { self.nccl.all_reduce_i64_in_place(&mut buf, op, what)? };
+        unsafe { self.nccl.all_reduce_in_place(&mut buf, op, what)? };
         self.nccl.wait()?;
         stream.clone_dtoh(&buf).with_context(context)
     }
