@@ -5,7 +5,8 @@
 //! process, goes on in a new generation over a new NCCL communicator (and
 //! the launcher's replacement for rank 1 may join it in another), and the
 //! model ends on the bytes of one emulated GPU trained undisturbed, the
-//! sample ledger on that run's lines.
+//! sample ledger on that run's lines. A rank lost while a generation's NCCL
+//! communicator forms is a regroup too, not the job's end.
 //!
 //! `live_nccl_on_the_cuda_emulator` builds the emulator and re-runs this
 //! binary with it loaded; there `emulated_*` does the work.
@@ -17,8 +18,10 @@ use std::process::Command;
 
 use common::live::{Running, ledger, result};
 
-const EMULATED: [&str; 1] =
-    ["emulated_a_killed_gpu_costs_a_step_and_the_survivor_goes_on_over_new_nccl"];
+const EMULATED: [&str; 2] = [
+    "emulated_a_killed_gpu_costs_a_step_and_the_survivor_goes_on_over_new_nccl",
+    "emulated_a_gpu_lost_while_nccl_forms_is_a_regroup_not_the_end",
+];
 
 /// Steps of the one capped epoch, and the step after which rank 1 dies.
 const STEPS: usize = 200;
@@ -32,10 +35,16 @@ fn live_nccl_on_the_cuda_emulator() {
 /// The toy model on `world` emulated GPUs over NCCL (at world 1 nothing
 /// to average), a live job on two, its checkpoints in `dir`.
 fn toy_job(world: usize, dir: &Path) -> Command {
+    toy_job_waiting(world, dir, 30)
+}
+
+/// [`toy_job`], a peer given up after `timeout` seconds.
+fn toy_job_waiting(world: usize, dir: &Path, timeout: u32) -> Command {
     let mut cmd = common::trainer();
     cmd.args(["--model", "toy", "--samples", "8192", "--epochs", "1"])
         .args(["--max-steps", &STEPS.to_string(), "--seed", "3"])
-        .args(["--device", "cuda", "--backend", "nccl", "--timeout", "30"])
+        .args(["--device", "cuda", "--backend", "nccl"])
+        .args(["--timeout", &timeout.to_string()])
         .args(["--world-size", &world.to_string()])
         .args(["--reproducible", "--global-batch", "32", "--unit", "8"])
         .arg("--checkpoint-dir")
@@ -91,6 +100,42 @@ fn emulated_a_killed_gpu_costs_a_step_and_the_survivor_goes_on_over_new_nccl() {
         log.contains(&format!("started rank 1 (pid {killed})")),
         "{log}"
     );
+    let (model, steps) = result(&dir);
+    assert_eq!(model, alone.0, "the model's hash, one GPU's:\n{log}");
+    assert_eq!(steps, alone.1, "the sample ledger:\n{log}");
+}
+
+#[test]
+fn emulated_a_gpu_lost_while_nccl_forms_is_a_regroup_not_the_end() {
+    if !cuda_emu::in_emulator() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let alone = tmp.path().join("alone");
+    let out = common::run(&mut toy_job(1, &alone));
+    assert!(out.status.success(), "one GPU: {}", common::stderr(&out));
+    let alone = result(&alone);
+
+    // Rank 1 exits as the first generation's NCCL communicator forms: rank
+    // 0 waits for it there until --timeout, then, as nothing trained, the
+    // next generation forms of both slots from their flags (the launcher's
+    // replacement for rank 1 in its slot).
+    let dir = tmp.path().join("live");
+    let mut job = toy_job_waiting(2, &dir, 10);
+    job.env(trainer::run::EXIT_BEFORE_NCCL_ENV, "1:1");
+    let out = common::run(&mut job);
+    let log = common::stderr(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("live recovery: the same ranks formed again; generation 2: 2 rank(s), going on after global step 0"),
+        "{log}"
+    );
+    assert!(
+        log.contains("(generation 1 ended: rank 0: creating the NCCL communicator"),
+        "{log}"
+    );
+    assert!(log.contains("rank 1 failed (exit status: 137)"), "{log}");
+    assert_eq!(log.matches("started rank 0").count(), 1, "{log}");
     let (model, steps) = result(&dir);
     assert_eq!(model, alone.0, "the model's hash, one GPU's:\n{log}");
     assert_eq!(steps, alone.1, "the sample ledger:\n{log}");

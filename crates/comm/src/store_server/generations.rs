@@ -14,6 +14,10 @@
 //! lowest slot among them): it heals the others; the rest follow by slot.
 //! No generation forms of newcomers alone: a job whose every member with
 //! state was lost answers `Lost`, and one whose members finished, `JobOver`.
+//! Until a member enlists holding state, the job has not trained (its
+//! generations failed as they formed: a peer lost while the NCCL
+//! communicators formed), and the next generation forms as the first, of
+//! every slot, each member starting from its flags.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -45,6 +49,8 @@ pub(crate) struct Generations {
     forming: Forming,
     /// Members left out of a generation while still connected.
     evicted: BTreeMap<usize, u64>,
+    /// Whether a member ever enlisted holding state: the job has trained.
+    trained: bool,
 }
 
 /// The next generation, as the enlisted make it up.
@@ -92,6 +98,7 @@ impl Generations {
         let now = Instant::now();
         if step.is_some() {
             forming.first_member.get_or_insert(now);
+            self.trained = true;
         }
         if let Some(suspect) = suspect.filter(|&s| s != slot) {
             forming.suspects.insert(suspect);
@@ -152,8 +159,9 @@ impl Generations {
             .copied()
             .collect();
         let all_in = expected.iter().all(|s| enlisted.contains_key(s));
-        if self.current == 0 {
-            // The first generation: every slot of the job, from scratch.
+        if self.current == 0 || !self.trained {
+            // The first generation, or one after generations that never
+            // trained: every slot of the job, from scratch.
             return (all_in && enlisted.len() == world).then(|| self.form(&expected));
         }
         if enlisted.values().all(Option::is_none) {
@@ -324,9 +332,26 @@ mod tests {
     #[test]
     fn newcomers_whose_members_are_all_gone_hear_the_job_is_lost() {
         let mut g = started(2);
+        g.enlist(0, Some(3), None).unwrap();
+        g.enlist(1, Some(3), None).unwrap();
+        formed(g.try_form(&slots(&[0, 1]), (2, LONG)));
         g.left(0);
         g.left(1);
         g.enlist(1, None, None).unwrap();
         assert_eq!(g.try_form(&slots(&[1]), (2, LONG)), Some(Verdict::Lost));
+    }
+
+    #[test]
+    fn a_job_that_never_trained_forms_again_of_every_slot_from_scratch() {
+        // Slot 1 was lost as the first generation's communicators formed:
+        // nobody holds state, and nothing was lost with it.
+        let mut g = started(2);
+        g.left(1);
+        g.enlist(0, None, None).unwrap();
+        assert_eq!(g.try_form(&slots(&[0]), (2, Duration::ZERO)), None);
+        // Its replacement completes the job's slots.
+        g.enlist(1, None, None).unwrap();
+        let members = formed(g.try_form(&slots(&[0, 1]), (2, LONG)));
+        assert_eq!(members, vec![(0, None), (1, None)]);
     }
 }

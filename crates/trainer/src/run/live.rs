@@ -97,6 +97,10 @@ pub(super) fn run(
         };
         let left = Rc::new(RefCell::new(None));
         let (start, share) = kept.take().map(|k| (k.state, k.share)).unzip();
+        // What this member holds again if the generation fails before it
+        // trains (a peer lost while the NCCL communicators form, or while
+        // it heals the newcomers): a copy of its state, once a generation.
+        let retry = start.clone().zip(share);
         let live = Live {
             // Rank 0 heals the others from its state; each keeps its share.
             start,
@@ -114,7 +118,19 @@ pub(super) fn run(
             member: Arc::clone(&member),
             number: generation.number,
         });
-        let outcome = process.run_rank(topology, device.clone(), comm, stop.clone(), Some(live))?;
+        let outcome = process.run_rank(topology, device.clone(), comm, stop.clone(), Some(live));
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            // A member lost before the generation trained: the next one,
+            // from the state this member held.
+            Err(e) => {
+                let why = Regroup::after(&e).ok_or(e)?;
+                let held = retry.map(|(state, share)| Kept { state, share });
+                kept = left.take().or(held);
+                ended = Some((why, Instant::now()));
+                continue;
+            }
+        };
         match outcome {
             RunOutcome::Regroup { why, .. } => {
                 kept = left.take();
@@ -137,12 +153,11 @@ pub(super) fn run(
 fn recovery(before: Option<&Generation>, now: &Generation, why: &Regroup) -> RecoveryEvent {
     let slots = |g: &Generation| -> Vec<usize> { g.members.iter().map(|&(s, _)| s).collect() };
     let (was, is) = (before.map_or_else(Vec::new, slots), slots(now));
-    // A slot whose member died and whose replacement joined is both.
-    let newcomer = |s: &usize| {
-        now.members
-            .iter()
-            .any(|&(m, step)| m == *s && step.is_none())
-    };
+    // A slot whose member died and whose replacement joined is both; in a
+    // job that never trained every member starts from its flags, none new.
+    let trained = now.members.iter().any(|&(_, step)| step.is_some());
+    let newcomer =
+        |s: &usize| trained && (now.members.iter()).any(|&(m, step)| m == *s && step.is_none());
     RecoveryEvent {
         event: RecoveryEvent::KIND,
         generation: now.number,

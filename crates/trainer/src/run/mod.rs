@@ -25,6 +25,7 @@ pub use device::{DeviceChoice, DeviceFlags};
 pub use flight_recorder::FlightFlags;
 pub use job::JobFlags;
 pub use join::{JoinFlags, Recovery};
+pub use wiring::EXIT_BEFORE_NCCL_ENV;
 
 use device::{Device, choose_device};
 use wiring::{JobComm, wire};

@@ -127,6 +127,7 @@ pub(super) fn wire(
             // by its number in the store that outlives every generation.
             let (member, generation) = match comm {
                 Some(JobComm::Generation { member, number, .. }) => {
+                    exit_if_asked((r, *number));
                     (Some(Arc::clone(member)), format!("generation-{number}/"))
                 }
                 _ => (None, String::new()),
@@ -252,6 +253,19 @@ impl Wiring {
 /// A pipeline stage's link through host memory over its `group`.
 fn host_link<B: Ops>(group: Box<dyn Communicator>) -> Box<dyn StageLink<B>> {
     Box::new(HostLink::new(group))
+}
+
+/// Test-only: `RANK:GENERATION`, the rank of a live job's generation that
+/// exits at once, as if killed, just before it builds the generation's
+/// NCCL communicators: its peers lose it while theirs form.
+pub const EXIT_BEFORE_NCCL_ENV: &str = "TRAINER_TEST_EXIT_BEFORE_NCCL";
+
+/// Honours [`EXIT_BEFORE_NCCL_ENV`] for `rank` of generation `number`.
+fn exit_if_asked((rank, number): (usize, u64)) {
+    let asked = std::env::var(EXIT_BEFORE_NCCL_ENV).ok();
+    if asked.is_some_and(|v| v == format!("{rank}:{number}")) {
+        std::process::exit(137);
+    }
 }
 
 /// The member, between generations, for rank 0's look, or for its
