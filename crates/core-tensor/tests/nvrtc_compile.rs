@@ -129,6 +129,43 @@ fn report(table: &[Report], sm: u32) {
         .filter(|k| k.spill_stores + k.spill_loads > 0)
         .collect();
     assert!(spilling.is_empty(), "kernels spill registers: {spilling:?}");
+    register_staging_reserves_one_buffer(table);
+}
+
+/// Each GEMM kernel's register staging (`<family>_<kind>`) reserves one
+/// shared buffer of its largest tile, its cp.async twin (`…_cp`) two: the
+/// staging is chosen at compile time, so no register-staged kernel holds
+/// the cp.async buffers.
+fn register_staging_reserves_one_buffer(table: &[Report]) {
+    // One k tile (GEMM_BK = 16) of sgemm.cuh's largest shape of a kind, A
+    // and B rows padded (`TileShape`): 32 + 128 in the square tiles, 64 +
+    // 256 in the wide ones, padded by 8 for TF32 there, else by 4.
+    let stage = |twin: &str| {
+        let rows = if twin.ends_with("tf32w") {
+            64 + 8 + 256 + 8
+        } else if twin.ends_with("f32w") {
+            64 + 4 + 256 + 4
+        } else {
+            32 + 4 + 128 + 4
+        };
+        16 * rows * 4
+    };
+    let mut twins = 0;
+    for cp in table.iter().filter(|k| k.name.ends_with("_cp")) {
+        let name = cp.name.strip_suffix("_cp").unwrap_or_default();
+        let twin = (table.iter().find(|k| k.name == name))
+            .unwrap_or_else(|| panic!("{}: no register-staged twin", cp.name));
+        assert_eq!(
+            cp.smem - twin.smem,
+            stage(name),
+            "{name} reserves {} B of shared memory and {} {} B: one buffer apart",
+            twin.smem,
+            cp.name,
+            cp.smem
+        );
+        twins += 1;
+    }
+    assert!(twins > 0, "no cp.async kernel in the table");
 }
 
 /// A ptxas that can assemble this NVRTC's PTX (its release is not older:

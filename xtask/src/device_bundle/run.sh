@@ -325,8 +325,8 @@ ncu_detail() {
 }
 # The GEMM kernels of variant $1's flags: conv2d_relu_fwd and conv2d_pool_fwd
 # are the convs' forward products (fused with their ReLU and pool), fc1's
-# linear_relu_fwd when unsplit; the wide tiles' kernels end in `_f32w`, the
-# cp.async staging's keep their names.
+# linear_relu_fwd when unsplit; the wide tiles' kernels end in `_f32w` or
+# `_tf32w`, the cp.async staging's add `_cp` (GEMM_VARIANTS in sgemm.cuh).
 gemms() { echo "regex:^(conv2d|conv2d_pool|conv2d_relu|linear|linear_relu)_(fwd|bwd_input|bwd_weight)(_partial)?_$1\$"; }
 # ncu_kernels NAME FLAGS...: the device time of 100 launches in the middle
 # of a short training, every kernel.
@@ -417,10 +417,10 @@ fi
 # 512, where conv2's products take them), the bias gradients' two passes.
 if [ "$have_ncu" = 1 ]; then
   ncu_detail ncu_detail_f32 "$(gemms f32)" 24 12
-  ncu_detail ncu_detail_cp_async "$(gemms f32)" 24 12 --gemm-staging cp-async
-  ncu_detail ncu_detail_cp_async_tf32 "$(gemms tf32)" 24 12 --tf32 --gemm-staging cp-async
+  ncu_detail ncu_detail_cp_async "$(gemms f32_cp)" 24 12 --gemm-staging cp-async
+  ncu_detail ncu_detail_cp_async_tf32 "$(gemms tf32_cp)" 24 12 --tf32 --gemm-staging cp-async
   ncu_detail ncu_detail_wide "$(gemms f32w)" 24 12 --fp32-tile wide --batch-size 512
-  ncu_detail ncu_detail_wide_tf32 "$(gemms f32w)" 24 12 --tf32 --fp32-tile wide --batch-size 512
+  ncu_detail ncu_detail_wide_tf32 "$(gemms tf32w)" 24 12 --tf32 --fp32-tile wide --batch-size 512
   ncu_detail ncu_detail_bias 'regex:^conv2d_bwd_bias_' 8 4
   if [ -x "$here/baseline/bin/trainer" ]; then
     step base_ncu_kernels 60 '==PROF==|gpu__time_duration' ncu --clock-control none --metrics \

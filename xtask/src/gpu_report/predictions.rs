@@ -4,12 +4,13 @@
 use super::ncu::kernel_times;
 
 /// docs/gpu.md's kernel predictions as ratios of one kernel's device time
-/// under a lever to its time without (the same grid; the clocks cancel):
+/// under a lever (its own entry point: `_cp` for the cp.async staging) to
+/// its time without (the same grid; the clocks cancel):
 /// `(lever log, lever kernel, default log, default kernel, lo, hi)`.
 const RATIOS: [(&str, &str, &str, &str, f64, f64); 9] = [
     (
         "ncu_detail_cp_async",
-        "conv2d_pool_fwd_f32",
+        "conv2d_pool_fwd_f32_cp",
         "ncu_detail_f32",
         "conv2d_pool_fwd_f32",
         1.0,
@@ -17,7 +18,7 @@ const RATIOS: [(&str, &str, &str, &str, f64, f64); 9] = [
     ),
     (
         "ncu_detail_cp_async",
-        "conv2d_bwd_input_f32",
+        "conv2d_bwd_input_f32_cp",
         "ncu_detail_f32",
         "conv2d_bwd_input_f32",
         0.97,
@@ -25,7 +26,7 @@ const RATIOS: [(&str, &str, &str, &str, f64, f64); 9] = [
     ),
     (
         "ncu_detail_cp_async",
-        "conv2d_bwd_weight_partial_f32",
+        "conv2d_bwd_weight_partial_f32_cp",
         "ncu_detail_f32",
         "conv2d_bwd_weight_partial_f32",
         1.0,
@@ -33,7 +34,7 @@ const RATIOS: [(&str, &str, &str, &str, f64, f64); 9] = [
     ),
     (
         "ncu_detail_cp_async_tf32",
-        "conv2d_pool_fwd_tf32",
+        "conv2d_pool_fwd_tf32_cp",
         "ncu_detail_tf32",
         "conv2d_pool_fwd_tf32",
         1.1,
@@ -41,7 +42,7 @@ const RATIOS: [(&str, &str, &str, &str, f64, f64); 9] = [
     ),
     (
         "ncu_detail_cp_async_tf32",
-        "conv2d_bwd_input_tf32",
+        "conv2d_bwd_input_tf32_cp",
         "ncu_detail_tf32",
         "conv2d_bwd_input_tf32",
         0.98,
@@ -49,7 +50,7 @@ const RATIOS: [(&str, &str, &str, &str, f64, f64); 9] = [
     ),
     (
         "ncu_detail_cp_async_tf32",
-        "conv2d_bwd_weight_partial_tf32",
+        "conv2d_bwd_weight_partial_tf32_cp",
         "ncu_detail_tf32",
         "conv2d_bwd_weight_partial_tf32",
         1.1,

@@ -8,8 +8,9 @@
 use cudarc::driver::LaunchConfig;
 
 use super::launch::{GemmLaunch, GemmTiling, In, Out, Val};
+use super::variants::GemmVariant;
 
-use crate::{Cuda, Error, Fp32Tile, GemmStaging, MatmulPrecision, Result};
+use crate::{Cuda, Error, Fp32Tile, Products, Result};
 
 /// The tiles; mirror `GEMM_BK`, `GEMM_THREADS` and `GEMM_TILE_ELEMS` in
 /// sgemm.cuh. A tile has `tile_m` rows (64, or 32 for short products) and
@@ -152,19 +153,18 @@ impl GemmPlan {
         }
     }
 
-    /// Whether this plan runs in the wide tiles (the `_f32w` kernels).
+    /// Whether this plan runs in the wide tiles (the `w` kernels).
     pub(crate) fn is_wide(&self) -> bool {
         self.tile_n == WIDE_TILE_N
     }
 
-    /// The kernels' parameter struct for this plan, its products in
-    /// `precision`, its tiles staged by `staging`.
-    pub(crate) fn args<G>(
-        &self,
-        geom: G,
-        precision: MatmulPrecision,
-        staging: GemmStaging,
-    ) -> GemmLaunch<G> {
+    /// The entry point of a family that runs `products` by this plan.
+    pub(crate) fn variant(&self, products: Products) -> GemmVariant {
+        GemmVariant::of(products, self.is_wide())
+    }
+
+    /// The kernels' parameter struct for this plan.
+    pub(crate) fn args<G>(&self, geom: G) -> GemmLaunch<G> {
         GemmLaunch {
             geom,
             tiling: GemmTiling {
@@ -172,17 +172,24 @@ impl GemmPlan {
                 splits: self.splits as u64,
                 tile_m: self.tile_m as u64,
                 tile_n: self.tile_n as u64,
-                tensor_cores: u64::from(precision == MatmulPrecision::Tf32),
-                cp_async: u64::from(staging == GemmStaging::CpAsync),
             },
         }
     }
 }
 
-/// A GEMM kernel of the table that stores `a·b`: a tile kernel that stores
-/// the result, or a split-K `_partial` one that fills the workspace (or a
-/// `_reduce` kernel that adds a bias: two inputs and an output too).
+/// A GEMM family of the table that stores `a·b`: tile kernels that store
+/// the result, or split-K `_partial` ones that fill the workspace.
 type Product<G> = unsafe fn(
+    &Cuda,
+    GemmVariant,
+    LaunchConfig,
+    In<'_, f32>,
+    In<'_, f32>,
+    Out<'_, f32>,
+    Val<'_, GemmLaunch<G>>,
+) -> Result<()>;
+/// A `_reduce` kernel that adds a bias: two inputs and an output.
+type BiasReduce<G> = unsafe fn(
     &Cuda,
     LaunchConfig,
     In<'_, f32>,
@@ -190,9 +197,10 @@ type Product<G> = unsafe fn(
     Out<'_, f32>,
     Val<'_, GemmLaunch<G>>,
 ) -> Result<()>;
-/// A tile kernel that stores `a·b` plus a bias per output row.
+/// A family of tile kernels that store `a·b` plus a bias per output row.
 pub(crate) type BiasProduct<G> = unsafe fn(
     &Cuda,
+    GemmVariant,
     LaunchConfig,
     In<'_, f32>,
     In<'_, f32>,
@@ -203,45 +211,20 @@ pub(crate) type BiasProduct<G> = unsafe fn(
 /// A `_reduce` kernel: sums the workspace's splits into the result.
 type Reduce<G> =
     unsafe fn(&Cuda, LaunchConfig, In<'_, f32>, Out<'_, f32>, Val<'_, GemmLaunch<G>>) -> Result<()>;
-/// A tile kernel's four entry points: `_f32` (CUDA cores, square tiles),
-/// `_tf32` (tensor cores, square tiles), `_f32w` (the wide tiles, in float32
-/// or TF32) and `_bf16` (tensor cores, square tiles).
-#[derive(Clone, Copy)]
-pub(crate) struct ByKind<K> {
-    pub fp32: K,
-    pub fp32_wide: K,
-    pub tf32: K,
-    pub bf16: K,
-}
-
-impl<K: Copy> ByKind<K> {
-    /// The entry point for products in `precision` by `plan`: `_f32w` only
-    /// for a plan in the wide tiles, so that no other product runs with
-    /// their registers.
-    pub(crate) fn pick(&self, precision: MatmulPrecision, plan: &GemmPlan) -> K {
-        match precision {
-            MatmulPrecision::Fp32 | MatmulPrecision::Tf32 if plan.is_wide() => self.fp32_wide,
-            MatmulPrecision::Fp32 => self.fp32,
-            MatmulPrecision::Tf32 => self.tf32,
-            MatmulPrecision::Bf16 => self.bf16,
-        }
-    }
-}
-
 /// The kernels of one GEMM-based op direction, from the kernel table: the
 /// tile kernel that stores the result, and the split-K pair.
 pub(crate) struct GemmKernels<G: 'static> {
-    pub whole: ByKind<Product<G>>,
-    pub partial: ByKind<Product<G>>,
+    pub whole: Product<G>,
+    pub partial: Product<G>,
     pub reduce: Reduce<G>,
 }
 
 /// [`GemmKernels`] for a product with a bias per output row.
 pub(crate) struct BiasGemmKernels<G: 'static> {
-    pub whole: ByKind<BiasProduct<G>>,
-    pub partial: ByKind<Product<G>>,
-    /// `(workspace, bias, out, args)`: the shape of a [`Product`].
-    pub reduce: Product<G>,
+    pub whole: BiasProduct<G>,
+    pub partial: Product<G>,
+    /// `(workspace, bias, out, args)`.
+    pub reduce: BiasReduce<G>,
 }
 
 /// How one GEMM stores its result, with the kernels that do it.
@@ -251,7 +234,7 @@ pub(crate) enum Store<'k, 'v, G: 'static> {
 }
 
 impl<G> Store<'_, '_, G> {
-    fn partial(&self) -> ByKind<Product<G>> {
+    fn partial(&self) -> Product<G> {
         match self {
             Self::Plain(k) => k.partial,
             Self::Bias(k, _) => k.partial,
@@ -277,16 +260,14 @@ impl Cuda {
         store: Store<'_, '_, G>,
         out: Out<'_, f32>,
     ) -> Result<()> {
-        let precision = self.matmul_precision();
-        let args = plan.args(geom, precision, self.gemm_staging());
+        let variant = plan.variant(self.products());
+        let args = plan.args(geom);
         if plan.is_split() {
             let mut ws = self.scratch(plan.workspace_len())?;
             // SAFETY: `a`, `b` as promised by the caller; `ws` holds
             // `workspace_len()` = splits·m·n elements, what the partial
             // kernel writes for this plan.
-            unsafe {
-                store.partial().pick(precision, plan)(self, plan.tiles(), a, b, &mut ws, &args)?
-            };
+            unsafe { store.partial()(self, variant, plan.tiles(), a, b, &mut ws, &args)? };
             match store {
                 // SAFETY: as above; the reduce kernel reads the same `ws`.
                 Store::Plain(k) => unsafe { (k.reduce)(self, plan.reduce(), &ws, out, &args) },
@@ -299,11 +280,11 @@ impl Cuda {
             match store {
                 // SAFETY: the caller's promise for every buffer.
                 Store::Plain(k) => unsafe {
-                    k.whole.pick(precision, plan)(self, plan.tiles(), a, b, out, &args)
+                    (k.whole)(self, variant, plan.tiles(), a, b, out, &args)
                 },
                 // SAFETY: the caller's promise for every buffer.
                 Store::Bias(k, bias) => unsafe {
-                    k.whole.pick(precision, plan)(self, plan.tiles(), a, b, bias, out, &args)
+                    (k.whole)(self, variant, plan.tiles(), a, b, bias, out, &args)
                 },
             }
         }

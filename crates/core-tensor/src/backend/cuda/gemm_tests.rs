@@ -70,12 +70,7 @@ fn short_wide_products_take_the_32_row_tile() {
         plan.tiles().grid_dim,
         ((64 * 26 * 26usize).div_ceil(128) as u32, 1, 1)
     );
-    assert_eq!(
-        plan.args((), MatmulPrecision::Fp32, GemmStaging::Registers)
-            .tiling
-            .tile_m,
-        32
-    );
+    assert_eq!(plan.args(()).tiling.tile_m, 32);
     // 33 rows, or an output too narrow for 128 columns, keep 64 x 64.
     assert_eq!(
         GemmPlan::new("test", 33, 10_000, 16, Fp32Tile::Square)
@@ -99,16 +94,21 @@ fn wide_tiles_take_wide_products_and_split_k_as_the_square_ones() {
     assert_eq!((plan.tile_m, plan.tile_n), (64, 256));
     assert!(plan.is_wide());
     assert_eq!(plan.tiles().grid_dim, (n.div_ceil(256) as u32, 1, 1));
-    let tf32 = plan
-        .args((), MatmulPrecision::Tf32, GemmStaging::Registers)
-        .tiling;
-    assert_eq!((tf32.tile_n, tf32.tensor_cores), (256, 1));
-    assert_eq!(
-        plan.args((), MatmulPrecision::Fp32, GemmStaging::Registers)
-            .tiling
-            .tensor_cores,
-        0
-    );
+    assert_eq!(plan.args(()).tiling.tile_n, 256);
+    // A wide plan takes the wide kinds, in the products' precision and
+    // staging; bf16, which has no wide tiles, never meets one (its
+    // products' tile is square), and would take its one kind.
+    let wide = |precision, staging| {
+        let products = Products::new(precision, Fp32Tile::Wide, staging).unwrap();
+        plan.variant(products)
+    };
+    use crate::GemmStaging::{CpAsync, Registers};
+    use crate::MatmulPrecision::{Fp32, Tf32};
+    assert_eq!(wide(Fp32, Registers), GemmVariant::F32Wide);
+    assert_eq!(wide(Fp32, CpAsync), GemmVariant::F32WideCp);
+    assert_eq!(wide(Tf32, Registers), GemmVariant::Tf32Wide);
+    assert_eq!(wide(Tf32, CpAsync), GemmVariant::Tf32WideCp);
+    assert_eq!(plan.variant(Products::Bf16), GemmVariant::Bf16);
     // conv2's input gradient: at most 32 rows keep 32 x 128.
     let short = GemmPlan::new("test", 32, 64 * 26 * 26, 576, Fp32Tile::Wide).unwrap();
     assert_eq!((short.tile_m, short.tile_n), (32, 128));
@@ -117,6 +117,12 @@ fn wide_tiles_take_wide_products_and_split_k_as_the_square_ones() {
     let narrow = GemmPlan::new("test", 64, 288, 64 * 576, Fp32Tile::Wide).unwrap();
     assert_eq!((narrow.tile_m, narrow.tile_n), (64, 64));
     assert!(!narrow.is_wide());
+    // Asked for wide tiles, a product kept in the square ones takes the
+    // square kinds.
+    let tf32_wide = Products::new(Tf32, Fp32Tile::Wide, CpAsync).unwrap();
+    assert_eq!(narrow.variant(tf32_wide), GemmVariant::Tf32Cp);
+    let f32_wide = Products::new(Fp32, Fp32Tile::Wide, Registers).unwrap();
+    assert_eq!(narrow.variant(f32_wide), GemmVariant::F32);
     let just_narrow = GemmPlan::new("test", 64, 1023, 576, Fp32Tile::Wide).unwrap();
     assert_eq!((just_narrow.tile_m, just_narrow.tile_n), (64, 64));
     let just_wide = GemmPlan::new("test", 65, 1024, 576, Fp32Tile::Wide).unwrap();

@@ -110,8 +110,8 @@ __device__ __forceinline__ void gemm_copy(const L& load, const Rows<T, L>& rows,
 }
 
 // The staged operand tiles As and Bs of whichever shape runs: one buffer
-// per kernel, sized for GEMM_STAGES copies of the largest shape it holds
-// (FLOATS). A kernel holds the code of every shape of its kind, and a
+// per kernel, sized for its staging's copies (`StagedTiles`) of the
+// largest shape it holds (FLOATS). A kernel holds the code of every shape of its kind, and a
 // static array per shape would add up past the 48 KiB of static shared
 // memory.
 template <int FLOATS>
@@ -145,15 +145,14 @@ struct KTileProduct<true> {
     }
 };
 
-// The operand tiles of stage `s` of a staging buffer holding GEMM_STAGES
-// copies of S's: rows of LDS floats, a multiple of 4, so that every tile
-// starts 16-byte aligned.
+// The operand tiles of stage `s` of a staging buffer holding copies of
+// S's (as many as `gemm_tile` asserts): rows of LDS floats, a multiple of
+// 4, so that every tile starts 16-byte aligned.
 template <class S, int FLOATS>
 struct Staged {
     float (*As)[S::A::LDS];
     float (*Bs)[S::B::LDS];
     __device__ Staged(int s) {
-        static_assert(GEMM_STAGES * S::FLOATS <= FLOATS, "the stages fit the staging buffer");
         float* base = gemm_shared<FLOATS>() + s * S::FLOATS;
         As = reinterpret_cast<float(*)[S::A::LDS]>(base);
         Bs = reinterpret_cast<float(*)[S::B::LDS]>(base + GEMM_BK * S::A::LDS);
@@ -166,7 +165,8 @@ struct Staged {
 // the operand tiles staged in a buffer of FLOATS.
 //
 // Two stagings, the same values in the same shared layout, so the same
-// bits (CP_ASYNC picks; docs/gpu.md, "cp.async staging"):
+// bits (STAGING picks, at compile time: a kernel holds one; docs/gpu.md,
+// "cp.async staging"):
 //   registers: each thread loads its elements of the next k tile into
 //     registers while the block multiplies this one, and stores them to
 //     shared memory after the barrier; one buffer.
@@ -174,13 +174,15 @@ struct Staged {
 //     copies of the k tile GEMM_STAGES - 1 ahead straight into shared
 //     memory (no registers, no store), in GEMM_STAGES buffers, and waits
 //     for the oldest group before the barrier that precedes its product.
-template <class S, int FLOATS, bool CP_ASYNC, class LA, class LB>
+template <class S, int FLOATS, GemmStaging STAGING, class LA, class LB>
 __device__ __forceinline__ void gemm_tile(
     const LA& a, const LB& b, int M, int N, int K, int k_chunk,
     float (&acc)[RegBlock<S::BM, S::BN>::TM][RegBlock<S::BM, S::BN>::TN]) {
     typedef typename S::A TA;
     typedef typename S::B TB;
     typedef RegBlock<S::BM, S::BN> RB;
+    static_assert(StagedTiles<STAGING>::N * S::FLOATS <= FLOATS,
+                  "the stages fit the staging buffer");
     // The k halves of a coming tile's addresses, double-buffered: one buffer
     // is read by a fetch while the other is filled.
     __shared__ typename LA::K a_ks[2][GEMM_BK];
@@ -197,7 +199,7 @@ __device__ __forceinline__ void gemm_tile(
     const Rows<TA, LA> a_rows = gemm_rows<TA>(a, m0, M);
     const Rows<TB, LB> b_rows = gemm_rows<TB>(b, n0, N);
     const MmaLane<S::BM, S::BN> lane;  // read by the tensor-core product only
-    if (CP_ASYNC) {
+    if (STAGING == GEMM_CP_ASYNC) {
         // Tile q (at k_begin + q·BK) goes to stage q % GEMM_STAGES, one
         // commit group per tile (empty past the end, so that every wait
         // counts the same). Before tile q + STAGES - 1 is issued into the

@@ -79,67 +79,20 @@ kernel_table! {
         );
     }
     conv2d (CONV2D_SRC, CONV2D_PTX) {
-        conv2d_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_bf16(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_partial_f32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_partial_tf32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_partial_bf16(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_fwd_partial_f32w(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_fwd_reduce_f32(ws: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_f32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_tf32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_bf16(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_f32w(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_partial_f32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_partial_tf32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_partial_bf16(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_input_partial_f32w(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_f32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_tf32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_bf16(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_f32w(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_partial_f32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_partial_tf32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_partial_bf16(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_bwd_weight_partial_f32w(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
         conv2d_bwd_bias_partial_f32(dy: In<f32>, ws: Out<f32>, g: Val<Conv2dGeom>);
         conv2d_bwd_bias_reduce_f32(ws: In<f32>, db: Out<f32>, g: Val<Conv2dGeom>);
-    }
+    } [
+        GEMM_VARIANTS conv2d_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        GEMM_VARIANTS conv2d_fwd_partial(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        GEMM_VARIANTS conv2d_bwd_input(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
+        GEMM_VARIANTS conv2d_bwd_input_partial(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        GEMM_VARIANTS conv2d_bwd_weight(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
+        GEMM_VARIANTS conv2d_bwd_weight_partial(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+    ]
     conv2d_pool (CONV2D_POOL_SRC, CONV2D_POOL_PTX) {
-        conv2d_pool_fwd_f32(
-            x: In<f32>,
-            w: In<f32>,
-            bias: In<f32>,
-            y: Out<f32>,
-            arg: Out<u8>,
-            p: Val<Conv2dLaunch>,
-            relu: Val<u32>,
-            d: Val<DropoutArgs>,
-        );
-        conv2d_pool_fwd_tf32(
-            x: In<f32>,
-            w: In<f32>,
-            bias: In<f32>,
-            y: Out<f32>,
-            arg: Out<u8>,
-            p: Val<Conv2dLaunch>,
-            relu: Val<u32>,
-            d: Val<DropoutArgs>,
-        );
-        conv2d_pool_fwd_bf16(
-            x: In<f32>,
-            w: In<f32>,
-            bias: In<f32>,
-            y: Out<f32>,
-            arg: Out<u8>,
-            p: Val<Conv2dLaunch>,
-            relu: Val<u32>,
-            d: Val<DropoutArgs>,
-        );
         conv2d_pool_argmax_f32(
             a: In<f32>,
             y: Out<f32>,
@@ -157,13 +110,22 @@ kernel_table! {
             relu: Val<u32>,
             d: Val<DropoutArgs>,
         );
-    }
+    } [
+        GEMM_SQUARE_VARIANTS conv2d_pool_fwd(
+            x: In<f32>,
+            w: In<f32>,
+            bias: In<f32>,
+            y: Out<f32>,
+            arg: Out<u8>,
+            p: Val<Conv2dLaunch>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
+    ]
     conv2d_relu (CONV2D_RELU_SRC, CONV2D_RELU_PTX) {
-        conv2d_relu_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_relu_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_relu_fwd_bf16(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-        conv2d_relu_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
-    }
+    } [
+        GEMM_VARIANTS conv2d_relu_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+    ]
     cross_entropy (CROSS_ENTROPY_SRC, CROSS_ENTROPY_PTX) {
         cross_entropy_fwd_bwd_f32(
             logits: In<f32>,
@@ -213,40 +175,19 @@ kernel_table! {
         from_half_f32(src: In<u16>, dst: Out<f32>, format: Val<u32>, start: Val<u64>, end: Val<u64>);
     }
     linear (LINEAR_SRC, LINEAR_PTX) {
-        linear_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_bf16(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_partial_f32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_partial_tf32(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_partial_bf16(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_fwd_partial_f32w(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_fwd_reduce_f32(ws: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_f32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_tf32(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_bf16(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_f32w(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_partial_f32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_partial_tf32(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_partial_bf16(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_weight_partial_f32w(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_f32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_tf32(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_bf16(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_f32w(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_partial_f32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_partial_tf32(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_partial_bf16(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
-        linear_bwd_input_partial_f32w(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
         linear_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<LinearGeom>);
-    }
+    } [
+        GEMM_VARIANTS linear_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
+        GEMM_VARIANTS linear_fwd_partial(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        GEMM_VARIANTS linear_bwd_weight(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
+        GEMM_VARIANTS linear_bwd_weight_partial(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        GEMM_VARIANTS linear_bwd_input(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
+        GEMM_VARIANTS linear_bwd_input_partial(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+    ]
     linear_relu (LINEAR_RELU_SRC, LINEAR_RELU_PTX) {
-        linear_relu_fwd_f32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
-        linear_relu_fwd_tf32(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
-        linear_relu_fwd_bf16(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
-        linear_relu_fwd_f32w(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
         linear_relu_fwd_reduce_f32(
             ws: In<f32>,
             bias: In<f32>,
@@ -261,7 +202,9 @@ kernel_table! {
             g: Val<LinearGeom>,
             d: Val<DropoutArgs>,
         );
-    }
+    } [
+        GEMM_VARIANTS linear_relu_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
+    ]
     maxpool2d (MAXPOOL2D_SRC, MAXPOOL2D_PTX) {
         maxpool2d_fwd_f32(x: In<f32>, y: Out<f32>, g: Val<PoolGeom>, relu: Val<u32>, d: Val<DropoutArgs>);
         maxpool2d_bwd_f32(
@@ -304,119 +247,5 @@ pub fn kernel_modules() -> &'static [KernelModule] {
 use tests::CType;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// How a parameter's Rust type is spelled in C.
-    pub(super) trait CType {
-        const NAME: &'static str;
-    }
-
-    macro_rules! c_types {
-        ($($rust:ty => $c:literal),* $(,)?) => {
-            $(impl CType for $rust {
-                const NAME: &'static str = $c;
-            })*
-        };
-    }
-
-    c_types! {
-        f32 => "float",
-        u8 => "unsigned char",
-        u16 => "unsigned short",
-        u32 => "unsigned int",
-        u64 => "unsigned long long",
-        AdamScalars => "AdamScalars",
-        ClassGeom => "ClassGeom",
-        Conv2dGeom => "Conv2dGeom",
-        Conv2dLaunch => "Conv2dLaunch",
-        DropoutArgs => "DropoutArgs",
-        EmbeddingGeom => "EmbeddingGeom",
-        GatherArgs => "GatherArgs",
-        LinearGeom => "LinearGeom",
-        LinearLaunch => "LinearLaunch",
-        MseGeom => "MseGeom",
-        OffsetGeom => "OffsetGeom",
-        PoolGeom => "PoolGeom",
-        RowsGeom => "RowsGeom",
-        SparseAdamScalars => "SparseAdamScalars",
-    }
-
-    /// The parameter types of `kernel`'s definition in `source`, one
-    /// space between words and none before a `*`.
-    fn c_parameter_types(source: &str, kernel: &str) -> Vec<String> {
-        let start = source
-            .find(&format!(" {kernel}("))
-            .unwrap_or_else(|| panic!("no `{kernel}(` in its source"))
-            + kernel.len()
-            + 2;
-        let end = start + source[start..].find(')').expect("a closing parenthesis");
-        source[start..end]
-            .split(',')
-            .map(|param| {
-                let words: Vec<&str> = param.split_whitespace().collect();
-                // The last word is the parameter's name (`float* x`).
-                let ty = words[..words.len() - 1].join(" ");
-                let ty = ty.replace(" *", "*");
-                if words[words.len() - 1].starts_with('*') {
-                    format!("{ty}*")
-                } else {
-                    ty
-                }
-            })
-            .collect()
-    }
-
-    /// The launchers push what the kernels take: each declaration in the
-    /// table spells the C signature of its kernel, type for type.
-    #[test]
-    fn every_declared_signature_matches_its_source() {
-        let mut checked = 0;
-        for (kernel, params) in SIGNATURES {
-            let module = kernel_modules()
-                .iter()
-                .find(|m| m.functions.contains(kernel))
-                .expect("every declared kernel is in a module");
-            let declared: Vec<String> = params
-                .iter()
-                .map(|&(kind, c)| match kind {
-                    "In" => format!("const {c}*"),
-                    "Out" => format!("{c}*"),
-                    _ => c.to_owned(),
-                })
-                .collect();
-            assert_eq!(
-                declared,
-                c_parameter_types(module.source, kernel),
-                "{kernel}: the table's declaration differs from {}.cu",
-                module.name
-            );
-            checked += 1;
-        }
-        let listed: usize = kernel_modules().iter().map(|m| m.functions.len()).sum();
-        assert_eq!(checked, listed);
-    }
-
-    #[test]
-    fn every_listed_kernel_is_defined_in_its_source() {
-        for module in kernel_modules() {
-            for f in module.functions {
-                let definition = format!(" {f}(");
-                assert!(
-                    module.source.contains(&definition),
-                    "{}: no `{f}(` in the source",
-                    module.name
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn every_kernel_name_is_unique() {
-        let mut names: Vec<_> = kernel_modules().iter().flat_map(|m| m.functions).collect();
-        let total = names.len();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), total);
-    }
-}
+#[path = "kernels_tests.rs"]
+mod tests;

@@ -82,12 +82,6 @@ pub(crate) struct GemmTiling {
     pub splits: u64,
     pub tile_m: u64,
     pub tile_n: u64,
-    /// 1 for TF32 on the tensor cores; read by the wide kernels, which hold
-    /// both precisions.
-    pub tensor_cores: u64,
-    /// 1 to stage the tiles with cp.async (`GemmStaging::CpAsync`); the
-    /// bf16 kernels ignore it.
-    pub cp_async: u64,
 }
 
 // The kernels' parameter structs are passed by value: the driver copies
@@ -123,8 +117,8 @@ unsafe impl DeviceRepr for SparseAdamScalars {}
 unsafe impl DeviceRepr for DropoutArgs {}
 // SAFETY: repr(C), five u64 fields, mirrored by `GatherArgs` in gather.cu.
 unsafe impl DeviceRepr for GatherArgs {}
-// SAFETY: repr(C), a geometry (itself DeviceRepr, all 8-byte fields) then two
-// u64; mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
+// SAFETY: repr(C), a geometry (itself DeviceRepr, all 8-byte fields) then
+// `GemmTiling`'s four u64; mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
 unsafe impl<G: DeviceRepr> DeviceRepr for GemmLaunch<G> {}
 
 /// A device buffer a kernel reads: pushed as a `const T*` argument.
@@ -240,26 +234,35 @@ macro_rules! push_arg {
 
 /// The kernel table (see `kernels.rs`): each module with its source, PTX
 /// and entry points, and for each entry point its parameters, declared once
-/// in the order and with the types of its `extern "C"` signature.
+/// in the order and with the types of its `extern "C"` signature; after
+/// them, in `[ … ]`, its GEMM families, each under the sgemm.cuh list
+/// that stamps it (`GEMM_VARIANTS` or `GEMM_SQUARE_VARIANTS`) with the
+/// parameters every entry point of the family shares.
 ///
-/// Generates [`kernel_modules`]'s table and, per kernel, an `unsafe fn`
-/// launcher of that name taking `(cuda, cfg, params…)` with the declared
-/// types: a launch cannot push an argument of another type, in another
-/// order, or leave one out. `In<T>` is a `const T*` buffer, `Out<T>` a `T*`
-/// buffer, `Val<T>` a value. The test `every_declared_signature_matches_its_source`
-/// compares each declaration with the C signature in the source.
+/// Generates [`kernel_modules`]'s table (a family's names from
+/// `variants.rs`' list) and, per kernel, an `unsafe fn` launcher of that
+/// name taking `(cuda, cfg, params…)` with the declared types, per family
+/// one taking `(cuda, variant, cfg, params…)`: a launch cannot push an
+/// argument of another type, in another order, or leave one out. `In<T>`
+/// is a `const T*` buffer, `Out<T>` a `T*` buffer, `Val<T>` a value. The
+/// test `every_declared_signature_matches_its_source` compares each
+/// declaration with the C signature in the source.
 macro_rules! kernel_table {
     ($(
         $module:ident ($src:ident, $ptx:ident) {
             $( $kernel:ident ( $( $arg:ident : $kind:ident<$ty:ty> ),* $(,)? ); )*
-        }
+        } $( [
+            $( $list:ident $family:ident ( $( $farg:ident : $fkind:ident<$fty:ty> ),* $(,)? ); )*
+        ] )?
     )*) => {
         static MODULES: &[KernelModule] = &[$(
             KernelModule {
                 name: stringify!($module),
                 source: ptx::$src,
                 ptx: ptx::$ptx,
-                functions: &[$( stringify!($kernel) ),*],
+                functions: $crate::backend::cuda::variants::module_functions!(
+                    [$( stringify!($kernel), )*] $( $( $list $family )* )?
+                ),
             },
         )*];
 
@@ -294,11 +297,54 @@ macro_rules! kernel_table {
             }
         )* )*
 
+        $( $( $(
+            #[doc = concat!(
+                "Queues the entry point `variant` of the `", stringify!($family),
+                "` family of `", stringify!($module), ".cu`."
+            )]
+            ///
+            /// # Safety
+            ///
+            /// As for every kernel of the table: the buffers hold what the
+            /// kernel indexes for the other arguments and `cfg`.
+            #[allow(clippy::too_many_arguments)]
+            pub(crate) unsafe fn $family(
+                cuda: &Cuda,
+                variant: $crate::backend::cuda::variants::GemmVariant,
+                cfg: LaunchConfig,
+                $( $farg: $fkind<'_, $fty> ),*
+            ) -> Result<()> {
+                let name: Option<&'static str> = $crate::backend::cuda::variants::gemm_variants!(
+                    $crate::backend::cuda::variants::family_kernel_name!(variant $list $family)
+                );
+                let name = name.ok_or_else(|| $crate::Error::InvalidArgument {
+                    op: stringify!($family),
+                    reason: format!("no `{}` entry point", variant.suffix()),
+                })?;
+                let mut call = cuda.kernel(name)?;
+                $( $crate::backend::cuda::launch::push_arg!(call, $fkind, $farg); )*
+                // SAFETY: as in the launchers of single kernels above: every
+                // entry point of the family has the declared signature (the
+                // family's one STAMP macro writes it), pushed in order.
+                unsafe { call.launch(cfg) }
+            }
+        )* )? )*
+
         /// Each kernel's declared parameters as `(kind, C type)`.
         #[cfg(test)]
         const SIGNATURES: &[(&str, &[(&str, &str)])] = &[$( $(
             (stringify!($kernel), &[$( (stringify!($kind), <$ty as CType>::NAME) ),*]),
         )* )*];
+
+        /// Each GEMM family's list, name and declared parameters.
+        #[cfg(test)]
+        const FAMILY_SIGNATURES: &[(&str, &str, &[(&str, &str)])] = &[$( $( $(
+            (
+                stringify!($list),
+                stringify!($family),
+                &[$( (stringify!($fkind), <$fty as CType>::NAME) ),*],
+            ),
+        )* )? )*];
     };
 }
 pub(crate) use {kernel_table, push_arg};

@@ -42,7 +42,7 @@ struct BiasStore {
 };
 
 // Forward: M = batch, N = out, K = in; A = x, B(k = i, n = o) = W[o, i].
-template <int KIND, class S>
+template <class KIND, class S>
 __device__ __forceinline__ void linear_fwd(const float* x, const float* w, const LinearLaunch& p,
                                            const S& store) {
     const int I = (int)p.g.in_features, O = (int)p.g.out_features;

@@ -28,6 +28,7 @@ mod modules;
 mod nvrtc;
 mod pinned;
 mod products;
+pub(crate) mod variants;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -15,13 +15,13 @@
 //     feeds four times the products. (docs/gpu.md, "Wide tiles", says why
 //     there is no 32-row wide shape.)
 //
-// The host picks the shape per product and passes it as `tile_m` and
-// `tile_n`, and `tensor_cores` for the wide kernels, which hold both
-// precisions; `gemm` dispatches on them. Every shape sums each output over
-// k in the same order (FMA by FMA on the CUDA cores; on the tensor cores the
-// same mma per 16 x 8 product and k step), so the shape never changes a
-// bit; only the host's split-K plan does, and it does not depend on the
-// shape.
+// A kernel's kind (`GemmKind` below: precision, tile, staging, each a
+// template parameter) fixes its shapes; the host picks the shape among
+// them per product and passes it as `tile_m` and `tile_n`. Every shape
+// sums each output over k in the same order (FMA by FMA on the CUDA cores;
+// on the tensor cores the same mma per 16 x 8 product and k step), so the
+// shape never changes a bit; only the host's split-K plan does, and it
+// does not depend on the shape.
 //
 // A and B are "loaders" that give the address of one element of an implicit
 // matrix (im2col of an image, a transposed weight) without materialising
@@ -51,16 +51,17 @@
 // alone (backend/cuda/gemm.rs), so results are identical run to run and on
 // every GPU: no atomics, every sum has one fixed order.
 //
-// Every GEMM kernel comes in four entry points: `_f32` multiplies on the
-// CUDA cores in the square tiles, `_tf32` and `_bf16` on the tensor cores
-// (mma.cuh, gemm_bf16.cuh; the host's `MatmulPrecision`) in the square
-// tiles, `_f32w` in the wide tiles in float32 or TF32 (the host's
-// `Fp32Tile::Wide`). Staging, loaders, split-K and stores are the same; a
-// kernel holds only the products it runs, so the square kernels do not pay
-// the wide ones' registers.
+// Every GEMM kernel comes in one entry point per kind, stamped by
+// GEMM_VARIANTS (below) from one body: `_f32` multiplies on the CUDA cores,
+// `_tf32` and `_bf16` on the tensor cores (mma.cuh, gemm_bf16.cuh; the
+// host's `MatmulPrecision`), `w` marks the wide tiles (the host's
+// `Fp32Tile::Wide`) and `_cp` the cp.async staging (`GemmStaging::CpAsync`).
+// Loaders, split-K and stores are the same; a kernel holds only the
+// products and the staging it runs, so no kernel pays another's registers
+// or shared memory.
 //
-// The host mirrors GEMM_BK, GEMM_THREADS, the tile shapes and `GemmTiling`
-// in gemm.rs.
+// The host mirrors GEMM_BK, GEMM_THREADS, the tile shapes, `GemmTiling` and
+// the variants' list in variants.rs.
 
 #define GEMM_BK 16
 #define GEMM_THREADS 256
@@ -74,11 +75,30 @@
 // 4 x 4.
 #define GEMM_TILE_ELEMS 4096
 
-// Mirrors `GemmTiling` in backend/cuda/gemm.rs: how one product is cut
-// into blocks, (read by the wide kernels) whether it runs on the tensor
-// cores, and how its tiles are staged (`cp_async`, `gemm_tile`).
+// Mirrors `GemmTiling` in backend/cuda/launch.rs: how one product is cut
+// into blocks.
 struct GemmTiling {
-    unsigned long long k_chunk, splits, tile_m, tile_n, tensor_cores, cp_async;
+    unsigned long long k_chunk, splits, tile_m, tile_n;
+};
+
+// A GEMM kernel's kind, its three axes: how it multiplies, in which tiles,
+// and how it stages them (`gemm_tile`).
+enum GemmPrecision { GEMM_F32, GEMM_TF32, GEMM_BF16 };
+enum GemmTiles { GEMM_SQUARE, GEMM_WIDE };
+enum GemmStaging { GEMM_REGISTERS, GEMM_CP_ASYNC };
+
+template <GemmPrecision P, GemmTiles T, GemmStaging S>
+struct GemmKind {
+    static const GemmPrecision PRECISION = P;
+    static const GemmTiles TILES = T;
+    static const GemmStaging STAGING = S;
+};
+
+// Buffers of one k tile a staging keeps in shared memory: the register
+// staging one, cp.async GEMM_STAGES (it loads ahead into the others).
+template <GemmStaging S>
+struct StagedTiles {
+    static const int N = S == GEMM_CP_ASYNC ? GEMM_STAGES : 1;
 };
 
 __device__ __forceinline__ int gemm_min(int a, int b) { return a < b ? a : b; }
@@ -159,69 +179,49 @@ __device__ __forceinline__ void gemm_store(
     }
 }
 
-template <int BM, int BN, bool TF32, int FLOATS, class LA, class LB, class ST>
+template <int BM, int BN, bool TF32, int FLOATS, GemmStaging STAGING, class LA, class LB,
+          class ST>
 __device__ __forceinline__ void gemm_shaped(const LA& a, const LB& b, int M, int N, int K,
                                             const GemmTiling& t, const ST& store) {
     typedef TileShape<BM, BN, TF32> S;
     float acc[RegBlock<BM, BN>::TM][RegBlock<BM, BN>::TN];
-#if defined(CUDA_EMU) || __CUDA_ARCH__ >= 800
-    // Two whole tiles, one per staging, with nothing live across them, so
-    // that each is allocated registers as if it were alone.
-    if (t.cp_async) {
-        gemm_tile<S, FLOATS, true>(a, b, M, N, K, (int)t.k_chunk, acc);
-        gemm_store<S>(acc, M, N, store);
-        return;
-    }
-#endif
-    gemm_tile<S, FLOATS, false>(a, b, M, N, K, (int)t.k_chunk, acc);
+    gemm_tile<S, FLOATS, STAGING>(a, b, M, N, K, (int)t.k_chunk, acc);
     gemm_store<S>(acc, M, N, store);
 }
 
 #include "gemm_bf16.cuh"
 
-// What a GEMM entry point holds: float32 products in the square tiles
-// (`_f32`), TF32 ones on the tensor cores in the square tiles (`_tf32`), or
-// either in the wide tiles (`_f32w`, which the host launches for the
-// products it plans in those: its registers are the wide tiles', so the
-// other kinds do not pay for them).
-#define GEMM_F32 0
-#define GEMM_TF32 1
-#define GEMM_F32_WIDE 2
-#define GEMM_BF16 3  // bf16 operands on the tensor cores (gemm_bf16.cuh)
-
 // The shapes a kernel of KIND holds, and the one the host chose for this
-// product (`tile_m`; for the wide kind, `tensor_cores`). Each kind stages
-// its tiles in the shared floats of its largest shape.
-template <int KIND>
-struct GemmShapes {
+// product (`tile_m`). Each kind stages its tiles in the shared floats of
+// its largest shape, as many buffers as its staging keeps.
+template <class KIND>
+struct GemmShapes;
+template <GemmPrecision P, GemmStaging STAGING>
+struct GemmShapes<GemmKind<P, GEMM_SQUARE, STAGING> > {
     template <class LA, class LB, class ST>
     static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
                                                const GemmTiling& t, const ST& store) {
-        const bool TF32 = KIND == GEMM_TF32;
-        const int F = GEMM_STAGES * TileShape<32, 128, TF32>::FLOATS;
+        const bool TF32 = P == GEMM_TF32;
+        const int F = StagedTiles<STAGING>::N * TileShape<32, 128, TF32>::FLOATS;
         if (t.tile_m == 32) {
-            gemm_shaped<32, 128, TF32, F>(a, b, M, N, K, t, store);
+            gemm_shaped<32, 128, TF32, F, STAGING>(a, b, M, N, K, t, store);
         } else {
-            gemm_shaped<64, 64, TF32, F>(a, b, M, N, K, t, store);
+            gemm_shaped<64, 64, TF32, F, STAGING>(a, b, M, N, K, t, store);
         }
     }
 };
-template <>
-struct GemmShapes<GEMM_F32_WIDE> {
+template <GemmPrecision P, GemmStaging STAGING>
+struct GemmShapes<GemmKind<P, GEMM_WIDE, STAGING> > {
     template <class LA, class LB, class ST>
     static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
                                                const GemmTiling& t, const ST& store) {
-        const int F = GEMM_STAGES * TileShape<64, 256, true>::FLOATS;
-        if (t.tensor_cores) {
-            gemm_shaped<64, 256, true, F>(a, b, M, N, K, t, store);
-        } else {
-            gemm_shaped<64, 256, false, F>(a, b, M, N, K, t, store);
-        }
+        const bool TF32 = P == GEMM_TF32;
+        const int F = StagedTiles<STAGING>::N * TileShape<64, 256, TF32>::FLOATS;
+        gemm_shaped<64, 256, TF32, F, STAGING>(a, b, M, N, K, t, store);
     }
 };
-
 template <>
-struct GemmShapes<GEMM_BF16> {
+struct GemmShapes<GemmKind<GEMM_BF16, GEMM_SQUARE, GEMM_REGISTERS> > {
     template <class LA, class LB, class ST>
     static __device__ __forceinline__ void run(const LA& a, const LB& b, int M, int N, int K,
                                                const GemmTiling& t, const ST& store) {
@@ -231,11 +231,60 @@ struct GemmShapes<GEMM_BF16> {
 
 // The block's tile (or split's partial tile) of a·b, handed to `store`, in
 // the tile shape the host chose among those of KIND.
-template <int KIND, class LA, class LB, class ST>
+template <class KIND, class LA, class LB, class ST>
 __device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int K,
                                      const GemmTiling& t, const ST& store) {
     GemmShapes<KIND>::run(a, b, M, N, K, t, store);
 }
+
+// The kinds a GEMM kernel comes in, one line each: its entry point's
+// suffix and its kind. `GEMM_VARIANTS(name, STAMP)` expands
+// `STAMP(name_<suffix>, kind)` for every kind, `GEMM_SQUARE_VARIANTS` for
+// those in the square tiles (conv2d_pool.cu's fused kernel, whose tile of
+// outputs beside a wide staging would not fit). The host's list
+// (`gemm_variants!`, variants.rs) names the same suffixes in the same order; a
+// kernels.rs test compares the two.
+typedef GemmKind<GEMM_F32, GEMM_SQUARE, GEMM_REGISTERS> GemmF32;
+typedef GemmKind<GEMM_F32, GEMM_SQUARE, GEMM_CP_ASYNC> GemmF32Cp;
+typedef GemmKind<GEMM_TF32, GEMM_SQUARE, GEMM_REGISTERS> GemmTf32;
+typedef GemmKind<GEMM_TF32, GEMM_SQUARE, GEMM_CP_ASYNC> GemmTf32Cp;
+typedef GemmKind<GEMM_BF16, GEMM_SQUARE, GEMM_REGISTERS> GemmBf16;
+typedef GemmKind<GEMM_F32, GEMM_WIDE, GEMM_REGISTERS> GemmF32Wide;
+typedef GemmKind<GEMM_F32, GEMM_WIDE, GEMM_CP_ASYNC> GemmF32WideCp;
+typedef GemmKind<GEMM_TF32, GEMM_WIDE, GEMM_REGISTERS> GemmTf32Wide;
+typedef GemmKind<GEMM_TF32, GEMM_WIDE, GEMM_CP_ASYNC> GemmTf32WideCp;
+#define GEMM_SQUARE_VARIANTS(NAME, STAMP) \
+    STAMP(NAME##_f32, GemmF32)            \
+    STAMP(NAME##_f32_cp, GemmF32Cp)       \
+    STAMP(NAME##_tf32, GemmTf32)          \
+    STAMP(NAME##_tf32_cp, GemmTf32Cp)     \
+    STAMP(NAME##_bf16, GemmBf16)
+#define GEMM_VARIANTS(NAME, STAMP)         \
+    GEMM_SQUARE_VARIANTS(NAME, STAMP)      \
+    STAMP(NAME##_f32w, GemmF32Wide)        \
+    STAMP(NAME##_f32w_cp, GemmF32WideCp)   \
+    STAMP(NAME##_tf32w, GemmTf32Wide)      \
+    STAMP(NAME##_tf32w_cp, GemmTf32WideCp)
+
+// The head of every GEMM entry point a STAMP macro writes: the registers
+// are ptxas's choice.
+#define GEMM_ENTRY extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+
+// The blocks per SM a family asks ptxas to fit (`GEMM_ENTRY_FIT`): SQUARE
+// for its float32 and TF32 kinds in the square tiles, WIDE for its wide
+// kinds; 0 (bf16, and where a family says 0) leaves it to ptxas. Left to
+// itself ptxas sometimes aims at the next occupancy step and spills there
+// (64 registers for the input gradient's square tiles, 128 for some wide
+// ones) or stops short of it; asked, it fits without spilling
+// (nvrtc_compile's table; docs/gpu.md, "cp.async staging").
+template <class KIND, int SQUARE, int WIDE>
+struct GemmFit {
+    static const int BLOCKS = KIND::PRECISION == GEMM_BF16   ? 0
+                              : KIND::TILES == GEMM_SQUARE ? SQUARE
+                                                           : WIDE;
+};
+#define GEMM_ENTRY_FIT(KIND, SQUARE, WIDE) \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, (GemmFit<KIND, SQUARE, WIDE>::BLOCKS))
 
 // An operand whose element (mn, k) lies at p[mn_part + k_part]: both halves
 // are plain offsets. Loaders derive from it and add `mn_part` and `k_part`

@@ -6,9 +6,10 @@
 //   input grad   dx [C, (n, ih, iw)]  = Wᵀ[C, (o, kh, kw)] · taps of dy
 //   weight grad  dW [O, C·K·K]        = dy [O, (n, oh, ow)] · im2col(x)ᵀ
 //
-// Each GEMM has whole-tile entry points (`_f32`, `_tf32`, `_bf16`, `_f32w`),
-// split-K ones that fill the workspace with one K split each (`_partial_`
-// and the same four), and `_reduce_f32`, which sums the splits in order.
+// Each GEMM is a family of whole-tile entry points (`_f32`, `_tf32`,
+// `_bf16`, ...: GEMM_VARIANTS in sgemm.cuh), one of split-K ones that fill
+// the workspace with one K split each (`_partial_` and the same kinds), and
+// `_reduce_f32`, which sums the splits in order.
 
 #include "sgemm.cuh"
 #include "reduce.cuh"
@@ -91,7 +92,7 @@ struct DyTaps {
 };
 
 // dx's tile (or one split's partial tile) of Wᵀ · taps(dy), for either stride.
-template <int KIND, class S>
+template <class KIND, class S>
 __device__ __forceinline__ void conv2d_bwd_input(const float* dy, const float* w, const Dims& d,
                                                  const Conv2dLaunch& p, const S& store) {
     const WeightCols wt{w, d.c, d.kk};
@@ -103,63 +104,32 @@ __device__ __forceinline__ void conv2d_bwd_input(const float* dy, const float* w
     }
 }
 
-// Each product below is one device function templated on its kind, behind
-// four entry points, `_f32`, `_tf32`, `_bf16` and `_f32w` (see sgemm.cuh).
+// Each product below is one device function templated on its kind; a
+// STAMP macro writes its entry point once, and GEMM_VARIANTS stamps it per
+// kind.
 
 // ---- forward: M = O, N = batch·OH·OW, K = C·K·K ----
 
-template <int KIND, class S>
+template <class KIND, class S>
 __device__ __forceinline__ void conv2d_fwd(const float* x, const float* w, const Conv2dLaunch& p,
                                            const S& store) {
     const Dims d = dims(p.g);
     gemm<KIND>(WeightRows{w, d.ckk}, Im2col{x, d}, d.o, d.n * d.ohw, d.ckk, p.t, store);
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_fwd_f32(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_fwd<GEMM_F32>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
-}
+#define CONV2D_FWD(NAME, KIND)                                                                \
+    GEMM_ENTRY NAME(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) { \
+        const Dims d = dims(p.g);                                                             \
+        conv2d_fwd<KIND>(x, w, p, NchwStore{y, bias, d.o, d.ohw});                             \
+    }
+GEMM_VARIANTS(conv2d_fwd, CONV2D_FWD)
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_fwd_tf32(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_fwd<GEMM_TF32>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
-}
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_fwd_bf16(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_fwd<GEMM_BF16>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_fwd_f32w(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_fwd<GEMM_F32_WIDE>(x, w, p, NchwStore{y, bias, d.o, d.ohw});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_fwd_partial_f32(const float* x, const float* w, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_fwd<GEMM_F32>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_fwd_partial_tf32(const float* x, const float* w, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_fwd<GEMM_TF32>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
-}
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_fwd_partial_bf16(const float* x, const float* w, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_fwd<GEMM_BF16>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_fwd_partial_f32w(const float* x, const float* w, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_fwd<GEMM_F32_WIDE>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});
-}
+#define CONV2D_FWD_PARTIAL(NAME, KIND)                                            \
+    GEMM_ENTRY NAME(const float* x, const float* w, float* ws, Conv2dLaunch p) {  \
+        const Dims d = dims(p.g);                                                 \
+        conv2d_fwd<KIND>(x, w, p, PartialStore{ws, d.o, d.n * d.ohw});            \
+    }
+GEMM_VARIANTS(conv2d_fwd_partial, CONV2D_FWD_PARTIAL)
 
 extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* bias, float* y,
                                                  Conv2dLaunch p) {
@@ -169,54 +139,23 @@ extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* b
 
 // ---- input gradient: M = C, N = batch·H·W, K = O·K·K ----
 
-// Four blocks per SM asked for: holding both stagings, ptxas gave this
-// kernel 79 (linear: 73) registers, three blocks per SM, where the register
-// staging alone takes 64; at 64 it spills nothing (nvrtc_compile checks).
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 4)
-    conv2d_bwd_input_f32(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_input<GEMM_F32>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
-}
+// ptxas's own registers for the whole-tile kernels (the float32 one: 77,
+// three blocks per SM; asked for four, it spills at 64). The split ones ask
+// for four blocks per SM in the square tiles, where ptxas would spill at
+// 64, and one in the wide tiles, where it would spill at 128.
+#define CONV2D_BWD_INPUT(NAME, KIND)                                                   \
+    GEMM_ENTRY NAME(const float* dy, const float* w, float* dx, Conv2dLaunch p) {      \
+        const Dims d = dims(p.g);                                                      \
+        conv2d_bwd_input<KIND>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});   \
+    }
+GEMM_VARIANTS(conv2d_bwd_input, CONV2D_BWD_INPUT)
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_input_tf32(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_input<GEMM_TF32>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
-}
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_input_bf16(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_input<GEMM_BF16>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_input_f32w(const float* dy, const float* w, float* dx, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_input<GEMM_F32_WIDE>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_input_partial_f32(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_input<GEMM_F32>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_input_partial_tf32(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_input<GEMM_TF32>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
-}
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_input_partial_bf16(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_input<GEMM_BF16>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_input_partial_f32w(const float* dy, const float* w, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_input<GEMM_F32_WIDE>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});
-}
+#define CONV2D_BWD_INPUT_PARTIAL(NAME, KIND)                                           \
+    GEMM_ENTRY_FIT(KIND, 4, 1) NAME(const float* dy, const float* w, float* ws, Conv2dLaunch p) {      \
+        const Dims d = dims(p.g);                                                      \
+        conv2d_bwd_input<KIND>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});   \
+    }
+GEMM_VARIANTS(conv2d_bwd_input_partial, CONV2D_BWD_INPUT_PARTIAL)
 
 extern "C" __global__ void conv2d_bwd_input_reduce_f32(const float* ws, float* dx, Conv2dLaunch p) {
     const Dims d = dims(p.g);
@@ -226,54 +165,25 @@ extern "C" __global__ void conv2d_bwd_input_reduce_f32(const float* ws, float* d
 
 // ---- weight gradient: M = O, N = C·K·K, K = batch·OH·OW ----
 
-template <int KIND, class S>
+template <class KIND, class S>
 __device__ __forceinline__ void conv2d_bwd_weight(const float* x, const float* dy,
                                                   const Conv2dLaunch& p, const S& store) {
     const Dims d = dims(p.g);
     gemm<KIND>(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, p.t, store);
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_weight_f32(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
-    conv2d_bwd_weight<GEMM_F32>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
-}
+#define CONV2D_BWD_WEIGHT(NAME, KIND)                                             \
+    GEMM_ENTRY NAME(const float* x, const float* dy, float* dw, Conv2dLaunch p) { \
+        conv2d_bwd_weight<KIND>(x, dy, p, PlainStore{dw, dims(p.g).ckk});         \
+    }
+GEMM_VARIANTS(conv2d_bwd_weight, CONV2D_BWD_WEIGHT)
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_weight_tf32(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
-    conv2d_bwd_weight<GEMM_TF32>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
-}
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_weight_bf16(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
-    conv2d_bwd_weight<GEMM_BF16>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_weight_f32w(const float* x, const float* dy, float* dw, Conv2dLaunch p) {
-    conv2d_bwd_weight<GEMM_F32_WIDE>(x, dy, p, PlainStore{dw, dims(p.g).ckk});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_weight_partial_f32(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_weight<GEMM_F32>(x, dy, p, PartialStore{ws, d.o, d.ckk});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_weight_partial_tf32(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_weight<GEMM_TF32>(x, dy, p, PartialStore{ws, d.o, d.ckk});
-}
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_weight_partial_bf16(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_weight<GEMM_BF16>(x, dy, p, PartialStore{ws, d.o, d.ckk});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_bwd_weight_partial_f32w(const float* x, const float* dy, float* ws, Conv2dLaunch p) {
-    const Dims d = dims(p.g);
-    conv2d_bwd_weight<GEMM_F32_WIDE>(x, dy, p, PartialStore{ws, d.o, d.ckk});
-}
+#define CONV2D_BWD_WEIGHT_PARTIAL(NAME, KIND)                                     \
+    GEMM_ENTRY NAME(const float* x, const float* dy, float* ws, Conv2dLaunch p) { \
+        const Dims d = dims(p.g);                                                 \
+        conv2d_bwd_weight<KIND>(x, dy, p, PartialStore{ws, d.o, d.ckk});          \
+    }
+GEMM_VARIANTS(conv2d_bwd_weight_partial, CONV2D_BWD_WEIGHT_PARTIAL)
 
 extern "C" __global__ void conv2d_bwd_weight_reduce_f32(const float* ws, float* dw, Conv2dLaunch p) {
     const Dims d = dims(p.g);

@@ -1,7 +1,7 @@
 use cudarc::driver::{CudaSlice, CudaViewMut, LaunchConfig};
 
 use super::{Conv2dGeom, Conv2dKernel};
-use crate::backend::cuda::gemm::{BiasGemmKernels, ByKind, GemmKernels};
+use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
 use crate::backend::cuda::kernels;
 use crate::backend::cuda::layer::{GemmLayer, Shape, gemm_layer_kernel};
 use crate::ops::{LayerLens, ParamAt};
@@ -18,48 +18,18 @@ const BIAS_CHANNELS_PER_BLOCK: usize = BIAS_THREADS as usize / 32;
 
 impl GemmLayer for Conv2dGeom {
     const FWD: BiasGemmKernels<Self> = BiasGemmKernels {
-        whole: ByKind {
-            fp32: kernels::conv2d_fwd_f32,
-            fp32_wide: kernels::conv2d_fwd_f32w,
-            tf32: kernels::conv2d_fwd_tf32,
-            bf16: kernels::conv2d_fwd_bf16,
-        },
-        partial: ByKind {
-            fp32: kernels::conv2d_fwd_partial_f32,
-            fp32_wide: kernels::conv2d_fwd_partial_f32w,
-            tf32: kernels::conv2d_fwd_partial_tf32,
-            bf16: kernels::conv2d_fwd_partial_bf16,
-        },
+        whole: kernels::conv2d_fwd,
+        partial: kernels::conv2d_fwd_partial,
         reduce: kernels::conv2d_fwd_reduce_f32,
     };
     const BWD_WEIGHT: GemmKernels<Self> = GemmKernels {
-        whole: ByKind {
-            fp32: kernels::conv2d_bwd_weight_f32,
-            fp32_wide: kernels::conv2d_bwd_weight_f32w,
-            tf32: kernels::conv2d_bwd_weight_tf32,
-            bf16: kernels::conv2d_bwd_weight_bf16,
-        },
-        partial: ByKind {
-            fp32: kernels::conv2d_bwd_weight_partial_f32,
-            fp32_wide: kernels::conv2d_bwd_weight_partial_f32w,
-            tf32: kernels::conv2d_bwd_weight_partial_tf32,
-            bf16: kernels::conv2d_bwd_weight_partial_bf16,
-        },
+        whole: kernels::conv2d_bwd_weight,
+        partial: kernels::conv2d_bwd_weight_partial,
         reduce: kernels::conv2d_bwd_weight_reduce_f32,
     };
     const BWD_INPUT: GemmKernels<Self> = GemmKernels {
-        whole: ByKind {
-            fp32: kernels::conv2d_bwd_input_f32,
-            fp32_wide: kernels::conv2d_bwd_input_f32w,
-            tf32: kernels::conv2d_bwd_input_tf32,
-            bf16: kernels::conv2d_bwd_input_bf16,
-        },
-        partial: ByKind {
-            fp32: kernels::conv2d_bwd_input_partial_f32,
-            fp32_wide: kernels::conv2d_bwd_input_partial_f32w,
-            tf32: kernels::conv2d_bwd_input_partial_tf32,
-            bf16: kernels::conv2d_bwd_input_partial_bf16,
-        },
+        whole: kernels::conv2d_bwd_input,
+        partial: kernels::conv2d_bwd_input_partial,
         reduce: kernels::conv2d_bwd_input_reduce_f32,
     };
 

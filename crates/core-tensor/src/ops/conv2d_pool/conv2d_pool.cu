@@ -47,7 +47,7 @@ struct TileStore {
 // The block's tile of pooled values: conv + bias staged in shared memory,
 // then a thread per window (a 16-byte shared load) writes the pooled value
 // after the epilogue, and its argmax.
-template <int KIND>
+template <class KIND>
 __device__ __forceinline__ void conv2d_pool_fwd(const float* x, const float* w, const float* bias,
                                                 float* y, unsigned char* arg, const Conv2dLaunch& p,
                                                 unsigned int relu, const DropoutArgs& dr) {
@@ -72,23 +72,14 @@ __device__ __forceinline__ void conv2d_pool_fwd(const float* x, const float* w, 
     }
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_pool_fwd_f32(const float* x, const float* w, const float* bias, float* y,
-                        unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {
-    conv2d_pool_fwd<GEMM_F32>(x, w, bias, y, arg, p, relu, d);
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_pool_fwd_tf32(const float* x, const float* w, const float* bias, float* y,
-                         unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {
-    conv2d_pool_fwd<GEMM_TF32>(x, w, bias, y, arg, p, relu, d);
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_pool_fwd_bf16(const float* x, const float* w, const float* bias, float* y,
-                         unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {
-    conv2d_pool_fwd<GEMM_BF16>(x, w, bias, y, arg, p, relu, d);
-}
+// The square tiles' kinds only (the host takes the unfused route for the
+// wide ones, above).
+#define CONV2D_POOL_FWD(NAME, KIND)                                                           \
+    GEMM_ENTRY NAME(const float* x, const float* w, const float* bias, float* y,              \
+                    unsigned char* arg, Conv2dLaunch p, unsigned int relu, DropoutArgs d) {   \
+        conv2d_pool_fwd<KIND>(x, w, bias, y, arg, p, relu, d);                                \
+    }
+GEMM_SQUARE_VARIANTS(conv2d_pool_fwd, CONV2D_POOL_FWD)
 
 // The split-K route: pools the convolution's output `a` as maxpool2d_fwd_f32
 // does, and writes each window's argmax too. One thread per window.

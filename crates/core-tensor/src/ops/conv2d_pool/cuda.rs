@@ -1,40 +1,16 @@
-use cudarc::driver::{CudaSlice, LaunchConfig};
+use cudarc::driver::CudaSlice;
 
 use super::{Conv2dPoolKernel, check_pooled};
 use crate::backend::cuda::gemm::{GemmPlan, check_i32};
-use crate::backend::cuda::kernels::{self, Conv2dLaunch};
-use crate::backend::cuda::launch::{DropoutArgs, In, Out, Val, blocks_for};
+use crate::backend::cuda::kernels;
+use crate::backend::cuda::launch::{DropoutArgs, blocks_for};
 use crate::backend::cuda::view;
 use crate::error::check_len;
 use crate::ops::{Conv2dGeom, Conv2dKernel, Epilogue, ParamAt};
-use crate::{Cuda, MatmulPrecision, Result};
+use crate::{Cuda, Result};
 
 /// Threads of the pooling kernels, one per window.
 const THREADS: u32 = 256;
-
-/// A fused forward entry point of conv2d_pool.cu.
-type FusedFwd = unsafe fn(
-    &Cuda,
-    LaunchConfig,
-    In<'_, f32>,
-    In<'_, f32>,
-    In<'_, f32>,
-    Out<'_, f32>,
-    Out<'_, u8>,
-    Val<'_, Conv2dLaunch>,
-    Val<'_, u32>,
-    Val<'_, DropoutArgs>,
-) -> Result<()>;
-
-/// The fused forward kernel for products in `precision`, in the square
-/// tiles (the only ones it runs in).
-fn fused_fwd(precision: MatmulPrecision) -> FusedFwd {
-    match precision {
-        MatmulPrecision::Fp32 => kernels::conv2d_pool_fwd_f32,
-        MatmulPrecision::Tf32 => kernels::conv2d_pool_fwd_tf32,
-        MatmulPrecision::Bf16 => kernels::conv2d_pool_fwd_bf16,
-    }
-}
 
 impl Conv2dPoolKernel for Cuda {
     fn conv2d_pool_fwd(
@@ -82,14 +58,16 @@ impl Conv2dPoolKernel for Cuda {
         }
         let w = view("conv2d_pool", params, at.weight.clone())?;
         let b = view("conv2d_pool", params, at.bias.clone())?;
-        let precision = self.matmul_precision();
-        let fwd = fused_fwd(precision);
-        let args = plan.args(*g, precision, self.gemm_staging());
+        let variant = plan.variant(self.products());
+        let (cfg, args) = (plan.tiles(), plan.args(*g));
         // SAFETY: `x`, `W` and `b` were checked against the geometry, `y`
         // and `argmax` against its pooling; the plan is the product of the
-        // kernel's window-ordered columns, unsplit, so each block's tile
-        // holds whole windows, and its stores stay inside the tile.
-        unsafe { fwd(self, plan.tiles(), x, &w, &b, y, argmax, &args, &relu, &d) }
+        // kernel's window-ordered columns, unsplit and in the square tiles
+        // (the family's only ones), so each block's tile holds whole
+        // windows, and its stores stay inside the tile.
+        unsafe {
+            kernels::conv2d_pool_fwd(self, variant, cfg, x, &w, &b, y, argmax, &args, &relu, &d)
+        }
     }
 
     fn conv2d_pool_bwd(

@@ -7,7 +7,7 @@
 #include "sgemm.cuh"
 #include "conv2d.cuh"
 
-template <int KIND>
+template <class KIND>
 __device__ __forceinline__ void conv2d_relu_fwd(const float* x, const float* w, const float* bias,
                                                 float* y, const Conv2dLaunch& p) {
     const Dims d = dims(p.g);
@@ -15,26 +15,8 @@ __device__ __forceinline__ void conv2d_relu_fwd(const float* x, const float* w, 
                NchwStoreThen<true>{y, bias, d.o, d.ohw});
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_relu_fwd_f32(const float* x, const float* w, const float* bias, float* y,
-                        Conv2dLaunch p) {
-    conv2d_relu_fwd<GEMM_F32>(x, w, bias, y, p);
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_relu_fwd_tf32(const float* x, const float* w, const float* bias, float* y,
-                         Conv2dLaunch p) {
-    conv2d_relu_fwd<GEMM_TF32>(x, w, bias, y, p);
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_relu_fwd_bf16(const float* x, const float* w, const float* bias, float* y,
-                         Conv2dLaunch p) {
-    conv2d_relu_fwd<GEMM_BF16>(x, w, bias, y, p);
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    conv2d_relu_fwd_f32w(const float* x, const float* w, const float* bias, float* y,
-                         Conv2dLaunch p) {
-    conv2d_relu_fwd<GEMM_F32_WIDE>(x, w, bias, y, p);
-}
+#define CONV2D_RELU_FWD(NAME, KIND)                                                           \
+    GEMM_ENTRY NAME(const float* x, const float* w, const float* bias, float* y, Conv2dLaunch p) { \
+        conv2d_relu_fwd<KIND>(x, w, bias, y, p);                                              \
+    }
+GEMM_VARIANTS(conv2d_relu_fwd, CONV2D_RELU_FWD)

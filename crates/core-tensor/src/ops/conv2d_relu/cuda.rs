@@ -1,18 +1,11 @@
 use cudarc::driver::CudaSlice;
 
 use super::Conv2dReluKernel;
-use crate::backend::cuda::gemm::{BiasProduct, ByKind, GemmPlan, check_i32};
+use crate::backend::cuda::gemm::{GemmPlan, check_i32};
 use crate::backend::cuda::kernels;
 use crate::backend::cuda::view;
 use crate::ops::{Conv2dGeom, Conv2dKernel, Dropout, ParamAt, ReluKernel};
 use crate::{Cuda, Result};
-
-const FUSED_FWD: ByKind<BiasProduct<Conv2dGeom>> = ByKind {
-    fp32: kernels::conv2d_relu_fwd_f32,
-    fp32_wide: kernels::conv2d_relu_fwd_f32w,
-    tf32: kernels::conv2d_relu_fwd_tf32,
-    bf16: kernels::conv2d_relu_fwd_bf16,
-};
 
 impl Conv2dReluKernel for Cuda {
     fn conv2d_relu_fwd(
@@ -38,19 +31,9 @@ impl Conv2dReluKernel for Cuda {
         }
         let w = view("conv2d_relu", params, at.weight.clone())?;
         let b = view("conv2d_relu", params, at.bias.clone())?;
-        let fwd = FUSED_FWD.pick(self.matmul_precision(), &plan);
+        let (variant, args) = (plan.variant(self.products()), plan.args(*g));
         // SAFETY: `x`, `W`, `b` and `y` were checked against the geometry
         // (`lens.check`), and the plan is its forward product, unsplit.
-        unsafe {
-            fwd(
-                self,
-                plan.tiles(),
-                x,
-                &w,
-                &b,
-                y,
-                &plan.args(*g, self.matmul_precision(), self.gemm_staging()),
-            )
-        }
+        unsafe { kernels::conv2d_relu_fwd(self, variant, plan.tiles(), x, &w, &b, y, &args) }
     }
 }

@@ -1,7 +1,7 @@
 use cudarc::driver::{CudaSlice, CudaViewMut};
 
 use super::{LinearGeom, LinearKernel};
-use crate::backend::cuda::gemm::{BiasGemmKernels, ByKind, GemmKernels};
+use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
 use crate::backend::cuda::kernels;
 use crate::backend::cuda::launch::blocks_for;
 use crate::backend::cuda::layer::{GemmLayer, Shape, gemm_layer_kernel};
@@ -13,48 +13,18 @@ const BIAS_THREADS: u32 = 256;
 
 impl GemmLayer for LinearGeom {
     const FWD: BiasGemmKernels<Self> = BiasGemmKernels {
-        whole: ByKind {
-            fp32: kernels::linear_fwd_f32,
-            fp32_wide: kernels::linear_fwd_f32w,
-            tf32: kernels::linear_fwd_tf32,
-            bf16: kernels::linear_fwd_bf16,
-        },
-        partial: ByKind {
-            fp32: kernels::linear_fwd_partial_f32,
-            fp32_wide: kernels::linear_fwd_partial_f32w,
-            tf32: kernels::linear_fwd_partial_tf32,
-            bf16: kernels::linear_fwd_partial_bf16,
-        },
+        whole: kernels::linear_fwd,
+        partial: kernels::linear_fwd_partial,
         reduce: kernels::linear_fwd_reduce_f32,
     };
     const BWD_WEIGHT: GemmKernels<Self> = GemmKernels {
-        whole: ByKind {
-            fp32: kernels::linear_bwd_weight_f32,
-            fp32_wide: kernels::linear_bwd_weight_f32w,
-            tf32: kernels::linear_bwd_weight_tf32,
-            bf16: kernels::linear_bwd_weight_bf16,
-        },
-        partial: ByKind {
-            fp32: kernels::linear_bwd_weight_partial_f32,
-            fp32_wide: kernels::linear_bwd_weight_partial_f32w,
-            tf32: kernels::linear_bwd_weight_partial_tf32,
-            bf16: kernels::linear_bwd_weight_partial_bf16,
-        },
+        whole: kernels::linear_bwd_weight,
+        partial: kernels::linear_bwd_weight_partial,
         reduce: kernels::linear_bwd_weight_reduce_f32,
     };
     const BWD_INPUT: GemmKernels<Self> = GemmKernels {
-        whole: ByKind {
-            fp32: kernels::linear_bwd_input_f32,
-            fp32_wide: kernels::linear_bwd_input_f32w,
-            tf32: kernels::linear_bwd_input_tf32,
-            bf16: kernels::linear_bwd_input_bf16,
-        },
-        partial: ByKind {
-            fp32: kernels::linear_bwd_input_partial_f32,
-            fp32_wide: kernels::linear_bwd_input_partial_f32w,
-            tf32: kernels::linear_bwd_input_partial_tf32,
-            bf16: kernels::linear_bwd_input_partial_bf16,
-        },
+        whole: kernels::linear_bwd_input,
+        partial: kernels::linear_bwd_input_partial,
         reduce: kernels::linear_bwd_input_reduce_f32,
     };
 

@@ -1,39 +1,19 @@
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 use super::LinearReluKernel;
-use crate::backend::cuda::gemm::{ByKind, GemmPlan, check_i32};
-use crate::backend::cuda::kernels::{self, LinearLaunch};
-use crate::backend::cuda::launch::{DropoutArgs, In, Out, Val, blocks_for};
+use crate::backend::cuda::gemm::{GemmPlan, check_i32};
+use crate::backend::cuda::kernels;
+use crate::backend::cuda::launch::{DropoutArgs, blocks_for};
 use crate::backend::cuda::layer::{GemmLayer, check_bwd};
 use crate::backend::cuda::{view, view_mut};
 use crate::error::check_len;
 use crate::ops::{Dropout, LinearGeom, ParamAt};
 use crate::{Cuda, Result};
 
-/// A whole-tile entry point of linear_relu.cu: `(x, W, b, y, args,
-/// dropout)`.
-type FusedFwd = unsafe fn(
-    &Cuda,
-    LaunchConfig,
-    In<'_, f32>,
-    In<'_, f32>,
-    In<'_, f32>,
-    Out<'_, f32>,
-    Val<'_, LinearLaunch>,
-    Val<'_, DropoutArgs>,
-) -> Result<()>;
-
 /// Threads per block of `linear_relu_bwd_bias_f32`, and the columns each
 /// block owns (a warp's width).
 const BWD_THREADS: u32 = 256;
 const BWD_COLUMNS: u32 = 32;
-
-const FUSED_FWD: ByKind<FusedFwd> = ByKind {
-    fp32: kernels::linear_relu_fwd_f32,
-    fp32_wide: kernels::linear_relu_fwd_f32w,
-    tf32: kernels::linear_relu_fwd_tf32,
-    bf16: kernels::linear_relu_fwd_bf16,
-};
 
 impl LinearReluKernel for Cuda {
     fn linear_relu_fwd(
@@ -56,26 +36,26 @@ impl LinearReluKernel for Cuda {
         let plan = GemmPlan::new("linear_relu", m, n, k, self.gemm_tile())?;
         let w = view("linear_relu", params, at.weight.clone())?;
         let b = view("linear_relu", params, at.bias.clone())?;
-        let precision = self.matmul_precision();
-        let args = plan.args(*g, precision, self.gemm_staging());
+        let variant = plan.variant(self.products());
+        let args = plan.args(*g);
         if plan.is_split() {
             // linear.cu's partial products, then the reduction that stores
             // through the epilogue.
             let mut ws = self.scratch(plan.workspace_len())?;
-            let partial = LinearGeom::FWD.partial.pick(precision, &plan);
             // SAFETY: `x`, `W`, `b` and `y` were checked against the
             // geometry (`lens.check`), the plan is its forward product, and
             // `ws` holds the splits·m·n elements the partial kernel writes
             // and the reduce kernel reads.
             unsafe {
-                partial(self, plan.tiles(), x, &w, &mut ws, &args)?;
+                (LinearGeom::FWD.partial)(self, variant, plan.tiles(), x, &w, &mut ws, &args)?;
                 kernels::linear_relu_fwd_reduce_f32(self, plan.reduce(), &ws, &b, y, &args, &d)
             }
         } else {
-            let fwd = FUSED_FWD.pick(precision, &plan);
             // SAFETY: as above; the plan is unsplit, so the tile kernel
             // stores the result.
-            unsafe { fwd(self, plan.tiles(), x, &w, &b, y, &args, &d) }
+            unsafe {
+                kernels::linear_relu_fwd(self, variant, plan.tiles(), x, &w, &b, y, &args, &d)
+            }
         }
     }
 

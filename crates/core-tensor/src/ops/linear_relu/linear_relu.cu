@@ -25,29 +25,12 @@ struct BiasReluDropoutStore {
     }
 };
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    linear_relu_fwd_f32(const float* x, const float* w, const float* bias, float* y,
-                        LinearLaunch p, DropoutArgs d) {
-    linear_fwd<GEMM_F32>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    linear_relu_fwd_tf32(const float* x, const float* w, const float* bias, float* y,
-                        LinearLaunch p, DropoutArgs d) {
-    linear_fwd<GEMM_TF32>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    linear_relu_fwd_bf16(const float* x, const float* w, const float* bias, float* y,
-                        LinearLaunch p, DropoutArgs d) {
-    linear_fwd<GEMM_BF16>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    linear_relu_fwd_f32w(const float* x, const float* w, const float* bias, float* y,
-                        LinearLaunch p, DropoutArgs d) {
-    linear_fwd<GEMM_F32_WIDE>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});
-}
+#define LINEAR_RELU_FWD(NAME, KIND)                                                        \
+    GEMM_ENTRY NAME(const float* x, const float* w, const float* bias, float* y, LinearLaunch p, \
+                    DropoutArgs d) {                                                           \
+        linear_fwd<KIND>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});    \
+    }
+GEMM_VARIANTS(linear_relu_fwd, LINEAR_RELU_FWD)
 
 // The split-K store: linear_fwd_reduce_f32's sums, through the epilogue.
 extern "C" __global__ void linear_relu_fwd_reduce_f32(const float* ws, const float* bias, float* y,
