@@ -48,16 +48,13 @@ fn launcher(dir: &Path, metrics: &Path, port: &str) -> Child {
         .expect("starting a launcher")
 }
 
-/// Reads `lines` until one contains `needle`, failing after a minute.
+/// The lines before the first of `lines` that contains `needle`, failing
+/// after a minute.
 fn wait_for(lines: &Receiver<String>, needle: &str) -> Vec<String> {
     let mut seen = Vec::new();
-    loop {
-        match lines.recv_timeout(Duration::from_secs(60)) {
-            Ok(line) if line.contains(needle) => return seen,
-            Ok(line) => seen.push(line),
-            Err(e) => panic!("no {needle:?} ({e}): {seen:#?}"),
-        }
-    }
+    common::wait_for_line(lines, &mut seen, needle, Duration::from_secs(60));
+    seen.pop();
+    seen
 }
 
 #[test]

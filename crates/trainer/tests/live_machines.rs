@@ -55,18 +55,7 @@ fn machine(dir: &Path, metrics: &Path, port: u16) -> (Child, Receiver<String>) {
 /// Reads `lines` into `log` until one contains `needle`, failing after two
 /// minutes.
 fn wait_for(lines: &Receiver<String>, log: &mut Vec<String>, needle: &str) -> String {
-    let until = Instant::now() + Duration::from_secs(120);
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) if line.contains(needle) => {
-                log.push(line.clone());
-                return line;
-            }
-            Ok(line) => log.push(line),
-            Err(e) => panic!("no {needle:?} ({e}):\n{}", log.join("\n")),
-        }
-    }
+    common::wait_for_line(lines, log, needle, Duration::from_secs(120))
 }
 
 fn signal(pid: &str, signal: &str) {

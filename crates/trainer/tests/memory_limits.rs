@@ -87,9 +87,14 @@ fn a_batch_past_the_address_space_limit_is_refused_with_the_largest_that_fits() 
     );
     // About 1.2 GiB of 534 KiB samples, the test batches' buffers besides.
     assert!((1000..2400).contains(&largest), "{largest}");
-    let one_more = output(limited(ADDRESS_SPACE, &one_step("cpu", largest + 1)));
-    assert_eq!(refused(&one_more, room), largest);
-    let fits = output(limited(ADDRESS_SPACE, &one_step("cpu", largest)));
+    // A hair above the figure is refused with about the same figure, a hair
+    // below trains: what the process had mapped when it checked (its
+    // threads, the allocator's arenas) moves it by a sample or two.
+    let hair = largest / 100;
+    let above = output(limited(ADDRESS_SPACE, &one_step("cpu", largest + hair)));
+    let again = refused(&above, room);
+    assert!(again.abs_diff(largest) <= hair, "{again} after {largest}");
+    let fits = output(limited(ADDRESS_SPACE, &one_step("cpu", largest - hair)));
     assert!(fits.status.success(), "{}", stderr(&fits));
 }
 

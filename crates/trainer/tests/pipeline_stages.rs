@@ -95,6 +95,7 @@ fn a_preemption_of_one_stage_stops_every_rank_with_a_whole_checkpoint() {
         let checkpoints = Some(Checkpoints {
             dir: CheckpointDir::new(dir, 2),
             every: None,
+            record: None,
         });
         let layout = two_stages();
         let (mut trainer, ..) =
@@ -166,6 +167,7 @@ fn a_pipelines_test_accuracy_is_the_whole_models() {
         let checkpoints = Some(Checkpoints {
             dir: CheckpointDir::new(dir, 2),
             every: None,
+            record: None,
         });
         let layout = two_stages();
         let (mut trainer, ..) = stage_trainer(&data, Cpu::new(1).unwrap(), comm, layout, |s| {

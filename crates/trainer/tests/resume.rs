@@ -147,6 +147,7 @@ fn run_rank(
         checkpoints: Some(Checkpoints {
             dir: checkpoints,
             every: Some(EVERY),
+            record: None,
         }),
         ..Setup::fresh(comm)
     };

@@ -66,6 +66,7 @@ fn run_k(
             checkpoints: Some(Checkpoints {
                 dir: checkpoints,
                 every: Some(1),
+                record: None,
             }),
             ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
         };

@@ -315,7 +315,10 @@ fn train(ratings: &Path, ckpt: &Path, extra: &[&str]) -> (Vec<(PathBuf, Vec<u8>)
     let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&end)
         .unwrap_or_else(|e| panic!("{}: {e}\n{}", end.display(), stderr(&out)))
         .map(|e| e.unwrap().path())
-        .map(|p| (p.file_name().unwrap().into(), std::fs::read(&p).unwrap()))
+        .map(|p| {
+            let bytes = common::without_flag_record(&p, std::fs::read(&p).unwrap());
+            (p.file_name().unwrap().into(), bytes)
+        })
         .collect();
     files.sort();
     (files, stderr(&out))

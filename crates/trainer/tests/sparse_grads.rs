@@ -42,7 +42,7 @@ fn train(
             if path.is_dir() {
                 dirs.push(path);
             } else {
-                let bytes = std::fs::read(&path).unwrap();
+                let bytes = common::without_flag_record(&path, std::fs::read(&path).unwrap());
                 files.push((path.strip_prefix(&ckpt).unwrap().to_path_buf(), bytes));
             }
         }

@@ -90,6 +90,9 @@ pub struct Checkpoints {
     pub dir: CheckpointDir,
     /// Also checkpoint whenever the optimizer step count is a multiple of this.
     pub every: Option<u64>,
+    /// What each records of the flags the job's ranks share
+    /// ([`Settings::shared`]); `None` for ranks built in one program.
+    pub record: Option<shared_record::SharedRecord>,
 }
 
 #[cfg(test)]

@@ -216,7 +216,7 @@ impl<B: Ops> Rank<'_, B> {
             (true, None) => {
                 let layout = (topology.world, topology.stages);
                 let (kind, data) = (model.kind(), schedule.fingerprint());
-                let settings = cfg.settings(layout, kind, data, Some(&job.shared));
+                let settings = cfg.settings(layout, kind, data, Some(job.shared.record()));
                 starting_point::choose(flags, dir.as_ref(), &settings, model.layout())?
             }
             (false, _) => Origin::Fresh,
@@ -237,6 +237,7 @@ impl<B: Ops> Rank<'_, B> {
             checkpoints: dir.map(|dir| Checkpoints {
                 dir,
                 every: flags.checkpoint_every,
+                record: Some(job.shared.record()),
             }),
             stop,
             shared: Some(job.shared.clone()),

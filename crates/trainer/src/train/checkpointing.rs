@@ -119,7 +119,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 layout,
                 self.model.kind(),
                 self.schedule.fingerprint(),
-                self.shared.as_ref(),
+                (self.state.checkpoints.as_ref()).and_then(|c| c.record.clone()),
             ),
             hook,
         }

@@ -6,7 +6,7 @@ use core_tensor::ops::AdamConfig;
 use launcher::flags::positive_finite;
 
 use super::exact::ExactRequest;
-use super::shared_settings::SharedSettings;
+use crate::checkpoint::shared_record::SharedRecord;
 use crate::checkpoint::{Settings, Summation};
 use crate::data::DataFingerprint;
 use crate::ddp::{CommHookChoice, DdpFlags, SparseGrads};
@@ -159,16 +159,16 @@ impl TrainConfig {
     /// What a checkpoint records of this configuration, training `model`
     /// (its `--model` name) on `data` (the training split's fingerprint)
     /// with `world_size` ranks in pipelines of `pipeline_stages`, the job's
-    /// `shared` flags with it (if it has them: see `Setup::shared`).
+    /// `shared` flags with it (if it has them: see `Checkpoints::record`).
     pub fn settings(
         &self,
         (world_size, pipeline_stages): (usize, usize),
         model: &str,
         data: DataFingerprint,
-        shared: Option<&SharedSettings>,
+        shared: Option<SharedRecord>,
     ) -> Settings {
         Settings {
-            shared: shared.map(SharedSettings::record),
+            shared,
             model: model.to_string(),
             data: Some(data),
             seed: self.seed,

@@ -82,9 +82,6 @@ pub struct Trainer<B: Ops, M: Model<B>> {
     backend: B,
     model: M,
     cfg: TrainConfig,
-    /// What each checkpoint records of the job's shared flags (see
-    /// [`Setup::shared`]).
-    shared: Option<SharedSettings>,
     topology: Topology,
     replica: Replica<B>,
     optimizer: Box<dyn Optimizer<B>>,

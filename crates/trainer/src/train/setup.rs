@@ -45,10 +45,11 @@ pub struct Setup<B: Ops> {
     /// Checked once per step.
     pub stop: StopRequest,
     /// The flags every rank must give alike, checked against rank 0's
-    /// before anything else travels (the one check that ranks agree on the
-    /// seed, batch size and the rest), and recorded in each checkpoint.
-    /// `None` (as [`Setup::fresh`] leaves it), nothing is checked nor
-    /// recorded: for ranks built in one program from one [`TrainConfig`].
+    /// before anything else travels: the one check that ranks agree on the
+    /// seed, batch size and the rest (each checkpoint records them:
+    /// [`Checkpoints::record`]). `None` (as [`Setup::fresh`] leaves it),
+    /// nothing is checked: for ranks built in one program from one
+    /// [`TrainConfig`].
     pub shared: Option<SharedSettings>,
 }
 
@@ -215,7 +216,6 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             backend,
             model,
             cfg,
-            shared,
             topology,
             optimizer,
             schedule,

@@ -201,6 +201,46 @@ pub fn stderr_lines(child: &mut Child) -> (Receiver<String>, std::thread::JoinHa
     (rx, relay)
 }
 
+/// Reads `lines` (a child's, from [`stderr_lines`]) into `log` until one
+/// contains `needle`, and returns it (also kept in `log`); fails, showing
+/// `log`, when none comes within `within`.
+pub fn wait_for_line(
+    lines: &std::sync::mpsc::Receiver<String>,
+    log: &mut Vec<String>,
+    needle: &str,
+    within: std::time::Duration,
+) -> String {
+    let until = std::time::Instant::now() + within;
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                log.push(line.clone());
+                if line.contains(needle) {
+                    return line;
+                }
+            }
+            Err(e) => panic!("no {needle:?} ({e}):\n{}", log.join("\n")),
+        }
+    }
+}
+
+/// A checkpoint file's bytes as a test compares them between runs given
+/// other flags: a state file without its record of the flags
+/// (`shared_settings`, which names them), any other file as it is.
+pub fn without_flag_record(name: &Path, bytes: Vec<u8>) -> Vec<u8> {
+    if !name.ends_with(trainer::checkpoint::STATE_FILE) {
+        return bytes;
+    }
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+    let metadata = header["__metadata__"].as_object_mut().unwrap();
+    assert!(metadata.remove("shared_settings").is_some(), "no record");
+    let mut out = serde_json::to_vec(&header).unwrap();
+    out.extend_from_slice(&bytes[8 + len..]);
+    out
+}
+
 /// The checkpoint a one-epoch run writes at its end, in `dir`.
 pub fn final_state(dir: &Path) -> trainer::checkpoint::TrainingState {
     let end = dir.join(trainer::checkpoint::Position { epoch: 2, step: 0 }.dir_name());
