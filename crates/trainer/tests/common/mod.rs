@@ -205,7 +205,7 @@ pub fn stderr_lines(child: &mut Child) -> (Receiver<String>, std::thread::JoinHa
 /// contains `needle`, and returns it (also kept in `log`); fails, showing
 /// `log`, when none comes within `within`.
 pub fn wait_for_line(
-    lines: &std::sync::mpsc::Receiver<String>,
+    lines: &Receiver<String>,
     log: &mut Vec<String>,
     needle: &str,
     within: std::time::Duration,
