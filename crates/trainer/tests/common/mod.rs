@@ -227,7 +227,8 @@ pub fn wait_for_line(
 
 /// A checkpoint file's bytes as a test compares them between runs given
 /// other flags: a state file without its record of the flags
-/// (`shared_settings`, which names them), any other file as it is.
+/// (`shared_settings`, which names them) and the checksum that covers it,
+/// any other file as it is.
 pub fn without_flag_record(name: &Path, bytes: Vec<u8>) -> Vec<u8> {
     if !name.ends_with(trainer::checkpoint::STATE_FILE) {
         return bytes;
@@ -236,7 +237,10 @@ pub fn without_flag_record(name: &Path, bytes: Vec<u8>) -> Vec<u8> {
     let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
     let metadata = header["__metadata__"].as_object_mut().unwrap();
     assert!(metadata.remove("shared_settings").is_some(), "no record");
-    let mut out = serde_json::to_vec(&header).unwrap();
+    assert!(metadata.remove("sha256").is_some(), "no checksum");
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend(header);
     out.extend_from_slice(&bytes[8 + len..]);
     out
 }
