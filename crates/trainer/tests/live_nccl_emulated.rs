@@ -38,6 +38,15 @@ fn toy_job(world: usize, dir: &Path) -> Command {
     toy_job_waiting(world, dir, 30)
 }
 
+/// What one emulated GPU trained undisturbed ends on (in `tmp`): the
+/// model's hash and the ledger.
+fn one_gpu(tmp: &Path) -> (String, String) {
+    let alone = tmp.join("alone");
+    let out = common::run(&mut toy_job(1, &alone));
+    assert!(out.status.success(), "one GPU: {}", common::stderr(&out));
+    result(&alone)
+}
+
 /// [`toy_job`], a peer given up after `timeout` seconds.
 fn toy_job_waiting(world: usize, dir: &Path, timeout: u32) -> Command {
     let mut cmd = common::trainer();
@@ -63,10 +72,7 @@ fn emulated_a_killed_gpu_costs_a_step_and_the_survivor_goes_on_over_new_nccl() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let alone = tmp.path().join("alone");
-    let out = common::run(&mut toy_job(1, &alone));
-    assert!(out.status.success(), "one GPU: {}", common::stderr(&out));
-    let alone = result(&alone);
+    let alone = one_gpu(tmp.path());
 
     let dir = tmp.path().join("live");
     let mut job = Running::start(toy_job(2, &dir), 2);
@@ -111,10 +117,7 @@ fn emulated_a_gpu_lost_while_nccl_forms_is_a_regroup_not_the_end() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let alone = tmp.path().join("alone");
-    let out = common::run(&mut toy_job(1, &alone));
-    assert!(out.status.success(), "one GPU: {}", common::stderr(&out));
-    let alone = result(&alone);
+    let alone = one_gpu(tmp.path());
 
     // Rank 1 exits as the first generation's NCCL communicator forms: rank
     // 0 waits for it there until --timeout, then, as nothing trained, the
