@@ -66,7 +66,7 @@ pub struct GradientSettings {
     pub comm_hook: CommHookChoice,
     pub sparse_grads: SparseGrads,
     pub backend: BackendChoice,
-    #[serde(with = "precision")]
+    #[serde(with = "as_text")]
     pub precision: MatmulPrecision,
 }
 
@@ -94,12 +94,6 @@ impl SharedSettings {
             _ => unreachable!("a struct of plain fields serializes to an object"),
         }
     }
-
-    /// What [`SharedSettings::record`] wrote; `None` from another build
-    /// whose settings do not read here.
-    pub fn from_record(record: &SharedRecord) -> Option<Self> {
-        serde_json::from_value(serde_json::Value::Object(record.clone())).ok()
-    }
 }
 
 /// A value that travels as its flag's text (`Display` and `FromStr`).
@@ -120,21 +114,6 @@ mod as_text {
     {
         let text = String::deserialize(d)?;
         text.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-/// `--precision` as its text (core-tensor's type has no serde).
-mod precision {
-    use core_tensor::MatmulPrecision;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(value: &MatmulPrecision, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(value)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<MatmulPrecision, D::Error> {
-        let text = String::deserialize(d)?;
-        MatmulPrecision::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -179,6 +158,11 @@ mod tests {
         }
     }
 
+    /// The record read back as the agreement reads rank 0's settings.
+    fn from_record(record: &SharedRecord) -> Option<SharedSettings> {
+        serde_json::from_value(serde_json::Value::Object(record.clone())).ok()
+    }
+
     #[test]
     fn settings_survive_their_record_and_differences_are_told_as_flags() {
         let base = defaults();
@@ -189,14 +173,8 @@ mod tests {
         other.layout.checkpoint_dir = true;
         other.schedule.max_steps = Some(30);
         other.gradients.sparse_grads = SparseGrads::Never;
-        assert_eq!(
-            SharedSettings::from_record(&other.record()),
-            Some(other.clone())
-        );
-        assert_eq!(
-            SharedSettings::from_record(&base.record()),
-            Some(base.clone())
-        );
+        assert_eq!(from_record(&other.record()), Some(other.clone()));
+        assert_eq!(from_record(&base.record()), Some(base.clone()));
         let told: Vec<_> = (base.differences(&other).into_iter())
             .map(|d| format!("{} {} {}", d.flag, d.values[0], d.values[1]))
             .collect();
@@ -215,6 +193,6 @@ mod tests {
         // A value the flag would refuse is refused in the JSON too.
         let mut bad = base.record();
         bad.insert("comm_hook".into(), "powersgd:0".into());
-        assert_eq!(SharedSettings::from_record(&bad), None);
+        assert_eq!(from_record(&bad), None);
     }
 }

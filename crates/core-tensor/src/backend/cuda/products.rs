@@ -59,6 +59,14 @@ impl MatmulPrecision {
     }
 }
 
+impl std::str::FromStr for MatmulPrecision {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        Self::parse(name)
+    }
+}
+
 impl std::fmt::Display for MatmulPrecision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

@@ -59,59 +59,24 @@ impl GemmVariant {
     /// other product runs with their registers. The one place a kind is
     /// chosen.
     pub(crate) fn of(products: Products, wide: bool) -> Self {
-        use GemmStaging::{CpAsync, Registers};
-        match (products, wide) {
-            (
-                Products::F32 {
-                    staging: Registers, ..
-                },
-                false,
-            ) => Self::F32,
-            (
-                Products::F32 {
-                    staging: CpAsync, ..
-                },
-                false,
-            ) => Self::F32Cp,
-            (
-                Products::Tf32 {
-                    staging: Registers, ..
-                },
-                false,
-            ) => Self::Tf32,
-            (
-                Products::Tf32 {
-                    staging: CpAsync, ..
-                },
-                false,
-            ) => Self::Tf32Cp,
-            (
-                Products::F32 {
-                    staging: Registers, ..
-                },
-                true,
-            ) => Self::F32Wide,
-            (
-                Products::F32 {
-                    staging: CpAsync, ..
-                },
-                true,
-            ) => Self::F32WideCp,
-            (
-                Products::Tf32 {
-                    staging: Registers, ..
-                },
-                true,
-            ) => Self::Tf32Wide,
-            (
-                Products::Tf32 {
-                    staging: CpAsync, ..
-                },
-                true,
-            ) => Self::Tf32WideCp,
+        // Each precision's kinds: square and wide tiles, register and
+        // cp.async staging.
+        let (kinds, staging) = match products {
             // bf16 has the square tiles only: its plans are never wide.
-            (Products::Bf16, _) => Self::Bf16,
-        }
+            Products::Bf16 => return Self::Bf16,
+            Products::F32 { staging, .. } => (
+                [[Self::F32, Self::F32Cp], [Self::F32Wide, Self::F32WideCp]],
+                staging,
+            ),
+            Products::Tf32 { staging, .. } => (
+                [
+                    [Self::Tf32, Self::Tf32Cp],
+                    [Self::Tf32Wide, Self::Tf32WideCp],
+                ],
+                staging,
+            ),
+        };
+        kinds[usize::from(wide)][usize::from(staging == GemmStaging::CpAsync)]
     }
 }
 
