@@ -74,7 +74,9 @@ use core_tensor::backend::cuda::{KernelModule, kernel_modules};
 mod rerun;
 mod wheels;
 
-pub use rerun::{in_emulator, rerun_on_emulator, shared_kernel_cache};
+pub use rerun::{
+    in_emulator, rerun_on_emulator, rerun_side_by_side_on_emulator, shared_kernel_cache,
+};
 pub use wheels::{nvrtc_lib_dir, wheel_dir};
 
 /// The headers: what kernel sources see, and what the runtime files share.
