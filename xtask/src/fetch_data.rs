@@ -11,11 +11,10 @@
 //! with exit status 130 (see `interrupt.rs`); files completed before stay.
 
 mod download;
-mod interrupt;
 mod movielens;
 mod scratch;
 
-pub use interrupt::{EXIT_STATUS as INTERRUPTED_EXIT_STATUS, Interrupted};
+pub use crate::interrupt::{EXIT_STATUS as INTERRUPTED_EXIT_STATUS, Interrupted};
 
 use anyhow::{Context, Result, bail};
 use fashion_mnist::{DataFile, FILES};
@@ -23,7 +22,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use interrupt::StopFlag;
+use crate::interrupt::StopFlag;
 
 /// The official mirror of the Fashion-MNIST authors.
 const DEFAULT_URL: &str = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/";

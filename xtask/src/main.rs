@@ -7,8 +7,10 @@ mod device_bundle;
 mod fetch_data;
 mod gpu_report;
 mod image;
+mod interrupt;
 mod miri;
 mod slurm_submit;
+mod test_suite;
 mod trainer_build;
 
 use std::io::Write;
@@ -40,6 +42,8 @@ enum Task {
     GpuReport(gpu_report::Args),
     /// Run the CPU kernels' unsafe code under Miri, with AVX2 and with AVX-512 enabled.
     Miri(miri::Args),
+    /// Run the workspace's tests (`cargo test --workspace`), test binaries side by side.
+    Test(test_suite::Args),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Task::CudaEmu(args) => cuda_emu::run(args),
         Task::GpuReport(args) => gpu_report::run(args),
         Task::Miri(args) => miri::run(args),
+        Task::Test(args) => test_suite::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use tempfile::NamedTempFile;
 use ureq::Timeout;
 
-use super::interrupt::{Interruptible, StopFlag};
 use super::{Stall, scratch};
+use crate::interrupt::{Interruptible, StopFlag};
 
 /// No published file is near this; a larger body means a wrong URL or a
 /// misbehaving server, and is refused before it fills the disk.
@@ -27,7 +27,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// headers by `stall.window`, and the body by `StallGuard`. There is no cap
 /// on the whole body, which a slow link that still moves data would hit.
 /// Once `stop` is raised, the download ends with
-/// [`Interrupted`](super::interrupt::Interrupted) when its read under way
+/// [`Interrupted`](crate::interrupt::Interrupted) when its read under way
 /// returns: at once while the body comes, within those bounds while it
 /// waits for a silent server (the signal does not cut the read short).
 pub(super) fn to_temp_file(

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::interrupt::StopFlag;
 use super::{Stall, scratch};
+use crate::interrupt::StopFlag;
 
 pub const DEFAULT_URL: &str = "https://files.grouplens.org/datasets/movielens/ml-latest-small.zip";
 /// Where the ratings land, relative to the current directory.
@@ -86,7 +86,7 @@ pub fn run(url: &str, dest: &Path, stall: Stall) -> Result<()> {
 }
 
 /// Runs `cmd` to its end, or until a signal comes: then it kills the tool
-/// and returns [`Interrupted`](super::interrupt::Interrupted), so that the
+/// and returns [`Interrupted`](crate::interrupt::Interrupted), so that the
 /// caller's scratch folder is deleted on the way out. `why` may explain an
 /// exit code.
 fn run_tool(

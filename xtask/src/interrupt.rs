@@ -1,8 +1,10 @@
-//! Stopping a download on SIGINT, SIGTERM or SIGHUP without leaving
-//! anything behind: the handlers only set a flag, which the download checks
-//! (between reads, while its tool runs), so that it deletes its scratch file
-//! or folder on the way out and fails with [`Interrupted`]; `main` then
-//! exits with [`EXIT_STATUS`]. A second signal ends the process at once.
+//! Stopping a task on SIGINT, SIGTERM or SIGHUP without leaving anything
+//! behind: the handlers only set a flag, which the task checks. A download
+//! checks it between reads and while its tool runs, so that it deletes its
+//! scratch file or folder on the way out and fails with [`Interrupted`];
+//! `main` then exits with [`EXIT_STATUS`]. `cargo xtask test` checks it
+//! while its test binaries run, and stops them. A second signal ends the
+//! process at once.
 
 use std::fmt;
 use std::io::{self, Read};
