@@ -5,40 +5,40 @@
 use anyhow::{Context, bail};
 use core_tensor::Ops;
 
-use super::Trainer;
+use super::engine::StepEngine;
 use super::replica::Replica;
 use crate::model::Model;
 
-impl<B: Ops, M: Model<B>> Trainer<B, M> {
+impl<B: Ops, M: Model<B>> StepEngine<B, M> {
     /// The whole parameters and Adam moments on rank 0's host, for a
     /// checkpoint (gathered from the parts' ranks for a partitioned model:
-    /// every rank calls it); `None` on the other ranks.
-    pub(super) fn whole_state(&mut self) -> anyhow::Result<Option<[Vec<f32>; 3]>> {
-        let params = self.assemble(|r| &r.params, false)?;
-        let m = self.assemble(|r| &r.adam_m, false)?;
-        let v = self.assemble(|r| &r.adam_v, false)?;
+    /// every rank, `rank` this one, calls it); `None` on the other ranks.
+    pub fn whole_state(&mut self, rank: usize) -> anyhow::Result<Option<[Vec<f32>; 3]>> {
+        let params = self.assemble(rank, |r| &r.params, false)?;
+        let m = self.assemble(rank, |r| &r.adam_m, false)?;
+        let v = self.assemble(rank, |r| &r.adam_v, false)?;
         Ok(params.zip(m).zip(v).map(|((p, m), v)| [p, m, v]))
     }
 
     /// The whole model's parameters on the host of every rank. For a model
     /// split between ranks, every rank calls it: each part comes from the
     /// first replica's rank training it.
-    pub fn whole_params(&mut self) -> anyhow::Result<Vec<f32>> {
-        self.assemble(|r| &r.params, true)?
+    pub fn whole_params(&mut self, rank: usize) -> anyhow::Result<Vec<f32>> {
+        self.assemble(rank, |r| &r.params, true)?
             .context("every rank receives the whole model")
     }
 
     /// The whole of a vector the replica keeps (`pick`: its parameters or
     /// a moment), on the host of rank 0 (and of every rank if
-    /// `everywhere`), `None` elsewhere. For a model split between ranks,
+    /// `everywhere`), `None` elsewhere; `rank` is this one. For a model split between ranks,
     /// part `p` is broadcast from rank `p`, its first replica: the other
     /// ranks hold one part at a time, and keep none of the others'.
     fn assemble(
         &mut self,
+        rank: usize,
         pick: fn(&Replica<B>) -> &B::Storage<f32>,
         everywhere: bool,
     ) -> anyhow::Result<Option<Vec<f32>>> {
-        let rank = self.topology.rank;
         let keep = everywhere || rank == 0;
         let Some(parts) = self.schedule.part() else {
             return Ok(match keep {

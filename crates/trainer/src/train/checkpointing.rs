@@ -19,7 +19,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// Whether `--checkpoint-every` asks for a checkpoint after this step.
     pub(super) fn checkpoint_due(&self) -> bool {
         let every = self.state.checkpoints.as_ref().and_then(|c| c.every);
-        every.is_some_and(|n| self.replica.step.is_multiple_of(n))
+        every.is_some_and(|n| self.engine.replica.step.is_multiple_of(n))
     }
 
     /// Checkpoints at `position`, if checkpoints are on. Every rank calls it
@@ -34,7 +34,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             return Ok(None);
         }
         let (rank, world) = (self.topology.rank, self.topology.world);
-        self.check_guard()
+        self.engine
+            .check_guard()
             .with_context(|| format!("rank {rank}: before checkpointing at {position}"))?;
         let (epoch_loss_sum, epoch_correct, train_seconds) = if position.step == 0 {
             (vec![0.0; world], vec![0.0; world], 0.0)
@@ -43,7 +44,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             (loss, correct, self.state.meter.train_seconds())
         };
         let whole = self
-            .whole_state()
+            .engine
+            .whole_state(rank)
             .with_context(|| format!("rank {rank}: checkpointing at {position}"))?;
         // Recorded only where it does not follow from the position (see
         // `TrainingState::epoch_visited`).
@@ -51,7 +53,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let per_step = self.cfg.batch_size * self.cfg.accumulate_steps * self.topology.replicas();
         let in_this_layout = position.step * per_step as u64;
         let epoch_visited = (position.step > 0 && visited != in_this_layout).then_some(visited);
-        let hook = self.hook_state().with_context(|| {
+        let hook = self.engine.hook_state().with_context(|| {
             format!("rank {rank}: checkpointing PowerSGD's state at {position}")
         })?;
         let metrics = (epoch_loss_sum, epoch_correct, train_seconds);
@@ -59,14 +61,14 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let Some(checkpoints) = self.state.checkpoints.as_ref() else {
             return Ok(None);
         };
-        let layout = self.model.layout();
+        let layout = self.engine.model.layout();
         let write = || {
             state
                 .map(|state| checkpoints.dir.save(&state, layout))
                 .transpose()
                 .with_context(|| format!("rank 0: checkpointing at {position}"))
         };
-        let Some(comm) = self.comm.as_mut() else {
+        let Some(comm) = self.engine.comm.as_mut() else {
             return write();
         };
         // The ranks keep meeting while rank 0 writes, each meeting well
@@ -107,7 +109,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let layout = (self.topology.world, self.topology.stages);
         TrainingState {
             position,
-            optimizer_step: self.replica.step,
+            optimizer_step: self.engine.replica.step,
             params,
             exp_avg,
             exp_avg_sq,
@@ -117,25 +119,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch_visited,
             settings: (self.cfg).settings(
                 layout,
-                self.model.kind(),
-                self.schedule.fingerprint(),
+                self.engine.model.kind(),
+                self.engine.schedule.fingerprint(),
                 (self.state.checkpoints.as_ref()).and_then(|c| c.record.clone()),
             ),
             hook,
         }
-    }
-
-    /// PowerSGD's state with every rank's error feedback, on rank 0 (every
-    /// rank calls it; all have a state or none do: they run alike).
-    fn hook_state(&mut self) -> anyhow::Result<Option<HookState>> {
-        let Some(mine) = self.averaging.powersgd_state()? else {
-            return Ok(None);
-        };
-        let errors = match self.comm.as_mut() {
-            Some(comm) => comm.all_gather(mine.error)?.concat(),
-            None => mine.error,
-        };
-        Ok(Some(HookState { q: mine.q, errors }))
     }
 
     /// Every rank's running loss sum and correct count, exactly: each rank
@@ -143,8 +132,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     fn gather_epoch_metrics(&mut self) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
         let (n, rank) = (self.topology.world, self.topology.rank);
         let mut mine = vec![0.0; 2 * n];
-        [mine[rank], mine[n + rank]] = self.state.meter.read(&self.backend)?;
-        let all = self.sum_over_ranks(mine)?;
+        [mine[rank], mine[n + rank]] = self.state.meter.read(&self.engine.backend)?;
+        let all = self.engine.sum_over_ranks(mine)?;
         Ok((
             all[..n].iter().map(|&x| x as f32).collect(),
             all[n..].iter().map(|&x| x as f32).collect(),

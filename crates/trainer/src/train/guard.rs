@@ -4,14 +4,14 @@ use anyhow::bail;
 use core_tensor::Ops;
 use core_tensor::ops::{GUARD_LEN, GuardState};
 
-use super::Trainer;
+use super::engine::StepEngine;
 use crate::model::Model;
 
 /// On a device whose reads synchronise, the guard is read every this many
 /// steps (and at every epoch end and checkpoint).
 pub(super) const GUARD_READ_EVERY: u64 = 100;
 
-impl<B: Ops, M: Model<B>> Trainer<B, M> {
+impl<B: Ops, M: Model<B>> StepEngine<B, M> {
     /// Stops once the guard saw a non-finite loss or gradient. The guard
     /// skips the Adam update of that step and every later one on the
     /// device, so the parameters (and any checkpoint) stay those from before
@@ -23,7 +23,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// Reading the guard waits for the device, so every collective queued
     /// before has completed or been aborted by then: a failed one is
     /// reported first (the gradients it left are not to be trusted).
-    pub(super) fn check_guard(&self) -> anyhow::Result<()> {
+    pub fn check_guard(&self) -> anyhow::Result<()> {
         let mut words = [0u32; GUARD_LEN];
         self.backend
             .read_range(&self.replica.guard, 0..GUARD_LEN, &mut words)?;

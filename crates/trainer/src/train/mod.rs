@@ -3,24 +3,28 @@
 //! and for more than one replica the averaging of their gradients every
 //! step.
 //!
-//! A [`Trainer`] is a replica (`replica.rs`: parameters, gradients,
-//! moments, the finiteness guard), an optimizer chosen once (`optimizer/`),
-//! a schedule that runs the model over a batch (`schedule.rs`: the whole
-//! model, `whole_model.rs`, or a pipeline stage, `crate::pipeline`), the
-//! averaging (`crate::ddp::Averaging`), and the loop's state between steps
-//! (`epoch_loop.rs`). `step.rs` is one optimizer step, top to bottom;
-//! `accumulate.rs` the micro-batches of one step (`--accumulate-steps`);
-//! `epoch_loop.rs` the loop over an epoch's steps (stop votes,
-//! `votes.rs`; periodic checkpoints, `checkpointing.rs`); `meter.rs` the
+//! A [`Trainer`] is two parts. Its step engine (`engine.rs`) owns the
+//! replica (`replica.rs`: parameters, gradients, moments, the finiteness
+//! guard), an optimizer chosen once (`optimizer/`), a schedule that runs
+//! the model over a batch (`schedule.rs`: the whole model,
+//! `whole_model.rs`, or a pipeline stage, `crate::pipeline`), the averaging
+//! (`crate::ddp::Averaging`) and the job's communicator: `step.rs` is one
+//! optimizer step, top to bottom; `accumulate.rs` the micro-batches of one
+//! step (`--accumulate-steps`); `guard.rs` the finiteness guard's report;
+//! `assemble.rs` the whole model from the parts of a pipeline's stages.
+//! The epoch policy over it is the trainer's own, with the loop's state
+//! between steps: `epoch_loop.rs` the loop over an epoch's steps (stop
+//! votes, `votes.rs`; periodic checkpoints and what they gather,
+//! `checkpointing.rs`; a live job's membership, `live.rs`); `meter.rs` the
 //! epoch's running numbers; `agreement.rs` the check that every rank was
-//! given rank 0's flags and data; `assemble.rs` the whole model from the
-//! parts of a pipeline's stages; `memory.rs` whether a batch's buffers fit.
+//! given rank 0's flags and data; `memory.rs` whether a batch's buffers fit.
 
 mod accumulate;
 mod agreement;
 mod assemble;
 mod checkpointing;
 mod config;
+mod engine;
 mod epoch_loop;
 pub(crate) mod exact;
 mod guard;
@@ -58,38 +62,26 @@ pub use shared_settings::{
 pub use whole_model::WholeModel;
 
 use crate::checkpoint::{Checkpoints, Position};
-use crate::comm_thread::CommThread;
 use crate::data::{Batches, Order, Resumed};
-use crate::ddp::Averaging;
 use crate::model::{Metric, Model};
 use crate::monitor::Monitor;
 use crate::phases::StepTimer;
 use crate::stop::StopRequest;
 use crate::topology::Topology;
+use engine::StepEngine;
 pub use meter::EpochShare;
 use meter::{EpochMeter, ResumePoint};
-use optimizer::Optimizer;
-use replica::Replica;
 use votes::StopVotes;
 
-/// One rank's replica, its optimizer, and what it trains on.
+/// One rank's training: the step engine (its replica and what steps it),
+/// the epoch policy over it (the loop's state: stop votes, checkpoints,
+/// the ledger, a live job's membership), the run's settings and where the
+/// rank stands in the job.
 pub struct Trainer<B: Ops, M: Model<B>> {
-    /// First, so it is dropped first: an NCCL hook makes the compute
-    /// stream wait for its collectives before the gradients are freed.
-    averaging: Averaging<B>,
-    /// The job's communicator; `None` for one rank.
-    comm: Option<CommThread>,
-    backend: B,
-    model: M,
+    /// First, so it is dropped first (see [`StepEngine`]'s averaging).
+    engine: StepEngine<B, M>,
     cfg: TrainConfig,
     topology: Topology,
-    replica: Replica<B>,
-    optimizer: Box<dyn Optimizer<B>>,
-    schedule: Box<dyn Schedule<B, M>>,
-    /// The sum of a step's micro-batches (`--accumulate-steps` above 1).
-    accumulator: Option<accumulate::Accumulator<B>>,
-    /// `--reproducible`: the step's units and their exact sum.
-    exact: Option<exact::ExactSum>,
     state: LoopState<B>,
 }
 
@@ -146,7 +138,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
     /// Optimizer steps trained so far (those of the run resumed included).
     pub fn global_step(&self) -> u64 {
-        self.replica.step
+        self.engine.replica.step
     }
 
     /// The newest checkpoint [`Trainer::run`] saved at an epoch's end
@@ -160,7 +152,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     }
 
     pub fn model(&self) -> &M {
-        &self.model
+        &self.engine.model
     }
 
     /// The last epoch it trains.
@@ -177,19 +169,26 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// model, or for a model split between ranks its part (the whole:
     /// [`Trainer::whole_params`]).
     pub fn params(&self) -> anyhow::Result<Vec<f32>> {
-        Ok(self.backend.download(&self.replica.params)?)
+        Ok(self.engine.backend.download(&self.engine.replica.params)?)
+    }
+
+    /// The whole model's parameters on the host of every rank. For a model
+    /// split between ranks, every rank calls it: each part comes from the
+    /// first replica's rank training it.
+    pub fn whole_params(&mut self) -> anyhow::Result<Vec<f32>> {
+        self.engine.whole_params(self.topology.rank)
     }
 
     /// The part of the parameters this rank trains (a pipeline stage's);
     /// `None`: all of them.
     pub fn part(&self) -> Option<Part> {
-        self.schedule.part()
+        self.engine.schedule.part()
     }
 
     /// This rank's samples of the training split: its replica's (of the
     /// rest of the epoch, when `resumed`).
     pub fn order(&self, resumed: Option<Resumed>) -> Order {
-        match &self.exact {
+        match &self.engine.exact {
             // The steps are the global order's, whatever the layout: a
             // resumed epoch skips the steps done, on any number of replicas.
             Some(exact) => {
@@ -261,9 +260,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// ranks' together, through the pipeline); `NaN` for a model without a
     /// metric or a test set, which skips the pass. Every rank calls it.
     pub fn evaluate(&mut self) -> anyhow::Result<f64> {
-        let metric = self.model.metric();
-        let Some(total) = self
-            .schedule
+        let metric = self.engine.model.metric();
+        let Some(total) = (self.engine.schedule)
             .test_samples()
             .filter(|_| metric != Metric::None)
         else {
@@ -277,22 +275,22 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 world_size: world,
             })
             .collect();
-        let (b, sum) = (&self.backend, &mut self.state.meter.test_sum);
+        let (b, sum) = (&self.engine.backend, &mut self.state.meter.test_sum);
         b.fill(sum, 0.0)?;
-        let params = &self.replica.params;
-        (self.schedule)
-            .evaluate(b, &self.model, (params, &orders), sum)
+        let params = &self.engine.replica.params;
+        (self.engine.schedule)
+            .evaluate(b, &self.engine.model, (params, &orders), sum)
             .with_context(|| format!("rank {}: evaluating", self.topology.rank))?;
         let local = meter::read_scalar(b, sum)?;
-        let sum = self.sum_over_ranks(vec![local])?[0];
+        let sum = self.engine.sum_over_ranks(vec![local])?[0];
         Ok(metric.value(sum, total as f64))
     }
 
     /// The samples of each test shard [`Trainer::evaluate`] goes through
     /// on this rank (none without a test pass).
     fn test_shards(&self) -> Vec<usize> {
-        let Some(len) =
-            (self.schedule.test_samples()).filter(|_| self.model.metric() != Metric::None)
+        let Some(len) = (self.engine.schedule.test_samples())
+            .filter(|_| self.engine.model.metric() != Metric::None)
         else {
             return Vec::new();
         };
@@ -300,12 +298,5 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         (self.topology.pipeline_members().into_iter())
             .map(|rank| len.saturating_sub(rank).div_ceil(world))
             .collect()
-    }
-
-    fn sum_over_ranks(&mut self, values: Vec<f64>) -> anyhow::Result<Vec<f64>> {
-        match &mut self.comm {
-            Some(comm) => comm.sum_f64(values).context("reducing epoch metrics"),
-            None => Ok(values),
-        }
     }
 }

@@ -8,6 +8,7 @@ use core_tensor::Ops;
 
 use super::accumulate::Accumulator;
 use super::agreement;
+use super::engine::StepEngine;
 use super::exact::{self, ExactSum, UnitPlan};
 use super::meter::{EpochMeter, ResumePoint};
 use super::optimizer;
@@ -207,7 +208,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 ..Default::default()
             },
         };
-        Ok(Self {
+        let engine = StepEngine {
             replica: Replica::upload(&backend, &start, part)?,
             accumulator,
             exact,
@@ -215,10 +216,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             comm,
             backend,
             model,
-            cfg,
-            topology,
             optimizer,
             schedule,
+        };
+        Ok(Self {
+            engine,
+            cfg,
+            topology,
             state,
         })
     }

@@ -2,20 +2,27 @@
 
 use core_tensor::Ops;
 
-use super::Trainer;
 use super::accumulate::Micro;
+use super::engine::StepEngine;
 use super::guard::GUARD_READ_EVERY;
+use super::meter::EpochMeter;
 use super::optimizer::StepRows;
 use super::schedule::Pass;
 use crate::model::{GradsReady, Model};
-use crate::phases::Phase;
+use crate::phases::{Phase, StepTimer};
 
-impl<B: Ops, M: Model<B>> Trainer<B, M> {
+impl<B: Ops, M: Model<B>> StepEngine<B, M> {
     /// One optimizer step over `micro`, its micro-batches of the epoch the
-    /// training data started last (one, without `--accumulate-steps`).
-    pub(super) fn train_step(&mut self, micro: &[Micro]) -> anyhow::Result<()> {
+    /// training data started last (one, without `--accumulate-steps`),
+    /// its loss and metric summed into the epoch's `meter`, its phases
+    /// timed by `timer`.
+    pub fn train_step(
+        &mut self,
+        micro: &[Micro],
+        meter: &mut EpochMeter<B>,
+        timer: &mut StepTimer<B>,
+    ) -> anyhow::Result<()> {
         let (b, model, replica) = (&self.backend, &self.model, &mut self.replica);
-        let (meter, timer) = (&mut self.state.meter, &mut self.state.timer);
         let step = replica.step;
         self.averaging.begin_step(step);
 
@@ -94,7 +101,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             self.check_guard()?;
             // The guard read waited for the device: the step marks are
             // ready to read without another synchronisation.
-            self.state.timer.harvest()?;
+            timer.harvest()?;
         }
         Ok(())
     }
