@@ -213,7 +213,7 @@ fn target_dir() -> PathBuf {
 
 /// [`artifacts`] for the workspace at `root`, built into `target`.
 fn artifacts_in(root: &Path, target: &Path, args: &[&str]) -> Result<Vec<Artifact>> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let cargo = crate::trainer_build::cargo();
     eprintln!("cargo {} (in {})", args.join(" "), root.display());
     let out = Command::new(cargo)
         .current_dir(root)

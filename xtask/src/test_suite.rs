@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::interrupt::StopFlag;
-use crate::trainer_build::workspace_root;
+use crate::trainer_build::{cargo, workspace_root};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -104,7 +104,7 @@ pub fn run(args: Args) -> Result<()> {
 /// Builds every test binary of the workspace, as `cargo test --workspace`
 /// would, and returns how to run each.
 fn test_binaries(root: &Path, test_args: &[String]) -> Result<Vec<Job>> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let cargo = cargo();
     let mut build = Command::new(&cargo);
     build
         .current_dir(root)
@@ -184,7 +184,7 @@ fn rank(label: &str) -> usize {
 }
 
 fn doc_tests(root: &Path, test_args: &[String]) -> Job {
-    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let mut command = Command::new(cargo());
     command
         .current_dir(root)
         .args(["test", "--workspace", "--doc", "--"])

@@ -21,7 +21,8 @@ pub fn find_on_path(program: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-fn cargo() -> std::ffi::OsString {
+/// The cargo that runs this task (`$CARGO`), else the one on PATH.
+pub fn cargo() -> std::ffi::OsString {
     std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
