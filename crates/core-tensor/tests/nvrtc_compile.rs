@@ -40,7 +40,7 @@ fn every_kernel_compiles_with_nvrtc() {
     };
     println!("NVRTC {}.{}", nvrtc.0, nvrtc.1);
     let sm = target_sm();
-    let ptxas = usable_ptxas(nvrtc);
+    let (ptxas, release) = usable_ptxas(nvrtc).unzip();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nvrtc-compile");
     std::fs::create_dir_all(&dir).expect("create the PTX folder");
     // The modules are independent programs: one worker per core takes the
@@ -70,9 +70,9 @@ fn every_kernel_compiles_with_nvrtc() {
             .collect()
     });
     tables.sort_by_key(|(i, _)| *i);
-    if ptxas.is_some() {
+    if let Some(release) = release {
         let table: Vec<Report> = tables.into_iter().flat_map(|(_, t)| t).collect();
-        report(&table, sm);
+        report(&table, sm, (nvrtc, release));
     }
 }
 
@@ -105,17 +105,20 @@ fn check_module(module: &KernelModule, sm: u32, ptxas: Option<&Path>, dir: &Path
     Vec::new()
 }
 
-/// Prints the per-kernel table and fails on spills.
-fn report(table: &[Report], sm: u32) {
+/// Prints the per-kernel table and fails on spills, on a GEMM kernel above
+/// its ceiling (with the architecture, NVRTC and ptxas they were recorded
+/// with), and on a register-staged kernel holding cp.async buffers.
+fn report(table: &[Report], sm: u32, tools: Toolchain) {
     println!("ptxas -v for sm_{sm}:");
     println!(
-        "{:<34} {:>5} {:>8} {:>12} {:>11}",
-        "kernel", "regs", "smem B", "spill st B", "spill ld B"
+        "{:<34} {:>5} {:>5} {:>8} {:>12} {:>11}",
+        "kernel", "regs", "ceil", "smem B", "spill st B", "spill ld B"
     );
     for k in table {
+        let ceiling = register_ceiling(&k.name).map_or(String::new(), |c| c.to_string());
         println!(
-            "{:<34} {:>5} {:>8} {:>12} {:>11}",
-            k.name, k.registers, k.smem, k.spill_stores, k.spill_loads
+            "{:<34} {:>5} {:>5} {:>8} {:>12} {:>11}",
+            k.name, k.registers, ceiling, k.smem, k.spill_stores, k.spill_loads
         );
     }
     let launched: usize = kernel_modules().iter().map(|m| m.functions.len()).sum();
@@ -129,7 +132,125 @@ fn report(table: &[Report], sm: u32) {
         .filter(|k| k.spill_stores + k.spill_loads > 0)
         .collect();
     assert!(spilling.is_empty(), "kernels spill registers: {spilling:?}");
+    if (sm, tools) == CEILINGS_FOR {
+        gemm_registers_stay_under_their_ceilings(table);
+    } else {
+        let (ceil_sm, ceil_tools) = CEILINGS_FOR;
+        println!(
+            "register ceilings not checked: recorded for sm_{ceil_sm} with {}, not sm_{sm} with {}",
+            describe(ceil_tools),
+            describe(tools)
+        );
+    }
     register_staging_reserves_one_buffer(table);
+}
+
+/// The most registers each GEMM family's kernels may take, per kind:
+/// float32 and TF32 in the square tiles (each with its `_cp` twin), bf16,
+/// and the wide tiles (`_f32w`, `_tf32w` and their `_cp` twins). They are
+/// what ptxas 12.9 gave each family's kernels for sm_90 when one kernel
+/// held both stagings (and the wide one both precisions: 646d205, before
+/// the families were stamped per kind); sgemm.cuh's bounds
+/// (`GEMM_ENTRY_BOUNDS`) keep every kind at or below them.
+const REGISTER_CEILINGS: [(&str, [u32; 4]); 15] = [
+    ("conv2d_fwd", [64, 64, 73, 166]),
+    ("conv2d_fwd_partial", [64, 64, 73, 166]),
+    ("conv2d_bwd_input", [64, 64, 80, 172]),
+    ("conv2d_bwd_input_partial", [64, 64, 79, 172]),
+    ("conv2d_bwd_weight", [80, 80, 87, 217]),
+    ("conv2d_bwd_weight_partial", [80, 80, 87, 217]),
+    ("conv2d_pool_fwd", [64, 60, 71, 0]),
+    ("conv2d_relu_fwd", [64, 64, 77, 166]),
+    ("linear_fwd", [77, 72, 73, 147]),
+    ("linear_fwd_partial", [77, 72, 73, 147]),
+    ("linear_bwd_weight", [63, 64, 72, 127]),
+    ("linear_bwd_weight_partial", [64, 64, 72, 127]),
+    ("linear_bwd_input", [64, 66, 74, 139]),
+    ("linear_bwd_input_partial", [63, 66, 74, 139]),
+    ("linear_relu_fwd", [77, 64, 73, 147]),
+];
+
+/// NVRTC's and ptxas's releases, `(major, minor)` each.
+type Toolchain = ((i32, i32), (i32, i32));
+
+/// The architecture and compilers `REGISTER_CEILINGS` hold for (others
+/// allocate otherwise: the table is printed, the ceilings not asserted).
+const CEILINGS_FOR: (u32, Toolchain) = (DEFAULT_SM, ((12, 9), (12, 9)));
+
+fn describe(((nvrtc_major, nvrtc_minor), (ptxas_major, ptxas_minor)): Toolchain) -> String {
+    format!("NVRTC {nvrtc_major}.{nvrtc_minor} and ptxas {ptxas_major}.{ptxas_minor}")
+}
+
+/// The kinds of a GEMM family (sgemm.cuh's `GEMM_VARIANTS`), each with
+/// its column in `REGISTER_CEILINGS`.
+const GEMM_KINDS: [(&str, usize); 9] = [
+    ("f32", 0),
+    ("f32_cp", 0),
+    ("tf32", 1),
+    ("tf32_cp", 1),
+    ("bf16", 2),
+    ("f32w", 3),
+    ("f32w_cp", 3),
+    ("tf32w", 3),
+    ("tf32w_cp", 3),
+];
+
+/// The GEMM family of `kernel` and the rest of its name: the longest
+/// family of `REGISTER_CEILINGS` it starts with (a split family's name
+/// extends its whole-tile family's).
+fn gemm_family(kernel: &str) -> Option<(&'static str, &str, &'static [u32; 4])> {
+    let (family, ceilings) = REGISTER_CEILINGS
+        .iter()
+        .filter(|(family, _)| kernel.starts_with(&format!("{family}_")))
+        .max_by_key(|(family, _)| family.len())?;
+    Some((family, &kernel[family.len() + 1..], ceilings))
+}
+
+/// `kernel`'s register ceiling, if it is a GEMM kernel of a listed kind
+/// (not, e.g., `<family>_reduce_f32`, which sums the splits).
+fn register_ceiling(kernel: &str) -> Option<u32> {
+    let (_, kind, ceilings) = gemm_family(kernel)?;
+    let (_, column) = GEMM_KINDS.iter().find(|(k, _)| *k == kind)?;
+    Some(ceilings[*column])
+}
+
+/// Every GEMM kernel takes no more registers than its ceiling: each
+/// family (what has a `_bf16` kernel) is listed in `REGISTER_CEILINGS`,
+/// and each of its kernels but the reduction is of a listed kind, every
+/// kind with a ceiling there (0: none, `conv2d_pool_fwd`'s wide tiles).
+fn gemm_registers_stay_under_their_ceilings(table: &[Report]) {
+    let mut found: Vec<&str> = (table.iter())
+        .filter_map(|k| k.name.strip_suffix("_bf16"))
+        .collect();
+    let mut listed: Vec<&str> = REGISTER_CEILINGS.iter().map(|(f, _)| *f).collect();
+    found.sort_unstable();
+    listed.sort_unstable();
+    assert_eq!(found, listed, "the GEMM families and their ceilings differ");
+    let products: Vec<&Report> = (table.iter())
+        .filter(|k| gemm_family(&k.name).is_some_and(|(_, rest, _)| rest != "reduce_f32"))
+        .collect();
+    let unlisted: Vec<&str> = (products.iter())
+        .filter(|k| register_ceiling(&k.name).is_none())
+        .map(|k| k.name.as_str())
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "GEMM kernels of no listed kind: {unlisted:?}"
+    );
+    let kinds: usize = (REGISTER_CEILINGS.iter())
+        .map(|(_, ceilings)| GEMM_KINDS.iter().filter(|(_, c)| ceilings[*c] > 0).count())
+        .sum();
+    assert_eq!(products.len(), kinds, "a GEMM family lacks a kind");
+    let over: Vec<String> = (products.iter())
+        .filter_map(|k| {
+            let ceiling = register_ceiling(&k.name)?;
+            (k.registers > ceiling).then(|| format!("{} {} > {ceiling}", k.name, k.registers))
+        })
+        .collect();
+    assert!(
+        over.is_empty(),
+        "GEMM kernels above their register ceilings: {over:?}"
+    );
 }
 
 /// Each GEMM kernel's register staging (`<family>_<kind>`) reserves one
@@ -170,7 +291,7 @@ fn register_staging_reserves_one_buffer(table: &[Report]) {
 
 /// A ptxas that can assemble this NVRTC's PTX (its release is not older:
 /// PTX from a newer toolkit is refused), else `None` after saying why.
-fn usable_ptxas(nvrtc: (i32, i32)) -> Option<PathBuf> {
+fn usable_ptxas(nvrtc: (i32, i32)) -> Option<(PathBuf, (i32, i32))> {
     let Some((ptxas, release)) = find_ptxas() else {
         skip(
             "ptxas not found (set PTXAS or pip install nvidia-cuda-nvcc-cu12): no register report",
@@ -188,7 +309,7 @@ fn usable_ptxas(nvrtc: (i32, i32)) -> Option<PathBuf> {
         ));
         return None;
     }
-    Some(ptxas)
+    Some((ptxas, release))
 }
 
 /// `CUDA_COMPUTE_CAP` (as `nvidia-smi` prints it, 9.0, or as 90), else sm_90.

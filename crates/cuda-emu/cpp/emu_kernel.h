@@ -45,6 +45,7 @@ using cuda_emu::threadIdx;
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __maxnreg__(n)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #define __syncthreads() cuda_emu::syncthreads()

@@ -266,25 +266,42 @@ typedef GemmKind<GEMM_TF32, GEMM_WIDE, GEMM_CP_ASYNC> GemmTf32WideCp;
     STAMP(NAME##_tf32w, GemmTf32Wide)      \
     STAMP(NAME##_tf32w_cp, GemmTf32WideCp)
 
-// The head of every GEMM entry point a STAMP macro writes: the registers
-// are ptxas's choice.
+// The head of every GEMM entry point a STAMP macro writes. GEMM_ENTRY
+// leaves the registers to ptxas in every kind (256 threads per block, so
+// at most 255). GEMM_ENTRY_BOUNDS(KIND, f32, f32_cp, tf32, tf32_cp, bf16,
+// f32w, f32w_cp, tf32w, tf32w_cp) lists the family's bound for each kind
+// and picks KIND's (GEMM_PICK_<kind>):
+//   ANY        ptxas's choice, as GEMM_ENTRY;
+//   BLOCKS(n)  n blocks of 256 threads per SM, so at most 64K / (256 n)
+//              registers (4: 64, 3: 80, 2: 128): where ptxas would stop
+//              short of that occupancy step, or spill aiming at it;
+//   REGS(n)    at most n registers (`__maxnreg__`), a bound between the
+//              steps or where BLOCKS spills. NVRTC takes no thread bound
+//              beside it, and the 256-thread bound shapes NVVM's and
+//              ptxas's code (in its place `__maxnreg__(255)` gave
+//              linear_fwd_f32 80 registers, not 73): REGS only where needed.
+// The bounds hold each kind at or below the registers its family's kernel
+// took when it held both stagings (and the wide one both precisions);
+// nvrtc_compile asserts those ceilings and no spill (docs/gpu.md,
+// "cp.async staging"). A kind added to the lists gets a GEMM_PICK_ line,
+// `(...) ANY` until its families bound it.
 #define GEMM_ENTRY extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-
-// The blocks per SM a family asks ptxas to fit (`GEMM_ENTRY_FIT`): SQUARE
-// for its float32 and TF32 kinds in the square tiles, WIDE for its wide
-// kinds; 0 (bf16, and where a family says 0) leaves it to ptxas. Left to
-// itself ptxas sometimes aims at the next occupancy step and spills there
-// (64 registers for the input gradient's square tiles, 128 for some wide
-// ones) or stops short of it; asked, it fits without spilling
-// (nvrtc_compile's table; docs/gpu.md, "cp.async staging").
-template <class KIND, int SQUARE, int WIDE>
-struct GemmFit {
-    static const int BLOCKS = KIND::PRECISION == GEMM_BF16   ? 0
-                              : KIND::TILES == GEMM_SQUARE ? SQUARE
-                                                           : WIDE;
-};
-#define GEMM_ENTRY_FIT(KIND, SQUARE, WIDE) \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, (GemmFit<KIND, SQUARE, WIDE>::BLOCKS))
+#define GEMM_ENTRY_BOUNDS(KIND, ...) \
+    extern "C" __global__ void GEMM_BOUND(GEMM_PICK_##KIND(__VA_ARGS__))
+#define GEMM_BOUND(B) GEMM_BOUND_OF(B)
+#define GEMM_BOUND_OF(B) GEMM_BOUND_##B
+#define GEMM_BOUND_ANY __launch_bounds__(GEMM_THREADS)
+#define GEMM_BOUND_BLOCKS(N) __launch_bounds__(GEMM_THREADS, N)
+#define GEMM_BOUND_REGS(N) __maxnreg__(N)
+#define GEMM_PICK_GemmF32(B, ...) B
+#define GEMM_PICK_GemmF32Cp(A, B, ...) B
+#define GEMM_PICK_GemmTf32(A, A2, B, ...) B
+#define GEMM_PICK_GemmTf32Cp(A, A2, A3, B, ...) B
+#define GEMM_PICK_GemmBf16(A, A2, A3, A4, B, ...) B
+#define GEMM_PICK_GemmF32Wide(A, A2, A3, A4, A5, B, ...) B
+#define GEMM_PICK_GemmF32WideCp(A, A2, A3, A4, A5, A6, B, ...) B
+#define GEMM_PICK_GemmTf32Wide(A, A2, A3, A4, A5, A6, A7, B, ...) B
+#define GEMM_PICK_GemmTf32WideCp(A, A2, A3, A4, A5, A6, A7, A8, B) B
 
 // An operand whose element (mn, k) lies at p[mn_part + k_part]: both halves
 // are plain offsets. Loaders derive from it and add `mn_part` and `k_part`

@@ -139,21 +139,29 @@ extern "C" __global__ void conv2d_fwd_reduce_f32(const float* ws, const float* b
 
 // ---- input gradient: M = C, N = batch·H·W, K = O·K·K ----
 
-// ptxas's own registers for the whole-tile kernels (the float32 one: 77,
-// three blocks per SM; asked for four, it spills at 64). The split ones ask
-// for four blocks per SM in the square tiles, where ptxas would spill at
-// 64, and one in the wide tiles, where it would spill at 128.
-#define CONV2D_BWD_INPUT(NAME, KIND)                                                   \
-    GEMM_ENTRY NAME(const float* dy, const float* w, float* dx, Conv2dLaunch p) {      \
-        const Dims d = dims(p.g);                                                      \
-        conv2d_bwd_input<KIND>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w});   \
+// Each kind's bound (GEMM_ENTRY_BOUNDS, sgemm.cuh) holds it at or below the
+// registers of the kernel that held every staging (nvrtc_compile's
+// ceilings). Whole tiles: the float32 kernel capped at 64, four blocks per
+// SM (left to itself ptxas gives it 77, three blocks; asked for four
+// blocks, it spills 4 bytes at 64), the TF32 cp.async one asked for four
+// blocks (75 unasked). Split: four blocks per SM asked for in the square
+// tiles, where ptxas would spill at 64, and one in the wide tiles, where it
+// would spill at 128.
+#define CONV2D_BWD_INPUT(NAME, KIND)                                                 \
+    GEMM_ENTRY_BOUNDS(KIND, REGS(64), ANY, ANY, BLOCKS(4), ANY,                      \
+                      ANY, ANY, ANY, ANY)                                            \
+    NAME(const float* dy, const float* w, float* dx, Conv2dLaunch p) {               \
+        const Dims d = dims(p.g);                                                    \
+        conv2d_bwd_input<KIND>(dy, w, d, p, NchwStore{dx, nullptr, d.c, d.h * d.w}); \
     }
 GEMM_VARIANTS(conv2d_bwd_input, CONV2D_BWD_INPUT)
 
-#define CONV2D_BWD_INPUT_PARTIAL(NAME, KIND)                                           \
-    GEMM_ENTRY_FIT(KIND, 4, 1) NAME(const float* dy, const float* w, float* ws, Conv2dLaunch p) {      \
-        const Dims d = dims(p.g);                                                      \
-        conv2d_bwd_input<KIND>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w});   \
+#define CONV2D_BWD_INPUT_PARTIAL(NAME, KIND)                                         \
+    GEMM_ENTRY_BOUNDS(KIND, BLOCKS(4), BLOCKS(4), BLOCKS(4), BLOCKS(4), ANY,         \
+                      BLOCKS(1), BLOCKS(1), BLOCKS(1), BLOCKS(1))                    \
+    NAME(const float* dy, const float* w, float* ws, Conv2dLaunch p) {               \
+        const Dims d = dims(p.g);                                                    \
+        conv2d_bwd_input<KIND>(dy, w, d, p, PartialStore{ws, d.c, d.n * d.h * d.w}); \
     }
 GEMM_VARIANTS(conv2d_bwd_input_partial, CONV2D_BWD_INPUT_PARTIAL)
 
@@ -172,16 +180,22 @@ __device__ __forceinline__ void conv2d_bwd_weight(const float* x, const float* d
     gemm<KIND>(DyRows{dy, d.o, d.ohw}, Im2colT{x, d}, d.o, d.ckk, d.n * d.ohw, p.t, store);
 }
 
-#define CONV2D_BWD_WEIGHT(NAME, KIND)                                             \
-    GEMM_ENTRY NAME(const float* x, const float* dy, float* dw, Conv2dLaunch p) { \
-        conv2d_bwd_weight<KIND>(x, dy, p, PlainStore{dw, dims(p.g).ckk});         \
+// The wide float32 register kernels capped at 217 (ptxas's own choice: 233;
+// one block per SM either way).
+#define CONV2D_BWD_WEIGHT(NAME, KIND)                                     \
+    GEMM_ENTRY_BOUNDS(KIND, ANY, ANY, ANY, ANY, ANY,                      \
+                      REGS(217), ANY, ANY, ANY)                           \
+    NAME(const float* x, const float* dy, float* dw, Conv2dLaunch p) {    \
+        conv2d_bwd_weight<KIND>(x, dy, p, PlainStore{dw, dims(p.g).ckk}); \
     }
 GEMM_VARIANTS(conv2d_bwd_weight, CONV2D_BWD_WEIGHT)
 
-#define CONV2D_BWD_WEIGHT_PARTIAL(NAME, KIND)                                     \
-    GEMM_ENTRY NAME(const float* x, const float* dy, float* ws, Conv2dLaunch p) { \
-        const Dims d = dims(p.g);                                                 \
-        conv2d_bwd_weight<KIND>(x, dy, p, PartialStore{ws, d.o, d.ckk});          \
+#define CONV2D_BWD_WEIGHT_PARTIAL(NAME, KIND)                            \
+    GEMM_ENTRY_BOUNDS(KIND, ANY, ANY, ANY, ANY, ANY,                     \
+                      REGS(217), ANY, ANY, ANY)                          \
+    NAME(const float* x, const float* dy, float* ws, Conv2dLaunch p) {   \
+        const Dims d = dims(p.g);                                        \
+        conv2d_bwd_weight<KIND>(x, dy, p, PartialStore{ws, d.o, d.ckk}); \
     }
 GEMM_VARIANTS(conv2d_bwd_weight_partial, CONV2D_BWD_WEIGHT_PARTIAL)
 

@@ -14,14 +14,22 @@
 // Each product is one device function templated on its kind; a STAMP
 // macro writes its entry point once, and GEMM_VARIANTS stamps it per kind.
 
-#define LINEAR_FWD(NAME, KIND)                                                                \
-    GEMM_ENTRY NAME(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) { \
-        linear_fwd<KIND>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});                 \
+// Each kind's bound (GEMM_ENTRY_BOUNDS, sgemm.cuh) holds it at or below the
+// registers of the kernel that held every staging (nvrtc_compile's
+// ceilings): here the wide float32 register kernels capped at 147 (ptxas's
+// own choice: 173 and 171; one block per SM either way).
+#define LINEAR_FWD(NAME, KIND)                                                          \
+    GEMM_ENTRY_BOUNDS(KIND, ANY, ANY, ANY, ANY, ANY,                                    \
+                      REGS(147), ANY, ANY, ANY)                                         \
+    NAME(const float* x, const float* w, const float* bias, float* y, LinearLaunch p) { \
+        linear_fwd<KIND>(x, w, p, BiasStore{y, bias, (int)p.g.out_features});           \
     }
 GEMM_VARIANTS(linear_fwd, LINEAR_FWD)
 
-#define LINEAR_FWD_PARTIAL(NAME, KIND)                                                    \
-    GEMM_ENTRY NAME(const float* x, const float* w, float* ws, LinearLaunch p) {          \
+#define LINEAR_FWD_PARTIAL(NAME, KIND)                                                      \
+    GEMM_ENTRY_BOUNDS(KIND, ANY, ANY, ANY, ANY, ANY,                                        \
+                      REGS(147), ANY, ANY, ANY)                                             \
+    NAME(const float* x, const float* w, float* ws, LinearLaunch p) {                       \
         linear_fwd<KIND>(x, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.out_features}); \
     }
 GEMM_VARIANTS(linear_fwd_partial, LINEAR_FWD_PARTIAL)
@@ -41,16 +49,21 @@ __device__ __forceinline__ void linear_bwd_weight(const float* x, const float* d
 }
 
 // Two blocks per SM asked for in the wide tiles, which fit 127 registers
-// (left to itself, ptxas gives the float32 one 129: one block).
-#define LINEAR_BWD_WEIGHT(NAME, KIND)                                              \
-    GEMM_ENTRY_FIT(KIND, 0, 2) NAME(const float* x, const float* dy, float* dw, LinearLaunch p) {  \
-        linear_bwd_weight<KIND>(x, dy, p, PlainStore{dw, (int)p.g.in_features});   \
+// (left to itself, ptxas gives the float32 one 129: one block); the split
+// float32 one capped at 127 (asked for two blocks, it takes 128).
+#define LINEAR_BWD_WEIGHT(NAME, KIND)                                            \
+    GEMM_ENTRY_BOUNDS(KIND, ANY, ANY, ANY, ANY, ANY,                             \
+                      BLOCKS(2), BLOCKS(2), BLOCKS(2), BLOCKS(2))                \
+    NAME(const float* x, const float* dy, float* dw, LinearLaunch p) {           \
+        linear_bwd_weight<KIND>(x, dy, p, PlainStore{dw, (int)p.g.in_features}); \
     }
 GEMM_VARIANTS(linear_bwd_weight, LINEAR_BWD_WEIGHT)
 
-#define LINEAR_BWD_WEIGHT_PARTIAL(NAME, KIND)                                                  \
-    GEMM_ENTRY_FIT(KIND, 0, 2) NAME(const float* x, const float* dy, float* ws, LinearLaunch p) {              \
-        linear_bwd_weight<KIND>(x, dy, p,                                                      \
+#define LINEAR_BWD_WEIGHT_PARTIAL(NAME, KIND)                                                   \
+    GEMM_ENTRY_BOUNDS(KIND, ANY, ANY, ANY, ANY, ANY,                                            \
+                      REGS(127), BLOCKS(2), BLOCKS(2), BLOCKS(2))                               \
+    NAME(const float* x, const float* dy, float* ws, LinearLaunch p) {                          \
+        linear_bwd_weight<KIND>(x, dy, p,                                                       \
                                 PartialStore{ws, (int)p.g.out_features, (int)p.g.in_features}); \
     }
 GEMM_VARIANTS(linear_bwd_weight_partial, LINEAR_BWD_WEIGHT_PARTIAL)
@@ -68,16 +81,23 @@ __device__ __forceinline__ void linear_bwd_input(const float* dy, const float* w
     gemm<KIND>(RowsByK{dy, O}, ColsByK{w, I}, B, I, O, p.t, store);
 }
 
-#define LINEAR_BWD_INPUT(NAME, KIND)                                              \
-    GEMM_ENTRY NAME(const float* dy, const float* w, float* dx, LinearLaunch p) { \
-        linear_bwd_input<KIND>(dy, w, p, PlainStore{dx, (int)p.g.in_features});   \
+// The wide float32 register kernel capped at 139 (ptxas's own choice: 143);
+// it takes 128.
+#define LINEAR_BWD_INPUT(NAME, KIND)                                            \
+    GEMM_ENTRY_BOUNDS(KIND, ANY, ANY, ANY, ANY, ANY,                            \
+                      REGS(139), ANY, ANY, ANY)                                 \
+    NAME(const float* dy, const float* w, float* dx, LinearLaunch p) {          \
+        linear_bwd_input<KIND>(dy, w, p, PlainStore{dx, (int)p.g.in_features}); \
     }
 GEMM_VARIANTS(linear_bwd_input, LINEAR_BWD_INPUT)
 
-// One block per SM asked for in the wide tiles: left to itself, ptxas
-// spills the cp.async one at 128 registers.
-#define LINEAR_BWD_INPUT_PARTIAL(NAME, KIND)                                                     \
-    GEMM_ENTRY_FIT(KIND, 0, 1) NAME(const float* dy, const float* w, float* ws, LinearLaunch p) {                \
+// The wide tiles capped at 139: left to itself, ptxas spills the cp.async
+// float32 one at 128 registers, and asked for one block per SM, it gave
+// the four kinds 143-152.
+#define LINEAR_BWD_INPUT_PARTIAL(NAME, KIND)                                                      \
+    GEMM_ENTRY_BOUNDS(KIND, ANY, ANY, ANY, ANY, ANY,                                              \
+                      REGS(139), REGS(139), REGS(139), REGS(139))                                 \
+    NAME(const float* dy, const float* w, float* ws, LinearLaunch p) {                            \
         linear_bwd_input<KIND>(dy, w, p, PartialStore{ws, (int)p.g.batch, (int)p.g.in_features}); \
     }
 GEMM_VARIANTS(linear_bwd_input_partial, LINEAR_BWD_INPUT_PARTIAL)

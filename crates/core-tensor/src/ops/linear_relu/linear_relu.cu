@@ -25,10 +25,14 @@ struct BiasReluDropoutStore {
     }
 };
 
-#define LINEAR_RELU_FWD(NAME, KIND)                                                        \
-    GEMM_ENTRY NAME(const float* x, const float* w, const float* bias, float* y, LinearLaunch p, \
-                    DropoutArgs d) {                                                           \
-        linear_fwd<KIND>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d});    \
+// The wide float32 register kernel capped at 147 as linear_fwd's (ptxas's
+// own choice: 159; GEMM_ENTRY_BOUNDS, sgemm.cuh).
+#define LINEAR_RELU_FWD(NAME, KIND)                                                         \
+    GEMM_ENTRY_BOUNDS(KIND, ANY, ANY, ANY, ANY, ANY,                                        \
+                      REGS(147), ANY, ANY, ANY)                                             \
+    NAME(const float* x, const float* w, const float* bias, float* y, LinearLaunch p,       \
+                    DropoutArgs d) {                                                        \
+        linear_fwd<KIND>(x, w, p, BiasReluDropoutStore{y, bias, (int)p.g.out_features, d}); \
     }
 GEMM_VARIANTS(linear_relu_fwd, LINEAR_RELU_FWD)
 
