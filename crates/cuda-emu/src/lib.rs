@@ -162,6 +162,14 @@ impl Emulator {
         let _turn = BUILDING
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // And one at a time across processes (test binaries run side by
+        // side): a second builder waits, then finds it built. Replacing
+        // `libcuda.so` under a process that has loaded it would make its
+        // next dlopen (NCCL's, through the `libnccl.so` link, is lazy) load
+        // the new file as a second library, with a device memory of its own:
+        // "a buffer is not inside one device allocation". The kernel frees
+        // the lock when the file closes, also when a process dies.
+        let _across_processes = build_lock(out)?;
         let compiler = env::var("CXX").unwrap_or_else(|_| "c++".to_owned());
         let units = translation_units(kernel_modules());
         let fingerprint = fingerprint(&compiler, &units);
@@ -344,6 +352,19 @@ impl RunError {
     }
 }
 
+/// `out/build.lock`, created if needed and held until the result is dropped.
+fn build_lock(out: &Path) -> Result<fs::File, BuildError> {
+    create_dir(out)?;
+    let path = out.join("build.lock");
+    let io_error = |source| BuildError::Io {
+        path: path.clone(),
+        source,
+    };
+    let file = fs::File::create(&path).map_err(io_error)?;
+    file.lock().map_err(io_error)?;
+    Ok(file)
+}
+
 fn create_dir(path: &Path) -> Result<(), BuildError> {
     fs::create_dir_all(path).map_err(|source| BuildError::Io {
         path: path.to_path_buf(),
@@ -363,4 +384,25 @@ fn rename(from: &Path, to: &Path) -> Result<(), BuildError> {
         path: to.to_path_buf(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_builder_waits_until_the_first_is_done() {
+        let out = env::temp_dir().join(format!("cuda-emu-lock-{}", std::process::id()));
+        let held = build_lock(&out).unwrap();
+        // Another open file: another builder (flock locks an open file).
+        let other = fs::File::open(out.join("build.lock")).unwrap();
+        assert!(matches!(
+            other.try_lock(),
+            Err(fs::TryLockError::WouldBlock)
+        ));
+        drop(held);
+        other.try_lock().unwrap();
+        drop(other);
+        fs::remove_dir_all(&out).unwrap();
+    }
 }

@@ -1,13 +1,11 @@
 //! The kernel cache across processes, on `cuda-emu`: a first process
-//! compiles every module with NVRTC and saves it (in the cache every
-//! emulated run of the build tree then shares: the emulator's NVRTC is the
-//! suites' slowest part, done once); a process that finds one entry missing
+//! compiles every module with NVRTC and saves it; a process that finds one
+//! entry missing
 //! compiles and saves that one and reads the others, the next reads them
 //! all, a damaged entry is compiled again (and the GPU still opens), and
 //! an entry the driver refuses is an error that names the cache.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use core_tensor::backend::cuda::KERNEL_CACHE_VAR;
 use core_tensor::{Backend, Cuda};
@@ -30,26 +28,18 @@ fn open_gpu(cache: &Path, want: &str) {
     );
 }
 
-/// The kernel cache the emulated runs of this binary share, emptied and
-/// filled (every module compiled and saved) by the first caller; the
-/// others wait for it.
-pub fn shared() -> &'static Path {
-    static SHARED: OnceLock<PathBuf> = OnceLock::new();
-    SHARED.get_or_init(|| {
-        let dir = cuda_emu::shared_kernel_cache(Path::new(env!("CARGO_TARGET_TMPDIR")));
-        // Entries of other sources or options would blur the counts below.
-        let _ = std::fs::remove_dir_all(&dir);
-        open_gpu(&dir, ", saved in the kernel cache");
-        dir
-    })
-}
-
 #[test]
 fn the_kernel_cache_across_processes_on_the_cuda_emulator() {
     if cuda_emu::in_emulator() {
         return;
     }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(shared())
+    // A cache of its own, not the one the build tree's emulated runs share
+    // (`cuda_emu::shared_kernel_cache`): other test binaries fill and read
+    // that one at the same time, so neither its counts nor emptying it
+    // would be this test's to rely on.
+    let first = tempfile::tempdir().unwrap();
+    open_gpu(first.path(), ", saved in the kernel cache");
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(first.path())
         .map(|d| d.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default();
     // Empty where the emulator was skipped (no g++ or NVRTC, or a GPU).

@@ -166,12 +166,11 @@ fn cuda_availability_is_an_answer() {
 /// for the CUDA driver, with REQUIRE_GPU=1: every launch, argument list and
 /// kernel of the CUDA backend runs and is compared with the CPU, on a
 /// machine without a GPU.
-/// Its kernels come from the shared cache `kernel_cache` fills first; the
-/// tests run in one re-run per core, as the emulator runs one kernel at a
-/// time in a process.
+/// Its kernels come from the cache the build tree's emulated runs share
+/// (filled by the first to need a module); the tests run in one re-run per
+/// core, as the emulator runs one kernel at a time in a process.
 #[test]
 fn suite_on_the_cuda_emulator() {
-    kernel_cache::shared();
     cuda_emu::rerun_side_by_side_on_emulator(
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
         &["--skip", "suite_on_the_cuda_emulator"],
