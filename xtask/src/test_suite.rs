@@ -50,14 +50,15 @@ pub struct Args {
 /// runs alone; the others follow in cargo's order. Only the order depends on
 /// this list: a binary missing from it still runs.
 const LONGEST_FIRST: &[&str] = &[
-    "cuda_parity",
     "cuda_emulated",
+    "cuda_parity",
+    "comm_hooks",
     "emulated_hooks",
+    "nvrtc_compile",
+    "live_recovery",
     "slurm_cluster",
     "container",
-    "comm_hooks",
-    "live_recovery",
-    "nvrtc_compile",
+    "pipeline_equivalence",
     "slurm_requeue",
     "multinode",
 ];
@@ -418,8 +419,8 @@ mod tests {
         assert_eq!(
             labels,
             [
-                "core-tensor (test cuda_parity)",
                 "trainer (test cuda_emulated)",
+                "core-tensor (test cuda_parity)",
                 "comm (test store)",
                 "comm (lib comm)",
             ]
