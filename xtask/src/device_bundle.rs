@@ -235,17 +235,12 @@ fn artifacts_in(root: &Path, target: &Path, args: &[&str]) -> Result<Vec<Artifac
     }
     let mut found = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let (Some(path), Some(name)) = (msg["executable"].as_str(), msg["target"]["name"].as_str())
-        else {
-            continue;
-        };
-        found.push(Artifact {
-            name: name.to_owned(),
-            path: path.into(),
-        });
+        if let Some(built) = crate::trainer_build::executable(line) {
+            found.push(Artifact {
+                name: built.target,
+                path: built.path,
+            });
+        }
     }
     if found.is_empty() {
         bail!("cargo {} built no executable", args.join(" "));

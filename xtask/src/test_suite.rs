@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::interrupt::StopFlag;
-use crate::trainer_build::{cargo, workspace_root};
+use crate::trainer_build::{cargo, executable, workspace_root};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -67,6 +67,8 @@ const LONGEST_FIRST: &[&str] = &[
 struct Job {
     /// What the report calls it: the package and the test target.
     label: String,
+    /// The test target's name (`LONGEST_FIRST`'s).
+    target: String,
     command: Command,
 }
 
@@ -119,36 +121,25 @@ fn test_binaries(root: &Path, test_args: &[String]) -> Result<Vec<Job>> {
     let mut jobs = Vec::new();
     for line in BufReader::new(stdout).lines() {
         let line = line.context("reading cargo's messages")?;
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(&line) else {
+        let Some(built) = executable(&line).filter(|e| e.test) else {
             continue;
         };
-        if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
-            continue;
-        }
-        let (Some(exe), Some(target), Some(manifest)) = (
-            msg["executable"].as_str(),
-            msg["target"]["name"].as_str(),
-            msg["manifest_path"].as_str(),
-        ) else {
-            continue;
-        };
-        let package_dir = Path::new(manifest).parent().unwrap_or(root);
-        let package = package_name(&msg).unwrap_or(target);
-        let kind = msg["target"]["kind"][0].as_str().unwrap_or("test");
-        let mut command = Command::new(exe);
+        let package_dir = built.manifest.parent().unwrap_or(root);
+        let mut command = Command::new(&built.path);
         command
             .current_dir(package_dir)
             .args(test_args)
             .env("CARGO", &cargo)
             .env("CARGO_MANIFEST_DIR", package_dir)
-            .env("CARGO_MANIFEST_PATH", manifest)
-            .env("CARGO_PKG_NAME", package)
-            .env("CARGO_CRATE_NAME", target.replace('-', "_"))
+            .env("CARGO_MANIFEST_PATH", &built.manifest)
+            .env("CARGO_PKG_NAME", &built.package)
+            .env("CARGO_CRATE_NAME", built.target.replace('-', "_"))
             // Left by `cargo run` for xtask itself.
             .env_remove("CARGO_BIN_NAME")
             .env_remove("CARGO_PRIMARY_PACKAGE");
         jobs.push(Job {
-            label: format!("{package} ({kind} {target})"),
+            label: format!("{} ({} {})", built.package, built.kind, built.target),
+            target: built.target,
             command,
         });
     }
@@ -159,28 +150,16 @@ fn test_binaries(root: &Path, test_args: &[String]) -> Result<Vec<Job>> {
     if jobs.is_empty() {
         bail!("`cargo test --workspace --no-run` built no test binary");
     }
-    jobs.sort_by_key(|job| rank(&job.label));
+    jobs.sort_by_key(|job| rank(&job.target));
     Ok(jobs)
-}
-
-/// The package's name from cargo's `package_id` (`path+file:///…/comm#0.1.0`,
-/// `path+file:///…/x#name@0.1.0`).
-fn package_name(msg: &serde_json::Value) -> Option<&str> {
-    let id = msg["package_id"].as_str()?;
-    let fragment = id.rsplit_once('#')?.1;
-    match fragment.split_once('@') {
-        Some((name, _version)) => Some(name),
-        // `…/comm#0.1.0`: the folder is the name.
-        None => id.rsplit_once('#')?.0.rsplit('/').next(),
-    }
 }
 
 /// Where a binary stands in [`LONGEST_FIRST`] (the rest after it, in order:
 /// the sort is stable).
-fn rank(label: &str) -> usize {
+fn rank(target: &str) -> usize {
     LONGEST_FIRST
         .iter()
-        .position(|name| label.ends_with(&format!(" {name})")))
+        .position(|name| *name == target)
         .unwrap_or(LONGEST_FIRST.len())
 }
 
@@ -192,6 +171,7 @@ fn doc_tests(root: &Path, test_args: &[String]) -> Job {
         .args(test_args);
     Job {
         label: "doc tests (cargo test --workspace --doc)".into(),
+        target: "doc tests".into(),
         command,
     }
 }
@@ -393,37 +373,9 @@ mod tests {
     }
 
     #[test]
-    fn the_package_is_read_from_either_form_of_a_package_id() {
-        let id = |id: &str| serde_json::json!({ "package_id": id });
-        assert_eq!(
-            package_name(&id("path+file:///work/main/crates/comm#0.1.0")),
-            Some("comm")
-        );
-        assert_eq!(
-            package_name(&id(
-                "path+file:///work/main/crates/tensor#core-tensor@0.1.0"
-            )),
-            Some("core-tensor")
-        );
-    }
-
-    #[test]
     fn the_longest_binaries_go_first_and_the_rest_keep_their_order() {
-        let mut labels = vec![
-            "comm (test store)",
-            "trainer (test cuda_emulated)",
-            "comm (lib comm)",
-            "core-tensor (test cuda_parity)",
-        ];
-        labels.sort_by_key(|label| rank(label));
-        assert_eq!(
-            labels,
-            [
-                "trainer (test cuda_emulated)",
-                "core-tensor (test cuda_parity)",
-                "comm (test store)",
-                "comm (lib comm)",
-            ]
-        );
+        let mut targets = vec!["store", "cuda_emulated", "comm", "cuda_parity"];
+        targets.sort_by_key(|target| rank(target));
+        assert_eq!(targets, ["cuda_emulated", "cuda_parity", "store", "comm"]);
     }
 }

@@ -97,3 +97,67 @@ fn target_dir(cargo: &OsStr, root: &Path) -> Result<PathBuf> {
         .context("`cargo metadata` output has no target_directory")?;
     Ok(PathBuf::from(dir))
 }
+
+/// An executable cargo built: one `compiler-artifact` line of its
+/// `--message-format=json` output.
+pub struct Executable {
+    pub path: PathBuf,
+    /// The target's name and kind (`lib`, `bin`, `test`, `bench`).
+    pub target: String,
+    pub kind: String,
+    /// The package's `Cargo.toml`, and its name.
+    pub manifest: PathBuf,
+    pub package: String,
+    /// Built in the test profile (what `cargo test` runs).
+    pub test: bool,
+}
+
+/// The executable one line of cargo's JSON messages names, if any.
+pub fn executable(line: &str) -> Option<Executable> {
+    let msg: serde_json::Value = serde_json::from_str(line).ok()?;
+    if msg["reason"] != "compiler-artifact" {
+        return None;
+    }
+    let target = msg["target"]["name"].as_str()?;
+    Some(Executable {
+        path: msg["executable"].as_str()?.into(),
+        target: target.to_owned(),
+        kind: msg["target"]["kind"][0]
+            .as_str()
+            .unwrap_or("bin")
+            .to_owned(),
+        manifest: msg["manifest_path"].as_str()?.into(),
+        package: package_name(msg["package_id"].as_str()?)
+            .unwrap_or(target)
+            .to_owned(),
+        test: msg["profile"]["test"] == true,
+    })
+}
+
+/// The package's name from cargo's package id (`path+file:///…/comm#0.1.0`,
+/// `path+file:///…/x#name@0.1.0`).
+fn package_name(id: &str) -> Option<&str> {
+    let (path, fragment) = id.rsplit_once('#')?;
+    match fragment.split_once('@') {
+        Some((name, _version)) => Some(name),
+        // `…/comm#0.1.0`: the folder is the name.
+        None => path.rsplit('/').next(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_package_is_read_from_either_form_of_a_package_id() {
+        assert_eq!(
+            package_name("path+file:///work/main/crates/comm#0.1.0"),
+            Some("comm")
+        );
+        assert_eq!(
+            package_name("path+file:///work/main/crates/tensor#core-tensor@0.1.0"),
+            Some("core-tensor")
+        );
+    }
+}

@@ -155,21 +155,16 @@ impl Emulator {
     /// backend into `out` (created if needed), or reuses the one already
     /// there when nothing it is made of changed. Uses `$CXX`, else `c++`.
     pub fn build(out: &Path) -> Result<Self, BuildError> {
-        // One build at a time in this process: its tests may ask at once,
-        // and the work folder below is per process. The later callers then
-        // find it built.
-        static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _turn = BUILDING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // And one at a time across processes (test binaries run side by
-        // side): a second builder waits, then finds it built. Replacing
-        // `libcuda.so` under a process that has loaded it would make its
-        // next dlopen (NCCL's, through the `libnccl.so` link, is lazy) load
-        // the new file as a second library, with a device memory of its own:
-        // "a buffer is not inside one device allocation". The kernel frees
-        // the lock when the file closes, also when a process dies.
-        let _across_processes = build_lock(out)?;
+        // One build at a time, across threads and processes alike (test
+        // binaries run side by side): `flock` locks an open file, and each
+        // call opens its own, so a second builder waits, then finds it
+        // built. Replacing `libcuda.so` under a process that has loaded it
+        // would make its next dlopen (NCCL's, through the `libnccl.so`
+        // link, is lazy) load the new file as a second library, with a
+        // device memory of its own: "a buffer is not inside one device
+        // allocation". The kernel frees the lock when the file closes, also
+        // when a process dies.
+        let _turn = build_lock(out)?;
         let compiler = env::var("CXX").unwrap_or_else(|_| "c++".to_owned());
         let units = translation_units(kernel_modules());
         let fingerprint = fingerprint(&compiler, &units);
@@ -185,8 +180,8 @@ impl Emulator {
         {
             return Ok(emulator);
         }
-        // Built in a folder of this process's own, then moved into place with
-        // one rename: test processes may build the same emulator at once.
+        // Built in a folder of its own, then moved into place with one
+        // rename: a build that dies half way leaves no library behind.
         let work = out.join(format!("build-{}", std::process::id()));
         create_dir(&work)?;
         let result = build_in(&compiler, &work, &units, &emulator.library());

@@ -20,9 +20,7 @@ impl<B: Ops, M: Model<B>> StepEngine<B, M> {
         Ok(params.zip(m).zip(v).map(|((p, m), v)| [p, m, v]))
     }
 
-    /// The whole model's parameters on the host of every rank. For a model
-    /// split between ranks, every rank calls it: each part comes from the
-    /// first replica's rank training it.
+    /// [`super::Trainer::whole_params`] on rank `rank`.
     pub fn whole_params(&mut self, rank: usize) -> anyhow::Result<Vec<f32>> {
         self.assemble(rank, |r| &r.params, true)?
             .context("every rank receives the whole model")
@@ -30,9 +28,10 @@ impl<B: Ops, M: Model<B>> StepEngine<B, M> {
 
     /// The whole of a vector the replica keeps (`pick`: its parameters or
     /// a moment), on the host of rank 0 (and of every rank if
-    /// `everywhere`), `None` elsewhere; `rank` is this one. For a model split between ranks,
-    /// part `p` is broadcast from rank `p`, its first replica: the other
-    /// ranks hold one part at a time, and keep none of the others'.
+    /// `everywhere`), `None` elsewhere; `rank` is this one. For a model
+    /// split between ranks, part `p` is broadcast from rank `p`, its first
+    /// replica: the other ranks hold one part at a time, and keep none of
+    /// the others'.
     fn assemble(
         &mut self,
         rank: usize,
