@@ -1,7 +1,8 @@
 //! `--reproducible`: the same model bytes at any layout — world sizes,
 //! thread counts, ranks as threads, accumulation, pipeline stages alone and
 //! with replicas, and a run stopped and resumed on another world — and on
-//! every CPU (the reference hash).
+//! every CPU (the reference hash); and today's default summation, whose
+//! bytes depend on the layout but not on the CPU (its own recorded hashes).
 
 mod common;
 
@@ -124,6 +125,63 @@ fn every_layout_ends_on_the_same_bytes_as_the_reference() {
     let again = train(&resumed, 2, &["--resume", "auto"]);
     assert_eq!(again.0, alone.0, "resumed on two ranks: other bytes");
     assert_eq!(again.1, alone.1, "resumed on two ranks: another ledger");
+}
+
+/// The SHA-256 of `model.safetensors` after six steps of the default
+/// summation (`--batch-size 64 --seed 3`, the synthetic data set, as the
+/// table above), one per
+/// layout: each layout sums in its own order, so each has its own bytes, but
+/// no CPU may change them (the pipeline's did, before gemm's SIMD-lane sums
+/// became fixed chains). Recorded on an AMD EPYC Zen 4 (family 25 model 17,
+/// AVX-512), 2026-12-03, where the 60-step checkpoints on the real data are
+/// those of an AMD EPYC (AVX2) and an Intel Xeon (AVX-512).
+const DEFAULT_SUMMATION: [(&str, usize, &[&str], &str); 4] = [
+    (
+        "w1",
+        1,
+        &["--threads", "1"],
+        "9750aa8ff09a78394d3bacf17ba013f32e2d711b41fc0205999478f3d243bf60",
+    ),
+    (
+        "w1-threads2",
+        1,
+        &["--threads", "2"],
+        "ba4114449fdfdb21efdf03d827ff626ad1ff239640736c2efd752e17c0bab503",
+    ),
+    (
+        "w2",
+        2,
+        &["--threads", "1"],
+        "75db7818176dff99f3017954374eb00a3aa6d1ebe6b5b0f8ddf91bfb61ef9f95",
+    ),
+    (
+        "w2-pipeline",
+        2,
+        &["--threads", "1", "--pipeline-stages", "2"],
+        "a2c9f3c0750995b7204fdcf3546201a7129700e2686d64e706863dba1b13d116",
+    ),
+];
+
+#[test]
+fn the_default_summation_keeps_its_recorded_bytes_on_every_cpu() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, world, extra, want) in DEFAULT_SUMMATION {
+        let dir = tmp.path().join(name);
+        let out = run(trainer()
+            .args(["--world-size", &world.to_string(), "--epochs", "1"])
+            .args(["--timeout", "60", "--batch-size", "64", "--seed", "3"])
+            .args(["--max-steps", STEPS])
+            .args(data_arg(dataset()))
+            .args(extra)
+            .arg("--checkpoint-dir")
+            .arg(&dir));
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        assert_eq!(
+            sha256(&newest_model(&dir)),
+            want,
+            "{name}: not the recorded bytes (another CPU?)"
+        );
+    }
 }
 
 #[test]
