@@ -39,14 +39,17 @@ fn the_kernel_cache_across_processes_on_the_cuda_emulator() {
     // would be this test's to rely on.
     let first = tempfile::tempdir().unwrap();
     open_gpu(first.path(), ", saved in the kernel cache");
+    // The CUBINs, not the lock files beside them (held while a module
+    // compiles, so that processes started together compile it once).
     let mut entries: Vec<PathBuf> = std::fs::read_dir(first.path())
         .map(|d| d.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default();
+    entries.retain(|e| e.extension().is_some_and(|x| x == "cubin"));
     // Empty where the emulator was skipped (no g++ or NVRTC, or a GPU).
     if entries.is_empty() {
         return;
     }
-    // A copy of the shared cache, less its smallest entry (the quickest
+    // A copy of that cache, less its smallest entry (the quickest
     // module to compile again).
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("kernels");

@@ -10,6 +10,12 @@
 //! kernel or another NVRTC never hits an old entry; its bytes end with a
 //! SHA-256 of the CUBIN, checked on every read.
 //!
+//! Processes that start together (the ranks of a job, test binaries run
+//! side by side) compile each module once: whoever misses an entry first
+//! holds its lock file while it compiles ([`KernelCache::compiling`]), and
+//! the others wait for it, then read the CUBIN it stored, instead of
+//! spending the same CPU time on the same code.
+//!
 //! Where: `$CORE_TENSOR_KERNEL_CACHE` (`off` for none), else
 //! `$XDG_CACHE_HOME/core-tensor/kernels`, else
 //! `$HOME/.cache/core-tensor/kernels`, created readable by its owner only.
@@ -19,7 +25,8 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
@@ -35,6 +42,11 @@ const CHECKSUM_LEN: usize = 32;
 /// An entry larger than this is not ours (the largest CUBIN is under
 /// 1 MiB): it is not read.
 const MAX_ENTRY_BYTES: u64 = 64 << 20;
+
+/// How long a process waits for another's compilation of the same entry
+/// before it compiles the module itself (NVRTC takes about 20 s of CPU a
+/// module; a holder that is stopped, not dead, must not stall a start).
+const COMPILE_WAIT: Duration = Duration::from_secs(300);
 
 /// A directory of CUBINs.
 #[derive(Debug)]
@@ -127,6 +139,31 @@ impl KernelCache {
             let _ = fs::remove_file(&partial);
         }
         written
+    }
+
+    /// The lock on `key`'s entry, held while this process compiles it and
+    /// released when dropped (also by the kernel, when a holder dies). Once
+    /// it returns, an entry that appeared meanwhile is another process's
+    /// compilation: read it before compiling. `None` (a directory that
+    /// cannot be written, a lock that stays held for [`COMPILE_WAIT`])
+    /// only means compiling without it.
+    pub fn compiling(&self, key: &CacheKey) -> Option<fs::File> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .ok()?;
+        let file = fs::File::create(self.path(key).with_extension("lock")).ok()?;
+        let deadline = Instant::now() + COMPILE_WAIT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Some(file),
+                Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Err(_) => return None,
+            }
+        }
     }
 
     fn path(&self, key: &CacheKey) -> PathBuf {

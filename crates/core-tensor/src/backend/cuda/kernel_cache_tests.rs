@@ -86,6 +86,41 @@ fn a_damaged_entry_is_a_miss_and_the_next_put_mends_it() {
 }
 
 #[test]
+fn a_second_compiler_waits_for_the_first_and_then_finds_its_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = sm90();
+    let (taken, wait_for_it) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let cache = KernelCache::at(dir.path());
+            let turn = cache.compiling(&key("src", &options)).expect("the lock");
+            taken.send(()).unwrap();
+            // "Compiling": the other side must not get past its lock yet.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            cache.put(&key("src", &options), b"cubin").unwrap();
+            drop(turn);
+        });
+        wait_for_it.recv().unwrap();
+        let cache = KernelCache::at(dir.path());
+        assert_eq!(cache.get(&key("src", &options)), None);
+        let _turn = cache.compiling(&key("src", &options)).expect("the lock");
+        assert_eq!(
+            cache.get(&key("src", &options)).as_deref(),
+            Some(&b"cubin"[..]),
+            "the lock was taken before the first compiler stored its entry"
+        );
+    });
+    // Another module's entry has a lock of its own: it is not held.
+    let cache = KernelCache::at(dir.path());
+    let other = CacheKey {
+        module: "linear",
+        ..key("src", &options)
+    };
+    let _mine = cache.compiling(&key("src", &options)).unwrap();
+    assert!(cache.compiling(&other).is_some());
+}
+
+#[test]
 fn a_directory_that_cannot_be_made_is_an_error_for_the_caller_to_report() {
     let dir = tempfile::tempdir().unwrap();
     let blocker = dir.path().join("file");

@@ -227,6 +227,11 @@ fn cubins(
         if let Some(cubin) = disk.and_then(|disk| disk.get(&key)) {
             return Ok((Arc::from(cubin), Source::Disk));
         }
+        // Another process may be compiling it: wait for its entry.
+        let _turn = disk.and_then(|disk| disk.compiling(&key));
+        if let Some(cubin) = disk.and_then(|disk| disk.get(&key)) {
+            return Ok((Arc::from(cubin), Source::Disk));
+        }
         // The options of the key, so what is stored is what it names.
         let cubin = nvrtc::compile(module.name, module.source, &options, Output::Cubin)?;
         let saved = disk.map_or(Ok(()), |disk| disk.put(&key, &cubin));
