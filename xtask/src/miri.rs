@@ -1,5 +1,5 @@
 //! `cargo xtask miri`: the CPU's `unsafe` code (core-tensor's `simd`
-//! microkernels and its `gemm` front) under Miri, which interprets every
+//! microkernels, dropout's mask loops and its `gemm` front) under Miri, which interprets every
 //! instruction and fails on undefined behaviour: a read or write outside an
 //! allocation, pointer arithmetic past one, an uninitialised value.
 //!
@@ -13,11 +13,11 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// The tests run under Miri: every kernel against its definition (`simd::`
-/// holds the convolution microkernels and dropout's mask loops), small
+/// holds the convolution microkernels, `dropout::mask::` the mask loops), small
 /// enough to interpret in seconds (the convolution tests take Miri minutes).
 /// `gemm::` also matches the CUDA GEMM planner's host-side tests, which
 /// take no time.
-const FILTERS: [&str; 2] = ["simd::", "gemm::"];
+const FILTERS: [&str; 3] = ["simd::", "dropout::mask::", "gemm::"];
 
 /// How the error begins when Miri is missing (xtask's miri test skips on it).
 const NOT_INSTALLED: &str = "Miri is not installed for the nightly toolchain";

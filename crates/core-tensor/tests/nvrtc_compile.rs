@@ -21,9 +21,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
-use core_tensor::backend::cuda::{
-    KernelModule, compile_cubin, compile_ptx, kernel_modules, nvrtc_version,
-};
+use core_tensor::backend::cuda::{KernelModule, compile_cubin, compile_ptx, nvrtc_version};
+use core_tensor::ops::kernel_modules;
 use cuda_emu::{nvrtc_lib_dir, wheel_dir};
 
 /// Hopper, the H100 and H200: the architecture checked by default.

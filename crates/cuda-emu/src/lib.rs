@@ -3,7 +3,7 @@
 //! them — runs and is tested on a machine without a GPU.
 //!
 //! [`Emulator::build`] compiles the backend's kernel sources
-//! (`core_tensor::backend::cuda::kernel_modules`) as ordinary C++ (with
+//! (`core_tensor::ops::kernel_modules`) as ordinary C++ (with
 //! `cpp/emu_kernel.h` supplying `threadIdx`, `__syncthreads`, the atomics
 //! and intrinsics) together with the runtime (`cpp/fibers.cpp` runs kernels,
 //! `cpp/driver.cpp` and `cpp/devices.cpp` implement the driver API calls cudarc makes over the
@@ -69,7 +69,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::{env, fs, thread};
 
-use core_tensor::backend::cuda::{KernelModule, kernel_modules};
+use core_tensor::backend::cuda::KernelModule;
+use core_tensor::ops::kernel_modules;
 
 mod rerun;
 mod wheels;

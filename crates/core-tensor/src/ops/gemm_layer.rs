@@ -4,9 +4,9 @@
 
 use cudarc::driver::{CudaSlice, CudaViewMut};
 
-use super::gemm::{BiasGemmKernels, GemmKernels, GemmPlan, Store, check_i32};
-use super::{view, view_mut};
-use crate::ops::{LayerLens, ParamAt};
+use super::{LayerLens, ParamAt};
+use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels, GemmPlan, Store, check_i32};
+use crate::backend::cuda::{view, view_mut};
 use crate::{Cuda, Result};
 
 /// `(M, N, K)` of one product.

@@ -1,25 +1,18 @@
-use super::*;
+use super::{SIGNATURES, kernel_modules};
+use crate::backend::cuda::kernels::c_types;
 use crate::backend::cuda::variants::GemmVariant;
+use crate::ops::conv2d::cuda::Conv2dLaunch;
+use crate::ops::dropout::cuda::DropoutArgs;
+use crate::ops::gather::cuda::GatherArgs;
+use crate::ops::linear::cuda::LinearLaunch;
+use crate::ops::{
+    AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
+    RowsGeom, SparseAdamScalars,
+};
 
-/// How a parameter's Rust type is spelled in C.
-pub(super) trait CType {
-    const NAME: &'static str;
-}
-
-macro_rules! c_types {
-    ($($rust:ty => $c:literal),* $(,)?) => {
-        $(impl CType for $rust {
-            const NAME: &'static str = $c;
-        })*
-    };
-}
-
+// How the ops' parameter types are spelled in C (the scalars' in
+// backend/cuda/kernels.rs).
 c_types! {
-    f32 => "float",
-    u8 => "unsigned char",
-    u16 => "unsigned short",
-    u32 => "unsigned int",
-    u64 => "unsigned long long",
     AdamScalars => "AdamScalars",
     ClassGeom => "ClassGeom",
     Conv2dGeom => "Conv2dGeom",
@@ -81,7 +74,7 @@ fn family_parameter_types(source: &str, list: &str, family: &str) -> Vec<String>
 /// The suffixes a list of sgemm.cuh stamps, in order: `NAME##_<suffix>`
 /// in its `#define` (and in the lists it includes).
 fn c_list(list: &str) -> Vec<String> {
-    let sgemm = include_str!("sgemm.cuh");
+    let sgemm = include_str!("../backend/cuda/sgemm.cuh");
     let define = format!("#define {list}(NAME, STAMP)");
     let start = sgemm.find(&define).expect("the list's definition");
     let mut suffixes = Vec::new();
@@ -143,7 +136,7 @@ fn every_declared_signature_matches_its_source() {
             .expect("every declared kernel is in a module")
     };
     let mut checked = 0;
-    for (kernel, params) in SIGNATURES {
+    for (kernel, params) in SIGNATURES.iter().flat_map(|(kernels, _)| kernels.iter()) {
         let module = module_of(kernel);
         assert_eq!(
             declared(params),
@@ -153,7 +146,7 @@ fn every_declared_signature_matches_its_source() {
         );
         checked += 1;
     }
-    for (list, family, params) in FAMILY_SIGNATURES {
+    for (list, family, params) in SIGNATURES.iter().flat_map(|(_, families)| families.iter()) {
         let kernels = family_kernels(list, family);
         let module = module_of(&kernels[0]);
         assert_eq!(
@@ -174,7 +167,7 @@ fn every_declared_signature_matches_its_source() {
 fn every_listed_kernel_is_defined_in_its_source() {
     for module in kernel_modules() {
         let mut stamped = Vec::new();
-        for (list, family, _) in FAMILY_SIGNATURES {
+        for (list, family, _) in SIGNATURES.iter().flat_map(|(_, families)| families.iter()) {
             let kernels = family_kernels(list, family);
             if module.functions.contains(&kernels[0].as_str()) {
                 let line = format!("\n{list}({family}, ");

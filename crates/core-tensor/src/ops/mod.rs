@@ -30,6 +30,9 @@ pub mod relu;
 pub mod rows;
 pub mod sgd;
 
+pub(crate) mod gemm_layer;
+mod kernels;
+
 use std::ops::Range;
 
 pub use accumulate::{AccumulateKernel, SumInto};
@@ -44,6 +47,7 @@ pub use embedding::{EmbeddingGeom, EmbeddingKernel};
 pub use finite::{FiniteKernel, GUARD_CLEAR, GUARD_LEN, GuardState};
 pub use gather::GatherKernel;
 pub use half_cast::{Half, HalfCastKernel};
+pub use kernels::kernel_modules;
 pub use linear::{LinearGeom, LinearKernel};
 pub use linear_relu::LinearReluKernel;
 pub use maxpool2d::{Epilogue, MaxPool2dKernel, PoolGeom};

@@ -1,7 +1,7 @@
 //! Hand-vectorized convolution microkernels, chosen at run time by the CPU's
-//! instruction set; with [`crate::gemm`] the only `unsafe` on the CPU path.
-//! ([`mask`] holds dropout's mask loops, compiled per instruction set and
-//! chosen the same way.)
+//! instruction set; with [`crate::gemm`] and dropout's mask loops
+//! (`ops/dropout/mask.rs`, compiled per instruction set and chosen the same
+//! way) the only `unsafe` on the CPU path.
 //!
 //! Both kernels work on "wide" rows: a stride-1, unpadded convolution over
 //! planes `W` elements wide reads input element `p + offset(c, kh, kw)` for
@@ -12,7 +12,6 @@
 //! in the vector lanes. The safe wrappers here check every index a kernel
 //! derives before calling it; `x86` holds the kernels.
 
-pub(crate) mod mask;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]

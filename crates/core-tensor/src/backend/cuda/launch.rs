@@ -1,9 +1,10 @@
 //! The launch layer: the CUDA backend's `unsafe` blocks, each with the
 //! reason it is sound. The one kernel launch (inside `kernel_table!`, which
-//! turns the kernel table into typed `unsafe fn` launchers), the
-//! launch-parameter structs that cross to the device by value, the raw
-//! memsets behind `fill`, page locking and the driver's presence check.
-//! (The NVRTC calls are in `nvrtc.rs`.)
+//! turns an op's kernel table into typed `unsafe fn` launchers), the GEMMs'
+//! launch-parameter struct that crosses to the device by value (each op's
+//! own structs have their `DeviceRepr` beside its table), the raw memsets
+//! behind `fill`, page locking and the driver's presence check. (The NVRTC
+//! calls are in `nvrtc.rs`.)
 
 use std::any::Any;
 use std::sync::{Arc, OnceLock};
@@ -14,55 +15,7 @@ use cudarc::driver::{
 };
 
 use super::Cuda;
-use crate::ops::{
-    AdamScalars, ClassGeom, Conv2dGeom, Dropout, EmbeddingGeom, Epilogue, LinearGeom, MseGeom,
-    OffsetGeom, PoolGeom, RowsGeom, SparseAdamScalars,
-};
 use crate::{Elem, Error, Result};
-
-/// A dropout epilogue's launch parameters; mirrored by `DropoutArgs` in
-/// dropout.cuh.
-#[derive(Clone, Copy, Debug)]
-#[repr(C)]
-pub(crate) struct DropoutArgs {
-    pub seed: u64,
-    pub p: f32,
-    pub scale: f32,
-}
-
-impl DropoutArgs {
-    /// `dropout`'s parameters, its probability checked.
-    pub fn new(dropout: Dropout) -> Result<Self> {
-        dropout.check()?;
-        Ok(Self {
-            seed: dropout.seed,
-            p: dropout.p,
-            // The CPU kernel's expression, so kept values scale identically.
-            scale: dropout.scale(),
-        })
-    }
-
-    /// A pooling epilogue's kernel arguments (pool_window.cuh): ReLU on
-    /// (1) or off (0), and the dropout.
-    pub fn epilogue(then: Epilogue) -> Result<(u32, Self)> {
-        let (relu, dropout) = then.parts()?;
-        Ok((u32::from(relu), Self::new(dropout)?))
-    }
-}
-
-/// Launch parameters of the gather kernel; mirrored by `GatherArgs` in
-/// gather.cu.
-#[derive(Clone, Copy, Debug)]
-#[repr(C)]
-pub(crate) struct GatherArgs {
-    pub batch: u64,
-    pub pixels: u64,
-    pub samples: u64,
-    pub first: u64,
-    /// Threads per sample: `pixels` when the images are gathered (at
-    /// least 1), else 1.
-    pub lanes: u64,
-}
 
 /// The parameter struct of every GEMM kernel: the op's geometry plus the
 /// tiling. Mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
@@ -89,34 +42,9 @@ pub(crate) struct GemmTiling {
 // Rust layout because both are `repr(C)` with the same field types in the
 // same order (`usize` = `unsigned long long` on the 64-bit hosts CUDA runs
 // on, asserted below), and none holds a pointer or padding-dependent data.
+// Each op's structs have their `DeviceRepr` impl beside them, in its
+// `cuda.rs`, on the same grounds.
 const _: () = assert!(size_of::<usize>() == size_of::<u64>());
-// SAFETY: repr(C), eight usize fields, mirrored by `Conv2dGeom` in conv2d.cu.
-unsafe impl DeviceRepr for Conv2dGeom {}
-// SAFETY: repr(C), four usize fields, mirrored by `PoolGeom` in maxpool2d.cu.
-unsafe impl DeviceRepr for PoolGeom {}
-// SAFETY: repr(C), three usize fields, mirrored by `LinearGeom` in linear.cu.
-unsafe impl DeviceRepr for LinearGeom {}
-// SAFETY: repr(C), two usize fields, mirrored by `ClassGeom` in
-// cross_entropy.cu and accuracy.cu.
-unsafe impl DeviceRepr for ClassGeom {}
-// SAFETY: repr(C), four usize fields, mirrored by `EmbeddingGeom` in
-// embedding.cu.
-unsafe impl DeviceRepr for EmbeddingGeom {}
-// SAFETY: repr(C), four usize fields, mirrored by `RowsGeom` in rows.cu.
-unsafe impl DeviceRepr for RowsGeom {}
-// SAFETY: repr(C), two usize fields, mirrored by `MseGeom` in mse.cu.
-unsafe impl DeviceRepr for MseGeom {}
-// SAFETY: repr(C), two usize fields, mirrored by `OffsetGeom` in offset.cu.
-unsafe impl DeviceRepr for OffsetGeom {}
-// SAFETY: repr(C), seven f32 fields, mirrored by `AdamScalars` in adam.cu.
-unsafe impl DeviceRepr for AdamScalars {}
-// SAFETY: repr(C), four f32 fields, mirrored by `SparseAdamScalars` in adam.cu.
-unsafe impl DeviceRepr for SparseAdamScalars {}
-// SAFETY: repr(C), a u64 then two f32 fields (no padding), mirrored by
-// `DropoutArgs` in dropout.cuh.
-unsafe impl DeviceRepr for DropoutArgs {}
-// SAFETY: repr(C), five u64 fields, mirrored by `GatherArgs` in gather.cu.
-unsafe impl DeviceRepr for GatherArgs {}
 // SAFETY: repr(C), a geometry (itself DeviceRepr, all 8-byte fields) then
 // `GemmTiling`'s four u64; mirrored by `Conv2dLaunch` and `LinearLaunch` in the .cu files.
 unsafe impl<G: DeviceRepr> DeviceRepr for GemmLaunch<G> {}
@@ -184,7 +112,7 @@ pub(crate) struct KernelCall<'a> {
 
 impl Cuda {
     /// Starts a launch of kernel `name` on this backend's stream.
-    pub(super) fn kernel(&self, name: &'static str) -> Result<KernelCall<'_>> {
+    pub(crate) fn kernel(&self, name: &'static str) -> Result<KernelCall<'_>> {
         let function = self.function(name)?;
         Ok(KernelCall {
             name,
@@ -194,7 +122,7 @@ impl Cuda {
 }
 
 impl<'a> KernelCall<'a> {
-    pub(super) fn value<T: DeviceRepr>(&mut self, value: &'a T) {
+    pub(crate) fn value<T: DeviceRepr>(&mut self, value: &'a T) {
         self.args.arg(value);
     }
 
@@ -208,7 +136,7 @@ impl<'a> KernelCall<'a> {
     /// kernel indexes given the other arguments and `cfg`, and no buffer
     /// the kernel writes is freed or read by the host before the stream
     /// gets past it.
-    pub(super) unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
+    pub(crate) unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
         // SAFETY: the caller's contract above is exactly what cudarc's
         // `launch` asks for.
         unsafe { self.args.launch(cfg) }.map_err(|source| Error::KernelLaunch {
@@ -232,41 +160,43 @@ macro_rules! push_arg {
     };
 }
 
-/// The kernel table (see `kernels.rs`): each module with its source, PTX
-/// and entry points, and for each entry point its parameters, declared once
-/// in the order and with the types of its `extern "C"` signature; after
-/// them, in `[ … ]`, its GEMM families, each under the sgemm.cuh list
-/// that stamps it (`GEMM_VARIANTS` or `GEMM_SQUARE_VARIANTS`) with the
-/// parameters every entry point of the family shares.
+/// One op's kernel table, in its `ops/<op>/cuda.rs`: the module with its
+/// source and PTX (build.rs's `<OP>_SRC` and `<OP>_PTX`) and entry points,
+/// and for each entry point its parameters, declared once in the order and
+/// with the types of its `extern "C"` signature; after them, in `[ … ]`,
+/// its GEMM families, each under the sgemm.cuh list that stamps it
+/// (`GEMM_VARIANTS` or `GEMM_SQUARE_VARIANTS`) with the parameters every
+/// entry point of the family shares.
 ///
-/// Generates [`kernel_modules`]'s table (a family's names from
-/// `variants.rs`' list) and, per kernel, an `unsafe fn` launcher of that
-/// name taking `(cuda, cfg, params…)` with the declared types, per family
-/// one taking `(cuda, variant, cfg, params…)`: a launch cannot push an
-/// argument of another type, in another order, or leave one out. `In<T>`
-/// is a `const T*` buffer, `Out<T>` a `T*` buffer, `Val<T>` a value. The
-/// test `every_declared_signature_matches_its_source` compares each
-/// declaration with the C signature in the source.
+/// Generates the op's `MODULE` (a family's names from `variants.rs`' list;
+/// `ops::kernel_modules` lists every op's) and, per kernel, an `unsafe fn`
+/// launcher of that name taking `(cuda, cfg, params…)` with the declared
+/// types, per family one taking `(cuda, variant, cfg, params…)`: a launch
+/// cannot push an argument of another type, in another order, or leave one
+/// out. `In<T>` is a `const T*` buffer, `Out<T>` a `T*` buffer, `Val<T>` a
+/// value. The test `every_declared_signature_matches_its_source` compares
+/// each declaration (the `SIGNATURES` and `FAMILY_SIGNATURES` made here)
+/// with the C signature in the source.
 macro_rules! kernel_table {
-    ($(
+    (
         $module:ident ($src:ident, $ptx:ident) {
             $( $kernel:ident ( $( $arg:ident : $kind:ident<$ty:ty> ),* $(,)? ); )*
         } $( [
             $( $list:ident $family:ident ( $( $farg:ident : $fkind:ident<$fty:ty> ),* $(,)? ); )*
         ] )?
-    )*) => {
-        static MODULES: &[KernelModule] = &[$(
-            KernelModule {
+    ) => {
+        #[doc = concat!("`", stringify!($module), ".cu` and the entry points launched from it.")]
+        pub(crate) const MODULE: $crate::backend::cuda::KernelModule =
+            $crate::backend::cuda::KernelModule {
                 name: stringify!($module),
-                source: ptx::$src,
-                ptx: ptx::$ptx,
+                source: $crate::backend::cuda::kernels::ptx::$src,
+                ptx: $crate::backend::cuda::kernels::ptx::$ptx,
                 functions: $crate::backend::cuda::variants::module_functions!(
                     [$( stringify!($kernel), )*] $( $( $list $family )* )?
                 ),
-            },
-        )*];
+            };
 
-        $( $(
+        $(
             #[doc = concat!("Queues `", stringify!($kernel), "` of `", stringify!($module), ".cu`.")]
             ///
             /// # Safety
@@ -277,27 +207,27 @@ macro_rules! kernel_table {
             /// kernel is written for.
             #[allow(clippy::too_many_arguments)]
             pub(crate) unsafe fn $kernel(
-                cuda: &Cuda,
-                cfg: LaunchConfig,
-                $( $arg: $kind<'_, $ty> ),*
-            ) -> Result<()> {
+                cuda: &$crate::Cuda,
+                cfg: cudarc::driver::LaunchConfig,
+                $( $arg: $crate::backend::cuda::launch::$kind<'_, $ty> ),*
+            ) -> $crate::Result<()> {
                 let mut call = cuda.kernel(stringify!($kernel))?;
                 $( $crate::backend::cuda::launch::push_arg!(call, $kind, $arg); )*
                 // SAFETY: the arguments were pushed in the declared order
                 // with the declared types, which match the kernel's C
                 // signature (checked against the source by the test
                 // `every_declared_signature_matches_its_source`; value
-                // structs cross by their `DeviceRepr` impls in launch.rs).
-                // Lengths and `cfg` are this function's caller's promise.
-                // Outputs are `&mut` borrows, so they alias no input. All
-                // work is ordered on the backend's one stream, and cudarc
-                // frees device memory in stream order, so no buffer is
-                // freed under a running kernel.
+                // structs cross by their `DeviceRepr` impls, each beside
+                // its type). Lengths and `cfg` are this function's caller's
+                // promise. Outputs are `&mut` borrows, so they alias no
+                // input. All work is ordered on the backend's one stream,
+                // and cudarc frees device memory in stream order, so no
+                // buffer is freed under a running kernel.
                 unsafe { call.launch(cfg) }
             }
-        )* )*
+        )*
 
-        $( $( $(
+        $( $(
             #[doc = concat!(
                 "Queues the entry point `variant` of the `", stringify!($family),
                 "` family of `", stringify!($module), ".cu`."
@@ -309,11 +239,11 @@ macro_rules! kernel_table {
             /// kernel indexes for the other arguments and `cfg`.
             #[allow(clippy::too_many_arguments)]
             pub(crate) unsafe fn $family(
-                cuda: &Cuda,
+                cuda: &$crate::Cuda,
                 variant: $crate::backend::cuda::variants::GemmVariant,
-                cfg: LaunchConfig,
-                $( $farg: $fkind<'_, $fty> ),*
-            ) -> Result<()> {
+                cfg: cudarc::driver::LaunchConfig,
+                $( $farg: $crate::backend::cuda::launch::$fkind<'_, $fty> ),*
+            ) -> $crate::Result<()> {
                 let name: Option<&'static str> = $crate::backend::cuda::variants::gemm_variants!(
                     $crate::backend::cuda::variants::family_kernel_name!(variant $list $family)
                 );
@@ -328,23 +258,32 @@ macro_rules! kernel_table {
                 // family's one STAMP macro writes it), pushed in order.
                 unsafe { call.launch(cfg) }
             }
-        )* )? )*
+        )* )?
 
         /// Each kernel's declared parameters as `(kind, C type)`.
         #[cfg(test)]
-        const SIGNATURES: &[(&str, &[(&str, &str)])] = &[$( $(
-            (stringify!($kernel), &[$( (stringify!($kind), <$ty as CType>::NAME) ),*]),
-        )* )*];
+        pub(crate) const SIGNATURES: &[(&str, &[(&str, &str)])] = &[$(
+            (
+                stringify!($kernel),
+                &[$( (
+                    stringify!($kind),
+                    <$ty as $crate::backend::cuda::kernels::CType>::NAME,
+                ) ),*],
+            ),
+        )*];
 
         /// Each GEMM family's list, name and declared parameters.
         #[cfg(test)]
-        const FAMILY_SIGNATURES: &[(&str, &str, &[(&str, &str)])] = &[$( $( $(
+        pub(crate) const FAMILY_SIGNATURES: &[(&str, &str, &[(&str, &str)])] = &[$( $(
             (
                 stringify!($list),
                 stringify!($family),
-                &[$( (stringify!($fkind), <$fty as CType>::NAME) ),*],
+                &[$( (
+                    stringify!($fkind),
+                    <$fty as $crate::backend::cuda::kernels::CType>::NAME,
+                ) ),*],
             ),
-        )* )? )*];
+        )* )?];
     };
 }
 pub(crate) use {kernel_table, push_arg};

@@ -12,10 +12,12 @@
 //! * Ops queue work without waiting; [`Backend::read_range`] and
 //!   [`Backend::synchronize`] wait, and report the asynchronous errors: a
 //!   faulting kernel, or invalid data a kernel found (see `fault.rs`).
-//! * Kernels are launched through the typed launchers of the kernel table
-//!   (`kernels.rs`): `unsafe fn`s whose callers (`src/ops/<op>/cuda.rs`,
-//!   `gemm.rs`, `layer.rs`) say in a `// SAFETY:` which length checks they
-//!   made. The FFI itself is in `launch.rs` and `nvrtc.rs`.
+//! * Kernels are launched through typed launchers that each op's kernel
+//!   table (`kernel_table!` in `launch.rs`, in `src/ops/<op>/cuda.rs`)
+//!   declares: `unsafe fn`s whose callers (the same files, `gemm.rs`,
+//!   `ops/gemm_layer.rs`) say in a `// SAFETY:` which length checks they
+//!   made. The FFI itself is in `launch.rs` and `nvrtc.rs`. This module
+//!   knows no op: the modules it loads are handed to [`Cuda::open`].
 
 mod device_memory;
 mod fault;
@@ -23,7 +25,6 @@ pub(crate) mod gemm;
 mod kernel_cache;
 pub(crate) mod kernels;
 pub(crate) mod launch;
-pub(crate) mod layer;
 mod modules;
 mod nvrtc;
 mod pinned;
@@ -42,7 +43,7 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut,
 };
 pub use kernel_cache::KERNEL_CACHE_VAR;
-pub use kernels::{KernelModule, kernel_modules};
+pub use kernels::KernelModule;
 pub use modules::{compile_cubin, compile_ptx, nvrtc_version};
 pub use pinned::PinnedVec;
 pub use products::{Fp32Tile, GemmStaging, MatmulPrecision, Products, RefusedProducts};
@@ -103,22 +104,16 @@ impl fmt::Debug for Cuda {
 }
 
 impl Cuda {
-    /// Opens GPU `ordinal` (a data-parallel rank passes its local rank) and
-    /// loads every kernel on it; products in float32.
-    pub fn new(ordinal: usize) -> Result<Self> {
-        Self::with_precision(ordinal, MatmulPrecision::Fp32)
-    }
-
-    /// [`Cuda::new`] with the conv2d and linear products in `precision`.
-    pub fn with_precision(ordinal: usize, precision: MatmulPrecision) -> Result<Self> {
-        Self::with_products(ordinal, Products::from(precision))
-    }
-
-    /// [`Cuda::new`] with the conv2d and linear products `products`. TF32,
+    /// Opens GPU `ordinal` with `modules` loaded on it (every op's: the
+    /// public constructors, `Cuda::new` and the others, are the ops'). TF32,
     /// bf16 or cp.async on a GPU older than compute capability 8.0 is
     /// [`Error::GpuTooOld`]; embedded PTX for an older architecture is then
     /// passed over for NVRTC's code for this GPU (it would leave them out).
-    pub fn with_products(ordinal: usize, products: Products) -> Result<Self> {
+    pub(crate) fn open(
+        ordinal: usize,
+        products: Products,
+        modules: &'static [KernelModule],
+    ) -> Result<Self> {
         let count = cuda_available()?;
         if ordinal >= count {
             return Err(Error::NoCudaDevice { ordinal, count });
@@ -140,7 +135,7 @@ impl Cuda {
             }
             Some(_) => 80,
         };
-        let loaded = modules::load_all(&ctx, compute_cap, min_arch)?;
+        let loaded = modules::load_all(&ctx, modules, compute_cap, min_arch)?;
         // One stream for all of this backend's work (see `untracked_streams`).
         let stream = ctx.default_stream();
         let fault = Mutex::new(stream.alloc_zeros::<u32>(1)?);

@@ -17,7 +17,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
 use super::kernel_cache::{CacheKey, KERNEL_CACHE_VAR, KernelCache};
-use super::kernels::{KernelModule, PTX_ARCH, kernel_modules};
+use super::kernels::{KernelModule, PTX_ARCH};
 use super::nvrtc::{self, Output};
 use crate::{Error, Result};
 
@@ -60,12 +60,13 @@ pub(super) struct Loaded {
     pub origin: String,
 }
 
-/// Loads every module on `ctx` (a GPU of compute capability `cap`). The
+/// Loads `modules` on `ctx` (a GPU of compute capability `cap`). The
 /// embedded PTX is used only when it targets `min_arch` (e.g. 80) or later:
 /// code for an older architecture leaves out what needs a newer one (the
 /// TF32 and bf16 products), so NVRTC compiles for this GPU instead.
 pub(super) fn load_all(
     ctx: &Arc<CudaContext>,
+    modules: &'static [KernelModule],
     (major, minor): (i32, i32),
     min_arch: u32,
 ) -> Result<Loaded> {
@@ -76,7 +77,7 @@ pub(super) fn load_all(
     let mut loaded = Vec::new();
     let mut need_nvrtc = Vec::new();
     let mut ptx_failures = Vec::new();
-    for module in kernel_modules() {
+    for module in modules {
         let ptx = module.ptx.filter(|_| ptx_arch >= min_arch);
         match ptx.map(|ptx| ctx.load_module(Ptx::from_src(ptx))) {
             Some(Ok(m)) => loaded.push((module, m)),

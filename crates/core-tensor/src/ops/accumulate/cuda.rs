@@ -3,9 +3,21 @@ use std::ops::Range;
 use cudarc::driver::CudaSlice;
 
 use super::{AccumulateKernel, SumInto, check};
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::blocks_for;
+use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::{Cuda, Result};
+
+kernel_table! {
+    accumulate (ACCUMULATE_SRC, ACCUMULATE_PTX) {
+        accumulate_f32(
+            grads: Out<f32>,
+            acc: Out<f32>,
+            weight: Val<f32>,
+            into_grads: Val<u32>,
+            start: Val<u64>,
+            end: Val<u64>,
+        );
+    }
+}
 
 const THREADS: u32 = 256;
 
@@ -27,8 +39,6 @@ impl AccumulateKernel for Cuda {
         let into_grads = u32::from(into == SumInto::Grads);
         // SAFETY: `check` ran: both buffers hold `start..end`; every thread
         // checks its index against `end`.
-        unsafe {
-            kernels::accumulate_f32(self, cfg, grads, acc, &weight, &into_grads, &start, &end)
-        }
+        unsafe { accumulate_f32(self, cfg, grads, acc, &weight, &into_grads, &start, &end) }
     }
 }

@@ -6,7 +6,7 @@
 //! the product and one for the sum, as `grad.add_(g, alpha=w)`.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -1,7 +1,7 @@
 //! The number of rows whose argmax (first maximum) equals the label.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -1,12 +1,44 @@
 use std::ops::Range;
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DeviceRepr};
 
 use super::{AdamKernel, AdamScalars, SparseAdamScalars, check_range, check_rows, check_state};
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::blocks_for;
+use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::ops::RowsGeom;
 use crate::{Cuda, Result};
+
+// SAFETY: repr(C), seven f32 fields, mirrored by `AdamScalars` in adam.cu;
+// passed by value, it holds no pointer.
+unsafe impl DeviceRepr for AdamScalars {}
+// SAFETY: repr(C), four f32 fields, mirrored by `SparseAdamScalars` in adam.cu;
+// passed by value, it holds no pointer.
+unsafe impl DeviceRepr for SparseAdamScalars {}
+
+kernel_table! {
+    adam (ADAM_SRC, ADAM_PTX) {
+        adam_step_f32(
+            params: Out<f32>,
+            grads: In<f32>,
+            m: Out<f32>,
+            v: Out<f32>,
+            guard: In<u32>,
+            s: Val<AdamScalars>,
+            start: Val<u64>,
+            end: Val<u64>,
+        );
+        sparse_adam_step_f32(
+            params: Out<f32>,
+            grads: In<f32>,
+            m: Out<f32>,
+            v: Out<f32>,
+            ids: In<u32>,
+            guard: In<u32>,
+            fault: Out<u32>,
+            s: Val<SparseAdamScalars>,
+            g: Val<RowsGeom>,
+        );
+    }
+}
 
 const THREADS: u32 = 256;
 
@@ -31,7 +63,7 @@ impl AdamKernel for Cuda {
         // SAFETY: `grads`, `m` and `v` have as many elements as `params`,
         // `range` lies inside them, the guard has its two; every thread
         // checks its index against `end`.
-        unsafe { kernels::adam_step_f32(self, cfg, params, grads, m, v, guard, s, &start, &end) }
+        unsafe { adam_step_f32(self, cfg, params, grads, m, v, guard, s, &start, &end) }
     }
 
     /// An id not below the row count or not above the one before it (an
@@ -60,11 +92,7 @@ impl AdamKernel for Cuda {
             // `params`, which holds the table; `ids` holds at least `count`
             // ids, a bad one sets the fault word instead of addressing the
             // table; every thread checks its index against `count·dim`.
-            unsafe {
-                kernels::sparse_adam_step_f32(
-                    self, cfg, params, grads, m, v, ids, guard, fault, s, g,
-                )
-            }
+            unsafe { sparse_adam_step_f32(self, cfg, params, grads, m, v, ids, guard, fault, s, g) }
         })
     }
 }

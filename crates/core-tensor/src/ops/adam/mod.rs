@@ -26,7 +26,7 @@
 //! `state['step']`, one per `step()`), not of the row.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -1,11 +1,36 @@
-use cudarc::driver::{CudaSlice, CudaViewMut, LaunchConfig};
+use cudarc::driver::{CudaSlice, CudaViewMut, DeviceRepr, LaunchConfig};
 
 use super::{Conv2dGeom, Conv2dKernel};
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::layer::{GemmLayer, Shape, gemm_layer_kernel};
+use crate::backend::cuda::launch::{GemmLaunch, kernel_table};
+use crate::ops::gemm_layer::{GemmLayer, Shape, gemm_layer_kernel};
 use crate::ops::{LayerLens, ParamAt};
 use crate::{Cuda, Result};
+
+// SAFETY: repr(C), eight usize fields, mirrored by `Conv2dGeom` in conv2d.cu (`usize` is
+// `unsigned long long`, asserted in launch.rs); passed by value, it holds
+// no pointer.
+unsafe impl DeviceRepr for Conv2dGeom {}
+
+/// The launch parameters of the conv2d GEMM kernels (`Conv2dLaunch` in C).
+pub(crate) type Conv2dLaunch = GemmLaunch<Conv2dGeom>;
+
+kernel_table! {
+    conv2d (CONV2D_SRC, CONV2D_PTX) {
+        conv2d_fwd_reduce_f32(ws: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
+        conv2d_bwd_bias_partial_f32(dy: In<f32>, ws: Out<f32>, g: Val<Conv2dGeom>);
+        conv2d_bwd_bias_reduce_f32(ws: In<f32>, db: Out<f32>, g: Val<Conv2dGeom>);
+    } [
+        GEMM_VARIANTS conv2d_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+        GEMM_VARIANTS conv2d_fwd_partial(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        GEMM_VARIANTS conv2d_bwd_input(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<Conv2dLaunch>);
+        GEMM_VARIANTS conv2d_bwd_input_partial(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+        GEMM_VARIANTS conv2d_bwd_weight(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<Conv2dLaunch>);
+        GEMM_VARIANTS conv2d_bwd_weight_partial(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<Conv2dLaunch>);
+    ]
+}
 
 /// Threads of `conv2d_bwd_bias_partial_f32` (REDUCE_THREADS in reduce.cuh)
 /// and of `conv2d_bwd_bias_reduce_f32` (GEMM_THREADS in sgemm.cuh).
@@ -18,19 +43,19 @@ const BIAS_CHANNELS_PER_BLOCK: usize = BIAS_THREADS as usize / 32;
 
 impl GemmLayer for Conv2dGeom {
     const FWD: BiasGemmKernels<Self> = BiasGemmKernels {
-        whole: kernels::conv2d_fwd,
-        partial: kernels::conv2d_fwd_partial,
-        reduce: kernels::conv2d_fwd_reduce_f32,
+        whole: conv2d_fwd,
+        partial: conv2d_fwd_partial,
+        reduce: conv2d_fwd_reduce_f32,
     };
     const BWD_WEIGHT: GemmKernels<Self> = GemmKernels {
-        whole: kernels::conv2d_bwd_weight,
-        partial: kernels::conv2d_bwd_weight_partial,
-        reduce: kernels::conv2d_bwd_weight_reduce_f32,
+        whole: conv2d_bwd_weight,
+        partial: conv2d_bwd_weight_partial,
+        reduce: conv2d_bwd_weight_reduce_f32,
     };
     const BWD_INPUT: GemmKernels<Self> = GemmKernels {
-        whole: kernels::conv2d_bwd_input,
-        partial: kernels::conv2d_bwd_input_partial,
-        reduce: kernels::conv2d_bwd_input_reduce_f32,
+        whole: conv2d_bwd_input,
+        partial: conv2d_bwd_input_partial,
+        reduce: conv2d_bwd_input_reduce_f32,
     };
 
     fn lens(&self) -> Result<LayerLens> {
@@ -81,8 +106,8 @@ impl GemmLayer for Conv2dGeom {
         // kernel writes (a block each) and the second reads (a warp per
         // channel), both of the threads they are written for.
         unsafe {
-            kernels::conv2d_bwd_bias_partial_f32(cuda, partial, dy, &mut ws, self)?;
-            kernels::conv2d_bwd_bias_reduce_f32(cuda, reduce, &ws, db, self)
+            conv2d_bwd_bias_partial_f32(cuda, partial, dy, &mut ws, self)?;
+            conv2d_bwd_bias_reduce_f32(cuda, reduce, &ws, db, self)
         }
     }
 }

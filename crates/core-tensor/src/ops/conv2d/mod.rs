@@ -5,7 +5,7 @@
 //! packing. Everything else is im2col + GEMM.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 mod wide;

@@ -5,8 +5,8 @@
 
 use super::{Conv2dPoolKernel, check_pooled};
 use crate::error::check_len;
+use crate::ops::dropout::mask;
 use crate::ops::{Conv2dGeom, Conv2dKernel, Epilogue, MaxPool2dKernel, ParamAt, PoolGeom};
-use crate::simd::mask;
 use crate::{Backend, Cpu, Result};
 
 /// The place (0–3, row-major) that max-pooling routes window `w`'s

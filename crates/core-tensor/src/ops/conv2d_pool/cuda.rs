@@ -2,12 +2,47 @@ use cudarc::driver::CudaSlice;
 
 use super::{Conv2dPoolKernel, check_pooled};
 use crate::backend::cuda::gemm::{GemmPlan, check_i32};
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::{DropoutArgs, blocks_for};
+use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::backend::cuda::view;
 use crate::error::check_len;
+use crate::ops::PoolGeom;
+use crate::ops::conv2d::cuda::Conv2dLaunch;
+use crate::ops::dropout::cuda::DropoutArgs;
 use crate::ops::{Conv2dGeom, Conv2dKernel, Epilogue, ParamAt};
 use crate::{Cuda, Result};
+
+kernel_table! {
+    conv2d_pool (CONV2D_POOL_SRC, CONV2D_POOL_PTX) {
+        conv2d_pool_argmax_f32(
+            a: In<f32>,
+            y: Out<f32>,
+            arg: Out<u8>,
+            g: Val<PoolGeom>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
+        conv2d_pool_bwd_f32(
+            arg: In<u8>,
+            y: In<f32>,
+            dy: In<f32>,
+            da: Out<f32>,
+            g: Val<PoolGeom>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
+    } [
+        GEMM_SQUARE_VARIANTS conv2d_pool_fwd(
+            x: In<f32>,
+            w: In<f32>,
+            bias: In<f32>,
+            y: Out<f32>,
+            arg: Out<u8>,
+            p: Val<Conv2dLaunch>,
+            relu: Val<u32>,
+            d: Val<DropoutArgs>,
+        );
+    ]
+}
 
 /// Threads of the pooling kernels, one per window.
 const THREADS: u32 = 256;
@@ -52,9 +87,7 @@ impl Conv2dPoolKernel for Cuda {
             // SAFETY: `a` holds the convolution's output, which `pool`
             // pools into `y` and `argmax` (checked against `pool`); every
             // thread checks its window against the output size.
-            return unsafe {
-                kernels::conv2d_pool_argmax_f32(self, cfg, &a, y, argmax, &pool, &relu, &d)
-            };
+            return unsafe { conv2d_pool_argmax_f32(self, cfg, &a, y, argmax, &pool, &relu, &d) };
         }
         let w = view("conv2d_pool", params, at.weight.clone())?;
         let b = view("conv2d_pool", params, at.bias.clone())?;
@@ -65,9 +98,7 @@ impl Conv2dPoolKernel for Cuda {
         // kernel's window-ordered columns, unsplit and in the square tiles
         // (the family's only ones), so each block's tile holds whole
         // windows, and its stores stay inside the tile.
-        unsafe {
-            kernels::conv2d_pool_fwd(self, variant, cfg, x, &w, &b, y, argmax, &args, &relu, &d)
-        }
+        unsafe { conv2d_pool_fwd(self, variant, cfg, x, &w, &b, y, argmax, &args, &relu, &d) }
     }
 
     fn conv2d_pool_bwd(
@@ -90,9 +121,7 @@ impl Conv2dPoolKernel for Cuda {
             // SAFETY: `argmax`, `y`, `dy` and `da` were checked against the
             // pooling; every thread checks its window against the output
             // size and writes only inside its window's rows and columns.
-            unsafe {
-                kernels::conv2d_pool_bwd_f32(self, cfg, argmax, y, dy, da, &pool, &relu, &d)?
-            };
+            unsafe { conv2d_pool_bwd_f32(self, cfg, argmax, y, dy, da, &pool, &relu, &d)? };
         }
         self.conv2d_bwd(g, x, params, at, da, grads, dx)
     }

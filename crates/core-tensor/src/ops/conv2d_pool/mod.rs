@@ -8,7 +8,7 @@
 //! ([`Conv2dPoolKernel::fuses`] tells a model which path to take).
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -2,10 +2,18 @@ use cudarc::driver::CudaSlice;
 
 use super::Conv2dReluKernel;
 use crate::backend::cuda::gemm::{GemmPlan, check_i32};
-use crate::backend::cuda::kernels;
+use crate::backend::cuda::launch::kernel_table;
 use crate::backend::cuda::view;
+use crate::ops::conv2d::cuda::Conv2dLaunch;
 use crate::ops::{Conv2dGeom, Conv2dKernel, Dropout, ParamAt, ReluKernel};
 use crate::{Cuda, Result};
+
+kernel_table! {
+    conv2d_relu (CONV2D_RELU_SRC, CONV2D_RELU_PTX) {
+    } [
+        GEMM_VARIANTS conv2d_relu_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<Conv2dLaunch>);
+    ]
+}
 
 impl Conv2dReluKernel for Cuda {
     fn conv2d_relu_fwd(
@@ -34,6 +42,6 @@ impl Conv2dReluKernel for Cuda {
         let (variant, args) = (plan.variant(self.products()), plan.args(*g));
         // SAFETY: `x`, `W`, `b` and `y` were checked against the geometry
         // (`lens.check`), and the plan is its forward product, unsplit.
-        unsafe { kernels::conv2d_relu_fwd(self, variant, plan.tiles(), x, &w, &b, y, &args) }
+        unsafe { conv2d_relu_fwd(self, variant, plan.tiles(), x, &w, &b, y, &args) }
     }
 }

@@ -8,7 +8,7 @@
 //! Backward is ReLU's and the convolution's own kernels.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -1,11 +1,29 @@
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DeviceRepr};
 
 use super::{ClassGeom, CrossEntropyKernel};
 use crate::backend::cuda::gemm::check_i32;
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::ONE_REDUCE_BLOCK;
+use crate::backend::cuda::launch::{ONE_REDUCE_BLOCK, kernel_table};
 use crate::error::check_len;
 use crate::{Cuda, Result};
+
+// SAFETY: repr(C), two usize fields, mirrored by `ClassGeom` in
+// cross_entropy.cu and accuracy.cu (`usize` is
+// `unsigned long long`, asserted in launch.rs); passed by value, it holds
+// no pointer.
+unsafe impl DeviceRepr for ClassGeom {}
+
+kernel_table! {
+    cross_entropy (CROSS_ENTROPY_SRC, CROSS_ENTROPY_PTX) {
+        cross_entropy_fwd_bwd_f32(
+            logits: In<f32>,
+            labels: In<u8>,
+            dlogits: Out<f32>,
+            loss_sum: Out<f32>,
+            fault: Out<u32>,
+            g: Val<ClassGeom>,
+        );
+    }
+}
 
 impl CrossEntropyKernel for Cuda {
     /// A label not below the class count (an error on the CPU) is reported
@@ -27,7 +45,7 @@ impl CrossEntropyKernel for Cuda {
             // `g`, `loss_sum` and the fault word hold one element each; the
             // kernel reduces with one block.
             unsafe {
-                kernels::cross_entropy_fwd_bwd_f32(
+                cross_entropy_fwd_bwd_f32(
                     self,
                     ONE_REDUCE_BLOCK,
                     logits,

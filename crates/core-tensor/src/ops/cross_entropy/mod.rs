@@ -3,7 +3,7 @@
 //! `dlogits = (softmax − onehot(label)) / batch`.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -5,7 +5,7 @@
 //! twice as fast, and AVX-512DQ has the instruction itself. The arithmetic
 //! is the scalar code's in every version, so the bits are the same.
 
-use crate::ops::Dropout;
+use super::Dropout;
 
 /// `values[k] = dropout(max(values[k], 0))`, element `first + k` of the mask.
 pub(crate) fn relu_dropout_fwd(dropout: Dropout, first: usize, values: &mut [f32]) {
@@ -46,7 +46,7 @@ pub(crate) fn relu_dropout_bwd(dropout: Dropout, first: usize, y: &[f32], dy: &m
 }
 
 /// The versions of the loops, the best this CPU runs first. Not
-/// [`super::Isa`]: the AVX-512 version also needs DQ (its 64-bit multiply),
+/// `simd::Isa`: the AVX-512 version also needs DQ (its 64-bit multiply),
 /// and the AVX2 one no FMA.
 #[derive(Clone, Copy)]
 enum Build {

@@ -9,6 +9,8 @@
 //! regenerates the identical mask from the seed. `dropout.cuh` (in
 //! `backend/cuda`) is the GPU's copy of [`Dropout::apply`].
 
+pub(super) mod cuda;
+pub(crate) mod mask;
 #[cfg(test)]
 mod tests;
 

@@ -1,9 +1,22 @@
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DeviceRepr};
 
 use super::{EmbeddingGeom, EmbeddingKernel};
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::blocks_for;
+use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::{Cuda, Result};
+
+// SAFETY: repr(C), four usize fields, mirrored by `EmbeddingGeom` in
+// embedding.cu (`usize` is
+// `unsigned long long`, asserted in launch.rs); passed by value, it holds
+// no pointer.
+unsafe impl DeviceRepr for EmbeddingGeom {}
+
+kernel_table! {
+    embedding (EMBEDDING_SRC, EMBEDDING_PTX) {
+        embedding_fwd_f32(ids: In<u32>, params: In<f32>, out: Out<f32>, fault: Out<u32>, g: Val<EmbeddingGeom>);
+        embedding_bwd_zero_f32(grads: Out<f32>, g: Val<EmbeddingGeom>);
+        embedding_bwd_f32(ids: In<u32>, dout: In<f32>, grads: Out<f32>, fault: Out<u32>, g: Val<EmbeddingGeom>);
+    }
+}
 
 const THREADS: u32 = 256;
 
@@ -26,7 +39,7 @@ impl EmbeddingKernel for Cuda {
             // SAFETY: `check` matched `ids` and `out` to `g` and the table to
             // `params`; an id past the table sets the fault word instead of
             // reading; every thread checks its index.
-            unsafe { kernels::embedding_fwd_f32(self, cfg, ids, params, out, fault, g) }
+            unsafe { embedding_fwd_f32(self, cfg, ids, params, out, fault, g) }
         })
     }
 
@@ -52,8 +65,8 @@ impl EmbeddingKernel for Cuda {
             // the table to `grads`; the zeroing threads check their index
             // against the table, the column threads theirs against `dim`.
             unsafe {
-                kernels::embedding_bwd_zero_f32(self, zero, grads, g)?;
-                kernels::embedding_bwd_f32(self, columns, ids, dout, grads, fault, g)
+                embedding_bwd_zero_f32(self, zero, grads, g)?;
+                embedding_bwd_f32(self, columns, ids, dout, grads, fault, g)
             }
         })
     }
@@ -75,7 +88,7 @@ impl EmbeddingKernel for Cuda {
             // SAFETY: as in `embedding_fwd`, with `dout` matched to `g` and
             // the table to `grads`; the column threads check their index
             // against `dim`.
-            unsafe { kernels::embedding_bwd_f32(self, columns, ids, dout, grads, fault, g) }
+            unsafe { embedding_bwd_f32(self, columns, ids, dout, grads, fault, g) }
         })
     }
 }

@@ -5,7 +5,7 @@
 //! device (no float atomics).
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -3,10 +3,30 @@ use std::ops::Range;
 use cudarc::driver::CudaSlice;
 
 use super::{FiniteKernel, check_range, check_rows};
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::blocks_for;
+use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::ops::RowsGeom;
 use crate::{Cuda, Result};
+
+kernel_table! {
+    finite (FINITE_SRC, FINITE_PTX) {
+        guard_finite_f32(
+            values: In<f32>,
+            loss: In<f32>,
+            guard: Out<u32>,
+            step: Val<u32>,
+            start: Val<u64>,
+            end: Val<u64>,
+        );
+        guard_finite_rows_f32(
+            values: In<f32>,
+            ids: In<u32>,
+            guard: Out<u32>,
+            fault: Out<u32>,
+            step: Val<u32>,
+            g: Val<RowsGeom>,
+        );
+    }
+}
 
 const THREADS: u32 = 256;
 
@@ -25,7 +45,7 @@ impl FiniteKernel for Cuda {
         let (start, end) = (range.start as u64, range.end as u64);
         // SAFETY: `check_range` ran: one loss, a two-word guard, `start..end`
         // inside `values`; every thread checks its index against `end`.
-        unsafe { kernels::guard_finite_f32(self, cfg, values, loss, guard, &step, &start, &end) }
+        unsafe { guard_finite_f32(self, cfg, values, loss, guard, &step, &start, &end) }
     }
 
     /// An id not below the row count or not above the one before it (an
@@ -50,9 +70,7 @@ impl FiniteKernel for Cuda {
             // ids, the table inside `values`; a bad id sets the fault word
             // instead of addressing the table; every thread checks its
             // index against `count·dim`.
-            unsafe {
-                kernels::guard_finite_rows_f32(self, cfg, values, ids, guard, fault, &step, g)
-            }
+            unsafe { guard_finite_rows_f32(self, cfg, values, ids, guard, fault, &step, g) }
         })
     }
 }

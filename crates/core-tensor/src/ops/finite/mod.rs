@@ -14,7 +14,7 @@
 //! order of calls and of threads.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -1,11 +1,42 @@
 use std::ops::Range;
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DeviceRepr};
 
 use super::GatherKernel;
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::{Absent, DeviceOut, GatherArgs, blocks_for};
+use crate::backend::cuda::launch::{Absent, DeviceOut, blocks_for, kernel_table};
 use crate::{Cuda, Result};
+
+/// Launch parameters of the gather kernel; mirrored by `GatherArgs` in
+/// gather.cu.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct GatherArgs {
+    pub batch: u64,
+    pub pixels: u64,
+    pub samples: u64,
+    pub first: u64,
+    /// Threads per sample: `pixels` when the images are gathered (at
+    /// least 1), else 1.
+    pub lanes: u64,
+}
+
+// SAFETY: repr(C), five u64 fields, mirrored by `GatherArgs` in gather.cu;
+// passed by value, it holds no pointer.
+unsafe impl DeviceRepr for GatherArgs {}
+
+kernel_table! {
+    gather (GATHER_SRC, GATHER_PTX) {
+        gather_batch_u8_f32(
+            images: In<u8>,
+            labels: In<u8>,
+            indices: In<u32>,
+            x: Out<f32>,
+            y: Out<u8>,
+            fault: Out<u32>,
+            a: Val<GatherArgs>,
+        );
+    }
+}
 
 const THREADS: u32 = 256;
 
@@ -59,9 +90,7 @@ impl GatherKernel for Cuda {
             // writing; a sample index past `samples` is caught by the kernel,
             // which sets the fault word instead of reading; every thread
             // checks its index against `batch · lanes`.
-            unsafe {
-                kernels::gather_batch_u8_f32(self, cfg, images, labels, indices, x, y, fault, &args)
-            }
+            unsafe { gather_batch_u8_f32(self, cfg, images, labels, indices, x, y, fault, &args) }
         })
     }
 }

@@ -5,7 +5,7 @@
 //! images, its last only the labels.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -6,7 +6,7 @@
 //! `half_cast.cu`, so both devices give the same bits.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

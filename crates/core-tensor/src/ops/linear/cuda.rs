@@ -1,31 +1,55 @@
-use cudarc::driver::{CudaSlice, CudaViewMut};
+use cudarc::driver::{CudaSlice, CudaViewMut, DeviceRepr};
 
 use super::{LinearGeom, LinearKernel};
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
-use crate::backend::cuda::kernels;
 use crate::backend::cuda::launch::blocks_for;
-use crate::backend::cuda::layer::{GemmLayer, Shape, gemm_layer_kernel};
+use crate::backend::cuda::launch::{GemmLaunch, kernel_table};
+use crate::ops::gemm_layer::{GemmLayer, Shape, gemm_layer_kernel};
 use crate::ops::{LayerLens, ParamAt};
 use crate::{Cuda, Result};
+
+// SAFETY: repr(C), three usize fields, mirrored by `LinearGeom` in linear.cu (`usize` is
+// `unsigned long long`, asserted in launch.rs); passed by value, it holds
+// no pointer.
+unsafe impl DeviceRepr for LinearGeom {}
+
+/// The launch parameters of the linear GEMM kernels (`LinearLaunch` in C).
+pub(crate) type LinearLaunch = GemmLaunch<LinearGeom>;
+
+kernel_table! {
+    linear (LINEAR_SRC, LINEAR_PTX) {
+        linear_fwd_reduce_f32(ws: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_weight_reduce_f32(ws: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_input_reduce_f32(ws: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
+        linear_bwd_bias_f32(dy: In<f32>, db: Out<f32>, g: Val<LinearGeom>);
+    } [
+        GEMM_VARIANTS linear_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>);
+        GEMM_VARIANTS linear_fwd_partial(x: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        GEMM_VARIANTS linear_bwd_weight(x: In<f32>, dy: In<f32>, dw: Out<f32>, p: Val<LinearLaunch>);
+        GEMM_VARIANTS linear_bwd_weight_partial(x: In<f32>, dy: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+        GEMM_VARIANTS linear_bwd_input(dy: In<f32>, w: In<f32>, dx: Out<f32>, p: Val<LinearLaunch>);
+        GEMM_VARIANTS linear_bwd_input_partial(dy: In<f32>, w: In<f32>, ws: Out<f32>, p: Val<LinearLaunch>);
+    ]
+}
 
 /// Threads per block of `linear_bwd_bias_f32` (one per output feature).
 const BIAS_THREADS: u32 = 256;
 
 impl GemmLayer for LinearGeom {
     const FWD: BiasGemmKernels<Self> = BiasGemmKernels {
-        whole: kernels::linear_fwd,
-        partial: kernels::linear_fwd_partial,
-        reduce: kernels::linear_fwd_reduce_f32,
+        whole: linear_fwd,
+        partial: linear_fwd_partial,
+        reduce: linear_fwd_reduce_f32,
     };
     const BWD_WEIGHT: GemmKernels<Self> = GemmKernels {
-        whole: kernels::linear_bwd_weight,
-        partial: kernels::linear_bwd_weight_partial,
-        reduce: kernels::linear_bwd_weight_reduce_f32,
+        whole: linear_bwd_weight,
+        partial: linear_bwd_weight_partial,
+        reduce: linear_bwd_weight_reduce_f32,
     };
     const BWD_INPUT: GemmKernels<Self> = GemmKernels {
-        whole: kernels::linear_bwd_input,
-        partial: kernels::linear_bwd_input_partial,
-        reduce: kernels::linear_bwd_input_reduce_f32,
+        whole: linear_bwd_input,
+        partial: linear_bwd_input_partial,
+        reduce: linear_bwd_input_reduce_f32,
     };
 
     fn lens(&self) -> Result<LayerLens> {
@@ -52,7 +76,7 @@ impl GemmLayer for LinearGeom {
         let cfg = blocks_for("linear", self.out_features, BIAS_THREADS)?;
         // SAFETY: the caller checked `dy` and `db` against the geometry;
         // one thread per output feature, each bounds-checked.
-        unsafe { kernels::linear_bwd_bias_f32(cuda, cfg, dy, db, self) }
+        unsafe { linear_bwd_bias_f32(cuda, cfg, dy, db, self) }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Fully connected layer `y = x·Wᵀ + b` with PyTorch's `[out, in]` weight.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

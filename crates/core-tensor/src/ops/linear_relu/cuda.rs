@@ -2,13 +2,35 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 use super::LinearReluKernel;
 use crate::backend::cuda::gemm::{GemmPlan, check_i32};
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::{DropoutArgs, blocks_for};
-use crate::backend::cuda::layer::{GemmLayer, check_bwd};
+use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::backend::cuda::{view, view_mut};
 use crate::error::check_len;
+use crate::ops::dropout::cuda::DropoutArgs;
+use crate::ops::gemm_layer::{GemmLayer, check_bwd};
+use crate::ops::linear::cuda::LinearLaunch;
 use crate::ops::{Dropout, LinearGeom, ParamAt};
 use crate::{Cuda, Result};
+
+kernel_table! {
+    linear_relu (LINEAR_RELU_SRC, LINEAR_RELU_PTX) {
+        linear_relu_fwd_reduce_f32(
+            ws: In<f32>,
+            bias: In<f32>,
+            y: Out<f32>,
+            p: Val<LinearLaunch>,
+            d: Val<DropoutArgs>,
+        );
+        linear_relu_bwd_bias_f32(
+            y: In<f32>,
+            dy: Out<f32>,
+            db: Out<f32>,
+            g: Val<LinearGeom>,
+            d: Val<DropoutArgs>,
+        );
+    } [
+        GEMM_VARIANTS linear_relu_fwd(x: In<f32>, w: In<f32>, bias: In<f32>, y: Out<f32>, p: Val<LinearLaunch>, d: Val<DropoutArgs>);
+    ]
+}
 
 /// Threads per block of `linear_relu_bwd_bias_f32`, and the columns each
 /// block owns (a warp's width).
@@ -48,14 +70,12 @@ impl LinearReluKernel for Cuda {
             // and the reduce kernel reads.
             unsafe {
                 (LinearGeom::FWD.partial)(self, variant, plan.tiles(), x, &w, &mut ws, &args)?;
-                kernels::linear_relu_fwd_reduce_f32(self, plan.reduce(), &ws, &b, y, &args, &d)
+                linear_relu_fwd_reduce_f32(self, plan.reduce(), &ws, &b, y, &args, &d)
             }
         } else {
             // SAFETY: as above; the plan is unsplit, so the tile kernel
             // stores the result.
-            unsafe {
-                kernels::linear_relu_fwd(self, variant, plan.tiles(), x, &w, &b, y, &args, &d)
-            }
+            unsafe { linear_relu_fwd(self, variant, plan.tiles(), x, &w, &b, y, &args, &d) }
         }
     }
 
@@ -82,7 +102,7 @@ impl LinearReluKernel for Cuda {
             // SAFETY: `y` and `dy` hold batch·out elements and `db` out
             // (`check_bwd`, `check_len`); each thread checks its column
             // against `out` and its rows against `batch`.
-            unsafe { kernels::linear_relu_bwd_bias_f32(self, cfg, y, dy, &mut db, g, &d)? };
+            unsafe { linear_relu_bwd_bias_f32(self, cfg, y, dy, &mut db, g, &d)? };
         }
         self.layer_bwd_products(g, x, params, at, dy, grads, dx)
     }

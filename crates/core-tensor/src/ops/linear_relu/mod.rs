@@ -13,7 +13,7 @@
 //! [`crate::ops::LinearKernel::linear_bwd`].
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -1,7 +1,7 @@
 use super::{Epilogue, MaxPool2dKernel, PoolGeom};
 use crate::error::check_len;
 use crate::ops::Dropout;
-use crate::simd::mask;
+use crate::ops::dropout::mask;
 use crate::{Cpu, Result};
 
 /// The pooled value of a window: its maximum, or NaN if any input is NaN

@@ -8,7 +8,7 @@
 //! ReLU commutes with the pool, and dropout follows it.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -5,7 +5,7 @@
 //! `dy = 2·(y − t) / (batch · features)`.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

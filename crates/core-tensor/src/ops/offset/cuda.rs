@@ -1,9 +1,20 @@
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DeviceRepr};
 
 use super::{OffsetGeom, OffsetKernel};
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::blocks_for;
+use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::{Cuda, Result};
+
+// SAFETY: repr(C), two usize fields, mirrored by `OffsetGeom` in offset.cu (`usize` is
+// `unsigned long long`, asserted in launch.rs); passed by value, it holds
+// no pointer.
+unsafe impl DeviceRepr for OffsetGeom {}
+
+kernel_table! {
+    offset (OFFSET_SRC, OFFSET_PTX) {
+        offset_fwd_f32(offsets: In<f32>, y: Out<f32>, g: Val<OffsetGeom>);
+        offset_bwd_f32(dy: In<f32>, d_offsets: Out<f32>, g: Val<OffsetGeom>);
+    }
+}
 
 const THREADS: u32 = 256;
 
@@ -21,7 +32,7 @@ impl OffsetKernel for Cuda {
         let cfg = blocks_for("offset", g.batch, THREADS)?;
         // SAFETY: `offsets` holds `batch·k` elements and `y` `batch`
         // (checked above); each thread checks its row against `batch`.
-        unsafe { kernels::offset_fwd_f32(self, cfg, offsets, y, g) }
+        unsafe { offset_fwd_f32(self, cfg, offsets, y, g) }
     }
 
     fn offset_bwd(
@@ -36,6 +47,6 @@ impl OffsetKernel for Cuda {
         }
         let cfg = blocks_for("offset", g.batch, THREADS)?;
         // SAFETY: as in `offset_fwd`, with `d_offsets` of `batch·k`.
-        unsafe { kernels::offset_bwd_f32(self, cfg, dy, d_offsets, g) }
+        unsafe { offset_bwd_f32(self, cfg, dy, d_offsets, g) }
     }
 }

@@ -4,7 +4,7 @@
 //! movie biases, gathered by the embedding op, join its prediction here.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

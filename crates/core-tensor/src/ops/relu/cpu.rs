@@ -1,7 +1,7 @@
 use super::ReluKernel;
 use crate::error::check_len;
 use crate::ops::Dropout;
-use crate::simd::mask;
+use crate::ops::dropout::mask;
 use crate::{Cpu, Result};
 
 impl ReluKernel for Cpu {

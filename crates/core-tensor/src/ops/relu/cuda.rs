@@ -1,11 +1,18 @@
 use cudarc::driver::CudaSlice;
 
 use super::ReluKernel;
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::{DropoutArgs, blocks_for};
+use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::error::check_len;
 use crate::ops::Dropout;
+use crate::ops::dropout::cuda::DropoutArgs;
 use crate::{Cuda, Result};
+
+kernel_table! {
+    relu (RELU_SRC, RELU_PTX) {
+        relu_fwd_f32(x: Out<f32>, n: Val<u64>, d: Val<DropoutArgs>);
+        relu_bwd_f32(y: In<f32>, dy: Out<f32>, n: Val<u64>, d: Val<DropoutArgs>);
+    }
+}
 
 const THREADS: u32 = 256;
 
@@ -18,7 +25,7 @@ impl ReluKernel for Cuda {
         let cfg = blocks_for("relu", x.len(), THREADS)?;
         let n = x.len() as u64;
         // SAFETY: `n` is the length of `x`; every thread checks its index.
-        unsafe { kernels::relu_fwd_f32(self, cfg, x, &n, &d) }
+        unsafe { relu_fwd_f32(self, cfg, x, &n, &d) }
     }
 
     fn relu_bwd(
@@ -36,6 +43,6 @@ impl ReluKernel for Cuda {
         let n = y.len() as u64;
         // SAFETY: `dy` was checked to have `n` elements like `y`; every
         // thread checks its index.
-        unsafe { kernels::relu_bwd_f32(self, cfg, y, dy, &n, &d) }
+        unsafe { relu_bwd_f32(self, cfg, y, dy, &n, &d) }
     }
 }

@@ -5,7 +5,7 @@
 //! the input need not be kept.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -1,9 +1,20 @@
-use cudarc::driver::{CudaSlice, LaunchConfig};
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig};
 
 use super::{RowsGeom, RowsKernel};
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::blocks_for;
+use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::{Cuda, Result};
+
+// SAFETY: repr(C), four usize fields, mirrored by `RowsGeom` in rows.cu (`usize` is
+// `unsigned long long`, asserted in launch.rs); passed by value, it holds
+// no pointer.
+unsafe impl DeviceRepr for RowsGeom {}
+
+kernel_table! {
+    rows (ROWS_SRC, ROWS_PTX) {
+        rows_gather_f32(ids: In<u32>, flat: In<f32>, rows: Out<f32>, fault: Out<u32>, g: Val<RowsGeom>);
+        rows_scatter_f32(ids: In<u32>, rows: In<f32>, flat: Out<f32>, fault: Out<u32>, g: Val<RowsGeom>);
+    }
+}
 
 const THREADS: u32 = 256;
 
@@ -41,7 +52,7 @@ impl RowsKernel for Cuda {
             // `count·dim` rows and the table inside `flat`; a bad id sets
             // the fault word instead of reading; every thread checks its
             // index against `count·dim`.
-            unsafe { kernels::rows_gather_f32(self, cfg, ids, flat, rows, fault, g) }
+            unsafe { rows_gather_f32(self, cfg, ids, flat, rows, fault, g) }
         })
     }
 
@@ -58,7 +69,7 @@ impl RowsKernel for Cuda {
         self.with_fault(|fault| {
             // SAFETY: as in `rows_gather`, with the roles of `rows` and
             // `flat` swapped; a bad id writes nothing.
-            unsafe { kernels::rows_scatter_f32(self, cfg, ids, rows, flat, fault, g) }
+            unsafe { rows_scatter_f32(self, cfg, ids, rows, flat, fault, g) }
         })
     }
 }

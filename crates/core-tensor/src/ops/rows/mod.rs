@@ -8,7 +8,7 @@
 //! `count` (scratch sized for the most rows a caller moves).
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 

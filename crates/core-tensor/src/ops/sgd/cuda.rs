@@ -1,11 +1,16 @@
 use cudarc::driver::CudaSlice;
 
 use super::SgdKernel;
-use crate::backend::cuda::kernels;
-use crate::backend::cuda::launch::blocks_for;
+use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::error::check_len;
 use crate::ops::GUARD_LEN;
 use crate::{Cuda, Result};
+
+kernel_table! {
+    sgd (SGD_SRC, SGD_PTX) {
+        sgd_step_f32(params: Out<f32>, grads: In<f32>, guard: In<u32>, minus_lr: Val<f32>, n: Val<u64>);
+    }
+}
 
 const THREADS: u32 = 256;
 
@@ -26,6 +31,6 @@ impl SgdKernel for Cuda {
         let n = params.len() as u64;
         // SAFETY: `grads` has `n` elements like `params`, the guard its two;
         // every thread checks its index against `n`.
-        unsafe { kernels::sgd_step_f32(self, cfg, params, grads, guard, &-lr, &n) }
+        unsafe { sgd_step_f32(self, cfg, params, grads, guard, &-lr, &n) }
     }
 }

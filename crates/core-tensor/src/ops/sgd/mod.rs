@@ -4,7 +4,7 @@
 //! the product and one for the sum.
 
 mod cpu;
-mod cuda;
+pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 
