@@ -165,7 +165,7 @@ pub enum CommError {
     /// `libnccl.so` could not be loaded; the search report says where NCCL
     /// was looked for, what was found and how to make it loadable.
     #[error("{0}")]
-    NcclMissing(crate::nccl::NcclSearch),
+    NcclMissing(crate::nccl_library::NcclSearch),
 
     /// An NCCL call or collective failed; `code` and `detail` are NCCL's
     /// own words (`ncclGetErrorString`, `ncclGetLastError`).

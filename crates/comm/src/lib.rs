@@ -39,6 +39,7 @@ mod launch_env;
 mod live;
 mod local;
 pub mod nccl;
+mod nccl_library;
 mod rendezvous;
 mod store;
 mod store_protocol;

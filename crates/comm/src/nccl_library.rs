@@ -3,6 +3,10 @@
 //! under their soname), so a machine can have NCCL and still fail to load it.
 //! When loading fails, [`search`] looks where NCCL usually lives and the
 //! error says what it found and the one command that makes it loadable.
+//!
+//! A module beside `nccl/`, not in it: the crate's error names this report
+//! ([`crate::CommError::NcclMissing`]), and `nccl/` itself sits above the
+//! error type (it returns it).
 
 use std::ffi::OsString;
 use std::fmt;

@@ -8,12 +8,12 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::sys::{ncclDataType_t, ncclRedOp_t};
 
 use super::ffi::{self, CallError, Progress, RawComm};
-use super::library::{SearchRoots, search};
 use super::unique_id::exchange_unique_id;
 use super::watchdog::{self, Failure, InFlight, Shared, cuda_error, nccl_error};
 use crate::communicator::{HalfFormat, IntReduce, ReduceOp, check_peers, check_root};
 use crate::error::CommError;
 use crate::flight::{FlightLog, Kind, Label, Recorder};
+use crate::nccl_library::{SearchRoots, search};
 use crate::store::Store;
 
 /// The element type of every collective but the 16-bit all-reduce.

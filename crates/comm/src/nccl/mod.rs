@@ -24,10 +24,9 @@
 
 mod communicator;
 mod ffi;
-mod library;
 mod unique_id;
 mod watchdog;
 
+pub use crate::nccl_library::{NcclSearch, SearchRoots, SearchedDir, search};
 pub use communicator::{NcclCommunicator, Reduction, require_nccl};
-pub use library::{NcclSearch, SearchRoots, SearchedDir, search};
 pub use unique_id::{UNIQUE_ID_BYTES, exchange_unique_id};
