@@ -137,10 +137,10 @@ impl<B: Ops> Bench<'_, B> {
         let dy = self.random(g.batch * g.out_image_len(), 2)?;
         let (mut y, mut grads) = (self.zeros(B::len(&dy))?, self.zeros(B::len(&params))?);
         let mut dxb = self.zeros(B::len(&x))?;
-        let fwd = self.time(|| b.conv2d_fwd(&g, &x, &params, &at, &mut y))?;
+        let fwd = self.time(|| b.layer_fwd(&g, &x, &params, &at, &mut y))?;
         let bwd = self.time(|| {
             let dx = dx.then_some(&mut dxb);
-            b.conv2d_bwd(&g, &x, &params, &at, &dy, &mut grads, dx)
+            b.layer_bwd(&g, &x, &params, &at, &dy, &mut grads, dx)
         })?;
         Ok(vec![
             (format!("{name} fwd"), fwd),
@@ -155,9 +155,9 @@ impl<B: Ops> Bench<'_, B> {
         let dy = self.random(g.batch * g.out_features, 4)?;
         let (mut y, mut grads) = (self.zeros(B::len(&dy))?, self.zeros(B::len(&params))?);
         let mut dx = self.zeros(B::len(&x))?;
-        let fwd = self.time(|| b.linear_fwd(&g, &x, &params, &at, &mut y))?;
+        let fwd = self.time(|| b.layer_fwd(&g, &x, &params, &at, &mut y))?;
         let bwd =
-            self.time(|| b.linear_bwd(&g, &x, &params, &at, &dy, &mut grads, Some(&mut dx)))?;
+            self.time(|| b.layer_bwd(&g, &x, &params, &at, &dy, &mut grads, Some(&mut dx)))?;
         Ok(vec![
             (format!("{name} fwd"), fwd),
             (format!("{name} bwd"), bwd),

@@ -1,10 +1,11 @@
 //! The CUDA side of the layers with a weight and a bias (conv2d, linear):
-//! three GEMMs and a bias reduction, the same steps for both, so they are
-//! written once here and each op only says its kernels and shapes.
+//! three GEMMs and a bias reduction, the same steps for both, so
+//! [`LayerKernel`] is implemented once here, for every [`GemmLayer`], and
+//! each op only says its kernels and shapes.
 
 use cudarc::driver::{CudaSlice, CudaViewMut};
 
-use super::{LayerLens, ParamAt};
+use super::{LayerKernel, LayerLens, ParamAt};
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels, GemmPlan, Store, check_i32};
 use crate::backend::cuda::{view, view_mut};
 use crate::{Cuda, Result};
@@ -39,9 +40,8 @@ pub(crate) trait GemmLayer: Copy + 'static {
     ) -> Result<()>;
 }
 
-impl Cuda {
-    /// The layer's forward pass, with `W` and `b` read from `params` at `at`.
-    pub(crate) fn layer_fwd<L: GemmLayer>(
+impl<L: GemmLayer> LayerKernel<L> for Cuda {
+    fn layer_fwd(
         &self,
         g: &L,
         x: &CudaSlice<f32>,
@@ -64,10 +64,7 @@ impl Cuda {
         unsafe { self.gemm(&plan, *g, x, &w, Store::Bias(&L::FWD, &b), y) }
     }
 
-    /// The layer's backward pass: `dW` and `db` into `grads` at `at`, and
-    /// `dx` when asked for.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn layer_bwd<L: GemmLayer>(
+    fn layer_bwd(
         &self,
         g: &L,
         x: &CudaSlice<f32>,
@@ -85,7 +82,9 @@ impl Cuda {
         }
         self.layer_bwd_products(g, x, params, at, dy, grads, dx)
     }
+}
 
+impl Cuda {
     /// The backward pass's products, `dW` and `dx` (when asked for), for an
     /// op that writes `db` itself; `check_bwd` checks their buffers.
     #[allow(clippy::too_many_arguments)]
@@ -140,36 +139,3 @@ pub(crate) fn check_bwd<L: GemmLayer>(
     check_i32(lens.op, &[x.len(), dy.len(), lens.weight])?;
     Ok(lens)
 }
-
-/// Implements an op's kernel trait (`Conv2dKernel`, `LinearKernel`) for
-/// [`Cuda`] by [`Cuda::layer_fwd`] and [`Cuda::layer_bwd`].
-macro_rules! gemm_layer_kernel {
-    ($kernel:ident for $geom:ty: $fwd:ident, $bwd:ident) => {
-        impl $kernel for Cuda {
-            fn $fwd(
-                &self,
-                g: &$geom,
-                x: &CudaSlice<f32>,
-                params: &CudaSlice<f32>,
-                at: &ParamAt,
-                y: &mut CudaSlice<f32>,
-            ) -> Result<()> {
-                self.layer_fwd(g, x, params, at, y)
-            }
-
-            fn $bwd(
-                &self,
-                g: &$geom,
-                x: &CudaSlice<f32>,
-                params: &CudaSlice<f32>,
-                at: &ParamAt,
-                dy: &CudaSlice<f32>,
-                grads: &mut CudaSlice<f32>,
-                dx: Option<&mut CudaSlice<f32>>,
-            ) -> Result<()> {
-                self.layer_bwd(g, x, params, at, dy, grads, dx)
-            }
-        }
-    };
-}
-pub(crate) use gemm_layer_kernel;

@@ -38,7 +38,7 @@ use std::ops::Range;
 pub use accumulate::{AccumulateKernel, SumInto};
 pub use accuracy::AccuracyKernel;
 pub use adam::{AdamConfig, AdamKernel, AdamScalars, SparseAdamScalars};
-pub use conv2d::{Conv2dGeom, Conv2dKernel};
+pub use conv2d::Conv2dGeom;
 pub use conv2d_pool::Conv2dPoolKernel;
 pub use conv2d_relu::Conv2dReluKernel;
 pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
@@ -48,7 +48,7 @@ pub use finite::{FiniteKernel, GUARD_CLEAR, GUARD_LEN, GuardState};
 pub use gather::GatherKernel;
 pub use half_cast::{Half, HalfCastKernel};
 pub use kernels::kernel_modules;
-pub use linear::{LinearGeom, LinearKernel};
+pub use linear::LinearGeom;
 pub use linear_relu::LinearReluKernel;
 pub use maxpool2d::{Epilogue, MaxPool2dKernel, PoolGeom};
 pub use mse::{MseGeom, MseKernel};
@@ -57,12 +57,12 @@ pub use relu::ReluKernel;
 pub use rows::{RowsGeom, RowsKernel};
 pub use sgd::SgdKernel;
 
-use crate::Backend;
 use crate::error::check_len;
+use crate::{Backend, Result};
 
 /// Declares `Ops`, the sum of the op traits, and its blanket impl.
 macro_rules! all_ops {
-    ($($kernel:ident),* $(,)?) => {
+    ($($kernel:path),* $(,)?) => {
         /// Every op: what a model needs from a device.
         pub trait Ops: Backend $(+ $kernel)* {}
 
@@ -74,7 +74,8 @@ all_ops!(
     AccumulateKernel,
     AccuracyKernel,
     AdamKernel,
-    Conv2dKernel,
+    LayerKernel<Conv2dGeom>,
+    LayerKernel<LinearGeom>,
     Conv2dPoolKernel,
     Conv2dReluKernel,
     CrossEntropyKernel,
@@ -82,7 +83,6 @@ all_ops!(
     FiniteKernel,
     GatherKernel,
     HalfCastKernel,
-    LinearKernel,
     LinearReluKernel,
     MaxPool2dKernel,
     MseKernel,
@@ -91,6 +91,37 @@ all_ops!(
     RowsKernel,
     SgdKernel,
 );
+
+/// The kernels of a layer with a weight and a bias (conv2d, linear), one
+/// trait over the layer's geometry `G`: the geometry says which layer it
+/// is, and on the GPU both are the same three GEMMs and a bias reduction
+/// (`gemm_layer.rs`, one impl for every `GemmLayer`).
+pub trait LayerKernel<G>: Backend {
+    /// `y = layer(x; W, b)`, with `W` and `b` read from `params` at `at`:
+    /// a convolution, or `y = x·Wᵀ + b` with PyTorch's `[out, in]` weight.
+    fn layer_fwd(
+        &self,
+        geom: &G,
+        x: &Self::Storage<f32>,
+        params: &Self::Storage<f32>,
+        at: &ParamAt,
+        y: &mut Self::Storage<f32>,
+    ) -> Result<()>;
+
+    /// Writes `dW` and `db` into `grads` at `at`, and `dx` when asked for
+    /// (the first layer of a network has no use for its input gradient).
+    #[allow(clippy::too_many_arguments)]
+    fn layer_bwd(
+        &self,
+        geom: &G,
+        x: &Self::Storage<f32>,
+        params: &Self::Storage<f32>,
+        at: &ParamAt,
+        dy: &Self::Storage<f32>,
+        grads: &mut Self::Storage<f32>,
+        dx: Option<&mut Self::Storage<f32>>,
+    ) -> Result<()>;
+}
 
 /// Where a layer's weight and bias sit in the flat parameter (and gradient)
 /// buffer.
@@ -109,7 +140,7 @@ impl ParamAt {
         weight_len: usize,
         bias_len: usize,
         flat_len: usize,
-    ) -> crate::Result<()> {
+    ) -> Result<()> {
         check_len(op, "weight", self.weight.len(), weight_len)?;
         check_len(op, "bias", self.bias.len(), bias_len)?;
         if self.weight.end > flat_len || self.bias.end > flat_len {
@@ -142,7 +173,7 @@ impl LayerLens {
         params: &B::Storage<f32>,
         at: &ParamAt,
         y_or_dy: &B::Storage<f32>,
-    ) -> crate::Result<()> {
+    ) -> Result<()> {
         check_len(self.op, "x", B::len(x), self.x)?;
         check_len(self.op, "y", B::len(y_or_dy), self.y)?;
         at.check(self.op, self.weight, self.bias, B::len(params))
@@ -158,7 +189,7 @@ impl LayerLens {
         dy: &B::Storage<f32>,
         grads: &B::Storage<f32>,
         dx: Option<&B::Storage<f32>>,
-    ) -> crate::Result<()> {
+    ) -> Result<()> {
         self.check::<B>(x, params, at, dy)?;
         at.check(self.op, self.weight, self.bias, B::len(grads))?;
         match dx {

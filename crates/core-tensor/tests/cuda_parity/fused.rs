@@ -83,11 +83,11 @@ fn run<B: Ops>(
             .unwrap();
     } else {
         let mut a = dev.zeros(pool.input_len()).unwrap();
-        dev.conv2d_fwd(g, &x_d, &p_d, at, &mut a).unwrap();
+        dev.layer_fwd(g, &x_d, &p_d, at, &mut a).unwrap();
         dev.maxpool2d_fwd(&pool, THEN, &a, &mut y).unwrap();
         dev.maxpool2d_bwd(&pool, THEN, &a, &y, &dy_d, &mut da)
             .unwrap();
-        dev.conv2d_bwd(g, &x_d, &p_d, at, &da, &mut grads, Some(&mut dx))
+        dev.layer_bwd(g, &x_d, &p_d, at, &da, &mut grads, Some(&mut dx))
             .unwrap();
     }
     let grads = down(dev, &grads)[at.weight.start..at.bias.end].to_vec();
@@ -193,7 +193,7 @@ fn relu_run<B: Ops>(
     if fused {
         dev.conv2d_relu_fwd(g, &x_d, &p_d, at, &mut y).unwrap();
     } else {
-        dev.conv2d_fwd(g, &x_d, &p_d, at, &mut y).unwrap();
+        dev.layer_fwd(g, &x_d, &p_d, at, &mut y).unwrap();
         dev.relu_fwd(Dropout::OFF, &mut y).unwrap();
     }
     down(dev, &y)
@@ -258,10 +258,10 @@ fn linear_relu_run<B: Ops>(
         dev.linear_relu_bwd(g, dropout, &x_d, &p_d, at, io, &mut grads, Some(&mut dx))
             .unwrap();
     } else {
-        dev.linear_fwd(g, &x_d, &p_d, at, &mut y).unwrap();
+        dev.layer_fwd(g, &x_d, &p_d, at, &mut y).unwrap();
         dev.relu_fwd(dropout, &mut y).unwrap();
         dev.relu_bwd(dropout, &y, &mut dy_d).unwrap();
-        dev.linear_bwd(g, &x_d, &p_d, at, &dy_d, &mut grads, Some(&mut dx))
+        dev.layer_bwd(g, &x_d, &p_d, at, &dy_d, &mut grads, Some(&mut dx))
             .unwrap();
     }
     let grads = down(dev, &grads)[at.weight.start..at.bias.end].to_vec();

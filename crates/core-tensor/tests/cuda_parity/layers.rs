@@ -30,8 +30,9 @@ pub(crate) trait Layer: Debug {
     );
 }
 
+/// `Layer` for a geometry every `Ops` has the `LayerKernel` of.
 macro_rules! layer {
-    ($geom:ty: $fwd:ident, $bwd:ident) => {
+    ($($geom:ty),*) => {$(
         impl Layer for $geom {
             fn fwd_bwd<B: Ops>(
                 &self,
@@ -44,15 +45,14 @@ macro_rules! layer {
                 grads: &mut B::Storage<f32>,
                 dx: &mut B::Storage<f32>,
             ) {
-                dev.$fwd(self, x, params, at, y).unwrap();
-                dev.$bwd(self, x, params, at, dy, grads, Some(dx)).unwrap();
+                dev.layer_fwd(self, x, params, at, y).unwrap();
+                dev.layer_bwd(self, x, params, at, dy, grads, Some(dx)).unwrap();
             }
         }
-    };
+    )*};
 }
 
-layer!(Conv2dGeom: conv2d_fwd, conv2d_bwd);
-layer!(LinearGeom: linear_fwd, linear_bwd);
+layer!(Conv2dGeom, LinearGeom);
 
 /// Runs the layer forward and backward on `dev`; returns (y, grads, dx).
 pub(crate) fn layer_run<B: Ops>(

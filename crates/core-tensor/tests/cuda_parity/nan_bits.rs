@@ -5,7 +5,7 @@
 //! cuda-emu, the emulator's model of it (`emu_kernel.h`'s `gpu_result`).
 
 use core_tensor::Backend;
-use core_tensor::ops::{Dropout, LinearGeom, LinearKernel, ParamAt, ReluKernel};
+use core_tensor::ops::{Dropout, LayerKernel, LinearGeom, ParamAt, ReluKernel};
 
 use crate::support::{down, gpu, up};
 
@@ -52,7 +52,7 @@ fn cuda_arithmetic_makes_one_nan() {
         bias: 6..8,
     };
     let mut y = gpu.zeros(4).unwrap();
-    gpu.linear_fwd(&g, &up(&gpu, &x), &up(&gpu, &[0.5; 8]), &at, &mut y)
+    gpu.layer_fwd(&g, &up(&gpu, &x), &up(&gpu, &[0.5; 8]), &at, &mut y)
         .unwrap();
     // Row 1: 0.5 · (3 + 4 + 5) + 0.5, exact.
     let want = [CUDA_NAN, CUDA_NAN, 6.5, 6.5];

@@ -110,9 +110,9 @@ impl Mlp {
         buf: &mut MlpBuffers<B>,
     ) -> Result<()> {
         let n = buf.batch;
-        b.linear_fwd(&self.fc1(n), x, params, &self.fc1, &mut buf.hidden)?;
+        b.layer_fwd(&self.fc1(n), x, params, &self.fc1, &mut buf.hidden)?;
         b.relu_fwd(Dropout::OFF, &mut buf.hidden)?;
-        b.linear_fwd(&self.fc2(n), &buf.hidden, params, &self.fc2, &mut buf.out)
+        b.layer_fwd(&self.fc2(n), &buf.hidden, params, &self.fc2, &mut buf.out)
     }
 
     /// Adds the batch's summed squared error (the mean over outputs per
@@ -161,7 +161,7 @@ impl Mlp {
             .as_mut()
             .context("backward needs buffers built for training")?;
         let fc2 = self.fc2(n);
-        b.linear_bwd(
+        b.layer_bwd(
             &fc2,
             &buf.hidden,
             params,
@@ -172,7 +172,7 @@ impl Mlp {
         )?;
         hook.ready(b, grads, self.fc2.weight.start)?;
         b.relu_bwd(Dropout::OFF, &buf.hidden, dhidden)?;
-        b.linear_bwd(&self.fc1(n), x, params, &self.fc1, dhidden, grads, dx)?;
+        b.layer_bwd(&self.fc1(n), x, params, &self.fc1, dhidden, grads, dx)?;
         hook.ready(b, grads, self.fc1.weight.start)
     }
 }

@@ -1,13 +1,13 @@
 use rayon::prelude::*;
 
+use super::Conv2dGeom;
 use super::wide::{self, Layout, Wide, WideBwd};
-use super::{Conv2dGeom, Conv2dKernel};
 use crate::gemm::{MatMut, MatRef, Parallelism, matmul};
-use crate::ops::ParamAt;
+use crate::ops::{LayerKernel, ParamAt};
 use crate::{Cpu, Result};
 
-impl Conv2dKernel for Cpu {
-    fn conv2d_fwd(
+impl LayerKernel<Conv2dGeom> for Cpu {
+    fn layer_fwd(
         &self,
         g: &Conv2dGeom,
         x: &Vec<f32>,
@@ -54,7 +54,7 @@ impl Conv2dKernel for Cpu {
         Ok(())
     }
 
-    fn conv2d_bwd(
+    fn layer_bwd(
         &self,
         g: &Conv2dGeom,
         x: &Vec<f32>,

@@ -1,10 +1,10 @@
 use cudarc::driver::{CudaSlice, CudaViewMut, DeviceRepr, LaunchConfig};
 
-use super::{Conv2dGeom, Conv2dKernel};
+use super::Conv2dGeom;
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
 use crate::backend::cuda::launch::{GemmLaunch, kernel_table};
-use crate::ops::gemm_layer::{GemmLayer, Shape, gemm_layer_kernel};
-use crate::ops::{LayerLens, ParamAt};
+use crate::ops::LayerLens;
+use crate::ops::gemm_layer::{GemmLayer, Shape};
 use crate::{Cuda, Result};
 
 // SAFETY: repr(C), eight usize fields, mirrored by `Conv2dGeom` in conv2d.cu (`usize` is
@@ -122,5 +122,3 @@ impl Conv2dGeom {
             .max(1)
     }
 }
-
-gemm_layer_kernel!(Conv2dKernel for Conv2dGeom: conv2d_fwd, conv2d_bwd);

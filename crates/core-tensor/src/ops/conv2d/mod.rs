@@ -10,8 +10,8 @@ pub(super) mod cuda;
 mod tests;
 mod wide;
 
-use super::{LayerLens, ParamAt};
-use crate::{Backend, Error, Result};
+use super::LayerLens;
+use crate::{Error, Result};
 
 /// The shape of one convolution call. `#[repr(C)]` so a device kernel can take
 /// it as its launch parameter, field for field.
@@ -83,31 +83,4 @@ impl Conv2dGeom {
             bias: self.out_channels,
         })
     }
-}
-
-/// Convolution kernels.
-pub trait Conv2dKernel: Backend {
-    /// `y = conv(x, W) + b`, with `W` and `b` read from `params` at `at`.
-    fn conv2d_fwd(
-        &self,
-        geom: &Conv2dGeom,
-        x: &Self::Storage<f32>,
-        params: &Self::Storage<f32>,
-        at: &ParamAt,
-        y: &mut Self::Storage<f32>,
-    ) -> Result<()>;
-
-    /// Writes `dW` and `db` into `grads` at `at`, and `dx` when asked for
-    /// (the first layer of a network has no use for its input gradient).
-    #[allow(clippy::too_many_arguments)]
-    fn conv2d_bwd(
-        &self,
-        geom: &Conv2dGeom,
-        x: &Self::Storage<f32>,
-        params: &Self::Storage<f32>,
-        at: &ParamAt,
-        dy: &Self::Storage<f32>,
-        grads: &mut Self::Storage<f32>,
-        dx: Option<&mut Self::Storage<f32>>,
-    ) -> Result<()>;
 }

@@ -2,6 +2,7 @@ use ndarray::{Array1, Array4};
 
 use super::*;
 use crate::Cpu;
+use crate::ops::{LayerKernel, ParamAt};
 use crate::testing::{assert_close, check_grad, cpu, dot, layer_params, uniform};
 
 /// Direct six-loop convolution in f64: the definition, for comparison only.
@@ -77,7 +78,7 @@ fn case(g: &Conv2dGeom, seed: u64) -> Case {
 
 fn forward(cpu: &Cpu, g: &Conv2dGeom, x: &[f32], params: &[f32], at: &ParamAt) -> Vec<f32> {
     let mut y = vec![0.0; g.batch * g.out_image_len()];
-    cpu.conv2d_fwd(g, &x.to_vec(), &params.to_vec(), at, &mut y)
+    cpu.layer_fwd(g, &x.to_vec(), &params.to_vec(), at, &mut y)
         .unwrap();
     y
 }
@@ -109,7 +110,7 @@ fn backward_passes_the_finite_difference_check() {
         let mut grads = vec![0.0; c.params.len()];
         let mut dx = vec![0.0; c.x.len()];
         cpu()
-            .conv2d_bwd(g, &c.x, &c.params, &c.at, &r, &mut grads, Some(&mut dx))
+            .layer_bwd(g, &c.x, &c.params, &c.at, &r, &mut grads, Some(&mut dx))
             .unwrap();
         check_grad("conv dx", &c.x, &dx, |x| {
             dot(&r, &forward(&cpu(), g, x, &c.params, &c.at))
@@ -135,7 +136,7 @@ fn threads_do_not_change_the_forward_bits_and_barely_the_backward() {
     let dy = uniform(4, g.batch * g.out_image_len(), -1.0, 1.0);
     let run = |b: &Cpu| {
         let (mut grads, mut dx) = (vec![0.0; c.params.len()], vec![0.0; c.x.len()]);
-        b.conv2d_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut grads, Some(&mut dx))
+        b.layer_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut grads, Some(&mut dx))
             .unwrap();
         (grads, dx)
     };
@@ -163,10 +164,10 @@ fn skipping_dx_still_writes_weight_gradients() {
         vec![0.0; c.x.len()],
     );
     cpu()
-        .conv2d_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut with, Some(&mut dx))
+        .layer_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut with, Some(&mut dx))
         .unwrap();
     cpu()
-        .conv2d_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut without, None)
+        .layer_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut without, None)
         .unwrap();
     assert_eq!(with, without);
 }
@@ -177,7 +178,7 @@ fn wrong_lengths_and_geometries_are_errors() {
     let c = case(&g, 1);
     let mut short = vec![0.0; 3];
     let err = cpu()
-        .conv2d_fwd(&g, &c.x, &c.params, &c.at, &mut short)
+        .layer_fwd(&g, &c.x, &c.params, &c.at, &mut short)
         .unwrap_err();
     assert!(
         err.to_string().contains("buffer `y` has 3 elements"),
@@ -224,7 +225,7 @@ fn matches_pytorch_reference_values() {
     let r = sine(y.len(), 0.71, 0.3);
     let (mut grads, mut dx) = (vec![0.0; 38], vec![0.0; 40]);
     cpu()
-        .conv2d_bwd(&g, &x, &params, &at, &r, &mut grads, Some(&mut dx))
+        .layer_bwd(&g, &x, &params, &at, &r, &mut grads, Some(&mut dx))
         .unwrap();
     assert_close(
         "y",
@@ -331,7 +332,7 @@ fn conv2s_shape_matches_the_definition_in_every_gradient() {
         let dy = uniform(22, y.len(), -1.0, 1.0);
         let (mut grads, mut dx) = (vec![0.0; c.params.len()], vec![0.0; c.x.len()]);
         cpu()
-            .conv2d_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut grads, Some(&mut dx))
+            .layer_bwd(&g, &c.x, &c.params, &c.at, &dy, &mut grads, Some(&mut dx))
             .unwrap();
         let (want_dx, want_dw) = naive_conv_bwd(&g, &c.x, w, &dy);
         let errors = [

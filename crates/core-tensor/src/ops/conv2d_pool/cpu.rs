@@ -6,7 +6,7 @@
 use super::{Conv2dPoolKernel, check_pooled};
 use crate::error::check_len;
 use crate::ops::dropout::mask;
-use crate::ops::{Conv2dGeom, Conv2dKernel, Epilogue, MaxPool2dKernel, ParamAt, PoolGeom};
+use crate::ops::{Conv2dGeom, Epilogue, LayerKernel, MaxPool2dKernel, ParamAt, PoolGeom};
 use crate::{Backend, Cpu, Result};
 
 /// The place (0–3, row-major) that max-pooling routes window `w`'s
@@ -40,7 +40,7 @@ impl Conv2dPoolKernel for Cpu {
     ) -> Result<()> {
         let pool = check_pooled::<Self>(g, y, argmax)?;
         let mut a = self.zeros(g.batch * g.out_image_len())?;
-        self.conv2d_fwd(g, x, params, at, &mut a)?;
+        self.layer_fwd(g, x, params, at, &mut a)?;
         self.maxpool2d_fwd(&pool, then, &a, y)?;
         for (i, arg) in argmax.iter_mut().enumerate() {
             *arg = window_argmax(window_places(&pool, i).map(|k| a[k]));
@@ -73,7 +73,7 @@ impl Conv2dPoolKernel for Cpu {
                 da[k] = d;
             }
         }
-        self.conv2d_bwd(g, x, params, at, da, grads, dx)
+        self.layer_bwd(g, x, params, at, da, grads, dx)
     }
 
     fn fuses(&self) -> bool {

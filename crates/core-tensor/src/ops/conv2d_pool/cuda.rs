@@ -8,7 +8,7 @@ use crate::error::check_len;
 use crate::ops::PoolGeom;
 use crate::ops::conv2d::cuda::Conv2dLaunch;
 use crate::ops::dropout::cuda::DropoutArgs;
-use crate::ops::{Conv2dGeom, Conv2dKernel, Epilogue, ParamAt};
+use crate::ops::{Conv2dGeom, Epilogue, LayerKernel, ParamAt};
 use crate::{Cuda, Result};
 
 kernel_table! {
@@ -82,7 +82,7 @@ impl Conv2dPoolKernel for Cuda {
             // its staging: the unfused product, then a pool that writes the
             // argmax too.
             let mut a = self.scratch(lens.y)?;
-            self.conv2d_fwd(g, x, params, at, &mut a)?;
+            self.layer_fwd(g, x, params, at, &mut a)?;
             let cfg = blocks_for("conv2d_pool", y.len(), THREADS)?;
             // SAFETY: `a` holds the convolution's output, which `pool`
             // pools into `y` and `argmax` (checked against `pool`); every
@@ -123,7 +123,7 @@ impl Conv2dPoolKernel for Cuda {
             // size and writes only inside its window's rows and columns.
             unsafe { conv2d_pool_bwd_f32(self, cfg, argmax, y, dy, da, &pool, &relu, &d)? };
         }
-        self.conv2d_bwd(g, x, params, at, da, grads, dx)
+        self.layer_bwd(g, x, params, at, da, grads, dx)
     }
 
     fn fuses(&self) -> bool {

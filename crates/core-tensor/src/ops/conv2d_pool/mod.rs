@@ -3,7 +3,7 @@
 //! GPU the convolution's output never reaches memory (`conv2d_pool.cu`),
 //! and backward routes the pooled gradients by the argmax bytes instead of
 //! reading that output again. The results are bit for bit those of
-//! [`crate::ops::Conv2dKernel`] then [`crate::ops::MaxPool2dKernel`]; the
+//! [`crate::ops::LayerKernel`] then [`crate::ops::MaxPool2dKernel`]; the
 //! CPU composes exactly those kernels, so it saves nothing there
 //! ([`Conv2dPoolKernel::fuses`] tells a model which path to take).
 

@@ -1,6 +1,6 @@
 use super::*;
 use crate::Cpu;
-use crate::ops::{Conv2dKernel, Dropout, MaxPool2dKernel};
+use crate::ops::{Dropout, LayerKernel, MaxPool2dKernel};
 use crate::testing::{cpu, layer_params, uniform};
 
 /// Odd output planes (7 x 5: a dropped row and column) and CNN_MNIST's
@@ -48,14 +48,14 @@ fn fused_is_the_unfused_ops_bit_for_bit() {
         let dy = uniform(3, pool.output_len(), -1.0, 1.0);
 
         let mut a = vec![0.0; pool.input_len()];
-        dev.conv2d_fwd(&g, &x, &p, &at, &mut a).unwrap();
+        dev.layer_fwd(&g, &x, &p, &at, &mut a).unwrap();
         let mut y = vec![0.0; pool.output_len()];
         dev.maxpool2d_fwd(&pool, THEN, &a, &mut y).unwrap();
         let mut da = vec![f32::NAN; a.len()];
         dev.maxpool2d_bwd(&pool, THEN, &a, &y, &dy, &mut da)
             .unwrap();
         let (mut grads, mut dx) = (vec![0.0; p.len()], vec![0.0; x.len()]);
-        dev.conv2d_bwd(&g, &x, &p, &at, &da, &mut grads, Some(&mut dx))
+        dev.layer_bwd(&g, &x, &p, &at, &da, &mut grads, Some(&mut dx))
             .unwrap();
 
         let mut fy = vec![f32::NAN; y.len()];

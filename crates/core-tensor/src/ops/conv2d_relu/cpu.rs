@@ -1,5 +1,5 @@
 use super::Conv2dReluKernel;
-use crate::ops::{Conv2dGeom, Conv2dKernel, Dropout, ParamAt, ReluKernel};
+use crate::ops::{Conv2dGeom, Dropout, LayerKernel, ParamAt, ReluKernel};
 use crate::{Cpu, Result};
 
 /// The two unfused kernels in turn: the reference, and nothing to save on
@@ -13,7 +13,7 @@ impl Conv2dReluKernel for Cpu {
         at: &ParamAt,
         y: &mut Vec<f32>,
     ) -> Result<()> {
-        self.conv2d_fwd(g, x, params, at, y)?;
+        self.layer_fwd(g, x, params, at, y)?;
         self.relu_fwd(Dropout::OFF, y)
     }
 }

@@ -5,7 +5,7 @@ use crate::backend::cuda::gemm::{GemmPlan, check_i32};
 use crate::backend::cuda::launch::kernel_table;
 use crate::backend::cuda::view;
 use crate::ops::conv2d::cuda::Conv2dLaunch;
-use crate::ops::{Conv2dGeom, Conv2dKernel, Dropout, ParamAt, ReluKernel};
+use crate::ops::{Conv2dGeom, Dropout, LayerKernel, ParamAt, ReluKernel};
 use crate::{Cuda, Result};
 
 kernel_table! {
@@ -34,7 +34,7 @@ impl Conv2dReluKernel for Cuda {
         let plan = GemmPlan::new("conv2d_relu", m, n, k, self.gemm_tile())?;
         if plan.is_split() {
             // A split K stores through the reduce kernel: the two kernels.
-            self.conv2d_fwd(g, x, params, at, y)?;
+            self.layer_fwd(g, x, params, at, y)?;
             return self.relu_fwd(Dropout::OFF, y);
         }
         let w = view("conv2d_relu", params, at.weight.clone())?;

@@ -1,7 +1,7 @@
 //! conv2d then ReLU as one op: on a GPU the ReLU runs in the product's
 //! store (`conv2d_relu.cu`), so the convolution's output is written once
 //! instead of written, read and written again by a second kernel. The
-//! results are bit for bit those of [`crate::ops::Conv2dKernel`] then
+//! results are bit for bit those of [`crate::ops::LayerKernel`] then
 //! [`crate::ops::ReluKernel`] (no dropout); the CPU composes exactly those,
 //! so models call the unfused kernels there
 //! ([`crate::ops::Conv2dPoolKernel::fuses`] says where the fused ops pay).

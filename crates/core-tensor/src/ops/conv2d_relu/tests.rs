@@ -1,5 +1,5 @@
 use super::*;
-use crate::ops::{Conv2dKernel, Dropout, ReluKernel};
+use crate::ops::{Dropout, LayerKernel, ReluKernel};
 use crate::testing::{cpu, layer_params, uniform};
 
 /// The fused op is conv2d then ReLU, bit for bit, negative zeros and NaN
@@ -21,7 +21,7 @@ fn fused_is_conv_then_relu() {
     let (params, at) = layer_params(2, (g.weight_len(), g.out_channels), -1.0, 1.0);
     let dev = cpu();
     let mut want = vec![0.0; g.batch * g.out_image_len()];
-    dev.conv2d_fwd(&g, &x, &params, &at, &mut want).unwrap();
+    dev.layer_fwd(&g, &x, &params, &at, &mut want).unwrap();
     dev.relu_fwd(Dropout::OFF, &mut want).unwrap();
     let mut got = vec![f32::NAN; want.len()];
     dev.conv2d_relu_fwd(&g, &x, &params, &at, &mut got).unwrap();

@@ -1,10 +1,10 @@
-use super::{LinearGeom, LinearKernel};
+use super::LinearGeom;
 use crate::gemm::{MatMut, MatRef, matmul};
-use crate::ops::ParamAt;
+use crate::ops::{LayerKernel, ParamAt};
 use crate::{Cpu, Result};
 
-impl LinearKernel for Cpu {
-    fn linear_fwd(
+impl LayerKernel<LinearGeom> for Cpu {
+    fn layer_fwd(
         &self,
         g: &LinearGeom,
         x: &Vec<f32>,
@@ -28,7 +28,7 @@ impl LinearKernel for Cpu {
         Ok(())
     }
 
-    fn linear_bwd(
+    fn layer_bwd(
         &self,
         g: &LinearGeom,
         x: &Vec<f32>,

@@ -1,11 +1,11 @@
 use cudarc::driver::{CudaSlice, CudaViewMut, DeviceRepr};
 
-use super::{LinearGeom, LinearKernel};
+use super::LinearGeom;
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
 use crate::backend::cuda::launch::blocks_for;
 use crate::backend::cuda::launch::{GemmLaunch, kernel_table};
-use crate::ops::gemm_layer::{GemmLayer, Shape, gemm_layer_kernel};
-use crate::ops::{LayerLens, ParamAt};
+use crate::ops::LayerLens;
+use crate::ops::gemm_layer::{GemmLayer, Shape};
 use crate::{Cuda, Result};
 
 // SAFETY: repr(C), three usize fields, mirrored by `LinearGeom` in linear.cu (`usize` is
@@ -79,5 +79,3 @@ impl GemmLayer for LinearGeom {
         unsafe { linear_bwd_bias_f32(cuda, cfg, dy, db, self) }
     }
 }
-
-gemm_layer_kernel!(LinearKernel for LinearGeom: linear_fwd, linear_bwd);

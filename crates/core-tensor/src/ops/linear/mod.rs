@@ -5,8 +5,7 @@ pub(super) mod cuda;
 #[cfg(test)]
 mod tests;
 
-use super::{LayerLens, ParamAt};
-use crate::{Backend, Result};
+use super::LayerLens;
 
 /// The shape of one linear call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,30 +27,4 @@ impl LinearGeom {
             bias: self.out_features,
         }
     }
-}
-
-/// Linear-layer kernels.
-pub trait LinearKernel: Backend {
-    fn linear_fwd(
-        &self,
-        geom: &LinearGeom,
-        x: &Self::Storage<f32>,
-        params: &Self::Storage<f32>,
-        at: &ParamAt,
-        y: &mut Self::Storage<f32>,
-    ) -> Result<()>;
-
-    /// Writes `dW = dyᵀ·x` and `db = Σ dy` into `grads` at `at`, and
-    /// `dx = dy·W` when asked for.
-    #[allow(clippy::too_many_arguments)]
-    fn linear_bwd(
-        &self,
-        geom: &LinearGeom,
-        x: &Self::Storage<f32>,
-        params: &Self::Storage<f32>,
-        at: &ParamAt,
-        dy: &Self::Storage<f32>,
-        grads: &mut Self::Storage<f32>,
-        dx: Option<&mut Self::Storage<f32>>,
-    ) -> Result<()>;
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::Cpu;
+use crate::ops::{LayerKernel, ParamAt};
 use crate::testing::{assert_close, check_grad, cpu, dot, uniform};
 
 const G: LinearGeom = LinearGeom {
@@ -18,7 +19,7 @@ fn at() -> ParamAt {
 
 fn forward(b: &Cpu, x: &[f32], params: &[f32]) -> Vec<f32> {
     let mut y = vec![0.0; G.batch * G.out_features];
-    b.linear_fwd(&G, &x.to_vec(), &params.to_vec(), &at(), &mut y)
+    b.layer_fwd(&G, &x.to_vec(), &params.to_vec(), &at(), &mut y)
         .unwrap();
     y
 }
@@ -38,7 +39,7 @@ fn forward_is_x_times_w_transposed_plus_b() {
         weight: 0..6,
         bias: 6..8,
     };
-    cpu().linear_fwd(&g, &x, &params, &at, &mut y).unwrap();
+    cpu().layer_fwd(&g, &x, &params, &at, &mut y).unwrap();
     assert_eq!(
         y,
         vec![
@@ -57,7 +58,7 @@ fn backward_passes_the_finite_difference_check() {
     let r = uniform(3, 12, -1.0, 1.0);
     let (mut grads, mut dx) = (vec![0.0; 24], vec![0.0; 15]);
     cpu()
-        .linear_bwd(&G, &x, &params, &at(), &r, &mut grads, Some(&mut dx))
+        .layer_bwd(&G, &x, &params, &at(), &r, &mut grads, Some(&mut dx))
         .unwrap();
     check_grad("linear dx", &x, &dx, |x| {
         dot(&r, &forward(&cpu(), x, &params))

@@ -1,5 +1,5 @@
 use super::LinearReluKernel;
-use crate::ops::{Dropout, LinearGeom, LinearKernel, ParamAt, ReluKernel};
+use crate::ops::{Dropout, LayerKernel, LinearGeom, ParamAt, ReluKernel};
 use crate::{Cpu, Result};
 
 /// The two unfused kernels in turn: the reference, and nothing to save on
@@ -14,7 +14,7 @@ impl LinearReluKernel for Cpu {
         at: &ParamAt,
         y: &mut Vec<f32>,
     ) -> Result<()> {
-        self.linear_fwd(g, x, params, at, y)?;
+        self.layer_fwd(g, x, params, at, y)?;
         self.relu_fwd(dropout, y)
     }
 
@@ -30,6 +30,6 @@ impl LinearReluKernel for Cpu {
         dx: Option<&mut Vec<f32>>,
     ) -> Result<()> {
         self.relu_bwd(dropout, y, dy)?;
-        self.linear_bwd(g, x, params, at, dy, grads, dx)
+        self.layer_bwd(g, x, params, at, dy, grads, dx)
     }
 }

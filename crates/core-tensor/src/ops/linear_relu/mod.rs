@@ -3,14 +3,14 @@
 //! (`linear_relu.cu`), or for a split K in the split reduction's, so the
 //! layer's output is written once instead of written, read and written
 //! again by a second kernel. The results are bit for bit those of
-//! [`crate::ops::LinearKernel`] then [`crate::ops::ReluKernel`] with the
+//! [`crate::ops::LayerKernel`] then [`crate::ops::ReluKernel`] with the
 //! same dropout; the CPU composes exactly those, so models call the
 //! unfused kernels there ([`crate::ops::Conv2dPoolKernel::fuses`] says
 //! where the fused ops pay). Backward masks `dy` and sums the bias
 //! gradient in one pass (`linear_relu_bwd_bias_f32`), then runs the layer's
 //! two products on the masked `dy`: the bits of
 //! [`crate::ops::ReluKernel::relu_bwd`] then
-//! [`crate::ops::LinearKernel::linear_bwd`].
+//! [`crate::ops::LayerKernel::layer_bwd`].
 
 mod cpu;
 pub(super) mod cuda;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::ops::{LinearKernel, ReluKernel};
+use crate::ops::{LayerKernel, ReluKernel};
 use crate::testing::{cpu, layer_params, uniform};
 
 /// The fused op is linear then ReLU and dropout, bit for bit, negative
@@ -23,7 +23,7 @@ fn fused_is_linear_then_relu_and_dropout() {
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     for dropout in [Dropout::OFF, Dropout { p: 0.5, seed: 9 }] {
         let mut want = vec![0.0; g.batch * g.out_features];
-        dev.linear_fwd(&g, &x, &params, &at, &mut want).unwrap();
+        dev.layer_fwd(&g, &x, &params, &at, &mut want).unwrap();
         dev.relu_fwd(dropout, &mut want).unwrap();
         let mut got = vec![f32::NAN; want.len()];
         dev.linear_relu_fwd(&g, dropout, &x, &params, &at, &mut got)
@@ -84,7 +84,7 @@ fn fused_backward_is_relu_then_linear() {
                 .unwrap();
         } else {
             dev.relu_bwd(dropout, &y, &mut dy).unwrap();
-            dev.linear_bwd(&g, &x, &params, &at, &dy, &mut grads, Some(&mut dx))
+            dev.layer_bwd(&g, &x, &params, &at, &dy, &mut grads, Some(&mut dx))
                 .unwrap();
         }
         [dy, grads, dx].map(|v| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>())

@@ -104,7 +104,7 @@ impl<B: Ops> Layered<B> for CnnMnist {
         match s {
             0 if b.fuses() => b.conv2d_relu_fwd(&conv(CONV1, n), x, params, &self.conv1, y),
             0 => {
-                b.conv2d_fwd(&conv(CONV1, n), x, params, &self.conv1, y)?;
+                b.layer_fwd(&conv(CONV1, n), x, params, &self.conv1, y)?;
                 b.relu_fwd(Dropout::OFF, y)
             }
             1 => {
@@ -114,7 +114,7 @@ impl<B: Ops> Layered<B> for CnnMnist {
                         b.conv2d_pool_fwd(&conv(CONV2, n), then, x, params, &self.conv2, y, arg)
                     }
                     (None, Some(a2)) => {
-                        b.conv2d_fwd(&conv(CONV2, n), x, params, &self.conv2, a2)?;
+                        b.layer_fwd(&conv(CONV2, n), x, params, &self.conv2, a2)?;
                         b.maxpool2d_fwd(&pool(n), then, a2, y)
                     }
                     (None, None) => Err(missing("conv2's output or argmax")),
@@ -122,10 +122,10 @@ impl<B: Ops> Layered<B> for CnnMnist {
             }
             2 if b.fuses() => b.linear_relu_fwd(&linear(FC1, n), hidden, x, params, &self.fc1, y),
             2 => {
-                b.linear_fwd(&linear(FC1, n), x, params, &self.fc1, y)?;
+                b.layer_fwd(&linear(FC1, n), x, params, &self.fc1, y)?;
                 b.relu_fwd(hidden, y)
             }
-            _ => b.linear_fwd(&linear(FC2, n), x, params, &self.fc2, y),
+            _ => b.layer_fwd(&linear(FC2, n), x, params, &self.fc2, y),
         }
     }
 
@@ -144,7 +144,7 @@ impl<B: Ops> Layered<B> for CnnMnist {
         match s {
             0 => {
                 b.relu_bwd(Dropout::OFF, y, dy)?;
-                b.conv2d_bwd(&conv(CONV1, n), x, params, &self.conv1, dy, grads, None)
+                b.layer_bwd(&conv(CONV1, n), x, params, &self.conv1, dy, grads, None)
             }
             1 => {
                 let then = Epilogue::ReluDropout(pooled);
@@ -156,7 +156,7 @@ impl<B: Ops> Layered<B> for CnnMnist {
                     }
                     (None, Some(a2), Some(da2)) => {
                         b.maxpool2d_bwd(&pool(n), then, a2, y, dy, da2)?;
-                        b.conv2d_bwd(&g, x, params, &self.conv2, da2, grads, dx)
+                        b.layer_bwd(&g, x, params, &self.conv2, da2, grads, dx)
                     }
                     _ => Err(missing("conv2's output or argmax, and its gradient")),
                 }
@@ -167,9 +167,9 @@ impl<B: Ops> Layered<B> for CnnMnist {
             }
             2 => {
                 b.relu_bwd(hidden, y, dy)?;
-                b.linear_bwd(&linear(FC1, n), x, params, &self.fc1, dy, grads, dx)
+                b.layer_bwd(&linear(FC1, n), x, params, &self.fc1, dy, grads, dx)
             }
-            _ => b.linear_bwd(&linear(FC2, n), x, params, &self.fc2, dy, grads, dx),
+            _ => b.layer_bwd(&linear(FC2, n), x, params, &self.fc2, dy, grads, dx),
         }
     }
 

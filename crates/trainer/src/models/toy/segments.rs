@@ -61,7 +61,7 @@ impl<B: Ops> Layered<B> for ToyModel {
         _: Mode,
     ) -> Result<()> {
         let (geom, at) = self.layer(s, n);
-        b.linear_fwd(&geom, x, params, at, y)?;
+        b.layer_fwd(&geom, x, params, at, y)?;
         match s {
             0 => b.relu_fwd(Dropout::OFF, y),
             _ => Ok(()),
@@ -83,7 +83,7 @@ impl<B: Ops> Layered<B> for ToyModel {
             b.relu_bwd(Dropout::OFF, y, dy)?;
         }
         let (geom, at) = self.layer(s, n);
-        b.linear_bwd(&geom, x, params, at, dy, grads, dx)
+        b.layer_bwd(&geom, x, params, at, dy, grads, dx)
     }
 
     /// None: the toy has no metric.
