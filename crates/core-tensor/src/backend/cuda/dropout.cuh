@@ -4,7 +4,7 @@
 // the mask equals the CPU mask bit for bit: change both or neither. The
 // scale 1/(1-p) arrives computed by the host, as the CPU computes it.
 
-// Mirrors `DropoutArgs` in backend/cuda/launch.rs.
+// Mirrors `DropoutArgs` in ops/dropout/cuda.rs.
 struct DropoutArgs {
     unsigned long long seed;
     float p, scale;

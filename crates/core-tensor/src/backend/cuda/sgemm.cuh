@@ -243,7 +243,7 @@ __device__ __forceinline__ void gemm(const LA& a, const LB& b, int M, int N, int
 // those in the square tiles (conv2d_pool.cu's fused kernel, whose tile of
 // outputs beside a wide staging would not fit). The host's list
 // (`gemm_variants!`, variants.rs) names the same suffixes in the same order; a
-// kernels.rs test compares the two.
+// test in ops/kernels_tests.rs compares the two.
 typedef GemmKind<GEMM_F32, GEMM_SQUARE, GEMM_REGISTERS> GemmF32;
 typedef GemmKind<GEMM_F32, GEMM_SQUARE, GEMM_CP_ASYNC> GemmF32Cp;
 typedef GemmKind<GEMM_TF32, GEMM_SQUARE, GEMM_REGISTERS> GemmTf32;

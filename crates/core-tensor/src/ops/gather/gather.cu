@@ -4,7 +4,7 @@
 // (left out by the caller: a pipeline stage gathers only what it reads);
 // without `x` there is one lane per sample.
 
-// Mirrors `GatherArgs` in backend/cuda/launch.rs.
+// Mirrors `GatherArgs` in ops/gather/cuda.rs.
 struct GatherArgs {
     unsigned long long batch, pixels, samples, first, lanes;
 };
