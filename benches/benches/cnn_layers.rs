@@ -182,17 +182,17 @@ impl<B: Ops> Bench<'_, B> {
         ])
     }
 
-    /// conv1's forward pass and its ReLU as one op (`Conv2dReluKernel`).
+    /// conv1's forward pass and its ReLU as one op (`LayerKernel::layer_relu_fwd`).
     fn conv_relu(&self, g: Conv2dGeom) -> Result<(String, Timing)> {
         let b = self.b;
         let (params, at) = self.layer_params(g.weight_len(), g.out_channels)?;
         let x = self.random(g.batch * g.in_image_len(), 1)?;
         let mut y = self.zeros(g.batch * g.out_image_len())?;
-        let fwd = self.time(|| b.conv2d_relu_fwd(&g, &x, &params, &at, &mut y))?;
+        let fwd = self.time(|| b.layer_relu_fwd(&g, Dropout::OFF, &x, &params, &at, &mut y))?;
         Ok(("conv1+relu fwd".into(), fwd))
     }
 
-    /// fc1, its ReLU and dropout as one op (`LinearReluKernel`), forward
+    /// fc1, its ReLU and dropout as one op (`LayerKernel::layer_relu_fwd`), forward
     /// and backward (which masks `dy` in place: each call masks the last
     /// one's, at the same cost).
     fn linear_relu(&self, g: LinearGeom, dropout: Dropout) -> Result<Vec<(String, Timing)>> {
@@ -202,10 +202,10 @@ impl<B: Ops> Bench<'_, B> {
         let mut dy = self.random(g.batch * g.out_features, 4)?;
         let (mut y, mut grads) = (self.zeros(B::len(&dy))?, self.zeros(B::len(&params))?);
         let mut dx = self.zeros(B::len(&x))?;
-        let fwd = self.time(|| b.linear_relu_fwd(&g, dropout, &x, &params, &at, &mut y))?;
+        let fwd = self.time(|| b.layer_relu_fwd(&g, dropout, &x, &params, &at, &mut y))?;
         let bwd = self.time(|| {
             let (saved, dx) = ((&y, &mut dy), Some(&mut dx));
-            b.linear_relu_bwd(&g, dropout, &x, &params, &at, saved, &mut grads, dx)
+            b.layer_relu_bwd(&g, dropout, &x, &params, &at, saved, &mut grads, dx)
         })?;
         Ok(vec![
             ("fc1+relu fwd".into(), fwd),

@@ -5,7 +5,7 @@
 
 use cudarc::driver::{CudaSlice, CudaViewMut};
 
-use super::{LayerKernel, LayerLens, ParamAt};
+use super::{Conv2dPoolKernel, Dropout, LayerKernel, LayerLens, ParamAt, ReluKernel};
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels, GemmPlan, Store, check_i32};
 use crate::backend::cuda::{view, view_mut};
 use crate::{Cuda, Result};
@@ -38,6 +38,39 @@ pub(crate) trait GemmLayer: Copy + 'static {
         dy: &CudaSlice<f32>,
         db: &mut CudaViewMut<'_, f32>,
     ) -> Result<()>;
+
+    /// The forward pass with ReLU and `dropout` in one kernel, where the
+    /// layer has one for `dropout`; `None` where it has not (the layer and
+    /// `relu_fwd` run instead).
+    fn fused_relu_fwd(
+        &self,
+        _cuda: &Cuda,
+        _dropout: Dropout,
+        _x: &CudaSlice<f32>,
+        _params: &CudaSlice<f32>,
+        _at: &ParamAt,
+        _y: &mut CudaSlice<f32>,
+    ) -> Option<Result<()>> {
+        None
+    }
+
+    /// The backward pass of [`Self::fused_relu_fwd`] in fewer passes, where the
+    /// layer has them; `None` where it has not (`relu_bwd` and the layer's
+    /// backward run instead).
+    #[allow(clippy::too_many_arguments)]
+    fn fused_relu_bwd(
+        &self,
+        _cuda: &Cuda,
+        _dropout: Dropout,
+        _x: &CudaSlice<f32>,
+        _params: &CudaSlice<f32>,
+        _at: &ParamAt,
+        _saved: (&CudaSlice<f32>, &mut CudaSlice<f32>),
+        _grads: &mut CudaSlice<f32>,
+        _dx: Option<&mut CudaSlice<f32>>,
+    ) -> Option<Result<()>> {
+        None
+    }
 }
 
 impl<L: GemmLayer> LayerKernel<L> for Cuda {
@@ -81,6 +114,53 @@ impl<L: GemmLayer> LayerKernel<L> for Cuda {
             unsafe { g.bias_grad(self, dy, &mut db)? };
         }
         self.layer_bwd_products(g, x, params, at, dy, grads, dx)
+    }
+
+    fn layer_relu_fwd(
+        &self,
+        g: &L,
+        dropout: Dropout,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if self.fuses()
+            && let Some(fused) = g.fused_relu_fwd(self, dropout, x, params, at, y)
+        {
+            return fused;
+        }
+        self.layer_fwd(g, x, params, at, y)?;
+        self.relu_fwd(dropout, y)
+    }
+
+    fn layer_relu_bwd(
+        &self,
+        g: &L,
+        dropout: Dropout,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        (y, dy): (&CudaSlice<f32>, &mut CudaSlice<f32>),
+        grads: &mut CudaSlice<f32>,
+        mut dx: Option<&mut CudaSlice<f32>>,
+    ) -> Result<()> {
+        if self.fuses()
+            && let Some(fused) = g.fused_relu_bwd(
+                self,
+                dropout,
+                x,
+                params,
+                at,
+                (y, &mut *dy),
+                grads,
+                dx.as_deref_mut(),
+            )
+        {
+            return fused;
+        }
+        self.relu_bwd(dropout, y, dy)?;
+        self.layer_bwd(g, x, params, at, dy, grads, dx)
     }
 }
 

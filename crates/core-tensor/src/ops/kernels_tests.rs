@@ -1,10 +1,10 @@
 use super::{SIGNATURES, kernel_modules};
 use crate::backend::cuda::kernels::c_types;
 use crate::backend::cuda::variants::GemmVariant;
-use crate::ops::conv2d::cuda::Conv2dLaunch;
+use crate::ops::conv2d::Conv2dLaunch;
 use crate::ops::dropout::cuda::DropoutArgs;
 use crate::ops::gather::cuda::GatherArgs;
-use crate::ops::linear::cuda::LinearLaunch;
+use crate::ops::linear::LinearLaunch;
 use crate::ops::{
     AdamScalars, ClassGeom, Conv2dGeom, EmbeddingGeom, LinearGeom, MseGeom, OffsetGeom, PoolGeom,
     RowsGeom, SparseAdamScalars,

@@ -14,7 +14,7 @@ pub mod accuracy;
 pub mod adam;
 pub mod conv2d;
 pub mod conv2d_pool;
-pub mod conv2d_relu;
+mod conv2d_relu;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod embedding;
@@ -22,7 +22,7 @@ pub mod finite;
 pub mod gather;
 pub mod half_cast;
 pub mod linear;
-pub mod linear_relu;
+mod linear_relu;
 pub mod maxpool2d;
 pub mod mse;
 pub mod offset;
@@ -40,7 +40,6 @@ pub use accuracy::AccuracyKernel;
 pub use adam::{AdamConfig, AdamKernel, AdamScalars, SparseAdamScalars};
 pub use conv2d::Conv2dGeom;
 pub use conv2d_pool::Conv2dPoolKernel;
-pub use conv2d_relu::Conv2dReluKernel;
 pub use cross_entropy::{ClassGeom, CrossEntropyKernel};
 pub use dropout::Dropout;
 pub use embedding::{EmbeddingGeom, EmbeddingKernel};
@@ -49,7 +48,6 @@ pub use gather::GatherKernel;
 pub use half_cast::{Half, HalfCastKernel};
 pub use kernels::kernel_modules;
 pub use linear::LinearGeom;
-pub use linear_relu::LinearReluKernel;
 pub use maxpool2d::{Epilogue, MaxPool2dKernel, PoolGeom};
 pub use mse::{MseGeom, MseKernel};
 pub use offset::{OffsetGeom, OffsetKernel};
@@ -77,13 +75,11 @@ all_ops!(
     LayerKernel<Conv2dGeom>,
     LayerKernel<LinearGeom>,
     Conv2dPoolKernel,
-    Conv2dReluKernel,
     CrossEntropyKernel,
     EmbeddingKernel,
     FiniteKernel,
     GatherKernel,
     HalfCastKernel,
-    LinearReluKernel,
     MaxPool2dKernel,
     MseKernel,
     OffsetKernel,
@@ -95,8 +91,11 @@ all_ops!(
 /// The kernels of a layer with a weight and a bias (conv2d, linear), one
 /// trait over the layer's geometry `G`: the geometry says which layer it
 /// is, and on the GPU both are the same three GEMMs and a bias reduction
-/// (`gemm_layer.rs`, one impl for every `GemmLayer`).
-pub trait LayerKernel<G>: Backend {
+/// (`gemm_layer.rs`, one impl for every `GemmLayer`). The layer followed by
+/// ReLU and dropout is one call too: a device with a fused kernel for it
+/// runs that (`conv2d_relu`, `linear_relu`), any other the layer then
+/// [`ReluKernel`], with the same bits.
+pub trait LayerKernel<G>: ReluKernel {
     /// `y = layer(x; W, b)`, with `W` and `b` read from `params` at `at`:
     /// a convolution, or `y = x·Wᵀ + b` with PyTorch's `[out, in]` weight.
     fn layer_fwd(
@@ -121,6 +120,42 @@ pub trait LayerKernel<G>: Backend {
         grads: &mut Self::Storage<f32>,
         dx: Option<&mut Self::Storage<f32>>,
     ) -> Result<()>;
+
+    /// `y = dropout(max(layer(x; W, b), 0))`, `dropout`'s mask by the
+    /// element index of `y` (NaN and -0 pass the ReLU, as
+    /// [`ReluKernel::relu_fwd`] leaves them).
+    fn layer_relu_fwd(
+        &self,
+        geom: &G,
+        dropout: Dropout,
+        x: &Self::Storage<f32>,
+        params: &Self::Storage<f32>,
+        at: &ParamAt,
+        y: &mut Self::Storage<f32>,
+    ) -> Result<()> {
+        self.layer_fwd(geom, x, params, at, y)?;
+        self.relu_fwd(dropout, y)
+    }
+
+    /// The backward pass of [`Self::layer_relu_fwd`], given `saved = (y,
+    /// dy)`, its output and that output's gradient: `dy` masked in place
+    /// (`dy = dropout(dy) · [y > 0]`, as [`ReluKernel::relu_bwd`]), then
+    /// [`Self::layer_bwd`] on it.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_relu_bwd(
+        &self,
+        geom: &G,
+        dropout: Dropout,
+        x: &Self::Storage<f32>,
+        params: &Self::Storage<f32>,
+        at: &ParamAt,
+        (y, dy): (&Self::Storage<f32>, &mut Self::Storage<f32>),
+        grads: &mut Self::Storage<f32>,
+        dx: Option<&mut Self::Storage<f32>>,
+    ) -> Result<()> {
+        self.relu_bwd(dropout, y, dy)?;
+        self.layer_bwd(geom, x, params, at, dy, grads, dx)
+    }
 }
 
 /// Where a layer's weight and bias sit in the flat parameter (and gradient)

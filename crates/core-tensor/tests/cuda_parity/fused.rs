@@ -1,5 +1,6 @@
-//! The fused ops: conv2d + max-pool (`Conv2dPoolKernel`), conv2d + ReLU
-//! (`Conv2dReluKernel`) and linear + ReLU + dropout (`LinearReluKernel`).
+//! The fused ops: conv2d + max-pool (`Conv2dPoolKernel`), and conv2d +
+//! ReLU and linear + ReLU + dropout (`LayerKernel::layer_relu_fwd` and
+//! `layer_relu_bwd` on a GPU that fuses).
 //! On a GPU each gives the bits of its own unfused kernels, in every
 //! precision and tile; on exact inputs the CPU reference's bits, argmax
 //! bytes included.
@@ -191,7 +192,8 @@ fn relu_run<B: Ops>(
     let (x_d, p_d) = (up(dev, x), up(dev, params));
     let mut y = up(dev, &vec![f32::NAN; g.batch * g.out_image_len()]);
     if fused {
-        dev.conv2d_relu_fwd(g, &x_d, &p_d, at, &mut y).unwrap();
+        dev.layer_relu_fwd(g, Dropout::OFF, &x_d, &p_d, at, &mut y)
+            .unwrap();
     } else {
         dev.layer_fwd(g, &x_d, &p_d, at, &mut y).unwrap();
         dev.relu_fwd(Dropout::OFF, &mut y).unwrap();
@@ -252,10 +254,10 @@ fn linear_relu_run<B: Ops>(
     let mut grads = up(dev, &vec![f32::NAN; params.len()]);
     let mut dx = up(dev, &vec![f32::NAN; x.len()]);
     if fused {
-        dev.linear_relu_fwd(g, dropout, &x_d, &p_d, at, &mut y)
+        dev.layer_relu_fwd(g, dropout, &x_d, &p_d, at, &mut y)
             .unwrap();
         let io = (&y, &mut dy_d);
-        dev.linear_relu_bwd(g, dropout, &x_d, &p_d, at, io, &mut grads, Some(&mut dx))
+        dev.layer_relu_bwd(g, dropout, &x_d, &p_d, at, io, &mut grads, Some(&mut dx))
             .unwrap();
     } else {
         dev.layer_fwd(g, &x_d, &p_d, at, &mut y).unwrap();

@@ -1,19 +1,16 @@
 use cudarc::driver::{CudaSlice, CudaViewMut, DeviceRepr, LaunchConfig};
 
-use super::Conv2dGeom;
+use super::{Conv2dGeom, Conv2dLaunch};
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
-use crate::backend::cuda::launch::{GemmLaunch, kernel_table};
-use crate::ops::LayerLens;
+use crate::backend::cuda::launch::kernel_table;
 use crate::ops::gemm_layer::{GemmLayer, Shape};
+use crate::ops::{Dropout, LayerLens, ParamAt};
 use crate::{Cuda, Result};
 
 // SAFETY: repr(C), eight usize fields, mirrored by `Conv2dGeom` in conv2d.cu (`usize` is
 // `unsigned long long`, asserted in launch.rs); passed by value, it holds
 // no pointer.
 unsafe impl DeviceRepr for Conv2dGeom {}
-
-/// The launch parameters of the conv2d GEMM kernels (`Conv2dLaunch` in C).
-pub(crate) type Conv2dLaunch = GemmLaunch<Conv2dGeom>;
 
 kernel_table! {
     conv2d (CONV2D_SRC, CONV2D_PTX) {
@@ -109,6 +106,22 @@ impl GemmLayer for Conv2dGeom {
             conv2d_bwd_bias_partial_f32(cuda, partial, dy, &mut ws, self)?;
             conv2d_bwd_bias_reduce_f32(cuda, reduce, &ws, db, self)
         }
+    }
+
+    /// conv2d_relu's kernel, which has no dropout.
+    fn fused_relu_fwd(
+        &self,
+        cuda: &Cuda,
+        dropout: Dropout,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        y: &mut CudaSlice<f32>,
+    ) -> Option<Result<()>> {
+        let fused = crate::ops::conv2d_relu::cuda::conv2d_relu_fwd_fused;
+        dropout
+            .is_off()
+            .then(|| fused(cuda, self, x, params, at, y))
     }
 }
 

@@ -13,6 +13,10 @@ mod wide;
 use super::LayerLens;
 use crate::{Error, Result};
 
+/// The launch parameters of the conv2d GEMM kernels (`Conv2dLaunch` in C): the
+/// geometry and the tiling.
+pub(crate) type Conv2dLaunch = crate::backend::cuda::launch::GemmLaunch<Conv2dGeom>;
+
 /// The shape of one convolution call. `#[repr(C)]` so a device kernel can take
 /// it as its launch parameter, field for field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

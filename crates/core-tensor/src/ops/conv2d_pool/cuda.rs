@@ -6,7 +6,7 @@ use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::backend::cuda::view;
 use crate::error::check_len;
 use crate::ops::PoolGeom;
-use crate::ops::conv2d::cuda::Conv2dLaunch;
+use crate::ops::conv2d::Conv2dLaunch;
 use crate::ops::dropout::cuda::DropoutArgs;
 use crate::ops::{Conv2dGeom, Epilogue, LayerKernel, ParamAt};
 use crate::{Cuda, Result};

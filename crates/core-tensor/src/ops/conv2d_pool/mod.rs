@@ -94,9 +94,10 @@ pub trait Conv2dPoolKernel: Backend {
         dx: Option<&mut Self::Storage<f32>>,
     ) -> Result<()>;
 
-    /// Whether the fused ops (this, [`crate::ops::Conv2dReluKernel`] and
-    /// [`crate::ops::LinearReluKernel`]) save passes here: true on a GPU (unless told otherwise,
-    /// `Cuda::with_fusion`), false on the CPU, whose fused ops only compose
-    /// the unfused ones.
+    /// Whether the fused ops (this, and the fused kernels
+    /// [`crate::ops::LayerKernel::layer_relu_fwd`] runs) save passes here:
+    /// true on a GPU (unless told otherwise, `Cuda::with_fusion`), false on
+    /// the CPU, whose fused ops only compose the unfused ones. A model asks
+    /// it before `conv2d_pool_fwd`; `layer_relu_fwd` asks it itself.
     fn fuses(&self) -> bool;
 }

@@ -1,20 +1,18 @@
 use cudarc::driver::{CudaSlice, CudaViewMut, DeviceRepr};
 
-use super::LinearGeom;
+use super::{LinearGeom, LinearLaunch};
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels};
 use crate::backend::cuda::launch::blocks_for;
-use crate::backend::cuda::launch::{GemmLaunch, kernel_table};
-use crate::ops::LayerLens;
+use crate::backend::cuda::launch::kernel_table;
 use crate::ops::gemm_layer::{GemmLayer, Shape};
+use crate::ops::linear_relu::cuda::{linear_relu_bwd_fused, linear_relu_fwd_fused};
+use crate::ops::{Dropout, LayerLens, ParamAt};
 use crate::{Cuda, Result};
 
 // SAFETY: repr(C), three usize fields, mirrored by `LinearGeom` in linear.cu (`usize` is
 // `unsigned long long`, asserted in launch.rs); passed by value, it holds
 // no pointer.
 unsafe impl DeviceRepr for LinearGeom {}
-
-/// The launch parameters of the linear GEMM kernels (`LinearLaunch` in C).
-pub(crate) type LinearLaunch = GemmLaunch<LinearGeom>;
 
 kernel_table! {
     linear (LINEAR_SRC, LINEAR_PTX) {
@@ -77,5 +75,33 @@ impl GemmLayer for LinearGeom {
         // SAFETY: the caller checked `dy` and `db` against the geometry;
         // one thread per output feature, each bounds-checked.
         unsafe { linear_bwd_bias_f32(cuda, cfg, dy, db, self) }
+    }
+
+    /// linear_relu's kernels.
+    fn fused_relu_fwd(
+        &self,
+        cuda: &Cuda,
+        dropout: Dropout,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        y: &mut CudaSlice<f32>,
+    ) -> Option<Result<()>> {
+        Some(linear_relu_fwd_fused(cuda, self, dropout, x, params, at, y))
+    }
+
+    fn fused_relu_bwd(
+        &self,
+        cuda: &Cuda,
+        dropout: Dropout,
+        x: &CudaSlice<f32>,
+        params: &CudaSlice<f32>,
+        at: &ParamAt,
+        saved: (&CudaSlice<f32>, &mut CudaSlice<f32>),
+        grads: &mut CudaSlice<f32>,
+        dx: Option<&mut CudaSlice<f32>>,
+    ) -> Option<Result<()>> {
+        let fused = linear_relu_bwd_fused(cuda, self, dropout, x, params, at, saved, grads, dx);
+        Some(fused)
     }
 }

@@ -7,6 +7,10 @@ mod tests;
 
 use super::LayerLens;
 
+/// The launch parameters of the linear GEMM kernels (`LinearLaunch` in C): the
+/// geometry and the tiling.
+pub(crate) type LinearLaunch = crate::backend::cuda::launch::GemmLaunch<LinearGeom>;
+
 /// The shape of one linear call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]

@@ -1,13 +1,12 @@
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
-use super::LinearReluKernel;
 use crate::backend::cuda::gemm::{GemmPlan, check_i32};
 use crate::backend::cuda::launch::{blocks_for, kernel_table};
 use crate::backend::cuda::{view, view_mut};
 use crate::error::check_len;
 use crate::ops::dropout::cuda::DropoutArgs;
 use crate::ops::gemm_layer::{GemmLayer, check_bwd};
-use crate::ops::linear::cuda::LinearLaunch;
+use crate::ops::linear::LinearLaunch;
 use crate::ops::{Dropout, LinearGeom, ParamAt};
 use crate::{Cuda, Result};
 
@@ -37,73 +36,76 @@ kernel_table! {
 const BWD_THREADS: u32 = 256;
 const BWD_COLUMNS: u32 = 32;
 
-impl LinearReluKernel for Cuda {
-    fn linear_relu_fwd(
-        &self,
-        g: &LinearGeom,
-        dropout: Dropout,
-        x: &CudaSlice<f32>,
-        params: &CudaSlice<f32>,
-        at: &ParamAt,
-        y: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        let d = DropoutArgs::new(dropout)?;
-        let lens = g.lens();
-        lens.check::<Self>(x, params, at, y)?;
-        check_i32("linear_relu", &[x.len(), y.len(), lens.weight])?;
-        if y.is_empty() {
-            return Ok(());
-        }
-        let (m, n, k) = (g.batch, g.out_features, g.in_features);
-        let plan = GemmPlan::new("linear_relu", m, n, k, self.gemm_tile())?;
-        let w = view("linear_relu", params, at.weight.clone())?;
-        let b = view("linear_relu", params, at.bias.clone())?;
-        let variant = plan.variant(self.products());
-        let args = plan.args(*g);
-        if plan.is_split() {
-            // linear.cu's partial products, then the reduction that stores
-            // through the epilogue.
-            let mut ws = self.scratch(plan.workspace_len())?;
-            // SAFETY: `x`, `W`, `b` and `y` were checked against the
-            // geometry (`lens.check`), the plan is its forward product, and
-            // `ws` holds the splits·m·n elements the partial kernel writes
-            // and the reduce kernel reads.
-            unsafe {
-                (LinearGeom::FWD.partial)(self, variant, plan.tiles(), x, &w, &mut ws, &args)?;
-                linear_relu_fwd_reduce_f32(self, plan.reduce(), &ws, &b, y, &args, &d)
-            }
-        } else {
-            // SAFETY: as above; the plan is unsplit, so the tile kernel
-            // stores the result.
-            unsafe { linear_relu_fwd(self, variant, plan.tiles(), x, &w, &b, y, &args, &d) }
-        }
+/// `y = dropout(max(x·Wᵀ + b, 0))` in the product's store (or the split
+/// reduction's), on a GPU that fuses (`GemmLayer::fused_relu_fwd`).
+pub(crate) fn linear_relu_fwd_fused(
+    cuda: &Cuda,
+    g: &LinearGeom,
+    dropout: Dropout,
+    x: &CudaSlice<f32>,
+    params: &CudaSlice<f32>,
+    at: &ParamAt,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let d = DropoutArgs::new(dropout)?;
+    let lens = g.lens();
+    lens.check::<Cuda>(x, params, at, y)?;
+    check_i32("linear_relu", &[x.len(), y.len(), lens.weight])?;
+    if y.is_empty() {
+        return Ok(());
     }
+    let (m, n, k) = (g.batch, g.out_features, g.in_features);
+    let plan = GemmPlan::new("linear_relu", m, n, k, cuda.gemm_tile())?;
+    let w = view("linear_relu", params, at.weight.clone())?;
+    let b = view("linear_relu", params, at.bias.clone())?;
+    let variant = plan.variant(cuda.products());
+    let args = plan.args(*g);
+    if plan.is_split() {
+        // linear.cu's partial products, then the reduction that stores
+        // through the epilogue.
+        let mut ws = cuda.scratch(plan.workspace_len())?;
+        // SAFETY: `x`, `W`, `b` and `y` were checked against the
+        // geometry (`lens.check`), the plan is its forward product, and
+        // `ws` holds the splits·m·n elements the partial kernel writes
+        // and the reduce kernel reads.
+        unsafe {
+            (LinearGeom::FWD.partial)(cuda, variant, plan.tiles(), x, &w, &mut ws, &args)?;
+            linear_relu_fwd_reduce_f32(cuda, plan.reduce(), &ws, &b, y, &args, &d)
+        }
+    } else {
+        // SAFETY: as above; the plan is unsplit, so the tile kernel
+        // stores the result.
+        unsafe { linear_relu_fwd(cuda, variant, plan.tiles(), x, &w, &b, y, &args, &d) }
+    }
+}
 
-    fn linear_relu_bwd(
-        &self,
-        g: &LinearGeom,
-        dropout: Dropout,
-        x: &CudaSlice<f32>,
-        params: &CudaSlice<f32>,
-        at: &ParamAt,
-        (y, dy): (&CudaSlice<f32>, &mut CudaSlice<f32>),
-        grads: &mut CudaSlice<f32>,
-        dx: Option<&mut CudaSlice<f32>>,
-    ) -> Result<()> {
-        let d = DropoutArgs::new(dropout)?;
-        check_len("linear_relu", "y", y.len(), dy.len())?;
-        let lens = check_bwd(g, x, params, at, dy, grads, dx.as_deref())?;
-        if lens.bias > 0 {
-            let mut db = view_mut("linear_relu", grads, at.bias.clone())?;
-            let cfg = LaunchConfig {
-                block_dim: (BWD_THREADS, 1, 1),
-                ..blocks_for("linear_relu", g.out_features, BWD_COLUMNS)?
-            };
-            // SAFETY: `y` and `dy` hold batch·out elements and `db` out
-            // (`check_bwd`, `check_len`); each thread checks its column
-            // against `out` and its rows against `batch`.
-            unsafe { linear_relu_bwd_bias_f32(self, cfg, y, dy, &mut db, g, &d)? };
-        }
-        self.layer_bwd_products(g, x, params, at, dy, grads, dx)
+/// The fused forward pass's backward: `dy` masked and `db` summed in one
+/// pass, then the layer's two products (`GemmLayer::fused_relu_bwd`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn linear_relu_bwd_fused(
+    cuda: &Cuda,
+    g: &LinearGeom,
+    dropout: Dropout,
+    x: &CudaSlice<f32>,
+    params: &CudaSlice<f32>,
+    at: &ParamAt,
+    (y, dy): (&CudaSlice<f32>, &mut CudaSlice<f32>),
+    grads: &mut CudaSlice<f32>,
+    dx: Option<&mut CudaSlice<f32>>,
+) -> Result<()> {
+    let d = DropoutArgs::new(dropout)?;
+    check_len("linear_relu", "y", y.len(), dy.len())?;
+    let lens = check_bwd(g, x, params, at, dy, grads, dx.as_deref())?;
+    if lens.bias > 0 {
+        let mut db = view_mut("linear_relu", grads, at.bias.clone())?;
+        let cfg = LaunchConfig {
+            block_dim: (BWD_THREADS, 1, 1),
+            ..blocks_for("linear_relu", g.out_features, BWD_COLUMNS)?
+        };
+        // SAFETY: `y` and `dy` hold batch·out elements and `db` out
+        // (`check_bwd`, `check_len`); each thread checks its column
+        // against `out` and its rows against `batch`.
+        unsafe { linear_relu_bwd_bias_f32(cuda, cfg, y, dy, &mut db, g, &d)? };
     }
+    cuda.layer_bwd_products(g, x, params, at, dy, grads, dx)
 }

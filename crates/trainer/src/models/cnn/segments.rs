@@ -102,11 +102,7 @@ impl<B: Ops> Layered<B> for CnnMnist {
     ) -> Result<()> {
         let (pooled, hidden) = self.dropouts_in(mode);
         match s {
-            0 if b.fuses() => b.conv2d_relu_fwd(&conv(CONV1, n), x, params, &self.conv1, y),
-            0 => {
-                b.layer_fwd(&conv(CONV1, n), x, params, &self.conv1, y)?;
-                b.relu_fwd(Dropout::OFF, y)
-            }
+            0 => b.layer_relu_fwd(&conv(CONV1, n), Dropout::OFF, x, params, &self.conv1, y),
             1 => {
                 let then = Epilogue::ReluDropout(pooled);
                 match (&mut acts.argmax, &mut acts.a) {
@@ -120,11 +116,7 @@ impl<B: Ops> Layered<B> for CnnMnist {
                     (None, None) => Err(missing("conv2's output or argmax")),
                 }
             }
-            2 if b.fuses() => b.linear_relu_fwd(&linear(FC1, n), hidden, x, params, &self.fc1, y),
-            2 => {
-                b.layer_fwd(&linear(FC1, n), x, params, &self.fc1, y)?;
-                b.relu_fwd(hidden, y)
-            }
+            2 => b.layer_relu_fwd(&linear(FC1, n), hidden, x, params, &self.fc1, y),
             _ => b.layer_fwd(&linear(FC2, n), x, params, &self.fc2, y),
         }
     }
@@ -143,8 +135,17 @@ impl<B: Ops> Layered<B> for CnnMnist {
         let Io { x, y, dy, dx } = io;
         match s {
             0 => {
-                b.relu_bwd(Dropout::OFF, y, dy)?;
-                b.layer_bwd(&conv(CONV1, n), x, params, &self.conv1, dy, grads, None)
+                let g = conv(CONV1, n);
+                b.layer_relu_bwd(
+                    &g,
+                    Dropout::OFF,
+                    x,
+                    params,
+                    &self.conv1,
+                    (y, dy),
+                    grads,
+                    None,
+                )
             }
             1 => {
                 let then = Epilogue::ReluDropout(pooled);
@@ -161,13 +162,9 @@ impl<B: Ops> Layered<B> for CnnMnist {
                     _ => Err(missing("conv2's output or argmax, and its gradient")),
                 }
             }
-            2 if b.fuses() => {
-                let g = linear(FC1, n);
-                b.linear_relu_bwd(&g, hidden, x, params, &self.fc1, (y, dy), grads, dx)
-            }
             2 => {
-                b.relu_bwd(hidden, y, dy)?;
-                b.layer_bwd(&linear(FC1, n), x, params, &self.fc1, dy, grads, dx)
+                let g = linear(FC1, n);
+                b.layer_relu_bwd(&g, hidden, x, params, &self.fc1, (y, dy), grads, dx)
             }
             _ => b.layer_bwd(&linear(FC2, n), x, params, &self.fc2, dy, grads, dx),
         }
