@@ -3,7 +3,7 @@
 //! [`LayerKernel`] is implemented once here, for every [`GemmLayer`], and
 //! each op only says its kernels and shapes.
 
-use cudarc::driver::{CudaSlice, CudaViewMut};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
 use super::{Conv2dPoolKernel, Dropout, LayerKernel, LayerLens, ParamAt, ReluKernel};
 use crate::backend::cuda::gemm::{BiasGemmKernels, GemmKernels, GemmPlan, Store, check_i32};
@@ -82,18 +82,11 @@ impl<L: GemmLayer> LayerKernel<L> for Cuda {
         at: &ParamAt,
         y: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let lens = g.lens()?;
-        lens.check::<Self>(x, params, at, y)?;
-        check_i32(lens.op, &[x.len(), y.len(), lens.weight])?;
-        if y.is_empty() {
+        let Some(ForwardPlan { plan, w, b }) = self.plan_forward(None, g, x, params, at, y)? else {
             return Ok(());
-        }
-        let [(m, n, k), _, _] = g.shapes();
-        let plan = GemmPlan::new(lens.op, m, n, k, self.gemm_tile())?;
-        let w = view(lens.op, params, at.weight.clone())?;
-        let b = view(lens.op, params, at.bias.clone())?;
+        };
         // SAFETY: every buffer's length was checked against the geometry
-        // (`lens.check`), and the plan is the geometry's forward product.
+        // (`plan_forward`), and the plan is the geometry's forward product.
         unsafe { self.gemm(&plan, *g, x, &w, Store::Bias(&L::FWD, &b), y) }
     }
 
@@ -164,7 +157,42 @@ impl<L: GemmLayer> LayerKernel<L> for Cuda {
     }
 }
 
+/// A forward pass's product planned, its buffers checked against the
+/// geometry: the plan and the weight and bias it reads from `params`.
+pub(crate) struct ForwardPlan<'p> {
+    pub plan: GemmPlan,
+    pub w: CudaView<'p, f32>,
+    pub b: CudaView<'p, f32>,
+}
+
 impl Cuda {
+    /// What every forward pass of a GEMM layer does first, fused or not:
+    /// checks the buffers against `g` and the kernels' 32-bit indices, and
+    /// plans the forward product; `None` for an empty output (nothing to
+    /// compute). `op` names the call in errors (`None`: the layer's name).
+    pub(crate) fn plan_forward<'p, L: GemmLayer>(
+        &self,
+        op: Option<&'static str>,
+        g: &L,
+        x: &CudaSlice<f32>,
+        params: &'p CudaSlice<f32>,
+        at: &ParamAt,
+        y: &CudaSlice<f32>,
+    ) -> Result<Option<ForwardPlan<'p>>> {
+        let lens = g.lens()?;
+        lens.check::<Self>(x, params, at, y)?;
+        let op = op.unwrap_or(lens.op);
+        check_i32(op, &[x.len(), y.len(), lens.weight])?;
+        if y.is_empty() {
+            return Ok(None);
+        }
+        let [(m, n, k), _, _] = g.shapes();
+        let plan = GemmPlan::new(op, m, n, k, self.gemm_tile())?;
+        let w = view(op, params, at.weight.clone())?;
+        let b = view(op, params, at.bias.clone())?;
+        Ok(Some(ForwardPlan { plan, w, b }))
+    }
+
     /// The backward pass's products, `dW` and `dx` (when asked for), for an
     /// op that writes `db` itself; `check_bwd` checks their buffers.
     #[allow(clippy::too_many_arguments)]

@@ -1,10 +1,10 @@
 use cudarc::driver::CudaSlice;
 
-use crate::backend::cuda::gemm::{GemmPlan, check_i32};
+use crate::backend::cuda::gemm::Store;
 use crate::backend::cuda::launch::kernel_table;
-use crate::backend::cuda::view;
 use crate::ops::conv2d::Conv2dLaunch;
-use crate::ops::{Conv2dGeom, Dropout, LayerKernel, ParamAt, ReluKernel};
+use crate::ops::gemm_layer::{ForwardPlan, GemmLayer};
+use crate::ops::{Conv2dGeom, Dropout, ParamAt, ReluKernel};
 use crate::{Cuda, Result};
 
 kernel_table! {
@@ -24,23 +24,20 @@ pub(crate) fn conv2d_relu_fwd_fused(
     at: &ParamAt,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let lens = g.lens()?;
-    lens.check::<Cuda>(x, params, at, y)?;
-    check_i32("conv2d_relu", &[x.len(), y.len(), lens.weight])?;
-    if y.is_empty() {
+    let forward = cuda.plan_forward(Some("conv2d_relu"), g, x, params, at, y)?;
+    let Some(ForwardPlan { plan, w, b }) = forward else {
         return Ok(());
-    }
-    let (m, n, k) = (g.out_channels, y.len() / g.out_channels, g.patch_len());
-    let plan = GemmPlan::new("conv2d_relu", m, n, k, cuda.gemm_tile())?;
+    };
     if plan.is_split() {
-        // A split K stores through the reduce kernel: the two kernels.
-        cuda.layer_fwd(g, x, params, at, y)?;
+        // A split K stores through the reduce kernel: the convolution's
+        // kernels, then ReLU's.
+        // SAFETY: the buffers were checked against the geometry
+        // (`plan_forward`), and the plan is its forward product.
+        unsafe { cuda.gemm(&plan, *g, x, &w, Store::Bias(&Conv2dGeom::FWD, &b), y)? };
         return cuda.relu_fwd(Dropout::OFF, y);
     }
-    let w = view("conv2d_relu", params, at.weight.clone())?;
-    let b = view("conv2d_relu", params, at.bias.clone())?;
     let (variant, args) = (plan.variant(cuda.products()), plan.args(*g));
     // SAFETY: `x`, `W`, `b` and `y` were checked against the geometry
-    // (`lens.check`), and the plan is its forward product, unsplit.
+    // (`plan_forward`), and the plan is its forward product, unsplit.
     unsafe { conv2d_relu_fwd(cuda, variant, plan.tiles(), x, &w, &b, y, &args) }
 }

@@ -1,11 +1,10 @@
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
-use crate::backend::cuda::gemm::{GemmPlan, check_i32};
 use crate::backend::cuda::launch::{blocks_for, kernel_table};
-use crate::backend::cuda::{view, view_mut};
+use crate::backend::cuda::view_mut;
 use crate::error::check_len;
 use crate::ops::dropout::cuda::DropoutArgs;
-use crate::ops::gemm_layer::{GemmLayer, check_bwd};
+use crate::ops::gemm_layer::{ForwardPlan, GemmLayer, check_bwd};
 use crate::ops::linear::LinearLaunch;
 use crate::ops::{Dropout, LinearGeom, ParamAt};
 use crate::{Cuda, Result};
@@ -48,16 +47,10 @@ pub(crate) fn linear_relu_fwd_fused(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let d = DropoutArgs::new(dropout)?;
-    let lens = g.lens();
-    lens.check::<Cuda>(x, params, at, y)?;
-    check_i32("linear_relu", &[x.len(), y.len(), lens.weight])?;
-    if y.is_empty() {
+    let forward = cuda.plan_forward(Some("linear_relu"), g, x, params, at, y)?;
+    let Some(ForwardPlan { plan, w, b }) = forward else {
         return Ok(());
-    }
-    let (m, n, k) = (g.batch, g.out_features, g.in_features);
-    let plan = GemmPlan::new("linear_relu", m, n, k, cuda.gemm_tile())?;
-    let w = view("linear_relu", params, at.weight.clone())?;
-    let b = view("linear_relu", params, at.bias.clone())?;
+    };
     let variant = plan.variant(cuda.products());
     let args = plan.args(*g);
     if plan.is_split() {
@@ -65,7 +58,7 @@ pub(crate) fn linear_relu_fwd_fused(
         // through the epilogue.
         let mut ws = cuda.scratch(plan.workspace_len())?;
         // SAFETY: `x`, `W`, `b` and `y` were checked against the
-        // geometry (`lens.check`), the plan is its forward product, and
+        // geometry (`plan_forward`), the plan is its forward product, and
         // `ws` holds the splits·m·n elements the partial kernel writes
         // and the reduce kernel reads.
         unsafe {
