@@ -120,10 +120,7 @@ impl KernelCache {
     /// Stores `cubin` for `key`. Written beside its place and renamed into
     /// it, so a reader (another rank) sees a whole entry or none.
     pub fn put(&self, key: &CacheKey, cubin: &[u8]) -> io::Result<()> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.dir)?;
+        self.make_dir()?;
         let path = self.path(key);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -148,11 +145,7 @@ impl KernelCache {
     /// cannot be written, a lock that stays held for [`COMPILE_WAIT`])
     /// only means compiling without it.
     pub fn compiling(&self, key: &CacheKey) -> Option<fs::File> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.dir)
-            .ok()?;
+        self.make_dir().ok()?;
         let file = fs::File::create(self.path(key).with_extension("lock")).ok()?;
         let deadline = Instant::now() + COMPILE_WAIT;
         loop {
@@ -164,6 +157,15 @@ impl KernelCache {
                 Err(_) => return None,
             }
         }
+    }
+
+    /// Creates the cache's directory (and its parents), readable by its
+    /// owner only, unless it is there.
+    fn make_dir(&self) -> io::Result<()> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
     }
 
     fn path(&self, key: &CacheKey) -> PathBuf {
