@@ -19,7 +19,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// Whether `--checkpoint-every` asks for a checkpoint after this step.
     pub(super) fn checkpoint_due(&self) -> bool {
         let every = self.state.checkpoints.as_ref().and_then(|c| c.every);
-        every.is_some_and(|n| self.engine.replica.step.is_multiple_of(n))
+        every.is_some_and(|n| self.engine.global_step().is_multiple_of(n))
     }
 
     /// Checkpoints at `position`, if checkpoints are on. Every rank calls it
@@ -61,16 +61,18 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let Some(checkpoints) = self.state.checkpoints.as_ref() else {
             return Ok(None);
         };
-        let layout = self.engine.model.layout();
+        // Its own copy: the engine meets the other ranks while it writes.
+        let layout = self.engine.model().layout().clone();
         let write = || {
             state
-                .map(|state| checkpoints.dir.save(&state, layout))
+                .map(|state| checkpoints.dir.save(&state, &layout))
                 .transpose()
                 .with_context(|| format!("rank 0: checkpointing at {position}"))
         };
-        let Some(comm) = self.engine.comm.as_mut() else {
+        if self.engine.alone() {
             return write();
-        };
+        }
+        let engine = &mut self.engine;
         // The ranks keep meeting while rank 0 writes, each meeting well
         // within --timeout, so that a slow file system (a save longer than
         // --timeout) never reads as a lost rank.
@@ -78,11 +80,10 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             let writer = scope.spawn(write);
             let mut pause = Duration::from_millis(5);
             loop {
-                let done = f64::from(u8::from(writer.is_finished()));
-                let all = comm.sum_f64(vec![done]).with_context(|| {
+                let all_done = engine.all_say(writer.is_finished()).with_context(|| {
                     format!("rank {rank}: waiting for rank 0's checkpoint at {position}")
                 })?;
-                if all[0] == comm.world_size() as f64 {
+                if all_done {
                     break;
                 }
                 std::thread::sleep(pause);
@@ -109,7 +110,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let layout = (self.topology.world, self.topology.stages);
         TrainingState {
             position,
-            optimizer_step: self.engine.replica.step,
+            optimizer_step: self.engine.global_step(),
             params,
             exp_avg,
             exp_avg_sq,
@@ -119,8 +120,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch_visited,
             settings: (self.cfg).settings(
                 layout,
-                self.engine.model.kind(),
-                self.engine.schedule.fingerprint(),
+                self.engine.model().kind(),
+                self.engine.schedule().fingerprint(),
                 (self.state.checkpoints.as_ref()).and_then(|c| c.record.clone()),
             ),
             hook,
@@ -132,7 +133,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     fn gather_epoch_metrics(&mut self) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
         let (n, rank) = (self.topology.world, self.topology.rank);
         let mut mine = vec![0.0; 2 * n];
-        [mine[rank], mine[n + rank]] = self.state.meter.read(&self.engine.backend)?;
+        [mine[rank], mine[n + rank]] = self.state.meter.read(self.engine.backend())?;
         let all = self.engine.sum_over_ranks(mine)?;
         Ok((
             all[..n].iter().map(|&x| x as f32).collect(),

@@ -44,7 +44,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let replicas = self.topology.replicas();
         // The micro-batches of a step: its --accumulate-steps, or with
         // --reproducible this replica's units of it.
-        let (k, batch) = match &self.engine.exact {
+        let (k, batch) = match self.engine.exact() {
             Some(exact) => exact.batches(),
             None => (self.cfg.accumulate_steps, self.cfg.batch_size),
         };
@@ -55,12 +55,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             visited: p.visited.0 as usize,
             replicas: p.visited.1 as usize,
         }));
-        let batches = (self.engine.schedule).start_epoch(
-            &self.engine.backend,
-            &order,
-            epoch as u64,
-            batch,
-        )?;
+        let batches = self.engine.start_epoch(&order, epoch as u64, batch)?;
         // The epoch's batches are micro-batches, K to an optimizer step;
         // `--max-steps` counts optimizer steps.
         let groups = steps_of(batches.len(), k, self.cfg.max_steps);
@@ -68,7 +63,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         // Rank 0's ledger: the whole job's samples of each step.
         let job_steps = match self.state.ledger {
             Some(_) => {
-                let len = self.engine.schedule.fingerprint().samples as usize;
+                let len = self.engine.schedule().fingerprint().samples as usize;
                 let plan = (len, epoch as u64);
                 let steps = ledger::job_steps(&order, plan, (batch, k), self.cfg.max_steps)?;
                 self.record_steps_before(epoch, (first, &steps))?;
@@ -93,12 +88,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             (Some(from), Some(to)) => from.start..to.end,
             _ => 0..0,
         };
-        (self.engine.schedule)
-            .prepare(
-                &self.engine.backend,
-                &self.engine.model,
-                (&batches[todo], &shape),
-            )
+        (self.engine.prepare((&batches[todo], &shape)))
             .with_context(|| format!("rank {rank}: preparing epoch {epoch}'s batches"))?;
         let counts = self.topology.counts_samples();
         let images_before = match resumed.as_ref().map(|p| p.visited) {
@@ -114,12 +104,12 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             },
             _ => 0,
         };
-        (self.state.meter).start(&self.engine.backend, resumed.as_ref(), images_before)?;
+        (self.state.meter).start(self.engine.backend(), resumed.as_ref(), images_before)?;
         // A live job's member goes on with its own share of the epoch's
         // numbers (the lost ranks' shares are lost with them).
         let carried = self.state.live.carried.take();
         if let Some(share) = carried.filter(|s| s.epoch == epoch as u64) {
-            self.state.meter.carry(&self.engine.backend, &share)?;
+            self.state.meter.carry(self.engine.backend(), &share)?;
         }
         // The epoch's monitoring leaves out setup and the last checkpoint.
         self.state.monitor.take();
@@ -155,7 +145,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 _ => Vote::GoOn,
             };
             (self.state.votes)
-                .cast(self.engine.replica.step + 1, vote)
+                .cast(self.engine.global_step() + 1, vote)
                 .with_context(in_step)?;
             self.engine
                 .train_step(&micro, &mut self.state.meter, &mut self.state.timer)
@@ -163,7 +153,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             self.state.committed = at;
             if let (Some(ledger), Some(job)) = (&mut self.state.ledger, &job_steps) {
                 let step = CommittedStep {
-                    global_step: self.engine.replica.step,
+                    global_step: self.engine.global_step(),
                     epoch: at.epoch,
                     step: at.step,
                     samples: &job[s],
@@ -199,7 +189,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             .check_guard()
             .with_context(|| format!("rank {rank}: end of epoch {epoch}"))?;
         let meter = &self.state.meter;
-        let [loss_sum, correct] = meter.read(&self.engine.backend)?;
+        let [loss_sum, correct] = meter.read(self.engine.backend())?;
         let local = vec![loss_sum, correct, meter.images as f64];
         let [loss_sum, correct, images] = self.engine.sum_over_ranks(local)?[..] else {
             unreachable!("three values in, three out")
@@ -217,13 +207,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             epoch,
             epochs: self.cfg.epochs,
             loss: loss_sum / images,
-            metric: self.engine.model.metric(),
-            accuracy: self.engine.model.metric().value(correct, images),
+            metric: self.engine.model().metric(),
+            accuracy: self.engine.model().metric().value(correct, images),
             test_accuracy,
             train_seconds,
             steps,
             images: images as u64,
-            global_step: self.engine.replica.step,
+            global_step: self.engine.global_step(),
             // A pipeline's stages do different work: compare each rank
             // with the same stage of the other replicas.
             straggler: Straggler::find(&ranks, self.topology.stages),
@@ -246,7 +236,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         else {
             return Ok(());
         };
-        let before = self.engine.replica.step - first as u64;
+        let before = self.engine.global_step() - first as u64;
         for (s, samples) in steps.iter().enumerate().take(first) {
             let global_step = before + s as u64 + 1;
             if global_step > ledger.last_step() {
@@ -267,7 +257,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// sample's masks do not depend on which rank trains it.
     fn dropout_seed(&self, epoch: usize, (s, j): (usize, usize), index: usize) -> DropoutSeed {
         let (seed, epoch) = (self.cfg.seed, epoch as u64);
-        match &self.engine.exact {
+        match self.engine.exact() {
             Some(exact) => DropoutSeed {
                 // Unlike the other modes', no rank enters the seed; the
                 // leading word keeps its streams apart from theirs.
@@ -285,16 +275,16 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// it asks for (host-memory backends only: see [`Progress::running_every`]).
     fn report_running(&self, progress: &mut dyn Progress) -> anyhow::Result<()> {
         let due = progress.running_every().is_some_and(|every| {
-            B::IN_HOST_MEMORY && self.engine.replica.step.is_multiple_of(every)
+            B::IN_HOST_MEMORY && self.engine.global_step().is_multiple_of(every)
         }) && self.topology.counts_samples();
         if due {
             let meter = &self.state.meter;
-            let [loss_sum, correct] = meter.read(&self.engine.backend)?;
+            let [loss_sum, correct] = meter.read(self.engine.backend())?;
             let images = meter.images as f64;
             progress.running(&Running {
-                global_step: self.engine.replica.step,
+                global_step: self.engine.global_step(),
                 loss: loss_sum / images,
-                accuracy: self.engine.model.metric().value(correct, images),
+                accuracy: self.engine.model().metric().value(correct, images),
                 images: meter.images * self.topology.replicas() as u64,
                 train_seconds: meter.train_seconds(),
             });
@@ -314,13 +304,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
             usage: self.state.monitor.take(),
             phases: self.state.timer.take()?,
             eval_seconds,
-            grad_bytes_per_step: (self.engine.averaging.take_sent_bytes()
-                + self
-                    .engine
-                    .exact
-                    .as_mut()
-                    .map_or(0, |e| e.take_sent_bytes())) as f64
-                / steps,
+            grad_bytes_per_step: self.engine.take_sent_bytes() as f64 / steps,
         };
         let row = mine.table_row(self.topology.rank, self.topology.world);
         let table = self.engine.sum_over_ranks(row)?;

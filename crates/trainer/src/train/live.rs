@@ -51,7 +51,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
     /// This rank's share of the current epoch's running numbers.
     pub fn epoch_share(&self) -> anyhow::Result<EpochShare> {
-        let [loss_sum, correct] = self.state.meter.read(&self.engine.backend)?;
+        let [loss_sum, correct] = self.state.meter.read(self.engine.backend())?;
         Ok(EpochShare {
             epoch: self.state.committed.epoch,
             loss_sum: loss_sum as f32,
@@ -77,7 +77,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// epoch as the only ones (the others' are lost with the generation).
     pub fn kept_state(&mut self) -> anyhow::Result<TrainingState> {
         let rank = self.topology.rank;
-        if self.engine.schedule.part().is_some() {
+        if self.engine.schedule().part().is_some() {
             bail!("rank {rank}: a pipeline stage holds a part of the model, not a state to keep");
         }
         let position = self.state.committed;
@@ -86,21 +86,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         let seconds = match position.step {
             0 => 0.0,
             _ => {
-                let [l, c] = self.state.meter.read(&self.engine.backend)?;
+                let [l, c] = self.state.meter.read(self.engine.backend())?;
                 [loss[rank], correct[rank]] = [l as f32, c as f32];
                 self.state.meter.train_seconds()
             }
         };
-        let (b, r) = (&self.engine.backend, &self.engine.replica);
-        let download = |s| {
-            b.download(s)
-                .with_context(|| format!("rank {rank}: keeping the state at {position}"))
-        };
-        let whole = [
-            download(&r.params)?,
-            download(&r.adam_m)?,
-            download(&r.adam_v)?,
-        ];
+        let whole = (self.engine.host_state())
+            .with_context(|| format!("rank {rank}: keeping the state at {position}"))?;
         // A live job sums exactly (`--reproducible`), which refuses every
         // hook with a state of its own.
         Ok(self.state_at(position, whole, (loss, correct, seconds), None, None))

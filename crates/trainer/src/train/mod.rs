@@ -3,15 +3,17 @@
 //! and for more than one replica the averaging of their gradients every
 //! step.
 //!
-//! A [`Trainer`] is two parts. Its step engine (`engine.rs`) owns the
+//! A [`Trainer`] is two parts. Its step engine (`engine/`) owns the
 //! replica (`replica.rs`: parameters, gradients, moments, the finiteness
 //! guard), an optimizer chosen once (`optimizer/`), a schedule that runs
 //! the model over a batch (`schedule.rs`: the whole model,
 //! `whole_model.rs`, or a pipeline stage, `crate::pipeline`), the averaging
-//! (`crate::ddp::Averaging`) and the job's communicator: `step.rs` is one
-//! optimizer step, top to bottom; `accumulate.rs` the micro-batches of one
-//! step (`--accumulate-steps`); `guard.rs` the finiteness guard's report;
-//! `assemble.rs` the whole model from the parts of a pipeline's stages.
+//! (`crate::ddp::Averaging`) and the job's communicator, all private to it:
+//! `engine/step.rs` is one optimizer step, top to bottom; `accumulate.rs`
+//! the micro-batches of one step (`--accumulate-steps`); `engine/guard.rs`
+//! the finiteness guard's report; `engine/assemble.rs` the whole model from
+//! the parts of a pipeline's stages. The policy reads the engine and asks
+//! it to act through its methods; it never reaches into its parts.
 //! The epoch policy over it is the trainer's own, with the loop's state
 //! between steps: `epoch_loop.rs` the loop over an epoch's steps (stop
 //! votes, `votes.rs`; periodic checkpoints and what they gather,
@@ -21,13 +23,11 @@
 
 mod accumulate;
 mod agreement;
-mod assemble;
 mod checkpointing;
 mod config;
 mod engine;
 mod epoch_loop;
 pub(crate) mod exact;
-mod guard;
 mod ledger;
 mod live;
 mod memory;
@@ -38,7 +38,6 @@ mod replica;
 mod schedule;
 mod setup;
 mod shared_settings;
-mod step;
 mod votes;
 mod whole_model;
 
@@ -138,7 +137,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
 
     /// Optimizer steps trained so far (those of the run resumed included).
     pub fn global_step(&self) -> u64 {
-        self.engine.replica.step
+        self.engine.global_step()
     }
 
     /// The newest checkpoint [`Trainer::run`] saved at an epoch's end
@@ -152,7 +151,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     }
 
     pub fn model(&self) -> &M {
-        &self.engine.model
+        self.engine.model()
     }
 
     /// The last epoch it trains.
@@ -169,7 +168,7 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// model, or for a model split between ranks its part (the whole:
     /// [`Trainer::whole_params`]).
     pub fn params(&self) -> anyhow::Result<Vec<f32>> {
-        Ok(self.engine.backend.download(&self.engine.replica.params)?)
+        self.engine.host_params()
     }
 
     /// The whole model's parameters on the host of every rank. For a model
@@ -182,13 +181,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// The part of the parameters this rank trains (a pipeline stage's);
     /// `None`: all of them.
     pub fn part(&self) -> Option<Part> {
-        self.engine.schedule.part()
+        self.engine.schedule().part()
     }
 
     /// This rank's samples of the training split: its replica's (of the
     /// rest of the epoch, when `resumed`).
     pub fn order(&self, resumed: Option<Resumed>) -> Order {
-        match &self.engine.exact {
+        match self.engine.exact() {
             // The steps are the global order's, whatever the layout: a
             // resumed epoch skips the steps done, on any number of replicas.
             Some(exact) => {
@@ -260,10 +259,9 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// ranks' together, through the pipeline); `NaN` for a model without a
     /// metric or a test set, which skips the pass. Every rank calls it.
     pub fn evaluate(&mut self) -> anyhow::Result<f64> {
-        let metric = self.engine.model.metric();
-        let Some(total) = (self.engine.schedule)
-            .test_samples()
-            .filter(|_| metric != Metric::None)
+        let metric = self.engine.model().metric();
+        let Some(total) =
+            (self.engine.schedule().test_samples()).filter(|_| metric != Metric::None)
         else {
             return Ok(f64::NAN);
         };
@@ -275,13 +273,11 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 world_size: world,
             })
             .collect();
-        let (b, sum) = (&self.engine.backend, &mut self.state.meter.test_sum);
-        b.fill(sum, 0.0)?;
-        let params = &self.engine.replica.params;
-        (self.engine.schedule)
-            .evaluate(b, &self.engine.model, (params, &orders), sum)
+        let sum = &mut self.state.meter.test_sum;
+        self.engine.backend().fill(sum, 0.0)?;
+        (self.engine.evaluate(&orders, sum))
             .with_context(|| format!("rank {}: evaluating", self.topology.rank))?;
-        let local = meter::read_scalar(b, sum)?;
+        let local = meter::read_scalar(self.engine.backend(), sum)?;
         let sum = self.engine.sum_over_ranks(vec![local])?[0];
         Ok(metric.value(sum, total as f64))
     }
@@ -289,8 +285,8 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
     /// The samples of each test shard [`Trainer::evaluate`] goes through
     /// on this rank (none without a test pass).
     fn test_shards(&self) -> Vec<usize> {
-        let Some(len) = (self.engine.schedule.test_samples())
-            .filter(|_| self.engine.model.metric() != Metric::None)
+        let Some(len) = (self.engine.schedule().test_samples())
+            .filter(|_| self.engine.model().metric() != Metric::None)
         else {
             return Vec::new();
         };

@@ -208,17 +208,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
                 ..Default::default()
             },
         };
-        let engine = StepEngine {
-            replica: Replica::upload(&backend, &start, part)?,
-            accumulator,
-            exact,
-            averaging,
-            comm,
-            backend,
-            model,
-            optimizer,
-            schedule,
-        };
+        let replica = Replica::upload(&backend, &start, part)?;
+        let engine = StepEngine::new(
+            (backend, model, schedule),
+            (replica, optimizer),
+            (averaging, comm),
+            (accumulator, exact),
+        );
         Ok(Self {
             engine,
             cfg,

@@ -9,7 +9,7 @@
 //! the host reads the device anyway. A live job's rank 0 votes, as well,
 //! to let waiting newcomers in (`--recovery live`).
 
-use super::guard::GUARD_READ_EVERY;
+use super::engine::GUARD_READ_EVERY;
 use crate::comm_thread::{CommHandle, CommThread};
 
 /// The votes of one rank's steps.

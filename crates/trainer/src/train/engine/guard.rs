@@ -4,12 +4,12 @@ use anyhow::bail;
 use core_tensor::Ops;
 use core_tensor::ops::{GUARD_LEN, GuardState};
 
-use super::engine::StepEngine;
+use super::StepEngine;
 use crate::model::Model;
 
 /// On a device whose reads synchronise, the guard is read every this many
 /// steps (and at every epoch end and checkpoint).
-pub(super) const GUARD_READ_EVERY: u64 = 100;
+pub(in crate::train) const GUARD_READ_EVERY: u64 = 100;
 
 impl<B: Ops, M: Model<B>> StepEngine<B, M> {
     /// Stops once the guard saw a non-finite loss or gradient. The guard

@@ -2,14 +2,14 @@
 
 use core_tensor::Ops;
 
-use super::accumulate::Micro;
-use super::engine::StepEngine;
+use super::StepEngine;
 use super::guard::GUARD_READ_EVERY;
-use super::meter::EpochMeter;
-use super::optimizer::StepRows;
-use super::schedule::Pass;
 use crate::model::{GradsReady, Model};
 use crate::phases::{Phase, StepTimer};
+use crate::train::accumulate::Micro;
+use crate::train::meter::EpochMeter;
+use crate::train::optimizer::StepRows;
+use crate::train::schedule::Pass;
 
 impl<B: Ops, M: Model<B>> StepEngine<B, M> {
     /// One optimizer step over `micro`, its micro-batches of the epoch the

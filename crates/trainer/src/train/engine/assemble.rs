@@ -5,9 +5,9 @@
 use anyhow::{Context, bail};
 use core_tensor::Ops;
 
-use super::engine::StepEngine;
-use super::replica::Replica;
+use super::StepEngine;
 use crate::model::Model;
+use crate::train::replica::Replica;
 
 impl<B: Ops, M: Model<B>> StepEngine<B, M> {
     /// The whole parameters and Adam moments on rank 0's host, for a
@@ -20,7 +20,24 @@ impl<B: Ops, M: Model<B>> StepEngine<B, M> {
         Ok(params.zip(m).zip(v).map(|((p, m), v)| [p, m, v]))
     }
 
-    /// [`super::Trainer::whole_params`] on rank `rank`.
+    /// The parameters this replica holds (the whole model's, or its part's),
+    /// on its host.
+    pub fn host_params(&self) -> anyhow::Result<Vec<f32>> {
+        Ok(self.backend.download(&self.replica.params)?)
+    }
+
+    /// The parameters and Adam moments this replica holds, on its host.
+    pub fn host_state(&self) -> anyhow::Result<[Vec<f32>; 3]> {
+        let r = &self.replica;
+        let download = |s| self.backend.download(s);
+        Ok([
+            download(&r.params)?,
+            download(&r.adam_m)?,
+            download(&r.adam_v)?,
+        ])
+    }
+
+    /// [`super::super::Trainer::whole_params`] on rank `rank`.
     pub fn whole_params(&mut self, rank: usize) -> anyhow::Result<Vec<f32>> {
         self.assemble(rank, |r| &r.params, true)?
             .context("every rank receives the whole model")
