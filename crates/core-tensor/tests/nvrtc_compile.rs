@@ -21,7 +21,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
-use core_tensor::backend::cuda::{KernelModule, compile_cubin, compile_ptx, nvrtc_version};
+use core_tensor::backend::cuda::{
+    Fp32Tile, GemmVariant, KernelModule, MatmulPrecision, compile_cubin, compile_ptx, nvrtc_version,
+};
 use core_tensor::ops::kernel_modules;
 use cuda_emu::{nvrtc_lib_dir, wheel_dir};
 
@@ -180,19 +182,17 @@ fn describe(((nvrtc_major, nvrtc_minor), (ptxas_major, ptxas_minor)): Toolchain)
     format!("NVRTC {nvrtc_major}.{nvrtc_minor} and ptxas {ptxas_major}.{ptxas_minor}")
 }
 
-/// The kinds of a GEMM family (sgemm.cuh's `GEMM_VARIANTS`), each with
-/// its column in `REGISTER_CEILINGS`.
-const GEMM_KINDS: [(&str, usize); 9] = [
-    ("f32", 0),
-    ("f32_cp", 0),
-    ("tf32", 1),
-    ("tf32_cp", 1),
-    ("bf16", 2),
-    ("f32w", 3),
-    ("f32w_cp", 3),
-    ("tf32w", 3),
-    ("tf32w_cp", 3),
-];
+/// The column of `REGISTER_CEILINGS` that holds `variant`'s kernels: the
+/// wide tiles share one, whatever their precision and staging; the square
+/// tiles have one per precision, shared by both stagings.
+fn ceiling_column(variant: GemmVariant) -> usize {
+    match variant.runs() {
+        (_, Fp32Tile::Wide, _) => 3,
+        (MatmulPrecision::Fp32, ..) => 0,
+        (MatmulPrecision::Tf32, ..) => 1,
+        (MatmulPrecision::Bf16, ..) => 2,
+    }
+}
 
 /// The GEMM family of `kernel` and the rest of its name: the longest
 /// family of `REGISTER_CEILINGS` it starts with (a split family's name
@@ -209,8 +209,8 @@ fn gemm_family(kernel: &str) -> Option<(&'static str, &str, &'static [u32; 4])> 
 /// (not, e.g., `<family>_reduce_f32`, which sums the splits).
 fn register_ceiling(kernel: &str) -> Option<u32> {
     let (_, kind, ceilings) = gemm_family(kernel)?;
-    let (_, column) = GEMM_KINDS.iter().find(|(k, _)| *k == kind)?;
-    Some(ceilings[*column])
+    let variant = GemmVariant::ALL.iter().find(|v| v.suffix() == kind)?;
+    Some(ceilings[ceiling_column(*variant)])
 }
 
 /// Every GEMM kernel takes no more registers than its ceiling: each
@@ -237,7 +237,11 @@ fn gemm_registers_stay_under_their_ceilings(table: &[Report]) {
         "GEMM kernels of no listed kind: {unlisted:?}"
     );
     let kinds: usize = (REGISTER_CEILINGS.iter())
-        .map(|(_, ceilings)| GEMM_KINDS.iter().filter(|(_, c)| ceilings[*c] > 0).count())
+        .map(|(_, ceilings)| {
+            (GemmVariant::ALL.iter())
+                .filter(|v| ceilings[ceiling_column(**v)] > 0)
+                .count()
+        })
         .sum();
     assert_eq!(products.len(), kinds, "a GEMM family lacks a kind");
     let over: Vec<String> = (products.iter())

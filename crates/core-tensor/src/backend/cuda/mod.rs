@@ -47,6 +47,7 @@ pub use kernels::KernelModule;
 pub use modules::{compile_cubin, compile_ptx, nvrtc_version};
 pub use pinned::PinnedVec;
 pub use products::{Fp32Tile, GemmStaging, MatmulPrecision, Products, RefusedProducts};
+pub use variants::GemmVariant;
 
 use super::{Backend, Elem};
 use crate::error::check_len;
