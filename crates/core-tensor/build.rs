@@ -1,8 +1,11 @@
 //! Prepares the CUDA kernels (`src/ops/<op>/<op>.cu`) for embedding.
 //!
-//! Every kernel source is written to `OUT_DIR` with its `#include "x.cuh"`
-//! lines replaced by `src/backend/cuda/x.cuh`, so that each is one
-//! self-contained program for NVRTC. When `nvcc` is found, each is also
+//! Every kernel source is written to `OUT_DIR` with its `#include` lines
+//! replaced by the headers they name, so that each is one self-contained
+//! program for NVRTC: `"x.cuh"` is the including file's neighbour, else
+//! the device's shared `src/backend/cuda/x.cuh` (the GEMM, the reductions);
+//! `"op/x.cuh"` is another op's, `src/ops/op/x.cuh` (dropout's mask, a
+//! layer's geometry). When `nvcc` is found, each is also
 //! compiled to PTX for `compute_$CUDA_COMPUTE_CAP` (default 70). `ptx.rs`
 //! then holds, per op, `<OP>_SRC` and `<OP>_PTX: Option<&str>`.
 //!
@@ -22,7 +25,10 @@ const DEFAULT_COMPUTE_CAP: u32 = 70;
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
-    let headers = manifest.join("src/backend/cuda");
+    let headers = Headers {
+        device: manifest.join("src/backend/cuda"),
+        ops: manifest.join("src/ops"),
+    };
     println!("cargo:rerun-if-changed=src/ops");
     println!("cargo:rerun-if-changed=src/backend/cuda");
     for var in ["NVCC", "CUDA_HOME", "CUDA_PATH", "CUDA_COMPUTE_CAP"] {
@@ -101,9 +107,33 @@ fn kernel_sources(ops: &Path) -> Vec<(String, PathBuf)> {
     found
 }
 
-/// Replaces each `#include "x.cuh"` line with the file `headers/x.cuh`, its
-/// own includes pasted in likewise.
-fn paste_includes(text: &str, headers: &Path, from: &Path) -> String {
+/// Where the headers a kernel source includes live.
+struct Headers {
+    /// The device's own, shared by the ops (`sgemm.cuh`, `reduce.cuh`).
+    device: PathBuf,
+    /// The ops' folders, for a header of one op another includes.
+    ops: PathBuf,
+}
+
+impl Headers {
+    /// The header `#include "name"` in `from` means: another op's for a
+    /// name with a folder, else `from`'s neighbour if there is one, else
+    /// the device's.
+    fn find(&self, name: &str, from: &Path) -> PathBuf {
+        if name.contains('/') {
+            return self.ops.join(name);
+        }
+        let neighbour = from.parent().map(|dir| dir.join(name));
+        match neighbour {
+            Some(path) if path.is_file() => path,
+            _ => self.device.join(name),
+        }
+    }
+}
+
+/// Replaces each `#include "x.cuh"` line with the header it names
+/// ([`Headers::find`]), its own includes pasted in likewise.
+fn paste_includes(text: &str, headers: &Headers, from: &Path) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
         let include = line
@@ -112,7 +142,7 @@ fn paste_includes(text: &str, headers: &Path, from: &Path) -> String {
             .and_then(|rest| rest.strip_suffix('"'));
         match include {
             Some(name) => {
-                let header = headers.join(name);
+                let header = headers.find(name, from);
                 let body = fs::read_to_string(&header).unwrap_or_else(|e| {
                     panic!("{} includes {}: {e}", from.display(), header.display())
                 });

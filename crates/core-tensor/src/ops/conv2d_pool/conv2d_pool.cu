@@ -16,9 +16,9 @@
 // beside their staging, goes through conv2d.cu and `conv2d_pool_argmax_f32`).
 
 #include "sgemm.cuh"
-#include "conv2d.cuh"
-#include "dropout.cuh"
-#include "pool_window.cuh"
+#include "conv2d/conv2d.cuh"
+#include "dropout/dropout.cuh"
+#include "maxpool2d/pool_window.cuh"
 
 // The forward B operand in window order (above); the windows drop an odd
 // last row or column of the convolution's output, as the pool does.

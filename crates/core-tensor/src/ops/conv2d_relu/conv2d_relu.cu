@@ -5,7 +5,7 @@
 // conv2d_fwd then relu_fwd. A split K takes those two kernels (the host).
 
 #include "sgemm.cuh"
-#include "conv2d.cuh"
+#include "conv2d/conv2d.cuh"
 
 template <class KIND>
 __device__ __forceinline__ void conv2d_relu_fwd(const float* x, const float* w, const float* bias,

@@ -6,8 +6,9 @@
 //!
 //! The mask is never stored: element `i` is kept when
 //! `rng::uniform(seed, i) >= p`, so the backward pass (and any other device)
-//! regenerates the identical mask from the seed. `dropout.cuh` (in
-//! `backend/cuda`) is the GPU's copy of [`Dropout::apply`].
+//! regenerates the identical mask from the seed. `dropout.cuh`, beside
+//! this file, is the GPU's copy of [`Dropout::apply`], which the kernels
+//! with a dropout epilogue include as `"dropout/dropout.cuh"`.
 
 pub(super) mod cuda;
 pub(crate) mod mask;

@@ -9,8 +9,8 @@
 // those of linear_fwd then relu_fwd.
 
 #include "sgemm.cuh"
-#include "linear.cuh"
-#include "dropout.cuh"
+#include "linear/linear.cuh"
+#include "dropout/dropout.cuh"
 
 // y[b, o] = dropout(max(acc + bias[o], 0)) at element b·O + o.
 struct BiasReluDropoutStore {

@@ -2,7 +2,7 @@
 // the epilogue of `Epilogue` in mod.rs; the window rules are
 // pool_window.cuh's.
 
-#include "dropout.cuh"
+#include "dropout/dropout.cuh"
 #include "pool_window.cuh"
 
 // Indices are 32-bit: the host checks that the input fits.

@@ -3,7 +3,7 @@
 // through the forward pass and the backward pass masks by the forward output
 // (y > 0; a dropped unit's y is 0).
 
-#include "dropout.cuh"
+#include "dropout/dropout.cuh"
 
 extern "C" __global__ void relu_fwd_f32(float* x, unsigned long long n, DropoutArgs d) {
     const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -1,5 +1,5 @@
 // Inverted dropout as a kernel epilogue (ops/dropout/mod.rs): build.rs
-// pastes this file in place of `#include "dropout.cuh"`. The keep decision is
+// pastes this file in place of `#include "dropout/dropout.cuh"`. The keep decision is
 // a line-for-line copy of rng.rs (`mix`, `uniform`) and `Dropout::keeps`, so
 // the mask equals the CPU mask bit for bit: change both or neither. The
 // scale 1/(1-p) arrives computed by the host, as the CPU computes it.
