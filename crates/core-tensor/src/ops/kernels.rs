@@ -1,11 +1,13 @@
 //! Every op's CUDA kernels, and the GPU opened with all of them. Each op
 //! declares its own module and launchers in its `cuda.rs` (`kernel_table!`);
-//! this file only lists the ops, so that a new op is one more name here.
+//! build.rs lists the ops that have a `<op>.cu` in their folder, so that a
+//! new op's kernels are found without a list kept by hand.
 
 use crate::backend::cuda::KernelModule;
 use crate::{Cuda, MatmulPrecision, Products, Result};
 
-/// The kernel modules of the ops named, in that order.
+/// The kernel modules of the ops named, in that order (build.rs's list,
+/// by name).
 macro_rules! op_modules {
     ($($op:ident),* $(,)?) => {
         static MODULES: &[KernelModule] = &[$(super::$op::cuda::MODULE),*];
@@ -20,27 +22,7 @@ macro_rules! op_modules {
     };
 }
 
-op_modules!(
-    accumulate,
-    accuracy,
-    adam,
-    conv2d,
-    conv2d_pool,
-    conv2d_relu,
-    cross_entropy,
-    embedding,
-    finite,
-    gather,
-    half_cast,
-    linear,
-    linear_relu,
-    maxpool2d,
-    mse,
-    offset,
-    relu,
-    rows,
-    sgd,
-);
+include!(concat!(env!("OUT_DIR"), "/op_modules.rs"));
 
 /// Every kernel module, in name order: what [`Cuda::new`] loads, and what
 /// cuda-emu and the NVRTC tests compile.
