@@ -25,7 +25,7 @@ use trainer::ddp::{AverageOver, NcclHook, plan_buckets};
 use trainer::model::DropoutRates;
 use trainer::models::cnn::CnnMnist;
 use trainer::phases::Phase;
-use trainer::train::{EpochReport, Setup, TrainConfig, Trainer};
+use trainer::train::{EpochReport, JobLinks, Setup, TrainConfig, Trainer};
 
 const EMULATED: [&str; 7] = [
     "emulated_gpu_training_follows_the_cpu",
@@ -356,12 +356,12 @@ fn emulated_nccl_ranks_on_two_gpus_stay_identical() {
         let layout = trainer::models::cnn::cnn_layout();
         let buckets = plan_buckets(layout, 0..layout.len(), cfg.bucket_mb);
         assert!(buckets.len() > 2, "several buckets overlap backward");
-        let setup = Setup {
+        let setup = Setup::linked(JobLinks::Job {
+            comm: CommThread::spawn(Box::new(tcp)).unwrap(),
             averaging: Some(AverageOver::Device(Box::new(
                 NcclHook::new(nccl, &gpu, None).unwrap(),
             ))),
-            ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
-        };
+        });
         let params = run(Trainer::start(gpu, &data, cfg, setup).unwrap()).0;
         (params, flight.snapshot(), buckets.len())
     });

@@ -24,7 +24,7 @@ use trainer::comm_thread::CommThread;
 use trainer::ddp::{AverageOver, NcclHook};
 use trainer::model::DropoutRates;
 use trainer::models::cnn::cnn_layout;
-use trainer::train::{Setup, Silent, TrainConfig, Trainer};
+use trainer::train::{JobLinks, Setup, Silent, TrainConfig, Trainer};
 
 const EMULATED: [&str; 2] = [
     "emulated_gpu_accumulation_follows_one_batch",
@@ -87,12 +87,12 @@ fn nccl_rank(
     let mut tcp = TcpCommunicator::connect(&cfg).unwrap();
     let stream = gpu.side_stream().unwrap();
     let nccl = NcclCommunicator::connect(stream, rank, 2, tcp.store(), timeout).unwrap();
-    let setup = Setup {
+    let setup = Setup::linked(JobLinks::Job {
+        comm: CommThread::spawn(Box::new(tcp)).unwrap(),
         averaging: Some(AverageOver::Device(Box::new(
             NcclHook::new(nccl, &gpu, half).unwrap(),
         ))),
-        ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
-    };
+    });
     let mut t = Trainer::start(gpu, data, config(16, 1, STEPS), setup).unwrap();
     let report = t.train_epoch(1, &mut Silent, &mut |_| Ok(())).unwrap();
     (t.params().unwrap(), report.ranks[rank].grad_bytes_per_step)

@@ -26,7 +26,7 @@ use trainer::model::DropoutRates;
 use trainer::models::cnn::StageSpec;
 use trainer::pipeline::NcclLink;
 use trainer::topology::Topology;
-use trainer::train::{Setup, Silent, TrainConfig, Trainer};
+use trainer::train::{JobLinks, Setup, Silent, TrainConfig, Trainer};
 
 /// A device buffer of the CUDA backend.
 type Buf = <Cuda as Backend>::Storage<f32>;
@@ -148,8 +148,10 @@ fn train_gpu_stage(rank: usize, world: usize, port: u16, data: &FashionMnist) ->
     let hook = |g| Box::new(NcclHook::new(g, &gpu, None).unwrap()) as Box<dyn CommHook<Cuda>>;
     let setup = Setup {
         topology,
-        averaging: grads.map(|g| AverageOver::Device(hook(g))),
-        ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
+        ..Setup::linked(JobLinks::Job {
+            comm: CommThread::spawn(Box::new(tcp)).unwrap(),
+            averaging: grads.map(|g| AverageOver::Device(hook(g))),
+        })
     };
     // The convolutions, then the fully connected layers: pinned, where
     // measuring the emulator's times would only slow the test down.

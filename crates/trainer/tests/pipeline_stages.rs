@@ -17,7 +17,7 @@ use trainer::models::cnn::{StageSpec, cnn_layout};
 use trainer::pipeline::HostLink;
 use trainer::stop::{StopKind, StopRequest};
 use trainer::topology::Topology;
-use trainer::train::{EpochReport, RunOutcome, Setup, Silent, Trainer};
+use trainer::train::{EpochReport, JobLinks, RunOutcome, Setup, Silent, Trainer};
 
 #[test]
 fn layouts_that_do_not_fit_are_errors() {
@@ -57,10 +57,13 @@ fn layouts_that_do_not_fit_are_errors() {
             let link = Box::new(HostLink::new(
                 comm.subgroup(&topology.pipeline_members()).unwrap(),
             ));
+            let comm = CommThread::spawn(comm).unwrap();
             let setup = Setup {
                 topology,
-                averaging: None,
-                ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
+                ..Setup::linked(JobLinks::Job {
+                    comm,
+                    averaging: None,
+                })
             };
             let stage = StageSpec {
                 micro_batches: layout.micro_batches,

@@ -25,7 +25,9 @@ use trainer::comm_thread::CommThread;
 use trainer::ddp::{AverageOver, NcclHook, ring_bytes};
 use trainer::model::DropoutRates;
 use trainer::models::cnn::cnn_layout;
-use trainer::train::{EXACT_BLOCK, EpochReport, ExactRequest, Setup, TrainConfig, Trainer};
+use trainer::train::{
+    EXACT_BLOCK, EpochReport, ExactRequest, JobLinks, Setup, TrainConfig, Trainer,
+};
 
 const EMULATED: [&str; 3] = [
     "emulated_nccl_reduces_int64_exactly",
@@ -81,12 +83,12 @@ fn on_nccl(
 ) -> (Vec<f32>, EpochReport, Vec<(Kind, usize, State)>) {
     let (tcp, nccl, gpu) = nccl_rank(rank, port);
     let flight = nccl.recorder().clone();
-    let setup = Setup {
+    let setup = Setup::linked(JobLinks::Job {
+        comm: CommThread::spawn(Box::new(tcp)).unwrap(),
         averaging: Some(AverageOver::Device(Box::new(
             NcclHook::new(nccl, &gpu, None).unwrap(),
         ))),
-        ..Setup::fresh(Some(CommThread::spawn(Box::new(tcp)).unwrap()))
-    };
+    });
     let (params, report) = train(Trainer::start(gpu, data, config(), setup).unwrap());
     let seen = (flight.snapshot().entries.iter())
         .map(|e| (e.kind, e.bytes, e.state))

@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use core_tensor::Ops;
 
 use crate::checkpoint::origin::Origin;
@@ -28,8 +28,8 @@ use crate::report::recovery::RecoveryEvent;
 use crate::stop::StopRequest;
 use crate::topology::Topology;
 use crate::train::{
-    EpochShare, Membership, Regroup, RunOutcome, Schedule, Setup, SharedSettings, TrainConfig,
-    Trainer, WholeModel,
+    EpochShare, JobLinks, Membership, Regroup, RunOutcome, Schedule, Setup, SharedSettings,
+    TrainConfig, Trainer, WholeModel,
 };
 
 /// Everything a rank trains with, apart from its model and its data.
@@ -78,19 +78,12 @@ pub struct Live {
 /// of its legal shapes: a pipeline stage has neighbours only in a job of
 /// several ranks.
 pub enum Links<B: Ops> {
-    /// A job of one rank: nobody to reach.
-    Alone,
-    /// A whole replica of the model, in a job of several ranks.
-    Replica {
-        /// The job's communicator (metrics, votes, the start, checkpoints).
-        comm: CommThread,
-        /// Who averages the gradients with the other replicas' (see
-        /// [`Setup::averaging`]); `None` while it is the only replica (a
-        /// live job's last member).
-        averaging: Option<AverageOver<B>>,
-    },
+    /// The whole model: alone, or a replica among the job's ranks (see
+    /// [`JobLinks`]).
+    Whole(JobLinks<B>),
     /// A stage of a pipeline.
     Stage {
+        /// The job's communicator (metrics, votes, the start, checkpoints).
         comm: CommThread,
         /// The way to its neighbouring stages.
         link: Box<dyn StageLink<B>>,
@@ -98,19 +91,6 @@ pub enum Links<B: Ops> {
         /// pipelines'; `None` with one pipeline.
         averaging: Option<AverageOver<B>>,
     },
-}
-
-impl<B: Ops> Links<B> {
-    /// The job's communicator and the averaging, apart from a stage's link.
-    fn split(self) -> (Option<CommThread>, Option<AverageOver<B>>) {
-        match self {
-            Links::Alone => (None, None),
-            Links::Replica { comm, averaging }
-            | Links::Stage {
-                comm, averaging, ..
-            } => (Some(comm), averaging),
-        }
-    }
 }
 
 /// What every rank of a process is asked, beyond the loop's configuration.
@@ -160,14 +140,14 @@ impl<B: Ops> Rank<'_, B> {
         M::Buffers: 'static,
         D: Batches<B, M::Buffers> + Batches<B, StageBuffersOf<B, M>> + 'static,
     {
-        let link = match std::mem::replace(&mut self.links, Links::Alone) {
+        let link = match std::mem::replace(&mut self.links, Links::Whole(JobLinks::Alone)) {
             Links::Stage {
                 comm,
                 link,
                 averaging,
             } => {
                 // The pipeline's schedule holds the link from here on.
-                self.links = Links::Replica { comm, averaging };
+                self.links = Links::Whole(JobLinks::Job { comm, averaging });
                 link
             }
             whole => {
@@ -202,8 +182,14 @@ impl<B: Ops> Rank<'_, B> {
             job,
             mut live,
         } = self;
-        let (comm, averaging) = links.split();
         let rank = topology.rank;
+        let links = match links {
+            Links::Whole(links) => links,
+            Links::Stage { .. } => bail!(
+                "rank {rank}: --model {} trains whole, not as a pipeline's stages: leave out --pipeline-stages",
+                model.kind()
+            ),
+        };
         let flags = job.checkpoints;
         let dir =
             (flags.checkpoint_dir.as_ref()).map(|d| CheckpointDir::new(d, flags.keep as usize));
@@ -231,9 +217,8 @@ impl<B: Ops> Rank<'_, B> {
         let resumed = matches!(origin, Origin::Resume(_));
         let setup = Setup {
             topology,
-            comm,
+            links,
             origin,
-            averaging,
             checkpoints: dir.map(|dir| Checkpoints {
                 dir,
                 every: flags.checkpoint_every,

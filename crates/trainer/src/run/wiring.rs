@@ -22,6 +22,7 @@ use crate::ddp::{AverageOver, CommHook, CommHookChoice, NcclHook};
 use crate::pipeline::{HostLink, NcclLink, StageLink};
 use crate::rank::Links;
 use crate::topology::Topology;
+use crate::train::JobLinks;
 
 /// How a rank reaches the others before its wiring: sockets (a process per
 /// rank), or memory (ranks as threads of one process).
@@ -226,8 +227,8 @@ impl Wiring {
         link: Option<Box<dyn StageLink<B>>>,
     ) -> anyhow::Result<Links<B>> {
         match (self.comm, link) {
-            (None, None) if averaging.is_none() => Ok(Links::Alone),
-            (Some(comm), None) => Ok(Links::Replica { comm, averaging }),
+            (None, None) if averaging.is_none() => Ok(Links::Whole(JobLinks::Alone)),
+            (Some(comm), None) => Ok(Links::Whole(JobLinks::Job { comm, averaging })),
             (Some(comm), Some(link)) => Ok(Links::Stage {
                 comm,
                 link,

@@ -54,7 +54,7 @@ pub use memory::{EVAL_BATCH, EpochBatches};
 pub(crate) use memory::{host_room_bytes, test_buffers, test_reserve, training_buffers};
 pub use outcome::{EpochReport, Progress, Regroup, RunOutcome, Running, Silent};
 pub use schedule::{Part, Pass, Schedule};
-pub use setup::Setup;
+pub use setup::{JobLinks, Setup};
 pub use shared_settings::{
     GradientSettings, LayoutSettings, ModelSettings, ScheduleSettings, SharedSettings,
 };

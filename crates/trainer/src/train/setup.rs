@@ -33,14 +33,10 @@ use crate::topology::Topology;
 pub struct Setup<B: Ops> {
     /// Where this rank sits in the job.
     pub topology: Topology,
-    /// The job's communicator (metrics, stop votes, the starting state,
-    /// checkpoints); `None` for one rank.
-    pub comm: Option<CommThread>,
+    /// How it reaches the job's other ranks.
+    pub links: JobLinks<B>,
     /// Rank 0's starting point (ignored on other ranks, which receive it).
     pub origin: Origin,
-    /// Who averages the gradients with the other replicas'; `None` with
-    /// one replica (nothing to average).
-    pub averaging: Option<AverageOver<B>>,
     /// Checkpoints (on every rank: mid-epoch ones are collective).
     pub checkpoints: Option<Checkpoints>,
     /// Checked once per step.
@@ -54,11 +50,60 @@ pub struct Setup<B: Ops> {
     pub shared: Option<SharedSettings>,
 }
 
+/// How a replica reaches the job's other ranks: alone, or over the job's
+/// communicator, with or without others to average its gradients with
+/// (never an averaging without a communicator).
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per rank, made once and moved into its trainer: boxing would buy nothing"
+)]
+pub enum JobLinks<B: Ops> {
+    /// A job of one rank: nobody to reach.
+    Alone,
+    /// A rank among several.
+    Job {
+        /// The job's communicator (metrics, stop votes, the starting
+        /// state, checkpoints).
+        comm: CommThread,
+        /// Who averages the gradients with the other replicas'; `None`
+        /// with one replica (nothing to average: a pipeline of one, a live
+        /// job's last member).
+        averaging: Option<AverageOver<B>>,
+    },
+}
+
+impl<B: Ops> JobLinks<B> {
+    /// The communicator and the averaging, as the trainer keeps them.
+    fn split(self) -> (Option<CommThread>, Option<AverageOver<B>>) {
+        match self {
+            Self::Alone => (None, None),
+            Self::Job { comm, averaging } => (Some(comm), averaging),
+        }
+    }
+}
+
 impl<B: Ops> Setup<B> {
     /// A fresh start of a data-parallel rank over `comm` (its rank and
     /// world size), averaging through it.
     pub fn fresh(comm: Option<CommThread>) -> Self {
-        let (rank, world) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
+        let links = match comm {
+            None => JobLinks::Alone,
+            Some(comm) => {
+                let averaging = (comm.world_size() > 1).then_some(AverageOver::Job);
+                JobLinks::Job { comm, averaging }
+            }
+        };
+        Self::linked(links)
+    }
+
+    /// A fresh start of a rank linked by `links`, at the rank and world size
+    /// of its communicator (a data-parallel rank's topology: a pipeline's
+    /// caller sets its own).
+    pub fn linked(links: JobLinks<B>) -> Self {
+        let (rank, world) = match &links {
+            JobLinks::Alone => (0, 1),
+            JobLinks::Job { comm, .. } => (comm.rank(), comm.world_size()),
+        };
         Self {
             topology: Topology {
                 rank,
@@ -67,8 +112,7 @@ impl<B: Ops> Setup<B> {
                 local_world: world,
                 stages: 1,
             },
-            averaging: (world > 1).then_some(AverageOver::Job),
-            comm,
+            links,
             origin: Origin::Fresh,
             checkpoints: None,
             stop: StopRequest::new(),
@@ -96,13 +140,13 @@ impl<B: Ops, M: Model<B>> Trainer<B, M> {
         }
         let Setup {
             topology,
-            mut comm,
+            links,
             origin,
-            averaging,
             checkpoints,
             stop,
             shared,
         } = setup;
+        let (mut comm, averaging) = links.split();
         let rank = topology.rank;
         if averaging.is_some() != (topology.replicas() > 1) {
             bail!(

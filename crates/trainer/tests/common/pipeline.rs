@@ -19,7 +19,7 @@ use trainer::models::cnn::{CnnMnist, StageSpec, cnn_layout};
 use trainer::phases::Phase;
 use trainer::pipeline::HostLink;
 use trainer::topology::Topology;
-use trainer::train::{Setup, Silent, TrainConfig, Trainer};
+use trainer::train::{JobLinks, Setup, Silent, TrainConfig, Trainer};
 
 pub const STEPS: usize = 30;
 
@@ -159,10 +159,10 @@ pub fn stage_trainer(
         }
     };
     let (comm, job_f32s) = Counting::wrap(comm);
+    let comm = CommThread::spawn(comm).unwrap();
     let setup = setup(Setup {
         topology,
-        averaging,
-        ..Setup::fresh(Some(CommThread::spawn(comm).unwrap()))
+        ..Setup::linked(JobLinks::Job { comm, averaging })
     });
     let stage = StageSpec {
         micro_batches: layout.micro_batches,
