@@ -6,9 +6,12 @@
 //!
 //! It knows nothing of epochs, stop votes, checkpoint files or ledgers:
 //! that is the epoch policy's ([`super::Trainer`]), which tells it what to
-//! train and when to gather. Its methods live by concept: `step.rs` (one
-//! optimizer step), `guard.rs` (the finiteness guard), `assemble.rs` (the
-//! whole model on rank 0's host).
+//! train and when to gather. Its parts are private: the policy reads them
+//! through the accessors below and asks the engine to act (start an epoch,
+//! evaluate, meet the other ranks), so that only the engine steps the
+//! replica. Its methods live by concept: `step.rs` (one optimizer step),
+//! `guard.rs` (the finiteness guard), `assemble.rs` (the whole model on
+//! rank 0's host).
 
 use anyhow::Context;
 use core_tensor::Ops;
