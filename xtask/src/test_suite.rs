@@ -9,7 +9,8 @@
 //! this runs several side by side, the longest first, and prints each
 //! binary's output whole once it ends (never interleaved), then the
 //! totals. Each binary gets what `cargo test` gives it: its package folder
-//! as working directory and cargo's `CARGO*` variables; the tests that must
+//! as working directory and cargo's `CARGO*` variables (and, unlike under
+//! `cargo test`, a `TMPDIR` of its own, removed after it); the tests that must
 //! not overlap already take turns across processes (the SLURM clusters, see
 //! xtask/tests/common) or build into a folder by one rename (cuda-emu).
 //!
@@ -215,13 +216,27 @@ fn run_all(
 
 /// Runs one job to its end, its output (stdout and stderr, in the order
 /// written) into a file it is read back from.
+///
+/// The job's `TMPDIR` is a folder of its own, removed when it passes: what
+/// it leaves in the temporary folder (the synthetic data sets a test binary
+/// keeps for its whole life, the flight recorders of trainers run without
+/// a checkpoint folder, torchrun's `torchelastic_*`) came to 42 folders,
+/// 121 MiB, a run in /tmp. A job that fails or times out keeps it, and
+/// the report names it.
 fn run_one(mut job: Job, timeout: Duration, stop: &StopFlag) -> Result<Finished> {
     let mut log = tempfile::tempfile().context("creating a file for a test's output")?;
+    // A short name: Unix socket paths (OpenMPI's, in TMPDIR) are limited
+    // to 107 bytes.
+    let scratch = tempfile::Builder::new()
+        .prefix("xtask-")
+        .tempdir()
+        .context("creating a test's temporary folder")?;
     let started = Instant::now();
     // Its own process group, so that a timeout or a signal stops the trainers
     // and daemons it started too.
     let child = job
         .command
+        .env("TMPDIR", scratch.path())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log.try_clone()?)
@@ -234,11 +249,17 @@ fn run_one(mut job: Job, timeout: Duration, stop: &StopFlag) -> Result<Finished>
     log.rewind()?;
     log.read_to_end(&mut output)
         .with_context(|| format!("reading back the output of {}", job.label))?;
+    let mut output = String::from_utf8_lossy(&output).into_owned();
+    // What a failure left may say why; a stopped run wants nothing left.
+    if matches!(outcome, Outcome::Failed(_) | Outcome::TimedOut) {
+        let kept = scratch.keep();
+        output.push_str(&format!("\n(its TMPDIR is kept: {})\n", kept.display()));
+    }
     Ok(Finished {
         label: job.label,
         outcome,
         seconds,
-        output: String::from_utf8_lossy(&output).into_owned(),
+        output,
     })
 }
 
@@ -377,5 +398,28 @@ mod tests {
         let mut targets = vec!["store", "cuda_emulated", "comm", "cuda_parity"];
         targets.sort_by_key(|target| rank(target));
         assert_eq!(targets, ["cuda_emulated", "cuda_parity", "store", "comm"]);
+    }
+
+    #[test]
+    fn a_jobs_own_temporary_folder_goes_when_it_passes_and_stays_when_it_fails() {
+        let stop = StopFlag::install().unwrap();
+        for (status, kept) in [(0, false), (1, true)] {
+            let mut command = Command::new("sh");
+            let script = format!("touch \"$TMPDIR/left\" && echo \"$TMPDIR\" && exit {status}");
+            command.args(["-c", &script]);
+            let job = Job {
+                label: "sh".into(),
+                target: "sh".into(),
+                command,
+            };
+            let done = run_one(job, Duration::from_secs(60), &stop).unwrap();
+            let tmp = std::path::PathBuf::from(done.output.lines().next().unwrap());
+            assert_ne!(tmp, std::env::temp_dir(), "the job's TMPDIR is not its own");
+            assert_eq!(tmp.join("left").exists(), kept, "exit status {status}");
+            if kept {
+                assert!(done.output.contains(&format!("kept: {}", tmp.display())));
+                std::fs::remove_dir_all(&tmp).unwrap();
+            }
+        }
     }
 }
