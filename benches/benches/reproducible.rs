@@ -5,6 +5,8 @@
 //! exact sum with its wire against the float32 ring's wait).
 //!
 //! `cargo build --release -p trainer && cargo bench -p benches --bench reproducible -- --steps 40 --rounds 3`
+//! (`--unit 64`: units of a rank's whole batch, so that only the exact
+//! sum and its wire differ from the ring)
 //!
 //! Runs the trainer binary beside this one (`target/<profile>/trainer`,
 //! or `--trainer PATH`) for `--steps` steps per run, the two modes
@@ -34,6 +36,10 @@ struct Args {
     /// The trainer binary [default: the one beside this benchmark].
     #[arg(long)]
     trainer: Option<PathBuf>,
+    /// The `--reproducible` runs' samples per unit [default: the
+    /// trainer's]; 64, a rank's whole batch, leaves the units' part out.
+    #[arg(long)]
+    unit: Option<usize>,
     /// FashionMNIST's directory [default: where the trainer finds it].
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -86,6 +92,9 @@ fn run(args: &Args, trainer: &Path, world: usize, exact: bool) -> Result<Figures
     }
     if exact {
         cmd.arg("--reproducible");
+        if let Some(unit) = args.unit {
+            cmd.args(["--unit", &unit.to_string()]);
+        }
     }
     let out = cmd.output().context("running the trainer")?;
     if !out.status.success() {
@@ -126,8 +135,11 @@ fn main() -> Result<()> {
     let args = Args::parse();
     let trainer = trainer_path(&args)?;
     println!(
-        "# --reproducible against the float32 ring: {} steps of 64 samples per rank, 1 thread per rank, {} rounds, medians",
-        args.steps, args.rounds
+        "# --reproducible against the float32 ring: {} steps of 64 samples per rank, 1 thread per rank, --unit {}, {} rounds, medians",
+        args.steps,
+        args.unit
+            .map_or("(the trainer's)".into(), |u| u.to_string()),
+        args.rounds
     );
     println!(
         "# {:>5} {:>13} {:>13} {:>8} {:>14} {:>14} {:>11} {:>11} {:>12} {:>12}",
